@@ -1,0 +1,178 @@
+// Package store is the persistence layer of gpuaas: one logical schema over
+// PostgreSQL (production) and SQLite (the embedded default).
+//
+// Queries are written once with '?' placeholders and rebound for PostgreSQL.
+// Driver errors are turned into errdefs sentinels here, at the lowest layer,
+// so no domain ever inspects a driver error.
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+)
+
+// Dialect names a supported SQL engine.
+type Dialect string
+
+const (
+	Postgres Dialect = "postgres"
+	SQLite   Dialect = "sqlite"
+)
+
+// DB is an open database of either dialect.
+type DB struct {
+	sql     *sql.DB
+	dialect Dialect
+	logger  *slog.Logger
+}
+
+// Open connects to url: postgres://… / postgresql://… for PostgreSQL,
+// sqlite://PATH or a plain file path for SQLite.
+func Open(ctx context.Context, url string, logger *slog.Logger) (*DB, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	var (
+		db  *sql.DB
+		d   Dialect
+		err error
+	)
+	switch {
+	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
+		d = Postgres
+		db, err = sql.Open("pgx", url)
+		if err == nil {
+			db.SetMaxOpenConns(20)
+			db.SetMaxIdleConns(10)
+		}
+	default:
+		d = SQLite
+		db, err = openSQLite(strings.TrimPrefix(url, "sqlite://"))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s database: %w", d, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("connect to %s database: %w", d, err)
+	}
+	return &DB{sql: db, dialect: d, logger: logger}, nil
+}
+
+// Dialect reports the engine behind db.
+func (db *DB) Dialect() Dialect { return db.dialect }
+
+// Close releases the connection pool.
+func (db *DB) Close() error { return db.sql.Close() }
+
+// Ping checks the database answers.
+func (db *DB) Ping(ctx context.Context) error { return db.sql.PingContext(ctx) }
+
+// Queries returns the query set bound to the pool (no transaction).
+func (db *DB) Queries() *Queries { return &Queries{ex: db.sql, d: db.dialect} }
+
+// InTx runs fn in one transaction, committing when fn returns nil and rolling
+// back otherwise. Every mutation of gpuaas goes through here exactly once.
+func (db *DB) InTx(ctx context.Context, fn func(q *Queries) error) (err error) {
+	tx, err := db.sql.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin transaction: %w", mapErr(err))
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback()
+			panic(p)
+		}
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err = fn(&Queries{ex: tx, d: db.dialect}); err != nil {
+		return err
+	}
+	if err = tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", mapErr(err))
+	}
+	return nil
+}
+
+// execer is what both *sql.DB and *sql.Tx offer.
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Queries runs the statements of every domain against a pool or a transaction.
+// Methods live in one file per domain.
+type Queries struct {
+	ex execer
+	d  Dialect
+}
+
+// Dialect reports the engine the queries run on.
+func (q *Queries) Dialect() Dialect { return q.d }
+
+func (q *Queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	res, err := q.ex.ExecContext(ctx, q.rebind(query), args...)
+	return res, mapErr(err)
+}
+
+func (q *Queries) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	rows, err := q.ex.QueryContext(ctx, q.rebind(query), args...)
+	return rows, mapErr(err)
+}
+
+func (q *Queries) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	return q.ex.QueryRowContext(ctx, q.rebind(query), args...)
+}
+
+// execOne runs a statement that must affect exactly one row.
+func (q *Queries) execOne(ctx context.Context, query string, args ...any) error {
+	res, err := q.exec(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return ErrNotFound
+	}
+	return nil
+}
+
+// rebind turns '?' placeholders into $n for PostgreSQL. Queries never hold
+// a literal '?' inside strings, so a plain scan is enough.
+func (q *Queries) rebind(query string) string {
+	if q.d != Postgres || !strings.Contains(query, "?") {
+		return query
+	}
+	var b strings.Builder
+	b.Grow(len(query) + 8)
+	n := 0
+	for i := 0; i < len(query); i++ {
+		if query[i] == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteByte(query[i])
+	}
+	return b.String()
+}
+
+// scanOne maps sql.ErrNoRows to ErrNotFound.
+func scanOne(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotFound
+	}
+	return mapErr(err)
+}

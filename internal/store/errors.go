@@ -1,0 +1,57 @@
+package store
+
+import (
+	"errors"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/jackc/pgx/v5/pgconn"
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// Sentinels returned by every query; re-exported from errdefs so domains can
+// test them without importing this package.
+var (
+	ErrNotFound      = errdefs.ErrNotFound
+	ErrAlreadyExists = errdefs.ErrAlreadyExists
+	ErrConflict      = errdefs.ErrConflict
+)
+
+// mapErr converts driver errors into store sentinels, keeping the original
+// as the wrapped cause for logs.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "23505": // unique_violation
+			return wrap(ErrAlreadyExists, err)
+		case "23503", "23514", "40001": // foreign key, check, serialization failure
+			return wrap(ErrConflict, err)
+		}
+		return err
+	}
+	var sqErr *sqlite.Error
+	if errors.As(err, &sqErr) {
+		switch sqErr.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return wrap(ErrAlreadyExists, err)
+		case sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY, sqlite3.SQLITE_CONSTRAINT_CHECK:
+			return wrap(ErrConflict, err)
+		}
+	}
+	return err
+}
+
+type sentinelErr struct {
+	sentinel error
+	cause    error
+}
+
+func (e sentinelErr) Error() string   { return e.sentinel.Error() + ": " + e.cause.Error() }
+func (e sentinelErr) Is(t error) bool { return t == e.sentinel }
+func (e sentinelErr) Unwrap() error   { return e.cause }
+
+func wrap(sentinel, cause error) error { return sentinelErr{sentinel: sentinel, cause: cause} }

@@ -1,0 +1,98 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/principal"
+)
+
+// Tx is a transaction opened by Mutate: the queries of every domain plus the
+// audit record the mutation must leave. Outbox events will join it here.
+type Tx struct {
+	*Queries
+	audits []AuditEvent
+}
+
+// Audit records an audit row to be written in this transaction. Actor,
+// correlation id, time and outcome are filled from the context by Mutate.
+// Before and After may be any JSON-marshalable value (or nil).
+func (t *Tx) Audit(e AuditEvent, before, after any) error {
+	var err error
+	if e.Before, err = marshalState(before); err != nil {
+		return err
+	}
+	if e.After, err = marshalState(after); err != nil {
+		return err
+	}
+	t.audits = append(t.audits, e)
+	return nil
+}
+
+func marshalState(v any) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	if b, ok := v.([]byte); ok {
+		return b, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("audit state: %w", err)
+	}
+	return b, nil
+}
+
+// ErrNoAudit is returned when a mutation records no audit row: every
+// privileged change must leave one, so forgetting is a bug, not a choice.
+var ErrNoAudit = errors.New("store: mutation recorded no audit event")
+
+// Mutate runs fn in one transaction and writes the audit rows fn recorded in
+// that same transaction: the change and its audit commit together or not at
+// all. This is the one path for every privileged mutation.
+func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
+	return db.InTx(ctx, func(q *Queries) error {
+		tx := &Tx{Queries: q}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if len(tx.audits) == 0 {
+			return ErrNoAudit
+		}
+		return tx.flush(ctx, "success")
+	})
+}
+
+func (t *Tx) flush(ctx context.Context, outcome string) error {
+	actor := principal.From(ctx)
+	now := time.Now()
+	for _, e := range t.audits {
+		e.ID = uuid.Must(uuid.NewV7()).String()
+		if e.OccurredAt.IsZero() {
+			e.OccurredAt = now
+		}
+		e.ActorType, e.ActorID = string(actor.Type), actor.ID
+		e.CorrelationID = correlation.ID(ctx)
+		if e.Outcome == "" {
+			e.Outcome = outcome
+		}
+		if err := t.InsertAudit(ctx, e); err != nil {
+			return fmt.Errorf("write audit row: %w", err)
+		}
+	}
+	return nil
+}
+
+// RecordOutcome writes a standalone audit row for an attempt that changed
+// nothing — a denied privileged action or a refused credential exchange.
+func (db *DB) RecordOutcome(ctx context.Context, e AuditEvent, outcome string) error {
+	return db.InTx(ctx, func(q *Queries) error {
+		tx := &Tx{Queries: q, audits: []AuditEvent{e}}
+		return tx.flush(ctx, outcome)
+	})
+}

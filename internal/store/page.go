@@ -1,0 +1,55 @@
+package store
+
+import (
+	"encoding/base64"
+	"fmt"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+)
+
+// Page asks for one page of a list ordered by id. Ids are UUIDv7, so id
+// order is creation order and a cursor is just the last id seen, encoded.
+type Page struct {
+	Limit  int
+	Cursor string // opaque, from a previous Page result
+}
+
+const (
+	DefaultPageLimit = 50
+	MaxPageLimit     = 500
+)
+
+// afterID decodes the cursor and clamps the limit.
+func (p Page) afterID() (string, int, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = DefaultPageLimit
+	}
+	if limit > MaxPageLimit {
+		limit = MaxPageLimit
+	}
+	if p.Cursor == "" {
+		return "", limit, nil
+	}
+	raw, err := base64.RawURLEncoding.DecodeString(p.Cursor)
+	if err != nil || len(raw) == 0 || len(raw) > 64 {
+		return "", 0, errdefs.Invalid("invalid_cursor", "the cursor is not one this server issued; start again without a cursor")
+	}
+	return string(raw), limit, nil
+}
+
+// EncodeCursor turns the last id of a page into the next cursor.
+func EncodeCursor(lastID string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(lastID))
+}
+
+// trimPage cuts the one extra row fetched to learn whether more exist.
+func trimPage[T any](rows []T, limit int, id func(T) string) ([]T, string) {
+	if len(rows) <= limit {
+		return rows, ""
+	}
+	rows = rows[:limit]
+	return rows, EncodeCursor(id(rows[len(rows)-1]))
+}
+
+func limitClause(limit int) string { return fmt.Sprintf(" LIMIT %d", limit+1) }

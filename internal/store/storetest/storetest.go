@@ -1,0 +1,102 @@
+// Package storetest opens real databases for tests: a fresh SQLite file, or
+// a fresh schema in the PostgreSQL named by GPUAAS_TEST_DATABASE_URL.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// EnvPostgresURL names the PostgreSQL server tests use.
+const EnvPostgresURL = "GPUAAS_TEST_DATABASE_URL"
+
+// Dialects lists the dialects every conformance test runs against.
+var Dialects = []store.Dialect{store.SQLite, store.Postgres}
+
+// Open returns a migrated, empty database of dialect d, closed at cleanup.
+// PostgreSQL tests skip loudly when no server is configured — and fail
+// instead when CI=true, where skipping would hide a broken setup.
+func Open(t testing.TB, d store.Dialect) *store.DB {
+	t.Helper()
+	url := URL(t, d)
+	db, err := store.Open(context.Background(), url, nil)
+	if err != nil {
+		t.Fatalf("open %s: %v", d, err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate %s: %v", d, err)
+	}
+	return db
+}
+
+// URL returns a database URL of dialect d private to this test: a new SQLite
+// file, or a new PostgreSQL schema dropped at cleanup.
+func URL(t testing.TB, d store.Dialect) string {
+	t.Helper()
+	if d == store.SQLite {
+		return "sqlite://" + filepath.Join(t.TempDir(), "gpuaas.db")
+	}
+	base := PostgresURL(t)
+	schema := "t_" + randHex(8)
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(`CREATE SCHEMA ` + schema); err != nil {
+		t.Fatalf("postgres: create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		a, err := sql.Open("pgx", base)
+		if err != nil {
+			return
+		}
+		defer a.Close()
+		_, _ = a.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("postgres url: %v", err)
+	}
+	qv := u.Query()
+	qv.Set("search_path", schema)
+	u.RawQuery = qv.Encode()
+	return u.String()
+}
+
+// PostgresURL returns the configured server URL or skips (fails under CI).
+func PostgresURL(t testing.TB) string {
+	t.Helper()
+	u := os.Getenv(EnvPostgresURL)
+	if u == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set but CI=true: PostgreSQL tests must not skip in CI", EnvPostgresURL)
+		}
+		t.Skipf("!!! SKIPPING POSTGRESQL TEST: set %s (e.g. postgres://postgres@localhost:5432/gpuaas_test?sslmode=disable) to run it !!!", EnvPostgresURL)
+	}
+	return u
+}
+
+// ForEachDialect runs fn as a subtest per dialect.
+func ForEachDialect(t *testing.T, fn func(t *testing.T, db *store.DB)) {
+	for _, d := range Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			fn(t, Open(t, d))
+		})
+	}
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,137 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// User is a person who signs in with a password.
+type User struct {
+	ID           string
+	Email        string
+	DisplayName  string
+	PasswordHash string
+	Status       string // active | disabled
+	// TokensValidAfter invalidates every access token issued before it:
+	// disabling a user or resetting a password moves it forward.
+	TokensValidAfter time.Time
+	CreatedAt        time.Time
+}
+
+const userCols = `id, email, display_name, password_hash, status, tokens_valid_after, created_at`
+
+func scanUser(s interface{ Scan(...any) error }) (User, error) {
+	var u User
+	err := s.Scan(&u.ID, &u.Email, &u.DisplayName, &u.PasswordHash, &u.Status,
+		scanTime(&u.TokensValidAfter), scanTime(&u.CreatedAt))
+	return u, err
+}
+
+func (q *Queries) CreateUser(ctx context.Context, u User) error {
+	_, err := q.exec(ctx, `INSERT INTO users (`+userCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		u.ID, u.Email, u.DisplayName, u.PasswordHash, u.Status, ts(u.TokensValidAfter), ts(u.CreatedAt))
+	return err
+}
+
+func (q *Queries) GetUser(ctx context.Context, id string) (User, error) {
+	u, err := scanUser(q.queryRow(ctx, `SELECT `+userCols+` FROM users WHERE id = ?`, id))
+	return u, scanOne(err)
+}
+
+func (q *Queries) GetUserByEmail(ctx context.Context, email string) (User, error) {
+	u, err := scanUser(q.queryRow(ctx, `SELECT `+userCols+` FROM users WHERE email = ?`, email))
+	return u, scanOne(err)
+}
+
+// SetUserStatus changes a user's status and cuts off their existing tokens.
+func (q *Queries) SetUserStatus(ctx context.Context, id, status string, at time.Time) error {
+	return q.execOne(ctx, `UPDATE users SET status = ?, tokens_valid_after = ? WHERE id = ?`, status, ts(at), id)
+}
+
+func (q *Queries) ListUsers(ctx context.Context, p Page) ([]User, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := q.query(ctx, `SELECT `+userCols+` FROM users WHERE id > ? ORDER BY id`+limitClause(limit), after)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanUser)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(u User) string { return u.ID })
+	return out, next, nil
+}
+
+// RoleBinding grants a role to a principal at a scope. ScopeID is "" for
+// the platform scope; OrgID is the org the scope sits in ("" for platform).
+type RoleBinding struct {
+	ID            string
+	PrincipalType string
+	PrincipalID   string
+	Role          string
+	ScopeType     string // platform | org | project
+	ScopeID       string
+	OrgID         string
+	CreatedAt     time.Time
+}
+
+const bindingCols = `id, principal_type, principal_id, role, scope_type, scope_id, org_id, created_at`
+
+func scanBinding(s interface{ Scan(...any) error }) (RoleBinding, error) {
+	var b RoleBinding
+	err := s.Scan(&b.ID, &b.PrincipalType, &b.PrincipalID, &b.Role, &b.ScopeType, &b.ScopeID, &b.OrgID, scanTime(&b.CreatedAt))
+	return b, err
+}
+
+func (q *Queries) CreateRoleBinding(ctx context.Context, b RoleBinding) error {
+	_, err := q.exec(ctx, `INSERT INTO role_bindings (`+bindingCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+		b.ID, b.PrincipalType, b.PrincipalID, b.Role, b.ScopeType, b.ScopeID, b.OrgID, ts(b.CreatedAt))
+	return err
+}
+
+func (q *Queries) GetRoleBinding(ctx context.Context, id string) (RoleBinding, error) {
+	b, err := scanBinding(q.queryRow(ctx, `SELECT `+bindingCols+` FROM role_bindings WHERE id = ?`, id))
+	return b, scanOne(err)
+}
+
+func (q *Queries) DeleteRoleBinding(ctx context.Context, id string) error {
+	return q.execOne(ctx, `DELETE FROM role_bindings WHERE id = ?`, id)
+}
+
+// BindingsOfPrincipal returns every binding a principal holds.
+func (q *Queries) BindingsOfPrincipal(ctx context.Context, principalType, principalID string) ([]RoleBinding, error) {
+	rows, err := q.query(ctx, `SELECT `+bindingCols+` FROM role_bindings WHERE principal_type = ? AND principal_id = ? ORDER BY id`,
+		principalType, principalID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanBinding)
+}
+
+// BindingsAtScope lists the bindings made at one scope.
+func (q *Queries) BindingsAtScope(ctx context.Context, scopeType, scopeID string, p Page) ([]RoleBinding, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := q.query(ctx, `SELECT `+bindingCols+` FROM role_bindings WHERE scope_type = ? AND scope_id = ? AND id > ? ORDER BY id`+limitClause(limit),
+		scopeType, scopeID, after)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanBinding)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(b RoleBinding) string { return b.ID })
+	return out, next, nil
+}
+
+// DeleteBindingsOfPrincipal removes every binding of a principal (account deletion).
+func (q *Queries) DeleteBindingsOfPrincipal(ctx context.Context, principalType, principalID string) error {
+	_, err := q.exec(ctx, `DELETE FROM role_bindings WHERE principal_type = ? AND principal_id = ?`, principalType, principalID)
+	return err
+}
