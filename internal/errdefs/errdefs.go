@@ -8,6 +8,7 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Kind classifies an error for transport mapping.
@@ -110,10 +111,11 @@ type FieldError struct {
 
 // Validation builds an InvalidArgument error listing field errors.
 func Validation(fields []FieldError) *Error {
-	msg := "the request has invalid fields"
-	if len(fields) == 1 {
-		msg = fields[0].Field + ": " + fields[0].Message
+	parts := make([]string, 0, len(fields))
+	for _, f := range fields {
+		parts = append(parts, f.Field+" "+f.Message)
 	}
+	msg := "invalid request: " + strings.Join(parts, "; ")
 	return &Error{Kind: KindInvalidArgument, Code: "validation_failed", Message: msg,
 		Details: map[string]any{"fields": fields}}
 }

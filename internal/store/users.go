@@ -135,3 +135,8 @@ func (q *Queries) DeleteBindingsOfPrincipal(ctx context.Context, principalType, 
 	_, err := q.exec(ctx, `DELETE FROM role_bindings WHERE principal_type = ? AND principal_id = ?`, principalType, principalID)
 	return err
 }
+
+// SetUserPassword replaces a password hash and cuts off existing tokens.
+func (q *Queries) SetUserPassword(ctx context.Context, id, hash string, at time.Time) error {
+	return q.execOne(ctx, `UPDATE users SET password_hash = ?, tokens_valid_after = ? WHERE id = ?`, hash, ts(at), id)
+}

@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/server"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/spf13/cobra"
+)
+
+func newDevCmd() *cobra.Command {
+	cfg := config.Defaults()
+	cfg.LogFormat = "text"
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run everything on this machine with no setup (embedded SQLite)",
+		Long: `Starts the control plane on an embedded SQLite database under --data-dir,
+seeds a dev org, project and platform admin (once), and writes
+<data-dir>/dev-credentials.json (mode 0600). A restart keeps all data.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := config.ApplyEnv(cmd.Flags(), nil); err != nil {
+				return err
+			}
+			c, err := server.DevConfig(cfg)
+			if err != nil {
+				return err
+			}
+			if err := c.Validate(); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			app, err := server.New(ctx, c, nil)
+			if err != nil {
+				return err
+			}
+			defer app.Close()
+			if err := app.Listen(); err != nil {
+				return err
+			}
+			app.Config.PublicURL = publicURL(c, app.Addr())
+			creds, err := app.SeedDev(ctx)
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "\ngpuaas dev is running\n  API:          %s\n  admin:        %s\n  credentials:  %s\n  data dir:     %s\n\n",
+				creds.APIURL, creds.AdminEmail, server.CredentialsPath(c.DataDir), c.DataDir)
+			return app.Serve(ctx)
+		},
+	}
+	cfg.Bind(cmd.Flags())
+	return cmd
+}
+
+// publicURL follows the bound port when --listen asked for port 0.
+func publicURL(c config.Config, addr string) string {
+	if c.PublicURL != "http://"+c.Listen {
+		return c.PublicURL
+	}
+	return "http://" + addr
+}
+
+func newServerCmd() *cobra.Command {
+	cfg := config.Defaults()
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run the production control plane (PostgreSQL)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := config.ApplyEnv(cmd.Flags(), nil); err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			app, err := server.New(ctx, cfg, nil)
+			if err != nil {
+				return err
+			}
+			defer app.Close()
+			return app.Serve(ctx)
+		},
+	}
+	cfg.Bind(cmd.Flags())
+	return cmd
+}
+
+func newMigrateCmd() *cobra.Command {
+	var url string
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply pending database migrations and exit",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := config.ApplyEnv(cmd.Flags(), nil); err != nil {
+				return err
+			}
+			if url == "" {
+				return fmt.Errorf("--database-url (or GPUAAS_DATABASE_URL) is required")
+			}
+			return migrate(cmd.Context(), cmd, url)
+		},
+	}
+	cmd.Flags().StringVar(&url, "database-url", "", "postgres://… or sqlite://PATH")
+	return cmd
+}
+
+func migrate(ctx context.Context, cmd *cobra.Command, url string) error {
+	db, err := store.Open(ctx, url, nil)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	n, err := db.Migrate(ctx)
+	if err != nil {
+		return err
+	}
+	v, err := db.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "applied %d migration(s); %s schema is at version %d\n", n, db.Dialect(), v)
+	return nil
+}

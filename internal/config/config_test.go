@@ -1,0 +1,54 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func TestEnvFillsUnsetFlagsOnly(t *testing.T) {
+	c := Defaults()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	c.Bind(fs)
+	if err := fs.Parse([]string{"--listen", "127.0.0.1:9999"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{
+		"GPUAAS_LISTEN":                    "0.0.0.0:1",
+		"GPUAAS_DATABASE_URL":              "sqlite:///tmp/x.db",
+		"GPUAAS_SERVICE_ACCOUNT_TOKEN_TTL": "10m",
+	}
+	if err := ApplyEnv(fs, func(k string) (string, bool) { v, ok := env[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	if c.Listen != "127.0.0.1:9999" {
+		t.Fatalf("flag lost to env: %s", c.Listen)
+	}
+	if c.DatabaseURL != "sqlite:///tmp/x.db" || c.ServiceAccountTokenTTL != 10*time.Minute {
+		t.Fatalf("env not applied: %+v", c)
+	}
+}
+
+func TestValidateNamesEveryProblem(t *testing.T) {
+	c := Defaults()
+	c.Listen = "nope"
+	c.ServiceAccountTokenTTL = 2 * time.Hour
+	c.LogFormat = "xml"
+	err := c.Validate()
+	if err == nil {
+		t.Fatal("invalid config accepted")
+	}
+	for _, want := range []string{"--listen", "--database-url", "master key", "--service-account-token-ttl", "--log-format"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not mention %s: %v", want, err)
+		}
+	}
+	bad := Defaults()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	bad.Bind(fs)
+	if err := ApplyEnv(fs, func(k string) (string, bool) { return "not-a-duration", k == "GPUAAS_ACCESS_TOKEN_TTL" }); err == nil {
+		t.Fatal("a malformed env value must be refused")
+	}
+}

@@ -1,0 +1,138 @@
+// Package httpapi is the thin REST transport of gpuaas: a route table,
+// middleware for the API conventions, and handlers that decode, call a
+// domain service and encode. No business rule lives here.
+package httpapi
+
+import (
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// API holds the services the handlers call.
+type API struct {
+	DB             *store.DB
+	IAM            *iam.Service
+	Tokens         *iam.Tokens
+	Logger         *slog.Logger
+	MaxBodyBytes   int64
+	IdempotencyTTL time.Duration
+	OpenAPI        []byte // the contract document, served at /api/openapi.yaml
+	// Mounts are extra handlers on the same listener (the OCI registry at /v2/).
+	Mounts map[string]http.Handler
+
+	metrics *metrics
+}
+
+// route is one row of the route table.
+type route struct {
+	method, path string
+	handler      func(http.ResponseWriter, *http.Request) error
+	public       bool  // no token needed
+	maxBody      int64 // 0: API default; -1: no limit (streamed uploads)
+	// noIdempotency marks POSTs that are not mutations (login, token exchange).
+	noIdempotency bool
+	pattern       string
+}
+
+// Routes is the whole REST surface on one screen.
+func (a *API) routes() []route {
+	rs := []route{
+		{method: "GET", path: "/healthz", handler: a.healthz, public: true},
+		{method: "GET", path: "/readyz", handler: a.readyz, public: true},
+		{method: "GET", path: "/.well-known/jwks.json", handler: a.jwks, public: true},
+		{method: "GET", path: "/api/openapi.yaml", handler: a.openapi, public: true},
+
+		{method: "POST", path: "/api/v1/auth/login", handler: a.login, public: true, noIdempotency: true},
+		{method: "GET", path: "/api/v1/me", handler: a.me},
+
+		{method: "POST", path: "/api/v1/orgs", handler: a.createOrg},
+		{method: "GET", path: "/api/v1/orgs", handler: a.listOrgs},
+		{method: "GET", path: "/api/v1/orgs/{org_id}", handler: a.getOrg},
+		{method: "POST", path: "/api/v1/orgs/{org_id}/projects", handler: a.createProject},
+		{method: "GET", path: "/api/v1/orgs/{org_id}/projects", handler: a.listProjects},
+		{method: "GET", path: "/api/v1/orgs/{org_id}/members", handler: a.listOrgMembers},
+		{method: "POST", path: "/api/v1/orgs/{org_id}/members", handler: a.addOrgMember},
+		{method: "DELETE", path: "/api/v1/orgs/{org_id}/members/{binding_id}", handler: a.removeOrgMember},
+
+		{method: "GET", path: "/api/v1/projects/{project_id}", handler: a.getProject},
+		{method: "GET", path: "/api/v1/projects/{project_id}/members", handler: a.listProjectMembers},
+		{method: "POST", path: "/api/v1/projects/{project_id}/members", handler: a.addProjectMember},
+		{method: "DELETE", path: "/api/v1/projects/{project_id}/members/{binding_id}", handler: a.removeProjectMember},
+
+		{method: "POST", path: "/api/v1/users", handler: a.createUser},
+		{method: "POST", path: "/api/v1/users/{user_id}/disable", handler: a.disableUser},
+		{method: "POST", path: "/api/v1/users/{user_id}/enable", handler: a.enableUser},
+
+		{method: "GET", path: "/api/v1/audit-events", handler: a.listAudit},
+	}
+	for i := range rs {
+		rs[i].pattern = rs[i].method + " " + rs[i].path
+	}
+	return rs
+}
+
+// RouteInfo describes a route for tests that sweep the whole API.
+type RouteInfo struct {
+	Method, Path string
+	Public       bool
+}
+
+// Routes lists the route table.
+func (a *API) Routes() []RouteInfo {
+	var out []RouteInfo
+	for _, rt := range a.routes() {
+		out = append(out, RouteInfo{Method: rt.method, Path: rt.path, Public: rt.public})
+	}
+	return out
+}
+
+// Handler builds the HTTP handler of the whole API.
+func (a *API) Handler() http.Handler {
+	if a.MaxBodyBytes == 0 {
+		a.MaxBodyBytes = 1 << 20
+	}
+	if a.IdempotencyTTL == 0 {
+		a.IdempotencyTTL = 24 * time.Hour
+	}
+	if a.Logger == nil {
+		a.Logger = slog.New(slog.DiscardHandler)
+	}
+	a.metrics = newMetrics()
+	mux := http.NewServeMux()
+	for _, rt := range a.routes() {
+		mux.Handle(rt.pattern, a.wrap(rt))
+	}
+	mux.Handle("GET /metrics", a.metrics.handler())
+	for prefix, h := range a.Mounts {
+		mux.Handle(prefix, h)
+	}
+	fallback := route{pattern: "unmatched", public: true}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		// No route matched: learn from the mux whether the path exists with
+		// another method (405) or not at all (404), and answer with the
+		// canonical envelope either way.
+		probe := httptest.NewRecorder()
+		h.ServeHTTP(probe, r)
+		fallback.handler = func(w http.ResponseWriter, r *http.Request) error {
+			if probe.Code == http.StatusMethodNotAllowed {
+				w.Header().Set("Allow", probe.Header().Get("Allow"))
+				return &errdefs.Error{Kind: errdefs.KindInvalidArgument, Code: "method_not_allowed",
+					Message: r.Method + " is not allowed on " + r.URL.Path + "; allowed: " + probe.Header().Get("Allow")}
+			}
+			return errdefs.NotFound("route_not_found", "no API route matches %s %s; see /api/openapi.yaml", r.Method, strings.TrimSpace(r.URL.Path))
+		}
+		a.wrap(fallback).ServeHTTP(w, r)
+	})
+}

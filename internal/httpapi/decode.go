@@ -1,0 +1,95 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+)
+
+// decode reads one JSON object from the body into v, strictly: unknown
+// fields, trailing data, wrong types and oversized bodies are refused with a
+// message that names the problem.
+func decode(r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		mt, _, err := mime.ParseMediaType(ct)
+		if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
+			return &errdefs.Error{Kind: errdefs.KindInvalidArgument, Code: "unsupported_media_type",
+				Message: "send the body as application/json"}
+		}
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errdefs.Invalid("malformed_json", "the body must hold exactly one JSON object; found data after it")
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	var (
+		syn      *json.SyntaxError
+		typ      *json.UnmarshalTypeError
+		tooLarge *http.MaxBytesError
+	)
+	switch {
+	case errors.Is(err, io.EOF):
+		return errdefs.Invalid("empty_body", "the request body is empty; send a JSON object")
+	case errors.As(err, &tooLarge):
+		return &errdefs.Error{Kind: errdefs.KindTooLarge, Code: "body_too_large",
+			Message: fmt.Sprintf("the request body is larger than the %d-byte limit", tooLarge.Limit)}
+	case errors.As(err, &syn):
+		return errdefs.Invalid("malformed_json", "the body is not valid JSON (error at byte %d): %v", syn.Offset, syn)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return errdefs.Invalid("malformed_json", "the body is not valid JSON: it ends too early")
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return errdefs.Invalid("invalid_json_type", "the body must be a JSON object, not %s", typ.Value)
+		}
+		return errdefs.Invalid("invalid_field_type", "field %q must be of type %s, not %s", field, jsonType(typ.Type.Kind().String()), typ.Value).
+			WithDetails(map[string]any{"fields": []errdefs.FieldError{{Field: "/" + strings.ReplaceAll(field, ".", "/"), Code: "invalid_type",
+				Message: "must be " + jsonType(typ.Type.Kind().String())}}})
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		return errdefs.Invalid("unknown_field", "unknown field %s; check the field names against the API reference", name)
+	}
+	return errdefs.Invalid("malformed_json", "the body could not be read as JSON: %v", err)
+}
+
+func jsonType(goKind string) string {
+	switch goKind {
+	case "string":
+		return "string"
+	case "bool":
+		return "boolean"
+	case "slice", "array":
+		return "array"
+	case "map", "struct", "ptr":
+		return "object"
+	}
+	return "number"
+}
+
+// required returns a validation error listing the empty required fields.
+func required(fields map[string]string) error {
+	var fe []errdefs.FieldError
+	for name, v := range fields {
+		if strings.TrimSpace(v) == "" {
+			fe = append(fe, errdefs.FieldError{Field: "/" + name, Code: "required", Message: "is required"})
+		}
+	}
+	if fe == nil {
+		return nil
+	}
+	sortFieldErrors(fe)
+	return errdefs.Validation(fe)
+}

@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"log/slog"
+	"net/http"
+
+	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+)
+
+// statusOf is the one table from error kinds to HTTP status codes.
+var statusOf = map[errdefs.Kind]int{
+	errdefs.KindInvalidArgument:    http.StatusBadRequest,
+	errdefs.KindUnauthenticated:    http.StatusUnauthorized,
+	errdefs.KindPermissionDenied:   http.StatusForbidden,
+	errdefs.KindNotFound:           http.StatusNotFound,
+	errdefs.KindAlreadyExists:      http.StatusConflict,
+	errdefs.KindConflict:           http.StatusConflict,
+	errdefs.KindFailedPrecondition: http.StatusConflict,
+	errdefs.KindUnprocessable:      http.StatusUnprocessableEntity,
+	errdefs.KindTooLarge:           http.StatusRequestEntityTooLarge,
+	errdefs.KindRateLimited:        http.StatusTooManyRequests,
+	errdefs.KindUnavailable:        http.StatusServiceUnavailable,
+	errdefs.KindInternal:           http.StatusInternalServerError,
+}
+
+// envelope is the canonical error body of every gpuaas error response.
+type envelope struct {
+	Error envelopeBody `json:"error"`
+}
+
+type envelopeBody struct {
+	Code          string         `json:"code"`
+	Message       string         `json:"message"`
+	CorrelationID string         `json:"correlation_id"`
+	Details       map[string]any `json:"details"`
+}
+
+// writeError renders err as the canonical envelope. Errors that are not
+// client-safe become a generic 500 and are logged with their cause.
+func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err error) {
+	ctx := r.Context()
+	e, ok := errdefs.As(err)
+	if !ok {
+		kind := errdefs.KindOf(err)
+		switch kind {
+		case errdefs.KindNotFound:
+			e = errdefs.NotFound("not_found", "the resource does not exist")
+		case errdefs.KindAlreadyExists, errdefs.KindConflict:
+			e = errdefs.Conflict("conflict", "the request conflicts with the current state; reload and retry")
+		default:
+			e = &errdefs.Error{Kind: errdefs.KindInternal, Code: "internal_error",
+				Message: "the server failed to handle the request; retry, and report the correlation_id if it persists"}
+		}
+		logger.ErrorContext(ctx, "request failed", "err", err, "correlation_id", correlation.ID(ctx))
+	} else if e.Kind == errdefs.KindInternal {
+		logger.ErrorContext(ctx, "request failed", "err", err, "correlation_id", correlation.ID(ctx))
+	}
+	status := statusOf[e.Kind]
+	if e.Code == "method_not_allowed" {
+		status = http.StatusMethodNotAllowed
+	}
+	if status == 0 {
+		status = http.StatusInternalServerError
+	}
+	details := e.Details
+	if details == nil {
+		details = map[string]any{}
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="gpuaas"`)
+	}
+	writeJSON(w, status, envelope{Error: envelopeBody{Code: e.Code, Message: e.Message, CorrelationID: correlation.ID(ctx), Details: details}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}

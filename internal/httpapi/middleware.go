@@ -1,0 +1,225 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+var requestIDRE = regexp.MustCompile(`^[A-Za-z0-9._:\-]{1,128}$`)
+
+// recorder captures the status and (optionally) body a handler writes.
+type recorder struct {
+	http.ResponseWriter
+	status  int
+	capture bool
+	body    bytes.Buffer
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	if r.capture {
+		r.body.Write(b)
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+type ctxKey int
+
+const grantsKey ctxKey = 0
+
+func grantsFrom(ctx context.Context) *iam.Grants {
+	g, _ := ctx.Value(grantsKey).(*iam.Grants)
+	return g
+}
+
+// wrap applies, in order: correlation id, recovery, logging and metrics,
+// body limit, authentication and idempotency to one route's handler.
+func (a *API) wrap(rt route) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rid := r.Header.Get("X-Request-ID")
+		if !requestIDRE.MatchString(rid) {
+			rid = correlation.New()
+		}
+		w.Header().Set("X-Request-ID", rid)
+		ctx := correlation.With(r.Context(), rid)
+		r = r.WithContext(ctx)
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				a.Logger.ErrorContext(ctx, "handler panic", "panic", p, "route", rt.pattern)
+				if rec.status == 0 {
+					writeError(rec, r, a.Logger, errors.New("panic"))
+				}
+			}
+			d := time.Since(start)
+			status := rec.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			a.metrics.observe(r.Method, rt.pattern, status, d)
+			a.Logger.InfoContext(ctx, "request", "method", r.Method, "route", rt.pattern, "status", status,
+				"duration_ms", d.Milliseconds(), "correlation_id", rid, "principal", principal.From(r.Context()).Key())
+		}()
+		if r.Body != nil && rt.maxBody >= 0 {
+			limit := a.MaxBodyBytes
+			if rt.maxBody > 0 {
+				limit = rt.maxBody
+			}
+			r.Body = http.MaxBytesReader(rec, r.Body, limit)
+		}
+		actx, err := a.authenticate(r, rt)
+		if err != nil {
+			writeError(rec, r, a.Logger, err)
+			return
+		}
+		r = r.WithContext(actx)
+		if !rt.public && (r.Method == http.MethodPost || r.Method == http.MethodPut) && !rt.noIdempotency {
+			if key := idempotencyKey(r); key != "" {
+				a.idempotent(rec, r, rt, key)
+				return
+			}
+		}
+		a.serve(rec, r, rt)
+	})
+}
+
+func (a *API) serve(w http.ResponseWriter, r *http.Request, rt route) {
+	if err := rt.handler(w, r); err != nil {
+		writeError(w, r, a.Logger, err)
+	}
+}
+
+// authenticate resolves the bearer token (if any) into a principal and its
+// grants. Public routes accept anonymous callers.
+func (a *API) authenticate(r *http.Request, rt route) (context.Context, error) {
+	ctx := r.Context()
+	h := r.Header.Get("Authorization")
+	if rt.public {
+		return ctx, nil
+	}
+	if h == "" {
+		return nil, errdefs.Unauthenticated("unauthenticated", "send an access token as 'Authorization: Bearer <token>' (get one from POST /api/v1/auth/login or /api/v1/auth/service-account/token)")
+	}
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return nil, errdefs.Unauthenticated("unauthenticated", "the Authorization header must be 'Bearer <token>'")
+	}
+	p, err := a.Tokens.Authenticate(ctx, tok)
+	if err != nil {
+		return nil, err
+	}
+	ctx = principal.With(ctx, p)
+	g, err := iam.LoadGrants(ctx, a.DB.Queries(), p)
+	if err != nil {
+		return nil, err
+	}
+	return context.WithValue(ctx, grantsKey, g), nil
+}
+
+func idempotencyKey(r *http.Request) string {
+	if k := r.Header.Get("X-Idempotency-Key"); k != "" {
+		return k
+	}
+	return r.Header.Get("Idempotency-Key")
+}
+
+// idempotent runs a keyed mutation at most once per principal and key: a
+// retry with the same request gets the stored response; the same key with a
+// different request is refused; a retry while the first still runs gets 409.
+func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
+	ctx := r.Context()
+	if len(key) > 255 {
+		writeError(w, r, a.Logger, errdefs.Invalid("invalid_idempotency_key", "the idempotency key must be at most 255 characters"))
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeError(w, r, a.Logger, decodeError(err))
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	sum := sha256.New()
+	sum.Write([]byte(r.Method + " " + r.URL.Path + "\n"))
+	sum.Write(body)
+	hash := hex.EncodeToString(sum.Sum(nil))
+	who := principal.From(ctx).Key()
+	now := time.Now()
+	q := a.DB.Queries()
+	err = q.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{Principal: who, Key: key, Method: r.Method, Path: r.URL.Path,
+		RequestHash: hash, CreatedAt: now, ExpiresAt: now.Add(a.IdempotencyTTL)})
+	if errors.Is(err, store.ErrAlreadyExists) {
+		prev, gerr := q.GetIdempotencyRecord(ctx, who, key)
+		switch {
+		case gerr != nil:
+			writeError(w, r, a.Logger, gerr)
+		case prev.RequestHash != hash:
+			writeError(w, r, a.Logger, errdefs.Unprocessable("idempotency_key_reused",
+				"this idempotency key was already used for a different request; use a new key for a new request"))
+		case prev.State != "complete":
+			writeError(w, r, a.Logger, errdefs.Conflict("idempotency_key_in_flight",
+				"a request with this idempotency key is still being processed; retry shortly"))
+		default:
+			w.Header().Set("Idempotent-Replayed", "true")
+			if prev.ContentType != "" {
+				w.Header().Set("Content-Type", prev.ContentType)
+			}
+			w.WriteHeader(prev.StatusCode)
+			_, _ = w.Write(prev.Body)
+		}
+		return
+	}
+	if err != nil {
+		writeError(w, r, a.Logger, err)
+		return
+	}
+	w.capture = true
+	a.serve(w, r, rt)
+	// The key is released on server errors so a retry runs for real; any
+	// other outcome, success or client error, is what every retry will see.
+	// A background context: the client may have gone, the record must not.
+	bg := context.WithoutCancel(ctx)
+	if w.status >= 500 || w.status == 0 {
+		_ = q.ReleaseIdempotencyKey(bg, who, key)
+		return
+	}
+	if err := q.CompleteIdempotencyKey(bg, who, key, w.status, w.body.Bytes(), w.Header().Get("Content-Type")); err != nil {
+		a.Logger.ErrorContext(ctx, "could not store idempotent response", "err", err)
+	}
+}
+
+func sortFieldErrors(fe []errdefs.FieldError) {
+	sort.Slice(fe, func(i, j int) bool { return fe[i].Field < fe[j].Field })
+}

@@ -1,0 +1,162 @@
+package iam
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Keyring holds the Ed25519 keys the control plane signs one kind of token
+// with. Keys live in the database (private halves sealed) so every replica
+// signs and verifies with the same set.
+type Keyring struct {
+	db      *store.DB
+	sealer  *sealer.Sealer
+	purpose string
+
+	mu      sync.RWMutex
+	signing *ringKey
+	byKID   map[string]*ringKey
+}
+
+type ringKey struct {
+	kid  string
+	priv ed25519.PrivateKey
+	pub  ed25519.PublicKey
+}
+
+// LoadKeyring loads the keys of purpose, creating the first one if none exist.
+func LoadKeyring(ctx context.Context, db *store.DB, s *sealer.Sealer, purpose string) (*Keyring, error) {
+	k := &Keyring{db: db, sealer: s, purpose: purpose}
+	if err := k.Reload(ctx); err != nil {
+		return nil, err
+	}
+	if k.signing == nil {
+		if err := k.Rotate(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// Reload reads the key set again (another replica may have rotated).
+func (k *Keyring) Reload(ctx context.Context) error {
+	rows, err := k.db.Queries().SigningKeys(ctx, k.purpose)
+	if err != nil {
+		return fmt.Errorf("load %s signing keys: %w", k.purpose, err)
+	}
+	byKID := map[string]*ringKey{}
+	var signing *ringKey
+	for _, r := range rows {
+		raw, err := k.sealer.Open(r.PrivateKey, r.KID)
+		if err != nil {
+			return fmt.Errorf("signing key %s: %w", r.KID, err)
+		}
+		if len(raw) != ed25519.PrivateKeySize {
+			return fmt.Errorf("signing key %s: bad length", r.KID)
+		}
+		priv := ed25519.PrivateKey(raw)
+		rk := &ringKey{kid: r.KID, priv: priv, pub: priv.Public().(ed25519.PublicKey)}
+		byKID[r.KID] = rk
+		if r.RetiredAt.IsZero() {
+			signing = rk // newest unretired key signs
+		}
+	}
+	k.mu.Lock()
+	k.byKID, k.signing = byKID, signing
+	k.mu.Unlock()
+	return nil
+}
+
+// Rotate adds a new signing key; older keys keep verifying.
+func (k *Keyring) Rotate(ctx context.Context) error {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return err
+	}
+	kid := uuid.Must(uuid.NewV7()).String()
+	sealed, err := k.sealer.Seal(priv, kid)
+	if err != nil {
+		return err
+	}
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return err
+	}
+	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
+	if err := k.db.Queries().InsertSigningKey(ctx, store.SigningKey{
+		KID: kid, Purpose: k.purpose, Algorithm: "EdDSA", PrivateKey: sealed, PublicKey: string(pubPEM), CreatedAt: time.Now(),
+	}); err != nil {
+		return fmt.Errorf("store signing key: %w", err)
+	}
+	return k.Reload(ctx)
+}
+
+// Sign signs claims with the current key, setting the kid header.
+func (k *Keyring) Sign(claims jwt.Claims) (string, error) {
+	k.mu.RLock()
+	key := k.signing
+	k.mu.RUnlock()
+	if key == nil {
+		return "", errors.New("iam: keyring has no signing key")
+	}
+	t := jwt.NewWithClaims(jwt.SigningMethodEdDSA, claims)
+	t.Header["kid"] = key.kid
+	return t.SignedString(key.priv)
+}
+
+// Keyfunc resolves a token's verification key by its kid header.
+func (k *Keyring) Keyfunc(t *jwt.Token) (any, error) {
+	kid, _ := t.Header["kid"].(string)
+	k.mu.RLock()
+	key := k.byKID[kid]
+	k.mu.RUnlock()
+	if key == nil {
+		return nil, fmt.Errorf("unknown signing key %q", kid)
+	}
+	return key.pub, nil
+}
+
+// SigningKey returns the current signing key and its id (for components,
+// such as the registry verifier, that need the raw key).
+func (k *Keyring) SigningKey() (kid string, priv ed25519.PrivateKey) {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	if k.signing == nil {
+		return "", nil
+	}
+	return k.signing.kid, k.signing.priv
+}
+
+// JWK is one public key in JSON Web Key form.
+type JWK struct {
+	KTY string `json:"kty"`
+	CRV string `json:"crv"`
+	X   string `json:"x"`
+	KID string `json:"kid"`
+	ALG string `json:"alg"`
+	USE string `json:"use"`
+}
+
+// JWKS returns every verification key as a JSON Web Key Set.
+func (k *Keyring) JWKS() map[string][]JWK {
+	k.mu.RLock()
+	defer k.mu.RUnlock()
+	keys := make([]JWK, 0, len(k.byKID))
+	for _, rk := range k.byKID {
+		keys = append(keys, JWK{KTY: "OKP", CRV: "Ed25519", X: base64.RawURLEncoding.EncodeToString(rk.pub), KID: rk.kid, ALG: "EdDSA", USE: "sig"})
+	}
+	return map[string][]JWK{"keys": keys}
+}

@@ -1,0 +1,140 @@
+// Package iam holds identity and access: orgs, projects, users, roles made
+// of permission keys, the one policy check, passwords and access tokens.
+package iam
+
+import (
+	"sort"
+	"time"
+)
+
+// Permission keys are dot-named: <domain>.<resource>.<verb>.
+const (
+	PermOrgsRead          = "orgs.read"
+	PermOrgsCreate        = "orgs.create"
+	PermOrgMembersWrite   = "orgs.members.write"
+	PermProjectsRead      = "projects.read"
+	PermProjectsCreate    = "projects.create"
+	PermProjectMembersRW  = "projects.members.write"
+	PermUsersRead         = "users.read"
+	PermUsersWrite        = "users.write"
+	PermAuditRead         = "audit.read"
+	PermSARead            = "service_accounts.read"
+	PermSAWrite           = "service_accounts.write"
+	PermCatalogRead       = "apps.catalog.read"
+	PermManifestWrite     = "apps.manifest.write"
+	PermVersionPublish    = "apps.version.publish"
+	PermEntitlementRead   = "apps.entitlement.read"
+	PermEntitlementWrite  = "apps.entitlement.write"
+	PermInstanceRead      = "apps.instance.read"
+	PermInstanceCreate    = "apps.instance.create"
+	PermInstanceUpdate    = "apps.instance.update"
+	PermInstanceDelete    = "apps.instance.delete"
+	PermArtifactRead      = "apps.artifact.read"
+	PermArtifactWrite     = "apps.artifact.write"
+	PermArtifactPromote   = "apps.artifact.promote"
+	PermArtifactRevoke    = "apps.artifact.revoke"
+	PermSigningKeysWrite  = "apps.signing_key.write"
+	PermBillingUsageRead  = "billing.usage.read"
+	PermRegistryInfoRead  = "apps.registry.read"
+	PermPlatformAdminOnly = "platform.admin"
+)
+
+// Role names of the built-in roles.
+const (
+	RolePlatformAdmin  = "platform_admin"
+	RoleOrgAdmin       = "org_admin"
+	RoleProjectAdmin   = "project_admin"
+	RoleProjectMember  = "project_member"
+	RoleProjectViewer  = "project_viewer"
+	RoleAppOperator    = "app_operator"
+	permissionWildcard = "*"
+)
+
+var viewerPerms = []string{
+	PermProjectsRead, PermCatalogRead, PermEntitlementRead, PermInstanceRead,
+	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead,
+}
+
+var operatorPerms = append([]string{
+	PermInstanceCreate, PermInstanceUpdate, PermInstanceDelete, PermArtifactWrite,
+}, viewerPerms...)
+
+var memberPerms = append([]string{PermSARead}, operatorPerms...)
+
+var projectAdminPerms = append([]string{
+	PermProjectMembersRW, PermSAWrite, PermEntitlementWrite, PermArtifactPromote,
+	PermArtifactRevoke, PermSigningKeysWrite, PermAuditRead,
+}, memberPerms...)
+
+var orgAdminPerms = append([]string{PermOrgsRead, PermOrgMembersWrite, PermProjectsCreate}, projectAdminPerms...)
+
+// roles maps each built-in role to its permission keys.
+var roles = map[string][]string{
+	RolePlatformAdmin: {permissionWildcard},
+	RoleOrgAdmin:      orgAdminPerms,
+	RoleProjectAdmin:  projectAdminPerms,
+	RoleProjectMember: memberPerms,
+	RoleProjectViewer: viewerPerms,
+	RoleAppOperator:   operatorPerms,
+}
+
+// scopesOfRole says where a role may be bound: project roles at a project
+// (or an org, applying to all its projects), org_admin at an org, and
+// platform_admin only at the platform.
+var scopesOfRole = map[string][]string{
+	RolePlatformAdmin: {ScopePlatform},
+	RoleOrgAdmin:      {ScopeOrg},
+	RoleProjectAdmin:  {ScopeOrg, ScopeProject},
+	RoleProjectMember: {ScopeOrg, ScopeProject},
+	RoleProjectViewer: {ScopeOrg, ScopeProject},
+	RoleAppOperator:   {ScopeOrg, ScopeProject},
+}
+
+// Scope types of a role binding.
+const (
+	ScopePlatform = "platform"
+	ScopeOrg      = "org"
+	ScopeProject  = "project"
+)
+
+// KnownRole reports whether name is a built-in role.
+func KnownRole(name string) bool { _, ok := roles[name]; return ok }
+
+// RoleBindableAt reports whether role may be bound at scopeType.
+func RoleBindableAt(role, scopeType string) bool {
+	for _, s := range scopesOfRole[role] {
+		if s == scopeType {
+			return true
+		}
+	}
+	return false
+}
+
+// RolePermissions returns the permission keys of a role, sorted.
+func RolePermissions(role string) []string {
+	ps := append([]string(nil), roles[role]...)
+	sort.Strings(ps)
+	return ps
+}
+
+// RoleNames lists the built-in roles, sorted.
+func RoleNames() []string {
+	out := make([]string, 0, len(roles))
+	for r := range roles {
+		out = append(out, r)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func roleHas(role, perm string) bool {
+	for _, p := range roles[role] {
+		if p == perm || p == permissionWildcard {
+			return true
+		}
+	}
+	return false
+}
+
+// now is the clock of package-level helpers that have no Service.
+var now = func() time.Time { return time.Now() }

@@ -1,0 +1,141 @@
+package iam
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Service is the IAM domain: tenancy, people, memberships and sign-in.
+type Service struct {
+	DB     *store.DB
+	Tokens *Tokens
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// NewID returns a time-ordered id (UUIDv7): list order is creation order.
+func NewID() string { return uuid.Must(uuid.NewV7()).String() }
+
+var slugRE = regexp.MustCompile(`^[a-z][a-z0-9-]{1,62}$`)
+
+// ValidSlug reports whether s is a well-formed slug.
+func ValidSlug(s string) bool { return slugRE.MatchString(s) && !strings.HasSuffix(s, "-") }
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
+}
+
+// ErrProjectNotFound is what a principal gets for a project it cannot see,
+// whether or not it exists.
+func errProjectNotFound(id string) error {
+	return errdefs.NotFound("project_not_found", "project %q does not exist or you have no access to it", id)
+}
+
+func errOrgNotFound(id string) error {
+	return errdefs.NotFound("org_not_found", "org %q does not exist or you have no access to it", id)
+}
+
+// Deny returns a permission error and, for anything but a read, records the
+// refused attempt in the audit log.
+func (s *Service) Deny(ctx context.Context, perm string, sc Scope, resourceType, resourceID string) error {
+	if !strings.HasSuffix(perm, ".read") {
+		err := s.DB.RecordOutcome(ctx, store.AuditEvent{
+			Action: perm, ResourceType: resourceType, ResourceID: resourceID, OrgID: sc.OrgID, ProjectID: sc.ProjectID,
+		}, "denied")
+		if err != nil {
+			s.Logger.ErrorContext(ctx, "could not audit a denied attempt", "err", err)
+		}
+	}
+	return errdefs.PermissionDenied("permission_denied", "you lack the %q permission here; ask an admin of this scope for a role that grants it", perm)
+}
+
+// Project resolves a project the principal may see and checks perm on it.
+// A project it cannot see is reported as not found.
+func (s *Service) Project(ctx context.Context, g *Grants, projectID, perm string) (store.Project, error) {
+	if _, err := uuid.Parse(projectID); err != nil {
+		return store.Project{}, errProjectNotFound(projectID)
+	}
+	p, err := s.DB.Queries().GetProject(ctx, projectID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Project{}, errProjectNotFound(projectID)
+	}
+	if err != nil {
+		return store.Project{}, err
+	}
+	sc := Scope{OrgID: p.OrgID, ProjectID: p.ID}
+	if !g.Sees(sc) {
+		return store.Project{}, errProjectNotFound(projectID)
+	}
+	if perm != "" && !g.Can(perm, sc) {
+		return store.Project{}, s.Deny(ctx, perm, sc, "project", p.ID)
+	}
+	return p, nil
+}
+
+// Org resolves an org the principal may see and checks perm on it.
+func (s *Service) Org(ctx context.Context, g *Grants, orgID, perm string) (store.Org, error) {
+	if _, err := uuid.Parse(orgID); err != nil {
+		return store.Org{}, errOrgNotFound(orgID)
+	}
+	o, err := s.DB.Queries().GetOrg(ctx, orgID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Org{}, errOrgNotFound(orgID)
+	}
+	if err != nil {
+		return store.Org{}, err
+	}
+	sc := Scope{OrgID: o.ID}
+	if !g.Sees(sc) {
+		return store.Org{}, errOrgNotFound(orgID)
+	}
+	if perm != "" && !g.Can(perm, sc) {
+		return store.Org{}, s.Deny(ctx, perm, sc, "org", o.ID)
+	}
+	return o, nil
+}
+
+// RequirePlatform checks a platform-level permission.
+func (s *Service) RequirePlatform(ctx context.Context, g *Grants, perm, resourceType string) error {
+	if g.Can(perm, Scope{}) {
+		return nil
+	}
+	return s.Deny(ctx, perm, Scope{}, resourceType, "")
+}
+
+// Login checks a password and issues an access token. Unknown email, wrong
+// password and disabled account all get the same answer and take the same
+// time, so the endpoint does not reveal which accounts exist.
+func (s *Service) Login(ctx context.Context, email, password string) (Issued, error) {
+	email = strings.ToLower(strings.TrimSpace(email))
+	u, err := s.DB.Queries().GetUserByEmail(ctx, email)
+	hash := dummyHash
+	if err == nil {
+		hash = u.PasswordHash
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return Issued{}, err
+	}
+	ok, verr := VerifyPassword(hash, password)
+	if err != nil || verr != nil || !ok || u.Status != "active" {
+		resID := ""
+		if err == nil {
+			resID = u.ID
+		}
+		if aerr := s.DB.RecordOutcome(ctx, store.AuditEvent{Action: "auth.login", ResourceType: "user", ResourceID: resID}, "failure"); aerr != nil {
+			s.Logger.ErrorContext(ctx, "could not audit a failed login", "err", aerr)
+		}
+		return Issued{}, errdefs.Unauthenticated("invalid_credentials", "email or password is wrong, or the account is disabled")
+	}
+	return s.Tokens.Issue(principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, "")
+}

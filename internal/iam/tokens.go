@@ -1,0 +1,132 @@
+package iam
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Access tokens are EdDSA JWTs carrying only who the bearer is. What the
+// bearer may do is read from the database on every request, so a revoked
+// role, a disabled account or a revoked key takes effect at once.
+const (
+	TokenIssuer   = "gpuaas"
+	TokenAudience = "gpuaas-api"
+)
+
+// AccessClaims are the claims of a gpuaas access token.
+type AccessClaims struct {
+	jwt.RegisteredClaims
+	Type       string `json:"typ"`           // user | service_account
+	IssuedAtMS int64  `json:"iat_ms"`        // millisecond issue time, for revocation cut-offs
+	ProjectID  string `json:"prj,omitempty"` // service accounts: their project
+	KeyID      string `json:"sak,omitempty"` // service accounts: the key the token was minted with
+}
+
+// ServiceAccountChecker confirms a service-account token is still good: the
+// account exists and is enabled, and the key it was minted with is not
+// revoked. The service-account domain implements it.
+type ServiceAccountChecker interface {
+	CheckServiceAccountToken(ctx context.Context, q *store.Queries, c AccessClaims) (principal.Principal, error)
+}
+
+// Tokens issues and verifies access tokens.
+type Tokens struct {
+	Ring     *Keyring
+	UserTTL  time.Duration
+	SATTL    time.Duration
+	SA       ServiceAccountChecker
+	Now      func() time.Time
+	DB       *store.DB
+	parser   *jwt.Parser
+	audience string
+}
+
+// NewTokens builds the token service.
+func NewTokens(db *store.DB, ring *Keyring, userTTL, saTTL time.Duration, now func() time.Time) *Tokens {
+	if now == nil {
+		now = time.Now
+	}
+	return &Tokens{
+		Ring: ring, UserTTL: userTTL, SATTL: saTTL, Now: now, DB: db,
+		parser: jwt.NewParser(jwt.WithValidMethods([]string{"EdDSA"}), jwt.WithIssuer(TokenIssuer),
+			jwt.WithAudience(TokenAudience), jwt.WithExpirationRequired(), jwt.WithTimeFunc(now), jwt.WithLeeway(5*time.Second)),
+	}
+}
+
+// Issued is a freshly minted access token.
+type Issued struct {
+	AccessToken string `json:"access_token"`
+	TokenType   string `json:"token_type"`
+	ExpiresIn   int    `json:"expires_in"`
+}
+
+// Issue mints a token for p. keyID is the service-account key used (if any).
+func (t *Tokens) Issue(p principal.Principal, keyID string) (Issued, error) {
+	now := t.Now()
+	ttl := t.UserTTL
+	if p.Type == principal.ServiceAccount {
+		ttl = t.SATTL
+	}
+	c := AccessClaims{
+		RegisteredClaims: jwt.RegisteredClaims{
+			Issuer: TokenIssuer, Subject: p.ID, Audience: jwt.ClaimStrings{TokenAudience},
+			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)), ID: uuid.NewString(),
+		},
+		Type: string(p.Type), IssuedAtMS: now.UnixMilli(), ProjectID: p.ProjectID, KeyID: keyID,
+	}
+	s, err := t.Ring.Sign(c)
+	if err != nil {
+		return Issued{}, err
+	}
+	return Issued{AccessToken: s, TokenType: "Bearer", ExpiresIn: int(ttl.Seconds())}, nil
+}
+
+var errBadToken = errdefs.Unauthenticated("invalid_token", "the access token is invalid, expired or revoked; sign in again")
+
+// Authenticate verifies a bearer token and returns its principal.
+func (t *Tokens) Authenticate(ctx context.Context, raw string) (principal.Principal, error) {
+	var c AccessClaims
+	if _, err := t.parser.ParseWithClaims(raw, &c, t.Ring.Keyfunc); err != nil {
+		if errors.Is(err, jwt.ErrTokenUnverifiable) {
+			// Perhaps another replica rotated keys: reload once.
+			if rerr := t.Ring.Reload(ctx); rerr == nil {
+				if _, err2 := t.parser.ParseWithClaims(raw, &c, t.Ring.Keyfunc); err2 == nil {
+					return t.check(ctx, c)
+				}
+			}
+		}
+		return principal.Principal{}, errBadToken
+	}
+	return t.check(ctx, c)
+}
+
+func (t *Tokens) check(ctx context.Context, c AccessClaims) (principal.Principal, error) {
+	q := t.DB.Queries()
+	switch c.Type {
+	case string(principal.User):
+		u, err := q.GetUser(ctx, c.Subject)
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return principal.Principal{}, errBadToken
+			}
+			return principal.Principal{}, err
+		}
+		if u.Status != "active" || c.IssuedAtMS < u.TokensValidAfter.UnixMilli() {
+			return principal.Principal{}, errBadToken
+		}
+		return principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, nil
+	case string(principal.ServiceAccount):
+		if t.SA == nil {
+			return principal.Principal{}, errBadToken
+		}
+		return t.SA.CheckServiceAccountToken(ctx, q, c)
+	}
+	return principal.Principal{}, errBadToken
+}

@@ -1,0 +1,148 @@
+package iam
+
+import (
+	"context"
+	"errors"
+	"net/mail"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// CreateUserInput is the body of a user creation.
+type CreateUserInput struct {
+	Email       string `json:"email"`
+	DisplayName string `json:"display_name"`
+	Password    string `json:"password"`
+}
+
+// MinPasswordLen is the shortest password accepted.
+const MinPasswordLen = 12
+
+// CreateUser creates a person who can sign in (platform admins only).
+func (s *Service) CreateUser(ctx context.Context, g *Grants, in CreateUserInput) (store.User, error) {
+	if err := s.RequirePlatform(ctx, g, PermUsersWrite, "user"); err != nil {
+		return store.User{}, err
+	}
+	return s.createUser(ctx, in)
+}
+
+func (s *Service) createUser(ctx context.Context, in CreateUserInput) (store.User, error) {
+	email := strings.ToLower(strings.TrimSpace(in.Email))
+	var fe []errdefs.FieldError
+	if a, err := mail.ParseAddress(email); err != nil || a.Address != email {
+		fe = append(fe, errdefs.FieldError{Field: "/email", Code: "invalid_email", Message: "must be a plain email address such as ada@example.com"})
+	}
+	if len(in.Password) < MinPasswordLen || len(in.Password) > 256 {
+		fe = append(fe, errdefs.FieldError{Field: "/password", Code: "weak_password", Message: "must be 12-256 characters"})
+	}
+	if fe != nil {
+		return store.User{}, errdefs.Validation(fe)
+	}
+	hash, err := HashPassword(in.Password)
+	if err != nil {
+		return store.User{}, err
+	}
+	now := s.now()
+	u := store.User{ID: NewID(), Email: email, DisplayName: in.DisplayName, PasswordHash: hash, Status: "active", CreatedAt: now}
+	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if err := tx.CreateUser(ctx, u); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "user.create", ResourceType: "user", ResourceID: u.ID}, nil, PublicUser(u))
+	})
+	if errors.Is(err, store.ErrAlreadyExists) {
+		return store.User{}, errdefs.AlreadyExists("user_exists", "a user with email %q already exists", email)
+	}
+	return u, err
+}
+
+// UserView is what the API shows of a user: never the password hash.
+type UserView struct {
+	ID          string `json:"id"`
+	Email       string `json:"email"`
+	DisplayName string `json:"display_name"`
+	Status      string `json:"status"`
+	CreatedAt   string `json:"created_at"`
+}
+
+// PublicUser strips secrets from a user.
+func PublicUser(u store.User) UserView {
+	return UserView{ID: u.ID, Email: u.Email, DisplayName: u.DisplayName, Status: u.Status, CreatedAt: u.CreatedAt.UTC().Format("2006-01-02T15:04:05Z07:00")}
+}
+
+// SetUserStatus enables or disables a user; disabling ends their tokens now.
+func (s *Service) SetUserStatus(ctx context.Context, g *Grants, userID, status string) (store.User, error) {
+	if err := s.RequirePlatform(ctx, g, PermUsersWrite, "user"); err != nil {
+		return store.User{}, err
+	}
+	var after store.User
+	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		before, err := tx.GetUser(ctx, userID)
+		if err != nil {
+			return err
+		}
+		if before.ID == principal.From(ctx).ID && status == "disabled" {
+			return errdefs.FailedPrecondition("cannot_disable_self", "you cannot disable your own account")
+		}
+		if err := tx.SetUserStatus(ctx, userID, status, s.now()); err != nil {
+			return err
+		}
+		after = before
+		after.Status = status
+		return tx.Audit(store.AuditEvent{Action: "user." + map[string]string{"active": "enable", "disabled": "disable"}[status],
+			ResourceType: "user", ResourceID: userID}, PublicUser(before), PublicUser(after))
+	})
+	if errors.Is(err, store.ErrNotFound) {
+		return store.User{}, errdefs.NotFound("user_not_found", "user %q does not exist", userID)
+	}
+	return after, err
+}
+
+// SeedUser creates a user without a permission check (dev seeding only).
+func (s *Service) SeedUser(ctx context.Context, in CreateUserInput) (store.User, error) {
+	return s.createUser(principal.With(ctx, principal.SystemActor), in)
+}
+
+// SeedPlatformAdmin makes sure a platform admin with this email exists and
+// has this password (dev seeding only; audited as the system actor).
+func (s *Service) SeedPlatformAdmin(ctx context.Context, email, password string) error {
+	ctx = principal.With(ctx, principal.SystemActor)
+	u, err := s.DB.Queries().GetUserByEmail(ctx, email)
+	if errors.Is(err, store.ErrNotFound) {
+		u, err = s.createUser(ctx, CreateUserInput{Email: email, DisplayName: "Dev Admin", Password: password})
+		if err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	} else {
+		hash, err := HashPassword(password)
+		if err != nil {
+			return err
+		}
+		if err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+			if err := tx.SetUserPassword(ctx, u.ID, hash, s.now()); err != nil {
+				return err
+			}
+			return tx.Audit(store.AuditEvent{Action: "user.password_reset", ResourceType: "user", ResourceID: u.ID, Reason: "dev seed: credentials file was missing"}, nil, nil)
+		}); err != nil {
+			return err
+		}
+	}
+	bs, err := s.DB.Queries().BindingsOfPrincipal(ctx, string(principal.User), u.ID)
+	if err != nil {
+		return err
+	}
+	for _, b := range bs {
+		if b.Role == RolePlatformAdmin {
+			return nil
+		}
+	}
+	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		_, err := Bind(ctx, tx, principal.User, u.ID, RolePlatformAdmin, ScopePlatform, "", "")
+		return err
+	})
+}

@@ -1,0 +1,156 @@
+// Package server wires the store, the domains and the HTTP API into one
+// runnable control plane, for both `gpuaas dev` and `gpuaas server`.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/gpuaas/gpuaas/api"
+	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/httpapi"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// App is a running control plane.
+type App struct {
+	Config config.Config
+	Logger *slog.Logger
+	DB     *store.DB
+	IAM    *iam.Service
+	Tokens *iam.Tokens
+	API    *httpapi.API
+
+	listener net.Listener
+	http     *http.Server
+}
+
+// NewLogger builds the process logger from the config.
+func NewLogger(cfg config.Config) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "text" {
+		return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+}
+
+// New opens the database, applies migrations (or checks the schema), loads
+// keys and builds the API. It does not listen yet.
+func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = NewLogger(cfg)
+	}
+	key, err := masterKey(cfg)
+	if err != nil {
+		return nil, err
+	}
+	seal, err := sealer.New(key)
+	if err != nil {
+		return nil, err
+	}
+	db, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = db.Close()
+		}
+	}()
+	if cfg.AutoMigrate {
+		if _, err := db.Migrate(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := db.CheckSchema(ctx); err != nil {
+		return nil, err
+	}
+	ring, err := iam.LoadKeyring(ctx, db, seal, "access_token")
+	if err != nil {
+		return nil, err
+	}
+	tokens := iam.NewTokens(db, ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, nil)
+	svc := &iam.Service{DB: db, Tokens: tokens, Logger: logger}
+	a := &App{Config: cfg, Logger: logger, DB: db, IAM: svc, Tokens: tokens}
+	a.API = &httpapi.API{
+		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
+		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
+	}
+	ok = true
+	return a, nil
+}
+
+func masterKey(cfg config.Config) ([]byte, error) {
+	if cfg.SecretKey != "" {
+		return sealer.DecodeKey(cfg.SecretKey)
+	}
+	// A production key file that is missing is an operator error, never
+	// something to paper over by minting a new key.
+	return sealer.ReadKeyFile(cfg.SecretKeyFile)
+}
+
+// Listen binds the configured address (port 0 picks a free port).
+func (a *App) Listen() error {
+	l, err := net.Listen("tcp", a.Config.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", a.Config.Listen, err)
+	}
+	a.listener = l
+	return nil
+}
+
+// Addr is the bound address, after Listen.
+func (a *App) Addr() string { return a.listener.Addr().String() }
+
+// Serve runs the HTTP server until ctx ends, then drains in-flight requests
+// for up to the shutdown timeout.
+func (a *App) Serve(ctx context.Context) error {
+	if a.listener == nil {
+		if err := a.Listen(); err != nil {
+			return err
+		}
+	}
+	a.http = &http.Server{
+		Handler:           a.API.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(a.Logger.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- a.http.Serve(a.listener) }()
+	a.Logger.Info("gpuaas listening", "addr", a.Addr(), "database", string(a.DB.Dialect()))
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	a.Logger.Info("shutting down", "grace", a.Config.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
+	defer cancel()
+	if err := a.http.Shutdown(sctx); err != nil {
+		return fmt.Errorf("graceful shutdown: %w", err)
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Close releases the database.
+func (a *App) Close() error { return a.DB.Close() }
+
+func (a *App) now() time.Time { return time.Now() }

@@ -1,0 +1,116 @@
+package server
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// DevCredentials is what `gpuaas dev` writes for clients and tests.
+type DevCredentials struct {
+	APIURL        string `json:"api_url"`
+	OrgID         string `json:"org_id"`
+	ProjectID     string `json:"project_id"`
+	AdminEmail    string `json:"admin_email"`
+	AdminPassword string `json:"admin_password"`
+}
+
+// DevAdminEmail is the seeded admin of dev mode.
+const DevAdminEmail = "admin@gpuaas.dev"
+
+// DevConfig fills a config for single-machine dev mode: the data dir is
+// created, and SQLite and a master key file (minted on first run) live in it.
+func DevConfig(cfg config.Config) (config.Config, error) {
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return cfg, err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return cfg, fmt.Errorf("create data dir: %w", err)
+	}
+	cfg.DataDir = dir
+	if cfg.DatabaseURL == "" {
+		cfg.DatabaseURL = "sqlite://" + filepath.Join(dir, "gpuaas.db")
+	}
+	if cfg.SecretKey == "" && cfg.SecretKeyFile == "" {
+		key, err := sealer.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
+		if err != nil {
+			return cfg, fmt.Errorf("dev master key: %w", err)
+		}
+		cfg.SecretKey = base64.StdEncoding.EncodeToString(key)
+	}
+	return cfg, nil
+}
+
+// CredentialsPath is where dev mode writes its credentials file.
+func CredentialsPath(dataDir string) string { return filepath.Join(dataDir, "dev-credentials.json") }
+
+// SeedDev creates (once) a dev org, project and platform admin, and writes
+// the credentials file (mode 0600). A restart keeps everything; if the file
+// was lost, the admin's password is reset so the new file works.
+func (a *App) SeedDev(ctx context.Context) (DevCredentials, error) {
+	ctx = principal.With(ctx, principal.SystemActor)
+	path := CredentialsPath(a.Config.DataDir)
+	var creds DevCredentials
+	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &creds) == nil && creds.AdminPassword != "" {
+		if _, err := a.DB.Queries().GetUserByEmail(ctx, creds.AdminEmail); err == nil {
+			creds.APIURL = a.Config.PublicURL
+			return creds, writeCreds(path, creds)
+		}
+	}
+	q := a.DB.Queries()
+	org, err := q.GetOrgBySlug(ctx, "dev")
+	if errors.Is(err, store.ErrNotFound) {
+		org = store.Org{ID: iam.NewID(), Slug: "dev", Name: "Dev Org", CreatedAt: a.now()}
+		err = a.DB.Mutate(ctx, func(tx *store.Tx) error {
+			if err := tx.CreateOrg(ctx, org); err != nil {
+				return err
+			}
+			return tx.Audit(store.AuditEvent{Action: "org.create", ResourceType: "org", ResourceID: org.ID, OrgID: org.ID, Reason: "dev seed"}, nil, org)
+		})
+	}
+	if err != nil {
+		return creds, fmt.Errorf("seed org: %w", err)
+	}
+	proj, err := q.GetProjectBySlug(ctx, org.ID, "dev")
+	if errors.Is(err, store.ErrNotFound) {
+		proj = store.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "dev", Name: "Dev Project", CreatedAt: a.now()}
+		err = a.DB.Mutate(ctx, func(tx *store.Tx) error {
+			if err := tx.CreateProject(ctx, proj); err != nil {
+				return err
+			}
+			return tx.Audit(store.AuditEvent{Action: "project.create", ResourceType: "project", ResourceID: proj.ID, OrgID: org.ID, ProjectID: proj.ID, Reason: "dev seed"}, nil, proj)
+		})
+	}
+	if err != nil {
+		return creds, fmt.Errorf("seed project: %w", err)
+	}
+	password := iam.GeneratePassword()
+	if err := a.IAM.SeedPlatformAdmin(ctx, DevAdminEmail, password); err != nil {
+		return creds, fmt.Errorf("seed admin: %w", err)
+	}
+	creds = DevCredentials{APIURL: a.Config.PublicURL, OrgID: org.ID, ProjectID: proj.ID, AdminEmail: DevAdminEmail, AdminPassword: password}
+	return creds, writeCreds(path, creds)
+}
+
+func writeCreds(path string, c DevCredentials) error {
+	b, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
