@@ -43,7 +43,7 @@ func scanAudit(s interface{ Scan(...any) error }) (AuditEvent, error) {
 // AuditFilter narrows an audit listing; empty fields do not filter.
 type AuditFilter struct {
 	OrgID, ProjectID, ActorID, Action, ResourceType, ResourceID, CorrelationID, Outcome string
-	Since, Until                                                                      time.Time
+	Since, Until                                                                        time.Time
 }
 
 // ListAudit returns audit events newest first.
