@@ -117,7 +117,7 @@ func (a *API) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
-			h.ServeHTTP(w, r)
+			mux.ServeHTTP(w, r) // ServeHTTP, not h: it sets the path values
 			return
 		}
 		// No route matched: learn from the mux whether the path exists with

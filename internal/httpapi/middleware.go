@@ -171,10 +171,7 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	sum := sha256.New()
-	sum.Write([]byte(r.Method + " " + r.URL.Path + "\n"))
-	sum.Write(body)
-	hash := hex.EncodeToString(sum.Sum(nil))
+	hash := RequestHash(r.Method, r.URL.Path, body)
 	who := principal.From(ctx).Key()
 	now := time.Now()
 	q := a.DB.Queries()
@@ -222,4 +219,13 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 
 func sortFieldErrors(fe []errdefs.FieldError) {
 	sort.Slice(fe, func(i, j int) bool { return fe[i].Field < fe[j].Field })
+}
+
+// RequestHash identifies a request for idempotency: same method, path and
+// body bytes, same hash.
+func RequestHash(method, path string, body []byte) string {
+	sum := sha256.New()
+	sum.Write([]byte(method + " " + path + "\n"))
+	sum.Write(body)
+	return hex.EncodeToString(sum.Sum(nil))
 }

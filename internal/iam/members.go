@@ -17,6 +17,7 @@ type AddMemberInput struct {
 
 // Bind grants role to a principal at a scope inside an open mutation. It is
 // shared by memberships and service accounts so the rules live in one place.
+// The caller records the audit row of the mutation as a whole.
 func Bind(ctx context.Context, tx *store.Tx, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (store.RoleBinding, error) {
 	if !KnownRole(role) {
 		return store.RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
@@ -34,8 +35,7 @@ func Bind(ctx context.Context, tx *store.Tx, principalType principal.Type, princ
 		}
 		return store.RoleBinding{}, err
 	}
-	return b, tx.Audit(store.AuditEvent{Action: "role_binding.create", ResourceType: "role_binding", ResourceID: b.ID,
-		OrgID: orgID, ProjectID: projectOf(scopeType, scopeID)}, nil, b)
+	return b, nil
 }
 
 func projectOf(scopeType, scopeID string) string {
@@ -74,8 +74,11 @@ func (s *Service) AddMember(ctx context.Context, g *Grants, scopeType, scopeID s
 			return err
 		}
 		var err error
-		b, err = Bind(ctx, tx, principal.User, in.UserID, in.Role, scopeType, scopeID, orgID)
-		return err
+		if b, err = Bind(ctx, tx, principal.User, in.UserID, in.Role, scopeType, scopeID, orgID); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "role_binding.create", ResourceType: "role_binding", ResourceID: b.ID,
+			OrgID: orgID, ProjectID: projectOf(scopeType, scopeID)}, nil, b)
 	})
 	return b, err
 }

@@ -142,7 +142,10 @@ func (s *Service) SeedPlatformAdmin(ctx context.Context, email, password string)
 		}
 	}
 	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		_, err := Bind(ctx, tx, principal.User, u.ID, RolePlatformAdmin, ScopePlatform, "", "")
-		return err
+		b, err := Bind(ctx, tx, principal.User, u.ID, RolePlatformAdmin, ScopePlatform, "", "")
+		if err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "role_binding.create", ResourceType: "role_binding", ResourceID: b.ID, Reason: "dev seed"}, nil, b)
 	})
 }

@@ -1,0 +1,300 @@
+// Package servertest runs a real gpuaas control plane inside a test — real
+// HTTP on a loopback port, real SQLite or PostgreSQL — and drives it through
+// clients that check every response against the OpenAPI contract and every
+// mutation against the audit log.
+package servertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/httpapi"
+	"github.com/gpuaas/gpuaas/internal/server"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// Server is a running control plane for one test.
+type Server struct {
+	T        testing.TB
+	URL      string
+	App      *server.App
+	DB       *store.DB
+	Creds    server.DevCredentials
+	Contract *Contract
+	Logs     *bytes.Buffer // everything the server logged (for secret scans)
+
+	mu        sync.Mutex
+	mutations []mutation
+}
+
+type mutation struct{ method, path, correlationID string }
+
+// Option adjusts the config before start.
+type Option func(*config.Config)
+
+var (
+	contractOnce sync.Once
+	contract     *Contract
+	contractErr  error
+)
+
+// Start runs a server on a fresh database of dialect d, seeded like
+// `gpuaas dev`, and stops it at cleanup after checking that every mutation
+// the test made left exactly one audit row.
+func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
+	t.Helper()
+	contractOnce.Do(func() { contract, contractErr = LoadContract() })
+	if contractErr != nil {
+		t.Fatal(contractErr)
+	}
+	cfg := config.Defaults()
+	cfg.Listen = "127.0.0.1:0"
+	cfg.DataDir = t.TempDir()
+	cfg.DatabaseURL = storetest.URL(t, d)
+	cfg.SecretKey = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	for _, o := range opts {
+		o(&cfg)
+	}
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(context.Background())
+	app, err := server.New(ctx, cfg, logger)
+	if err != nil {
+		cancel()
+		t.Fatalf("start server: %v", err)
+	}
+	if err := app.Listen(); err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	app.Config.PublicURL = "http://" + app.Addr()
+	creds, err := app.SeedDev(ctx)
+	if err != nil {
+		cancel()
+		t.Fatalf("seed: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- app.Serve(ctx) }()
+	s := &Server{T: t, URL: app.Config.PublicURL, App: app, DB: app.DB, Creds: creds, Contract: contract, Logs: &logs.buf}
+	t.Cleanup(func() {
+		s.checkAudit()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("server stopped with: %v", err)
+		}
+		_ = app.Close()
+	})
+	return s
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// nonMutating lists POSTs that change no resource (so leave no audit row of
+// their own): sign-in, token exchange, previews.
+var nonMutating = []string{"/api/v1/auth/", "/launch-preview", "/unwrap"}
+
+func isMutation(method, path string) bool {
+	if method == http.MethodGet || method == http.MethodHead {
+		return false
+	}
+	for _, s := range nonMutating {
+		if strings.Contains(path, s) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkAudit asserts every successful mutation left exactly one audit row
+// carrying its correlation id.
+func (s *Server) checkAudit() {
+	s.mu.Lock()
+	ms := append([]mutation(nil), s.mutations...)
+	s.mu.Unlock()
+	for _, m := range ms {
+		evs, _, err := s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{CorrelationID: m.correlationID}, store.Page{Limit: 10})
+		if err != nil {
+			s.T.Errorf("audit check: %v", err)
+			continue
+		}
+		n := 0
+		for _, e := range evs {
+			if e.Outcome == "success" {
+				n++
+			}
+		}
+		if n != 1 {
+			s.T.Errorf("%s %s (correlation %s) left %d success audit rows, want exactly 1", m.method, m.path, m.correlationID, n)
+		}
+	}
+}
+
+// Client calls the API as one principal.
+type Client struct {
+	S     *Server
+	Token string
+	HTTP  *http.Client
+}
+
+// Anonymous returns a client with no token.
+func (s *Server) Anonymous() *Client { return &Client{S: s, HTTP: &http.Client{Timeout: 30 * time.Second}} }
+
+// As returns a client using token.
+func (s *Server) As(token string) *Client {
+	c := s.Anonymous()
+	c.Token = token
+	return c
+}
+
+// Admin returns a client signed in as the seeded platform admin.
+func (s *Server) Admin() *Client { return s.Login(s.Creds.AdminEmail, s.Creds.AdminPassword) }
+
+// Login signs in a user and returns their client.
+func (s *Server) Login(email, password string) *Client {
+	s.T.Helper()
+	r := s.Anonymous().Do("POST", "/api/v1/auth/login", map[string]string{"email": email, "password": password})
+	r.Want(s.T, http.StatusOK)
+	return s.As(r.String("access_token"))
+}
+
+// NewUser creates a user through the API (as admin) and signs them in.
+func (s *Server) NewUser(admin *Client, email string) (string, *Client) {
+	s.T.Helper()
+	pw := "pw-" + uuid.NewString()
+	r := admin.Do("POST", "/api/v1/users", map[string]string{"email": email, "password": pw})
+	r.Want(s.T, http.StatusCreated)
+	return r.String("id"), s.Login(email, pw)
+}
+
+// Response is a decoded API response.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	JSON   map[string]any
+}
+
+// Want fails the test unless the status is one of codes.
+func (r *Response) Want(t testing.TB, codes ...int) *Response {
+	t.Helper()
+	for _, c := range codes {
+		if r.Status == c {
+			return r
+		}
+	}
+	t.Fatalf("status %d, want %v; body: %s", r.Status, codes, r.Body)
+	return r
+}
+
+// String returns a top-level string field.
+func (r *Response) String(key string) string {
+	v, _ := r.JSON[key].(string)
+	return v
+}
+
+// ErrorCode returns error.code of an envelope.
+func (r *Response) ErrorCode() string {
+	e, _ := r.JSON["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+// Items returns the items of a list response.
+func (r *Response) Items() []map[string]any {
+	raw, _ := r.JSON["items"].([]any)
+	out := make([]map[string]any, 0, len(raw))
+	for _, it := range raw {
+		m, _ := it.(map[string]any)
+		out = append(out, m)
+	}
+	return out
+}
+
+// Do sends a request; body is JSON-encoded unless it is []byte or nil.
+// Extra headers come in pairs.
+func (c *Client) Do(method, path string, body any, headers ...string) *Response {
+	c.S.T.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		j, err := json.Marshal(b)
+		if err != nil {
+			c.S.T.Fatal(err)
+		}
+		rd = bytes.NewReader(j)
+	}
+	req, err := http.NewRequest(method, c.S.URL+path, rd)
+	if err != nil {
+		c.S.T.Fatal(err)
+	}
+	if rd != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		c.S.T.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	out := &Response{Status: resp.StatusCode, Header: resp.Header}
+	out.Body, _ = io.ReadAll(resp.Body)
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && len(out.Body) > 0 {
+		_ = json.Unmarshal(out.Body, &out.JSON)
+	}
+	p := req.URL.Path
+	if err := c.S.Contract.Check(method, p, resp.StatusCode, resp.Header, out.Body); err != nil {
+		c.S.T.Errorf("contract: %v", err)
+	}
+	// A replayed response is the stored first one, correlation id included.
+	if resp.StatusCode >= 400 && resp.Header.Get("Idempotent-Replayed") == "" {
+		if cid := errorCorrelation(out); cid == "" || cid != resp.Header.Get("X-Request-ID") {
+			c.S.T.Errorf("%s %s -> %d: error correlation_id %q does not match X-Request-ID %q", method, p, resp.StatusCode, cid, resp.Header.Get("X-Request-ID"))
+		}
+	}
+	if resp.StatusCode < 300 && isMutation(method, p) && resp.Header.Get("Idempotent-Replayed") == "" {
+		c.S.mu.Lock()
+		c.S.mutations = append(c.S.mutations, mutation{method: method, path: p, correlationID: resp.Header.Get("X-Request-ID")})
+		c.S.mu.Unlock()
+	}
+	return out
+}
+
+func errorCorrelation(r *Response) string {
+	e, _ := r.JSON["error"].(map[string]any)
+	s, _ := e["correlation_id"].(string)
+	return s
+}
+
+// RequestHash is the hash the idempotency layer keys a request by.
+func RequestHash(method, path string, body []byte) string { return httpapi.RequestHash(method, path, body) }
