@@ -10,8 +10,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -23,6 +26,9 @@ type API struct {
 	Logger         *slog.Logger
 	MaxBodyBytes   int64
 	IdempotencyTTL time.Duration
+	SA             *serviceaccounts.Service
+	Catalog        *catalog.Service
+	Artifacts      *artifacts.Service
 	OpenAPI        []byte // the contract document, served at /api/openapi.yaml
 	// Mounts are extra handlers on the same listener (the OCI registry at /v2/).
 	Mounts map[string]http.Handler
@@ -72,6 +78,9 @@ func (a *API) routes() []route {
 
 		{method: "GET", path: "/api/v1/audit-events", handler: a.listAudit},
 	}
+	rs = append(rs, a.serviceAccountRoutes()...)
+	rs = append(rs, a.catalogRoutes()...)
+	rs = append(rs, a.artifactRoutes()...)
 	for i := range rs {
 		rs[i].pattern = rs[i].method + " " + rs[i].path
 	}

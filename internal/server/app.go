@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/api"
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/httpapi"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -86,9 +89,14 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	tokens := iam.NewTokens(db, ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, nil)
 	svc := &iam.Service{DB: db, Tokens: tokens, Logger: logger}
 	a := &App{Config: cfg, Logger: logger, DB: db, IAM: svc, Tokens: tokens}
+	sa := serviceaccounts.New(serviceaccounts.Deps{DB: db, IAM: svc, Tokens: tokens, Logger: logger,
+		TokenURL: cfg.PublicURL + "/api/v1/auth/service-account/token"})
+	cat := catalog.NewService(catalog.Deps{DB: db, IAM: svc, Logger: logger})
+	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger})
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
+		SA: sa, Catalog: cat, Artifacts: arts,
 	}
 	ok = true
 	return a, nil

@@ -1,0 +1,2 @@
+-- placeholder: filled by the issue that owns this migration
+SELECT 1;
