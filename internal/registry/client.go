@@ -1,0 +1,117 @@
+package registry
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// ControlPlaneSubject is the "sub" of tokens the control plane mints for
+// its own registry client.
+const ControlPlaneSubject = "gpuaas-control-plane"
+
+// manifestAccept lists the manifest media types the client accepts.
+var manifestAccept = strings.Join([]string{
+	"application/vnd.oci.image.manifest.v1+json",
+	"application/vnd.oci.image.index.v1+json",
+	"application/vnd.docker.distribution.manifest.v2+json",
+	"application/vnd.docker.distribution.manifest.list.v2+json",
+}, ", ")
+
+// Client is the control plane's client of the registry. It authenticates
+// with pull tokens it mints for itself, so it works against the embedded
+// registry (in-process, through its handler) and against an external
+// registry that trusts this package's tokens (over HTTP).
+type Client struct {
+	base   *url.URL
+	hc     *http.Client
+	tokens *TokenHandler
+}
+
+func newHTTPClient(baseURL string, tokens *TokenHandler, rt http.RoundTripper) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, invalidf("registry_config_invalid", "registry url: %v", err)
+	}
+	return &Client{
+		base:   u,
+		tokens: tokens,
+		hc: &http.Client{
+			Transport: rt,
+			// Registries may redirect blob reads to storage; manifests stay
+			// put, and a redirect must not carry the bearer token elsewhere.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+	}, nil
+}
+
+// ManifestExists checks that repository holds a manifest at digest and
+// returns its media type and size. It returns ErrNotFound when it does
+// not, ErrInvalidArgument for a malformed repository or digest.
+func (c *Client) ManifestExists(ctx context.Context, repository, dgst string) (mediaType string, size int64, err error) {
+	if err := checkRepository(repository); err != nil {
+		return "", 0, invalidf("invalid_reference", "%v", err)
+	}
+	d, err := digest.Parse(dgst)
+	if err != nil {
+		return "", 0, invalidf("invalid_reference", "digest %q: %v", dgst, err)
+	}
+	tok, err := c.tokens.Issue(Subject{ID: ControlPlaneSubject}, []Scope{{Type: "repository", Name: repository, Actions: []string{ActionPull}}})
+	if err != nil {
+		return "", 0, err
+	}
+	u := c.base.JoinPath("v2", repository, "manifests", d.String())
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u.String(), nil)
+	if err != nil {
+		return "", 0, err
+	}
+	req.Header.Set("Accept", manifestAccept)
+	req.Header.Set("Authorization", "Bearer "+tok.Token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return "", 0, unavailablef("registry_unavailable", "%v", err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return "", 0, notFoundf("manifest_not_found", "manifest %s@%s", repository, d)
+	default:
+		return "", 0, unavailablef("registry_unavailable", "HEAD manifest %s@%s: status %d", repository, d, resp.StatusCode)
+	}
+	if got := resp.Header.Get("Docker-Content-Digest"); got != "" && got != d.String() {
+		return "", 0, unavailablef("registry_unavailable", "registry answered digest %s for %s", got, d)
+	}
+	mediaType = resp.Header.Get("Content-Type")
+	if i := strings.IndexByte(mediaType, ';'); i >= 0 {
+		mediaType = strings.TrimSpace(mediaType[:i])
+	}
+	size, err = strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
+	if err != nil || size < 0 {
+		return "", 0, unavailablef("registry_unavailable", "HEAD manifest %s@%s: bad Content-Length", repository, d)
+	}
+	return mediaType, size, nil
+}
+
+// handlerTransport serves requests in-process through a handler.
+type handlerTransport struct{ h http.Handler }
+
+func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	req = req.Clone(req.Context())
+	if req.Host == "" {
+		req.Host = req.URL.Host
+	}
+	req.RequestURI = req.URL.RequestURI()
+	t.h.ServeHTTP(rec, req)
+	resp := rec.Result()
+	resp.Request = req
+	return resp, nil
+}

@@ -1,0 +1,223 @@
+package registry
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/handlers"
+	"github.com/google/uuid"
+
+	// Register the token access controller and the filesystem driver
+	// (both register themselves in process-wide maps at init).
+	_ "github.com/distribution/distribution/v3/registry/auth/token"
+	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
+)
+
+// Registry is the embedded OCI registry (or, in external mode, the link to
+// an external one) together with its token endpoint.
+type Registry struct {
+	cfg        Config
+	keys       *KeySet
+	tokens     *TokenHandler
+	app        *handlers.App // nil in external mode
+	handler    http.Handler
+	client     *Client
+	logger     *slog.Logger
+	unregister func()
+	closeOnce  sync.Once
+}
+
+// New builds the registry. ctx bounds the embedded registry's background
+// work (upload purging) together with Close.
+func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger) (*Registry, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if authz == nil {
+		return nil, invalidf("registry_config_invalid", "registry needs an authorizer")
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	logger = logger.With("component", "registry")
+	keys := cfg.Keys
+	if keys == nil {
+		signing, err := GenerateSigningKey(EdDSA)
+		if err != nil {
+			return nil, err
+		}
+		if keys, err = NewKeySet(signing); err != nil {
+			return nil, err
+		}
+		logger.Warn("registry: no token signing key configured, using an ephemeral one", "kid", signing.KeyID())
+	}
+	tokens, err := NewTokenHandler(cfg, keys, authz, logger)
+	if err != nil {
+		return nil, err
+	}
+	r := &Registry{cfg: cfg, keys: keys, tokens: tokens, logger: logger}
+
+	if cfg.External() {
+		r.handler = r.route(nil)
+		r.client, err = newHTTPClient(cfg.ExternalURL, tokens, http.DefaultTransport)
+		if err != nil {
+			return nil, err
+		}
+		return r, nil
+	}
+
+	id := uuid.NewString()
+	r.unregister = registerLogger(id, logger)
+	app, err := newApp(context.WithValue(ctx, instanceKey, id), cfg, keys)
+	if err != nil {
+		r.unregister()
+		return nil, err
+	}
+	r.app = app
+	tagged := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		app.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), instanceKey, id)))
+	})
+	r.handler = r.route(tagged)
+	r.client, err = newHTTPClient("http://"+cfg.Host, tokens, handlerTransport{r.handler})
+	if err != nil {
+		r.Close()
+		return nil, err
+	}
+	logger.Info("registry: embedded registry ready", "root", cfg.RootDir, "service", cfg.Service, "realm", cfg.Realm, "kid", keys.Signing().KeyID())
+	return r, nil
+}
+
+// route serves the token endpoint and hands everything else to the registry.
+func (r *Registry) route(registry http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path == TokenPath {
+			r.tokens.ServeHTTP(w, req)
+			return
+		}
+		if registry == nil {
+			http.NotFound(w, req)
+			return
+		}
+		registry.ServeHTTP(w, req)
+	})
+}
+
+// newApp configures a distribution App: filesystem storage under RootDir,
+// deletes enabled, token auth trusting keys. NewApp reports configuration
+// errors by panicking; they are returned as errors here.
+func newApp(ctx context.Context, cfg Config, keys *KeySet) (app *handlers.App, err error) {
+	root, err := filepath.Abs(cfg.RootDir)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return nil, fmt.Errorf("registry root: %w", err)
+	}
+	// The token access controller only reads a JWKS from a file, once, at
+	// construction: write it to a private temp file and remove it after.
+	jwks, err := keys.JWKS()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.CreateTemp("", "gpuaas-registry-jwks-*.json")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(jwks); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	secret := cfg.HTTPSecret
+	if secret == "" {
+		var b [32]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, err
+		}
+		secret = hex.EncodeToString(b[:])
+	}
+
+	dc := &configuration.Configuration{Version: "0.1"}
+	dc.Log.AccessLog.Disabled = true
+	dc.HTTP.Secret = secret
+	dc.HTTP.RelativeURLs = true
+	dc.Storage = configuration.Storage{
+		"filesystem": configuration.Parameters{"rootdirectory": root},
+		"delete":     configuration.Parameters{"enabled": true},
+		"redirect":   configuration.Parameters{"disable": true},
+		"cache":      configuration.Parameters{"blobdescriptor": "inmemory"},
+		"maintenance": configuration.Parameters{"uploadpurging": map[any]any{
+			"enabled": true, "age": "168h", "interval": "24h", "dryrun": false,
+		}},
+	}
+	dc.Auth = configuration.Auth{"token": configuration.Parameters{
+		"realm":             cfg.Realm,
+		"service":           cfg.Service,
+		"issuer":            cfg.Issuer,
+		"jwks":              f.Name(),
+		"signingalgorithms": []any{string(EdDSA), string(ES256)},
+	}}
+
+	defer func() {
+		if p := recover(); p != nil {
+			app, err = nil, fmt.Errorf("configure embedded registry: %v", p)
+		}
+	}()
+	return handlers.NewApp(ctx, dc), nil
+}
+
+// Handler serves /v2/token and the OCI distribution API under /v2/; mount
+// it at "/v2/" on the control plane's listener.
+func (r *Registry) Handler() http.Handler { return r.handler }
+
+// TokenHandler returns the token endpoint (also served by Handler).
+func (r *Registry) TokenHandler() *TokenHandler { return r.tokens }
+
+// Client returns the control plane's own client of this registry.
+func (r *Registry) Client() *Client { return r.client }
+
+// Keys returns the token key set.
+func (r *Registry) Keys() *KeySet { return r.keys }
+
+// JWKS returns the token verification keys, for an external registry's
+// "auth.token.jwks" file.
+func (r *Registry) JWKS() ([]byte, error) { return r.keys.JWKS() }
+
+// ManifestExists is r.Client().ManifestExists.
+func (r *Registry) ManifestExists(ctx context.Context, repository, digest string) (string, int64, error) {
+	return r.client.ManifestExists(ctx, repository, digest)
+}
+
+// Close stops the embedded registry's background work (upload purger) and
+// detaches its logger. Requests still in flight finish against storage; the
+// caller shuts its listener down first. distribution's App.Shutdown leaves
+// its (endpoint-less) notification broadcaster goroutine parked, so build a
+// Registry once per process, not per request.
+func (r *Registry) Close() error {
+	var err error
+	r.closeOnce.Do(func() {
+		if r.app != nil {
+			err = r.app.Shutdown()
+		}
+		if r.unregister != nil {
+			r.unregister()
+		}
+	})
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
