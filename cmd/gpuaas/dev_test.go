@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,16 +18,39 @@ import (
 	"github.com/gpuaas/gpuaas/client"
 )
 
-// buildBinary compiles gpuaas once for the end-to-end tests.
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// TestMain removes the binary the end-to-end tests share.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binPath != "" {
+		_ = os.RemoveAll(filepath.Dir(binPath))
+	}
+	os.Exit(code)
+}
+
+// buildBinary compiles gpuaas once for all end-to-end tests.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "gpuaas")
-	cmd := exec.Command("go", "build", "-o", bin, ".")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("go build: %v", err)
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gpuaas-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "gpuaas")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Stderr = os.Stderr
+		buildErr = cmd.Run()
+	})
+	if buildErr != nil {
+		t.Fatalf("go build: %v", buildErr)
 	}
-	return bin
+	return binPath
 }
 
 func freePort(t *testing.T) int {

@@ -26,9 +26,26 @@ type Keyring struct {
 	sealer  *sealer.Sealer
 	purpose string
 
-	mu      sync.RWMutex
-	signing *ringKey
-	byKID   map[string]*ringKey
+	mu         sync.RWMutex
+	signing    *ringKey
+	byKID      map[string]*ringKey
+	lastReload time.Time
+}
+
+// reloadEvery bounds how often an unknown kid may trigger a reload, so a
+// flood of forged tokens cannot turn into a flood of database reads.
+const reloadEvery = 10 * time.Second
+
+// ReloadIfStale reloads the key set unless it was loaded recently; it reports
+// whether it reloaded.
+func (k *Keyring) ReloadIfStale(ctx context.Context) bool {
+	k.mu.RLock()
+	fresh := time.Since(k.lastReload) < reloadEvery
+	k.mu.RUnlock()
+	if fresh {
+		return false
+	}
+	return k.Reload(ctx) == nil
 }
 
 type ringKey struct {
@@ -75,7 +92,7 @@ func (k *Keyring) Reload(ctx context.Context) error {
 		}
 	}
 	k.mu.Lock()
-	k.byKID, k.signing = byKID, signing
+	k.byKID, k.signing, k.lastReload = byKID, signing, time.Now()
 	k.mu.Unlock()
 	return nil
 }

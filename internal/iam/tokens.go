@@ -95,8 +95,9 @@ func (t *Tokens) Authenticate(ctx context.Context, raw string) (principal.Princi
 	var c AccessClaims
 	if _, err := t.parser.ParseWithClaims(raw, &c, t.Ring.Keyfunc); err != nil {
 		if errors.Is(err, jwt.ErrTokenUnverifiable) {
-			// Perhaps another replica rotated keys: reload once.
-			if rerr := t.Ring.Reload(ctx); rerr == nil {
+			// Perhaps another replica rotated keys: reload, at most every
+			// few seconds.
+			if t.Ring.ReloadIfStale(ctx) {
 				if _, err2 := t.parser.ParseWithClaims(raw, &c, t.Ring.Keyfunc); err2 == nil {
 					return t.check(ctx, c)
 				}
