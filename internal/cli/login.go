@@ -1,0 +1,85 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+)
+
+func init() { commandFactories = append(commandFactories, newLoginCmd) }
+
+// newLoginCmd signs a person in and caches the token. Automation uses
+// service accounts (gpuaas sa token), never a person's token.
+func newLoginCmd() *cobra.Command {
+	var (
+		email         string
+		passwordStdin bool
+	)
+	cmd := &cobra.Command{
+		Use:   "login",
+		Short: "Sign in as a person and cache the access token",
+		Long: `Signs in with email and password and caches the access token (mode 0600)
+for later commands. The email comes from --email, GPUAAS_EMAIL or a prompt;
+the password from --password-stdin (first line of stdin), GPUAAS_PASSWORD or
+a prompt. Automation should use a service account (gpuaas sa token) instead.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			in := bufio.NewReader(cmd.InOrStdin())
+			if email == "" {
+				email = os.Getenv("GPUAAS_EMAIL")
+			}
+			if email == "" {
+				fmt.Fprint(cmd.ErrOrStderr(), "Email: ")
+				var err error
+				if email, err = readLine(in); err != nil {
+					return err
+				}
+			}
+			password := os.Getenv("GPUAAS_PASSWORD")
+			if passwordStdin || password == "" {
+				if !passwordStdin {
+					fmt.Fprint(cmd.ErrOrStderr(), "Password: ")
+				}
+				var err error
+				if password, err = readLine(in); err != nil {
+					return err
+				}
+			}
+			if email == "" || password == "" {
+				return errors.New("email and password are required")
+			}
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			c.Token = ""
+			t, err := c.Login(cmd.Context(), email, password)
+			if err != nil {
+				return err
+			}
+			path, err := cacheToken(c.BaseURL, "user:"+email, t)
+			if err != nil {
+				return fmt.Errorf("signed in, but could not cache the token: %w", err)
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "Signed in to %s as %s; token cached in %s (valid %ds)\n", c.BaseURL, email, path, t.ExpiresIn)
+			return nil
+		},
+	}
+	addClientFlags(cmd)
+	cmd.Flags().StringVar(&email, "email", "", "email to sign in with (env GPUAAS_EMAIL)")
+	cmd.Flags().BoolVar(&passwordStdin, "password-stdin", false, "read the password from the first line of stdin")
+	return cmd
+}
+
+func readLine(r *bufio.Reader) (string, error) {
+	s, err := r.ReadString('\n')
+	if err != nil && !(errors.Is(err, io.EOF) && s != "") {
+		return "", fmt.Errorf("read from stdin: %w", err)
+	}
+	return strings.TrimRight(s, "\r\n"), nil
+}

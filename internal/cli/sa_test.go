@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// The CLI path of the quickstart: a person signs in, creates a service
+// account with its key written to a 0600 file, and automation mints a token
+// from that file alone.
+func TestServiceAccountCommands(t *testing.T) {
+	s := servertest.Start(t, store.SQLite)
+	dir := t.TempDir()
+	t.Setenv(envConfigDir, filepath.Join(dir, "config"))
+	t.Setenv(envAPIURL, s.URL)
+	t.Setenv(envToken, "")
+	run := func(stdin string, args ...string) (string, string, error) {
+		var out, errOut bytes.Buffer
+		root := NewRoot(&out, &errOut)
+		root.SetIn(strings.NewReader(stdin))
+		root.SetArgs(args)
+		err := root.ExecuteContext(context.Background())
+		return out.String(), errOut.String(), err
+	}
+	mode := func(p string) os.FileMode {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode().Perm()
+	}
+	cache, _ := credentialsPath()
+
+	if _, _, err := run(s.Creds.AdminPassword+"\n", "login", "--email", s.Creds.AdminEmail, "--password-stdin"); err != nil {
+		t.Fatal(err)
+	}
+	if m := mode(cache); m != 0o600 {
+		t.Fatalf("credentials cache mode %v", m)
+	}
+
+	// Without somewhere to put the private key, nothing is created.
+	if _, _, err := run("", "sa", "create", "--project", s.Creds.ProjectID, "--name", "ci", "--slug", "ci"); err == nil || !strings.Contains(err.Error(), "--key-file") {
+		t.Fatalf("create without --key-file: %v", err)
+	}
+	keyFile := filepath.Join(dir, "ci.json")
+	out, _, err := run("", "sa", "create", "--project", s.Creds.ProjectID, "--name", "ci", "--slug", "ci", "--role", "project_member", "--key-file", keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "PRIVATE") || mode(keyFile) != 0o600 {
+		t.Fatalf("create printed the key or wrote it world-readable (%v): %s", mode(keyFile), out)
+	}
+	var created struct{ ID string }
+	if err := json.Unmarshal([]byte(out), &created); err != nil || created.ID == "" {
+		t.Fatalf("create output: %v %s", err, out)
+	}
+	// A second create to the same file is refused before any API call.
+	if _, _, err := run("", "sa", "create", "--project", s.Creds.ProjectID, "--name", "ci2", "--slug", "ci2", "--key-file", keyFile); err == nil {
+		t.Fatal("overwrote a key file")
+	}
+
+	// The key file alone mints a token, cached for the next commands.
+	if _, _, err := run("", "sa", "token", "--key-file", keyFile); err != nil {
+		t.Fatal(err)
+	}
+	c, err := loadCredentials()
+	if err != nil || c.Principal != "service_account:"+created.ID {
+		t.Fatalf("cache after sa token: %+v %v", c, err)
+	}
+	out, _, err = run("", "sa", "list", "--project", s.Creds.ProjectID)
+	if err != nil || !strings.Contains(out, `"slug": "ci"`) {
+		t.Fatalf("list as the service account: %v %s", err, out)
+	}
+	// ... which cannot create service accounts (project_member lacks the permission).
+	if _, _, err := run("", "sa", "create", "--project", s.Creds.ProjectID, "--name", "x", "--slug", "x", "--print-private-key"); err == nil || !strings.Contains(err.Error(), "service_accounts.write") {
+		t.Fatalf("service account created an account: %v", err)
+	}
+	tok, _, err := run("", "sa", "token", "--key-file", keyFile, "--print")
+	if err != nil || strings.Count(strings.TrimSpace(tok), ".") != 2 {
+		t.Fatalf("sa token --print: %v %q", err, tok)
+	}
+
+	// Back as the admin: rotate (grace 0) into a new file, then the old file is refused.
+	if _, _, err := run(s.Creds.AdminPassword+"\n", "login", "--email", s.Creds.AdminEmail, "--password-stdin"); err != nil {
+		t.Fatal(err)
+	}
+	newKey := filepath.Join(dir, "ci-2.json")
+	if _, _, err := run("", "sa", "rotate-key", created.ID, "--project", s.Creds.ProjectID, "--key-file", newKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run("", "sa", "token", "--key-file", keyFile, "--print"); err == nil || !strings.Contains(err.Error(), "rotated out") {
+		t.Fatalf("old key after rotation: %v", err)
+	}
+	if _, _, err := run("", "sa", "token", "--key-file", newKey, "--print"); err != nil {
+		t.Fatal(err)
+	}
+	for _, verb := range []string{"disable", "enable", "delete"} {
+		if _, _, err := run("", "sa", verb, created.ID, "--project", s.Creds.ProjectID); err != nil {
+			t.Fatalf("%s: %v", verb, err)
+		}
+	}
+}
