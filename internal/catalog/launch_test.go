@@ -9,7 +9,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/manifest"
 )
 
-func exampleVersion(t *testing.T, file string) manifest.Version {
+func exampleVersion(t testing.TB, file string) manifest.Version {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "manifests", file))
 	if err != nil {

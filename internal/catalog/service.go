@@ -1,28 +1,83 @@
 package catalog
 
 import (
+	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-// Deps are what the catalog service needs.
+// ArtifactGate decides whether every artifact a version references is ready
+// for the version to be published: registered, active and verified. The
+// artifacts domain implements it. It runs inside the publish transaction
+// (q) and returns nil when publishing may proceed, or an errdefs error
+// (FailedPrecondition) naming the artifacts that are not ready.
+type ArtifactGate interface {
+	VersionArtifactsReady(ctx context.Context, q *store.Queries, appSlug, version string, expected []manifest.Artifact) error
+}
+
+// InstanceGate counts the live (not decommissioned) app instances running a
+// version. The instances domain implements it; retiring a version is
+// refused while the count is above zero.
+type InstanceGate interface {
+	LiveInstances(ctx context.Context, q *store.Queries, appSlug, version string) (int, error)
+}
+
+// Deps are what the catalog service needs. ArtifactGate and InstanceGate
+// may be nil: without an artifact registry a version that references
+// artifacts cannot be published (nothing can vouch for them), and without
+// an instances domain no instance can exist, so retiring is never blocked.
 type Deps struct {
-	DB     *store.DB
-	IAM    *iam.Service
-	Logger *slog.Logger
-	Now    func() time.Time
+	DB           *store.DB
+	IAM          *iam.Service
+	Logger       *slog.Logger
+	Now          func() time.Time
+	ArtifactGate ArtifactGate
+	InstanceGate InstanceGate
 }
 
 // Service is the catalog domain: apps, versions, manifests, entitlements.
-type Service struct{ Deps }
+type Service struct {
+	Deps
+	artifacts atomic.Pointer[ArtifactGate]
+	instances atomic.Pointer[InstanceGate]
+}
 
 // NewService builds the service.
 func NewService(d Deps) *Service {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
-	return &Service{Deps: d}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Service{Deps: d}
+	s.SetArtifactGate(d.ArtifactGate)
+	s.SetInstanceGate(d.InstanceGate)
+	return s
+}
+
+// SetArtifactGate installs the artifact gate. Domains built after the
+// catalog (and tests) wire themselves in here; it is safe while serving.
+func (s *Service) SetArtifactGate(g ArtifactGate) { s.artifacts.Store(&g) }
+
+// SetInstanceGate installs the instance gate; safe while serving.
+func (s *Service) SetInstanceGate(g InstanceGate) { s.instances.Store(&g) }
+
+func (s *Service) artifactGate() ArtifactGate {
+	if p := s.artifacts.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (s *Service) instanceGate() InstanceGate {
+	if p := s.instances.Load(); p != nil {
+		return *p
+	}
+	return nil
 }

@@ -1,0 +1,219 @@
+package catalog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// EntitlementInput is the body of PUT …/apps/entitlements/{app_slug}.
+type EntitlementInput struct {
+	Enabled         *bool                 `json:"enabled"`
+	PolicyOverrides *EntitlementOverrides `json:"policy_overrides,omitempty"`
+}
+
+// ListEntitlements lists a project's entitlements (apps.entitlement.read).
+func (s *Service) ListEntitlements(ctx context.Context, g *iam.Grants, projectID string, p store.Page) ([]store.AppEntitlement, string, error) {
+	if _, err := s.IAM.Project(ctx, g, projectID, iam.PermEntitlementRead); err != nil {
+		return nil, "", err
+	}
+	return s.DB.Queries().ListEntitlements(ctx, projectID, false, p)
+}
+
+// GetEntitlement returns a project's entitlement to one app.
+func (s *Service) GetEntitlement(ctx context.Context, g *iam.Grants, projectID, appSlug string) (store.AppEntitlement, error) {
+	if _, err := s.IAM.Project(ctx, g, projectID, iam.PermEntitlementRead); err != nil {
+		return store.AppEntitlement{}, err
+	}
+	e, err := s.DB.Queries().GetEntitlement(ctx, projectID, appSlug)
+	if errors.Is(err, store.ErrNotFound) {
+		return e, errdefs.NotFound("entitlement_not_found",
+			"project %s has no entitlement to app %q; a project admin can create one with PUT /api/v1/projects/%s/apps/entitlements/%s",
+			projectID, appSlug, projectID, appSlug)
+	}
+	return e, err
+}
+
+// PutEntitlement creates or replaces a project's entitlement to an app
+// (apps.entitlement.write: project admins). The overrides may only narrow
+// what the app supports, and allowed_versions must name registered
+// versions.
+func (s *Service) PutEntitlement(ctx context.Context, g *iam.Grants, projectID, appSlug string, in EntitlementInput) (store.AppEntitlement, error) {
+	p, err := s.IAM.Project(ctx, g, projectID, iam.PermEntitlementWrite)
+	if err != nil {
+		return store.AppEntitlement{}, err
+	}
+	if in.Enabled == nil {
+		return store.AppEntitlement{}, errdefs.Validation([]errdefs.FieldError{{Field: "/enabled", Code: "required", Message: "is required: true or false"}})
+	}
+	q := s.DB.Queries()
+	app, err := q.GetAppBySlug(ctx, appSlug)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.AppEntitlement{}, errAppNotFound(appSlug)
+	}
+	if err != nil {
+		return store.AppEntitlement{}, err
+	}
+	var o EntitlementOverrides
+	if in.PolicyOverrides != nil {
+		o = *in.PolicyOverrides
+	}
+	o, err = s.checkOverrides(ctx, q, app, o)
+	if err != nil {
+		return store.AppEntitlement{}, err
+	}
+	raw, err := json.Marshal(o)
+	if err != nil {
+		return store.AppEntitlement{}, err
+	}
+	who := principal.From(ctx).Key()
+	now := s.Now().UTC()
+	var out store.AppEntitlement
+	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		cur, err := tx.GetEntitlement(ctx, p.ID, app.Slug)
+		var before any
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			cur = store.AppEntitlement{ID: iam.NewID(), ProjectID: p.ID, OrgID: p.OrgID, AppID: app.ID, AppSlug: app.Slug,
+				Enabled: *in.Enabled, PolicyOverrides: raw, UpdatedBy: who, CreatedAt: now, UpdatedAt: now}
+			if err := tx.CreateEntitlement(ctx, cur); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		default:
+			before = entitlementState{Enabled: cur.Enabled, PolicyOverrides: overridesOf(cur)}
+			cur.Enabled, cur.PolicyOverrides, cur.UpdatedBy, cur.UpdatedAt = *in.Enabled, raw, who, now
+			if err := tx.UpdateEntitlement(ctx, cur); err != nil {
+				return err
+			}
+		}
+		out = cur
+		return tx.Audit(store.AuditEvent{Action: "app_entitlement.put", ResourceType: "app_entitlement", ResourceID: cur.ID,
+			OrgID: p.OrgID, ProjectID: p.ID}, before, entitlementState{AppSlug: app.Slug, Enabled: cur.Enabled, PolicyOverrides: o})
+	})
+	return out, err
+}
+
+type entitlementState struct {
+	AppSlug         string               `json:"app_slug,omitempty"`
+	Enabled         bool                 `json:"enabled"`
+	PolicyOverrides EntitlementOverrides `json:"policy_overrides"`
+}
+
+// checkOverrides validates and normalises (deduplicates) the overrides:
+// they may only narrow what the app supports, and allowed_versions must be
+// versions of the app.
+func (s *Service) checkOverrides(ctx context.Context, q *store.Queries, app store.App, o EntitlementOverrides) (EntitlementOverrides, error) {
+	meta := AppMetadata(app)
+	var fe []errdefs.FieldError
+	check := func(field string, vals, known, supported []string, what string) []string {
+		out := []string{}
+		for i, v := range vals {
+			f := fmt.Sprintf("/policy_overrides/%s/%d", field, i)
+			switch {
+			case !slices.Contains(known, v):
+				fe = append(fe, errdefs.FieldError{Field: f, Code: CodeInvalid, Message: fmt.Sprintf("unknown %s %q (known: %v)", what, v, known)})
+			case !slices.Contains(supported, v):
+				fe = append(fe, errdefs.FieldError{Field: f, Code: CodeNotSupported, Message: fmt.Sprintf("app %s does not support %s %s (supported: %v)", app.Slug, what, v, supported)})
+			case !slices.Contains(out, v):
+				out = append(out, v)
+			}
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		return out
+	}
+	o.AllowedOperatingModes = check("allowed_operating_modes", o.AllowedOperatingModes,
+		[]string{manifest.ModeTenantDedicated, manifest.ModePlatformManaged}, meta.SupportedModes.OperatingModes, "operating mode")
+	o.AllowedControlPlaneScopes = check("allowed_control_plane_scopes", o.AllowedControlPlaneScopes,
+		[]string{manifest.ScopeProject, manifest.ScopeTenant, manifest.ScopePlatform}, meta.SupportedModes.ControlPlaneScopes, "control plane scope")
+	var versions []string
+	for i, v := range o.AllowedVersions {
+		if slices.Contains(versions, v) {
+			continue
+		}
+		if _, err := q.GetAppVersion(ctx, app.Slug, v); errors.Is(err, store.ErrNotFound) {
+			fe = append(fe, errdefs.FieldError{Field: fmt.Sprintf("/policy_overrides/allowed_versions/%d", i), Code: CodeInvalid,
+				Message: fmt.Sprintf("app %s has no version %q; name registered versions", app.Slug, v)})
+			continue
+		} else if err != nil {
+			return o, err
+		}
+		versions = append(versions, v)
+	}
+	o.AllowedVersions = versions
+	if len(fe) > 0 {
+		return o, errdefs.Validation(fe)
+	}
+	return o, nil
+}
+
+// ResolveForProject decides the effective launch of an app version in a
+// project: the project must hold an enabled entitlement to the app, the
+// version must be published (a deprecated version serves existing
+// instances only), and ResolveLaunch must accept the request under the
+// entitlement's overrides. It reads through q so instance creation can call
+// it inside its own transaction.
+func ResolveForProject(ctx context.Context, q *store.Queries, project store.Project, appSlug, version string, req LaunchRequest) (Effective, store.AppVersion, error) {
+	if _, err := q.GetAppBySlug(ctx, appSlug); errors.Is(err, store.ErrNotFound) {
+		return Effective{}, store.AppVersion{}, errAppNotFound(appSlug)
+	} else if err != nil {
+		return Effective{}, store.AppVersion{}, err
+	}
+	ent, err := q.GetEntitlement(ctx, project.ID, appSlug)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && !ent.Enabled) {
+		return Effective{}, store.AppVersion{}, errdefs.FailedPrecondition("app_not_entitled",
+			"project %s is not entitled to app %s; ask a project admin to enable it (PUT /api/v1/projects/%s/apps/entitlements/%s)",
+			project.ID, appSlug, project.ID, appSlug)
+	}
+	if err != nil {
+		return Effective{}, store.AppVersion{}, err
+	}
+	v, err := q.GetAppVersion(ctx, appSlug, version)
+	if errors.Is(err, store.ErrNotFound) {
+		return Effective{}, store.AppVersion{}, errVersionNotFound(appSlug, version)
+	}
+	if err != nil {
+		return Effective{}, store.AppVersion{}, err
+	}
+	if v.Status != StatusPublished {
+		return Effective{}, v, errdefs.FailedPrecondition("version_not_launchable",
+			"version %s of app %s is %s; only published versions can be launched, pick a published version from GET /api/v1/projects/%s/apps/catalog",
+			version, appSlug, v.Status, project.ID).WithDetails(map[string]any{"status": v.Status})
+	}
+	mv, err := decodeVersion(v)
+	if err != nil {
+		return Effective{}, v, err
+	}
+	eff, fes := ResolveLaunch(mv, overridesOf(ent), req)
+	if len(fes) > 0 {
+		out := make([]errdefs.FieldError, 0, len(fes))
+		for _, f := range fes {
+			out = append(out, errdefs.FieldError{Field: f.Field, Code: f.Code, Message: f.Message})
+		}
+		return Effective{}, v, errdefs.Validation(out)
+	}
+	return eff, v, nil
+}
+
+// PreviewLaunch resolves a launch without creating anything: the values an
+// instance would get, or field-level errors. It needs apps.instance.create
+// on the project, because it answers "could I launch this".
+func (s *Service) PreviewLaunch(ctx context.Context, g *iam.Grants, projectID, appSlug, version string, req LaunchRequest) (Effective, error) {
+	p, err := s.IAM.Project(ctx, g, projectID, iam.PermInstanceCreate)
+	if err != nil {
+		return Effective{}, err
+	}
+	eff, _, err := ResolveForProject(ctx, s.DB.Queries(), p, appSlug, version, req)
+	return eff, err
+}

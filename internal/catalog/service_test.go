@@ -1,0 +1,284 @@
+package catalog
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// bareManifest declares no artifacts at all, so it can be published with
+// no artifact registry.
+const bareManifest = `
+app:
+  slug: bare-slurm
+  display_name: Bare Slurm
+  runtime_backend: slurm
+version:
+  version: 1.0.0
+  config_schema:
+    type: object
+    properties:
+      partition_name: {type: string, default: gpu}
+`
+
+type fixture struct {
+	svc *Service
+	db  *store.DB
+	ctx context.Context
+	g   *iam.Grants
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	db := storetest.Open(t, store.SQLite)
+	logger := slog.New(slog.DiscardHandler)
+	svc := NewService(Deps{DB: db, IAM: &iam.Service{DB: db, Logger: logger}, Logger: logger})
+	ctx := context.Background()
+	p := principal.Principal{Type: principal.User, ID: iam.NewID()}
+	if err := db.Queries().CreateRoleBinding(ctx, store.RoleBinding{ID: iam.NewID(), PrincipalType: "user", PrincipalID: p.ID,
+		Role: iam.RolePlatformAdmin, ScopeType: iam.ScopePlatform, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	g, err := iam.LoadGrants(ctx, db.Queries(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{svc: svc, db: db, ctx: principal.With(ctx, p), g: g}
+}
+
+func (f *fixture) register(t *testing.T, data, syntax string) Registration {
+	t.Helper()
+	reg, err := f.svc.RegisterManifest(f.ctx, f.g, []byte(data), syntax)
+	if err != nil {
+		t.Fatalf("register: %v", err)
+	}
+	return reg
+}
+
+func (f *fixture) registerExample(t *testing.T, file string) Registration {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "manifests", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	syntax := SyntaxYAML
+	if strings.HasSuffix(file, ".json") {
+		syntax = SyntaxJSON
+	}
+	return f.register(t, string(data), syntax)
+}
+
+func (f *fixture) audits(t *testing.T, action string) []store.AuditEvent {
+	t.Helper()
+	evs, _, err := f.db.Queries().ListAudit(context.Background(), store.AuditFilter{Action: action}, store.Page{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+func errCode(err error) string {
+	if e, ok := errdefs.As(err); ok {
+		return e.Code
+	}
+	return ""
+}
+
+type fakeArtifacts struct {
+	err      error
+	calls    int
+	expected []manifest.Artifact
+}
+
+func (f *fakeArtifacts) VersionArtifactsReady(_ context.Context, q *store.Queries, appSlug, version string, expected []manifest.Artifact) error {
+	if q == nil {
+		return errors.New("no queries")
+	}
+	f.calls++
+	f.expected = expected
+	return f.err
+}
+
+type fakeInstances struct{ n int }
+
+func (f fakeInstances) LiveInstances(context.Context, *store.Queries, string, string) (int, error) {
+	return f.n, nil
+}
+
+func TestReferencedArtifacts(t *testing.T) {
+	t.Parallel()
+	for file, want := range map[string][]string{
+		"jupyter-cuda-dev.json":    {"primary"}, // artifact_ref and image_ref are one image
+		"slurm-reference.yaml":     {"runtime"},
+		"vllm-openai-compose.yaml": {"vllm", "metrics-sidecar"},
+	} {
+		got := ReferencedArtifacts(exampleVersion(t, file))
+		var names []string
+		for _, a := range got {
+			names = append(names, a.Name)
+		}
+		if strings.Join(names, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: referenced %v, want %v", file, names, want)
+		}
+	}
+	pkg, problems, err := manifest.Parse([]byte(bareManifest), "bare.yaml")
+	if err != nil || len(problems) > 0 {
+		t.Fatal(err, problems)
+	}
+	if got := ReferencedArtifacts(pkg.Versions[0]); len(got) != 0 {
+		t.Fatalf("bare version references %v", got)
+	}
+}
+
+func TestPublishGate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.registerExample(t, "slurm-reference.yaml")
+	f.register(t, bareManifest, SyntaxYAML)
+
+	// No artifact registry: a version with artifacts cannot be published…
+	_, err := f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", ActionPublish, "review done")
+	if errdefs.KindOf(err) != errdefs.KindFailedPrecondition || errCode(err) != "artifact_registry_not_configured" ||
+		!strings.Contains(err.Error(), "artifact registry is not configured") {
+		t.Fatalf("publish without registry: %v", err)
+	}
+	if v, _ := f.db.Queries().GetAppVersion(f.ctx, "slurm-reference", "24.05.0"); v.Status != StatusDraft {
+		t.Fatalf("refused publish changed status to %s", v.Status)
+	}
+	// …but one without artifacts can.
+	v, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", ActionPublish, "review done")
+	if err != nil || v.Status != StatusPublished || v.PublishedAt.IsZero() || v.StatusReason != "review done" {
+		t.Fatalf("publish bare: %+v %v", v, err)
+	}
+
+	// A registry that refuses: its error reaches the caller unchanged.
+	gate := &fakeArtifacts{err: errdefs.FailedPrecondition("artifact_not_verified", "artifact runtime is unverified")}
+	f.svc.SetArtifactGate(gate)
+	_, err = f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", ActionPublish, "review done")
+	if errCode(err) != "artifact_not_verified" || gate.calls != 1 || len(gate.expected) != 1 || gate.expected[0].Repository != "apps/slurm-reference/runtime" {
+		t.Fatalf("refusing gate: %v (calls %d, expected %+v)", err, gate.calls, gate.expected)
+	}
+	// A registry that fails: an internal error, not a verdict.
+	gate.err = errors.New("database on fire")
+	_, err = f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", ActionPublish, "review done")
+	if err == nil || errdefs.KindOf(err) != errdefs.KindInternal {
+		t.Fatalf("failing gate: %v", err)
+	}
+	// A registry that vouches for every artifact.
+	gate.err = nil
+	if v, err := f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", ActionPublish, "artifacts active"); err != nil || v.Status != StatusPublished {
+		t.Fatalf("publish with ready artifacts: %+v %v", v, err)
+	}
+	if n := len(f.audits(t, "app_version.publish")); n != 2 {
+		t.Fatalf("%d publish audit rows, want 2 (refusals write none)", n)
+	}
+	// Publishing twice is a state error.
+	if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", ActionPublish, "again"); errCode(err) != "invalid_version_transition" {
+		t.Fatalf("publish twice: %v", err)
+	}
+}
+
+func TestRetireGate(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	f.register(t, bareManifest, SyntaxYAML)
+	step := func(action string) (store.AppVersion, error) {
+		return f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", action, "because")
+	}
+	if _, err := step(ActionRetire); errCode(err) != "invalid_version_transition" {
+		t.Fatalf("retire a draft: %v", err)
+	}
+	if _, err := step(ActionPublish); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := step(ActionDeprecate); err != nil {
+		t.Fatal(err)
+	}
+	f.svc.SetInstanceGate(fakeInstances{n: 2})
+	if _, err := step(ActionRetire); errCode(err) != "version_in_use" || !strings.Contains(err.Error(), "2 live instance") {
+		t.Fatalf("retire in use: %v", err)
+	}
+	f.svc.SetInstanceGate(fakeInstances{n: 0})
+	v, err := step(ActionRetire)
+	if err != nil || v.Status != StatusRetired || v.RetiredAt.IsZero() || v.DeprecatedAt.IsZero() {
+		t.Fatalf("retire: %+v %v", v, err)
+	}
+	// Without an instances domain nothing blocks retiring.
+	f.svc.SetInstanceGate(nil)
+	f.register(t, strings.Replace(bareManifest, "1.0.0", "1.0.1", 1), SyntaxYAML)
+	for _, a := range []string{ActionPublish, ActionDeprecate, ActionRetire} {
+		if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.1", a, "because"); err != nil {
+			t.Fatalf("%s with nil gate: %v", a, err)
+		}
+	}
+	if _, err := step("delete"); errCode(err) != "unknown_action" {
+		t.Fatalf("unknown action: %v", err)
+	}
+	if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.1", ActionRetire, "  "); errdefs.KindOf(err) != errdefs.KindInvalidArgument {
+		t.Fatalf("blank reason: %v", err)
+	}
+}
+
+func TestRegisterIdempotentAndImmutable(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	reg := f.register(t, bareManifest, SyntaxYAML)
+	if !reg.Created || !reg.Changed || reg.Versions[0].Result != ResultCreated || reg.Versions[0].Status != StatusDraft ||
+		!strings.HasPrefix(reg.Versions[0].SubmittedBy, "user:") {
+		t.Fatalf("first registration: %+v", reg)
+	}
+	// The same package in other words (JSON, other key order) is a no-op.
+	same := `{"version": {"config_schema": {"properties": {"partition_name": {"default": "gpu", "type": "string"}}, "type": "object"}, "version": "1.0.0"},
+	 "app": {"runtime_backend": "slurm", "display_name": "Bare Slurm", "slug": "bare-slurm"}}`
+	reg = f.register(t, same, SyntaxJSON)
+	if reg.Created || reg.Changed || reg.AppResult != ResultUnchanged || reg.Versions[0].Result != ResultUnchanged {
+		t.Fatalf("identical re-submission: %+v", reg)
+	}
+	if n := len(f.audits(t, "app_manifest.resubmit")); n != 1 {
+		t.Fatalf("%d resubmit rows", n)
+	}
+	// A draft's body may still change.
+	changed := strings.Replace(bareManifest, "default: gpu", "default: batch", 1)
+	reg = f.register(t, changed, SyntaxYAML)
+	if !reg.Changed || reg.Versions[0].Result != ResultUpdated {
+		t.Fatalf("draft change: %+v", reg)
+	}
+	// Once published it may not.
+	if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", ActionPublish, "ok"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := f.svc.RegisterManifest(f.ctx, f.g, []byte(bareManifest), SyntaxYAML)
+	if errdefs.KindOf(err) != errdefs.KindConflict || errCode(err) != "version_immutable" || !strings.Contains(err.Error(), "bump the version") {
+		t.Fatalf("changed published body: %v", err)
+	}
+	// App metadata is not versioned: it may change.
+	reg = f.register(t, strings.Replace(changed, "Bare Slurm", "Bare Slurm 2", 1), SyntaxYAML)
+	if reg.AppResult != ResultUpdated || reg.App.DisplayName != "Bare Slurm 2" || reg.Versions[0].Result != ResultUnchanged {
+		t.Fatalf("metadata change: %+v", reg)
+	}
+	if n := len(f.audits(t, "app_manifest.register")); n != 3 {
+		t.Fatalf("%d register rows, want 3", n)
+	}
+	// Problems come back with pointer and line.
+	_, err = f.svc.RegisterManifest(f.ctx, f.g, []byte(strings.Replace(bareManifest, "bare-slurm", "Bare_Slurm", 1)), SyntaxYAML)
+	e, ok := errdefs.As(err)
+	if !ok || e.Kind != errdefs.KindUnprocessable || e.Code != "manifest_invalid" {
+		t.Fatalf("bad slug: %v", err)
+	}
+	ps := e.Details["problems"].([]manifest.Problem)
+	if len(ps) == 0 || ps[0].Pointer != "/app/slug" || ps[0].Line != 3 {
+		t.Fatalf("problems: %+v", ps)
+	}
+}

@@ -1,0 +1,298 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuaas/gpuaas/client"
+)
+
+func init() { commandFactories = append(commandFactories, newAppCmd) }
+
+func newAppCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "app",
+		Short: "Browse the app catalog, manage version lifecycle and project entitlements",
+	}
+	cmd.AddCommand(newAppListCmd(), newAppVersionsCmd(), newAppCatalogCmd(),
+		newAppTransitionCmd("publish", "Publish a draft version (platform admin; its artifacts must be active and verified)"),
+		newAppTransitionCmd("deprecate", "Deprecate a published version: existing instances continue, no new launches"),
+		newAppTransitionCmd("retire", "Retire a deprecated version (refused while a live instance uses it)"),
+		newAppEntitleCmd(), newAppEntitlementsCmd(), newAppPreviewCmd())
+	addClientFlags(cmd)
+	return cmd
+}
+
+func newAppListCmd() *cobra.Command {
+	var (
+		limit  int
+		cursor string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List the raw platform catalog (not filtered by entitlements)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			page, err := c.ListCatalog(cmd.Context(), client.CatalogListOptions{Limit: limit, Cursor: cursor})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd, page)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SLUG\tNAME\tBACKEND\tCATEGORY")
+			for _, a := range page.Items {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Slug, a.DisplayName, a.RuntimeBackend, a.Category)
+			}
+			if page.NextCursor != "" {
+				fmt.Fprintf(tw, "(more: --cursor %s)\n", page.NextCursor)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 0, "page size (1-500)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "cursor from a previous page")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON response")
+	return cmd
+}
+
+func newAppVersionsCmd() *cobra.Command {
+	var (
+		status string
+		limit  int
+		cursor string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "versions APP",
+		Short: "List an app's versions (drafts and retired versions: platform admins only)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			page, err := c.ListAppVersions(cmd.Context(), args[0], status, client.CatalogListOptions{Limit: limit, Cursor: cursor})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd, page)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "VERSION\tSTATUS\tBACKEND\tDIGEST")
+			for _, v := range page.Items {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Version, v.Status, v.RuntimeBackend, v.Digest)
+			}
+			if page.NextCursor != "" {
+				fmt.Fprintf(tw, "(more: --cursor %s)\n", page.NextCursor)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&status, "status", "", "only versions in this status (draft, published, deprecated, retired)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "page size (1-500)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "cursor from a previous page")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON response")
+	return cmd
+}
+
+func newAppCatalogCmd() *cobra.Command {
+	var (
+		project string
+		asJSON  bool
+	)
+	cmd := &cobra.Command{
+		Use:   "catalog --project ID",
+		Short: "List the apps a project is entitled to and their launchable versions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			page, err := c.ProjectCatalog(cmd.Context(), project, client.CatalogListOptions{Limit: 500})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(cmd, page)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "SLUG\tNAME\tLAUNCHABLE VERSIONS")
+			for _, e := range page.Items {
+				vs := ""
+				for i, v := range e.Versions {
+					if i > 0 {
+						vs += ", "
+					}
+					vs += v.Version
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\n", e.App.Slug, e.App.DisplayName, vs)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON response")
+	_ = cmd.MarkFlagRequired("project")
+	return cmd
+}
+
+func newAppTransitionCmd(action, short string) *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   action + " APP VERSION --reason TEXT",
+		Short: short,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			v, err := c.TransitionAppVersion(cmd.Context(), args[0], args[1], action, reason)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s %s is now %s\n", v.AppSlug, v.Version, v.Status)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the audit log; required)")
+	_ = cmd.MarkFlagRequired("reason")
+	return cmd
+}
+
+func newAppEntitleCmd() *cobra.Command {
+	var (
+		project string
+		disable bool
+		o       client.PolicyOverrides
+	)
+	cmd := &cobra.Command{
+		Use:   "entitle APP --project ID",
+		Short: "Enable (or --disable) an app for a project, optionally narrowing modes, scopes and versions (project admin)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			e, err := c.PutEntitlement(cmd.Context(), project, args[0], !disable, o)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd, e)
+		},
+	}
+	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
+	cmd.Flags().BoolVar(&disable, "disable", false, "disable the entitlement instead of enabling it")
+	cmd.Flags().StringSliceVar(&o.AllowedOperatingModes, "mode", nil, "allowed operating mode (repeatable): tenant_dedicated, platform_managed")
+	cmd.Flags().StringSliceVar(&o.AllowedControlPlaneScopes, "scope", nil, "allowed control-plane scope (repeatable): project, tenant, platform")
+	cmd.Flags().StringSliceVar(&o.AllowedVersions, "version", nil, "allowed version (repeatable); none means every published version")
+	cmd.Flags().BoolVar(&o.CanaryOptIn, "canary", false, "opt the project into canary artifacts")
+	_ = cmd.MarkFlagRequired("project")
+	return cmd
+}
+
+func newAppEntitlementsCmd() *cobra.Command {
+	var project string
+	cmd := &cobra.Command{
+		Use:   "entitlements --project ID",
+		Short: "List a project's app entitlements",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			page, err := c.ListEntitlements(cmd.Context(), project, client.CatalogListOptions{Limit: 500})
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd, page)
+		},
+	}
+	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
+	_ = cmd.MarkFlagRequired("project")
+	return cmd
+}
+
+func newAppPreviewCmd() *cobra.Command {
+	var (
+		project                       string
+		req                           client.LaunchRequest
+		gpus, cpus, mem, port         int
+		config, placement, parameters string
+	)
+	cmd := &cobra.Command{
+		Use:   "preview APP VERSION --project ID",
+		Short: "Resolve a launch without creating anything: effective values or field errors",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res := &client.LaunchResource{}
+			set := false
+			for _, f := range []struct {
+				name string
+				v    int
+				dst  **int
+			}{{"gpus", gpus, &res.GPUCount}, {"cpus", cpus, &res.CPUCores}, {"memory-gib", mem, &res.MemoryGiB}, {"host-port", port, &res.HostPort}} {
+				if cmd.Flags().Changed(f.name) {
+					v := f.v
+					*f.dst, set = &v, true
+				}
+			}
+			if set {
+				req.Resources = res
+			}
+			for _, d := range []struct {
+				name, v string
+				dst     *json.RawMessage
+			}{{"config", config, &req.Config}, {"placement", placement, &req.PlacementIntent}, {"params", parameters, &req.Parameters}} {
+				if d.v == "" {
+					continue
+				}
+				if !json.Valid([]byte(d.v)) {
+					return fmt.Errorf("--%s must be a JSON document", d.name)
+				}
+				*d.dst = json.RawMessage(d.v)
+			}
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			eff, err := c.PreviewLaunch(cmd.Context(), project, args[0], args[1], req)
+			var apiErr *client.APIError
+			if errors.As(err, &apiErr) && apiErr.Details["fields"] != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), apiErr.Message)
+				return exitCode(1)
+			}
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd, eff)
+		},
+	}
+	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
+	cmd.Flags().StringVar(&req.OperatingMode, "mode", "", "operating mode hint")
+	cmd.Flags().StringVar(&req.ControlPlaneScope, "scope", "", "control-plane scope hint")
+	cmd.Flags().IntVar(&gpus, "gpus", 0, "GPU count")
+	cmd.Flags().IntVar(&cpus, "cpus", 0, "CPU cores")
+	cmd.Flags().IntVar(&mem, "memory-gib", 0, "memory in GiB")
+	cmd.Flags().IntVar(&port, "host-port", 0, "host port")
+	cmd.Flags().StringVar(&config, "config", "", "config as JSON")
+	cmd.Flags().StringVar(&placement, "placement", "", "placement intent as JSON")
+	cmd.Flags().StringVar(&parameters, "params", "", "launch parameters as JSON")
+	_ = cmd.MarkFlagRequired("project")
+	return cmd
+}

@@ -1,0 +1,248 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// App is one catalog entry: the version-independent metadata of a manifest
+// package. Metadata is the canonical JSON of the app section.
+type App struct {
+	ID             string
+	Slug           string
+	DisplayName    string
+	Description    string
+	Category       string
+	RuntimeBackend string
+	Metadata       []byte
+	MetadataDigest string
+	SubmittedBy    string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+}
+
+// AppVersion is one registered version of an app. Manifest is the
+// normalised version body; Digest identifies it (sha256 of its canonical
+// JSON), so an identical re-submission can be told from a changed one.
+type AppVersion struct {
+	ID             string
+	AppID          string
+	AppSlug        string
+	Version        string
+	Status         string // draft | published | deprecated | retired
+	RuntimeBackend string
+	Manifest       []byte
+	Digest         string
+	SubmittedBy    string
+	StatusReason   string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	PublishedAt    time.Time // zero until published
+	DeprecatedAt   time.Time
+	RetiredAt      time.Time
+}
+
+// AppEntitlement says whether a project may use an app, and how the
+// project narrows what the app's manifest allows (PolicyOverrides, JSON).
+type AppEntitlement struct {
+	ID              string
+	ProjectID       string
+	OrgID           string
+	AppID           string
+	AppSlug         string
+	Enabled         bool
+	PolicyOverrides []byte
+	UpdatedBy       string
+	CreatedAt       time.Time
+	UpdatedAt       time.Time
+}
+
+const appCols = `id, slug, display_name, description, category, runtime_backend, metadata, metadata_digest, submitted_by, created_at, updated_at`
+
+func scanApp(s interface{ Scan(...any) error }) (App, error) {
+	var a App
+	err := s.Scan(&a.ID, &a.Slug, &a.DisplayName, &a.Description, &a.Category, &a.RuntimeBackend, scanJSON(&a.Metadata),
+		&a.MetadataDigest, &a.SubmittedBy, scanTime(&a.CreatedAt), scanTime(&a.UpdatedAt))
+	return a, err
+}
+
+// CreateApp inserts an app; a taken slug is ErrAlreadyExists.
+func (q *Queries) CreateApp(ctx context.Context, a App) error {
+	_, err := q.exec(ctx, `INSERT INTO apps (`+appCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.ID, a.Slug, a.DisplayName, a.Description, a.Category, a.RuntimeBackend, jsonText(a.Metadata), a.MetadataDigest,
+		a.SubmittedBy, ts(a.CreatedAt), ts(a.UpdatedAt))
+	return err
+}
+
+// UpdateAppMetadata replaces the metadata of the app with a.ID.
+func (q *Queries) UpdateAppMetadata(ctx context.Context, a App) error {
+	return q.execOne(ctx, `UPDATE apps SET display_name = ?, description = ?, category = ?, runtime_backend = ?, metadata = ?,
+		metadata_digest = ?, submitted_by = ?, updated_at = ? WHERE id = ?`,
+		a.DisplayName, a.Description, a.Category, a.RuntimeBackend, jsonText(a.Metadata), a.MetadataDigest, a.SubmittedBy,
+		ts(a.UpdatedAt), a.ID)
+}
+
+// GetAppBySlug returns the app with slug.
+func (q *Queries) GetAppBySlug(ctx context.Context, slug string) (App, error) {
+	a, err := scanApp(q.queryRow(ctx, `SELECT `+appCols+` FROM apps WHERE slug = ?`, slug))
+	return a, scanOne(err)
+}
+
+// ListApps lists apps in creation order. With withVersionIn non-empty, only
+// apps having at least one version in one of those statuses.
+func (q *Queries) ListApps(ctx context.Context, withVersionIn []string, p Page) ([]App, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	query := `SELECT ` + appCols + ` FROM apps WHERE id > ?`
+	args := []any{after}
+	if len(withVersionIn) > 0 {
+		query += ` AND EXISTS (SELECT 1 FROM app_versions v WHERE v.app_id = apps.id AND v.status IN (` + placeholders(len(withVersionIn)) + `))`
+		for _, s := range withVersionIn {
+			args = append(args, s)
+		}
+	}
+	rows, err := q.query(ctx, query+` ORDER BY id`+limitClause(limit), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanApp)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(a App) string { return a.ID })
+	return out, next, nil
+}
+
+const appVersionCols = `id, app_id, app_slug, version, status, runtime_backend, manifest, digest, submitted_by, status_reason,
+	created_at, updated_at, published_at, deprecated_at, retired_at`
+
+func scanAppVersion(s interface{ Scan(...any) error }) (AppVersion, error) {
+	var v AppVersion
+	err := s.Scan(&v.ID, &v.AppID, &v.AppSlug, &v.Version, &v.Status, &v.RuntimeBackend, scanJSON(&v.Manifest), &v.Digest,
+		&v.SubmittedBy, &v.StatusReason, scanTime(&v.CreatedAt), scanTime(&v.UpdatedAt), scanTime(&v.PublishedAt),
+		scanTime(&v.DeprecatedAt), scanTime(&v.RetiredAt))
+	return v, err
+}
+
+// CreateAppVersion inserts a version; an existing (app, version) pair is
+// ErrAlreadyExists.
+func (q *Queries) CreateAppVersion(ctx context.Context, v AppVersion) error {
+	_, err := q.exec(ctx, `INSERT INTO app_versions (`+appVersionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		v.ID, v.AppID, v.AppSlug, v.Version, v.Status, v.RuntimeBackend, jsonText(v.Manifest), v.Digest, v.SubmittedBy,
+		v.StatusReason, ts(v.CreatedAt), ts(v.UpdatedAt), nullTS(v.PublishedAt), nullTS(v.DeprecatedAt), nullTS(v.RetiredAt))
+	return err
+}
+
+// ReplaceDraftVersion replaces the body of a version that is still a draft.
+// A version that left draft meanwhile is ErrNotFound: published bodies are
+// immutable.
+func (q *Queries) ReplaceDraftVersion(ctx context.Context, v AppVersion) error {
+	return q.execOne(ctx, `UPDATE app_versions SET runtime_backend = ?, manifest = ?, digest = ?, submitted_by = ?, updated_at = ?
+		WHERE id = ? AND status = 'draft'`,
+		v.RuntimeBackend, jsonText(v.Manifest), v.Digest, v.SubmittedBy, ts(v.UpdatedAt), v.ID)
+}
+
+// GetAppVersion returns one version of an app.
+func (q *Queries) GetAppVersion(ctx context.Context, appSlug, version string) (AppVersion, error) {
+	v, err := scanAppVersion(q.queryRow(ctx, `SELECT `+appVersionCols+` FROM app_versions WHERE app_slug = ? AND version = ?`, appSlug, version))
+	return v, scanOne(err)
+}
+
+// ListAppVersions lists the versions of an app in registration order,
+// only those in statuses when it is non-empty.
+func (q *Queries) ListAppVersions(ctx context.Context, appSlug string, statuses []string, p Page) ([]AppVersion, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	query := `SELECT ` + appVersionCols + ` FROM app_versions WHERE app_slug = ? AND id > ?`
+	args := []any{appSlug, after}
+	if len(statuses) > 0 {
+		query += ` AND status IN (` + placeholders(len(statuses)) + `)`
+		for _, s := range statuses {
+			args = append(args, s)
+		}
+	}
+	rows, err := q.query(ctx, query+` ORDER BY id`+limitClause(limit), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanAppVersion)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(v AppVersion) string { return v.ID })
+	return out, next, nil
+}
+
+// SetAppVersionStatus moves a version from status from to status to,
+// stamping the time of the new status. A version no longer in from (a
+// concurrent transition won) is ErrNotFound.
+func (q *Queries) SetAppVersionStatus(ctx context.Context, id, from, to, reason string, at time.Time) error {
+	stamp := map[string]string{"published": "published_at", "deprecated": "deprecated_at", "retired": "retired_at"}[to]
+	set := `status = ?, status_reason = ?, updated_at = ?`
+	args := []any{to, reason, ts(at)}
+	if stamp != "" {
+		set += `, ` + stamp + ` = ?`
+		args = append(args, ts(at))
+	}
+	args = append(args, id, from)
+	return q.execOne(ctx, `UPDATE app_versions SET `+set+` WHERE id = ? AND status = ?`, args...)
+}
+
+const entitlementCols = `id, project_id, org_id, app_id, app_slug, enabled, policy_overrides, updated_by, created_at, updated_at`
+
+func scanEntitlement(s interface{ Scan(...any) error }) (AppEntitlement, error) {
+	var e AppEntitlement
+	err := s.Scan(&e.ID, &e.ProjectID, &e.OrgID, &e.AppID, &e.AppSlug, &e.Enabled, scanJSON(&e.PolicyOverrides), &e.UpdatedBy,
+		scanTime(&e.CreatedAt), scanTime(&e.UpdatedAt))
+	return e, err
+}
+
+// CreateEntitlement inserts an entitlement; one per (project, app).
+func (q *Queries) CreateEntitlement(ctx context.Context, e AppEntitlement) error {
+	_, err := q.exec(ctx, `INSERT INTO app_entitlements (`+entitlementCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		e.ID, e.ProjectID, e.OrgID, e.AppID, e.AppSlug, e.Enabled, jsonText(e.PolicyOverrides), e.UpdatedBy,
+		ts(e.CreatedAt), ts(e.UpdatedAt))
+	return err
+}
+
+// UpdateEntitlement replaces enabled and the overrides of entitlement e.ID.
+func (q *Queries) UpdateEntitlement(ctx context.Context, e AppEntitlement) error {
+	return q.execOne(ctx, `UPDATE app_entitlements SET enabled = ?, policy_overrides = ?, updated_by = ?, updated_at = ? WHERE id = ?`,
+		e.Enabled, jsonText(e.PolicyOverrides), e.UpdatedBy, ts(e.UpdatedAt), e.ID)
+}
+
+// GetEntitlement returns the entitlement of a project to an app.
+func (q *Queries) GetEntitlement(ctx context.Context, projectID, appSlug string) (AppEntitlement, error) {
+	e, err := scanEntitlement(q.queryRow(ctx, `SELECT `+entitlementCols+` FROM app_entitlements WHERE project_id = ? AND app_slug = ?`,
+		projectID, appSlug))
+	return e, scanOne(err)
+}
+
+// ListEntitlements lists a project's entitlements in creation order; with
+// onlyEnabled, just the enabled ones.
+func (q *Queries) ListEntitlements(ctx context.Context, projectID string, onlyEnabled bool, p Page) ([]AppEntitlement, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	query := `SELECT ` + entitlementCols + ` FROM app_entitlements WHERE project_id = ? AND id > ?`
+	args := []any{projectID, after}
+	if onlyEnabled {
+		query += ` AND enabled = ?`
+		args = append(args, true)
+	}
+	rows, err := q.query(ctx, query+` ORDER BY id`+limitClause(limit), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanEntitlement)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(e AppEntitlement) string { return e.ID })
+	return out, next, nil
+}
