@@ -1,14 +1,32 @@
 // Package artifacts owns app artifacts: publish and pull intents, digest
 // registration against the real registry or blob store, and the trust and
 // promotion lifecycle.
+//
+// The control plane owns ownership, policy, audit, lifecycle and digest
+// truth; the OCI registry (package registry) and the blob store (package
+// blobstore) own the bytes. The service is also the registry's Authorizer:
+// the credentials publish and pull intents hand out are checked here.
 package artifacts
 
 import (
 	"log/slog"
+	"net/http"
+	"sync/atomic"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/blobstore"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/registry"
+	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Defaults for the intent lifetimes.
+const (
+	DefaultIntentTTL = 15 * time.Minute // publish and pull intents and their registry credentials
+	MaxIntentTTL     = time.Hour
+	DefaultWrapTTL   = 5 * time.Minute // wrapping tokens (capped by the intent's expiry)
 )
 
 // Deps are what the artifacts service needs.
@@ -17,15 +35,72 @@ type Deps struct {
 	IAM    *iam.Service
 	Logger *slog.Logger
 	Now    func() time.Time
+	// Sealer encrypts wrapped credentials at rest (built-in vault).
+	Sealer *sealer.Sealer
+	// Blobs is project blob storage (artifact_store://).
+	Blobs *blobstore.Store
+	// Vault holds wrapped credentials; nil means the built-in one (database + Sealer).
+	Vault CredentialVault
+	// Instances answers "does a live instance use this digest"; nil means no instances exist.
+	Instances InstanceUsage
+	// IntentTTL is the default lifetime of intents; WrapTTL of wrapping tokens.
+	IntentTTL time.Duration
+	WrapTTL   time.Duration
 }
 
 // Service is the artifacts domain.
-type Service struct{ Deps }
+type Service struct {
+	Deps
+	reg atomic.Pointer[registryLink]
+}
+
+// registryLink is the registry the service talks to, attached once the
+// listener's public address is known.
+type registryLink struct {
+	reg      *registry.Registry
+	host     string // host[:port] clients push to and pull from
+	realm    string // token endpoint URL
+	insecure bool   // plain HTTP
+	external bool
+	rt       http.RoundTripper
+}
 
 // New builds the service.
 func New(d Deps) *Service {
 	if d.Now == nil {
 		d.Now = time.Now
 	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.IntentTTL <= 0 {
+		d.IntentTTL = DefaultIntentTTL
+	}
+	if d.WrapTTL <= 0 {
+		d.WrapTTL = DefaultWrapTTL
+	}
+	if d.Vault == nil && d.Sealer != nil {
+		d.Vault = &BuiltinVault{Sealer: d.Sealer, Now: d.Now}
+	}
 	return &Service{Deps: d}
+}
+
+// AttachRegistry connects the service to the registry clients use: host is
+// the host[:port] in image references (the API listener's public address for
+// the embedded registry, the external registry's host otherwise), realm is
+// the token endpoint and insecure tells whether the registry speaks plain HTTP.
+func (s *Service) AttachRegistry(reg *registry.Registry, host, realm string, insecure, external bool) {
+	l := &registryLink{reg: reg, host: host, realm: realm, insecure: insecure, external: external, rt: http.DefaultTransport}
+	if !external {
+		l.rt = handlerTransport{h: reg.Handler(), plainHTTP: insecure}
+	}
+	s.reg.Store(l)
+}
+
+func (s *Service) registry() (*registryLink, error) {
+	l := s.reg.Load()
+	if l == nil {
+		return nil, errdefs.FailedPrecondition("registry_unavailable", "the OCI registry is not attached yet; retry once the server is listening")
+	}
+	return l, nil
 }

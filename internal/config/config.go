@@ -32,6 +32,11 @@ type Config struct {
 	IdempotencyTTL         time.Duration
 	MaxBodyBytes           int64
 	ShutdownTimeout        time.Duration
+
+	RegistryURL      string        // external distribution-compatible registry; empty = embedded
+	RegistryDir      string        // embedded registry storage; default <data-dir>/registry
+	BlobDir          string        // project blob storage; default <data-dir>/blobs
+	RegistryTokenTTL time.Duration // lifetime of registry bearer tokens
 }
 
 // Defaults returns the configuration used when nothing is set.
@@ -47,6 +52,7 @@ func Defaults() Config {
 		IdempotencyTTL:         24 * time.Hour,
 		MaxBodyBytes:           1 << 20,
 		ShutdownTimeout:        15 * time.Second,
+		RegistryTokenTTL:       5 * time.Minute,
 	}
 }
 
@@ -66,6 +72,10 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long idempotency keys are remembered")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted JSON request body")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "grace period for in-flight requests on SIGTERM")
+	fs.StringVar(&c.RegistryURL, "registry-url", c.RegistryURL, "external OCI registry trusting this server's tokens (default: embedded registry on the API listener)")
+	fs.StringVar(&c.RegistryDir, "registry-dir", c.RegistryDir, "embedded registry storage (default <data-dir>/registry)")
+	fs.StringVar(&c.BlobDir, "blob-dir", c.BlobDir, "project blob storage (default <data-dir>/blobs)")
+	fs.DurationVar(&c.RegistryTokenTTL, "registry-token-ttl", c.RegistryTokenTTL, "lifetime of registry bearer tokens")
 }
 
 // ApplyEnv sets every flag not given on the command line from its

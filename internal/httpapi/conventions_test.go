@@ -35,8 +35,8 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 		before := auditCount(t, s)
 		cases := []struct {
 			name, method, path, body string
-			status                    int
-			code, mentions            string
+			status                   int
+			code, mentions           string
 		}{
 			{"malformed json", "POST", path, `{"slug": "a",`, 400, "malformed_json", "JSON"},
 			{"unknown field", "POST", path, `{"slug":"abc","name":"A","colour":"red"}`, 400, "unknown_field", "colour"},

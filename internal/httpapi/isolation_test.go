@@ -16,11 +16,11 @@ import (
 // the body, so a sweep reaches the permission check rather than stopping at
 // "missing field". Routes not listed get {}.
 var sampleBodies = map[string]any{
-	"POST /api/v1/orgs":                         map[string]string{"slug": "sweep-org", "name": "Sweep"},
-	"POST /api/v1/orgs/{org_id}/projects":       map[string]string{"slug": "sweep-proj", "name": "Sweep"},
-	"POST /api/v1/orgs/{org_id}/members":        map[string]string{"user_id": "USER", "role": "project_viewer"},
+	"POST /api/v1/orgs":                          map[string]string{"slug": "sweep-org", "name": "Sweep"},
+	"POST /api/v1/orgs/{org_id}/projects":        map[string]string{"slug": "sweep-proj", "name": "Sweep"},
+	"POST /api/v1/orgs/{org_id}/members":         map[string]string{"user_id": "USER", "role": "project_viewer"},
 	"POST /api/v1/projects/{project_id}/members": map[string]string{"user_id": "USER", "role": "project_viewer"},
-	"POST /api/v1/users":                        map[string]string{"email": "sweep@example.com", "password": "long-enough-password"},
+	"POST /api/v1/users":                         map[string]string{"email": "sweep@example.com", "password": "long-enough-password"},
 }
 
 type tenancyFixture struct {

@@ -13,5 +13,8 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
 		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
+		// distribution's App starts a notification broadcaster that
+		// App.Shutdown never closes: one parked goroutine per embedded registry.
+		goleak.IgnoreTopFunction("github.com/docker/go-events.(*Broadcaster).run"),
 	)
 }

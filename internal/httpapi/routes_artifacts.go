@@ -1,4 +1,33 @@
 package httpapi
 
 // artifactRoutes: registry info, publish/pull intents, registration, lifecycle.
-func (a *API) artifactRoutes() []route { return nil }
+func (a *API) artifactRoutes() []route {
+	const arts = "/api/v1/projects/{project_id}/app-artifacts"
+	const uploads = "/api/v1/projects/{project_id}/artifact-uploads/{upload_id}"
+	return []route{
+		{method: "GET", path: "/api/v1/apps/registry", handler: a.registryInfo},
+		// Not an idempotent replay: a replay would hand the secret out again.
+		{method: "POST", path: "/api/v1/apps/registry/unwrap", handler: a.unwrapCredentials, noIdempotency: true},
+
+		{method: "POST", path: arts + "/publish-intents", handler: a.createPublishIntent},
+		{method: "POST", path: arts, handler: a.registerArtifact},
+		{method: "GET", path: arts, handler: a.listArtifacts},
+		{method: "GET", path: arts + "/{artifact_id}", handler: a.getArtifact},
+		{method: "POST", path: arts + "/{artifact_id}/promote", handler: a.promoteArtifact},
+		{method: "POST", path: arts + "/{artifact_id}/verify", handler: a.verifyArtifact},
+		{method: "POST", path: arts + "/{artifact_id}/revoke", handler: a.revokeArtifact},
+		{method: "POST", path: arts + "/{artifact_id}/deprecate", handler: a.deprecateArtifact},
+		{method: "POST", path: arts + "/{artifact_id}/retire", handler: a.retireArtifact},
+		{method: "POST", path: arts + "/{artifact_id}/pull-intents", handler: a.createPullIntent},
+		{method: "GET", path: arts + "/{artifact_id}/content", handler: a.artifactContent},
+
+		{method: "POST", path: "/api/v1/projects/{project_id}/artifact-signing-keys", handler: a.createSigningKey},
+		{method: "GET", path: "/api/v1/projects/{project_id}/artifact-signing-keys", handler: a.listSigningKeys},
+
+		// Blob uploads stream the body straight into the blob store.
+		{method: "GET", path: uploads, handler: a.uploadStatus},
+		{method: "PATCH", path: uploads, handler: a.uploadChunk, maxBody: -1},
+		{method: "PUT", path: uploads, handler: a.uploadCommit, maxBody: -1, noIdempotency: true},
+		{method: "DELETE", path: uploads, handler: a.uploadAbort},
+	}
+}

@@ -7,7 +7,9 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-func grants(p principal.Principal, bs ...store.RoleBinding) *Grants { return &Grants{P: p, bindings: bs} }
+func grants(p principal.Principal, bs ...store.RoleBinding) *Grants {
+	return &Grants{P: p, bindings: bs}
+}
 
 func TestPolicyScopes(t *testing.T) {
 	user := principal.Principal{Type: principal.User, ID: "u"}

@@ -32,8 +32,9 @@ type App struct {
 	Tokens *iam.Tokens
 	API    *httpapi.API
 
-	listener net.Listener
-	http     *http.Server
+	listener  net.Listener
+	http      *http.Server
+	artifacts *artifactParts // registry and blob store (issue 5)
 }
 
 // NewLogger builds the process logger from the config.
@@ -90,9 +91,14 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	svc := &iam.Service{DB: db, Tokens: tokens, Logger: logger}
 	a := &App{Config: cfg, Logger: logger, DB: db, IAM: svc, Tokens: tokens}
 	sa := serviceaccounts.New(serviceaccounts.Deps{DB: db, IAM: svc, Tokens: tokens, Logger: logger,
-		TokenURL: cfg.PublicURL + "/api/v1/auth/service-account/token"})
+		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})
+	tokens.SA = sa
 	cat := catalog.NewService(catalog.Deps{DB: db, IAM: svc, Logger: logger})
-	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger})
+	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg.DataDir, cfg.BlobDir, key); err != nil {
+		return nil, err
+	}
+	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs})
+	cat.SetArtifactGate(arts)
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
@@ -118,7 +124,12 @@ func (a *App) Listen() error {
 		return fmt.Errorf("listen on %s: %w", a.Config.Listen, err)
 	}
 	a.listener = l
-	return nil
+	// Port 0: the public URL follows the bound port, and so does the
+	// registry (its host and token realm are the API listener's).
+	if a.Config.PublicURL == "http://"+a.Config.Listen {
+		a.Config.PublicURL = "http://" + l.Addr().String()
+	}
+	return a.startRegistry()
 }
 
 // Addr is the bound address, after Listen.
@@ -159,6 +170,6 @@ func (a *App) Serve(ctx context.Context) error {
 }
 
 // Close releases the database.
-func (a *App) Close() error { return a.DB.Close() }
+func (a *App) Close() error { return errors.Join(a.closeRegistry(), a.DB.Close()) }
 
 func (a *App) now() time.Time { return time.Now() }

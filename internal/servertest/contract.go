@@ -53,12 +53,15 @@ func LoadContract() (*Contract, error) {
 func (c *Contract) Template(path string) (string, bool) {
 	paths, _ := c.doc["paths"].(map[string]any)
 	segs := strings.Split(strings.Trim(path, "/"), "/")
+	// The most specific template wins (most literal segments), as in the
+	// server's mux: /app-artifacts/publish-intents beats /app-artifacts/{id}.
+	best, bestLiterals := "", -1
 	for tmpl := range paths {
 		ts := strings.Split(strings.Trim(tmpl, "/"), "/")
 		if len(ts) != len(segs) {
 			continue
 		}
-		ok := true
+		ok, literals := true, 0
 		for i := range ts {
 			if strings.HasPrefix(ts[i], "{") {
 				if segs[i] == "" {
@@ -70,12 +73,13 @@ func (c *Contract) Template(path string) (string, bool) {
 				ok = false
 				break
 			}
+			literals++
 		}
-		if ok {
-			return tmpl, true
+		if ok && literals > bestLiterals {
+			best, bestLiterals = tmpl, literals
 		}
 	}
-	return "", false
+	return best, best != ""
 }
 
 func esc(s string) string { return strings.ReplaceAll(strings.ReplaceAll(s, "~", "~0"), "/", "~1") }

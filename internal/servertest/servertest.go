@@ -158,7 +158,9 @@ type Client struct {
 }
 
 // Anonymous returns a client with no token.
-func (s *Server) Anonymous() *Client { return &Client{S: s, HTTP: &http.Client{Timeout: 30 * time.Second}} }
+func (s *Server) Anonymous() *Client {
+	return &Client{S: s, HTTP: &http.Client{Timeout: 30 * time.Second}}
+}
 
 // As returns a client using token.
 func (s *Server) As(token string) *Client {
@@ -297,4 +299,6 @@ func errorCorrelation(r *Response) string {
 }
 
 // RequestHash is the hash the idempotency layer keys a request by.
-func RequestHash(method, path string, body []byte) string { return httpapi.RequestHash(method, path, body) }
+func RequestHash(method, path string, body []byte) string {
+	return httpapi.RequestHash(method, path, body)
+}

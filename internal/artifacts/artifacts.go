@@ -1,0 +1,403 @@
+package artifacts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/blobstore"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/registry"
+	"github.com/gpuaas/gpuaas/internal/signature"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// InstanceUsage is implemented by the instances domain: retiring an
+// artifact is refused while a live instance uses its digest.
+type InstanceUsage interface {
+	// LiveInstancesUsingDigest counts live (not decommissioned) instances
+	// that run digest.
+	LiveInstancesUsingDigest(ctx context.Context, q *store.Queries, digest string) (int, error)
+}
+
+func artifactNotFound(id string) error {
+	return errdefs.NotFound("artifact_not_found", "artifact %q does not exist in this project", id)
+}
+
+// artifact resolves a project the caller may see with perm, and one of its artifacts.
+func (s *Service) artifact(ctx context.Context, g *iam.Grants, projectID, artifactID, perm string) (store.Project, store.AppArtifact, error) {
+	p, err := s.IAM.Project(ctx, g, projectID, perm)
+	if err != nil {
+		return store.Project{}, store.AppArtifact{}, err
+	}
+	if _, err := uuid.Parse(artifactID); err != nil {
+		return store.Project{}, store.AppArtifact{}, artifactNotFound(artifactID)
+	}
+	a, err := s.DB.Queries().GetAppArtifact(ctx, p.ID, artifactID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Project{}, store.AppArtifact{}, artifactNotFound(artifactID)
+	}
+	return p, a, err
+}
+
+// Get returns one artifact.
+func (s *Service) Get(ctx context.Context, g *iam.Grants, projectID, artifactID string) (store.AppArtifact, error) {
+	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactRead)
+	return a, err
+}
+
+// List lists a project's artifacts.
+func (s *Service) List(ctx context.Context, g *iam.Grants, projectID string, f store.AppArtifactFilter, pg store.Page) ([]store.AppArtifact, string, error) {
+	p, err := s.IAM.Project(ctx, g, projectID, iam.PermArtifactRead)
+	if err != nil {
+		return nil, "", err
+	}
+	if f.LifecycleState != "" && !ValidState(f.LifecycleState) {
+		return nil, "", errdefs.Invalid("invalid_filter", "state must be one of draft, staged, canary, active, deprecated, retired")
+	}
+	if f.TrustState != "" && !slices.Contains([]string{TrustUnverified, TrustVerified, TrustFailed}, f.TrustState) {
+		return nil, "", errdefs.Invalid("invalid_filter", "trust_state must be unverified, verified or failed")
+	}
+	return s.DB.Queries().ListAppArtifacts(ctx, p.ID, f, pg)
+}
+
+// TransitionInput is the body of promote, deprecate, retire and revoke.
+type TransitionInput struct {
+	TargetState string `json:"target_state"`
+	Reason      string `json:"reason"`
+}
+
+func requireReason(reason string) error {
+	if strings.TrimSpace(reason) == "" {
+		return errdefs.Validation([]errdefs.FieldError{{Field: "/reason", Code: "required", Message: "say why: the reason is recorded in the audit log"}})
+	}
+	if len(reason) > 1024 {
+		return errdefs.Validation([]errdefs.FieldError{{Field: "/reason", Code: "too_long", Message: "must be at most 1024 characters"}})
+	}
+	return nil
+}
+
+// transition applies change to an artifact in one audited transaction; the
+// update only lands if nobody transitioned the artifact meanwhile.
+func (s *Service) transition(ctx context.Context, action, reason string, a store.AppArtifact, change func(*store.AppArtifact)) (store.AppArtifact, error) {
+	before := a
+	change(&a)
+	a.UpdatedAt = s.Now()
+	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if err := tx.UpdateAppArtifactState(ctx, a, before.LifecycleState, before.TrustState, !before.RevokedAt.IsZero()); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return errdefs.Conflict("artifact_changed", "artifact %s changed while this request ran; read it again and retry", a.ID)
+			}
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "app_artifact", ResourceID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, Reason: reason},
+			stateOf(before), stateOf(a))
+	})
+	if err != nil {
+		return store.AppArtifact{}, err
+	}
+	return a, nil
+}
+
+func refuseRevoked(a store.AppArtifact) error {
+	if !a.RevokedAt.IsZero() {
+		return errdefs.FailedPrecondition("artifact_revoked", "artifact %s is revoked (%s); revocation is terminal", a.ID, a.RevokeReason)
+	}
+	return nil
+}
+
+func illegal(a store.AppArtifact, to string) error {
+	return errdefs.FailedPrecondition("illegal_transition", "artifact %s is %s and cannot move to %s; allowed next states: %s",
+		a.ID, a.LifecycleState, to, describeNext(a.LifecycleState)).
+		WithDetails(map[string]any{"state": a.LifecycleState, "allowed_next_states": NextStates(a.LifecycleState)})
+}
+
+// Promote moves an artifact along draft → staged → canary → active (or
+// canary → staged as a rollback). Without a target it takes the next step.
+// Active requires a verified artifact.
+func (s *Service) Promote(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (store.AppArtifact, error) {
+	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactPromote)
+	if err != nil {
+		return store.AppArtifact{}, err
+	}
+	if err := requireReason(in.Reason); err != nil {
+		return store.AppArtifact{}, err
+	}
+	if err := refuseRevoked(a); err != nil {
+		return store.AppArtifact{}, err
+	}
+	to := in.TargetState
+	if to == "" {
+		if n := transitions[a.LifecycleState]; len(n) > 0 && slices.Contains(promotable, n[0]) {
+			to = n[0]
+		} else {
+			return store.AppArtifact{}, illegal(a, "the next promotion state")
+		}
+	}
+	if !slices.Contains(promotable, to) {
+		return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_state", Code: "invalid",
+			Message: "must be staged, canary or active (use the deprecate and retire endpoints for the rest)"}})
+	}
+	if !CanTransition(a.LifecycleState, to) {
+		return store.AppArtifact{}, illegal(a, to)
+	}
+	if to == StateActive && a.TrustState != TrustVerified {
+		return store.AppArtifact{}, errdefs.FailedPrecondition("artifact_not_verified",
+			"artifact %s is %s; only a verified artifact can become active — run POST .../app-artifacts/%s/verify first", a.ID, a.TrustState, a.ID)
+	}
+	return s.transition(ctx, "artifact.promote", in.Reason, a, func(a *store.AppArtifact) { a.LifecycleState = to })
+}
+
+// Deprecate moves an active artifact to deprecated: no new use.
+func (s *Service) Deprecate(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (store.AppArtifact, error) {
+	return s.step(ctx, g, projectID, artifactID, in, StateDeprecated, "artifact.deprecate")
+}
+
+// Retire moves a deprecated artifact to retired, refused while a live
+// instance uses its digest.
+func (s *Service) Retire(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (store.AppArtifact, error) {
+	return s.step(ctx, g, projectID, artifactID, in, StateRetired, "artifact.retire")
+}
+
+func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput, to, action string) (store.AppArtifact, error) {
+	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactPromote)
+	if err != nil {
+		return store.AppArtifact{}, err
+	}
+	if err := requireReason(in.Reason); err != nil {
+		return store.AppArtifact{}, err
+	}
+	if err := refuseRevoked(a); err != nil {
+		return store.AppArtifact{}, err
+	}
+	if in.TargetState != "" && in.TargetState != to {
+		return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_state", Code: "invalid", Message: "must be " + to + " here (or omitted)"}})
+	}
+	if !CanTransition(a.LifecycleState, to) {
+		return store.AppArtifact{}, illegal(a, to)
+	}
+	if to == StateRetired && s.Instances != nil {
+		n, err := s.Instances.LiveInstancesUsingDigest(ctx, s.DB.Queries(), a.Digest)
+		if err != nil {
+			return store.AppArtifact{}, err
+		}
+		if n > 0 {
+			return store.AppArtifact{}, errdefs.FailedPrecondition("artifact_in_use",
+				"%d live instance(s) still run %s; decommission or upgrade them before retiring it", n, a.Digest)
+		}
+	}
+	return s.transition(ctx, action, in.Reason, a, func(a *store.AppArtifact) { a.LifecycleState = to })
+}
+
+// Revoke marks an artifact revoked: terminal, from any state. It blocks
+// pull intents, promotion and new launches; outstanding pull credentials
+// stop being granted tokens.
+func (s *Service) Revoke(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (store.AppArtifact, error) {
+	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactRevoke)
+	if err != nil {
+		return store.AppArtifact{}, err
+	}
+	if err := requireReason(in.Reason); err != nil {
+		return store.AppArtifact{}, err
+	}
+	if in.TargetState != "" {
+		return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_state", Code: "unexpected", Message: "revoke takes no target state"}})
+	}
+	if err := refuseRevoked(a); err != nil {
+		return store.AppArtifact{}, err
+	}
+	return s.transition(ctx, "artifact.revoke", in.Reason, a, func(a *store.AppArtifact) {
+		a.RevokedAt, a.RevokeReason = s.Now(), in.Reason
+	})
+}
+
+// VerifyInput is the body of verify.
+type VerifyInput struct {
+	Reason string `json:"reason"`
+}
+
+// Verify checks an artifact against its trust requirements and records the
+// outcome: for OCI the cosign signature (and provenance when required)
+// against the project's registered keys in the real registry, for blobs the
+// stored object's digest. A verification failure is stored with its reason
+// (trust_state failed); a registry outage changes nothing.
+func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifactID string, in VerifyInput) (store.AppArtifact, error) {
+	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactWrite)
+	if err != nil {
+		return store.AppArtifact{}, err
+	}
+	if err := refuseRevoked(a); err != nil {
+		return store.AppArtifact{}, err
+	}
+	if a.LifecycleState == StateRetired {
+		return store.AppArtifact{}, errdefs.FailedPrecondition("artifact_retired", "artifact %s is retired; nothing to verify", a.ID)
+	}
+	var res verifyResult
+	if a.ArtifactKind == KindBlob {
+		res, err = s.verifyBlob(ctx, a)
+	} else {
+		res, err = s.verifyOCI(ctx, a)
+	}
+	if err != nil {
+		if errdefs.KindOf(err) == errdefs.KindUnavailable {
+			s.Logger.WarnContext(ctx, "artifact verification could not read the registry", "artifact_id", a.ID, "err", errors.Unwrap(err))
+		}
+		return store.AppArtifact{}, err
+	}
+	return s.transition(ctx, "artifact.verify", in.Reason, a, func(a *store.AppArtifact) {
+		if res.reason == "" {
+			a.TrustState, a.TrustReason, a.TrustDetail, a.VerifiedKeyID, a.VerifiedAt = TrustVerified, "", "", res.keyID, s.Now()
+		} else {
+			a.TrustState, a.TrustReason, a.TrustDetail, a.VerifiedKeyID = TrustFailed, res.reason, res.detail, ""
+		}
+	})
+}
+
+type verifyResult struct{ reason, detail, keyID string }
+
+func (s *Service) verifyBlob(ctx context.Context, a store.AppArtifact) (verifyResult, error) {
+	key, err := blobstore.ParseURI(a.SourceURI)
+	if err != nil {
+		return verifyResult{}, err
+	}
+	obj, err := s.Blobs.Stat(ctx, key)
+	if errors.Is(err, blobstore.ErrNotFound) {
+		return verifyResult{reason: "object_missing", detail: "nothing is stored at " + a.SourceURI}, nil
+	}
+	if err != nil {
+		return verifyResult{}, err
+	}
+	if obj.Digest != a.Digest {
+		return verifyResult{reason: string(signature.ReasonDigestMismatch), detail: "stored object has digest " + obj.Digest}, nil
+	}
+	return verifyResult{}, nil
+}
+
+func (s *Service) verifyOCI(ctx context.Context, a store.AppArtifact) (verifyResult, error) {
+	link, err := s.registry()
+	if err != nil {
+		return verifyResult{}, err
+	}
+	q := s.DB.Queries()
+	if !a.SignatureRequired {
+		// Nothing to check but that the digest is still in the registry.
+		if _, _, err := link.reg.ManifestExists(ctx, a.Repository, a.Digest); errors.Is(err, registry.ErrNotFound) {
+			return verifyResult{reason: "manifest_missing", detail: "the registry no longer holds " + a.Digest}, nil
+		} else if err != nil {
+			return verifyResult{}, err
+		}
+		return verifyResult{}, nil
+	}
+	rows, err := q.AllArtifactSigningKeys(ctx, a.ProjectID)
+	if err != nil {
+		return verifyResult{}, err
+	}
+	var keys []signature.PublicKey
+	for _, r := range rows {
+		if a.SigningKeyID != "" && r.ID != a.SigningKeyID {
+			continue
+		}
+		pub, err := signature.ParsePublicKeyPEM([]byte(r.PublicKey))
+		if err != nil {
+			return verifyResult{}, fmt.Errorf("signing key %s: %w", r.ID, err)
+		}
+		keys = append(keys, signature.PublicKey{ID: r.ID, Key: pub})
+	}
+	if len(keys) == 0 {
+		return verifyResult{}, errdefs.FailedPrecondition("no_signing_keys", "the project has no signing key to verify with; register one first")
+	}
+	v, err := signature.NewVerifier(keys...)
+	if err != nil {
+		return verifyResult{}, err
+	}
+	var nopts []name.Option
+	if link.insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	repo, err := name.NewRepository(link.host+"/"+a.Repository, nopts...)
+	if err != nil {
+		return verifyResult{}, err
+	}
+	ref, err := signature.NewRepoDigest(repo, a.Digest)
+	if err != nil {
+		return verifyResult{}, err
+	}
+	tok, err := link.reg.TokenHandler().Issue(registry.Subject{ID: registry.ControlPlaneSubject},
+		[]registry.Scope{{Type: "repository", Name: a.Repository, Actions: []string{registry.ActionPull}}})
+	if err != nil {
+		return verifyResult{}, err
+	}
+	opts := signature.Options{Remote: []remote.Option{
+		remote.WithTransport(link.rt),
+		remote.WithAuth(authn.FromConfig(authn.AuthConfig{RegistryToken: tok.Token})),
+	}}
+	res, err := v.VerifyImage(ctx, ref, opts)
+	if err != nil {
+		return failure(err)
+	}
+	if a.ProvenanceRequired {
+		if _, err := v.VerifyProvenance(ctx, ref, opts); err != nil {
+			return failure(err)
+		}
+	}
+	return verifyResult{keyID: res.KeyID}, nil
+}
+
+// failure turns a verification error into a stored reason; anything that
+// is not a verification failure (the registry could not be read) is an
+// outage and leaves the artifact unchanged.
+func failure(err error) (verifyResult, error) {
+	r := signature.ReasonOf(err)
+	if r == "" {
+		return verifyResult{}, &errdefs.Error{Kind: errdefs.KindUnavailable, Code: "registry_unavailable",
+			Message: "could not read signatures from the registry; retry later", Cause: err}
+	}
+	detail := err.Error()
+	if len(detail) > 512 {
+		detail = detail[:512]
+	}
+	return verifyResult{reason: string(r), detail: detail}, nil
+}
+
+// VersionArtifactsReady is the catalog's publish gate: every expected
+// artifact of the app version has a registered artifact (in any project)
+// that is active, verified and not revoked, and pinned to the expected
+// digest (and repository) when the manifest names them.
+func (s *Service) VersionArtifactsReady(ctx context.Context, q *store.Queries, appSlug, version string, expected []manifest.Artifact) error {
+	if len(expected) == 0 {
+		return nil
+	}
+	live, err := q.LiveAppArtifactsOfVersion(ctx, appSlug, version)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	for _, e := range expected {
+		ok := false
+		for _, a := range live {
+			if a.ArtifactName == e.Name && a.LifecycleState == StateActive && a.TrustState == TrustVerified &&
+				(e.Digest == "" || e.Digest == a.Digest) &&
+				(e.Repository == "" || e.Repository == a.Repository || strings.HasSuffix(e.Repository, "/"+a.Repository)) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			problems = append(problems, e.Name)
+		}
+	}
+	if problems != nil {
+		return errdefs.FailedPrecondition("artifacts_not_ready",
+			"%s %s: artifact(s) %s are not registered as active and verified (with the manifest's digest); register, verify and promote them first",
+			appSlug, version, strings.Join(problems, ", ")).WithDetails(map[string]any{"artifacts": problems})
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package artifacts
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/gpuaas/gpuaas/internal/blobstore"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Upload is the state of a blob upload as the API reports it.
+type Upload struct {
+	blobstore.Upload
+	IntentID  string
+	SourceURI string
+	Object    *blobstore.Object // after commit
+}
+
+func uploadNotFound(id string) error {
+	return errdefs.NotFound("upload_not_found", "upload %q does not exist in this project (or was committed or aborted)", id)
+}
+
+// upload resolves the publish intent that owns uploadID in the project.
+func (s *Service) upload(ctx context.Context, g *iam.Grants, projectID, uploadID, perm string, live bool) (store.ArtifactIntent, error) {
+	p, err := s.IAM.Project(ctx, g, projectID, perm)
+	if err != nil {
+		return store.ArtifactIntent{}, err
+	}
+	if s.Blobs == nil {
+		return store.ArtifactIntent{}, errdefs.FailedPrecondition("blob_store_unavailable", "this server has no blob store configured")
+	}
+	if uploadID == "" || len(uploadID) > 128 {
+		return store.ArtifactIntent{}, uploadNotFound(uploadID)
+	}
+	it, err := s.DB.Queries().ArtifactIntentByUpload(ctx, p.ID, uploadID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.ArtifactIntent{}, uploadNotFound(uploadID)
+	}
+	if err != nil {
+		return store.ArtifactIntent{}, err
+	}
+	if live && !s.Now().Before(it.ExpiresAt) {
+		return store.ArtifactIntent{}, errdefs.FailedPrecondition("intent_expired", "publish intent %s expired; request a new one and upload again", it.ID)
+	}
+	return it, nil
+}
+
+// UploadStatus reports where an upload resumes.
+func (s *Service) UploadStatus(ctx context.Context, g *iam.Grants, projectID, uploadID string) (Upload, error) {
+	it, err := s.upload(ctx, g, projectID, uploadID, iam.PermArtifactWrite, false)
+	if err != nil {
+		return Upload{}, err
+	}
+	u, err := s.Blobs.Status(ctx, uploadID)
+	if errors.Is(err, blobstore.ErrNotFound) {
+		return Upload{}, uploadNotFound(uploadID)
+	}
+	if err != nil {
+		return Upload{}, err
+	}
+	return Upload{Upload: u, IntentID: it.ID, SourceURI: it.SourceURI}, nil
+}
+
+// AppendUpload streams body into the upload at offset (which must be the
+// upload's current size). Nothing is buffered beyond one copy buffer.
+func (s *Service) AppendUpload(ctx context.Context, g *iam.Grants, projectID, uploadID string, offset int64, body io.Reader) (Upload, error) {
+	it, err := s.upload(ctx, g, projectID, uploadID, iam.PermArtifactWrite, true)
+	if err != nil {
+		return Upload{}, err
+	}
+	n, err := s.Blobs.Append(ctx, uploadID, offset, body)
+	if err != nil {
+		return Upload{}, err
+	}
+	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		return tx.Audit(store.AuditEvent{Action: "artifact.upload.append", ResourceType: "artifact_upload", ResourceID: uploadID,
+			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, map[string]any{"intent_id": it.ID, "from": offset, "offset": n})
+	})
+	if err != nil {
+		return Upload{}, err
+	}
+	return s.UploadStatus(ctx, g, projectID, uploadID)
+}
+
+// CommitUpload appends an optional last chunk and commits the upload with
+// its expected digest (sha256 computed while streaming). A mismatch deletes
+// the upload.
+func (s *Service) CommitUpload(ctx context.Context, g *iam.Grants, projectID, uploadID string, offset int64, body io.Reader, digest string) (Upload, error) {
+	it, err := s.upload(ctx, g, projectID, uploadID, iam.PermArtifactWrite, true)
+	if err != nil {
+		return Upload{}, err
+	}
+	if _, err := ParseDigest(digest); err != nil {
+		return Upload{}, errdefs.Invalid("invalid_digest", "pass the expected digest as ?digest=sha256:<64 lowercase hex>")
+	}
+	if body != nil {
+		if offset < 0 {
+			st, err := s.Blobs.Status(ctx, uploadID)
+			if err != nil {
+				return Upload{}, err
+			}
+			offset = st.Offset
+		}
+		if _, err := s.Blobs.Append(ctx, uploadID, offset, body); err != nil {
+			return Upload{}, err
+		}
+	}
+	obj, err := s.Blobs.Commit(ctx, uploadID, digest)
+	if err != nil {
+		return Upload{}, err
+	}
+	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		return tx.Audit(store.AuditEvent{Action: "artifact.upload.commit", ResourceType: "artifact_upload", ResourceID: uploadID,
+			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, map[string]any{"intent_id": it.ID, "source_uri": it.SourceURI, "digest": obj.Digest, "size": obj.Size})
+	})
+	if err != nil {
+		return Upload{}, err
+	}
+	return Upload{Upload: blobstore.Upload{ID: uploadID, Key: obj.Key, Offset: obj.Size, CreatedAt: obj.CommittedAt, UpdatedAt: obj.CommittedAt},
+		IntentID: it.ID, SourceURI: it.SourceURI, Object: &obj}, nil
+}
+
+// AbortUpload deletes an upload's partial data.
+func (s *Service) AbortUpload(ctx context.Context, g *iam.Grants, projectID, uploadID string) error {
+	it, err := s.upload(ctx, g, projectID, uploadID, iam.PermArtifactWrite, false)
+	if err != nil {
+		return err
+	}
+	if err := s.Blobs.Abort(ctx, uploadID); err != nil {
+		if errors.Is(err, blobstore.ErrNotFound) {
+			return uploadNotFound(uploadID)
+		}
+		return err
+	}
+	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		return tx.Audit(store.AuditEvent{Action: "artifact.upload.abort", ResourceType: "artifact_upload", ResourceID: uploadID,
+			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, map[string]any{"intent_id": it.ID})
+	})
+}
+
+// OpenContent streams a registered blob artifact. Revoked and retired
+// artifacts are refused.
+func (s *Service) OpenContent(ctx context.Context, g *iam.Grants, projectID, artifactID string) (store.AppArtifact, io.ReadCloser, error) {
+	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactRead)
+	if err != nil {
+		return a, nil, err
+	}
+	if a.ArtifactKind != KindBlob {
+		return a, nil, errdefs.FailedPrecondition("not_a_blob", "artifact %s is an OCI image; pull it from the registry with a pull intent", a.ID)
+	}
+	if err := refuseRevoked(a); err != nil {
+		return a, nil, err
+	}
+	if a.LifecycleState == StateRetired {
+		return a, nil, errdefs.FailedPrecondition("artifact_retired", "artifact %s is retired", a.ID)
+	}
+	key, err := blobstore.ParseURI(a.SourceURI)
+	if err != nil {
+		return a, nil, err
+	}
+	rc, err := s.Blobs.Open(ctx, key)
+	return a, rc, err
+}

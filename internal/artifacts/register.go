@@ -1,0 +1,203 @@
+package artifacts
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/blobstore"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/registry"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// RegisterInput registers a pushed digest or an uploaded blob.
+type RegisterInput struct {
+	AppSlug         string          `json:"app_slug"`
+	AppVersion      string          `json:"app_version"`
+	ArtifactName    string          `json:"artifact_name"`
+	ArtifactKind    string          `json:"artifact_kind"`
+	SourceType      string          `json:"source_type"`
+	Repository      string          `json:"repository"`
+	Digest          string          `json:"digest"`
+	Tag             string          `json:"tag"`
+	MediaType       string          `json:"media_type"`
+	SourceURI       string          `json:"source_uri"`
+	SourceMetadata  json.RawMessage `json:"source_metadata"`
+	PublishIntentID string          `json:"publish_intent_id"`
+}
+
+// Register records an artifact after checking the real registry (the
+// manifest exists at that digest, with that media type, in the project's
+// repository) or the real storage object (exists, digest matches).
+func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string, in RegisterInput) (store.AppArtifact, error) {
+	p, err := s.IAM.Project(ctx, g, projectID, iam.PermArtifactWrite)
+	if err != nil {
+		return store.AppArtifact{}, err
+	}
+	if _, err := slotKey(p.ID, in.AppSlug, in.AppVersion, in.ArtifactName); err != nil {
+		return store.AppArtifact{}, err
+	}
+	kind, source, err := kindAndSource(in.ArtifactKind, in.SourceType)
+	if err != nil {
+		return store.AppArtifact{}, err
+	}
+	if in.Digest == "" {
+		msg := "is required: the control plane only trusts immutable digests"
+		if in.Tag != "" {
+			msg += "; a tag alone is a mutable label — register the sha256 digest your push reported"
+		}
+		return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/digest", Code: "required", Message: msg}})
+	}
+	if _, err := ParseDigest(in.Digest); err != nil {
+		return store.AppArtifact{}, err
+	}
+	var meta []byte
+	if len(in.SourceMetadata) > 0 && string(in.SourceMetadata) != "null" {
+		var m map[string]any
+		if json.Unmarshal(in.SourceMetadata, &m) != nil || len(in.SourceMetadata) > 16<<10 {
+			return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/source_metadata", Code: "invalid", Message: "must be a JSON object of at most 16 KiB"}})
+		}
+		meta = in.SourceMetadata
+	}
+	q := s.DB.Queries()
+	var it store.ArtifactIntent
+	if in.PublishIntentID != "" {
+		if _, perr := uuid.Parse(in.PublishIntentID); perr == nil {
+			it, err = q.GetArtifactIntent(ctx, p.ID, in.PublishIntentID)
+		} else {
+			err = store.ErrNotFound
+		}
+		if err == nil && (it.Kind != "publish" || it.AppSlug != in.AppSlug || it.AppVersion != in.AppVersion || it.ArtifactName != in.ArtifactName || it.ArtifactKind != kind) {
+			return store.AppArtifact{}, errdefs.Unprocessable("intent_mismatch", "publish intent %s is for %s/%s/%s (%s), not this artifact", it.ID, it.AppSlug, it.AppVersion, it.ArtifactName, it.ArtifactKind)
+		}
+	} else {
+		it, err = q.LatestPublishIntent(ctx, p.ID, in.AppSlug, in.AppVersion, in.ArtifactName, kind)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return store.AppArtifact{}, errdefs.FailedPrecondition("publish_intent_required",
+			"no publish intent exists for %s %s artifact %q in this project; request one at POST /api/v1/projects/%s/app-artifacts/publish-intents, push, then register",
+			in.AppSlug, in.AppVersion, in.ArtifactName, p.ID)
+	}
+	if err != nil {
+		return store.AppArtifact{}, err
+	}
+	now := s.Now()
+	a := store.AppArtifact{
+		ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, AppSlug: in.AppSlug, AppVersion: in.AppVersion, ArtifactName: in.ArtifactName,
+		ArtifactKind: kind, SourceType: source, Digest: in.Digest, SourceMetadata: meta, PublishIntentID: it.ID,
+		LifecycleState: StateDraft, TrustState: TrustUnverified, SignatureRequired: it.SignatureRequired, SignatureScheme: it.SignatureScheme,
+		SigningKeyID: it.SigningKeyID, ProvenanceRequired: it.ProvenanceRequired, CreatedBy: actor(ctx), CreatedAt: now, UpdatedAt: now,
+	}
+	if kind == KindOCI {
+		if err := s.checkManifest(ctx, it, in, &a); err != nil {
+			return store.AppArtifact{}, err
+		}
+	} else {
+		if err := s.checkBlob(ctx, p.ID, it, in, &a); err != nil {
+			return store.AppArtifact{}, err
+		}
+	}
+	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if err := tx.InsertAppArtifact(ctx, a); err != nil {
+			if errors.Is(err, store.ErrAlreadyExists) {
+				return errdefs.AlreadyExists("artifact_already_registered",
+					"%s %s already has a registered artifact %q in this project; artifacts are immutable — revoke it first or publish a new version",
+					a.AppSlug, a.AppVersion, a.ArtifactName)
+			}
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "artifact.register", ResourceType: "app_artifact", ResourceID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID},
+			nil, stateOf(a))
+	})
+	if err != nil {
+		return store.AppArtifact{}, err
+	}
+	return a, nil
+}
+
+func (s *Service) checkManifest(ctx context.Context, it store.ArtifactIntent, in RegisterInput, a *store.AppArtifact) error {
+	if in.SourceURI != "" {
+		return errdefs.Validation([]errdefs.FieldError{{Field: "/source_uri", Code: "unexpected", Message: "is for blob artifacts; OCI artifacts name a repository and digest"}})
+	}
+	if in.Repository == "" {
+		in.Repository = it.Repository
+	}
+	repo := in.Repository
+	if link := s.reg.Load(); link != nil {
+		repo = strings.TrimPrefix(repo, link.host+"/")
+	}
+	if repo != it.Repository {
+		return errdefs.Unprocessable("repository_not_owned",
+			"repository %q is not this project's repository for app %q; push to and register %q, the repository of the publish intent",
+			in.Repository, it.AppSlug, it.Repository)
+	}
+	if in.Tag != "" && !ValidTag(in.Tag) {
+		return errdefs.Validation([]errdefs.FieldError{{Field: "/tag", Code: "invalid", Message: "must be a valid OCI tag ([A-Za-z0-9_][A-Za-z0-9._-]{0,127})"}})
+	}
+	link, err := s.registry()
+	if err != nil {
+		return err
+	}
+	mt, size, err := link.reg.ManifestExists(ctx, repo, in.Digest)
+	switch {
+	case errors.Is(err, registry.ErrNotFound):
+		return errdefs.Unprocessable("manifest_not_found",
+			"the registry holds no manifest %s in %s; push the image with the intent's credentials first, then register the digest the push reported", in.Digest, repo)
+	case err != nil:
+		return err
+	}
+	if in.MediaType != "" && in.MediaType != mt {
+		return errdefs.Unprocessable("media_type_mismatch", "the manifest at %s has media type %q, not %q", in.Digest, mt, in.MediaType)
+	}
+	a.Repository, a.Tag, a.MediaType, a.SizeBytes = repo, in.Tag, mt, size
+	return nil
+}
+
+func (s *Service) checkBlob(ctx context.Context, projectID string, it store.ArtifactIntent, in RegisterInput, a *store.AppArtifact) error {
+	if in.Repository != "" || in.Tag != "" {
+		return errdefs.Validation([]errdefs.FieldError{{Field: "/repository", Code: "unexpected", Message: "is for OCI artifacts; blob artifacts name a source_uri and digest"}})
+	}
+	if s.Blobs == nil {
+		return errdefs.FailedPrecondition("blob_store_unavailable", "this server has no blob store configured")
+	}
+	if in.SourceURI == "" {
+		in.SourceURI = it.SourceURI
+	}
+	key, err := blobstore.ParseURI(in.SourceURI)
+	if err != nil {
+		return errdefs.Validation([]errdefs.FieldError{{Field: "/source_uri", Code: "invalid",
+			Message: "must be artifact_store://projects/<project_id>/artifacts/<app>/<version>/<name>, as returned by the publish intent"}})
+	}
+	if key.ProjectID != projectID || key.App != in.AppSlug || key.Version != in.AppVersion || key.Name != in.ArtifactName {
+		return errdefs.Unprocessable("source_not_owned", "source_uri %q is not this project's storage location for %s %s %q; use %q from the publish intent",
+			in.SourceURI, in.AppSlug, in.AppVersion, in.ArtifactName, it.SourceURI)
+	}
+	obj, err := s.Blobs.Stat(ctx, key)
+	if errors.Is(err, blobstore.ErrNotFound) {
+		return errdefs.Unprocessable("object_not_found", "nothing is stored at %s yet; upload it (and commit with its digest) first", in.SourceURI)
+	}
+	if err != nil {
+		return err
+	}
+	if obj.Digest != in.Digest {
+		return errdefs.Unprocessable("digest_mismatch", "the object at %s has digest %s, not %s", in.SourceURI, obj.Digest, in.Digest)
+	}
+	a.SourceURI, a.SizeBytes, a.MediaType = in.SourceURI, obj.Size, in.MediaType
+	if a.MediaType == "" {
+		a.MediaType = "application/octet-stream"
+	}
+	return nil
+}
+
+// stateOf is what an audit row records about an artifact before and after.
+func stateOf(a store.AppArtifact) map[string]any {
+	return map[string]any{
+		"lifecycle_state": a.LifecycleState, "trust_state": a.TrustState, "trust_reason": a.TrustReason,
+		"revoked": !a.RevokedAt.IsZero(), "repository": a.Repository, "source_uri": a.SourceURI, "digest": a.Digest,
+		"app_slug": a.AppSlug, "app_version": a.AppVersion, "artifact_name": a.ArtifactName,
+	}
+}

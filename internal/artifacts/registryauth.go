@@ -1,0 +1,169 @@
+package artifacts
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/registry"
+	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// RegistryKeyPurpose is the signing_keys purpose of registry token keys.
+const RegistryKeyPurpose = "registry_token"
+
+// LoadRegistryKeys returns the registry token key set every replica shares:
+// the keys live in signing_keys (private halves sealed), the oldest unretired
+// key signs, every other key still verifies. The first start creates one.
+// Two replicas racing on an empty table both insert; both then pick the
+// oldest, so they converge.
+func LoadRegistryKeys(ctx context.Context, db *store.DB, s *sealer.Sealer) (*registry.KeySet, error) {
+	rows, err := db.Queries().SigningKeys(ctx, RegistryKeyPurpose)
+	if err != nil {
+		return nil, fmt.Errorf("load registry token keys: %w", err)
+	}
+	if !slices.ContainsFunc(rows, func(k store.SigningKey) bool { return k.RetiredAt.IsZero() }) {
+		k, err := registry.GenerateSigningKey(registry.EdDSA)
+		if err != nil {
+			return nil, err
+		}
+		pemBytes, err := k.MarshalPEM()
+		if err != nil {
+			return nil, err
+		}
+		sealed, err := s.Seal(pemBytes, k.KeyID())
+		if err != nil {
+			return nil, err
+		}
+		pub, err := publicPEM(k.Public())
+		if err != nil {
+			return nil, err
+		}
+		if err := db.Queries().InsertSigningKey(ctx, store.SigningKey{KID: k.KeyID(), Purpose: RegistryKeyPurpose,
+			Algorithm: string(k.Algorithm()), PrivateKey: sealed, PublicKey: pub, CreatedAt: time.Now()}); err != nil {
+			return nil, fmt.Errorf("store registry token key: %w", err)
+		}
+		if rows, err = db.Queries().SigningKeys(ctx, RegistryKeyPurpose); err != nil {
+			return nil, err
+		}
+	}
+	var signing *registry.SigningKey
+	var others []crypto.PublicKey
+	for _, r := range rows {
+		if signing == nil && r.RetiredAt.IsZero() {
+			raw, err := s.Open(r.PrivateKey, r.KID)
+			if err != nil {
+				return nil, fmt.Errorf("registry token key %s: %w", r.KID, err)
+			}
+			if signing, err = registry.ParseSigningKeyPEM(raw); err != nil {
+				return nil, fmt.Errorf("registry token key %s: %w", r.KID, err)
+			}
+			continue
+		}
+		pub, err := registry.ParsePublicKeyPEM([]byte(r.PublicKey))
+		if err != nil {
+			return nil, fmt.Errorf("registry token key %s: %w", r.KID, err)
+		}
+		others = append(others, pub)
+	}
+	return registry.NewKeySet(signing, others...)
+}
+
+// credentialSubjectPrefix marks token subjects that are intent credentials.
+const credentialSubjectPrefix = "credential:"
+
+// RegistryAuthorizer is the registry's view of the service: it checks the
+// credentials intents handed out.
+func (s *Service) RegistryAuthorizer() registry.Authorizer { return registryAuthz{s} }
+
+type registryAuthz struct{ s *Service }
+
+// Authenticate checks a username (credential id) and secret against the
+// stored hash and expiry.
+func (a registryAuthz) Authenticate(ctx context.Context, username, password string) (registry.Subject, error) {
+	if _, err := uuid.Parse(username); err != nil || password == "" {
+		return registry.Subject{}, registry.ErrInvalidCredentials
+	}
+	c, err := a.s.DB.Queries().GetRegistryCredential(ctx, username)
+	if errors.Is(err, store.ErrNotFound) {
+		return registry.Subject{}, registry.ErrInvalidCredentials
+	}
+	if err != nil {
+		return registry.Subject{}, err
+	}
+	if subtle.ConstantTimeCompare([]byte(hashSecret(password)), []byte(c.SecretHash)) != 1 {
+		return registry.Subject{}, registry.ErrInvalidCredentials
+	}
+	if !a.s.Now().Before(c.ExpiresAt) {
+		return registry.Subject{}, fmt.Errorf("credential expired at %s: %w", c.ExpiresAt.Format(time.RFC3339), registry.ErrInvalidCredentials)
+	}
+	return registry.Subject{ID: credentialSubjectPrefix + c.ID}, nil
+}
+
+// Allowed grants a credential its actions on its one repository, while it
+// is unexpired and (for pull credentials) its artifact is neither revoked
+// nor retired.
+func (a registryAuthz) Allowed(ctx context.Context, sub registry.Subject, repository string, requested []string) ([]string, error) {
+	id, ok := strings.CutPrefix(sub.ID, credentialSubjectPrefix)
+	if !ok {
+		return nil, nil
+	}
+	q := a.s.DB.Queries()
+	c, err := q.GetRegistryCredential(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.Repository != repository || !a.s.Now().Before(c.ExpiresAt) {
+		return nil, nil
+	}
+	if c.ArtifactID != "" {
+		art, err := q.GetAppArtifact(ctx, c.ProjectID, c.ArtifactID)
+		if err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return nil, nil
+			}
+			return nil, err
+		}
+		if !art.RevokedAt.IsZero() || art.LifecycleState == StateRetired {
+			return nil, nil
+		}
+	}
+	allowed := strings.Split(c.Actions, ",")
+	var out []string
+	for _, r := range requested {
+		if slices.Contains(allowed, r) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// newSecret returns a random 256-bit secret with a readable prefix.
+func newSecret(prefix string) string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on supported platforms
+	}
+	return prefix + base64.RawURLEncoding.EncodeToString(b)
+}
+
+// hashSecret is the stored form of a high-entropy secret (sha256 suffices:
+// the secrets are 256-bit random, not passwords).
+func hashSecret(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}

@@ -1,0 +1,243 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/gpuaas/gpuaas/client"
+	"github.com/spf13/cobra"
+)
+
+func init() { commandFactories = append(commandFactories, newArtifactCmd) }
+
+func newArtifactCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "artifact",
+		Short: "App artifacts: publish (intent → push → register), list, verify and promote",
+	}
+	addClientFlags(cmd)
+	cmd.PersistentFlags().String("project", "", "project id (env GPUAAS_PROJECT_ID)")
+	cmd.AddCommand(newArtifactPushCmd(), newArtifactListCmd(), newArtifactShowCmd())
+	for _, a := range []string{"promote", "verify", "revoke", "deprecate", "retire"} {
+		cmd.AddCommand(newArtifactTransitionCmd(a))
+	}
+	return cmd
+}
+
+func newArtifactPushCmd() *cobra.Command {
+	var app, version, artName, kind, channel string
+	var noSign bool
+	c := &cobra.Command{
+		Use:   "push IMAGE-TARBALL|IMAGE-REF|FILE",
+		Short: "Get a publish intent, push the image or upload the file, and register its digest",
+		Long: `OCI: IMAGE-TARBALL is a "docker save" / OCI tarball; IMAGE-REF an image in a registry you can read.
+The image goes to the repository the control plane assigns, with the intent's
+wrapped, single-use credentials. Blob (--kind blob): FILE is streamed to project
+storage in resumable chunks with progress, and committed by its sha256.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			pid, err := projectOf(cmd)
+			if err != nil {
+				return err
+			}
+			api, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if app == "" || version == "" || artName == "" {
+				return errors.New("--app, --version and --name are required")
+			}
+			req := client.PublishIntentRequest{AppSlug: app, AppVersion: version, ArtifactName: artName, ArtifactKind: kind, Channel: channel}
+			if kind == "blob" {
+				req.SourceType = "artifact_store"
+			}
+			if noSign {
+				f := false
+				req.SignatureRequired = &f
+			}
+			it, err := api.CreatePublishIntent(ctx, pid, req)
+			if err != nil {
+				return err
+			}
+			errw := cmd.ErrOrStderr()
+			reg := client.RegisterArtifactRequest{AppSlug: app, AppVersion: version, ArtifactName: artName, ArtifactKind: it.ArtifactKind, PublishIntentID: it.ID}
+			if it.ArtifactKind == "blob" {
+				f, err := os.Open(args[0])
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				st, err := f.Stat()
+				if err != nil {
+					return err
+				}
+				size := st.Size()
+				digest, err := api.UploadBlob(ctx, it.UploadURL, f, size, 64<<20, func(sent int64) {
+					fmt.Fprintf(errw, "\ruploaded %d/%d MiB (%d%%)", sent>>20, size>>20, 100*sent/max(size, 1))
+				})
+				fmt.Fprintln(errw)
+				if err != nil {
+					return err
+				}
+				reg.SourceType, reg.SourceURI, reg.Digest = "artifact_store", it.SourceURI, digest
+			} else {
+				img, err := loadImage(args[0])
+				if err != nil {
+					return err
+				}
+				creds, err := api.Unwrap(ctx, it.WrappedCredentials.WrappingToken)
+				if err != nil {
+					return err
+				}
+				tag := it.TagHint
+				if tag == "" {
+					tag = "latest"
+				}
+				var opts []name.Option
+				if strings.HasPrefix(api.BaseURL, "http://") {
+					opts = append(opts, name.Insecure)
+				}
+				ref, err := name.NewTag(creds.Registry+"/"+creds.Repository+":"+tag, opts...)
+				if err != nil {
+					return err
+				}
+				progress := make(chan v1.Update, 16)
+				go func() {
+					for u := range progress {
+						fmt.Fprintf(errw, "\rpushed %d/%d MiB", u.Complete>>20, u.Total>>20)
+					}
+				}()
+				err = remote.Write(ref, img, remote.WithContext(ctx), remote.WithProgress(progress),
+					remote.WithAuth(&authn.Basic{Username: creds.Username, Password: creds.Password}))
+				fmt.Fprintln(errw)
+				if err != nil {
+					return fmt.Errorf("push %s: %w", ref, err)
+				}
+				d, err := img.Digest()
+				if err != nil {
+					return err
+				}
+				reg.Repository, reg.Digest, reg.Tag = creds.Repository, d.String(), tag
+				if it.SignatureRequired {
+					fmt.Fprintf(errw, "signatures are required: sign %s/%s@%s (cosign sign --key ...), then run gpuaas artifact verify\n", creds.Registry, creds.Repository, d)
+				}
+			}
+			art, err := api.RegisterArtifact(ctx, pid, reg)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd, art)
+		},
+	}
+	c.Flags().StringVar(&app, "app", "", "app slug")
+	c.Flags().StringVar(&version, "version", "", "app version")
+	c.Flags().StringVar(&artName, "name", "runtime", "artifact name")
+	c.Flags().StringVar(&kind, "kind", "oci", "oci or blob")
+	c.Flags().StringVar(&channel, "channel", "", "channel hint (dev, stable, …)")
+	c.Flags().BoolVar(&noSign, "no-signature", false, "do not require a signature for this artifact")
+	return c
+}
+
+// loadImage reads a docker-save/OCI tarball, or an image from a registry.
+func loadImage(arg string) (v1.Image, error) {
+	if st, err := os.Stat(arg); err == nil && !st.IsDir() {
+		return tarball.ImageFromPath(arg, nil)
+	}
+	ref, err := name.ParseReference(arg)
+	if err != nil {
+		return nil, fmt.Errorf("%s is neither a file nor an image reference: %w", arg, err)
+	}
+	return remote.Image(ref, remote.WithAuthFromKeychain(authn.DefaultKeychain))
+}
+
+func newArtifactListCmd() *cobra.Command {
+	var f client.ArtifactFilter
+	c := &cobra.Command{
+		Use:   "list",
+		Short: "List the project's artifacts",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			pid, err := projectOf(cmd)
+			if err != nil {
+				return err
+			}
+			api, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			items, next, err := api.ListArtifacts(cmd.Context(), pid, f)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd, map[string]any{"items": items, "next_cursor": next})
+		},
+	}
+	c.Flags().StringVar(&f.AppSlug, "app", "", "filter by app slug")
+	c.Flags().StringVar(&f.AppVersion, "version", "", "filter by app version")
+	c.Flags().StringVar(&f.State, "state", "", "filter by lifecycle state")
+	c.Flags().StringVar(&f.TrustState, "trust-state", "", "filter by trust state")
+	c.Flags().StringVar(&f.Cursor, "cursor", "", "next_cursor of a previous page")
+	return c
+}
+
+func newArtifactShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "show ARTIFACT_ID",
+		Short: "Show one artifact",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := projectOf(cmd)
+			if err != nil {
+				return err
+			}
+			api, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			a, err := api.GetArtifact(cmd.Context(), pid, args[0])
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd, a)
+		},
+	}
+}
+
+func newArtifactTransitionCmd(action string) *cobra.Command {
+	var reason, target string
+	c := &cobra.Command{
+		Use:   action + " ARTIFACT_ID",
+		Short: strings.ToUpper(action[:1]) + action[1:] + " an artifact (recorded in the audit log with --reason)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, err := projectOf(cmd)
+			if err != nil {
+				return err
+			}
+			api, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if reason == "" && action != "verify" {
+				return errors.New("--reason is required: it is recorded in the audit log")
+			}
+			a, err := api.TransitionArtifact(cmd.Context(), pid, args[0], action, target, reason)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd, a)
+		},
+	}
+	c.Flags().StringVar(&reason, "reason", "", "why (audited)")
+	if action == "promote" {
+		c.Flags().StringVar(&target, "to", "", "target state: staged, canary or active (default: the next one)")
+	}
+	return c
+}

@@ -1,0 +1,96 @@
+package server
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/url"
+	"path/filepath"
+
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/blobstore"
+	"github.com/gpuaas/gpuaas/internal/registry"
+	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// artifactParts is what the artifacts domain needs before the listener's
+// address is known: the blob store and the shared registry token keys.
+type artifactParts struct {
+	blobs      *blobstore.Store
+	keys       *registry.KeySet
+	httpSecret string
+	registry   *registry.Registry
+}
+
+func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, dataDir, blobDir string, masterKey []byte) (*artifactParts, error) {
+	if blobDir == "" {
+		blobDir = filepath.Join(dataDir, "blobs")
+	}
+	blobs, err := blobstore.New(blobDir, blobstore.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("blob store: %w", err)
+	}
+	keys, err := artifacts.LoadRegistryKeys(ctx, db, seal)
+	if err != nil {
+		return nil, err
+	}
+	// Replicas share the master key, so they derive the same upload-state secret.
+	m := hmac.New(sha256.New, masterKey)
+	m.Write([]byte("gpuaas registry http secret"))
+	return &artifactParts{blobs: blobs, keys: keys, httpSecret: hex.EncodeToString(m.Sum(nil))}, nil
+}
+
+// startRegistry builds the registry once the public address is final: its
+// host and token realm follow PublicURL (the API listener serves /v2/).
+func (a *App) startRegistry() error {
+	if a.artifacts == nil || a.artifacts.registry != nil {
+		return nil
+	}
+	pub, err := url.Parse(a.Config.PublicURL)
+	if err != nil || pub.Host == "" {
+		return fmt.Errorf("--public-url %q: want an absolute URL", a.Config.PublicURL)
+	}
+	cfg := registry.Config{
+		Host:        pub.Host,
+		Realm:       a.Config.PublicURL + registry.TokenPath,
+		TokenTTL:    a.Config.RegistryTokenTTL,
+		ExternalURL: a.Config.RegistryURL,
+		HTTPSecret:  a.artifacts.httpSecret,
+		Keys:        a.artifacts.keys,
+	}
+	host, insecure := pub.Host, pub.Scheme == "http"
+	if cfg.ExternalURL != "" {
+		ext, err := url.Parse(cfg.ExternalURL)
+		if err != nil || ext.Host == "" {
+			return fmt.Errorf("--registry-url %q: want an absolute URL", cfg.ExternalURL)
+		}
+		host, insecure = ext.Host, ext.Scheme == "http"
+	} else {
+		cfg.RootDir = a.Config.RegistryDir
+		if cfg.RootDir == "" {
+			cfg.RootDir = filepath.Join(a.Config.DataDir, "registry")
+		}
+	}
+	reg, err := registry.New(context.Background(), cfg, a.API.Artifacts.RegistryAuthorizer(), a.Logger.With("component", "registry"))
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	a.artifacts.registry = reg
+	a.API.Artifacts.AttachRegistry(reg, host, cfg.Realm, insecure, cfg.ExternalURL != "")
+	if a.API.Mounts == nil {
+		a.API.Mounts = map[string]http.Handler{}
+	}
+	a.API.Mounts["/v2/"] = reg.Handler()
+	return nil
+}
+
+func (a *App) closeRegistry() error {
+	if a.artifacts == nil || a.artifacts.registry == nil {
+		return nil
+	}
+	return a.artifacts.registry.Close()
+}

@@ -1,0 +1,311 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// ArtifactSigningKey is a project's registered signature verification key.
+type ArtifactSigningKey struct {
+	ID          string
+	OrgID       string
+	ProjectID   string
+	Name        string
+	Algorithm   string // ecdsa-p256 | ed25519 | rsa
+	PublicKey   string // PKIX PEM
+	Fingerprint string // sha256:<hex> of the DER
+	CreatedBy   string
+	CreatedAt   time.Time
+}
+
+const artifactSigningKeyCols = `id, org_id, project_id, name, algorithm, public_key, fingerprint, created_by, created_at`
+
+func scanArtifactSigningKey(s interface{ Scan(...any) error }) (ArtifactSigningKey, error) {
+	var k ArtifactSigningKey
+	err := s.Scan(&k.ID, &k.OrgID, &k.ProjectID, &k.Name, &k.Algorithm, &k.PublicKey, &k.Fingerprint, &k.CreatedBy, scanTime(&k.CreatedAt))
+	return k, err
+}
+
+func (q *Queries) InsertArtifactSigningKey(ctx context.Context, k ArtifactSigningKey) error {
+	_, err := q.exec(ctx, `INSERT INTO artifact_signing_keys (`+artifactSigningKeyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		k.ID, k.OrgID, k.ProjectID, k.Name, k.Algorithm, k.PublicKey, k.Fingerprint, k.CreatedBy, ts(k.CreatedAt))
+	return err
+}
+
+func (q *Queries) GetArtifactSigningKey(ctx context.Context, projectID, id string) (ArtifactSigningKey, error) {
+	k, err := scanArtifactSigningKey(q.queryRow(ctx, `SELECT `+artifactSigningKeyCols+` FROM artifact_signing_keys WHERE project_id = ? AND id = ?`, projectID, id))
+	return k, scanOne(err)
+}
+
+// ListArtifactSigningKeys lists a project's keys in creation order.
+func (q *Queries) ListArtifactSigningKeys(ctx context.Context, projectID string, p Page) ([]ArtifactSigningKey, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := q.query(ctx, `SELECT `+artifactSigningKeyCols+` FROM artifact_signing_keys WHERE project_id = ? AND id > ? ORDER BY id`+limitClause(limit), projectID, after)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanArtifactSigningKey)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(k ArtifactSigningKey) string { return k.ID })
+	return out, next, nil
+}
+
+// AllArtifactSigningKeys returns every key of a project (verification uses all).
+func (q *Queries) AllArtifactSigningKeys(ctx context.Context, projectID string) ([]ArtifactSigningKey, error) {
+	rows, err := q.query(ctx, `SELECT `+artifactSigningKeyCols+` FROM artifact_signing_keys WHERE project_id = ? ORDER BY id`, projectID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanArtifactSigningKey)
+}
+
+// ArtifactIntent is a publish or pull intent.
+type ArtifactIntent struct {
+	ID                 string
+	Kind               string // publish | pull
+	OrgID              string
+	ProjectID          string
+	ArtifactKind       string // oci | blob
+	SourceType         string // oci_registry | artifact_store
+	AppSlug            string
+	AppVersion         string
+	ArtifactName       string
+	Channel            string
+	Repository         string
+	TagHint            string
+	SourceURI          string
+	UploadID           string
+	ArtifactID         string
+	SignatureRequired  bool
+	SignatureScheme    string
+	SigningKeyID       string
+	ProvenanceRequired bool
+	CreatedBy          string
+	CreatedAt          time.Time
+	ExpiresAt          time.Time
+}
+
+const artifactIntentCols = `id, kind, org_id, project_id, artifact_kind, source_type, app_slug, app_version, artifact_name, channel,
+	repository, tag_hint, source_uri, upload_id, artifact_id, signature_required, signature_scheme, signing_key_id,
+	provenance_required, created_by, created_at, expires_at`
+
+func scanArtifactIntent(s interface{ Scan(...any) error }) (ArtifactIntent, error) {
+	var i ArtifactIntent
+	err := s.Scan(&i.ID, &i.Kind, &i.OrgID, &i.ProjectID, &i.ArtifactKind, &i.SourceType, &i.AppSlug, &i.AppVersion, &i.ArtifactName, &i.Channel,
+		&i.Repository, &i.TagHint, &i.SourceURI, &i.UploadID, &i.ArtifactID, &i.SignatureRequired, &i.SignatureScheme, &i.SigningKeyID,
+		&i.ProvenanceRequired, &i.CreatedBy, scanTime(&i.CreatedAt), scanTime(&i.ExpiresAt))
+	return i, err
+}
+
+func (q *Queries) InsertArtifactIntent(ctx context.Context, i ArtifactIntent) error {
+	_, err := q.exec(ctx, `INSERT INTO artifact_intents (`+artifactIntentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		i.ID, i.Kind, i.OrgID, i.ProjectID, i.ArtifactKind, i.SourceType, i.AppSlug, i.AppVersion, i.ArtifactName, i.Channel,
+		i.Repository, i.TagHint, i.SourceURI, i.UploadID, i.ArtifactID, i.SignatureRequired, i.SignatureScheme, i.SigningKeyID,
+		i.ProvenanceRequired, i.CreatedBy, ts(i.CreatedAt), ts(i.ExpiresAt))
+	return err
+}
+
+func (q *Queries) GetArtifactIntent(ctx context.Context, projectID, id string) (ArtifactIntent, error) {
+	i, err := scanArtifactIntent(q.queryRow(ctx, `SELECT `+artifactIntentCols+` FROM artifact_intents WHERE project_id = ? AND id = ?`, projectID, id))
+	return i, scanOne(err)
+}
+
+// ArtifactIntentByUpload finds the publish intent that owns a blob upload.
+func (q *Queries) ArtifactIntentByUpload(ctx context.Context, projectID, uploadID string) (ArtifactIntent, error) {
+	i, err := scanArtifactIntent(q.queryRow(ctx, `SELECT `+artifactIntentCols+` FROM artifact_intents WHERE project_id = ? AND upload_id = ? AND kind = 'publish'`, projectID, uploadID))
+	return i, scanOne(err)
+}
+
+// LatestPublishIntent finds the newest publish intent for an artifact slot.
+func (q *Queries) LatestPublishIntent(ctx context.Context, projectID, appSlug, appVersion, artifactName, artifactKind string) (ArtifactIntent, error) {
+	i, err := scanArtifactIntent(q.queryRow(ctx, `SELECT `+artifactIntentCols+` FROM artifact_intents
+		WHERE project_id = ? AND kind = 'publish' AND app_slug = ? AND app_version = ? AND artifact_name = ? AND artifact_kind = ?
+		ORDER BY id DESC LIMIT 1`, projectID, appSlug, appVersion, artifactName, artifactKind))
+	return i, scanOne(err)
+}
+
+// RegistryCredential is a registry username whose secret is stored hashed,
+// bound to one repository, a set of actions and an expiry.
+type RegistryCredential struct {
+	ID         string // the registry username
+	IntentID   string
+	ProjectID  string
+	ArtifactID string // pull credentials: the artifact they pull
+	Repository string
+	Actions    string // comma-separated: pull | push,pull
+	SecretHash string // sha256 hex of the secret
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+}
+
+const registryCredentialCols = `id, intent_id, project_id, artifact_id, repository, actions, secret_hash, created_at, expires_at`
+
+func (q *Queries) InsertRegistryCredential(ctx context.Context, c RegistryCredential) error {
+	_, err := q.exec(ctx, `INSERT INTO registry_credentials (`+registryCredentialCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		c.ID, c.IntentID, c.ProjectID, c.ArtifactID, c.Repository, c.Actions, c.SecretHash, ts(c.CreatedAt), ts(c.ExpiresAt))
+	return err
+}
+
+func (q *Queries) GetRegistryCredential(ctx context.Context, id string) (RegistryCredential, error) {
+	var c RegistryCredential
+	err := q.queryRow(ctx, `SELECT `+registryCredentialCols+` FROM registry_credentials WHERE id = ?`, id).Scan(
+		&c.ID, &c.IntentID, &c.ProjectID, &c.ArtifactID, &c.Repository, &c.Actions, &c.SecretHash, scanTime(&c.CreatedAt), scanTime(&c.ExpiresAt))
+	return c, scanOne(err)
+}
+
+// CredentialWrap is a sealed secret behind a single-use wrapping token.
+type CredentialWrap struct {
+	TokenHash string
+	Sealed    string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UsedAt    time.Time
+}
+
+func (q *Queries) InsertCredentialWrap(ctx context.Context, w CredentialWrap) error {
+	_, err := q.exec(ctx, `INSERT INTO credential_wraps (token_hash, sealed, created_at, expires_at, used_at) VALUES (?, ?, ?, ?, ?)`,
+		w.TokenHash, w.Sealed, ts(w.CreatedAt), ts(w.ExpiresAt), nullTS(w.UsedAt))
+	return err
+}
+
+// ConsumeCredentialWrap marks an unused, unexpired wrap used and returns its
+// sealed secret, erasing it from the row. A wrap consumes exactly once:
+// a second call (or an expired wrap) is ErrNotFound.
+func (q *Queries) ConsumeCredentialWrap(ctx context.Context, tokenHash string, now time.Time) (string, error) {
+	var sealed string
+	err := q.queryRow(ctx, `SELECT sealed FROM credential_wraps WHERE token_hash = ? AND used_at IS NULL AND expires_at > ?`, tokenHash, ts(now)).Scan(&sealed)
+	if err := scanOne(err); err != nil {
+		return "", err
+	}
+	if err := q.execOne(ctx, `UPDATE credential_wraps SET used_at = ?, sealed = '' WHERE token_hash = ? AND used_at IS NULL`, ts(now), tokenHash); err != nil {
+		return "", err
+	}
+	return sealed, nil
+}
+
+// AppArtifact is a registered, digest-pinned artifact of a project.
+type AppArtifact struct {
+	ID                 string
+	OrgID              string
+	ProjectID          string
+	AppSlug            string
+	AppVersion         string
+	ArtifactName       string
+	ArtifactKind       string
+	SourceType         string
+	Repository         string
+	Digest             string
+	Tag                string
+	MediaType          string
+	SizeBytes          int64
+	SourceURI          string
+	SourceMetadata     []byte // JSON object or nil
+	PublishIntentID    string
+	LifecycleState     string
+	TrustState         string
+	TrustReason        string
+	TrustDetail        string
+	VerifiedKeyID      string
+	VerifiedAt         time.Time
+	SignatureRequired  bool
+	SignatureScheme    string
+	SigningKeyID       string
+	ProvenanceRequired bool
+	RevokedAt          time.Time
+	RevokeReason       string
+	CreatedBy          string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+}
+
+const appArtifactCols = `id, org_id, project_id, app_slug, app_version, artifact_name, artifact_kind, source_type, repository, digest,
+	tag, media_type, size_bytes, source_uri, source_metadata, publish_intent_id, lifecycle_state, trust_state, trust_reason,
+	trust_detail, verified_key_id, verified_at, signature_required, signature_scheme, signing_key_id, provenance_required,
+	revoked_at, revoke_reason, created_by, created_at, updated_at`
+
+func scanAppArtifact(s interface{ Scan(...any) error }) (AppArtifact, error) {
+	var a AppArtifact
+	err := s.Scan(&a.ID, &a.OrgID, &a.ProjectID, &a.AppSlug, &a.AppVersion, &a.ArtifactName, &a.ArtifactKind, &a.SourceType, &a.Repository, &a.Digest,
+		&a.Tag, &a.MediaType, &a.SizeBytes, &a.SourceURI, scanJSON(&a.SourceMetadata), &a.PublishIntentID, &a.LifecycleState, &a.TrustState, &a.TrustReason,
+		&a.TrustDetail, &a.VerifiedKeyID, scanTime(&a.VerifiedAt), &a.SignatureRequired, &a.SignatureScheme, &a.SigningKeyID, &a.ProvenanceRequired,
+		scanTime(&a.RevokedAt), &a.RevokeReason, &a.CreatedBy, scanTime(&a.CreatedAt), scanTime(&a.UpdatedAt))
+	return a, err
+}
+
+func (q *Queries) InsertAppArtifact(ctx context.Context, a AppArtifact) error {
+	_, err := q.exec(ctx, `INSERT INTO app_artifacts (`+appArtifactCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		a.ID, a.OrgID, a.ProjectID, a.AppSlug, a.AppVersion, a.ArtifactName, a.ArtifactKind, a.SourceType, a.Repository, a.Digest,
+		a.Tag, a.MediaType, a.SizeBytes, a.SourceURI, jsonText(a.SourceMetadata), a.PublishIntentID, a.LifecycleState, a.TrustState, a.TrustReason,
+		a.TrustDetail, a.VerifiedKeyID, nullTS(a.VerifiedAt), a.SignatureRequired, a.SignatureScheme, a.SigningKeyID, a.ProvenanceRequired,
+		nullTS(a.RevokedAt), a.RevokeReason, a.CreatedBy, ts(a.CreatedAt), ts(a.UpdatedAt))
+	return err
+}
+
+func (q *Queries) GetAppArtifact(ctx context.Context, projectID, id string) (AppArtifact, error) {
+	a, err := scanAppArtifact(q.queryRow(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE project_id = ? AND id = ?`, projectID, id))
+	return a, scanOne(err)
+}
+
+// UpdateAppArtifactState writes the lifecycle and trust columns of a, but
+// only if the row still has the lifecycle and trust state the caller read
+// (prevState, prevTrust, prevRevoked): a concurrent transition makes it
+// ErrNotFound, which the domain reports as a conflict.
+func (q *Queries) UpdateAppArtifactState(ctx context.Context, a AppArtifact, prevState, prevTrust string, prevRevoked bool) error {
+	cond := `revoked_at IS NULL`
+	if prevRevoked {
+		cond = `revoked_at IS NOT NULL`
+	}
+	return q.execOne(ctx, `UPDATE app_artifacts SET lifecycle_state = ?, trust_state = ?, trust_reason = ?, trust_detail = ?,
+		verified_key_id = ?, verified_at = ?, revoked_at = ?, revoke_reason = ?, updated_at = ?
+		WHERE id = ? AND lifecycle_state = ? AND trust_state = ? AND `+cond,
+		a.LifecycleState, a.TrustState, a.TrustReason, a.TrustDetail, a.VerifiedKeyID, nullTS(a.VerifiedAt), nullTS(a.RevokedAt),
+		a.RevokeReason, ts(a.UpdatedAt), a.ID, prevState, prevTrust)
+}
+
+// AppArtifactFilter narrows a project's artifact list.
+type AppArtifactFilter struct {
+	AppSlug, AppVersion, ArtifactName, LifecycleState, TrustState string
+}
+
+func (q *Queries) ListAppArtifacts(ctx context.Context, projectID string, f AppArtifactFilter, p Page) ([]AppArtifact, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	query := `SELECT ` + appArtifactCols + ` FROM app_artifacts WHERE project_id = ? AND id > ?`
+	args := []any{projectID, after}
+	for _, c := range []struct{ col, v string }{
+		{"app_slug", f.AppSlug}, {"app_version", f.AppVersion}, {"artifact_name", f.ArtifactName},
+		{"lifecycle_state", f.LifecycleState}, {"trust_state", f.TrustState},
+	} {
+		if c.v != "" {
+			query += ` AND ` + c.col + ` = ?`
+			args = append(args, c.v)
+		}
+	}
+	rows, err := q.query(ctx, query+` ORDER BY id`+limitClause(limit), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanAppArtifact)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(a AppArtifact) string { return a.ID })
+	return out, next, nil
+}
+
+// LiveAppArtifactsOfVersion lists the unrevoked artifacts registered for an
+// app version in any project (the catalog's publish gate reads them).
+func (q *Queries) LiveAppArtifactsOfVersion(ctx context.Context, appSlug, appVersion string) ([]AppArtifact, error) {
+	rows, err := q.query(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE app_slug = ? AND app_version = ? AND revoked_at IS NULL ORDER BY id`, appSlug, appVersion)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAppArtifact)
+}
