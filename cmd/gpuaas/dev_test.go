@@ -63,15 +63,33 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// lockedBuffer collects a child's output while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
 type devProc struct {
 	cmd *exec.Cmd
-	out *bytes.Buffer
+	out *lockedBuffer
 }
 
 // startDev runs `gpuaas dev` and waits for /readyz, failing after 5 s.
 func startDev(t *testing.T, bin, dataDir string, port int) (*devProc, time.Duration) {
 	t.Helper()
-	out := &bytes.Buffer{}
+	out := &lockedBuffer{}
 	cmd := exec.Command(bin, "dev", "--data-dir", dataDir, "--listen", "127.0.0.1:"+strconv.Itoa(port))
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()

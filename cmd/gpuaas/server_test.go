@@ -37,8 +37,8 @@ func TestServerOnPostgres(t *testing.T) {
 		"GPUAAS_LISTEN=127.0.0.1:"+strconv.Itoa(port),
 		"GPUAAS_SECRET_KEY="+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32)),
 	)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

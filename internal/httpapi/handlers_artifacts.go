@@ -64,6 +64,16 @@ type intentView struct {
 	CreatedAt          string       `json:"created_at"`
 }
 
+// writeIntent writes an intent whose wrapping token is shown once: an
+// idempotent replay reports the credential as withheld.
+func writeIntent(w http.ResponseWriter, v intentView) {
+	redacted := v
+	if v.WrappedCredentials != nil {
+		redacted.WrappedCredentials, redacted.CredentialDelivery = nil, "withheld"
+	}
+	writeSecretJSON(w, http.StatusCreated, v, redacted)
+}
+
 func viewIntent(in artifacts.Intent) intentView {
 	it := in.ArtifactIntent
 	v := intentView{ID: it.ID, Kind: it.Kind, ProjectID: it.ProjectID, AppSlug: it.AppSlug, AppVersion: it.AppVersion,
@@ -220,8 +230,7 @@ func (a *API) createPublishIntent(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusCreated, viewIntent(it))
+	writeIntent(w, viewIntent(it))
 	return nil
 }
 
@@ -236,8 +245,7 @@ func (a *API) createPullIntent(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Cache-Control", "no-store")
-	writeJSON(w, http.StatusCreated, viewIntent(it))
+	writeIntent(w, viewIntent(it))
 	return nil
 }
 

@@ -76,22 +76,13 @@ func viewServiceAccount(now time.Time) func(serviceaccounts.Account) serviceAcco
 	}
 }
 
-// writeIssuedKey writes a response holding a private key. The idempotency
-// layer keeps every keyed response to replay it; its copy is written without
-// the private key, which is shown once and stored nowhere.
+// writeIssuedKey writes a response holding a private key, shown once: an
+// idempotent replay gets the account and key id without it.
 func (a *API) writeIssuedKey(w http.ResponseWriter, status int, k serviceaccounts.IssuedKey) {
 	v := issuedKeyView{serviceAccountView: viewServiceAccount(a.SA.Now())(k.Account), KeyID: k.Key.ID, PrivateKeyPEM: k.PrivateKeyPEM, TokenURL: k.TokenURL}
-	w.Header().Set("Cache-Control", "no-store")
-	rec, ok := w.(*recorder)
-	if !ok || !rec.capture || v.PrivateKeyPEM == "" {
-		writeJSON(w, status, v)
-		return
-	}
-	rec.capture = false
-	writeJSON(w, status, v)
-	v.PrivateKeyPEM = ""
-	redacted, _ := json.Marshal(v)
-	rec.body.Write(append(redacted, '\n'))
+	redacted := v
+	redacted.PrivateKeyPEM = ""
+	writeSecretJSON(w, status, v, redacted)
 }
 
 func (a *API) createServiceAccount(w http.ResponseWriter, r *http.Request) error {

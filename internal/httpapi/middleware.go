@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -228,4 +229,24 @@ func RequestHash(method, path string, body []byte) string {
 	sum.Write([]byte(method + " " + path + "\n"))
 	sum.Write(body)
 	return hex.EncodeToString(sum.Sum(nil))
+}
+
+// writeSecretJSON writes a response carrying a secret that is shown once (a
+// private key, a wrapping token). The idempotency layer keeps keyed
+// responses to replay them; it stores redacted instead, so the secret rests
+// nowhere and a replay says it was withheld rather than repeating it.
+func writeSecretJSON(w http.ResponseWriter, status int, full, redacted any) {
+	w.Header().Set("Cache-Control", "no-store")
+	rec, ok := w.(*recorder)
+	if !ok || !rec.capture {
+		writeJSON(w, status, full)
+		return
+	}
+	rec.capture = false
+	writeJSON(w, status, full)
+	b, err := json.Marshal(redacted)
+	if err != nil {
+		return
+	}
+	rec.body.Write(append(b, '\n'))
 }
