@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 )
 
 func init() { commandFactories = append(commandFactories, newLoginCmd) }
@@ -42,11 +43,8 @@ a prompt. Automation should use a service account (gpuaas sa token) instead.`,
 			}
 			password := os.Getenv("GPUAAS_PASSWORD")
 			if passwordStdin || password == "" {
-				if !passwordStdin {
-					fmt.Fprint(cmd.ErrOrStderr(), "Password: ")
-				}
 				var err error
-				if password, err = readLine(in); err != nil {
+				if password, err = readPassword(cmd, in, !passwordStdin); err != nil {
 					return err
 				}
 			}
@@ -82,4 +80,19 @@ func readLine(r *bufio.Reader) (string, error) {
 		return "", fmt.Errorf("read from stdin: %w", err)
 	}
 	return strings.TrimRight(s, "\r\n"), nil
+}
+
+// readPassword reads a password: from a terminal without echo when prompt
+// is set and stdin is one, else the first line of in.
+func readPassword(cmd *cobra.Command, in *bufio.Reader, prompt bool) (string, error) {
+	if !prompt {
+		return readLine(in)
+	}
+	fmt.Fprint(cmd.ErrOrStderr(), "Password: ")
+	if f, ok := cmd.InOrStdin().(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		b, err := term.ReadPassword(int(f.Fd()))
+		fmt.Fprintln(cmd.ErrOrStderr())
+		return string(b), err
+	}
+	return readLine(in)
 }
