@@ -37,6 +37,9 @@ type Config struct {
 	RegistryDir      string        // embedded registry storage; default <data-dir>/registry
 	BlobDir          string        // project blob storage; default <data-dir>/blobs
 	RegistryTokenTTL time.Duration // lifetime of registry bearer tokens
+
+	CredentialRate  float64 // sign-in/token requests per second per client address (0: no limit)
+	CredentialBurst int
 }
 
 // Defaults returns the configuration used when nothing is set.
@@ -53,6 +56,8 @@ func Defaults() Config {
 		MaxBodyBytes:           1 << 20,
 		ShutdownTimeout:        15 * time.Second,
 		RegistryTokenTTL:       5 * time.Minute,
+		CredentialRate:         5,
+		CredentialBurst:        20,
 	}
 }
 
@@ -75,6 +80,8 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.RegistryURL, "registry-url", c.RegistryURL, "external OCI registry trusting this server's tokens (default: embedded registry on the API listener)")
 	fs.StringVar(&c.RegistryDir, "registry-dir", c.RegistryDir, "embedded registry storage (default <data-dir>/registry)")
 	fs.StringVar(&c.BlobDir, "blob-dir", c.BlobDir, "project blob storage (default <data-dir>/blobs)")
+	fs.Float64Var(&c.CredentialRate, "credential-rate", c.CredentialRate, "sign-in and token-exchange requests per second per client address (0 disables)")
+	fs.IntVar(&c.CredentialBurst, "credential-burst", c.CredentialBurst, "burst allowed above --credential-rate")
 	fs.DurationVar(&c.RegistryTokenTTL, "registry-token-ttl", c.RegistryTokenTTL, "lifetime of registry bearer tokens")
 }
 

@@ -32,8 +32,13 @@ type API struct {
 	OpenAPI        []byte // the contract document, served at /api/openapi.yaml
 	// Mounts are extra handlers on the same listener (the OCI registry at /v2/).
 	Mounts map[string]http.Handler
+	// CredentialRate and CredentialBurst throttle the anonymous credential
+	// endpoints per client address (requests per second; 0 disables).
+	CredentialRate  float64
+	CredentialBurst int
 
 	metrics *metrics
+	limiter *clientLimiter
 }
 
 // route is one row of the route table.
@@ -44,7 +49,10 @@ type route struct {
 	maxBody      int64 // 0: API default; -1: no limit (streamed uploads)
 	// noIdempotency marks POSTs that are not mutations (login, token exchange).
 	noIdempotency bool
-	pattern       string
+	// credential marks anonymous endpoints that check a secret; they are
+	// rate limited per client address.
+	credential bool
+	pattern    string
 }
 
 // Routes is the whole REST surface on one screen.
@@ -55,7 +63,7 @@ func (a *API) routes() []route {
 		{method: "GET", path: "/.well-known/jwks.json", handler: a.jwks, public: true},
 		{method: "GET", path: "/api/openapi.yaml", handler: a.openapi, public: true},
 
-		{method: "POST", path: "/api/v1/auth/login", handler: a.login, public: true, noIdempotency: true},
+		{method: "POST", path: "/api/v1/auth/login", handler: a.login, public: true, noIdempotency: true, credential: true},
 		{method: "GET", path: "/api/v1/me", handler: a.me},
 
 		{method: "POST", path: "/api/v1/orgs", handler: a.createOrg},
@@ -114,6 +122,7 @@ func (a *API) Handler() http.Handler {
 		a.Logger = slog.New(slog.DiscardHandler)
 	}
 	a.metrics = newMetrics()
+	a.limiter = newClientLimiter(a.CredentialRate, a.CredentialBurst)
 	mux := http.NewServeMux()
 	for _, rt := range a.routes() {
 		mux.Handle(rt.pattern, a.wrap(rt))

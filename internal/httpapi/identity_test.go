@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -111,4 +112,23 @@ func TestMembershipsAndAuditLog(t *testing.T) {
 		admin.Do("DELETE", "/api/v1/projects/"+proj+"/members/"+b.String("id"), nil).Want(t, 204)
 		paClient.Do("GET", "/api/v1/projects/"+proj+"/members", nil).Want(t, 404)
 	})
+}
+
+// The anonymous credential endpoints are throttled per client address: a
+// burst is served, the next request gets 429 with Retry-After, and a
+// signed-in caller's other requests are not affected.
+func TestCredentialEndpointsAreRateLimited(t *testing.T) {
+	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.CredentialRate, c.CredentialBurst = 0.5, 3 })
+	anon := s.Anonymous()
+	admin := s.Admin() // one of the burst
+	bad := map[string]string{"email": "nobody@example.com", "password": "wrong-password-1"}
+	anon.Do("POST", "/api/v1/auth/login", bad).Want(t, 401)
+	anon.Do("POST", "/api/v1/auth/login", bad).Want(t, 401)
+	r := anon.Do("POST", "/api/v1/auth/login", bad).Want(t, 429)
+	if r.ErrorCode() != "rate_limited" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("throttled login: %s", r.Body)
+	}
+	tok := anon.Do("POST", "/api/v1/auth/service-account/token", map[string]string{"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": "x.y.z"})
+	tok.Want(t, 429)
+	admin.Do("GET", "/api/v1/me", nil).Want(t, 200)
 }

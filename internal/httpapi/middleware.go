@@ -101,6 +101,11 @@ func (a *API) wrap(rt route) http.Handler {
 			}
 			r.Body = http.MaxBytesReader(rec, r.Body, limit)
 		}
+		if rt.credential && !a.limiter.allow(r) {
+			w.Header().Set("Retry-After", "1")
+			writeError(rec, r, a.Logger, errRateLimited)
+			return
+		}
 		actx, err := a.authenticate(r, rt)
 		if err != nil {
 			writeError(rec, r, a.Logger, err)

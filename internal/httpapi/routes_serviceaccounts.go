@@ -13,6 +13,6 @@ func (a *API) serviceAccountRoutes() []route {
 		{method: "DELETE", path: sa + "/{service_account_id}", handler: a.deleteServiceAccount},
 
 		{method: "POST", path: "/api/v1/auth/service-account/token", handler: a.serviceAccountToken,
-			public: true, noIdempotency: true, maxBody: tokenRequestMaxBody},
+			public: true, noIdempotency: true, credential: true, maxBody: tokenRequestMaxBody},
 	}
 }

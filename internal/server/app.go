@@ -102,6 +102,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
+		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst,
 		SA: sa, Catalog: cat, Artifacts: arts,
 	}
 	ok = true

@@ -64,6 +64,9 @@ func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
 	cfg.DataDir = t.TempDir()
 	cfg.DatabaseURL = storetest.URL(t, d)
 	cfg.SecretKey = base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32))
+	// Tests sign in and exchange tokens far faster than a person; the rate
+	// limit has its own test that sets it explicitly.
+	cfg.CredentialRate, cfg.CredentialBurst = 1000, 1000
 	for _, o := range opts {
 		o(&cfg)
 	}

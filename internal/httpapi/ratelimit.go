@@ -1,0 +1,70 @@
+package httpapi
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+)
+
+// clientLimiter throttles the anonymous credential endpoints (password
+// login, service-account token exchange) per client address, so guessing
+// passwords or flooding the audit log with refused attempts is slow. It is
+// per replica; a load balancer in front should keep its own limits too.
+type clientLimiter struct {
+	every rate.Limit
+	burst int
+
+	mu      sync.Mutex
+	clients map[string]*limitEntry
+}
+
+type limitEntry struct {
+	lim  *rate.Limiter
+	seen time.Time
+}
+
+// maxTrackedClients bounds the memory the limiter may use; past it, clients
+// idle for a minute are forgotten.
+const maxTrackedClients = 10_000
+
+func newClientLimiter(perSecond float64, burst int) *clientLimiter {
+	if perSecond <= 0 {
+		return nil
+	}
+	return &clientLimiter{every: rate.Limit(perSecond), burst: burst, clients: map[string]*limitEntry{}}
+}
+
+func (l *clientLimiter) allow(r *http.Request) bool {
+	if l == nil {
+		return true
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e, ok := l.clients[host]
+	if !ok {
+		if len(l.clients) >= maxTrackedClients {
+			for k, v := range l.clients {
+				if now.Sub(v.seen) > time.Minute {
+					delete(l.clients, k)
+				}
+			}
+		}
+		e = &limitEntry{lim: rate.NewLimiter(l.every, l.burst)}
+		l.clients[host] = e
+	}
+	e.seen = now
+	return e.lim.AllowN(now, 1)
+}
+
+var errRateLimited = &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "rate_limited",
+	Message: "too many sign-in or token requests from this address; wait a few seconds and retry"}
