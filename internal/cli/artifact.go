@@ -63,18 +63,25 @@ storage in resumable chunks with progress, and committed by its sha256.`,
 				f := false
 				req.SignatureRequired = &f
 			}
+			// Open the input before asking for an intent: a wrong path must not
+			// mint publish credentials.
+			var f *os.File
+			var img v1.Image
+			if kind == "blob" {
+				if f, err = os.Open(args[0]); err != nil {
+					return err
+				}
+				defer f.Close()
+			} else if img, err = loadImage(args[0]); err != nil {
+				return err
+			}
 			it, err := api.CreatePublishIntent(ctx, pid, req)
 			if err != nil {
 				return err
 			}
 			errw := cmd.ErrOrStderr()
 			reg := client.RegisterArtifactRequest{AppSlug: app, AppVersion: version, ArtifactName: artName, ArtifactKind: it.ArtifactKind, PublishIntentID: it.ID}
-			if it.ArtifactKind == "blob" {
-				f, err := os.Open(args[0])
-				if err != nil {
-					return err
-				}
-				defer f.Close()
+			if f != nil {
 				st, err := f.Stat()
 				if err != nil {
 					return err
@@ -89,10 +96,6 @@ storage in resumable chunks with progress, and committed by its sha256.`,
 				}
 				reg.SourceType, reg.SourceURI, reg.Digest = "artifact_store", it.SourceURI, digest
 			} else {
-				img, err := loadImage(args[0])
-				if err != nil {
-					return err
-				}
 				creds, err := api.Unwrap(ctx, it.WrappedCredentials.WrappingToken)
 				if err != nil {
 					return err
@@ -110,13 +113,16 @@ storage in resumable chunks with progress, and committed by its sha256.`,
 					return err
 				}
 				progress := make(chan v1.Update, 16)
+				printed := make(chan struct{})
 				go func() {
+					defer close(printed)
 					for u := range progress {
 						fmt.Fprintf(errw, "\rpushed %d/%d MiB", u.Complete>>20, u.Total>>20)
 					}
 				}()
 				err = remote.Write(ref, img, remote.WithContext(ctx), remote.WithProgress(progress),
 					remote.WithAuth(&authn.Basic{Username: creds.Username, Password: creds.Password}))
+				<-printed // remote.Write closes progress on return
 				fmt.Fprintln(errw)
 				if err != nil {
 					return fmt.Errorf("push %s: %w", ref, err)
