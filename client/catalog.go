@@ -154,8 +154,6 @@ type CatalogPage[T any] struct {
 	NextCursor string `json:"next_cursor"`
 }
 
-func catalogSeg(s string) string { return url.PathEscape(s) }
-
 // RegisterManifest submits a manifest package exactly as written (so
 // problem lines match the file). filename picks the media type: .json is
 // sent as JSON, anything else as YAML.
@@ -188,7 +186,7 @@ func (c *Client) ListCatalog(ctx context.Context, o CatalogListOptions) (Catalog
 // GetCatalogApp reads one app of the raw catalog.
 func (c *Client) GetCatalogApp(ctx context.Context, appSlug string) (CatalogApp, error) {
 	var out CatalogApp
-	return out, c.Do(ctx, http.MethodGet, "/api/v1/apps/catalog/"+catalogSeg(appSlug), nil, nil, &out)
+	return out, c.Do(ctx, http.MethodGet, "/api/v1/apps/catalog/"+url.PathEscape(appSlug), nil, nil, &out)
 }
 
 // ListAppVersions lists an app's versions, only those in status when set.
@@ -198,45 +196,45 @@ func (c *Client) ListAppVersions(ctx context.Context, appSlug, status string, o 
 		q.Set("status", status)
 	}
 	var out CatalogPage[AppVersion]
-	return out, c.Do(ctx, http.MethodGet, "/api/v1/apps/catalog/"+catalogSeg(appSlug)+"/versions", q, nil, &out)
+	return out, c.Do(ctx, http.MethodGet, "/api/v1/apps/catalog/"+url.PathEscape(appSlug)+"/versions", q, nil, &out)
 }
 
 // TransitionAppVersion publishes, deprecates or retires a version (action
 // is "publish", "deprecate" or "retire"), with a reason for the audit log.
 func (c *Client) TransitionAppVersion(ctx context.Context, appSlug, version, action, reason string) (AppVersion, error) {
 	var out AppVersion
-	p := "/api/v1/admin/apps/catalog/" + catalogSeg(appSlug) + "/versions/" + catalogSeg(version) + "/" + catalogSeg(action)
+	p := "/api/v1/admin/apps/catalog/" + url.PathEscape(appSlug) + "/versions/" + url.PathEscape(version) + "/" + url.PathEscape(action)
 	return out, c.Do(ctx, http.MethodPost, p, nil, map[string]string{"reason": reason}, &out)
 }
 
 // ProjectCatalog lists the apps a project is entitled to and their launchable versions.
 func (c *Client) ProjectCatalog(ctx context.Context, projectID string, o CatalogListOptions) (CatalogPage[ProjectCatalogEntry], error) {
 	var out CatalogPage[ProjectCatalogEntry]
-	return out, c.Do(ctx, http.MethodGet, "/api/v1/projects/"+catalogSeg(projectID)+"/apps/catalog", o.query(), nil, &out)
+	return out, c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(projectID)+"/apps/catalog", o.query(), nil, &out)
 }
 
 // ListEntitlements lists a project's app entitlements.
 func (c *Client) ListEntitlements(ctx context.Context, projectID string, o CatalogListOptions) (CatalogPage[Entitlement], error) {
 	var out CatalogPage[Entitlement]
-	return out, c.Do(ctx, http.MethodGet, "/api/v1/projects/"+catalogSeg(projectID)+"/apps/entitlements", o.query(), nil, &out)
+	return out, c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(projectID)+"/apps/entitlements", o.query(), nil, &out)
 }
 
 // GetEntitlement reads a project's entitlement to one app.
 func (c *Client) GetEntitlement(ctx context.Context, projectID, appSlug string) (Entitlement, error) {
 	var out Entitlement
-	return out, c.Do(ctx, http.MethodGet, "/api/v1/projects/"+catalogSeg(projectID)+"/apps/entitlements/"+catalogSeg(appSlug), nil, nil, &out)
+	return out, c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(projectID)+"/apps/entitlements/"+url.PathEscape(appSlug), nil, nil, &out)
 }
 
 // PutEntitlement enables, disables or narrows a project's entitlement to an app.
 func (c *Client) PutEntitlement(ctx context.Context, projectID, appSlug string, enabled bool, o PolicyOverrides) (Entitlement, error) {
 	var out Entitlement
 	in := map[string]any{"enabled": enabled, "policy_overrides": o}
-	return out, c.Do(ctx, http.MethodPut, "/api/v1/projects/"+catalogSeg(projectID)+"/apps/entitlements/"+catalogSeg(appSlug), nil, in, &out)
+	return out, c.Do(ctx, http.MethodPut, "/api/v1/projects/"+url.PathEscape(projectID)+"/apps/entitlements/"+url.PathEscape(appSlug), nil, in, &out)
 }
 
 // PreviewLaunch resolves a launch without creating anything.
 func (c *Client) PreviewLaunch(ctx context.Context, projectID, appSlug, version string, req LaunchRequest) (LaunchEffective, error) {
 	var out LaunchEffective
-	p := "/api/v1/projects/" + catalogSeg(projectID) + "/apps/catalog/" + catalogSeg(appSlug) + "/versions/" + catalogSeg(version) + "/launch-preview"
+	p := "/api/v1/projects/" + url.PathEscape(projectID) + "/apps/catalog/" + url.PathEscape(appSlug) + "/versions/" + url.PathEscape(version) + "/launch-preview"
 	return out, c.Do(ctx, http.MethodPost, p, nil, req, &out)
 }

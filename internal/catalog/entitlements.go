@@ -90,7 +90,7 @@ func (s *Service) PutEntitlement(ctx context.Context, g *iam.Grants, projectID, 
 		case err != nil:
 			return err
 		default:
-			before = entitlementState{Enabled: cur.Enabled, PolicyOverrides: overridesOf(cur)}
+			before = entitlementState{Enabled: cur.Enabled, PolicyOverrides: OverridesOf(cur)}
 			cur.Enabled, cur.PolicyOverrides, cur.UpdatedBy, cur.UpdatedAt = *in.Enabled, raw, who, now
 			if err := tx.UpdateEntitlement(ctx, cur); err != nil {
 				return err
@@ -195,13 +195,9 @@ func ResolveForProject(ctx context.Context, q *store.Queries, project store.Proj
 	if err != nil {
 		return Effective{}, v, err
 	}
-	eff, fes := ResolveLaunch(mv, overridesOf(ent), req)
+	eff, fes := ResolveLaunch(mv, OverridesOf(ent), req)
 	if len(fes) > 0 {
-		out := make([]errdefs.FieldError, 0, len(fes))
-		for _, f := range fes {
-			out = append(out, errdefs.FieldError{Field: f.Field, Code: f.Code, Message: f.Message})
-		}
-		return Effective{}, v, errdefs.Validation(out)
+		return Effective{}, v, errdefs.Validation(fes)
 	}
 	return eff, v, nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 )
 
@@ -79,17 +80,9 @@ type EffectiveResources struct {
 	HostPort  int `json:"host_port,omitempty"`
 }
 
-// FieldError is one rejected part of a launch request. Field is a JSON
-// pointer into the request; Code is stable for programs, Message for people.
-type FieldError struct {
-	Field   string `json:"field"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-}
-
-func (e FieldError) Error() string { return e.Field + ": " + e.Message }
-
-// FieldError codes.
+// Codes of the field errors ResolveLaunch reports (errdefs.FieldError:
+// Field is a JSON pointer into the request; Code is stable for programs,
+// Message for people).
 const (
 	CodeInvalid            = "invalid"
 	CodeOutOfRange         = "out_of_range"
@@ -135,7 +128,7 @@ var pep508Format = &jsonschema.Format{
 // schemas, and resolves the operating mode and control-plane scope. All
 // problems are returned together so a form can show them at once; the
 // Effective value is only meaningful when there are none.
-func ResolveLaunch(version manifest.Version, overrides EntitlementOverrides, req LaunchRequest) (Effective, []FieldError) {
+func ResolveLaunch(version manifest.Version, overrides EntitlementOverrides, req LaunchRequest) (Effective, []errdefs.FieldError) {
 	r := &resolver{}
 	eff := Effective{Version: version.Version, RuntimeBackend: version.RuntimeBackend}
 	if len(overrides.AllowedVersions) > 0 && !slices.Contains(overrides.AllowedVersions, version.Version) {
@@ -155,7 +148,7 @@ func ResolveLaunch(version manifest.Version, overrides EntitlementOverrides, req
 }
 
 type resolver struct {
-	errs []FieldError
+	errs []errdefs.FieldError
 }
 
 func (r *resolver) add(field, code, format string, args ...any) {
@@ -165,7 +158,7 @@ func (r *resolver) add(field, code, format string, args ...any) {
 			return
 		}
 	}
-	r.errs = append(r.errs, FieldError{Field: field, Code: code, Message: fmt.Sprintf(format, args...)})
+	r.errs = append(r.errs, errdefs.FieldError{Field: field, Code: code, Message: fmt.Sprintf(format, args...)})
 }
 
 // modes resolves operating mode and control-plane scope. A request hint

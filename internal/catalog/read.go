@@ -132,16 +132,11 @@ func AppMetadata(a store.App) manifest.App {
 	return m
 }
 
-// VersionBody decodes a stored version body (the normalised manifest
-// version).
-func VersionBody(v store.AppVersion) (manifest.Version, error) { return decodeVersion(v) }
-
 // ProjectCatalogEntry is one app a project may launch: the app, the
 // project's entitlement and the versions it may launch.
 type ProjectCatalogEntry struct {
 	App         store.App
 	Entitlement store.AppEntitlement
-	Overrides   EntitlementOverrides
 	Versions    []store.AppVersion
 }
 
@@ -163,7 +158,7 @@ func (s *Service) ProjectCatalog(ctx context.Context, g *iam.Grants, projectID s
 		if err != nil {
 			return nil, "", err
 		}
-		o := overridesOf(e)
+		o := OverridesOf(e)
 		vs, _, err := q.ListAppVersions(ctx, e.AppSlug, []string{StatusPublished}, store.Page{Limit: store.MaxPageLimit})
 		if err != nil {
 			return nil, "", err
@@ -174,16 +169,14 @@ func (s *Service) ProjectCatalog(ctx context.Context, g *iam.Grants, projectID s
 		if len(vs) == 0 {
 			continue
 		}
-		out = append(out, ProjectCatalogEntry{App: app, Entitlement: e, Overrides: o, Versions: vs})
+		out = append(out, ProjectCatalogEntry{App: app, Entitlement: e, Versions: vs})
 	}
 	return out, next, nil
 }
 
-func overridesOf(e store.AppEntitlement) EntitlementOverrides {
+// OverridesOf decodes an entitlement's policy overrides.
+func OverridesOf(e store.AppEntitlement) EntitlementOverrides {
 	var o EntitlementOverrides
 	_ = json.Unmarshal(e.PolicyOverrides, &o)
 	return o
 }
-
-// OverridesOf decodes an entitlement's policy overrides.
-func OverridesOf(e store.AppEntitlement) EntitlementOverrides { return overridesOf(e) }

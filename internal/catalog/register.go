@@ -2,8 +2,6 @@ package catalog
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -103,8 +101,7 @@ func (s *Service) RegisterManifest(ctx context.Context, g *iam.Grants, data []by
 	if err != nil {
 		return Registration{}, err
 	}
-	sum := sha256.Sum256(meta)
-	metaDigest := "sha256:" + hex.EncodeToString(sum[:])
+	metaDigest := manifest.DigestOf(meta)
 	type body struct {
 		v      manifest.Version
 		json   []byte
@@ -116,11 +113,7 @@ func (s *Service) RegisterManifest(ctx context.Context, g *iam.Grants, data []by
 		if err != nil {
 			return Registration{}, err
 		}
-		d, err := v.Digest()
-		if err != nil {
-			return Registration{}, err
-		}
-		bodies = append(bodies, body{v: v, json: b, digest: d})
+		bodies = append(bodies, body{v: v, json: b, digest: manifest.DigestOf(b)})
 	}
 	who := principal.From(ctx).Key()
 	now := s.Now().UTC()

@@ -27,12 +27,42 @@ func newAppCmd() *cobra.Command {
 	return cmd
 }
 
+// pageFlags are the paging and output flags of the catalog list commands.
+type pageFlags struct {
+	limit  int
+	cursor string
+	asJSON bool
+}
+
+func (f *pageFlags) add(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&f.limit, "limit", 0, "page size (1-500)")
+	cmd.Flags().StringVar(&f.cursor, "cursor", "", "cursor from a previous page")
+	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the JSON response")
+}
+
+func (f *pageFlags) options() client.CatalogListOptions {
+	return client.CatalogListOptions{Limit: f.limit, Cursor: f.cursor}
+}
+
+// printPage prints a page as JSON (--json) or as a table under header, one
+// row per item, ending with the cursor of the next page when there is one.
+func printPage[T any](cmd *cobra.Command, f *pageFlags, page client.CatalogPage[T], header string, row func(T) string) error {
+	if f.asJSON {
+		return printJSON(cmd, page)
+	}
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	for _, it := range page.Items {
+		fmt.Fprintln(tw, row(it))
+	}
+	if page.NextCursor != "" {
+		fmt.Fprintf(tw, "(more: --cursor %s)\n", page.NextCursor)
+	}
+	return tw.Flush()
+}
+
 func newAppListCmd() *cobra.Command {
-	var (
-		limit  int
-		cursor string
-		asJSON bool
-	)
+	var f pageFlags
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List the raw platform catalog (not filtered by entitlements)",
@@ -42,36 +72,23 @@ func newAppListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			page, err := c.ListCatalog(cmd.Context(), client.CatalogListOptions{Limit: limit, Cursor: cursor})
+			page, err := c.ListCatalog(cmd.Context(), f.options())
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(cmd, page)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SLUG\tNAME\tBACKEND\tCATEGORY")
-			for _, a := range page.Items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.Slug, a.DisplayName, a.RuntimeBackend, a.Category)
-			}
-			if page.NextCursor != "" {
-				fmt.Fprintf(tw, "(more: --cursor %s)\n", page.NextCursor)
-			}
-			return tw.Flush()
+			return printPage(cmd, &f, page, "SLUG\tNAME\tBACKEND\tCATEGORY", func(a client.CatalogApp) string {
+				return a.Slug + "\t" + a.DisplayName + "\t" + a.RuntimeBackend + "\t" + a.Category
+			})
 		},
 	}
-	cmd.Flags().IntVar(&limit, "limit", 0, "page size (1-500)")
-	cmd.Flags().StringVar(&cursor, "cursor", "", "cursor from a previous page")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON response")
+	f.add(cmd)
 	return cmd
 }
 
 func newAppVersionsCmd() *cobra.Command {
 	var (
 		status string
-		limit  int
-		cursor string
-		asJSON bool
+		f      pageFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "versions APP",
@@ -82,28 +99,17 @@ func newAppVersionsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			page, err := c.ListAppVersions(cmd.Context(), args[0], status, client.CatalogListOptions{Limit: limit, Cursor: cursor})
+			page, err := c.ListAppVersions(cmd.Context(), args[0], status, f.options())
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(cmd, page)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "VERSION\tSTATUS\tBACKEND\tDIGEST")
-			for _, v := range page.Items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", v.Version, v.Status, v.RuntimeBackend, v.Digest)
-			}
-			if page.NextCursor != "" {
-				fmt.Fprintf(tw, "(more: --cursor %s)\n", page.NextCursor)
-			}
-			return tw.Flush()
+			return printPage(cmd, &f, page, "VERSION\tSTATUS\tBACKEND\tDIGEST", func(v client.AppVersion) string {
+				return v.Version + "\t" + v.Status + "\t" + v.RuntimeBackend + "\t" + v.Digest
+			})
 		},
 	}
 	cmd.Flags().StringVar(&status, "status", "", "only versions in this status (draft, published, deprecated, retired)")
-	cmd.Flags().IntVar(&limit, "limit", 0, "page size (1-500)")
-	cmd.Flags().StringVar(&cursor, "cursor", "", "cursor from a previous page")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON response")
+	f.add(cmd)
 	return cmd
 }
 

@@ -3,7 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"text/tabwriter"
 
@@ -64,7 +63,9 @@ New versions start as drafts; a platform admin publishes them with
 				return err
 			}
 			if len(problems) > 0 {
-				printProblems(cmd.ErrOrStderr(), path, problems)
+				if err := manifest.WriteProblems(cmd.ErrOrStderr(), path, problems); err != nil {
+					return err
+				}
 				return exitCode(1)
 			}
 			c, err := apiClient(cmd)
@@ -96,10 +97,4 @@ New versions start as drafts; a platform admin publishes them with
 	}
 	addClientFlags(cmd)
 	return cmd
-}
-
-func printProblems(w io.Writer, path string, problems []manifest.Problem) {
-	for _, p := range problems {
-		fmt.Fprintf(w, "%s:%s\n", path, p)
-	}
 }

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"mime"
@@ -35,7 +36,7 @@ func (a *API) registerManifest(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return decodeError(err)
 	}
-	if len(strings.TrimSpace(string(data))) == 0 {
+	if len(bytes.TrimSpace(data)) == 0 {
 		return errdefs.Invalid("empty_body", "the request body is empty; send the manifest package (JSON or YAML)")
 	}
 	reg, err := a.Catalog.RegisterManifest(r.Context(), grantsFrom(r.Context()), data, syntax)

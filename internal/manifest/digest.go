@@ -30,8 +30,14 @@ func (v Version) Digest() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return DigestOf(b), nil
+}
+
+// DigestOf is "sha256:" and the hex SHA-256 of b: the digest form of
+// version bodies and stored app metadata.
+func DigestOf(b []byte) string {
 	sum := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // canonicalJSON re-encodes JSON through a generic tree: encoding/json

@@ -7,13 +7,11 @@ import (
 	"strings"
 )
 
-var (
-	slugRE = regexp.MustCompile(`^[a-z][a-z0-9-]{1,62}$`)
-	// digestRefRE is the same rule as the image_ref definition in the
-	// profile schema: a full repository reference pinned by sha256 digest,
-	// with no tag.
-	digestRefRE = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-]+[a-z0-9]+)*)+@sha256:[a-f0-9]{64}$`)
-)
+// digestRefRE is the same rule as the image_ref definition in the profile
+// schema: a full repository reference pinned by sha256 digest, with no tag.
+// The schema enforces it on manifests; SplitDigestRef serves readers of
+// stored versions.
+var digestRefRE = regexp.MustCompile(`^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-]+[a-z0-9]+)*)+@sha256:[a-f0-9]{64}$`)
 
 // SplitDigestRef splits a digest-pinned reference into repository and
 // digest. ok is false for tags, short names and anything else that would let
@@ -35,15 +33,11 @@ func (c *checker) add(ptr, format string, args ...any) {
 	c.problems = append(c.problems, Problem{Pointer: ptr, Message: fmt.Sprintf(format, args...)})
 }
 
-// checkPackage runs the semantic checks over a normalised package.
+// checkPackage runs the semantic checks over a normalised package. What
+// the schema states (slug pattern, at least one version, digest-pinned
+// references) it has already reported; only the rest is checked here.
 func checkPackage(pkg *Package) []Problem {
 	c := &checker{}
-	if !slugRE.MatchString(pkg.App.Slug) {
-		c.add(pkg.App.source+"/slug", "slug %q must start with a lowercase letter, use only a-z, 0-9 and '-', and be 2 to 63 characters long", pkg.App.Slug)
-	}
-	if len(pkg.Versions) == 0 {
-		c.add("", "the package declares no version: add version (one) or versions (a list)")
-	}
 	c.modes(pkg.App.source+"/supported_modes", pkg.App.SupportedModes)
 	seen := map[string]string{}
 	for i := range pkg.Versions {
@@ -96,11 +90,6 @@ func (c *checker) version(pkg *Package, v *Version) {
 		}
 	}
 	c.modes(src+"/supported_modes", v.SupportedModes)
-	if v.ArtifactRef != "" {
-		if _, _, ok := SplitDigestRef(v.ArtifactRef); !ok {
-			c.add(src+"/artifact_ref", "artifact_ref must be pinned by digest as REGISTRY/REPOSITORY@sha256:<64 lowercase hex>; tags are not accepted")
-		}
-	}
 	c.schema(src+"/placement_schema", v.PlacementSchema)
 	c.schema(src+"/config_schema", v.ConfigSchema)
 	artifacts := c.artifacts(src+"/artifacts", v.Artifacts)
@@ -153,9 +142,6 @@ func (c *checker) artifacts(ptr string, list []Artifact) map[string]Artifact {
 func (c *checker) profile(ptr string, p *RuntimeProfile, v *Version, artifacts map[string]Artifact) {
 	switch p.Kind {
 	case ProfileLaunchableOCI:
-		if _, _, ok := SplitDigestRef(p.ImageRef); !ok {
-			c.add(ptr+"/image_ref", "image_ref must be pinned by digest as REGISTRY/REPOSITORY@sha256:<64 lowercase hex>; tags are not accepted")
-		}
 		c.launchable(ptr, p)
 	case ProfileDockerCompose:
 		c.compose(ptr, p, artifacts)

@@ -20,13 +20,8 @@ func RunValidate(w io.Writer, path string) (ok bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	for _, p := range problems {
-		if _, err := fmt.Fprintf(w, "%s:%s\n", path, p); err != nil {
-			return false, err
-		}
-	}
 	if len(problems) > 0 {
-		return false, nil
+		return false, WriteProblems(w, path, problems)
 	}
 	for _, v := range pkg.Versions {
 		d, err := v.Digest()
@@ -38,4 +33,14 @@ func RunValidate(w io.Writer, path string) (ok bool, err error) {
 		}
 	}
 	return true, nil
+}
+
+// WriteProblems writes one line per problem as FILE:LINE: POINTER: message.
+func WriteProblems(w io.Writer, path string, problems []Problem) error {
+	for _, p := range problems {
+		if _, err := fmt.Fprintf(w, "%s:%s\n", path, p); err != nil {
+			return err
+		}
+	}
+	return nil
 }
