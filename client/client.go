@@ -74,24 +74,36 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.UserAgent)
-	req.Header.Set("X-Request-ID", uuid.NewString())
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
+	c.authorize(req)
 	if method == http.MethodPost || method == http.MethodPut {
 		req.Header.Set("X-Idempotency-Key", uuid.NewString())
 	}
 	for _, o := range opts {
 		o(req)
 	}
+	return c.send(req, out, 64<<20)
+}
+
+// authorize sets the headers every request carries: Accept, User-Agent, a
+// fresh X-Request-ID and the bearer token.
+func (c *Client) authorize(req *http.Request) {
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.UserAgent)
+	req.Header.Set("X-Request-ID", uuid.NewString())
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+}
+
+// send sends req and decodes a JSON answer of at most limit bytes into out
+// (if non-nil), or the error envelope into an *APIError.
+func (c *Client) send(req *http.Request, out any, limit int64) error {
 	resp, err := c.HTTP.Do(req)
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {
 		return err
 	}
@@ -107,7 +119,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	}
 	if out != nil && len(data) > 0 {
 		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("decode %s %s response: %w", method, path, err)
+			return fmt.Errorf("decode %s %s response: %w", req.Method, req.URL.Path, err)
 		}
 	}
 	return nil

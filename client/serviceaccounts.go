@@ -179,9 +179,18 @@ func ReadKeyFile(path string) (KeyFile, error) {
 	if err != nil {
 		return KeyFile{}, err
 	}
+	k, err := ParseKeyFile(b)
+	if err != nil {
+		return KeyFile{}, fmt.Errorf("%s is %w", path, err)
+	}
+	return k, nil
+}
+
+// ParseKeyFile reads the contents of a key file, e.g. from a secret store.
+func ParseKeyFile(data []byte) (KeyFile, error) {
 	var k KeyFile
-	if err := json.Unmarshal(b, &k); err != nil || k.Type != KeyFileType {
-		return KeyFile{}, fmt.Errorf("%s is not a gpuaas service-account key file (JSON with type %q)", path, KeyFileType)
+	if err := json.Unmarshal(data, &k); err != nil || k.Type != KeyFileType {
+		return KeyFile{}, fmt.Errorf("not a gpuaas service-account key file (JSON with type %q)", KeyFileType)
 	}
 	return k, nil
 }

@@ -134,8 +134,7 @@ func apiClient(cmd *cobra.Command) (*client.Client, error) {
 		return nil, err
 	}
 	u, _ := apiURL(cmd, cache)
-	c := client.New(u, flagOrEnv(cmd, "token", envToken))
-	c.UserAgent = "gpuaas-cli/" + Version
+	c := cliClient(u, flagOrEnv(cmd, "token", envToken))
 	if c.Token == "" && cache.AccessToken != "" && cache.APIURL == u {
 		if time.Now().After(cache.ExpiresAt) {
 			return nil, fmt.Errorf("the cached token (%s) expired at %s; run gpuaas login or gpuaas sa token again",
@@ -144,6 +143,13 @@ func apiClient(cmd *cobra.Command) (*client.Client, error) {
 		c.Token = cache.AccessToken
 	}
 	return c, nil
+}
+
+// cliClient is the CLI's API client of baseURL.
+func cliClient(baseURL, token string) *client.Client {
+	c := client.New(baseURL, token)
+	c.UserAgent = "gpuaas-cli/" + Version
+	return c
 }
 
 // cacheToken stores a fresh token for later commands.

@@ -51,11 +51,13 @@ a prompt. Automation should use a service account (gpuaas sa token) instead.`,
 			if email == "" || password == "" {
 				return errors.New("email and password are required")
 			}
-			c, err := apiClient(cmd)
+			// No bearer token: an expired cached one must not stop a new sign-in.
+			cache, err := loadCredentials()
 			if err != nil {
 				return err
 			}
-			c.Token = ""
+			base, _ := apiURL(cmd, cache)
+			c := cliClient(base, "")
 			t, err := c.Login(cmd.Context(), email, password)
 			if err != nil {
 				return err

@@ -106,7 +106,7 @@ func newSACreateCmd() *cobra.Command {
 		Short: "Create a service account and its first key",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			project, err := projectOf(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -114,10 +114,6 @@ func newSACreateCmd() *cobra.Command {
 				return err
 			}
 			in.KeyAlgorithm = out.algorithm
-			c, err := apiClient(cmd)
-			if err != nil {
-				return err
-			}
 			k, err := c.CreateServiceAccount(cmd.Context(), project, in)
 			if err != nil {
 				return err
@@ -217,16 +213,12 @@ func newSARotateCmd() *cobra.Command {
 		Short: "Add a new key; the current keys stay valid for --grace (0: revoked now)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			project, err := projectOf(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
 			in := client.RotateServiceAccountKeyRequest{GracePeriodSeconds: int(grace / time.Second), KeyAlgorithm: out.algorithm}
 			if in.PublicKeyPEM, err = out.check(); err != nil {
-				return err
-			}
-			c, err := apiClient(cmd)
-			if err != nil {
 				return err
 			}
 			k, err := c.RotateServiceAccountKey(cmd.Context(), project, args[0], in)
@@ -287,8 +279,7 @@ or printed with --print (for GPUAAS_TOKEN=$(gpuaas sa token --key-file F --print
 			if !explicit && kf.TokenURL != "" {
 				base = strings.TrimSuffix(kf.TokenURL, client.ServiceAccountTokenPath)
 			}
-			c := client.New(base, "")
-			c.UserAgent = "gpuaas-cli/" + Version
+			c := cliClient(base, "")
 			t, err := c.ServiceAccountToken(cmd.Context(), kf)
 			if err != nil {
 				return err
@@ -321,8 +312,8 @@ func loadKey(path, saID, keyID string) (client.KeyFile, error) {
 	}
 	var kf client.KeyFile
 	if json.Valid(b) {
-		if kf, err = client.ReadKeyFile(path); err != nil {
-			return kf, err
+		if kf, err = client.ParseKeyFile(b); err != nil {
+			return kf, fmt.Errorf("%s is %w", path, err)
 		}
 	} else {
 		kf = client.KeyFile{Type: client.KeyFileType, PrivateKeyPEM: string(b)}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -106,5 +107,26 @@ func TestServiceAccountCommands(t *testing.T) {
 		if _, _, err := run("", "sa", verb, created.ID, "--project", s.Creds.ProjectID); err != nil {
 			t.Fatalf("%s: %v", verb, err)
 		}
+	}
+}
+
+// An expired cached token does not stand in the way of signing in again.
+func TestLoginOverExpiredCachedToken(t *testing.T) {
+	s := servertest.Start(t, store.SQLite)
+	t.Setenv(envConfigDir, t.TempDir())
+	t.Setenv(envAPIURL, s.URL)
+	t.Setenv(envToken, "")
+	if _, err := saveCredentials(cachedCredentials{APIURL: s.URL, AccessToken: "expired", ExpiresAt: time.Now().Add(-time.Hour), Principal: "user:x"}); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	root := NewRoot(&out, &errOut)
+	root.SetIn(strings.NewReader(s.Creds.AdminPassword + "\n"))
+	root.SetArgs([]string{"login", "--email", s.Creds.AdminEmail, "--password-stdin"})
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("login over an expired cached token: %v", err)
+	}
+	if c, err := loadCredentials(); err != nil || c.AccessToken == "expired" || !time.Now().Before(c.ExpiresAt) {
+		t.Fatalf("cache after login: %+v %v", c, err)
 	}
 }

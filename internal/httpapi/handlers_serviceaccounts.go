@@ -66,9 +66,6 @@ func viewServiceAccount(now time.Time) func(serviceaccounts.Account) serviceAcco
 		v := serviceAccountView{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, Slug: a.Slug, Name: a.Name, Description: a.Description,
 			Status: a.Status, Roles: a.Roles, Keys: make([]serviceAccountKeyView, 0, len(a.Keys)),
 			CreatedAt: rfc3339(a.CreatedAt), UpdatedAt: rfc3339(a.UpdatedAt)}
-		if v.Roles == nil {
-			v.Roles = []string{}
-		}
 		for _, k := range a.Keys {
 			v.Keys = append(v.Keys, viewServiceAccountKey(k, now))
 		}
@@ -191,6 +188,7 @@ func (a *API) serviceAccountToken(w http.ResponseWriter, r *http.Request) error 
 // the documented ones, naming a private key outright.
 func readTokenRequest(r *http.Request) (map[string]string, error) {
 	f := map[string]string{}
+	nonString := "" // a JSON field whose value is not a string
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if mt == "application/x-www-form-urlencoded" {
 		if err := r.ParseForm(); err != nil {
@@ -209,21 +207,21 @@ func readTokenRequest(r *http.Request) (map[string]string, error) {
 		}
 		for k, v := range raw {
 			var s string
-			if err := json.Unmarshal(v, &s); err != nil {
-				f = map[string]string{}
-				if isPrivateKeyField(k) {
-					return f, errPrivateKeySent
-				}
-				return f, errdefs.Invalid("invalid_request", "field %q must be a string", k)
+			if json.Unmarshal(v, &s) != nil {
+				nonString = k
 			}
 			f[k] = s
 		}
 	}
+	// A private key is named before any other defect of the request.
 	for k := range f {
 		if isPrivateKeyField(k) {
 			delete(f, k)
 			return f, errPrivateKeySent
 		}
+	}
+	if nonString != "" {
+		return f, errdefs.Invalid("invalid_request", "field %q must be a string", nonString)
 	}
 	for k := range f {
 		if !tokenRequestFields[k] {

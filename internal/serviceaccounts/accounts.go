@@ -193,8 +193,8 @@ func (s *Service) newKey(algorithm, publicKeyPEM string, now time.Time) (store.S
 	return store.ServiceAccountKey{ID: iam.NewID(), Algorithm: alg, PublicKey: pub, CreatedAt: now}, priv, nil
 }
 
-// load reads an account of a project with its roles and keys, after checking
-// perm on the project.
+// load reads an account of a project with its roles and keys; an account of
+// another project is not found. Callers check the permission first.
 func (s *Service) load(ctx context.Context, q *store.Queries, projectID, id string) (Account, error) {
 	a, err := q.GetServiceAccount(ctx, id)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && a.ProjectID != projectID) {
@@ -210,7 +210,8 @@ func (s *Service) load(ctx context.Context, q *store.Queries, projectID, id stri
 	return accs[0], nil
 }
 
-// complete attaches roles and keys to accounts, in two queries.
+// complete attaches roles and keys to accounts, in two queries. Roles is
+// never nil (the views and audit rows show an empty list).
 func (s *Service) complete(ctx context.Context, q *store.Queries, as []store.ServiceAccount) ([]Account, error) {
 	ids := make([]string, len(as))
 	for i, a := range as {

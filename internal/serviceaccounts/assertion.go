@@ -64,19 +64,18 @@ func ParseAssertion(raw string) (Assertion, error) {
 	}
 	var c jwt.RegisteredClaims
 	tok, parts, err := unverifiedParser.ParseUnverified(raw, &c)
-	malformed := grantError("malformed_assertion", "the assertion is not a well-formed JWT: each part must be base64url-encoded JSON, signed")
 	if tok == nil || tok.Header == nil {
-		return Assertion{}, malformed
+		return Assertion{}, errMalformed()
 	}
 	// The header decoded: name a wrong algorithm before any other defect.
-	if alg, _ := headerString(tok, "alg"); alg != AlgEdDSA && alg != AlgES256 {
+	alg, _ := tok.Header["alg"].(string)
+	if alg != AlgEdDSA && alg != AlgES256 {
 		return Assertion{}, grantError("unsupported_algorithm", "the assertion must be signed with EdDSA or ES256 (alg header), matching the key's algorithm")
 	}
 	if err != nil {
-		return Assertion{}, malformed
+		return Assertion{}, errMalformed()
 	}
-	alg, _ := headerString(tok, "alg")
-	kid, _ := headerString(tok, "kid")
+	kid, _ := tok.Header["kid"].(string)
 	if kid == "" || len(kid) > maxClaimLen {
 		return Assertion{}, grantError("missing_kid", "the assertion's kid header must name the key_id of the service-account key that signed it")
 	}
@@ -105,12 +104,8 @@ func ParseAssertion(raw string) (Assertion, error) {
 	}, nil
 }
 
-func headerString(tok *jwt.Token, name string) (string, bool) {
-	if tok == nil || tok.Header == nil {
-		return "", false
-	}
-	s, ok := tok.Header[name].(string)
-	return s, ok
+func errMalformed() error {
+	return grantError("malformed_assertion", "the assertion is not a well-formed JWT: each part must be base64url-encoded JSON, signed")
 }
 
 // verify checks the signature with a stored public key of algorithm alg.

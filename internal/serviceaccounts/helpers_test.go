@@ -17,15 +17,7 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		goleak.IgnoreTopFunction("database/sql.(*DB).connectionOpener"),
-		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
-		goleak.IgnoreAnyFunction("internal/poll.runtime_pollWait"),
-		// The embedded OCI registry (distribution) starts event broadcasters it never stops.
-		goleak.IgnoreTopFunction("github.com/docker/go-events.(*Broadcaster).run"),
-	)
-}
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, servertest.LeakIgnores()...) }
 
 const tokenPath = "/api/v1/auth/service-account/token"
 

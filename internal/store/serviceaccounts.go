@@ -85,11 +85,9 @@ func (q *Queries) SetServiceAccountStatus(ctx context.Context, id, status string
 		status, ts(validAfter), ts(at), id)
 }
 
-// DeleteServiceAccount removes an account with its keys and used assertion ids.
+// DeleteServiceAccount removes an account with its used assertion ids; its
+// keys go with it (ON DELETE CASCADE).
 func (q *Queries) DeleteServiceAccount(ctx context.Context, id string) error {
-	if _, err := q.exec(ctx, `DELETE FROM service_account_keys WHERE service_account_id = ?`, id); err != nil {
-		return err
-	}
 	if _, err := q.exec(ctx, `DELETE FROM service_account_assertions WHERE service_account_id = ?`, id); err != nil {
 		return err
 	}
