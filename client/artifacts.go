@@ -5,14 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
-
-	"github.com/google/uuid"
 )
 
 // RegistryInfo is GET /api/v1/apps/registry.
@@ -248,8 +244,8 @@ func (c *Client) ListSigningKeys(ctx context.Context, projectID string) ([]Artif
 }
 
 // UploadBlob streams r (size bytes) to a blob intent's upload URL in chunks
-// of chunkSize, resuming from the server's offset, then commits with the
-// sha256 computed while streaming. progress (may be nil) sees the bytes sent.
+// of chunkSize (each PATCH names its Upload-Offset, starting at 0), then
+// commits with the sha256 computed while streaming. progress (may be nil) sees the bytes sent.
 // It returns the digest.
 func (c *Client) UploadBlob(ctx context.Context, uploadURL string, r io.Reader, size, chunkSize int64, progress func(sent int64)) (string, error) {
 	if chunkSize <= 0 {
@@ -280,8 +276,7 @@ func (c *Client) UploadBlob(ctx context.Context, uploadURL string, r io.Reader, 
 	if err != nil {
 		return "", err
 	}
-	var up ArtifactUpload
-	if err := c.raw(req, &up); err != nil {
+	if err := c.raw(req, nil); err != nil {
 		return "", err
 	}
 	return digest, nil
@@ -289,35 +284,6 @@ func (c *Client) UploadBlob(ctx context.Context, uploadURL string, r io.Reader, 
 
 // raw sends a non-JSON request and decodes a JSON answer or error envelope.
 func (c *Client) raw(req *http.Request, out any) error {
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", c.UserAgent)
-	req.Header.Set("X-Request-ID", uuid.NewString())
-	if c.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.Token)
-	}
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode >= 400 {
-		var env struct {
-			Error APIError `json:"error"`
-		}
-		if json.Unmarshal(data, &env) != nil || env.Error.Code == "" {
-			return &APIError{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(data))}
-		}
-		env.Error.Status = resp.StatusCode
-		return &env.Error
-	}
-	if out != nil && len(data) > 0 {
-		if err := json.Unmarshal(data, out); err != nil {
-			return fmt.Errorf("decode %s response: %w", req.URL.Path, err)
-		}
-	}
-	return nil
+	c.authorize(req)
+	return c.send(req, out, 1<<20)
 }

@@ -124,14 +124,8 @@ func illegal(a store.AppArtifact, to string) error {
 // canary → staged as a rollback). Without a target it takes the next step.
 // Active requires a verified artifact.
 func (s *Service) Promote(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (store.AppArtifact, error) {
-	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactPromote)
+	a, err := s.movable(ctx, g, projectID, artifactID, in.Reason)
 	if err != nil {
-		return store.AppArtifact{}, err
-	}
-	if err := requireReason(in.Reason); err != nil {
-		return store.AppArtifact{}, err
-	}
-	if err := refuseRevoked(a); err != nil {
 		return store.AppArtifact{}, err
 	}
 	to := in.TargetState
@@ -167,15 +161,25 @@ func (s *Service) Retire(ctx context.Context, g *iam.Grants, projectID, artifact
 	return s.step(ctx, g, projectID, artifactID, in, StateRetired, "artifact.retire")
 }
 
-func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput, to, action string) (store.AppArtifact, error) {
+// movable resolves an artifact for a lifecycle move (promote, deprecate,
+// retire): the caller may promote, gave a reason, and it is not revoked.
+func (s *Service) movable(ctx context.Context, g *iam.Grants, projectID, artifactID, reason string) (store.AppArtifact, error) {
 	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactPromote)
 	if err != nil {
 		return store.AppArtifact{}, err
 	}
-	if err := requireReason(in.Reason); err != nil {
+	if err := requireReason(reason); err != nil {
 		return store.AppArtifact{}, err
 	}
 	if err := refuseRevoked(a); err != nil {
+		return store.AppArtifact{}, err
+	}
+	return a, nil
+}
+
+func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput, to, action string) (store.AppArtifact, error) {
+	a, err := s.movable(ctx, g, projectID, artifactID, in.Reason)
+	if err != nil {
 		return store.AppArtifact{}, err
 	}
 	if in.TargetState != "" && in.TargetState != to {
@@ -330,14 +334,13 @@ func (s *Service) verifyOCI(ctx context.Context, a store.AppArtifact) (verifyRes
 	if err != nil {
 		return verifyResult{}, err
 	}
-	tok, err := link.reg.TokenHandler().Issue(registry.Subject{ID: registry.ControlPlaneSubject},
-		[]registry.Scope{{Type: "repository", Name: a.Repository, Actions: []string{registry.ActionPull}}})
+	tok, err := link.reg.Client().PullToken(a.Repository)
 	if err != nil {
 		return verifyResult{}, err
 	}
 	opts := signature.Options{Remote: []remote.Option{
 		remote.WithTransport(link.rt),
-		remote.WithAuth(authn.FromConfig(authn.AuthConfig{RegistryToken: tok.Token})),
+		remote.WithAuth(authn.FromConfig(authn.AuthConfig{RegistryToken: tok})),
 	}}
 	res, err := v.VerifyImage(ctx, ref, opts)
 	if err != nil {

@@ -54,6 +54,11 @@ func (s *Service) UploadStatus(ctx context.Context, g *iam.Grants, projectID, up
 	if err != nil {
 		return Upload{}, err
 	}
+	return s.uploadState(ctx, it, uploadID)
+}
+
+// uploadState reads the blob store's state of an upload the caller resolved.
+func (s *Service) uploadState(ctx context.Context, it store.ArtifactIntent, uploadID string) (Upload, error) {
 	u, err := s.Blobs.Status(ctx, uploadID)
 	if errors.Is(err, blobstore.ErrNotFound) {
 		return Upload{}, uploadNotFound(uploadID)
@@ -64,25 +69,40 @@ func (s *Service) UploadStatus(ctx context.Context, g *iam.Grants, projectID, up
 	return Upload{Upload: u, IntentID: it.ID, SourceURI: it.SourceURI}, nil
 }
 
+// appendAt streams body into the upload at offset, or at its current end
+// when offset is negative. It returns where the chunk started and the new size.
+func (s *Service) appendAt(ctx context.Context, it store.ArtifactIntent, uploadID string, offset int64, body io.Reader) (from, size int64, err error) {
+	if offset < 0 {
+		st, err := s.uploadState(ctx, it, uploadID)
+		if err != nil {
+			return 0, 0, err
+		}
+		offset = st.Offset
+	}
+	size, err = s.Blobs.Append(ctx, uploadID, offset, body)
+	return offset, size, err
+}
+
 // AppendUpload streams body into the upload at offset (which must be the
-// upload's current size). Nothing is buffered beyond one copy buffer.
+// upload's current size; negative means wherever it currently ends).
+// Nothing is buffered beyond one copy buffer.
 func (s *Service) AppendUpload(ctx context.Context, g *iam.Grants, projectID, uploadID string, offset int64, body io.Reader) (Upload, error) {
 	it, err := s.upload(ctx, g, projectID, uploadID, iam.PermArtifactWrite, true)
 	if err != nil {
 		return Upload{}, err
 	}
-	n, err := s.Blobs.Append(ctx, uploadID, offset, body)
+	from, n, err := s.appendAt(ctx, it, uploadID, offset, body)
 	if err != nil {
 		return Upload{}, err
 	}
 	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		return tx.Audit(store.AuditEvent{Action: "artifact.upload.append", ResourceType: "artifact_upload", ResourceID: uploadID,
-			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, map[string]any{"intent_id": it.ID, "from": offset, "offset": n})
+			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, map[string]any{"intent_id": it.ID, "from": from, "offset": n})
 	})
 	if err != nil {
 		return Upload{}, err
 	}
-	return s.UploadStatus(ctx, g, projectID, uploadID)
+	return s.uploadState(ctx, it, uploadID)
 }
 
 // CommitUpload appends an optional last chunk and commits the upload with
@@ -97,14 +117,7 @@ func (s *Service) CommitUpload(ctx context.Context, g *iam.Grants, projectID, up
 		return Upload{}, errdefs.Invalid("invalid_digest", "pass the expected digest as ?digest=sha256:<64 lowercase hex>")
 	}
 	if body != nil {
-		if offset < 0 {
-			st, err := s.Blobs.Status(ctx, uploadID)
-			if err != nil {
-				return Upload{}, err
-			}
-			offset = st.Offset
-		}
-		if _, err := s.Blobs.Append(ctx, uploadID, offset, body); err != nil {
+		if _, _, err := s.appendAt(ctx, it, uploadID, offset, body); err != nil {
 			return Upload{}, err
 		}
 	}

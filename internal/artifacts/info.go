@@ -31,12 +31,12 @@ func (s *Service) Info(ctx context.Context, g *iam.Grants) (RegistryInfo, error)
 		return RegistryInfo{}, err
 	}
 	mode := "embedded"
-	if link.external {
+	if link.reg.External() {
 		mode = "external"
 	}
 	return RegistryInfo{
 		Host: link.host, Mode: mode, Insecure: link.insecure, NamespaceOwnership: "platform_owned",
 		RepositoryTemplate: RepositoryPrefix + "/{org_slug}/{project_slug}/{app_slug}",
-		DigestOnly:         true, ProjectPrivate: true, TokenRealm: link.realm, TokenService: link.host,
+		DigestOnly:         true, ProjectPrivate: true, TokenRealm: link.reg.Realm(), TokenService: link.host,
 	}, nil
 }

@@ -2,7 +2,7 @@ package artifacts
 
 import (
 	"context"
-	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,7 +129,6 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 		AppSlug: in.AppSlug, AppVersion: in.AppVersion, ArtifactName: in.ArtifactName, Channel: in.Channel,
 		CreatedBy: actor(ctx), CreatedAt: now, ExpiresAt: now.Add(ttl),
 	}
-	out := Intent{}
 	if kind == KindBlob {
 		if s.Blobs == nil {
 			return Intent{}, errdefs.FailedPrecondition("blob_store_unavailable", "this server has no blob store configured")
@@ -144,20 +143,11 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 		if it.UploadID, err = s.Blobs.Begin(ctx, key); err != nil {
 			return Intent{}, err
 		}
-		out.UploadPath = key.Path()
-		err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-			if err := tx.InsertArtifactIntent(ctx, it); err != nil {
-				return err
-			}
-			return tx.Audit(store.AuditEvent{Action: "artifact.publish_intent.create", ResourceType: "artifact_intent", ResourceID: it.ID,
-				OrgID: p.OrgID, ProjectID: p.ID}, nil, intentAudit(it))
-		})
-		if err != nil {
+		if _, err := s.saveIntent(ctx, it, nil); err != nil {
 			_ = s.Blobs.Abort(context.WithoutCancel(ctx), it.UploadID)
 			return Intent{}, err
 		}
-		out.ArtifactIntent = it
-		return out, nil
+		return Intent{ArtifactIntent: it, UploadPath: key.Path()}, nil
 	}
 
 	link, err := s.registry()
@@ -184,11 +174,9 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 	}
 	it.ProvenanceRequired = in.ProvenanceRequired
 	if in.SigningKeyID != "" {
-		if _, err := q.GetArtifactSigningKey(ctx, p.ID, in.SigningKeyID); errors.Is(err, store.ErrNotFound) {
+		if !slices.ContainsFunc(keys, func(k store.ArtifactSigningKey) bool { return k.ID == in.SigningKeyID }) {
 			return Intent{}, errdefs.Validation([]errdefs.FieldError{{Field: "/signing_key_id", Code: "unknown",
 				Message: "no signing key with this id is registered in the project; list them at GET /api/v1/projects/{project_id}/artifact-signing-keys"}})
-		} else if err != nil {
-			return Intent{}, err
 		}
 		it.SigningKeyID = in.SigningKeyID
 		it.SignatureRequired = true
@@ -203,31 +191,11 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 		}
 		it.SignatureScheme = SignatureSchemeCosignKey
 	}
-	password := newSecret("gpr_")
-	cred := store.RegistryCredential{ID: iam.NewID(), IntentID: it.ID, ProjectID: p.ID, Repository: it.Repository,
-		Actions: registry.ActionPull + "," + registry.ActionPush, SecretHash: hashSecret(password), CreatedAt: now, ExpiresAt: it.ExpiresAt}
-	wrapExp := minTime(now.Add(s.WrapTTL), it.ExpiresAt)
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		if err := tx.InsertArtifactIntent(ctx, it); err != nil {
-			return err
-		}
-		if err := tx.InsertRegistryCredential(ctx, cred); err != nil {
-			return err
-		}
-		tok, err := s.Vault.Wrap(ctx, tx, Secret{Username: cred.ID, Password: password, Registry: link.host, Repository: it.Repository,
-			Actions: []string{registry.ActionPush, registry.ActionPull}, ExpiresAt: cred.ExpiresAt}, wrapExp)
-		if err != nil {
-			return err
-		}
-		out.Wrapped = &Wrapped{Token: tok, ExpiresAt: wrapExp}
-		return tx.Audit(store.AuditEvent{Action: "artifact.publish_intent.create", ResourceType: "artifact_intent", ResourceID: it.ID,
-			OrgID: p.OrgID, ProjectID: p.ID}, nil, intentAudit(it))
-	})
+	wrapped, err := s.saveIntent(ctx, it, link, registry.ActionPush, registry.ActionPull)
 	if err != nil {
 		return Intent{}, err
 	}
-	out.ArtifactIntent, out.Registry = it, link.host
-	return out, nil
+	return Intent{ArtifactIntent: it, Registry: link.host, Wrapped: wrapped}, nil
 }
 
 // PullIntentInput asks for a pull intent.
@@ -259,47 +227,56 @@ func (s *Service) CreatePullIntent(ctx context.Context, g *iam.Grants, projectID
 		AppSlug: a.AppSlug, AppVersion: a.AppVersion, ArtifactName: a.ArtifactName, Repository: a.Repository, SourceURI: a.SourceURI,
 		ArtifactID: a.ID, CreatedBy: actor(ctx), CreatedAt: now, ExpiresAt: now.Add(ttl),
 	}
-	out := Intent{Artifact: &a}
 	if a.ArtifactKind == KindBlob {
-		err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-			if err := tx.InsertArtifactIntent(ctx, it); err != nil {
-				return err
-			}
-			return tx.Audit(store.AuditEvent{Action: "artifact.pull_intent.create", ResourceType: "artifact_intent", ResourceID: it.ID,
-				OrgID: p.OrgID, ProjectID: p.ID}, nil, intentAudit(it))
-		})
-		out.ArtifactIntent = it
-		return out, err
+		if _, err := s.saveIntent(ctx, it, nil); err != nil {
+			return Intent{}, err
+		}
+		return Intent{ArtifactIntent: it, Artifact: &a}, nil
 	}
 	link, err := s.registry()
 	if err != nil {
 		return Intent{}, err
 	}
-	password := newSecret("gpr_")
-	cred := store.RegistryCredential{ID: iam.NewID(), IntentID: it.ID, ProjectID: p.ID, ArtifactID: a.ID, Repository: a.Repository,
-		Actions: registry.ActionPull, SecretHash: hashSecret(password), CreatedAt: now, ExpiresAt: it.ExpiresAt}
-	wrapExp := minTime(now.Add(s.WrapTTL), it.ExpiresAt)
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		if err := tx.InsertArtifactIntent(ctx, it); err != nil {
-			return err
-		}
-		if err := tx.InsertRegistryCredential(ctx, cred); err != nil {
-			return err
-		}
-		tok, err := s.Vault.Wrap(ctx, tx, Secret{Username: cred.ID, Password: password, Registry: link.host, Repository: a.Repository,
-			Actions: []string{registry.ActionPull}, ExpiresAt: cred.ExpiresAt}, wrapExp)
-		if err != nil {
-			return err
-		}
-		out.Wrapped = &Wrapped{Token: tok, ExpiresAt: wrapExp}
-		return tx.Audit(store.AuditEvent{Action: "artifact.pull_intent.create", ResourceType: "artifact_intent", ResourceID: it.ID,
-			OrgID: p.OrgID, ProjectID: p.ID}, nil, intentAudit(it))
-	})
+	wrapped, err := s.saveIntent(ctx, it, link, registry.ActionPull)
 	if err != nil {
 		return Intent{}, err
 	}
-	out.ArtifactIntent, out.Registry = it, link.host
-	return out, nil
+	return Intent{ArtifactIntent: it, Registry: link.host, Wrapped: wrapped, Artifact: &a}, nil
+}
+
+// saveIntent stores an intent with its one audit row. With a registry link
+// it also issues a registry credential for actions on the intent's
+// repository, expiring with the intent, and returns its secret wrapped
+// (the wrap lives WrapTTL at most).
+func (s *Service) saveIntent(ctx context.Context, it store.ArtifactIntent, link *registryLink, actions ...string) (*Wrapped, error) {
+	var wrapped *Wrapped
+	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if err := tx.InsertArtifactIntent(ctx, it); err != nil {
+			return err
+		}
+		if link != nil {
+			password := newSecret("gpr_")
+			cred := store.RegistryCredential{ID: iam.NewID(), IntentID: it.ID, ProjectID: it.ProjectID, ArtifactID: it.ArtifactID,
+				Repository: it.Repository, Actions: strings.Join(actions, ","), SecretHash: hashSecret(password),
+				CreatedAt: it.CreatedAt, ExpiresAt: it.ExpiresAt}
+			if err := tx.InsertRegistryCredential(ctx, cred); err != nil {
+				return err
+			}
+			wrapExp := minTime(it.CreatedAt.Add(s.WrapTTL), it.ExpiresAt)
+			tok, err := s.Vault.Wrap(ctx, tx, Secret{Username: cred.ID, Password: password, Registry: link.host, Repository: it.Repository,
+				Actions: actions, ExpiresAt: cred.ExpiresAt}, wrapExp)
+			if err != nil {
+				return err
+			}
+			wrapped = &Wrapped{Token: tok, ExpiresAt: wrapExp}
+		}
+		return tx.Audit(store.AuditEvent{Action: "artifact." + it.Kind + "_intent.create", ResourceType: "artifact_intent", ResourceID: it.ID,
+			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, intentAudit(it))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return wrapped, nil
 }
 
 // UnwrapInput carries a wrapping token.

@@ -44,12 +44,12 @@ func (s *Service) CreateSigningKey(ctx context.Context, g *iam.Grants, projectID
 	if err != nil {
 		return store.ArtifactSigningKey{}, err
 	}
-	pemText, err := publicPEM(pub)
+	pemText, err := signature.MarshalPublicKeyPEM(pub)
 	if err != nil {
 		return store.ArtifactSigningKey{}, err
 	}
 	k := store.ArtifactSigningKey{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Name: in.Name, Algorithm: keyAlgorithm(pub),
-		PublicKey: pemText, Fingerprint: fp, CreatedBy: actor(ctx), CreatedAt: s.Now()}
+		PublicKey: string(pemText), Fingerprint: fp, CreatedBy: actor(ctx), CreatedAt: s.Now()}
 	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		if err := tx.InsertArtifactSigningKey(ctx, k); err != nil {
 			if errors.Is(err, store.ErrAlreadyExists) {

@@ -1,29 +1,23 @@
 package artifacts
 
 import (
-	"crypto"
-	"crypto/x509"
-	"encoding/pem"
 	"regexp"
 	"strings"
 
+	"github.com/gpuaas/gpuaas/internal/blobstore"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/registry"
 )
 
 // RepositoryPrefix is the platform-owned namespace of app repositories.
 const RepositoryPrefix = "gpuaas/apps"
 
-var (
-	digestRE = regexp.MustCompile(`^sha256:[a-f0-9]{64}$`)
-	tagRE    = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
-	// repoRE is the OCI distribution spec's repository name grammar.
-	repoRE = regexp.MustCompile(`^[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*$`)
-)
+var tagRE = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
 
 // ParseDigest checks an untrusted digest: only "sha256:" and 64 lowercase hex
 // digits are accepted (the control plane trusts nothing else).
 func ParseDigest(s string) (string, error) {
-	if !digestRE.MatchString(s) {
+	if !blobstore.ValidDigest(s) {
 		return "", errdefs.Validation([]errdefs.FieldError{{Field: "/digest", Code: "invalid_digest",
 			Message: "must be sha256:<64 lowercase hex digits>, the immutable digest the registry or upload reported"}})
 	}
@@ -35,7 +29,7 @@ func ValidTag(s string) bool { return tagRE.MatchString(s) }
 
 // ValidRepository reports whether s is a valid OCI repository name (without
 // a registry host), at most 255 characters.
-func ValidRepository(s string) bool { return len(s) <= 255 && repoRE.MatchString(s) }
+func ValidRepository(s string) bool { return registry.ValidRepository(s) }
 
 // CanonicalRepository is the repository the control plane assigns to a
 // project's app. Org and project slugs are both in the path: project slugs
@@ -108,12 +102,4 @@ func (r ImageRef) String() string {
 		s += "@" + r.Digest
 	}
 	return s
-}
-
-func publicPEM(pub crypto.PublicKey) (string, error) {
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return "", err
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})), nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/signature"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -46,12 +47,12 @@ func LoadRegistryKeys(ctx context.Context, db *store.DB, s *sealer.Sealer) (*reg
 		if err != nil {
 			return nil, err
 		}
-		pub, err := publicPEM(k.Public())
+		pub, err := signature.MarshalPublicKeyPEM(k.Public())
 		if err != nil {
 			return nil, err
 		}
 		if err := db.Queries().InsertSigningKey(ctx, store.SigningKey{KID: k.KeyID(), Purpose: RegistryKeyPurpose,
-			Algorithm: string(k.Algorithm()), PrivateKey: sealed, PublicKey: pub, CreatedAt: time.Now()}); err != nil {
+			Algorithm: string(k.Algorithm()), PrivateKey: sealed, PublicKey: string(pub), CreatedAt: time.Now()}); err != nil {
 			return nil, fmt.Errorf("store registry token key: %w", err)
 		}
 		if rows, err = db.Queries().SigningKeys(ctx, RegistryKeyPurpose); err != nil {

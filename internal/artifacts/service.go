@@ -59,9 +59,7 @@ type Service struct {
 type registryLink struct {
 	reg      *registry.Registry
 	host     string // host[:port] clients push to and pull from
-	realm    string // token endpoint URL
 	insecure bool   // plain HTTP
-	external bool
 	rt       http.RoundTripper
 }
 
@@ -87,12 +85,12 @@ func New(d Deps) *Service {
 
 // AttachRegistry connects the service to the registry clients use: host is
 // the host[:port] in image references (the API listener's public address for
-// the embedded registry, the external registry's host otherwise), realm is
-// the token endpoint and insecure tells whether the registry speaks plain HTTP.
-func (s *Service) AttachRegistry(reg *registry.Registry, host, realm string, insecure, external bool) {
-	l := &registryLink{reg: reg, host: host, realm: realm, insecure: insecure, external: external, rt: http.DefaultTransport}
-	if !external {
-		l.rt = handlerTransport{h: reg.Handler(), plainHTTP: insecure}
+// the embedded registry, the external registry's host otherwise) and
+// insecure tells whether the registry speaks plain HTTP.
+func (s *Service) AttachRegistry(reg *registry.Registry, host string, insecure bool) {
+	l := &registryLink{reg: reg, host: host, insecure: insecure, rt: http.DefaultTransport}
+	if !reg.External() {
+		l.rt = registry.HandlerTransport{Handler: reg.Handler(), PlainHTTP: insecure}
 	}
 	s.reg.Store(l)
 }

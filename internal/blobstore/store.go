@@ -258,7 +258,7 @@ func (s *Store) stopAppend(u *openUpload, cause error) (int64, error) {
 // returned. Otherwise the bytes are renamed into the content-addressed blob
 // area and the key's reference is created atomically.
 func (s *Store) Commit(ctx context.Context, uploadID, expectedDigest string) (Object, error) {
-	if !validDigest(expectedDigest) {
+	if !ValidDigest(expectedDigest) {
 		return Object{}, fail(ErrInvalidArgument, "digest %q is not sha256:<64 lowercase hex>", expectedDigest)
 	}
 	unlock, err := s.lockUpload(uploadID)
@@ -397,7 +397,7 @@ func (s *Store) Stat(ctx context.Context, key Key) (Object, error) {
 		return Object{}, fmt.Errorf("blobstore: stat %s: %w", key, err)
 	}
 	var r refRecord
-	if err := json.Unmarshal(b, &r); err != nil || !validDigest(r.Digest) {
+	if err := json.Unmarshal(b, &r); err != nil || !ValidDigest(r.Digest) {
 		return Object{}, fmt.Errorf("blobstore: stat %s: damaged reference", key)
 	}
 	return Object{Key: key, Digest: r.Digest, Size: r.Size, CommittedAt: r.CommittedAt}, nil
@@ -607,7 +607,9 @@ func (s *Store) blobPath(digest string) string {
 	return filepath.Join(s.root, "blobs", "sha256", hexPart[:2], hexPart)
 }
 
-func validDigest(d string) bool {
+// ValidDigest reports whether d is "sha256:" and 64 lowercase hex digits,
+// the only digest form the platform accepts.
+func ValidDigest(d string) bool {
 	hexPart, ok := strings.CutPrefix(d, "sha256:")
 	return ok && len(hexPart) == 64 && strings.Trim(hexPart, "0123456789abcdef") == ""
 }

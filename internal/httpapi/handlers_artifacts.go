@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -287,43 +289,23 @@ func (a *API) getArtifact(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-type transitionFunc func(s *artifacts.Service, r *http.Request, in artifacts.TransitionInput) (store.AppArtifact, error)
+// artifactMove is a lifecycle method of the service, e.g. (*artifacts.Service).Promote.
+type artifactMove func(s *artifacts.Service, ctx context.Context, g *iam.Grants, projectID, artifactID string, in artifacts.TransitionInput) (store.AppArtifact, error)
 
-func (a *API) transitionArtifact(w http.ResponseWriter, r *http.Request, f transitionFunc) error {
-	var in artifacts.TransitionInput
-	if err := decode(r, &in); err != nil {
-		return err
+// transitionArtifact serves promote, revoke, deprecate and retire.
+func (a *API) transitionArtifact(move artifactMove) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		var in artifacts.TransitionInput
+		if err := decode(r, &in); err != nil {
+			return err
+		}
+		art, err := move(a.Artifacts, r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("artifact_id"), in)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, viewArtifact(art))
+		return nil
 	}
-	art, err := f(a.Artifacts, r, in)
-	if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, viewArtifact(art))
-	return nil
-}
-
-func (a *API) promoteArtifact(w http.ResponseWriter, r *http.Request) error {
-	return a.transitionArtifact(w, r, func(s *artifacts.Service, r *http.Request, in artifacts.TransitionInput) (store.AppArtifact, error) {
-		return s.Promote(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("artifact_id"), in)
-	})
-}
-
-func (a *API) revokeArtifact(w http.ResponseWriter, r *http.Request) error {
-	return a.transitionArtifact(w, r, func(s *artifacts.Service, r *http.Request, in artifacts.TransitionInput) (store.AppArtifact, error) {
-		return s.Revoke(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("artifact_id"), in)
-	})
-}
-
-func (a *API) deprecateArtifact(w http.ResponseWriter, r *http.Request) error {
-	return a.transitionArtifact(w, r, func(s *artifacts.Service, r *http.Request, in artifacts.TransitionInput) (store.AppArtifact, error) {
-		return s.Deprecate(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("artifact_id"), in)
-	})
-}
-
-func (a *API) retireArtifact(w http.ResponseWriter, r *http.Request) error {
-	return a.transitionArtifact(w, r, func(s *artifacts.Service, r *http.Request, in artifacts.TransitionInput) (store.AppArtifact, error) {
-		return s.Retire(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("artifact_id"), in)
-	})
 }
 
 func (a *API) verifyArtifact(w http.ResponseWriter, r *http.Request) error {
@@ -425,19 +407,11 @@ func (a *API) uploadStatus(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) uploadChunk(w http.ResponseWriter, r *http.Request) error {
-	ctx, g := r.Context(), grantsFrom(r.Context())
 	off, err := uploadOffset(r)
 	if err != nil {
 		return err
 	}
-	if off < 0 {
-		st, err := a.Artifacts.UploadStatus(ctx, g, r.PathValue("project_id"), r.PathValue("upload_id"))
-		if err != nil {
-			return err
-		}
-		off = st.Offset
-	}
-	u, err := a.Artifacts.AppendUpload(ctx, g, r.PathValue("project_id"), r.PathValue("upload_id"), off, r.Body)
+	u, err := a.Artifacts.AppendUpload(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("upload_id"), off, r.Body)
 	if err != nil {
 		return err
 	}

@@ -1,5 +1,7 @@
 package httpapi
 
+import "github.com/gpuaas/gpuaas/internal/artifacts"
+
 // artifactRoutes: registry info, publish/pull intents, registration, lifecycle.
 func (a *API) artifactRoutes() []route {
 	const arts = "/api/v1/projects/{project_id}/app-artifacts"
@@ -13,11 +15,11 @@ func (a *API) artifactRoutes() []route {
 		{method: "POST", path: arts, handler: a.registerArtifact},
 		{method: "GET", path: arts, handler: a.listArtifacts},
 		{method: "GET", path: arts + "/{artifact_id}", handler: a.getArtifact},
-		{method: "POST", path: arts + "/{artifact_id}/promote", handler: a.promoteArtifact},
+		{method: "POST", path: arts + "/{artifact_id}/promote", handler: a.transitionArtifact((*artifacts.Service).Promote)},
 		{method: "POST", path: arts + "/{artifact_id}/verify", handler: a.verifyArtifact},
-		{method: "POST", path: arts + "/{artifact_id}/revoke", handler: a.revokeArtifact},
-		{method: "POST", path: arts + "/{artifact_id}/deprecate", handler: a.deprecateArtifact},
-		{method: "POST", path: arts + "/{artifact_id}/retire", handler: a.retireArtifact},
+		{method: "POST", path: arts + "/{artifact_id}/revoke", handler: a.transitionArtifact((*artifacts.Service).Revoke)},
+		{method: "POST", path: arts + "/{artifact_id}/deprecate", handler: a.transitionArtifact((*artifacts.Service).Deprecate)},
+		{method: "POST", path: arts + "/{artifact_id}/retire", handler: a.transitionArtifact((*artifacts.Service).Retire)},
 		{method: "POST", path: arts + "/{artifact_id}/pull-intents", handler: a.createPullIntent},
 		{method: "GET", path: arts + "/{artifact_id}/content", handler: a.artifactContent},
 

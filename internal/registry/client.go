@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -51,6 +52,13 @@ func newHTTPClient(baseURL string, tokens *TokenHandler, rt http.RoundTripper) (
 	}, nil
 }
 
+// PullToken mints the control plane's own short-lived token to pull from
+// repository (subject ControlPlaneSubject).
+func (c *Client) PullToken(repository string) (string, error) {
+	tok, err := c.tokens.Issue(Subject{ID: ControlPlaneSubject}, []Scope{{Type: "repository", Name: repository, Actions: []string{ActionPull}}})
+	return tok.Token, err
+}
+
 // ManifestExists checks that repository holds a manifest at digest and
 // returns its media type and size. It returns ErrNotFound when it does
 // not, ErrInvalidArgument for a malformed repository or digest.
@@ -62,7 +70,7 @@ func (c *Client) ManifestExists(ctx context.Context, repository, dgst string) (m
 	if err != nil {
 		return "", 0, invalidf("invalid_reference", "digest %q: %v", dgst, err)
 	}
-	tok, err := c.tokens.Issue(Subject{ID: ControlPlaneSubject}, []Scope{{Type: "repository", Name: repository, Actions: []string{ActionPull}}})
+	tok, err := c.PullToken(repository)
 	if err != nil {
 		return "", 0, err
 	}
@@ -72,7 +80,7 @@ func (c *Client) ManifestExists(ctx context.Context, repository, dgst string) (m
 		return "", 0, err
 	}
 	req.Header.Set("Accept", manifestAccept)
-	req.Header.Set("Authorization", "Bearer "+tok.Token)
+	req.Header.Set("Authorization", "Bearer "+tok)
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return "", 0, unavailablef("registry_unavailable", "%v", err)
@@ -100,17 +108,28 @@ func (c *Client) ManifestExists(ctx context.Context, repository, dgst string) (m
 	return mediaType, size, nil
 }
 
-// handlerTransport serves requests in-process through a handler.
-type handlerTransport struct{ h http.Handler }
+// HandlerTransport serves requests in-process through Handler, without a
+// network round trip. Responses are buffered whole: use it for small reads
+// (manifests, signatures, attestations). With PlainHTTP it refuses https
+// requests, as a plain HTTP listener would: OCI clients probe https first and
+// must fall back to http.
+type HandlerTransport struct {
+	Handler   http.Handler
+	PlainHTTP bool
+}
 
-func (t handlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+// RoundTrip implements http.RoundTripper.
+func (t HandlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.PlainHTTP && req.URL.Scheme == "https" {
+		return nil, errors.New("registry listener speaks plain HTTP")
+	}
 	rec := httptest.NewRecorder()
 	req = req.Clone(req.Context())
 	if req.Host == "" {
 		req.Host = req.URL.Host
 	}
 	req.RequestURI = req.URL.RequestURI()
-	t.h.ServeHTTP(rec, req)
+	t.Handler.ServeHTTP(rec, req)
 	resp := rec.Result()
 	resp.Request = req
 	return resp, nil

@@ -17,6 +17,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+
+	"github.com/gpuaas/gpuaas/internal/signature"
 )
 
 // KeyAlgorithm names a token signing algorithm (JWS "alg").
@@ -57,30 +59,13 @@ func GenerateSigningKey(alg KeyAlgorithm) (*SigningKey, error) {
 }
 
 // ParseSigningKeyPEM reads a PKCS#8 "PRIVATE KEY" (Ed25519 or ECDSA P-256)
-// or SEC 1 "EC PRIVATE KEY" (P-256) PEM block.
+// or SEC 1 "EC PRIVATE KEY" (P-256) PEM block. The PEM decoding is
+// signature.ParsePrivateKeyPEM's; token keys are further limited to the two
+// JWS algorithms the registry accepts.
 func ParseSigningKeyPEM(data []byte) (*SigningKey, error) {
-	block, _ := pem.Decode(data)
-	if block == nil {
-		return nil, invalidf("invalid_signing_key", "no PEM block in signing key")
-	}
-	var (
-		key any
-		err error
-	)
-	switch block.Type {
-	case "PRIVATE KEY":
-		key, err = x509.ParsePKCS8PrivateKey(block.Bytes)
-	case "EC PRIVATE KEY":
-		key, err = x509.ParseECPrivateKey(block.Bytes)
-	default:
-		return nil, invalidf("invalid_signing_key", "unsupported PEM block %q for a signing key", block.Type)
-	}
+	signer, err := signature.ParsePrivateKeyPEM(data)
 	if err != nil {
-		return nil, invalidf("invalid_signing_key", "parse signing key: %v", err)
-	}
-	signer, ok := key.(crypto.Signer)
-	if !ok {
-		return nil, invalidf("invalid_signing_key", "signing key type %T is not supported", key)
+		return nil, invalidf("invalid_signing_key", "%v", err)
 	}
 	return newSigningKey(signer)
 }
@@ -171,15 +156,12 @@ func (k *SigningKey) LogValue() slog.Value {
 func (k *SigningKey) String() string { return fmt.Sprintf("SigningKey(%s %s)", k.alg, k.kid) }
 
 // ParsePublicKeyPEM reads a PKIX "PUBLIC KEY" PEM block (Ed25519 or ECDSA
-// P-256), e.g. a retired signing key kept for verification.
+// P-256), e.g. a retired signing key kept for verification. The PEM decoding
+// is signature.ParsePublicKeyPEM's.
 func ParsePublicKeyPEM(data []byte) (crypto.PublicKey, error) {
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "PUBLIC KEY" {
-		return nil, invalidf("invalid_signing_key", "no PUBLIC KEY PEM block")
-	}
-	pub, err := x509.ParsePKIXPublicKey(block.Bytes)
+	pub, err := signature.ParsePublicKeyPEM(data)
 	if err != nil {
-		return nil, invalidf("invalid_signing_key", "parse public key: %v", err)
+		return nil, invalidf("invalid_signing_key", "%v", err)
 	}
 	if _, err := publicJWK(pub); err != nil {
 		return nil, err

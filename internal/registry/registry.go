@@ -88,7 +88,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 		app.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), instanceKey, id)))
 	})
 	r.handler = r.route(tagged)
-	r.client, err = newHTTPClient("http://"+cfg.Host, tokens, handlerTransport{r.handler})
+	r.client, err = newHTTPClient("http://"+cfg.Host, tokens, HandlerTransport{Handler: r.handler})
 	if err != nil {
 		r.Close()
 		return nil, err
@@ -185,6 +185,13 @@ func (r *Registry) Handler() http.Handler { return r.handler }
 
 // TokenHandler returns the token endpoint (also served by Handler).
 func (r *Registry) TokenHandler() *TokenHandler { return r.tokens }
+
+// External reports whether this links to an external registry (no
+// registry runs in-process).
+func (r *Registry) External() bool { return r.cfg.External() }
+
+// Realm is the token endpoint URL registry challenges point clients to.
+func (r *Registry) Realm() string { return r.cfg.Realm }
 
 // Client returns the control plane's own client of this registry.
 func (r *Registry) Client() *Client { return r.client }

@@ -103,6 +103,10 @@ func checkResourceName(typ, name string) error {
 	return nil
 }
 
+// ValidRepository reports whether name is a valid repository name: the OCI
+// distribution spec's grammar, no registry host, at most 255 bytes.
+func ValidRepository(name string) bool { return checkRepository(name) == nil }
+
 // checkRepository validates a repository name (OCI distribution spec).
 func checkRepository(name string) error {
 	if name == "" || len(name) > maxResourceLen || !repositoryRe.MatchString(name) {

@@ -80,7 +80,7 @@ func (a *App) startRegistry() error {
 		return fmt.Errorf("registry: %w", err)
 	}
 	a.artifacts.registry = reg
-	a.API.Artifacts.AttachRegistry(reg, host, cfg.Realm, insecure, cfg.ExternalURL != "")
+	a.API.Artifacts.AttachRegistry(reg, host, insecure)
 	if a.API.Mounts == nil {
 		a.API.Mounts = map[string]http.Handler{}
 	}

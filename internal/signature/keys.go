@@ -57,12 +57,21 @@ func GenerateKeyPair(alg Algorithm) (privatePEM, publicPEM []byte, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("signature: marshal private key: %w", err)
 	}
-	pubDER, err := x509.MarshalPKIXPublicKey(priv.Public())
+	publicPEM, err = MarshalPublicKeyPEM(priv.Public())
 	if err != nil {
-		return nil, nil, fmt.Errorf("signature: marshal public key: %w", err)
+		return nil, nil, err
 	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}),
-		pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), nil
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), publicPEM, nil
+}
+
+// MarshalPublicKeyPEM encodes pub as a PKIX "PUBLIC KEY" PEM block, the form
+// ParsePublicKeyPEM reads.
+func MarshalPublicKeyPEM(pub crypto.PublicKey) ([]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		return nil, fmt.Errorf("signature: marshal public key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
 }
 
 // ParsePublicKeyPEM reads the first PEM block of data as a PKIX public key
