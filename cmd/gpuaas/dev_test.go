@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -177,6 +178,19 @@ func TestDevModeEndToEnd(t *testing.T) {
 	me, err := c.Me(ctx)
 	if err != nil || me.Email != creds.AdminEmail {
 		t.Fatalf("me = %+v, %v", me, err)
+	}
+	// The embedded OCI registry answers on the same listener and sends
+	// clients to the control plane's token endpoint.
+	resp, err := http.Get(creds.APIURL + "/v2/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `realm="`+creds.APIURL+`/v2/token"`) {
+		t.Fatalf("/v2/ = %d, challenge %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+	if !strings.Contains(p.out.String(), "registry:     127.0.0.1:"+strconv.Itoa(port)) {
+		t.Fatalf("banner does not name the registry:\n%s", p.out.String())
 	}
 	var proj struct {
 		ID string `json:"id"`

@@ -39,27 +39,18 @@ seeds a dev org, project and platform admin (once), and writes
 			if err := app.Listen(); err != nil {
 				return err
 			}
-			app.Config.PublicURL = publicURL(c, app.Addr())
 			creds, err := app.SeedDev(ctx)
 			if err != nil {
 				return err
 			}
 			out := cmd.OutOrStdout()
-			fmt.Fprintf(out, "\ngpuaas dev is running\n  API:          %s\n  admin:        %s\n  credentials:  %s\n  data dir:     %s\n\n",
-				creds.APIURL, creds.AdminEmail, server.CredentialsPath(c.DataDir), c.DataDir)
+			fmt.Fprintf(out, "\ngpuaas dev is running\n  API:          %s\n  registry:     %s (OCI, token auth; push with publish-intent credentials)\n  admin:        %s\n  credentials:  %s\n  data dir:     %s\n\n",
+				creds.APIURL, app.RegistryHost(), creds.AdminEmail, server.CredentialsPath(c.DataDir), c.DataDir)
 			return app.Serve(ctx)
 		},
 	}
 	cfg.Bind(cmd.Flags())
 	return cmd
-}
-
-// publicURL follows the bound port when --listen asked for port 0.
-func publicURL(c config.Config, addr string) string {
-	if c.PublicURL != "http://"+c.Listen {
-		return c.PublicURL
-	}
-	return "http://" + addr
 }
 
 func newServerCmd() *cobra.Command {

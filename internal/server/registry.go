@@ -94,3 +94,16 @@ func (a *App) closeRegistry() error {
 	}
 	return a.artifacts.registry.Close()
 }
+
+// RegistryHost is the host[:port] clients push to and pull from.
+func (a *App) RegistryHost() string {
+	if a.Config.RegistryURL != "" {
+		if u, err := url.Parse(a.Config.RegistryURL); err == nil && u.Host != "" {
+			return u.Host
+		}
+	}
+	if u, err := url.Parse(a.Config.PublicURL); err == nil {
+		return u.Host
+	}
+	return ""
+}

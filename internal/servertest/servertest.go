@@ -82,7 +82,6 @@ func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
 		cancel()
 		t.Fatal(err)
 	}
-	app.Config.PublicURL = "http://" + app.Addr()
 	creds, err := app.SeedDev(ctx)
 	if err != nil {
 		cancel()
