@@ -23,12 +23,18 @@ type IdempotencyRecord struct {
 
 const idemCols = `principal, idem_key, method, path, request_hash, state, status_code, response_body, content_type, created_at, expires_at`
 
+// AbandonedAfter is how long an in-flight claim may stand before it is taken
+// as abandoned — the replica serving it died mid-request — and a retry may
+// claim the key again instead of getting 409 until the key expires.
+const AbandonedAfter = 5 * time.Minute
+
 // ClaimIdempotencyKey inserts an in-flight record. ErrAlreadyExists means the
-// key is taken: read it with GetIdempotencyRecord. An expired record is
-// replaced, so keys are reusable after their lifetime.
+// key is taken: read it with GetIdempotencyRecord. An expired record, or an
+// in-flight one older than AbandonedAfter, is replaced.
 func (q *Queries) ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord) error {
-	if _, err := q.exec(ctx, `DELETE FROM idempotency_keys WHERE principal = ? AND idem_key = ? AND expires_at <= ?`,
-		r.Principal, r.Key, ts(r.CreatedAt)); err != nil {
+	if _, err := q.exec(ctx, `DELETE FROM idempotency_keys WHERE principal = ? AND idem_key = ?
+		AND (expires_at <= ? OR (state = 'in_flight' AND created_at <= ?))`,
+		r.Principal, r.Key, ts(r.CreatedAt), ts(r.CreatedAt.Add(-AbandonedAfter))); err != nil {
 		return err
 	}
 	_, err := q.exec(ctx, `INSERT INTO idempotency_keys (`+idemCols+`) VALUES (?, ?, ?, ?, ?, 'in_flight', 0, NULL, '', ?, ?)`,

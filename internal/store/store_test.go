@@ -208,8 +208,23 @@ func testIdempotency(t *testing.T, db *store.DB) {
 	if err := q.ClaimIdempotencyKey(ctx, exp); err != nil {
 		t.Fatalf("reclaim expired: %v", err)
 	}
+	// An in-flight claim whose server died is reclaimable after a while, a
+	// fresh one is not.
+	stale := rec
+	stale.Key, stale.CreatedAt = "k3", now.Add(-store.AbandonedAfter-time.Second)
+	if err := q.ClaimIdempotencyKey(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	fresh := stale
+	fresh.CreatedAt = now
+	if err := q.ClaimIdempotencyKey(ctx, fresh); err != nil {
+		t.Fatalf("abandoned in-flight claim not reclaimable: %v", err)
+	}
+	if err := q.ClaimIdempotencyKey(ctx, fresh); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("a fresh in-flight claim was taken over: %v", err)
+	}
 	n, err := q.PurgeExpiredIdempotencyKeys(ctx, now.Add(2*time.Hour))
-	if err != nil || n != 3 {
+	if err != nil || n != 4 {
 		t.Fatalf("purge = %d, %v", n, err)
 	}
 }
