@@ -119,7 +119,9 @@ func (t *Tokens) check(ctx context.Context, c AccessClaims) (principal.Principal
 			}
 			return principal.Principal{}, err
 		}
-		if u.Status != "active" || c.IssuedAtMS < u.TokensValidAfter.UnixMilli() {
+		// <=: a token minted in the same millisecond as a revocation is
+		// revoked too.
+		if u.Status != "active" || c.IssuedAtMS <= u.TokensValidAfter.UnixMilli() {
 			return principal.Principal{}, errBadToken
 		}
 		return principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, nil

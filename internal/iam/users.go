@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/mail"
 	"strings"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/principal"
@@ -87,7 +88,12 @@ func (s *Service) SetUserStatus(ctx context.Context, g *Grants, userID, status s
 		if before.ID == principal.From(ctx).ID && status == "disabled" {
 			return errdefs.FailedPrecondition("cannot_disable_self", "you cannot disable your own account")
 		}
-		if err := tx.SetUserStatus(ctx, userID, status, s.now()); err != nil {
+		// Disabling ends every live token; enabling revives none of them.
+		var cut time.Time
+		if status == "disabled" {
+			cut = s.now()
+		}
+		if err := tx.SetUserStatus(ctx, userID, status, cut); err != nil {
 			return err
 		}
 		after = before

@@ -88,7 +88,9 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 		return IssuedKey{}, err
 	}
 	a := store.ServiceAccount{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Slug: in.Slug, Name: in.Name,
-		Description: in.Description, Status: "active", TokensValidAfter: now, CreatedAt: now, UpdatedAt: now}
+		// No cut-off yet: the zero time, so a token minted in the account's
+		// first millisecond is valid.
+		Description: in.Description, Status: "active", CreatedAt: now, UpdatedAt: now}
 	key.ServiceAccountID = a.ID
 	out := Account{ServiceAccount: a, Roles: roles, Keys: []store.ServiceAccountKey{key}}
 	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {

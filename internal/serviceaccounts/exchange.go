@@ -144,7 +144,9 @@ func (s *Service) CheckServiceAccountToken(ctx context.Context, q *store.Queries
 	if err != nil {
 		return principal.Principal{}, err
 	}
-	if a.Status != "active" || c.IssuedAtMS < a.TokensValidAfter.UnixMilli() || !k.ActiveAt(s.Now()) {
+	// <=: a token minted in the same millisecond as a revocation is revoked
+	// too; erring that way costs a retry, the other way a live token.
+	if a.Status != "active" || c.IssuedAtMS <= a.TokensValidAfter.UnixMilli() || !k.ActiveAt(s.Now()) {
 		return principal.Principal{}, errTokenRevoked
 	}
 	return principal.Principal{Type: principal.ServiceAccount, ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID}, nil

@@ -43,9 +43,13 @@ func (q *Queries) GetUserByEmail(ctx context.Context, email string) (User, error
 	return u, scanOne(err)
 }
 
-// SetUserStatus changes a user's status and cuts off their existing tokens.
-func (q *Queries) SetUserStatus(ctx context.Context, id, status string, at time.Time) error {
-	return q.execOne(ctx, `UPDATE users SET status = ?, tokens_valid_after = ? WHERE id = ?`, status, ts(at), id)
+// SetUserStatus changes a user's status; a non-zero cutTokens also ends
+// every token issued up to that time.
+func (q *Queries) SetUserStatus(ctx context.Context, id, status string, cutTokens time.Time) error {
+	if cutTokens.IsZero() {
+		return q.execOne(ctx, `UPDATE users SET status = ? WHERE id = ?`, status, id)
+	}
+	return q.execOne(ctx, `UPDATE users SET status = ?, tokens_valid_after = ? WHERE id = ?`, status, ts(cutTokens), id)
 }
 
 func (q *Queries) ListUsers(ctx context.Context, p Page) ([]User, string, error) {
