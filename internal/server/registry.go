@@ -75,7 +75,7 @@ func (a *App) startRegistry() error {
 			cfg.RootDir = filepath.Join(a.Config.DataDir, "registry")
 		}
 	}
-	reg, err := registry.New(context.Background(), cfg, a.API.Artifacts.RegistryAuthorizer(), a.Logger.With("component", "registry"))
+	reg, err := registry.New(context.Background(), cfg, a.API.Artifacts.RegistryAuthorizer(), a.Logger)
 	if err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
