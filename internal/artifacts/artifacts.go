@@ -291,7 +291,13 @@ func (s *Service) verifyOCI(ctx context.Context, a store.AppArtifact) (verifyRes
 		return verifyResult{}, err
 	}
 	q := s.DB.Queries()
-	if !a.SignatureRequired {
+	rows, err := q.AllArtifactSigningKeys(ctx, a.ProjectID)
+	if err != nil {
+		return verifyResult{}, err
+	}
+	// The project's keys decide, not only the intent: an artifact published
+	// before the project registered a key must be signed to verify now.
+	if !a.SignatureRequired && len(rows) == 0 {
 		// Nothing to check but that the digest is still in the registry.
 		if _, _, err := link.reg.ManifestExists(ctx, a.Repository, a.Digest); errors.Is(err, registry.ErrNotFound) {
 			return verifyResult{reason: "manifest_missing", detail: "the registry no longer holds " + a.Digest}, nil
@@ -299,10 +305,6 @@ func (s *Service) verifyOCI(ctx context.Context, a store.AppArtifact) (verifyRes
 			return verifyResult{}, err
 		}
 		return verifyResult{}, nil
-	}
-	rows, err := q.AllArtifactSigningKeys(ctx, a.ProjectID)
-	if err != nil {
-		return verifyResult{}, err
 	}
 	var keys []signature.PublicKey
 	for _, r := range rows {

@@ -167,9 +167,14 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 	if err != nil {
 		return Intent{}, err
 	}
-	// Signatures are required by default as soon as the project has a key.
+	// Once a project has a signing key, every image it publishes must be
+	// signed: a publisher may ask for more checks, never opt out of them.
 	it.SignatureRequired = len(keys) > 0
 	if in.SignatureRequired != nil {
+		if !*in.SignatureRequired && len(keys) > 0 {
+			return Intent{}, errdefs.Validation([]errdefs.FieldError{{Field: "/signature_required", Code: "required_by_project",
+				Message: "this project has signing keys, so its images must be signed; sign the image (gpuaas artifact push --sign-key) instead of opting out"}})
+		}
 		it.SignatureRequired = *in.SignatureRequired
 	}
 	it.ProvenanceRequired = in.ProvenanceRequired

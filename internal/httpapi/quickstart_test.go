@@ -51,6 +51,12 @@ func testQuickstartWalk(t *testing.T, d store.Dialect) {
 	signer, pubPEM := mustKeyPair(t, signature.AlgEd25519)
 	keyID := admin.Do("POST", "/api/v1/projects/"+pid+"/artifact-signing-keys", map[string]string{"name": "ci", "public_key": string(pubPEM)}).Want(t, 201).String("id")
 
+	// With a key registered, publishers cannot opt out of signing.
+	if r := bot.Do("POST", arts+"/publish-intents", map[string]any{"app_slug": "flow-app", "app_version": "1.0.0", "artifact_name": "runtime",
+		"signature_required": false}).Want(t, 400); !strings.Contains(string(r.Body), "required_by_project") {
+		t.Fatalf("opting out of signatures: %s", r.Body)
+	}
+
 	// Step 6a: the bot asks for a publish intent, pushes by itself, signs, registers.
 	pi := bot.Do("POST", arts+"/publish-intents", map[string]any{"app_slug": "flow-app", "app_version": "1.0.0", "artifact_name": "runtime", "channel": "dev"},
 		"X-Idempotency-Key", "intent-1").Want(t, 201)
