@@ -3,8 +3,10 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -24,7 +26,8 @@ func newArtifactCmd() *cobra.Command {
 	}
 	addClientFlags(cmd)
 	cmd.PersistentFlags().String("project", "", "project id (env GPUAAS_PROJECT_ID)")
-	cmd.AddCommand(newArtifactPushCmd(), newArtifactListCmd(), newArtifactShowCmd())
+	cmd.AddCommand(newArtifactPushCmd(), newArtifactListCmd(), newArtifactShowCmd(),
+		newArtifactKeygenCmd(), newSigningKeyCmd())
 	for _, a := range []string{"promote", "verify", "revoke", "deprecate", "retire"} {
 		cmd.AddCommand(newArtifactTransitionCmd(a))
 	}
@@ -32,18 +35,24 @@ func newArtifactCmd() *cobra.Command {
 }
 
 func newArtifactPushCmd() *cobra.Command {
-	var app, version, artName, kind, channel string
-	var noSign bool
+	var app, version, artName, kind, channel, signKey, keyID string
+	var noSign, requireProvenance bool
 	c := &cobra.Command{
 		Use:   "push IMAGE-TARBALL|IMAGE-REF|FILE",
 		Short: "Get a publish intent, push the image or upload the file, and register its digest",
 		Long: `OCI: IMAGE-TARBALL is a "docker save" / OCI tarball; IMAGE-REF an image in a registry you can read.
 The image goes to the repository the control plane assigns, with the intent's
 wrapped, single-use credentials. Blob (--kind blob): FILE is streamed to project
-storage in resumable chunks with progress, and committed by its sha256.`,
+storage in resumable chunks with progress, and committed by its sha256.
+
+--sign-key KEY (OCI only) signs the pushed digest before registration, in the
+cosign layout artifact verify checks, and attaches signed SLSA provenance when
+the intent requires it (--require-provenance). The key's public half must be
+registered (gpuaas artifact signing-key add).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
+			started := time.Now()
 			pid, err := projectOf(cmd)
 			if err != nil {
 				return err
@@ -63,8 +72,18 @@ storage in resumable chunks with progress, and committed by its sha256.`,
 				f := false
 				req.SignatureRequired = &f
 			}
-			// Open the input before asking for an intent: a wrong path must not
-			// mint publish credentials.
+			req.ProvenanceRequired = requireProvenance
+			// Open the key and the input before asking for an intent: a wrong
+			// path or key must not mint publish credentials.
+			var signer *imageSigner
+			if signKey != "" {
+				if kind == "blob" {
+					return errors.New("--sign-key applies to OCI images: blobs are trusted by their sha256 digest")
+				}
+				if signer, err = loadImageSigner(signKey); err != nil {
+					return err
+				}
+			}
 			var f *os.File
 			var img v1.Image
 			if kind == "blob" {
@@ -75,11 +94,18 @@ storage in resumable chunks with progress, and committed by its sha256.`,
 			} else if img, err = loadImage(args[0]); err != nil {
 				return err
 			}
+			errw := cmd.ErrOrStderr()
+			if signer != nil {
+				if cmd.Flags().Changed("key-id") {
+					signer.keyID = keyID
+				} else {
+					signer.resolveKeyID(ctx, errw, api, pid)
+				}
+			}
 			it, err := api.CreatePublishIntent(ctx, pid, req)
 			if err != nil {
 				return err
 			}
-			errw := cmd.ErrOrStderr()
 			reg := client.RegisterArtifactRequest{AppSlug: app, AppVersion: version, ArtifactName: artName, ArtifactKind: it.ArtifactKind, PublishIntentID: it.ID}
 			if f != nil {
 				st, err := f.Stat()
@@ -87,8 +113,9 @@ storage in resumable chunks with progress, and committed by its sha256.`,
 					return err
 				}
 				size := st.Size()
+				line := &progressLine{w: errw}
 				digest, err := api.UploadBlob(ctx, it.UploadURL, f, size, 64<<20, func(sent int64) {
-					fmt.Fprintf(errw, "\ruploaded %d/%d MiB (%d%%)", sent>>20, size>>20, 100*sent/max(size, 1))
+					line.update("uploaded %d/%d MiB (%d%%)", sent>>20, size>>20, 100*sent/max(size, 1))
 				})
 				fmt.Fprintln(errw)
 				if err != nil {
@@ -104,8 +131,9 @@ storage in resumable chunks with progress, and committed by its sha256.`,
 				if tag == "" {
 					tag = "latest"
 				}
+				insecure := strings.HasPrefix(api.BaseURL, "http://")
 				var opts []name.Option
-				if strings.HasPrefix(api.BaseURL, "http://") {
+				if insecure {
 					opts = append(opts, name.Insecure)
 				}
 				ref, err := name.NewTag(creds.Registry+"/"+creds.Repository+":"+tag, opts...)
@@ -116,8 +144,9 @@ storage in resumable chunks with progress, and committed by its sha256.`,
 				printed := make(chan struct{})
 				go func() {
 					defer close(printed)
+					line := &progressLine{w: errw}
 					for u := range progress {
-						fmt.Fprintf(errw, "\rpushed %d/%d MiB", u.Complete>>20, u.Total>>20)
+						line.update("pushed %d/%d MiB", u.Complete>>20, u.Total>>20)
 					}
 				}()
 				err = remote.Write(ref, img, remote.WithContext(ctx), remote.WithProgress(progress),
@@ -132,8 +161,17 @@ storage in resumable chunks with progress, and committed by its sha256.`,
 					return err
 				}
 				reg.Repository, reg.Digest, reg.Tag = creds.Repository, d.String(), tag
-				if it.SignatureRequired {
-					fmt.Fprintf(errw, "signatures are required: sign %s/%s@%s (cosign sign --key ...), then run gpuaas artifact verify\n", creds.Registry, creds.Repository, d)
+				switch {
+				case signer != nil:
+					if it.SigningKeyID != "" && signer.keyID != "" && signer.keyID != it.SigningKeyID {
+						fmt.Fprintf(errw, "warning: the intent requires signing key %s; %s is key %s\n", it.SigningKeyID, signer.path, signer.keyID)
+					}
+					err := signer.signPushed(ctx, errw, pushedImage{creds: creds, digest: d, insecure: insecure, intent: it, started: started})
+					if err != nil {
+						return err
+					}
+				case it.SignatureRequired:
+					fmt.Fprintf(errw, "signatures are required: sign %s/%s@%s (cosign sign --key ...; or push with --sign-key next time), then run gpuaas artifact verify\n", creds.Registry, creds.Repository, d)
 				}
 			}
 			art, err := api.RegisterArtifact(ctx, pid, reg)
@@ -149,6 +187,9 @@ storage in resumable chunks with progress, and committed by its sha256.`,
 	c.Flags().StringVar(&kind, "kind", "oci", "oci or blob")
 	c.Flags().StringVar(&channel, "channel", "", "channel hint (dev, stable, …)")
 	c.Flags().BoolVar(&noSign, "no-signature", false, "do not require a signature for this artifact")
+	c.Flags().StringVar(&signKey, "sign-key", "", "PEM private key (gpuaas artifact keygen) to sign the pushed image with (OCI only)")
+	c.Flags().StringVar(&keyID, "key-id", "", "key id recorded in the signature (default: the registered key matching --sign-key)")
+	c.Flags().BoolVar(&requireProvenance, "require-provenance", false, "require SLSA provenance; with --sign-key it is attached")
 	return c
 }
 
@@ -246,4 +287,20 @@ func newArtifactTransitionCmd(action string) *cobra.Command {
 		c.Flags().StringVar(&target, "to", "", "target state: staged, canary or active (default: the next one)")
 	}
 	return c
+}
+
+// progressLine rewrites one status line in place, and only when its text
+// changes, so a pipe or a CI log gets a few lines rather than one per chunk.
+type progressLine struct {
+	w    io.Writer
+	last string
+}
+
+func (p *progressLine) update(format string, args ...any) {
+	s := fmt.Sprintf(format, args...)
+	if s == p.last {
+		return
+	}
+	p.last = s
+	fmt.Fprint(p.w, "\r"+s)
 }
