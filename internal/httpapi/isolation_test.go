@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
@@ -77,9 +79,10 @@ func body(method, pattern, userID string) any {
 	return b
 }
 
-// A member of org A — even its org admin — sees nothing of org B: every
-// route that names an org-B id answers exactly as it does for an id that
-// does not exist, and no response carries org B's identifiers.
+// A member of org A — even its org admin, or a project-admin service
+// account of one of its projects — sees nothing of org B: every route that
+// names an org-B id answers exactly as it does for an id that does not
+// exist, and no response carries org B's identifiers.
 func TestOrgMemberSeesNothingOfAnotherOrg(t *testing.T) {
 	for _, d := range storetest.Dialects {
 		t.Run(string(d), func(t *testing.T) {
@@ -88,35 +91,54 @@ func TestOrgMemberSeesNothingOfAnotherOrg(t *testing.T) {
 			// already carries the new role.
 			uid, a := f.s.NewUser(f.admin, "a-admin@example.com")
 			f.admin.Do("POST", "/api/v1/orgs/"+f.orgA+"/members", map[string]string{"user_id": uid, "role": "org_admin"}).Want(t, 201)
-			secrets := []string{f.orgB, f.projB, f.slugB, "tenant-b"}
-			for _, rt := range f.s.App.API.Routes() {
-				if rt.Public {
+			sa := f.admin.Do("POST", "/api/v1/projects/"+f.projA+"/service-accounts",
+				map[string]any{"name": "bot", "slug": "bot", "roles": []string{"project_admin"}}).Want(t, 201)
+			key := client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
+				PrivateKeyPEM: sa.String("private_key_pem"), TokenURL: sa.String("token_url")}
+			assertion, err := client.SignAssertion(key, key.TokenURL, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			bot := f.s.As(f.s.Anonymous().Do("POST", "/api/v1/auth/service-account/token",
+				map[string]string{"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion}).Want(t, 200).String("access_token"))
+			for _, who := range []struct {
+				name string
+				c    *servertest.Client
+			}{{"org_admin", a}, {"service_account", bot}} {
+				t.Run(who.name, func(t *testing.T) { sweepOtherOrg(t, f, who.c, uid) })
+			}
+		})
+	}
+}
+
+func sweepOtherOrg(t *testing.T, f tenancyFixture, a *servertest.Client, uid string) {
+	secrets := []string{f.orgB, f.projB, f.slugB, "tenant-b"}
+	for _, rt := range f.s.App.API.Routes() {
+		if rt.Public {
+			continue
+		}
+		t.Run(rt.Method+" "+rt.Path, func(t *testing.T) {
+			real := fill(rt.Path, map[string]string{"org_id": f.orgB, "project_id": f.projB})
+			fake := fill(rt.Path, map[string]string{"org_id": uuid.NewString(), "project_id": uuid.NewString()})
+			r1 := a.Do(rt.Method, real, body(rt.Method, rt.Path, uid))
+			for _, s := range secrets {
+				// Echoing back an id the caller itself sent reveals nothing.
+				if strings.Contains(real, s) {
 					continue
 				}
-				t.Run(rt.Method+" "+rt.Path, func(t *testing.T) {
-					real := fill(rt.Path, map[string]string{"org_id": f.orgB, "project_id": f.projB})
-					fake := fill(rt.Path, map[string]string{"org_id": uuid.NewString(), "project_id": uuid.NewString()})
-					r1 := a.Do(rt.Method, real, body(rt.Method, rt.Path, uid))
-					for _, s := range secrets {
-						// Echoing back an id the caller itself sent reveals nothing.
-						if strings.Contains(real, s) {
-							continue
-						}
-						if strings.Contains(string(r1.Body), s) {
-							t.Fatalf("response leaks %q: %s", s, r1.Body)
-						}
-					}
-					if !strings.Contains(rt.Path, "{org_id}") && !strings.Contains(rt.Path, "{project_id}") {
-						return
-					}
-					if r1.Status < 400 {
-						t.Fatalf("org-A admin got %d on org B's resource: %s", r1.Status, r1.Body)
-					}
-					r2 := a.Do(rt.Method, fake, body(rt.Method, rt.Path, uid))
-					if r1.Status != r2.Status || r1.ErrorCode() != r2.ErrorCode() {
-						t.Fatalf("existence leak: real id -> %d %s, missing id -> %d %s", r1.Status, r1.ErrorCode(), r2.Status, r2.ErrorCode())
-					}
-				})
+				if strings.Contains(string(r1.Body), s) {
+					t.Fatalf("response leaks %q: %s", s, r1.Body)
+				}
+			}
+			if !strings.Contains(rt.Path, "{org_id}") && !strings.Contains(rt.Path, "{project_id}") {
+				return
+			}
+			if r1.Status < 400 {
+				t.Fatalf("got %d on org B's resource: %s", r1.Status, r1.Body)
+			}
+			r2 := a.Do(rt.Method, fake, body(rt.Method, rt.Path, uid))
+			if r1.Status != r2.Status || r1.ErrorCode() != r2.ErrorCode() {
+				t.Fatalf("existence leak: real id -> %d %s, missing id -> %d %s", r1.Status, r1.ErrorCode(), r2.Status, r2.ErrorCode())
 			}
 		})
 	}
