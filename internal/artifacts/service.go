@@ -77,10 +77,13 @@ func New(d Deps) *Service {
 	if d.WrapTTL <= 0 {
 		d.WrapTTL = DefaultWrapTTL
 	}
+	s := &Service{Deps: d}
 	if d.Vault == nil && d.Sealer != nil {
-		d.Vault = &BuiltinVault{Sealer: d.Sealer, Now: d.Now}
+		// The vault reads the service's clock at call time, so the service
+		// and its vault never disagree on what has expired.
+		s.Vault = &BuiltinVault{Sealer: d.Sealer, Now: func() time.Time { return s.Now() }}
 	}
-	return &Service{Deps: d}
+	return s
 }
 
 // AttachRegistry connects the service to the registry clients use: host is

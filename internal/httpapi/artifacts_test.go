@@ -56,6 +56,9 @@ func TestArtifactOCILifecycle(t *testing.T) {
 func testArtifactOCILifecycle(t *testing.T, d store.Dialect) {
 	ctx := context.Background()
 	s := servertest.Start(t, d)
+	// The artifacts clock, moved forward to expire intents without sleeping.
+	var skew atomic.Int64
+	s.App.API.Artifacts.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
 	admin := s.Admin()
 	pid := s.Creds.ProjectID
 	base := "/api/v1/projects/" + pid + "/app-artifacts"
@@ -257,16 +260,19 @@ func testArtifactOCILifecycle(t *testing.T, d store.Dialect) {
 		}
 	}
 
-	// Expiry: credentials of a 1-second intent stop working.
-	short := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": "demo", "app_version": "1.0.1", "artifact_name": "runtime", "ttl_seconds": 1}).Want(t, 201)
+	// Expiry: credentials of a 60-second intent stop working once the
+	// clock passes it, and an unused wrapping token cannot be unwrapped late.
+	short := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": "demo", "app_version": "1.0.1", "artifact_name": "runtime", "ttl_seconds": 60}).Want(t, 201)
 	sc := unwrap(t, admin, wrapToken(short))
-	time.Sleep(1100 * time.Millisecond)
+	late := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": "demo", "app_version": "1.0.2", "artifact_name": "runtime", "ttl_seconds": 60}).Want(t, 201)
 	ref2, _ := name.ParseReference(host + "/" + repo + ":1.0.1")
+	if err := remote.Write(ref2, fresh, sc.opts(ctx)...); err != nil {
+		t.Fatalf("live intent credentials refused: %v", err)
+	}
+	skew.Store(int64(2 * time.Minute))
 	if err := remote.Write(ref2, fresh, sc.opts(ctx)...); err == nil {
 		t.Fatal("expired intent credentials still push")
 	}
-	late := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": "demo", "app_version": "1.0.2", "artifact_name": "runtime", "ttl_seconds": 1}).Want(t, 201)
-	time.Sleep(1100 * time.Millisecond)
 	admin.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": wrapToken(late)}).Want(t, 409)
 }
 
