@@ -53,11 +53,7 @@ registered (gpuaas artifact signing-key add).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			started := time.Now()
-			pid, err := projectOf(cmd)
-			if err != nil {
-				return err
-			}
-			api, err := apiClient(cmd)
+			pid, api, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -211,11 +207,7 @@ func newArtifactListCmd() *cobra.Command {
 		Use:   "list",
 		Short: "List the project's artifacts",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			pid, err := projectOf(cmd)
-			if err != nil {
-				return err
-			}
-			api, err := apiClient(cmd)
+			pid, api, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -240,11 +232,7 @@ func newArtifactShowCmd() *cobra.Command {
 		Short: "Show one artifact",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pid, err := projectOf(cmd)
-			if err != nil {
-				return err
-			}
-			api, err := apiClient(cmd)
+			pid, api, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -264,11 +252,7 @@ func newArtifactTransitionCmd(action string) *cobra.Command {
 		Short: strings.ToUpper(action[:1]) + action[1:] + " an artifact (recorded in the audit log with --reason)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			pid, err := projectOf(cmd)
-			if err != nil {
-				return err
-			}
-			api, err := apiClient(cmd)
+			pid, api, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
