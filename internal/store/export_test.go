@@ -10,3 +10,17 @@ func ForceSchemaVersionForTest(ctx context.Context, q *Queries, v int) error {
 	_, err := q.exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'future', ?)`, v, ts(time.Now()))
 	return err
 }
+
+// OutboxByCorrelationForTest returns the outbox rows written under one
+// correlation id, oldest first.
+func OutboxByCorrelationForTest(ctx context.Context, q *Queries, correlationID string) ([]Event, error) {
+	rows, err := q.query(ctx, `SELECT id, type, subject, org_id, project_id, actor, correlation_id, data FROM outbox_events WHERE correlation_id = ? ORDER BY id`, correlationID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(s interface{ Scan(...any) error }) (Event, error) {
+		var e Event
+		err := s.Scan(&e.ID, &e.Type, &e.Subject, &e.OrgID, &e.ProjectID, &e.Actor, &e.CorrelationID, scanJSON(&e.Data))
+		return e, err
+	})
+}

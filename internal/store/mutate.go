@@ -13,10 +13,11 @@ import (
 )
 
 // Tx is a transaction opened by Mutate: the queries of every domain plus the
-// audit record the mutation must leave. Outbox events will join it here.
+// audit record the mutation must leave and the outbox events it emits.
 type Tx struct {
 	*Queries
 	audits []AuditEvent
+	events []Event
 }
 
 // Audit records an audit row to be written in this transaction. Actor,
@@ -52,9 +53,10 @@ func marshalState(v any) ([]byte, error) {
 // privileged change must leave one, so forgetting is a bug, not a choice.
 var ErrNoAudit = errors.New("store: mutation recorded no audit event")
 
-// Mutate runs fn in one transaction and writes the audit rows fn recorded in
-// that same transaction: the change and its audit commit together or not at
-// all. This is the one path for every privileged mutation.
+// Mutate runs fn in one transaction and writes the audit rows and outbox
+// events fn recorded in that same transaction: the change, its audit and its
+// events commit together or not at all. This is the one path for every
+// privileged mutation.
 func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 	return db.InTx(ctx, func(q *Queries) error {
 		tx := &Tx{Queries: q}
@@ -64,7 +66,10 @@ func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 		if len(tx.audits) == 0 {
 			return ErrNoAudit
 		}
-		return tx.flush(ctx, "success")
+		if err := tx.flush(ctx, "success"); err != nil {
+			return err
+		}
+		return tx.flushEvents(ctx)
 	})
 }
 

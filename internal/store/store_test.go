@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -125,10 +126,20 @@ func testMutateAudit(t *testing.T, db *store.DB) {
 		if err := tx.CreateOrg(ctx, o); err != nil {
 			return err
 		}
+		if err := tx.Emit(store.Event{Type: "org.created", Subject: "orgs/" + o.ID, OrgID: o.ID}, map[string]string{"slug": o.Slug}); err != nil {
+			return err
+		}
 		return tx.Audit(store.AuditEvent{Action: "org.create", ResourceType: "org", ResourceID: o.ID, OrgID: o.ID}, nil, map[string]string{"slug": o.Slug})
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	outbox, err := store.OutboxByCorrelationForTest(ctx, db.Queries(), correlation.ID(ctx))
+	if err != nil || len(outbox) != 1 {
+		t.Fatalf("outbox rows = %d, err %v", len(outbox), err)
+	}
+	if e := outbox[0]; e.Type != "org.created" || e.Actor != "user:u1" || e.OrgID != orgID || e.ID == "" || !strings.Contains(string(e.Data), `"audited"`) {
+		t.Fatalf("outbox row = %+v data %s", e, e.Data)
 	}
 	evs, _, err := db.Queries().ListAudit(ctx, store.AuditFilter{CorrelationID: correlation.ID(ctx)}, store.Page{})
 	if err != nil || len(evs) != 1 {
@@ -148,6 +159,9 @@ func testMutateAudit(t *testing.T, db *store.DB) {
 		if err := tx.Audit(store.AuditEvent{Action: "org.create", ResourceType: "org"}, nil, nil); err != nil {
 			return err
 		}
+		if err := tx.Emit(store.Event{Type: "org.created"}, nil); err != nil {
+			return err
+		}
 		return boom
 	})
 	if !errors.Is(err, boom) {
@@ -158,6 +172,9 @@ func testMutateAudit(t *testing.T, db *store.DB) {
 	}
 	if evs, _, _ := db.Queries().ListAudit(ctx, store.AuditFilter{CorrelationID: correlation.ID(ctx2)}, store.Page{}); len(evs) != 0 {
 		t.Fatalf("rolled-back mutation left %d audit rows", len(evs))
+	}
+	if outbox, _ := store.OutboxByCorrelationForTest(ctx, db.Queries(), correlation.ID(ctx2)); len(outbox) != 0 {
+		t.Fatalf("rolled-back mutation left %d outbox events", len(outbox))
 	}
 
 	// A mutation that forgets its audit row is refused and rolled back.
