@@ -87,11 +87,11 @@ type devProc struct {
 	out *lockedBuffer
 }
 
-// startDev runs `gpuaas dev` and waits for /readyz, failing after 5 s.
-func startDev(t *testing.T, bin, dataDir string, port int) (*devProc, time.Duration) {
+// startDev runs `gpuaas dev` (with extra flags) and waits for /readyz, failing after 5 s.
+func startDev(t *testing.T, bin, dataDir string, port int, extra ...string) (*devProc, time.Duration) {
 	t.Helper()
 	out := &lockedBuffer{}
-	cmd := exec.Command(bin, "dev", "--data-dir", dataDir, "--listen", "127.0.0.1:"+strconv.Itoa(port))
+	cmd := exec.Command(bin, append([]string{"dev", "--data-dir", dataDir, "--listen", "127.0.0.1:" + strconv.Itoa(port)}, extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
 	if err := cmd.Start(); err != nil {

@@ -37,7 +37,10 @@ type Relay struct {
 	LeaseTTL time.Duration // default 10s
 	Interval time.Duration // poll period when nobody kicks; default 1s
 	Batch    int           // rows per transaction / publish; default 500
-	Logger   *slog.Logger
+	// Republish is how far back a relay that becomes leader sends acked
+	// rows again (keep it well inside the bus's duplicate window).
+	Republish time.Duration
+	Logger    *slog.Logger
 
 	periodic worker.Periodic
 	leader   atomic.Bool
@@ -99,6 +102,14 @@ func (r *Relay) pass(ctx context.Context) error {
 	}
 	if was := r.leader.Swap(ok); was != ok {
 		r.Logger.InfoContext(ctx, "event relay lease", "leader", ok, "holder", r.Holder)
+		if ok && r.Bus != nil && r.Republish > 0 {
+			n, err := r.DB.Queries().UnmarkPublished(ctx, time.Now().Add(-r.Republish))
+			if err != nil {
+				r.leader.Store(false) // try the takeover again next pass
+				return err
+			}
+			r.Logger.InfoContext(ctx, "event relay took over; republishing the recent tail", "events", n)
+		}
 	}
 	if !ok {
 		return nil

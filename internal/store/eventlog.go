@@ -103,6 +103,19 @@ func (q *Queries) MarkPublished(ctx context.Context, upTo int64, at time.Time) e
 	return err
 }
 
+// UnmarkPublished makes rows acknowledged at or after since unpublished
+// again, so the relay sends them once more. A new relay leader does this for
+// a short window: whatever the bus had not yet made durable when the old
+// leader (or an embedded NATS with it) died is restored, and what it did
+// keep is dropped by JetStream's duplicate window (same Nats-Msg-Id).
+func (q *Queries) UnmarkPublished(ctx context.Context, since time.Time) (int64, error) {
+	res, err := q.exec(ctx, `UPDATE outbox_events SET published_at = NULL WHERE published_at >= ?`, ts(since))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
 // PruneEvents deletes rows the bus acknowledged before cutoff, keeping the
 // retained rows a suffix of the positions (so a resume point is either
 // retained or provably expired) and always keeping the newest row (it
