@@ -84,6 +84,17 @@ func (db *DB) SequenceEvents(ctx context.Context, lease, holder string, now time
 	return int(n), head, err
 }
 
+// HasUnsequencedEvents reports whether committed rows wait for a position:
+// a cheap read that spares an idle relay pass its write transaction.
+func (q *Queries) HasUnsequencedEvents(ctx context.Context) (bool, error) {
+	var one int
+	err := q.queryRow(ctx, `SELECT 1 FROM outbox_events WHERE position IS NULL LIMIT 1`).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, mapErr(err)
+}
+
 // UnpublishedEvents returns sequenced rows the bus has not acknowledged,
 // in position order.
 func (q *Queries) UnpublishedEvents(ctx context.Context, limit int) ([]Event, error) {
