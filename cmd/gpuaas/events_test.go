@@ -442,3 +442,28 @@ func TestEventsTwoReplicas(t *testing.T) {
 	checkJetStream(t, nproc.url(), nil, n)
 	survivor.stop(t)
 }
+
+// BenchmarkDevReady measures `gpuaas dev` from exec to /readyz with NATS
+// JetStream embedded: on a fresh data dir (migrations, keys, seed, a new
+// JetStream store) and restarting over an existing one.
+func BenchmarkDevReady(b *testing.B) {
+	bin := buildBinary(b)
+	for _, restart := range []bool{false, true} {
+		b.Run(map[bool]string{false: "fresh", true: "restart"}[restart], func(b *testing.B) {
+			var total time.Duration
+			for i := 0; i < b.N; i++ {
+				dataDir := filepath.Join(b.TempDir(), "data")
+				port := freePort(b)
+				if restart {
+					p, _ := startDev(b, bin, dataDir, port)
+					p.stop(b)
+				}
+				p, took := startDev(b, bin, dataDir, port)
+				total += took
+				p.stop(b)
+			}
+			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms_to_ready")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
