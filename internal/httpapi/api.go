@@ -13,6 +13,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -29,7 +30,9 @@ type API struct {
 	SA             *serviceaccounts.Service
 	Catalog        *catalog.Service
 	Artifacts      *artifacts.Service
+	Events         *events.Reader
 	OpenAPI        []byte // the contract document, served at /api/openapi.yaml
+	AsyncAPI       []byte // the event contract, served at /api/asyncapi.yaml
 	// Mounts are extra handlers on the same listener (the OCI registry at /v2/).
 	Mounts map[string]http.Handler
 	// CredentialRate and CredentialBurst throttle the anonymous credential
@@ -89,6 +92,7 @@ func (a *API) routes() []route {
 	rs = append(rs, a.serviceAccountRoutes()...)
 	rs = append(rs, a.catalogRoutes()...)
 	rs = append(rs, a.artifactRoutes()...)
+	rs = append(rs, a.eventRoutes()...)
 	for i := range rs {
 		rs[i].pattern = rs[i].method + " " + rs[i].path
 	}

@@ -36,6 +36,7 @@ const (
 	PermSigningKeysWrite  = "apps.signing_key.write"
 	PermBillingUsageRead  = "billing.usage.read"
 	PermRegistryInfoRead  = "apps.registry.read"
+	PermEventsRead        = "events.read"
 	PermPlatformAdminOnly = "platform.admin"
 )
 
@@ -52,7 +53,7 @@ const (
 
 var viewerPerms = []string{
 	PermProjectsRead, PermCatalogRead, PermEntitlementRead, PermInstanceRead,
-	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead,
+	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead, PermEventsRead,
 }
 
 var operatorPerms = append([]string{

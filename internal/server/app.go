@@ -35,6 +35,7 @@ type App struct {
 	listener  net.Listener
 	http      *http.Server
 	artifacts *artifactParts // registry and blob store (issue 5)
+	events    *eventParts    // NATS, outbox relay, event streams (issue 10)
 }
 
 // NewLogger builds the process logger from the config.
@@ -97,13 +98,21 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg.DataDir, cfg.BlobDir, key); err != nil {
 		return nil, err
 	}
+	if a.events, err = a.newEventParts(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !ok {
+			a.events.close()
+		}
+	}()
 	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs})
 	cat.SetArtifactGate(arts)
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
-		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
+		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst,
-		SA: sa, Catalog: cat, Artifacts: arts,
+		SA: sa, Catalog: cat, Artifacts: arts, Events: a.events.reader,
 	}
 	ok = true
 	return a, nil
@@ -150,6 +159,12 @@ func (a *App) Serve(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(a.Logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	// Streams end at shutdown instead of holding the drain open.
+	a.http.RegisterOnShutdown(a.events.reader.Shutdown)
+	if err := a.events.workers.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer a.events.workers.Stop()
 	errc := make(chan error, 1)
 	go func() { errc <- a.http.Serve(a.listener) }()
 	a.Logger.Info("gpuaas listening", "addr", a.Addr(), "database", string(a.DB.Dialect()))
@@ -170,7 +185,10 @@ func (a *App) Serve(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the database.
-func (a *App) Close() error { return errors.Join(a.closeRegistry(), a.DB.Close()) }
+// Close stops the event pipeline and releases the database.
+func (a *App) Close() error {
+	a.events.close()
+	return errors.Join(a.closeRegistry(), a.DB.Close())
+}
 
 func (a *App) now() time.Time { return time.Now() }

@@ -58,8 +58,10 @@ var ErrNoAudit = errors.New("store: mutation recorded no audit event")
 // events commit together or not at all. This is the one path for every
 // privileged mutation.
 func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
-	return db.InTx(ctx, func(q *Queries) error {
+	emitted := false
+	err := db.InTx(ctx, func(q *Queries) error {
 		tx := &Tx{Queries: q}
+		defer func() { emitted = len(tx.events) > 0 }()
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -71,7 +73,18 @@ func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 		}
 		return tx.flushEvents(ctx)
 	})
+	if err == nil && emitted {
+		if hook := db.eventHook.Load(); hook != nil {
+			(*hook)()
+		}
+	}
+	return err
 }
+
+// OnEventsCommitted registers f to be called after every committed
+// mutation that emitted events: the relay's wake-up, so an event reaches
+// its consumers without waiting for the next poll. f must not block.
+func (db *DB) OnEventsCommitted(f func()) { db.eventHook.Store(&f) }
 
 func (t *Tx) flush(ctx context.Context, outcome string) error {
 	actor := principal.From(ctx)
