@@ -404,7 +404,7 @@ const ledgerCols = `id, org_id, project_id, entry_type, usage_record_id, correct
 
 func scanLedger(s interface{ Scan(...any) error }) (LedgerEntry, error) {
 	var (
-		e                         LedgerEntry
+		e                        LedgerEntry
 		usage, corrects, priceID sql.NullString
 	)
 	err := s.Scan(&e.ID, &e.OrgID, &e.ProjectID, &e.EntryType, &usage, &corrects, &e.AppInstanceID, &e.UsageSource,
