@@ -40,6 +40,12 @@ type Config struct {
 
 	CredentialRate  float64 // sign-in/token requests per second per client address (0: no limit)
 	CredentialBurst int
+
+	// Billing (issue 13).
+	BillingCurrency      string        // the one currency of prices, budgets and the ledger
+	BillingMaxEventAge   time.Duration // how late an app usage event may arrive
+	BillingSlice         time.Duration // long intervals are recorded slice by slice
+	BillingMeterInterval time.Duration // how often intervals are metered and usage rated
 }
 
 // Defaults returns the configuration used when nothing is set.
@@ -58,6 +64,10 @@ func Defaults() Config {
 		RegistryTokenTTL:       5 * time.Minute,
 		CredentialRate:         5,
 		CredentialBurst:        20,
+		BillingCurrency:        "USD",
+		BillingMaxEventAge:     72 * time.Hour,
+		BillingSlice:           time.Hour,
+		BillingMeterInterval:   time.Minute,
 	}
 }
 
@@ -83,6 +93,10 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.CredentialRate, "credential-rate", c.CredentialRate, "sign-in and token-exchange requests per second per client address (0 disables)")
 	fs.IntVar(&c.CredentialBurst, "credential-burst", c.CredentialBurst, "burst allowed above --credential-rate")
 	fs.DurationVar(&c.RegistryTokenTTL, "registry-token-ttl", c.RegistryTokenTTL, "lifetime of registry bearer tokens")
+	fs.StringVar(&c.BillingCurrency, "billing-currency", c.BillingCurrency, "ISO 4217 code of the currency of prices, budgets and the ledger")
+	fs.DurationVar(&c.BillingMaxEventAge, "billing-max-event-age", c.BillingMaxEventAge, "how late an app usage event may arrive and still be accepted")
+	fs.DurationVar(&c.BillingSlice, "billing-slice", c.BillingSlice, "length of the slices open allocation and session intervals are recorded in")
+	fs.DurationVar(&c.BillingMeterInterval, "billing-meter-interval", c.BillingMeterInterval, "how often intervals are metered and usage is rated")
 }
 
 // ApplyEnv sets every flag not given on the command line from its
@@ -137,6 +151,18 @@ func (c *Config) Validate() error {
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", c.LogFormat))
+	}
+	if len(c.BillingCurrency) != 3 || strings.ToUpper(c.BillingCurrency) != c.BillingCurrency {
+		errs = append(errs, fmt.Errorf("--billing-currency %q: want a three-letter ISO 4217 code such as USD", c.BillingCurrency))
+	}
+	if c.BillingMaxEventAge < time.Minute {
+		errs = append(errs, errors.New("--billing-max-event-age must be at least 1m"))
+	}
+	if c.BillingSlice < time.Second || c.BillingSlice > 24*time.Hour {
+		errs = append(errs, errors.New("--billing-slice must be between 1s and 24h"))
+	}
+	if c.BillingMeterInterval < 100*time.Millisecond {
+		errs = append(errs, errors.New("--billing-meter-interval must be at least 100ms"))
 	}
 	if c.PublicURL == "" {
 		c.PublicURL = "http://" + c.Listen

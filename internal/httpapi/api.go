@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
@@ -29,6 +30,7 @@ type API struct {
 	SA             *serviceaccounts.Service
 	Catalog        *catalog.Service
 	Artifacts      *artifacts.Service
+	Billing        *billing.Service
 	OpenAPI        []byte // the contract document, served at /api/openapi.yaml
 	// Mounts are extra handlers on the same listener (the OCI registry at /v2/).
 	Mounts map[string]http.Handler
@@ -89,6 +91,7 @@ func (a *API) routes() []route {
 	rs = append(rs, a.serviceAccountRoutes()...)
 	rs = append(rs, a.catalogRoutes()...)
 	rs = append(rs, a.artifactRoutes()...)
+	rs = append(rs, a.billingRoutes()...)
 	for i := range rs {
 		rs[i].pattern = rs[i].method + " " + rs[i].path
 	}

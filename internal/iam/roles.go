@@ -9,34 +9,41 @@ import (
 
 // Permission keys are dot-named: <domain>.<resource>.<verb>.
 const (
-	PermOrgsRead          = "orgs.read"
-	PermOrgsCreate        = "orgs.create"
-	PermOrgMembersWrite   = "orgs.members.write"
-	PermProjectsRead      = "projects.read"
-	PermProjectsCreate    = "projects.create"
-	PermProjectMembersRW  = "projects.members.write"
-	PermUsersRead         = "users.read"
-	PermUsersWrite        = "users.write"
-	PermAuditRead         = "audit.read"
-	PermSARead            = "service_accounts.read"
-	PermSAWrite           = "service_accounts.write"
-	PermCatalogRead       = "apps.catalog.read"
-	PermManifestWrite     = "apps.manifest.write"
-	PermVersionPublish    = "apps.version.publish"
-	PermEntitlementRead   = "apps.entitlement.read"
-	PermEntitlementWrite  = "apps.entitlement.write"
-	PermInstanceRead      = "apps.instance.read"
-	PermInstanceCreate    = "apps.instance.create"
-	PermInstanceUpdate    = "apps.instance.update"
-	PermInstanceDelete    = "apps.instance.delete"
-	PermArtifactRead      = "apps.artifact.read"
-	PermArtifactWrite     = "apps.artifact.write"
-	PermArtifactPromote   = "apps.artifact.promote"
-	PermArtifactRevoke    = "apps.artifact.revoke"
-	PermSigningKeysWrite  = "apps.signing_key.write"
-	PermBillingUsageRead  = "billing.usage.read"
-	PermRegistryInfoRead  = "apps.registry.read"
-	PermPlatformAdminOnly = "platform.admin"
+	PermOrgsRead         = "orgs.read"
+	PermOrgsCreate       = "orgs.create"
+	PermOrgMembersWrite  = "orgs.members.write"
+	PermProjectsRead     = "projects.read"
+	PermProjectsCreate   = "projects.create"
+	PermProjectMembersRW = "projects.members.write"
+	PermUsersRead        = "users.read"
+	PermUsersWrite       = "users.write"
+	PermAuditRead        = "audit.read"
+	PermSARead           = "service_accounts.read"
+	PermSAWrite          = "service_accounts.write"
+	PermCatalogRead      = "apps.catalog.read"
+	PermManifestWrite    = "apps.manifest.write"
+	PermVersionPublish   = "apps.version.publish"
+	PermEntitlementRead  = "apps.entitlement.read"
+	PermEntitlementWrite = "apps.entitlement.write"
+	PermInstanceRead     = "apps.instance.read"
+	PermInstanceCreate   = "apps.instance.create"
+	PermInstanceUpdate   = "apps.instance.update"
+	PermInstanceDelete   = "apps.instance.delete"
+	PermArtifactRead     = "apps.artifact.read"
+	PermArtifactWrite    = "apps.artifact.write"
+	PermArtifactPromote  = "apps.artifact.promote"
+	PermArtifactRevoke   = "apps.artifact.revoke"
+	PermSigningKeysWrite = "apps.signing_key.write"
+	PermBillingUsageRead = "billing.usage.read"
+	// Billing (issue 13). Reporting usage is further bound to identity: only
+	// an app instance's own service account reports for that instance.
+	PermBillingUsageReport   = "billing.usage.report"
+	PermBillingBudgetWrite   = "billing.budget.write"
+	PermBillingBreakdownRead = "billing.breakdown.read" // operators: cost by source and meter
+	PermBillingPricesWrite   = "billing.prices.write"
+	PermBillingLedgerCorrect = "billing.ledger.correct"
+	PermRegistryInfoRead     = "apps.registry.read"
+	PermPlatformAdminOnly    = "platform.admin"
 )
 
 // Role names of the built-in roles.
@@ -56,7 +63,7 @@ var viewerPerms = []string{
 }
 
 var operatorPerms = append([]string{
-	PermInstanceCreate, PermInstanceUpdate, PermInstanceDelete, PermArtifactWrite,
+	PermInstanceCreate, PermInstanceUpdate, PermInstanceDelete, PermArtifactWrite, PermBillingUsageReport,
 }, viewerPerms...)
 
 var memberPerms = append([]string{PermSARead}, operatorPerms...)
@@ -66,7 +73,7 @@ var projectAdminPerms = append([]string{
 	PermArtifactRevoke, PermSigningKeysWrite, PermAuditRead,
 }, memberPerms...)
 
-var orgAdminPerms = append([]string{PermOrgsRead, PermOrgMembersWrite, PermProjectsCreate}, projectAdminPerms...)
+var orgAdminPerms = append([]string{PermOrgsRead, PermOrgMembersWrite, PermProjectsCreate, PermBillingBudgetWrite}, projectAdminPerms...)
 
 // roles maps each built-in role to its permission keys.
 var roles = map[string][]string{

@@ -35,6 +35,7 @@ type App struct {
 	listener  net.Listener
 	http      *http.Server
 	artifacts *artifactParts // registry and blob store (issue 5)
+	billing   *billingParts  // usage, ledger, budgets (issue 13)
 }
 
 // NewLogger builds the process logger from the config.
@@ -99,11 +100,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	}
 	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs})
 	cat.SetArtifactGate(arts)
+	a.billing = newBillingParts(cfg, db, svc)
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst,
-		SA: sa, Catalog: cat, Artifacts: arts,
+		SA: sa, Catalog: cat, Artifacts: arts, Billing: a.billing.svc,
 	}
 	ok = true
 	return a, nil
@@ -150,6 +152,11 @@ func (a *App) Serve(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(a.Logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	workers := a.billingWorkers()
+	if err := workers.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer workers.Stop()
 	errc := make(chan error, 1)
 	go func() { errc <- a.http.Serve(a.listener) }()
 	a.Logger.Info("gpuaas listening", "addr", a.Addr(), "database", string(a.DB.Dialect()))

@@ -268,12 +268,12 @@ func withColumn(by []string, col string) []string {
 	return append(append([]string(nil), by...), col)
 }
 
-// UnratedUsage returns up to limit usage records that have no charge in the
-// ledger yet, oldest first.
-func (q *Queries) UnratedUsage(ctx context.Context, limit int) ([]UsageRecord, error) {
+// UnratedUsage returns up to limit usage records after afterID (in id
+// order) that have no charge in the ledger yet.
+func (q *Queries) UnratedUsage(ctx context.Context, afterID string, limit int) ([]UsageRecord, error) {
 	rows, err := q.query(ctx, `SELECT `+prefixed("u.", usageCols)+` FROM usage_records u
- WHERE NOT EXISTS (SELECT 1 FROM ledger_entries l WHERE l.usage_record_id = u.id AND l.entry_type = 'charge')
- ORDER BY u.id LIMIT `+strconv.Itoa(limit))
+ WHERE u.id > ? AND NOT EXISTS (SELECT 1 FROM ledger_entries l WHERE l.usage_record_id = u.id AND l.entry_type = 'charge')
+ ORDER BY u.id LIMIT `+strconv.Itoa(limit), afterID)
 	if err != nil {
 		return nil, err
 	}
@@ -431,6 +431,22 @@ func (q *Queries) InsertLedgerEntry(ctx context.Context, e LedgerEntry) error {
 	return err
 }
 
+// InsertCharge appends a charge unless the usage record already has one,
+// and reports whether it did: two raters racing on one record charge it
+// once, and the loser's transaction stays usable.
+func (q *Queries) InsertCharge(ctx context.Context, e LedgerEntry) (bool, error) {
+	res, err := q.exec(ctx, `INSERT INTO ledger_entries (`+ledgerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ ON CONFLICT (usage_record_id) WHERE entry_type = 'charge' DO NOTHING`,
+		e.ID, e.OrgID, e.ProjectID, EntryCharge, e.UsageRecordID, nil, e.AppInstanceID,
+		e.UsageSource, e.UsageUnit, e.SKU, e.Meter, e.Quantity, nullStr(e.PriceID), e.UnitPriceMicros, e.PerQuantity,
+		e.AmountMicros, e.Currency, e.Reason, ts(e.UsageTime), e.CreatedBy, ts(e.CreatedAt))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
 // GetLedgerEntry returns one entry by id.
 func (q *Queries) GetLedgerEntry(ctx context.Context, id string) (LedgerEntry, error) {
 	e, err := scanLedger(q.queryRow(ctx, `SELECT `+ledgerCols+` FROM ledger_entries WHERE id = ?`, id))
@@ -564,12 +580,17 @@ func (q *Queries) PutBudget(ctx context.Context, b Budget) error {
 }
 
 // RecordThresholdCrossing notes that a project crossed a budget level in a
-// period. It returns ErrAlreadyExists when that was already noted, so the
-// crossing's event is emitted exactly once.
-func (q *Queries) RecordThresholdCrossing(ctx context.Context, projectID string, periodStart time.Time, level string, at time.Time) error {
-	_, err := q.exec(ctx, `INSERT INTO billing_threshold_crossings (project_id, period_start, level, crossed_at) VALUES (?, ?, ?, ?)`,
-		projectID, ts(periodStart), level, ts(at))
-	return err
+// period and reports whether this call was the first to note it, so the
+// crossing's event is emitted exactly once. It never fails on a repeat (a
+// failed statement would abort a PostgreSQL transaction).
+func (q *Queries) RecordThresholdCrossing(ctx context.Context, projectID string, periodStart time.Time, level string, at time.Time) (bool, error) {
+	res, err := q.exec(ctx, `INSERT INTO billing_threshold_crossings (project_id, period_start, level, crossed_at) VALUES (?, ?, ?, ?)
+ ON CONFLICT (project_id, period_start, level) DO NOTHING`, projectID, ts(periodStart), level, ts(at))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
 }
 
 // MeteredInterval is how far the metering worker has turned one interval
@@ -615,4 +636,11 @@ func (q *Queries) PutMeteredInterval(ctx context.Context, m MeteredInterval) err
  ON CONFLICT (kind, interval_id) DO UPDATE SET metered_until = excluded.metered_until, closed_at = excluded.closed_at`,
 		m.Kind, m.IntervalID, ts(m.MeteredUntil), nullTS(m.ClosedAt))
 	return err
+}
+
+// LockBudget takes a row lock on a project's budget until the transaction
+// ends (PostgreSQL; SQLite transactions already hold the write lock).
+func (q *Queries) LockBudget(ctx context.Context, projectID string) error {
+	var id string
+	return scanOne(q.queryRow(ctx, `SELECT project_id FROM billing_budgets WHERE project_id = ? FOR UPDATE`, projectID).Scan(&id))
 }
