@@ -47,3 +47,27 @@ func usageData(r store.UsageRecord) usageRecordedData {
 func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// reportedBatch is the data of the billing.usage.recorded event of one
+// usage post: the attribution once, then each new record compactly (one
+// post holds one instance's events in one unit). Duplicates are not in it.
+type reportedBatch struct {
+	UsageSource       string           `json:"usage_source"`
+	UsageUnit         string           `json:"usage_unit"`
+	Meter             string           `json:"meter"`
+	AppInstanceID     string           `json:"app_instance_id"`
+	AppSlug           string           `json:"app_slug"`
+	OperatingMode     string           `json:"operating_mode"`
+	ControlPlaneScope string           `json:"control_plane_scope"`
+	RuntimeBackend    string           `json:"runtime_backend"`
+	Records           []reportedRecord `json:"records"`
+}
+
+type reportedRecord struct {
+	UsageRecordID string `json:"usage_record_id"`
+	EventSource   string `json:"event_source"`
+	EventID       string `json:"event_id"`
+	Quantity      int64  `json:"quantity"`
+	StartTime     string `json:"start_time"`
+	EndTime       string `json:"end_time"`
+}

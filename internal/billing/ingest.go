@@ -44,10 +44,12 @@ type IngestResult struct {
 
 // DedupeKeyForEvent is the durable dedupe key of an app event: the
 // CloudEvents (source, id) pair, within the project (so one tenant's ids can
-// never swallow another's events).
+// never swallow another's events). The source is hashed to a fixed width;
+// the id is kept as sent, so ids that grow in order (counters, UUIDv7) land
+// side by side in the unique index instead of at random pages.
 func DedupeKeyForEvent(projectID, source, id string) string {
-	sum := sha256.Sum256([]byte(source + "\x00" + id))
-	return "app:" + projectID + ":" + hex.EncodeToString(sum[:])
+	sum := sha256.Sum256([]byte(source))
+	return "app:" + projectID + ":" + hex.EncodeToString(sum[:16]) + ":" + id
 }
 
 // RecordAppUsage stores usage events an app instance reports about itself.
@@ -159,13 +161,14 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 			return err
 		}
 		res = IngestResult{Results: make([]EventResult, len(recs))}
-		var fresh []usageRecordedData
+		var fresh []reportedRecord
 		for i, r := range recs {
 			out := EventResult{ID: r.EventID, Source: r.EventSource, Status: "duplicate"}
 			if stored[r.ID] {
 				out.Status, out.UsageRecordID = "recorded", r.ID
 				res.Recorded++
-				fresh = append(fresh, usageData(r))
+				fresh = append(fresh, reportedRecord{UsageRecordID: r.ID, EventSource: r.EventSource, EventID: r.EventID,
+					Quantity: r.Quantity, StartTime: rfc(r.StartTime), EndTime: rfc(r.EndTime)})
 			} else {
 				res.Duplicates++
 			}
@@ -173,7 +176,10 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 		}
 		if len(fresh) > 0 {
 			if err := tx.Emit(store.Event{Type: EventUsageRecorded, Subject: "app-instances/" + inst.ID,
-				OrgID: inst.OrgID, ProjectID: inst.ProjectID}, map[string]any{"records": fresh}); err != nil {
+				OrgID: inst.OrgID, ProjectID: inst.ProjectID}, reportedBatch{UsageSource: store.UsageSourceAppRuntime,
+				UsageUnit: recs[0].UsageUnit, Meter: recs[0].Meter, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
+				OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
+				Records: fresh}); err != nil {
 				return err
 			}
 		}
