@@ -39,6 +39,8 @@ func newBillingParts(cfg config.Config, db *store.DB, svc *iam.Service) *billing
 func (a *App) Billing() *billing.Service { return a.billing.svc }
 
 // BillingWorkers are the metering and rating jobs (tests wait on their runs).
-func (a *App) BillingWorkers() (meter, rating *worker.Periodic) { return a.billing.meter, a.billing.rating }
+func (a *App) BillingWorkers() (meter, rating *worker.Periodic) {
+	return a.billing.meter, a.billing.rating
+}
 
 func (a *App) billingWorkers() worker.Group { return worker.Group{a.billing.meter, a.billing.rating} }
