@@ -46,6 +46,10 @@ type Config struct {
 	BillingMaxEventAge   time.Duration // how late an app usage event may arrive
 	BillingSlice         time.Duration // long intervals are recorded slice by slice
 	BillingMeterInterval time.Duration // how often intervals are metered and usage rated
+	NodeHeartbeatTTL     time.Duration // a node missing beats this long (+ grace) is down
+	NodeHeartbeatGrace   time.Duration
+	NodeTokenTTL         time.Duration // lifetime of node access tokens
+	NodeTaskLease        time.Duration // a delivered task without a result is delivered again after this
 }
 
 // Defaults returns the configuration used when nothing is set.
@@ -68,6 +72,10 @@ func Defaults() Config {
 		BillingMaxEventAge:     72 * time.Hour,
 		BillingSlice:           time.Hour,
 		BillingMeterInterval:   time.Minute,
+		NodeHeartbeatTTL:       10 * time.Second,
+		NodeHeartbeatGrace:     5 * time.Second,
+		NodeTokenTTL:           15 * time.Minute,
+		NodeTaskLease:          2 * time.Minute,
 	}
 }
 
@@ -97,6 +105,10 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.BillingMaxEventAge, "billing-max-event-age", c.BillingMaxEventAge, "how late an app usage event may arrive and still be accepted")
 	fs.DurationVar(&c.BillingSlice, "billing-slice", c.BillingSlice, "length of the slices open allocation and session intervals are recorded in")
 	fs.DurationVar(&c.BillingMeterInterval, "billing-meter-interval", c.BillingMeterInterval, "how often intervals are metered and usage is rated")
+	fs.DurationVar(&c.NodeHeartbeatTTL, "node-heartbeat-ttl", c.NodeHeartbeatTTL, "a node whose last heartbeat is older than this plus the grace is marked down; agents beat every TTL/3")
+	fs.DurationVar(&c.NodeHeartbeatGrace, "node-heartbeat-grace", c.NodeHeartbeatGrace, "extra time past the heartbeat TTL before a node is marked down")
+	fs.DurationVar(&c.NodeTokenTTL, "node-token-ttl", c.NodeTokenTTL, "lifetime of node access tokens")
+	fs.DurationVar(&c.NodeTaskLease, "node-task-lease", c.NodeTaskLease, "how long a delivered task waits for its result before it is delivered again")
 }
 
 // ApplyEnv sets every flag not given on the command line from its
@@ -137,6 +149,18 @@ func (c *Config) Validate() error {
 	}
 	if c.ServiceAccountTokenTTL < time.Minute || c.ServiceAccountTokenTTL > time.Hour {
 		errs = append(errs, errors.New("--service-account-token-ttl must be between 1m and 1h"))
+	}
+	if c.NodeHeartbeatTTL < time.Second || c.NodeHeartbeatTTL > 10*time.Minute {
+		errs = append(errs, errors.New("--node-heartbeat-ttl must be between 1s and 10m"))
+	}
+	if c.NodeHeartbeatGrace < 0 || c.NodeHeartbeatGrace > 10*time.Minute {
+		errs = append(errs, errors.New("--node-heartbeat-grace must be between 0 and 10m"))
+	}
+	if c.NodeTokenTTL < time.Minute || c.NodeTokenTTL > time.Hour {
+		errs = append(errs, errors.New("--node-token-ttl must be between 1m and 1h"))
+	}
+	if c.NodeTaskLease < time.Second || c.NodeTaskLease > time.Hour {
+		errs = append(errs, errors.New("--node-task-lease must be between 1s and 1h"))
 	}
 	if c.IdempotencyTTL < time.Minute {
 		errs = append(errs, errors.New("--idempotency-ttl must be at least 1m"))

@@ -9,32 +9,40 @@ import (
 
 // Permission keys are dot-named: <domain>.<resource>.<verb>.
 const (
-	PermOrgsRead         = "orgs.read"
-	PermOrgsCreate       = "orgs.create"
-	PermOrgMembersWrite  = "orgs.members.write"
-	PermProjectsRead     = "projects.read"
-	PermProjectsCreate   = "projects.create"
-	PermProjectMembersRW = "projects.members.write"
-	PermUsersRead        = "users.read"
-	PermUsersWrite       = "users.write"
-	PermAuditRead        = "audit.read"
-	PermSARead           = "service_accounts.read"
-	PermSAWrite          = "service_accounts.write"
-	PermCatalogRead      = "apps.catalog.read"
-	PermManifestWrite    = "apps.manifest.write"
-	PermVersionPublish   = "apps.version.publish"
-	PermEntitlementRead  = "apps.entitlement.read"
-	PermEntitlementWrite = "apps.entitlement.write"
-	PermInstanceRead     = "apps.instance.read"
-	PermInstanceCreate   = "apps.instance.create"
-	PermInstanceUpdate   = "apps.instance.update"
-	PermInstanceDelete   = "apps.instance.delete"
-	PermArtifactRead     = "apps.artifact.read"
-	PermArtifactWrite    = "apps.artifact.write"
-	PermArtifactPromote  = "apps.artifact.promote"
-	PermArtifactRevoke   = "apps.artifact.revoke"
-	PermSigningKeysWrite = "apps.signing_key.write"
-	PermBillingUsageRead = "billing.usage.read"
+	PermOrgsRead          = "orgs.read"
+	PermOrgsCreate        = "orgs.create"
+	PermOrgMembersWrite   = "orgs.members.write"
+	PermProjectsRead      = "projects.read"
+	PermProjectsCreate    = "projects.create"
+	PermProjectMembersRW  = "projects.members.write"
+	PermUsersRead         = "users.read"
+	PermUsersWrite        = "users.write"
+	PermAuditRead         = "audit.read"
+	PermSARead            = "service_accounts.read"
+	PermSAWrite           = "service_accounts.write"
+	PermCatalogRead       = "apps.catalog.read"
+	PermManifestWrite     = "apps.manifest.write"
+	PermVersionPublish    = "apps.version.publish"
+	PermEntitlementRead   = "apps.entitlement.read"
+	PermEntitlementWrite  = "apps.entitlement.write"
+	PermInstanceRead      = "apps.instance.read"
+	PermInstanceCreate    = "apps.instance.create"
+	PermInstanceUpdate    = "apps.instance.update"
+	PermInstanceDelete    = "apps.instance.delete"
+	PermArtifactRead      = "apps.artifact.read"
+	PermArtifactWrite     = "apps.artifact.write"
+	PermArtifactPromote   = "apps.artifact.promote"
+	PermArtifactRevoke    = "apps.artifact.revoke"
+	PermSigningKeysWrite  = "apps.signing_key.write"
+	PermBillingUsageRead  = "billing.usage.read"
+	PermRegistryInfoRead  = "apps.registry.read"
+	PermPlatformAdminOnly = "platform.admin"
+	// Nodes and allocations: nodes.* and allocations.write are held only by
+	// platform admins; allocations.read is a project read.
+	PermNodesRead        = "nodes.read"
+	PermNodesWrite       = "nodes.write"
+	PermAllocationsRead  = "allocations.read"
+	PermAllocationsWrite = "allocations.write"
 	// Billing (issue 13). Reporting usage is further bound to identity: only
 	// an app instance's own service account reports for that instance.
 	PermBillingUsageReport   = "billing.usage.report"
@@ -42,8 +50,6 @@ const (
 	PermBillingBreakdownRead = "billing.breakdown.read" // operators: cost by source and meter
 	PermBillingPricesWrite   = "billing.prices.write"
 	PermBillingLedgerCorrect = "billing.ledger.correct"
-	PermRegistryInfoRead     = "apps.registry.read"
-	PermPlatformAdminOnly    = "platform.admin"
 )
 
 // Role names of the built-in roles.
@@ -59,7 +65,7 @@ const (
 
 var viewerPerms = []string{
 	PermProjectsRead, PermCatalogRead, PermEntitlementRead, PermInstanceRead,
-	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead,
+	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead, PermAllocationsRead,
 }
 
 var operatorPerms = append([]string{

@@ -18,9 +18,11 @@ import (
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/httpapi"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
 // App is a running control plane.
@@ -35,7 +37,10 @@ type App struct {
 	listener  net.Listener
 	http      *http.Server
 	artifacts *artifactParts // registry and blob store (issue 5)
-	billing   *billingParts  // usage, ledger, budgets (issue 13)
+	// Nodes is the nodes domain; Workers are the background jobs Serve runs.
+	Nodes   *nodes.Service
+	Workers worker.Group
+	billing *billingParts // usage, ledger, budgets (issue 13)
 }
 
 // NewLogger builds the process logger from the config.
@@ -100,12 +105,19 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	}
 	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs})
 	cat.SetArtifactGate(arts)
+	a.Nodes = nodes.New(nodes.Deps{DB: db, IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger,
+		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },
+		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
+	tokens.Node, tokens.NodeTTL = a.Nodes, cfg.NodeTokenTTL
+	a.Workers = append(a.Workers, a.Nodes.Liveness(logger))
 	a.billing = newBillingParts(cfg, db, svc)
+	a.Workers = append(a.Workers, a.billing.meter, a.billing.rating)
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst,
-		SA: sa, Catalog: cat, Artifacts: arts, Billing: a.billing.svc,
+		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Billing: a.billing.svc,
+		PublicURL: func() string { return a.Config.PublicURL },
 	}
 	ok = true
 	return a, nil
@@ -152,11 +164,10 @@ func (a *App) Serve(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(a.Logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	workers := a.billingWorkers()
-	if err := workers.Start(context.WithoutCancel(ctx)); err != nil {
+	if err := a.Workers.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	defer workers.Stop()
+	defer a.Workers.Stop()
 	errc := make(chan error, 1)
 	go func() { errc <- a.http.Serve(a.listener) }()
 	a.Logger.Info("gpuaas listening", "addr", a.Addr(), "database", string(a.DB.Dialect()))

@@ -42,5 +42,3 @@ func (a *App) Billing() *billing.Service { return a.billing.svc }
 func (a *App) BillingWorkers() (meter, rating *worker.Periodic) {
 	return a.billing.meter, a.billing.rating
 }
-
-func (a *App) billingWorkers() worker.Group { return worker.Group{a.billing.meter, a.billing.rating} }
