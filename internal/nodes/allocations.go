@@ -158,6 +158,10 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 			a.GPUUUIDs = append(a.GPUUUIDs, g.UUID)
 		}
 		a.GPUCount = len(a.GPUUUIDs)
+		// Billing (issue 13): GPU quota and spend budget, before anything is placed.
+		if err := s.checkLaunch(ctx, tx.Queries, p.ID, a.GPUCount); err != nil {
+			return err
+		}
 		if err := tx.InsertAllocation(ctx, a); err != nil {
 			if errors.Is(err, store.ErrAlreadyExists) {
 				return errRetry // a GPU went to a concurrent placement

@@ -115,6 +115,8 @@ type Service struct {
 	notify   *notifier
 	// lastPurge is when used assertion ids were last purged (unix nanos).
 	lastPurge atomic.Int64
+	// launchGate: billing's quota and budget check (issue 13, launchgate.go).
+	launchGate atomic.Pointer[LaunchGate]
 }
 
 // New builds the service.

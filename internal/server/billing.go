@@ -28,6 +28,9 @@ func newBillingParts(cfg config.Config, db *store.DB, svc *iam.Service) *billing
 		Run: func(ctx context.Context) error { _, err := b.svc.Meter(ctx); return err }}
 	b.rating = &worker.Periodic{Name: "billing-rate", Interval: cfg.BillingMeterInterval, Logger: log,
 		Run: func(ctx context.Context) error { _, err := b.svc.Rate(ctx); return err }}
+	b.svc.UpdateSources(func(src *billing.Sources) {
+		src.AllocationIntervals, src.GPUs = billing.Allocations{}, billing.Allocations{}
+	})
 	// Rate soon after usage arrives, not only on the next tick; metering
 	// kicks rating too, so a closed interval is charged promptly.
 	b.svc.OnUsageRecorded(b.rating.Kick)
