@@ -14,6 +14,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -29,6 +30,7 @@ type API struct {
 	SA             *serviceaccounts.Service
 	Catalog        *catalog.Service
 	Artifacts      *artifacts.Service
+	Instances      *instances.Service
 	OpenAPI        []byte // the contract document, served at /api/openapi.yaml
 	// Mounts are extra handlers on the same listener (the OCI registry at /v2/).
 	Mounts map[string]http.Handler
@@ -89,6 +91,7 @@ func (a *API) routes() []route {
 	rs = append(rs, a.serviceAccountRoutes()...)
 	rs = append(rs, a.catalogRoutes()...)
 	rs = append(rs, a.artifactRoutes()...)
+	rs = append(rs, a.instanceRoutes()...)
 	for i := range rs {
 		rs[i].pattern = rs[i].method + " " + rs[i].path
 	}

@@ -18,9 +18,11 @@ import (
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/httpapi"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
 // App is a running control plane.
@@ -35,6 +37,9 @@ type App struct {
 	listener  net.Listener
 	http      *http.Server
 	artifacts *artifactParts // registry and blob store (issue 5)
+	// Instances is the app-instance domain; its driver runs among workers.
+	Instances *instances.Service
+	workers   worker.Group
 }
 
 // NewLogger builds the process logger from the config.
@@ -99,11 +104,15 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	}
 	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs})
 	cat.SetArtifactGate(arts)
+	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger,
+		APIBaseURL: func() string { return a.Config.PublicURL }})
+	cat.SetInstanceGate(a.Instances)
+	arts.Instances = a.Instances
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst,
-		SA: sa, Catalog: cat, Artifacts: arts,
+		SA: sa, Catalog: cat, Artifacts: arts, Instances: a.Instances,
 	}
 	ok = true
 	return a, nil
@@ -150,6 +159,17 @@ func (a *App) Serve(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(a.Logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	// The instance driver needs a node task queue; without one (no nodes
+	// domain wired in) no instance can be placed, so there is nothing to drive.
+	if a.Instances.Tasks != nil {
+		drv := a.Instances.Worker()
+		a.Instances.Kick = drv.Kick
+		a.workers = append(a.workers, drv)
+	}
+	if err := a.workers.Start(ctx); err != nil {
+		return err
+	}
+	defer a.workers.Stop()
 	errc := make(chan error, 1)
 	go func() { errc <- a.http.Serve(a.listener) }()
 	a.Logger.Info("gpuaas listening", "addr", a.Addr(), "database", string(a.DB.Dialect()))
