@@ -375,18 +375,16 @@ func Compatible(mv manifest.Version, eff catalog.Effective, a Allocation) []errd
 	return fes
 }
 
-// acceleratorFits: an accelerator name matches a GPU of the allocation by
-// vendor ("nvidia") or as a case-insensitive part of its model ("H100").
+// acceleratorFits: the manifest names accelerator vendors (nvidia, amd,
+// cpu); "cpu" runs anywhere, a vendor needs one of the allocation's GPUs
+// to be that vendor's.
 func acceleratorFits(accels []string, a Allocation) bool {
+	if contains(accels, "cpu") {
+		return true
+	}
 	for _, g := range a.Inventory.GPUs {
-		if !contains(a.GPUUUIDs, g.UUID) {
-			continue
-		}
-		for _, acc := range accels {
-			acc = strings.ToLower(acc)
-			if strings.ToLower(g.Vendor) == acc || strings.Contains(strings.ToLower(g.Model), acc) {
-				return true
-			}
+		if contains(a.GPUUUIDs, g.UUID) && contains(accels, strings.ToLower(g.Vendor)) {
+			return true
 		}
 	}
 	return false

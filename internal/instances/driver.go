@@ -309,14 +309,14 @@ func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op sto
 			AppSlug: inst.AppSlug, Version: version, Name: name, Profile: t.manifest.RuntimeProfile, Images: map[string]nodeapi.ImagePull{},
 			Resources: t.effective.Resources, Parameters: t.effective.Parameters, GPUUUIDs: t.allocation.GPUUUIDs,
 			HostPort: inst.HostPort, Identity: id, ReadinessTimeoutSeconds: int(s.ReadinessTimeout.Seconds())}
-		for name, a := range t.artifacts {
-			pull := nodeapi.ImagePull{Repository: s.imageRepository(t, name, a), Digest: a.Digest}
+		for art, a := range t.artifacts {
+			pull := nodeapi.ImagePull{Repository: s.imageRepository(t, art, a), Digest: a.Digest}
 			if s.Pulls != nil {
 				if pull, err = s.Pulls.NodePull(ctx, tx, t.allocation.NodeID, a); err != nil {
 					return err
 				}
 			}
-			d.Images[name] = pull
+			d.Images[art] = pull
 		}
 		task, err := runtime.Render(d)
 		if err != nil {
@@ -327,8 +327,8 @@ func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op sto
 			return err
 		}
 		now := s.Now().UTC()
-		for name, a := range t.artifacts {
-			role := name
+		for art, a := range t.artifacts {
+			role := art
 			if a.Digest == t.digest {
 				role = "primary"
 			}
