@@ -40,6 +40,15 @@ type Config struct {
 
 	CredentialRate  float64 // sign-in/token requests per second per client address (0: no limit)
 	CredentialBurst int
+
+	NodeHeartbeatTTL   time.Duration // a node missing beats this long (+ grace) is down
+	NodeHeartbeatGrace time.Duration
+	NodeTokenTTL       time.Duration // lifetime of node access tokens
+	NodeTaskLease      time.Duration // a delivered task without a result is delivered again after this
+
+	// InstanceDeployTimeout, when set, bounds how long a deploy waits for
+	// the workload to become ready (0: the version's readiness probe budget).
+	InstanceDeployTimeout time.Duration
 }
 
 // Defaults returns the configuration used when nothing is set.
@@ -58,6 +67,10 @@ func Defaults() Config {
 		RegistryTokenTTL:       5 * time.Minute,
 		CredentialRate:         5,
 		CredentialBurst:        20,
+		NodeHeartbeatTTL:       10 * time.Second,
+		NodeHeartbeatGrace:     5 * time.Second,
+		NodeTokenTTL:           15 * time.Minute,
+		NodeTaskLease:          2 * time.Minute,
 	}
 }
 
@@ -83,6 +96,11 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.CredentialRate, "credential-rate", c.CredentialRate, "sign-in and token-exchange requests per second per client address (0 disables)")
 	fs.IntVar(&c.CredentialBurst, "credential-burst", c.CredentialBurst, "burst allowed above --credential-rate")
 	fs.DurationVar(&c.RegistryTokenTTL, "registry-token-ttl", c.RegistryTokenTTL, "lifetime of registry bearer tokens")
+	fs.DurationVar(&c.NodeHeartbeatTTL, "node-heartbeat-ttl", c.NodeHeartbeatTTL, "a node whose last heartbeat is older than this plus the grace is marked down; agents beat every TTL/3")
+	fs.DurationVar(&c.NodeHeartbeatGrace, "node-heartbeat-grace", c.NodeHeartbeatGrace, "extra time past the heartbeat TTL before a node is marked down")
+	fs.DurationVar(&c.NodeTokenTTL, "node-token-ttl", c.NodeTokenTTL, "lifetime of node access tokens")
+	fs.DurationVar(&c.NodeTaskLease, "node-task-lease", c.NodeTaskLease, "how long a delivered task waits for its result before it is delivered again")
+	fs.DurationVar(&c.InstanceDeployTimeout, "instance-deploy-timeout", c.InstanceDeployTimeout, "how long a deploy waits for an app instance to become ready (0: the version's readiness probe budget)")
 }
 
 // ApplyEnv sets every flag not given on the command line from its
@@ -123,6 +141,21 @@ func (c *Config) Validate() error {
 	}
 	if c.ServiceAccountTokenTTL < time.Minute || c.ServiceAccountTokenTTL > time.Hour {
 		errs = append(errs, errors.New("--service-account-token-ttl must be between 1m and 1h"))
+	}
+	if c.NodeHeartbeatTTL < time.Second || c.NodeHeartbeatTTL > 10*time.Minute {
+		errs = append(errs, errors.New("--node-heartbeat-ttl must be between 1s and 10m"))
+	}
+	if c.NodeHeartbeatGrace < 0 || c.NodeHeartbeatGrace > 10*time.Minute {
+		errs = append(errs, errors.New("--node-heartbeat-grace must be between 0 and 10m"))
+	}
+	if c.NodeTokenTTL < time.Minute || c.NodeTokenTTL > time.Hour {
+		errs = append(errs, errors.New("--node-token-ttl must be between 1m and 1h"))
+	}
+	if c.NodeTaskLease < time.Second || c.NodeTaskLease > time.Hour {
+		errs = append(errs, errors.New("--node-task-lease must be between 1s and 1h"))
+	}
+	if c.InstanceDeployTimeout < 0 || c.InstanceDeployTimeout > 2*time.Hour {
+		errs = append(errs, errors.New("--instance-deploy-timeout must be between 0 and 2h"))
 	}
 	if c.IdempotencyTTL < time.Minute {
 		errs = append(errs, errors.New("--idempotency-ttl must be at least 1m"))

@@ -15,6 +15,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -31,7 +32,10 @@ type API struct {
 	Catalog        *catalog.Service
 	Artifacts      *artifacts.Service
 	Instances      *instances.Service
-	OpenAPI        []byte // the contract document, served at /api/openapi.yaml
+	Nodes          *nodes.Service
+	// PublicURL is the server's public base URL (known once it listens).
+	PublicURL func() string
+	OpenAPI   []byte // the contract document, served at /api/openapi.yaml
 	// Mounts are extra handlers on the same listener (the OCI registry at /v2/).
 	Mounts map[string]http.Handler
 	// CredentialRate and CredentialBurst throttle the anonymous credential
@@ -92,6 +96,7 @@ func (a *API) routes() []route {
 	rs = append(rs, a.catalogRoutes()...)
 	rs = append(rs, a.artifactRoutes()...)
 	rs = append(rs, a.instanceRoutes()...)
+	rs = append(rs, a.nodeRoutes()...)
 	for i := range rs {
 		rs[i].pattern = rs[i].method + " " + rs[i].path
 	}

@@ -37,6 +37,12 @@ const (
 	PermBillingUsageRead  = "billing.usage.read"
 	PermRegistryInfoRead  = "apps.registry.read"
 	PermPlatformAdminOnly = "platform.admin"
+	// Nodes and allocations: nodes.* and allocations.write are held only by
+	// platform admins; allocations.read is a project read.
+	PermNodesRead        = "nodes.read"
+	PermNodesWrite       = "nodes.write"
+	PermAllocationsRead  = "allocations.read"
+	PermAllocationsWrite = "allocations.write"
 )
 
 // Role names of the built-in roles.
@@ -52,7 +58,7 @@ const (
 
 var viewerPerms = []string{
 	PermProjectsRead, PermCatalogRead, PermEntitlementRead, PermInstanceRead,
-	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead,
+	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead, PermAllocationsRead,
 }
 
 var operatorPerms = append([]string{

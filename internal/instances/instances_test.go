@@ -545,7 +545,7 @@ func TestNodeLossAndReturn(t *testing.T) {
 	f.q.complete(t, nodeapi.TaskResult{})
 	f.drive(t)
 	must(t, f.db.Mutate(f.ctx, func(tx *store.Tx) error {
-		if err := f.svc.NodeDown(f.ctx, tx, "node-1"); err != nil {
+		if err := f.svc.FailNode(f.ctx, tx, "node-1"); err != nil {
 			return err
 		}
 		return tx.Audit(store.AuditEvent{Action: "node.down", ResourceType: "node", ResourceID: "node-1"}, nil, nil)
@@ -554,7 +554,7 @@ func TestNodeLossAndReturn(t *testing.T) {
 		t.Fatalf("node down: %+v", got)
 	}
 	must(t, f.db.Mutate(f.ctx, func(tx *store.Tx) error {
-		if err := f.svc.NodeUp(f.ctx, tx, "node-1"); err != nil {
+		if err := f.svc.RecoverNode(f.ctx, tx, "node-1", nil); err != nil {
 			return err
 		}
 		return tx.Audit(store.AuditEvent{Action: "node.up", ResourceType: "node", ResourceID: "node-1"}, nil, nil)

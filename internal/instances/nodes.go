@@ -3,8 +3,10 @@ package instances
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -17,15 +19,17 @@ import (
 //     operation fails too). An instance decommissioning stays
 //     decommissioning: its teardown tasks wait in the node's queue and the
 //     instance is only decommissioned once the returned node verifies it.
-//   - Node back: every instance failed with node_lost is recovered — a new
-//     operation removes whatever of its workload survived and redeploys its
-//     current version; it goes deploying → running again (or failed with
+//   - Node back: every instance failed with node_lost is reconciled with
+//     what the agent reports running. If its current workload still runs
+//     (the agent died, the container did not), it is running again at once.
+//     Otherwise a new operation removes whatever of it remains and
+//     redeploys its current version: deploying → running (or failed with
 //     the deploy's reason).
 //   - Allocation released (or lost): every live instance on it is
 //     decommissioned (reason allocation_released).
 
-// NodeDown fails the instances of a node that stopped heartbeating.
-func (s *Service) NodeDown(ctx context.Context, tx *store.Tx, nodeID string) error {
+// failNode fails the instances of a node that stopped heartbeating.
+func (s *Service) failNode(ctx context.Context, tx *store.Tx, nodeID string) error {
 	list, err := tx.LiveInstancesOn(ctx, "", nodeID)
 	if err != nil {
 		return err
@@ -69,14 +73,20 @@ func (s *Service) NodeDown(ctx context.Context, tx *store.Tx, nodeID string) err
 	return nil
 }
 
-// NodeUp recovers the instances a node's loss failed.
-func (s *Service) NodeUp(ctx context.Context, tx *store.Tx, nodeID string) error {
+// recoverNode recovers the instances a node's loss failed.
+func (s *Service) recoverNode(ctx context.Context, tx *store.Tx, nodeID string, workloads []nodeapi.Workload) error {
 	list, err := tx.LiveInstancesOn(ctx, "", nodeID)
 	if err != nil {
 		return err
 	}
 	for _, inst := range list {
 		if inst.Status != StatusFailed || inst.ReasonCode != ReasonNodeLost {
+			continue
+		}
+		if survived(inst, workloads) {
+			if err := s.reconcileRunning(ctx, tx, inst, nodeID); err != nil {
+				return err
+			}
 			continue
 		}
 		rctx := correlation.With(ctx, correlation.New())
@@ -143,4 +153,35 @@ func (s *Service) AllocationReleased(ctx context.Context, tx *store.Tx, allocati
 	}
 	s.kick()
 	return nil
+}
+
+// survived reports whether the instance's current workload is reported
+// running by its node.
+func survived(inst store.AppInstance, workloads []nodeapi.Workload) bool {
+	name := workloadName(inst.ID, inst.DeploySeq)
+	for _, w := range workloads {
+		if w.State != "running" {
+			continue
+		}
+		if strings.TrimPrefix(w.Name, "/") == name || w.ComposeProject == name {
+			return true
+		}
+	}
+	return false
+}
+
+// reconcileRunning marks an instance whose workload outlived its node's
+// silence running again.
+func (s *Service) reconcileRunning(ctx context.Context, tx *store.Tx, inst store.AppInstance, nodeID string) error {
+	prev := inst.Status
+	inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusRunning, "", "", s.Now().UTC()
+	if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+		return err
+	}
+	reason := fmt.Sprintf("node %s is back and reports the workload still running", nodeID)
+	if err := s.record(ctx, tx, inst, store.InstanceOperation{ID: inst.CurrentOperationID}, EventRunning, &extra{reason: reason}); err != nil {
+		return err
+	}
+	return tx.Audit(store.AuditEvent{Action: "app_instance.reconcile", ResourceType: "app_instance", ResourceID: inst.ID,
+		OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: reason}, nil, auditState(inst))
 }

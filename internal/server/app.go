@@ -19,6 +19,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/httpapi"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -37,9 +38,11 @@ type App struct {
 	listener  net.Listener
 	http      *http.Server
 	artifacts *artifactParts // registry and blob store (issue 5)
-	// Instances is the app-instance domain; its driver runs among workers.
+	// Nodes is the nodes domain; Workers are the background jobs Serve runs.
+	Nodes   *nodes.Service
+	Workers worker.Group
+	// Instances is the app-instance domain; its driver is one of Workers.
 	Instances *instances.Service
-	workers   worker.Group
 }
 
 // NewLogger builds the process logger from the config.
@@ -104,15 +107,27 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	}
 	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs})
 	cat.SetArtifactGate(arts)
-	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger,
-		APIBaseURL: func() string { return a.Config.PublicURL }})
+	a.Nodes = nodes.New(nodes.Deps{DB: db, IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger,
+		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },
+		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
+	tokens.Node, tokens.NodeTTL = a.Nodes, cfg.NodeTokenTTL
+	a.Workers = append(a.Workers, a.Nodes.Liveness(logger))
+	link := instances.NodesLink{Nodes: a.Nodes}
+	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger, Allocations: link, Tasks: link,
+		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
+		ReadinessTimeout: cfg.InstanceDeployTimeout})
+	drv := a.Instances.Worker()
+	a.Instances.Kick = drv.Kick
+	link.Attach(a.Instances)
+	a.Workers = append(a.Workers, drv)
 	cat.SetInstanceGate(a.Instances)
 	arts.Instances = a.Instances
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst,
-		SA: sa, Catalog: cat, Artifacts: arts, Instances: a.Instances,
+		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances,
+		PublicURL: func() string { return a.Config.PublicURL },
 	}
 	ok = true
 	return a, nil
@@ -159,17 +174,10 @@ func (a *App) Serve(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(a.Logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	// The instance driver needs a node task queue; without one (no nodes
-	// domain wired in) no instance can be placed, so there is nothing to drive.
-	if a.Instances.Tasks != nil {
-		drv := a.Instances.Worker()
-		a.Instances.Kick = drv.Kick
-		a.workers = append(a.workers, drv)
-	}
-	if err := a.workers.Start(ctx); err != nil {
+	if err := a.Workers.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	defer a.workers.Stop()
+	defer a.Workers.Stop()
 	errc := make(chan error, 1)
 	go func() { errc <- a.http.Serve(a.listener) }()
 	a.Logger.Info("gpuaas listening", "addr", a.Addr(), "database", string(a.DB.Dialect()))

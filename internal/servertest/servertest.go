@@ -114,7 +114,7 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 
 // nonMutating lists POSTs that change no resource (so leave no audit row of
 // their own): sign-in, token exchange, previews.
-var nonMutating = []string{"/api/v1/auth/", "/launch-preview", "/unwrap"}
+var nonMutating = []string{"/api/v1/auth/", "/launch-preview", "/unwrap", "/api/v1/nodes/token", "/heartbeat"}
 
 func isMutation(method, path string) bool {
 	if method == http.MethodGet || method == http.MethodHead {

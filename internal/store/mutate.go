@@ -18,7 +18,12 @@ type Tx struct {
 	*Queries
 	audits []AuditEvent
 	events []Event
+	after  []func()
 }
+
+// AfterCommit runs fn once the transaction has committed, never on
+// rollback: wake-ups of in-process waiters for what the transaction wrote.
+func (t *Tx) AfterCommit(fn func()) { t.after = append(t.after, fn) }
 
 // Audit records an audit row to be written in this transaction. Actor,
 // correlation id, time and outcome are filled from the context by Mutate.
@@ -58,8 +63,10 @@ var ErrNoAudit = errors.New("store: mutation recorded no audit event")
 // events commit together or not at all. This is the one path for every
 // privileged mutation.
 func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
-	return db.InTx(ctx, func(q *Queries) error {
+	var after []func()
+	err := db.InTx(ctx, func(q *Queries) error {
 		tx := &Tx{Queries: q}
+		defer func() { after = tx.after }()
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -71,6 +78,12 @@ func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 		}
 		return tx.flushEvents(ctx)
 	})
+	if err == nil {
+		for _, f := range after {
+			f()
+		}
+	}
+	return err
 }
 
 func (t *Tx) flush(ctx context.Context, outcome string) error {

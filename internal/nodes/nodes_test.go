@@ -1,0 +1,141 @@
+package nodes_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// A join token works once; the node it makes can exchange assertions for
+// tokens (each assertion once) and beats into ready.
+func TestJoinTokenSingleUseAndNodeToken(t *testing.T) {
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			s := servertest.Start(t, d)
+			admin := s.Admin()
+			a := join(t, s, admin, "gpu-1", 1)
+			// Second use of the same join token fails.
+			_, pub := newKey(t)
+			r := s.Anonymous().Do("POST", "/api/v1/nodes/join", nodeapi.JoinRequest{JoinToken: a.joinTok, Name: "again", PublicKeyPEM: pub,
+				Inventory: inventory("again", 0, "")}).Want(t, 401)
+			if r.ErrorCode() != "invalid_join_token" {
+				t.Fatalf("code %s", r.ErrorCode())
+			}
+			// A replayed assertion is refused.
+			as := a.assertion(t, "same-jti")
+			s.Anonymous().Do("POST", "/api/v1/nodes/token", nodeapi.TokenRequest{Assertion: as}).Want(t, 200)
+			s.Anonymous().Do("POST", "/api/v1/nodes/token", nodeapi.TokenRequest{Assertion: as}).Want(t, 400)
+			n := admin.Do("GET", "/api/v1/admin/nodes/"+a.id, nil).Want(t, 200)
+			if n.String("state") != "ready" {
+				t.Fatalf("state %s", n.String("state"))
+			}
+			if g := n.JSON["gpus"].([]any); len(g) != 1 {
+				t.Fatalf("gpus %v", g)
+			}
+			// A plain user cannot create join tokens or read nodes.
+			_, u := s.NewUser(admin, "someone@example.com")
+			u.Do("POST", "/api/v1/admin/nodes/join-tokens", map[string]any{}).Want(t, 403)
+			u.Do("GET", "/api/v1/admin/nodes", nil).Want(t, 403)
+		})
+	}
+}
+
+// A node sees only its own tasks: another node's token cannot poll,
+// heartbeat for or report results of a node that is not itself.
+func TestTaskQueueAndNodeIsolation(t *testing.T) {
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			s := servertest.Start(t, d)
+			admin := s.Admin()
+			a := join(t, s, admin, "gpu-a", 0)
+			b := join(t, s, admin, "gpu-b", 0)
+			ctx := context.Background()
+			task, err := s.App.Nodes.EnqueueTask(ctx, nil, a.id, nodeapi.KindWorkloadInspect, map[string]any{"instance_id": "x"}, "", s.Creds.ProjectID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// b polling a's queue: not found, and a's task stays queued.
+			b.c.Do("GET", "/api/v1/nodes/"+a.id+"/tasks", nil).Want(t, 404)
+			b.c.Do("POST", "/api/v1/nodes/"+a.id+"/tasks/"+task.ID+"/result", nodeapi.TaskResult{State: "succeeded"}).Want(t, 404)
+			b.c.Do("POST", "/api/v1/nodes/"+b.id+"/tasks/"+task.ID+"/result", nodeapi.TaskResult{State: "succeeded"}).Want(t, 404)
+			b.c.Do("POST", "/api/v1/nodes/"+a.id+"/heartbeat", nodeapi.Heartbeat{}).Want(t, 404)
+			if got := b.c.Do("GET", "/api/v1/nodes/"+b.id+"/tasks", nil).Want(t, 200); len(got.JSON["tasks"].([]any)) != 0 {
+				t.Fatalf("b sees tasks: %s", got.Body)
+			}
+			// Admin tokens are not node tokens either.
+			admin.Do("GET", "/api/v1/nodes/"+a.id+"/tasks", nil).Want(t, 404)
+			// a gets its task, leased; a second poll gets nothing.
+			got := a.c.Do("GET", "/api/v1/nodes/"+a.id+"/tasks?wait_seconds=1", nil).Want(t, 200)
+			var tl nodeapi.TaskList
+			if err := json.Unmarshal(got.Body, &tl); err != nil || len(tl.Tasks) != 1 || tl.Tasks[0].ID != task.ID || tl.Tasks[0].Attempt != 1 {
+				t.Fatalf("poll: %s (%v)", got.Body, err)
+			}
+			if got := a.c.Do("GET", "/api/v1/nodes/"+a.id+"/tasks", nil).Want(t, 200); len(got.JSON["tasks"].([]any)) != 0 {
+				t.Fatalf("leased task delivered twice: %s", got.Body)
+			}
+			a.c.Do("POST", "/api/v1/nodes/"+a.id+"/tasks/"+task.ID+"/result", nodeapi.TaskResult{State: "failed"}).Want(t, 400)
+			a.c.Do("POST", "/api/v1/nodes/"+a.id+"/tasks/"+task.ID+"/result", nodeapi.TaskResult{State: "failed", ReasonCode: nodeapi.ReasonNotFound}).Want(t, 204)
+			// Idempotent by task id.
+			a.c.Do("POST", "/api/v1/nodes/"+a.id+"/tasks/"+task.ID+"/result", nodeapi.TaskResult{State: "succeeded"}).Want(t, 204)
+			done, err := s.App.Nodes.Task(ctx, task.ID)
+			if err != nil || done.State != "failed" || done.ReasonCode != nodeapi.ReasonNotFound {
+				t.Fatalf("task %+v %v", done.NodeTask, err)
+			}
+			// Removing b cuts its token off at once.
+			admin.Do("POST", "/api/v1/admin/nodes/"+b.id+"/remove", nil).Want(t, 200)
+			b.c.Do("GET", "/api/v1/nodes/"+b.id+"/tasks", nil).Want(t, http.StatusUnauthorized)
+		})
+	}
+}
+
+// Allocations: placement holds specific GPUs, project members read them,
+// release returns the GPUs; a 0-GPU node hosts CPU-only slices.
+func TestAllocationLifecycle(t *testing.T) {
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			s := servertest.Start(t, d)
+			admin := s.Admin()
+			n := join(t, s, admin, "gpu-8", 2)
+			cpu := join(t, s, admin, "cpu", 0)
+			p := s.Creds.ProjectID
+			a1 := admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": p, "sku": "h100-80gb.1x"}).Want(t, 201)
+			if a1.String("node_id") != n.id || len(a1.JSON["gpu_uuids"].([]any)) != 1 || a1.String("state") != "active" {
+				t.Fatalf("alloc %s", a1.Body)
+			}
+			admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": p, "sku": "h100-80gb.2x"}).Want(t, 409)
+			bm := admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": p, "sku": "cpu.bm", "shape": "baremetal", "node_id": cpu.id}).Want(t, 201)
+			admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": p, "sku": "cpu.0x", "node_id": cpu.id}).Want(t, 409)
+			admin.Do("POST", "/api/v1/admin/allocations/"+bm.String("id")+"/release", nil).Want(t, 200)
+			admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": p, "sku": "cpu.0x", "node_id": cpu.id}).Want(t, 201)
+			list := admin.Do("GET", "/api/v1/projects/"+p+"/allocations", nil).Want(t, 200)
+			if len(list.Items()) != 3 {
+				t.Fatalf("list %s", list.Body)
+			}
+			admin.Do("GET", "/api/v1/projects/"+p+"/allocations/"+a1.String("id"), nil).Want(t, 200)
+			rel := admin.Do("POST", "/api/v1/admin/allocations/"+a1.String("id")+"/release", nil).Want(t, 200)
+			if rel.String("state") != "released" {
+				t.Fatalf("release %s", rel.Body)
+			}
+			admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": p, "sku": "h100-80gb.2x"}).Want(t, 201)
+			ivs, err := s.DB.Queries().AllocationIntervals(context.Background(), p, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+			if err != nil {
+				t.Fatal(err)
+			}
+			closed := 0
+			for _, iv := range ivs {
+				if !iv.EndedAt.IsZero() {
+					closed++
+				}
+			}
+			if len(ivs) != 4 || closed != 2 {
+				t.Fatalf("intervals %+v", ivs)
+			}
+		})
+	}
+}
