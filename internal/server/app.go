@@ -43,6 +43,7 @@ type App struct {
 	Workers worker.Group
 	// Instances is the app-instance domain; its driver is one of Workers.
 	Instances *instances.Service
+	events    *eventParts // NATS, outbox relay, event streams (issue 10)
 }
 
 // NewLogger builds the process logger from the config.
@@ -105,6 +106,14 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg.DataDir, cfg.BlobDir, key); err != nil {
 		return nil, err
 	}
+	if a.events, err = a.newEventParts(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !ok {
+			a.events.close()
+		}
+	}()
 	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs})
 	cat.SetArtifactGate(arts)
 	a.Nodes = nodes.New(nodes.Deps{DB: db, IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger,
@@ -124,9 +133,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	arts.Instances = a.Instances
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
-		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
+		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst,
-		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances,
+		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader,
 		PublicURL: func() string { return a.Config.PublicURL },
 	}
 	ok = true
@@ -174,6 +183,12 @@ func (a *App) Serve(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(a.Logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	// Streams end at shutdown instead of holding the drain open.
+	a.http.RegisterOnShutdown(a.events.reader.Shutdown)
+	if err := a.events.workers.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer a.events.workers.Stop()
 	if err := a.Workers.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
@@ -198,7 +213,10 @@ func (a *App) Serve(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the database.
-func (a *App) Close() error { return errors.Join(a.closeRegistry(), a.DB.Close()) }
+// Close stops the event pipeline and releases the database.
+func (a *App) Close() error {
+	a.events.close()
+	return errors.Join(a.closeRegistry(), a.DB.Close())
+}
 
 func (a *App) now() time.Time { return time.Now() }
