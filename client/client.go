@@ -102,6 +102,11 @@ func (c *Client) send(req *http.Request, out any, limit int64) error {
 	if err != nil {
 		return err
 	}
+	return decodeResponse(req, resp, out, limit)
+}
+
+// decodeResponse reads a JSON answer (or the error envelope) and closes it.
+func decodeResponse(req *http.Request, resp *http.Response, out any, limit int64) error {
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, limit))
 	if err != nil {

@@ -98,6 +98,9 @@ func (s *Service) transition(ctx context.Context, action, reason string, a store
 			}
 			return err
 		}
+		if err := emit(tx, action, reason, a); err != nil {
+			return err
+		}
 		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "app_artifact", ResourceID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, Reason: reason},
 			stateOf(before), stateOf(a))
 	})

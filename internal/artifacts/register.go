@@ -110,6 +110,9 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 			}
 			return err
 		}
+		if err := emit(tx, "artifact.register", "", a); err != nil {
+			return err
+		}
 		return tx.Audit(store.AuditEvent{Action: "artifact.register", ResourceType: "app_artifact", ResourceID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID},
 			nil, stateOf(a))
 	})

@@ -97,6 +97,10 @@ func (s *Service) PutEntitlement(ctx context.Context, g *iam.Grants, projectID, 
 			}
 		}
 		out = cur
+		if err := tx.Emit(store.Event{Type: EventEntitlementUpdated, Subject: "projects/" + p.ID + "/apps/entitlements/" + app.Slug, OrgID: p.OrgID, ProjectID: p.ID},
+			map[string]any{"entitlement_id": cur.ID, "app_slug": app.Slug, "enabled": cur.Enabled, "policy_overrides": o}); err != nil {
+			return err
+		}
 		return tx.Audit(store.AuditEvent{Action: "app_entitlement.put", ResourceType: "app_entitlement", ResourceID: cur.ID,
 			OrgID: p.OrgID, ProjectID: p.ID}, before, entitlementState{AppSlug: app.Slug, Enabled: cur.Enabled, PolicyOverrides: o})
 	})

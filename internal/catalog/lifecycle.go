@@ -128,6 +128,9 @@ func (s *Service) TransitionVersion(ctx context.Context, g *iam.Grants, appSlug,
 		}
 		after := before
 		after.Status = out.Status
+		if err := emitVersion(tx, action, out, reason); err != nil {
+			return err
+		}
 		return tx.Audit(store.AuditEvent{Action: "app_version." + action, ResourceType: "app_version", ResourceID: v.ID, Reason: reason}, before, after)
 	})
 	return out, err

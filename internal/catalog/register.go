@@ -176,6 +176,9 @@ func (s *Service) RegisterManifest(ctx context.Context, g *iam.Grants, data []by
 		if before.App != nil {
 			b = before
 		}
+		if err := tx.Emit(store.Event{Type: EventManifestRegistered, Subject: "apps/" + app.Slug}, after); err != nil {
+			return err
+		}
 		return tx.Audit(e, b, after)
 	})
 	return reg, err

@@ -41,15 +41,40 @@ type Config struct {
 	CredentialRate  float64 // sign-in/token requests per second per client address (0: no limit)
 	CredentialBurst int
 
+	NodeHeartbeatTTL   time.Duration // a node missing beats this long (+ grace) is down
+	NodeHeartbeatGrace time.Duration
+	NodeTokenTTL       time.Duration // lifetime of node access tokens
+	NodeTaskLease      time.Duration // a delivered task without a result is delivered again after this
+
+	// InstanceDeployTimeout, when set, bounds how long a deploy waits for
+	// the workload to become ready (0: the version's readiness probe budget).
+	InstanceDeployTimeout time.Duration
+
 	// Billing (issue 13).
 	BillingCurrency      string        // the one currency of prices, budgets and the ledger
 	BillingMaxEventAge   time.Duration // how late an app usage event may arrive
 	BillingSlice         time.Duration // long intervals are recorded slice by slice
 	BillingMeterInterval time.Duration // how often intervals are metered and usage rated
-	NodeHeartbeatTTL     time.Duration // a node missing beats this long (+ grace) is down
-	NodeHeartbeatGrace   time.Duration
-	NodeTokenTTL         time.Duration // lifetime of node access tokens
-	NodeTaskLease        time.Duration // a delivered task without a result is delivered again after this
+
+	Events Events // the event bus, relay and streams (docs/events.md)
+}
+
+// Events configures NATS, the outbox relay and the event streams.
+type Events struct {
+	NATSURL       string // external NATS (nats://…); empty embeds a server under the data dir
+	NATSCredsFile string // external NATS: .creds file
+	NATSNKeyFile  string // external NATS: nkey seed file
+	NATSListen    string // embedded NATS: loopback host:port for the nats CLI (empty: in-process only)
+	NATSSync      string // embedded NATS fsync policy: "" (default), "always", or a duration
+
+	Stream          string        // JetStream stream name
+	DuplicateWindow time.Duration // JetStream duplicate window (dedupe by event id)
+	StreamMaxAge    time.Duration // how long JetStream keeps events (0: forever)
+	Retention       time.Duration // how long the outbox keeps published events (resume + republish)
+	RelayInterval   time.Duration // relay poll period (it is also woken by every commit)
+	LeaseTTL        time.Duration // relay lease; a crashed leader is replaced after this
+	KeepAlive       time.Duration // SSE keep-alive comment period
+	WriteTimeout    time.Duration // SSE: a client that does not drain for this long is disconnected
 }
 
 // Defaults returns the configuration used when nothing is set.
@@ -76,6 +101,11 @@ func Defaults() Config {
 		NodeHeartbeatGrace:     5 * time.Second,
 		NodeTokenTTL:           15 * time.Minute,
 		NodeTaskLease:          2 * time.Minute,
+		Events: Events{
+			Stream: "GPUAAS_EVENTS", DuplicateWindow: 10 * time.Minute, StreamMaxAge: 7 * 24 * time.Hour,
+			Retention: 7 * 24 * time.Hour, RelayInterval: time.Second, LeaseTTL: 10 * time.Second,
+			KeepAlive: 15 * time.Second, WriteTimeout: 30 * time.Second,
+		},
 	}
 }
 
@@ -109,6 +139,21 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.NodeHeartbeatGrace, "node-heartbeat-grace", c.NodeHeartbeatGrace, "extra time past the heartbeat TTL before a node is marked down")
 	fs.DurationVar(&c.NodeTokenTTL, "node-token-ttl", c.NodeTokenTTL, "lifetime of node access tokens")
 	fs.DurationVar(&c.NodeTaskLease, "node-task-lease", c.NodeTaskLease, "how long a delivered task waits for its result before it is delivered again")
+	fs.DurationVar(&c.InstanceDeployTimeout, "instance-deploy-timeout", c.InstanceDeployTimeout, "how long a deploy waits for an app instance to become ready (0: the version's readiness probe budget)")
+	e := &c.Events
+	fs.StringVar(&e.NATSURL, "nats-url", e.NATSURL, "external NATS JetStream servers (nats://host:4222,…); empty embeds NATS under the data dir")
+	fs.StringVar(&e.NATSCredsFile, "nats-creds", e.NATSCredsFile, "external NATS: credentials (.creds) file")
+	fs.StringVar(&e.NATSNKeyFile, "nats-nkey", e.NATSNKeyFile, "external NATS: nkey seed file")
+	fs.StringVar(&e.NATSListen, "nats-listen", e.NATSListen, "embedded NATS: also listen on this host:port for the nats CLI (password in <data-dir>/nats.password)")
+	fs.StringVar(&e.NATSSync, "nats-sync", e.NATSSync, "embedded NATS fsync policy: empty (NATS default, every 2m), always, or a duration")
+	fs.StringVar(&e.Stream, "events-stream", e.Stream, "JetStream stream the relay publishes events to")
+	fs.DurationVar(&e.DuplicateWindow, "events-duplicate-window", e.DuplicateWindow, "JetStream duplicate window (events republished within it are dropped by id)")
+	fs.DurationVar(&e.StreamMaxAge, "events-stream-max-age", e.StreamMaxAge, "how long JetStream keeps events (0 keeps them forever)")
+	fs.DurationVar(&e.Retention, "events-retention", e.Retention, "how long the outbox keeps published events for resumable streams and republishing")
+	fs.DurationVar(&e.RelayInterval, "events-relay-interval", e.RelayInterval, "relay poll period (commits also wake it at once)")
+	fs.DurationVar(&e.LeaseTTL, "events-lease-ttl", e.LeaseTTL, "relay lease lifetime: a crashed relay's successor takes over after this")
+	fs.DurationVar(&e.KeepAlive, "events-keepalive", e.KeepAlive, "period of keep-alive comments on idle event streams")
+	fs.DurationVar(&e.WriteTimeout, "events-write-timeout", e.WriteTimeout, "an event-stream client that does not drain its connection for this long is disconnected")
 }
 
 // ApplyEnv sets every flag not given on the command line from its
@@ -162,6 +207,9 @@ func (c *Config) Validate() error {
 	if c.NodeTaskLease < time.Second || c.NodeTaskLease > time.Hour {
 		errs = append(errs, errors.New("--node-task-lease must be between 1s and 1h"))
 	}
+	if c.InstanceDeployTimeout < 0 || c.InstanceDeployTimeout > 2*time.Hour {
+		errs = append(errs, errors.New("--instance-deploy-timeout must be between 0 and 2h"))
+	}
 	if c.IdempotencyTTL < time.Minute {
 		errs = append(errs, errors.New("--idempotency-ttl must be at least 1m"))
 	}
@@ -188,6 +236,7 @@ func (c *Config) Validate() error {
 	if c.BillingMeterInterval < 100*time.Millisecond {
 		errs = append(errs, errors.New("--billing-meter-interval must be at least 100ms"))
 	}
+	errs = append(errs, c.Events.validate()...)
 	if c.PublicURL == "" {
 		c.PublicURL = "http://" + c.Listen
 	}
@@ -199,4 +248,27 @@ func (c *Config) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func (e *Events) validate() []error {
+	var errs []error
+	if e.RelayInterval <= 0 || e.KeepAlive <= 0 || e.WriteTimeout <= 0 || e.DuplicateWindow <= 0 {
+		errs = append(errs, errors.New("--events-relay-interval, --events-keepalive, --events-write-timeout and --events-duplicate-window must be positive"))
+	}
+	if e.LeaseTTL < 2*e.RelayInterval {
+		errs = append(errs, errors.New("--events-lease-ttl must be at least twice --events-relay-interval (the leader renews it every pass)"))
+	}
+	if e.Retention < 0 || e.StreamMaxAge < 0 {
+		errs = append(errs, errors.New("--events-retention and --events-stream-max-age must not be negative"))
+	}
+	if e.Stream == "" {
+		errs = append(errs, errors.New("--events-stream must name a JetStream stream"))
+	}
+	if e.NATSURL == "" && (e.NATSCredsFile != "" || e.NATSNKeyFile != "") {
+		errs = append(errs, errors.New("--nats-creds and --nats-nkey need --nats-url (they are for an external NATS)"))
+	}
+	if e.NATSURL != "" && (e.NATSListen != "" || e.NATSSync != "") {
+		errs = append(errs, errors.New("--nats-listen and --nats-sync configure the embedded NATS; set sync_interval on the external cluster instead"))
+	}
+	return errs
 }

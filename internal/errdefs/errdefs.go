@@ -27,6 +27,7 @@ const (
 	KindTooLarge
 	KindRateLimited
 	KindUnavailable
+	KindGone // a resource (or resume point) that existed and has expired
 )
 
 // Sentinels for errors.Is checks, usable across layers (the store returns them).
@@ -88,6 +89,9 @@ func FailedPrecondition(code, format string, args ...any) *Error {
 }
 func Unprocessable(code, format string, args ...any) *Error {
 	return newf(KindUnprocessable, code, format, args...)
+}
+func Gone(code, format string, args ...any) *Error {
+	return newf(KindGone, code, format, args...)
 }
 func Unauthenticated(code, format string, args ...any) *Error {
 	return newf(KindUnauthenticated, code, format, args...)

@@ -23,6 +23,7 @@ var statusOf = map[errdefs.Kind]int{
 	errdefs.KindRateLimited:        http.StatusTooManyRequests,
 	errdefs.KindUnavailable:        http.StatusServiceUnavailable,
 	errdefs.KindInternal:           http.StatusInternalServerError,
+	errdefs.KindGone:               http.StatusGone,
 }
 
 // envelope is the canonical error body of every gpuaas error response.

@@ -36,6 +36,7 @@ const (
 	PermSigningKeysWrite  = "apps.signing_key.write"
 	PermBillingUsageRead  = "billing.usage.read"
 	PermRegistryInfoRead  = "apps.registry.read"
+	PermEventsRead        = "events.read"
 	PermPlatformAdminOnly = "platform.admin"
 	// Nodes and allocations: nodes.* and allocations.write are held only by
 	// platform admins; allocations.read is a project read.
@@ -65,7 +66,7 @@ const (
 
 var viewerPerms = []string{
 	PermProjectsRead, PermCatalogRead, PermEntitlementRead, PermInstanceRead,
-	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead, PermAllocationsRead,
+	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead, PermAllocationsRead, PermEventsRead,
 }
 
 var operatorPerms = append([]string{

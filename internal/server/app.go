@@ -18,6 +18,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/httpapi"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
@@ -40,7 +41,10 @@ type App struct {
 	// Nodes is the nodes domain; Workers are the background jobs Serve runs.
 	Nodes   *nodes.Service
 	Workers worker.Group
-	billing *billingParts // usage, ledger, budgets (issue 13)
+	// Instances is the app-instance domain; its driver is one of Workers.
+	Instances *instances.Service
+	events    *eventParts   // NATS, outbox relay, event streams (issue 10)
+	billing   *billingParts // usage, ledger, budgets (issue 13)
 }
 
 // NewLogger builds the process logger from the config.
@@ -103,6 +107,14 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg.DataDir, cfg.BlobDir, key); err != nil {
 		return nil, err
 	}
+	if a.events, err = a.newEventParts(ctx); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !ok {
+			a.events.close()
+		}
+	}()
 	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs})
 	cat.SetArtifactGate(arts)
 	a.Nodes = nodes.New(nodes.Deps{DB: db, IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger,
@@ -110,14 +122,24 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
 	tokens.Node, tokens.NodeTTL = a.Nodes, cfg.NodeTokenTTL
 	a.Workers = append(a.Workers, a.Nodes.Liveness(logger))
+	link := instances.NodesLink{Nodes: a.Nodes}
+	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger, Allocations: link, Tasks: link,
+		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
+		ReadinessTimeout: cfg.InstanceDeployTimeout})
+	drv := a.Instances.Worker()
+	a.Instances.Kick = drv.Kick
+	link.Attach(a.Instances)
+	a.Workers = append(a.Workers, drv)
+	cat.SetInstanceGate(a.Instances)
+	arts.Instances = a.Instances
 	a.billing = newBillingParts(cfg, db, svc)
 	a.Nodes.SetLaunchGate(a.billing.svc)
 	a.Workers = append(a.Workers, a.billing.meter, a.billing.rating)
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
-		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI,
+		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst,
-		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Billing: a.billing.svc,
+		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, Billing: a.billing.svc,
 		PublicURL: func() string { return a.Config.PublicURL },
 	}
 	ok = true
@@ -165,6 +187,12 @@ func (a *App) Serve(ctx context.Context) error {
 		ErrorLog:          slog.NewLogLogger(a.Logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
+	// Streams end at shutdown instead of holding the drain open.
+	a.http.RegisterOnShutdown(a.events.reader.Shutdown)
+	if err := a.events.workers.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer a.events.workers.Stop()
 	if err := a.Workers.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
@@ -189,7 +217,10 @@ func (a *App) Serve(ctx context.Context) error {
 	return nil
 }
 
-// Close releases the database.
-func (a *App) Close() error { return errors.Join(a.closeRegistry(), a.DB.Close()) }
+// Close stops the event pipeline and releases the database.
+func (a *App) Close() error {
+	a.events.close()
+	return errors.Join(a.closeRegistry(), a.DB.Close())
+}
 
 func (a *App) now() time.Time { return time.Now() }

@@ -28,26 +28,36 @@ const docURL = "file:///openapi.json"
 
 // LoadContract parses the embedded OpenAPI document.
 func LoadContract() (*Contract, error) {
+	m, c, err := loadSchemaDoc("openapi.yaml", api.OpenAPI, docURL)
+	if err != nil {
+		return nil, err
+	}
+	return &Contract{doc: m, compiler: c, cache: map[string]*jsonschema.Schema{}}, nil
+}
+
+// loadSchemaDoc parses a YAML contract and registers it at url with a
+// JSON Schema 2020-12 compiler, so schemas inside it compile by pointer.
+func loadSchemaDoc(name string, yamlDoc []byte, url string) (map[string]any, *jsonschema.Compiler, error) {
 	var raw any
-	if err := yaml.Unmarshal(api.OpenAPI, &raw); err != nil {
-		return nil, fmt.Errorf("openapi.yaml: %w", err)
+	if err := yaml.Unmarshal(yamlDoc, &raw); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
 	}
 	// Round-trip through JSON so the compiler sees plain JSON values.
 	b, err := json.Marshal(raw)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(b)))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
-	if err := c.AddResource(docURL, doc); err != nil {
-		return nil, err
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, nil, err
 	}
 	m, _ := doc.(map[string]any)
-	return &Contract{doc: m, compiler: c, cache: map[string]*jsonschema.Schema{}}, nil
+	return m, c, nil
 }
 
 // Template finds the documented path template matching a concrete path.

@@ -92,6 +92,7 @@ func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
 	s := &Server{T: t, URL: app.Config.PublicURL, App: app, DB: app.DB, Creds: creds, Contract: contract, Logs: &logs.buf}
 	t.Cleanup(func() {
 		s.checkAudit()
+		s.checkEvents()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("server stopped with: %v", err)

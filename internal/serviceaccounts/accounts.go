@@ -108,6 +108,9 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 				return err
 			}
 		}
+		if err := emit(tx, "service_account.create", a, a.Status); err != nil {
+			return err
+		}
 		return tx.Audit(store.AuditEvent{Action: "service_account.create", ResourceType: "service_account", ResourceID: a.ID,
 			OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, out)
 	})
@@ -302,6 +305,9 @@ func (s *Service) setStatus(ctx context.Context, g *iam.Grants, projectID, id, s
 		if !cut.IsZero() {
 			after.TokensValidAfter = cut
 		}
+		if err := emit(tx, action, after.ServiceAccount, status); err != nil {
+			return err
+		}
 		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "service_account", ResourceID: id,
 			OrgID: p.OrgID, ProjectID: p.ID}, before.ServiceAccount, after.ServiceAccount)
 	})
@@ -370,6 +376,9 @@ func (s *Service) RotateKey(ctx context.Context, g *iam.Grants, projectID, id st
 			out.Keys = append(out.Keys, k)
 		}
 		out.Keys = append(out.Keys, key)
+		if err := emit(tx, "service_account.rotate_key", out.ServiceAccount, out.Status); err != nil {
+			return err
+		}
 		return tx.Audit(store.AuditEvent{Action: "service_account.rotate_key", ResourceType: "service_account", ResourceID: id,
 			OrgID: p.OrgID, ProjectID: p.ID, Reason: fmt.Sprintf("grace_period_seconds=%d", in.GracePeriodSeconds)}, before, out)
 	})
@@ -396,6 +405,9 @@ func (s *Service) Delete(ctx context.Context, g *iam.Grants, projectID, id strin
 			return err
 		}
 		if err := tx.DeleteServiceAccount(ctx, id); err != nil {
+			return err
+		}
+		if err := emit(tx, "service_account.delete", before.ServiceAccount, "deleted"); err != nil {
 			return err
 		}
 		return tx.Audit(store.AuditEvent{Action: "service_account.delete", ResourceType: "service_account", ResourceID: id,

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 )
@@ -30,6 +31,8 @@ type DB struct {
 	sql     *sql.DB
 	dialect Dialect
 	logger  *slog.Logger
+	// eventHook runs after a mutation that emitted events commits.
+	eventHook atomic.Pointer[func()]
 }
 
 // Open connects to url: postgres://… / postgresql://… for PostgreSQL,

@@ -64,9 +64,10 @@ var ErrNoAudit = errors.New("store: mutation recorded no audit event")
 // privileged mutation.
 func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 	var after []func()
+	emitted := false
 	err := db.InTx(ctx, func(q *Queries) error {
 		tx := &Tx{Queries: q}
-		defer func() { after = tx.after }()
+		defer func() { after, emitted = tx.after, len(tx.events) > 0 }()
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -83,8 +84,18 @@ func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 			f()
 		}
 	}
+	if err == nil && emitted {
+		if hook := db.eventHook.Load(); hook != nil {
+			(*hook)()
+		}
+	}
 	return err
 }
+
+// OnEventsCommitted registers f to be called after every committed
+// mutation that emitted events: the relay's wake-up, so an event reaches
+// its consumers without waiting for the next poll. f must not block.
+func (db *DB) OnEventsCommitted(f func()) { db.eventHook.Store(&f) }
 
 func (t *Tx) flush(ctx context.Context, outcome string) error {
 	actor := principal.From(ctx)

@@ -1,0 +1,231 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Event is one platform event: a CloudEvents 1.0 envelope (api/asyncapi.yaml
+// documents every type's data).
+type Event struct {
+	SpecVersion     string          `json:"specversion"`
+	ID              string          `json:"id"`
+	Source          string          `json:"source"`
+	Type            string          `json:"type"`
+	Subject         string          `json:"subject,omitempty"`
+	Time            time.Time       `json:"time"`
+	DataContentType string          `json:"datacontenttype"`
+	DataSchema      string          `json:"dataschema"`
+	Data            json.RawMessage `json:"data"`
+	CorrelationID   string          `json:"correlationid,omitempty"`
+	OrgID           string          `json:"orgid,omitempty"`
+	ProjectID       string          `json:"projectid,omitempty"`
+	Actor           string          `json:"actor,omitempty"`
+	Sequence        int64           `json:"sequence"`
+}
+
+// EventList is one page of events, oldest first.
+type EventList struct {
+	Items      []Event `json:"items"`
+	NextCursor string  `json:"next_cursor"`
+}
+
+// EventFilter narrows lists and streams; empty fields match everything.
+type EventFilter struct {
+	Type    string // a type or a prefix such as "apps.artifact."
+	Subject string
+	Since   time.Time
+	Until   time.Time
+	Limit   int
+	Cursor  string
+}
+
+func (f EventFilter) query() url.Values {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	set("type", f.Type)
+	set("subject", f.Subject)
+	set("cursor", f.Cursor)
+	if !f.Since.IsZero() {
+		q.Set("since", f.Since.UTC().Format(time.RFC3339))
+	}
+	if !f.Until.IsZero() {
+		q.Set("until", f.Until.UTC().Format(time.RFC3339))
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	return q
+}
+
+// ProjectEventsPath, OrgEventsPath and PlatformEventsPath are the event
+// routes of each scope (append "/stream" for the live form).
+func ProjectEventsPath(projectID string) string {
+	return "/api/v1/projects/" + url.PathEscape(projectID) + "/events"
+}
+func OrgEventsPath(orgID string) string { return "/api/v1/orgs/" + url.PathEscape(orgID) + "/events" }
+
+const PlatformEventsPath = "/api/v1/admin/events"
+
+// ListEvents reads one page of events under path (a *EventsPath).
+func (c *Client) ListEvents(ctx context.Context, path string, f EventFilter) (EventList, error) {
+	var out EventList
+	err := c.Do(ctx, http.MethodGet, path, f.query(), nil, &out)
+	return out, err
+}
+
+// StreamEvents follows a project's events, calling fn for each in order,
+// starting after lastEventID (an event's sequence or id; "" starts at the
+// oldest retained event). It reconnects after a dropped connection or a server
+// restart, resuming after the last event it delivered, so fn sees every
+// event exactly once and in order. It returns when ctx ends (nil), when fn
+// returns an error (that error), or on an API error such as 410
+// cursor_expired (*APIError).
+func (c *Client) StreamEvents(ctx context.Context, projectID, lastEventID string, fn func(Event) error) error {
+	return c.FollowEvents(ctx, ProjectEventsPath(projectID), EventFilter{}, lastEventID, fn)
+}
+
+// FollowEvents is StreamEvents for any scope's path and filter.
+func (c *Client) FollowEvents(ctx context.Context, path string, f EventFilter, lastEventID string, fn func(Event) error) error {
+	hc := *c.HTTP
+	hc.Timeout = 0 // a stream lives as long as ctx
+	backoff := 100 * time.Millisecond
+	for {
+		delivered := false
+		err := c.streamOnce(ctx, &hc, path, f, &lastEventID, func(e Event) error {
+			delivered = true
+			return fn(e)
+		})
+		var api *APIError
+		var cb callbackError
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.As(err, &cb):
+			return cb.err
+		case errors.As(err, &api) && api.Status < 500 && api.Status != http.StatusTooManyRequests:
+			return err
+		}
+		if delivered {
+			backoff = 100 * time.Millisecond
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+type callbackError struct{ err error }
+
+func (e callbackError) Error() string { return e.err.Error() }
+
+func (c *Client) streamOnce(ctx context.Context, hc *http.Client, path string, f EventFilter, last *string, fn func(Event) error) error {
+	q := f.query()
+	q.Del("cursor")
+	q.Del("limit")
+	u := c.BaseURL + path + "/stream"
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return err
+	}
+	c.authorize(req)
+	req.Header.Set("Accept", "text/event-stream")
+	if *last != "" {
+		req.Header.Set("Last-Event-ID", *last)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return decodeResponse(req, resp, nil, 1<<20)
+	}
+	return ReadSSE(resp.Body, func(m SSEMessage) error {
+		if m.Data == "" {
+			return nil
+		}
+		var e Event
+		if err := json.Unmarshal([]byte(m.Data), &e); err != nil {
+			return fmt.Errorf("event stream: bad event %q: %w", m.ID, err)
+		}
+		if err := fn(e); err != nil {
+			return callbackError{err}
+		}
+		if m.ID != "" {
+			*last = m.ID
+		}
+		return nil
+	})
+}
+
+// SSEMessage is one Server-Sent Events message.
+type SSEMessage struct {
+	ID, Event, Data string
+}
+
+// ReadSSE parses a text/event-stream body, calling fn for every message
+// (comments and retry hints are skipped). It returns fn's error, the read
+// error, or io.ErrUnexpectedEOF when the stream ends (streams do not end
+// on their own).
+func ReadSSE(r io.Reader, fn func(SSEMessage) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 4<<20)
+	var m SSEMessage
+	var data strings.Builder
+	hasData := false
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" {
+			if hasData {
+				m.Data = data.String()
+				if err := fn(m); err != nil {
+					return err
+				}
+			}
+			m, hasData = SSEMessage{}, false
+			data.Reset()
+			continue
+		}
+		if strings.HasPrefix(line, ":") {
+			continue
+		}
+		field, value, _ := strings.Cut(line, ":")
+		value = strings.TrimPrefix(value, " ")
+		switch field {
+		case "id":
+			m.ID = value
+		case "event":
+			m.Event = value
+		case "data":
+			if hasData {
+				data.WriteByte('\n')
+			}
+			data.WriteString(value)
+			hasData = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	return io.ErrUnexpectedEOF
+}

@@ -1,0 +1,225 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/worker"
+)
+
+// LeaseName is the relay's lease row: one relay per database publishes.
+const LeaseName = "events.relay"
+
+// Publisher is what the relay publishes through (the NATS bus).
+type Publisher interface {
+	EnsureStream(ctx context.Context) error
+	Publish(ctx context.Context, envs []Envelope) (int, error)
+	NotifySequenced()
+}
+
+// Relay moves the outbox to its consumers. On every pass the replica that
+// holds (or takes over) the lease sequences newly visible rows, wakes the
+// streams, and publishes unacknowledged rows to the bus in position order,
+// marking the acknowledged prefix. A crashed holder's successor resumes at
+// the first unacknowledged row once the lease has expired; a row published
+// twice across that handover carries the same Nats-Msg-Id and is dropped by
+// JetStream's duplicate window.
+type Relay struct {
+	DB       *store.DB
+	Bus      Publisher // nil: sequence only (streams still work)
+	Hub      *Hub
+	Holder   string        // this replica's unique name
+	LeaseTTL time.Duration // default 10s
+	Interval time.Duration // poll period when nobody kicks; default 1s
+	Batch    int           // rows per transaction / publish; default 500
+	Logger   *slog.Logger
+
+	periodic worker.Periodic
+	leader   atomic.Bool
+
+	mu          sync.Mutex
+	backoff     time.Duration
+	nextPublish time.Time
+	ensured     bool
+}
+
+// Start implements worker.Service.
+func (r *Relay) Start(ctx context.Context) error {
+	if r.LeaseTTL <= 0 {
+		r.LeaseTTL = 10 * time.Second
+	}
+	if r.Interval <= 0 {
+		r.Interval = time.Second
+	}
+	if r.Batch <= 0 {
+		r.Batch = 500
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	r.periodic.Name, r.periodic.Interval, r.periodic.Timeout = "events.relay", r.Interval, r.LeaseTTL
+	r.periodic.Run, r.periodic.Logger = r.pass, r.Logger
+	return r.periodic.Start(ctx)
+}
+
+// Stop implements worker.Service; a leader gives its lease up so a
+// successor need not wait for it to expire.
+func (r *Relay) Stop() {
+	r.periodic.Stop()
+	if r.leader.Swap(false) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := r.DB.Queries().ReleaseLease(ctx, LeaseName, r.Holder); err != nil {
+			r.Logger.Warn("release relay lease", "error", err)
+		}
+	}
+}
+
+// Kick asks for a pass now (a mutation committed events).
+func (r *Relay) Kick() { r.periodic.Kick() }
+
+// Leader reports whether this relay held the lease at its last pass.
+func (r *Relay) Leader() bool { return r.leader.Load() }
+
+// WaitRuns is the test hook: wait for n completed passes.
+func (r *Relay) WaitRuns(ctx context.Context, n uint64) error { return r.periodic.WaitRuns(ctx, n) }
+
+// Runs reports completed passes.
+func (r *Relay) Runs() uint64 { return r.periodic.Runs() }
+
+func (r *Relay) pass(ctx context.Context) error {
+	ok, err := r.DB.Queries().AcquireLease(ctx, LeaseName, r.Holder, time.Now(), r.LeaseTTL)
+	if err != nil {
+		return err
+	}
+	if was := r.leader.Swap(ok); was != ok {
+		r.Logger.InfoContext(ctx, "event relay lease", "leader", ok, "holder", r.Holder)
+	}
+	if !ok {
+		return nil
+	}
+	for {
+		n, _, err := r.DB.SequenceEvents(ctx, LeaseName, r.Holder, time.Now(), r.Batch)
+		if errors.Is(err, store.ErrLeaseLost) {
+			r.leader.Store(false)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			r.Hub.Notify()
+			if r.Bus != nil {
+				r.Bus.NotifySequenced()
+			}
+		}
+		if n < r.Batch {
+			break
+		}
+	}
+	if r.Bus == nil {
+		return nil
+	}
+	return r.publish(ctx)
+}
+
+// publish sends unacknowledged rows in order; after a failure it backs off
+// (250ms doubling to 5s) while sequencing and streams carry on.
+func (r *Relay) publish(ctx context.Context) error {
+	r.mu.Lock()
+	wait := time.Until(r.nextPublish)
+	r.mu.Unlock()
+	if wait > 0 {
+		return nil
+	}
+	err := r.publishAll(ctx)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err == nil {
+		r.backoff, r.nextPublish = 0, time.Time{}
+		return nil
+	}
+	r.ensured = false
+	r.backoff = min(max(2*r.backoff, 250*time.Millisecond), 5*time.Second)
+	r.nextPublish = time.Now().Add(r.backoff)
+	// The next periodic pass may come later than the back-off; make sure a
+	// retry is not left waiting for a new mutation.
+	time.AfterFunc(r.backoff, r.Kick)
+	return err
+}
+
+func (r *Relay) publishAll(ctx context.Context) error {
+	if !r.ensured {
+		if err := r.Bus.EnsureStream(ctx); err != nil {
+			return err
+		}
+		r.ensured = true
+	}
+	q := r.DB.Queries()
+	for {
+		rows, err := q.UnpublishedEvents(ctx, r.Batch)
+		if err != nil || len(rows) == 0 {
+			return err
+		}
+		envs := make([]Envelope, len(rows))
+		for i, e := range rows {
+			envs[i] = FromStore(e)
+		}
+		acked, perr := r.Bus.Publish(ctx, envs)
+		if acked > 0 {
+			if err := q.MarkPublished(ctx, rows[acked-1].Position, time.Now()); err != nil {
+				return err
+			}
+		}
+		if perr != nil {
+			return perr
+		}
+		if len(rows) < r.Batch {
+			return nil
+		}
+	}
+}
+
+// Cleaner deletes outbox rows older than the retention once the bus has
+// acknowledged them. Only the relay leader runs it, so a big delete never
+// competes with itself across replicas.
+type Cleaner struct {
+	DB        *store.DB
+	Relay     *Relay
+	Retention time.Duration
+	Interval  time.Duration // default 1m
+	Logger    *slog.Logger
+	periodic  worker.Periodic
+}
+
+// Start implements worker.Service.
+func (c *Cleaner) Start(ctx context.Context) error {
+	if c.Interval <= 0 {
+		c.Interval = time.Minute
+	}
+	c.periodic.Name, c.periodic.Interval, c.periodic.Logger = "events.retention", c.Interval, c.Logger
+	c.periodic.Run = c.run
+	return c.periodic.Start(ctx)
+}
+
+// Stop implements worker.Service.
+func (c *Cleaner) Stop() { c.periodic.Stop() }
+
+// WaitRuns is the test hook.
+func (c *Cleaner) WaitRuns(ctx context.Context, n uint64) error { return c.periodic.WaitRuns(ctx, n) }
+
+// Kick asks for a run now.
+func (c *Cleaner) Kick() { c.periodic.Kick() }
+
+func (c *Cleaner) run(ctx context.Context) error {
+	if c.Retention <= 0 || (c.Relay != nil && !c.Relay.Leader()) {
+		return nil
+	}
+	_, err := c.DB.Queries().PruneEvents(ctx, time.Now().Add(-c.Retention))
+	return err
+}

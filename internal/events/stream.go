@@ -1,0 +1,225 @@
+package events
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Reader serves events from the outbox, the durable truth: lists and the
+// live stream read the same sequenced rows, so a stream is correct on any
+// replica and resumes exactly across restarts.
+type Reader struct {
+	DB  *store.DB
+	Hub *Hub
+	// KeepAlive is the period of SSE comment lines on an idle stream.
+	KeepAlive time.Duration
+	// Poll re-reads the outbox when no wake-up arrives (a wake-up lost
+	// with a NATS outage costs at most this much latency).
+	Poll time.Duration
+	// WriteTimeout bounds each flush to a stream client. Streams read the
+	// outbox, so a slow consumer holds no buffer here; one that stops
+	// draining its connection for this long is disconnected and resumes
+	// later with Last-Event-ID.
+	WriteTimeout time.Duration
+
+	stopOnce sync.Once
+	stop     chan struct{}
+}
+
+// Shutdown ends every stream (the server is draining); clients resume
+// elsewhere with Last-Event-ID.
+func (rd *Reader) Shutdown() {
+	rd.stopCh()
+	rd.stopOnce.Do(func() { close(rd.stop) })
+}
+
+var readerInit sync.Mutex
+
+func (rd *Reader) stopCh() <-chan struct{} {
+	readerInit.Lock()
+	defer readerInit.Unlock()
+	if rd.stop == nil {
+		rd.stop = make(chan struct{})
+	}
+	return rd.stop
+}
+
+// Cursor is the opaque list cursor: the position after which to read.
+func Cursor(pos int64) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("p" + strconv.FormatInt(pos, 10)))
+}
+
+// ParseCursor reads a list cursor.
+func ParseCursor(c string) (int64, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(c)
+	if err == nil && len(raw) > 1 && raw[0] == 'p' {
+		if n, err := strconv.ParseInt(string(raw[1:]), 10, 64); err == nil && n >= 0 {
+			return n, nil
+		}
+	}
+	return 0, errdefs.Invalid("invalid_cursor", "the cursor is not one this server issued; start again without a cursor")
+}
+
+// List returns one page of events matching f after position `after`, and
+// the cursor of the next page ("" at the current end). A page that
+// continues a cursor is checked against retention first (CheckRetained).
+func (rd *Reader) List(ctx context.Context, f store.EventFilter, after int64, limit int) ([]Envelope, string, error) {
+	rows, err := rd.DB.Queries().ListEvents(ctx, f, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(rows) > limit {
+		rows = rows[:limit]
+		next = Cursor(rows[len(rows)-1].Position)
+	}
+	out := make([]Envelope, len(rows))
+	for i, e := range rows {
+		out[i] = FromStore(e)
+	}
+	return out, next, nil
+}
+
+// ResumePoint turns a Last-Event-ID (a sequence, or an event id) into the
+// position to stream after. A point older than retention is 410
+// cursor_expired naming the oldest retained event, never a silent skip.
+func (rd *Reader) ResumePoint(ctx context.Context, lastEventID string) (int64, error) {
+	if lastEventID == "" {
+		return 0, nil
+	}
+	if n, err := strconv.ParseInt(lastEventID, 10, 64); err == nil && n >= 0 {
+		return n, rd.CheckRetained(ctx, n)
+	}
+	if _, err := uuid.Parse(lastEventID); err != nil {
+		return 0, errdefs.Invalid("invalid_last_event_id", "Last-Event-ID must be an event's sequence (the SSE id) or its event id")
+	}
+	pos, err := rd.DB.Queries().EventPosition(ctx, lastEventID)
+	if err == nil {
+		return pos, nil
+	}
+	if errdefs.KindOf(err) != errdefs.KindNotFound {
+		return 0, err
+	}
+	return 0, rd.expired(ctx)
+}
+
+// CheckRetained refuses a resume point whose successors were deleted.
+// Positions are contiguous and retention deletes a prefix, so position p is
+// resumable exactly when p+1 is still retained (or nothing was deleted).
+func (rd *Reader) CheckRetained(ctx context.Context, after int64) error {
+	oldest, newest, err := rd.DB.Queries().EventBounds(ctx)
+	if err != nil {
+		return err
+	}
+	if after > newest && after > 0 {
+		return errdefs.Invalid("invalid_cursor", "sequence %d is ahead of the newest event (%d)", after, newest)
+	}
+	if oldest > 1 && after+1 < oldest {
+		return rd.expired(ctx)
+	}
+	return nil
+}
+
+func (rd *Reader) expired(ctx context.Context) error {
+	oldest, _, err := rd.DB.Queries().EventBounds(ctx)
+	if err != nil {
+		return err
+	}
+	details := map[string]any{"oldest_sequence": oldest}
+	if rows, err := rd.DB.Queries().ListEvents(ctx, store.EventFilter{}, oldest-1, 1); err == nil && len(rows) == 1 {
+		details["oldest_event_id"] = rows[0].ID
+	}
+	return errdefs.Gone("cursor_expired",
+		"the events after this point are past retention; resume from the oldest retained event (sequence %d) or list from the start", oldest).
+		WithDetails(details)
+}
+
+// Stream writes matching events after position `after` as Server-Sent
+// Events until ctx ends or the client falls behind: `id` is the sequence,
+// `event` the type, `data` the CloudEvents envelope. Validate the resume
+// point (ResumePoint) before calling: once Stream starts, the status is 200.
+func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f store.EventFilter, after int64) error {
+	rc := http.NewResponseController(w)
+	// The server's write timeout is for requests, not for streams: clear
+	// it, and bound each write instead.
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	bw := bufio.NewWriterSize(w, 32<<10)
+	flush := func() error {
+		if rd.WriteTimeout > 0 {
+			_ = rc.SetWriteDeadline(time.Now().Add(rd.WriteTimeout))
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	if _, err := fmt.Fprintf(bw, "retry: 1000\n: stream after %d\n\n", after); err != nil {
+		return err
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	keepAlive := time.NewTicker(rd.KeepAlive)
+	defer keepAlive.Stop()
+	poll := time.NewTimer(rd.Poll)
+	defer poll.Stop()
+	q := rd.DB.Queries()
+	stop := rd.stopCh()
+	for {
+		wake := rd.Hub.Wait() // before reading, so no notice falls between
+		rows, err := q.ListEvents(ctx, f, after, 500)
+		if err != nil {
+			return err
+		}
+		for _, e := range rows {
+			b, err := json.Marshal(FromStore(e))
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(bw, "id: %d\nevent: %s\ndata: %s\n\n", e.Position, e.Type, b); err != nil {
+				return err
+			}
+			after = e.Position
+		}
+		if len(rows) > 0 {
+			if err := flush(); err != nil {
+				return err
+			}
+			if len(rows) == 500 {
+				continue
+			}
+		}
+		poll.Reset(rd.Poll)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-stop:
+			return nil
+		case <-wake:
+		case <-poll.C:
+		case <-keepAlive.C:
+			if _, err := bw.WriteString(": keep-alive\n\n"); err != nil {
+				return err
+			}
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+}

@@ -1,0 +1,15 @@
+package httpapi
+
+// eventRoutes: the event log of a project, an org and the platform, each as
+// a page list and as a Server-Sent Events stream.
+func (a *API) eventRoutes() []route {
+	return []route{
+		{method: "GET", path: "/api/v1/projects/{project_id}/events", handler: a.listEvents(scopeProject)},
+		{method: "GET", path: "/api/v1/projects/{project_id}/events/stream", handler: a.streamEvents(scopeProject)},
+		{method: "GET", path: "/api/v1/orgs/{org_id}/events", handler: a.listEvents(scopeOrg)},
+		{method: "GET", path: "/api/v1/orgs/{org_id}/events/stream", handler: a.streamEvents(scopeOrg)},
+		{method: "GET", path: "/api/v1/admin/events", handler: a.listEvents(scopePlatform)},
+		{method: "GET", path: "/api/v1/admin/events/stream", handler: a.streamEvents(scopePlatform)},
+		{method: "GET", path: "/api/asyncapi.yaml", handler: a.asyncapi, public: true},
+	}
+}

@@ -1,0 +1,107 @@
+package servertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/gpuaas/gpuaas/api"
+	"github.com/gpuaas/gpuaas/internal/events"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// EventContract validates event envelopes against api/asyncapi.yaml: the
+// type must have a message there and the envelope (data included) must
+// match its payload schema.
+type EventContract struct {
+	messages map[string]any
+	compiler *jsonschema.Compiler
+	mu       sync.Mutex
+	cache    map[string]*jsonschema.Schema
+}
+
+const asyncDocURL = "file:///asyncapi.json"
+
+var (
+	eventContractOnce sync.Once
+	eventContract     *EventContract
+	eventContractErr  error
+)
+
+// Events returns the parsed event contract (parsed once per process).
+func Events() (*EventContract, error) {
+	eventContractOnce.Do(func() { eventContract, eventContractErr = LoadEventContract() })
+	return eventContract, eventContractErr
+}
+
+// LoadEventContract parses the embedded AsyncAPI document.
+func LoadEventContract() (*EventContract, error) {
+	doc, c, err := loadSchemaDoc("asyncapi.yaml", api.AsyncAPI, asyncDocURL)
+	if err != nil {
+		return nil, err
+	}
+	c.AssertFormat()
+	comps, _ := doc["components"].(map[string]any)
+	msgs, _ := comps["messages"].(map[string]any)
+	return &EventContract{messages: msgs, compiler: c, cache: map[string]*jsonschema.Schema{}}, nil
+}
+
+// Types lists the event types the contract documents.
+func (c *EventContract) Types() []string {
+	out := make([]string, 0, len(c.messages))
+	for k := range c.messages {
+		out = append(out, k)
+	}
+	return out
+}
+
+// Check validates one envelope.
+func (c *EventContract) Check(env events.Envelope) error {
+	if _, ok := c.messages[env.Type]; !ok {
+		return fmt.Errorf("event type %q is not in api/asyncapi.yaml: add a message named after it (see docs/events.md)", env.Type)
+	}
+	body, err := json.Marshal(env)
+	if err != nil {
+		return err
+	}
+	ptr := "#/components/messages/" + env.Type + "/payload"
+	c.mu.Lock()
+	s, ok := c.cache[ptr]
+	if !ok {
+		if s, err = c.compiler.Compile(asyncDocURL + ptr); err != nil {
+			c.mu.Unlock()
+			return fmt.Errorf("compile %s: %w", ptr, err)
+		}
+		c.cache[ptr] = s
+	}
+	c.mu.Unlock()
+	v, err := jsonschema.UnmarshalJSON(strings.NewReader(string(body)))
+	if err != nil {
+		return err
+	}
+	if err := s.Validate(v); err != nil {
+		return fmt.Errorf("event %s does not match api/asyncapi.yaml: %v\nevent: %s", env.Type, err, truncate(body))
+	}
+	return nil
+}
+
+// checkEvents validates every outbox row the test caused, sequenced or not.
+func (s *Server) checkEvents() {
+	c, err := Events()
+	if err != nil {
+		s.T.Errorf("event contract: %v", err)
+		return
+	}
+	rows, err := s.DB.Queries().AllEvents(context.Background())
+	if err != nil {
+		s.T.Errorf("event check: %v", err)
+		return
+	}
+	for _, e := range rows {
+		if err := c.Check(events.FromStore(e)); err != nil {
+			s.T.Errorf("event contract: %v", err)
+		}
+	}
+}

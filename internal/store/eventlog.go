@@ -1,0 +1,205 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+)
+
+// The event log: the relay's queries over outbox_events (sequencing,
+// publishing, retention, its lease) and the reads the event API serves.
+//
+// Ordering. Emitters never choose a position. The relay, holding the lease,
+// gives every committed row that is still unsequenced the next positions
+// (max + 1, …) in id order, in one transaction that first locks its lease
+// row. A transaction still in flight is invisible to that pass, so when it
+// commits later it gets a later position: positions are the order in which
+// rows became visible, they are contiguous, and a client that resumes after
+// position N can never miss a row that gets a position below N later.
+
+// ErrLeaseLost is returned by SequenceEvents when holder no longer holds the
+// relay lease (it expired and another replica took it over).
+var ErrLeaseLost = errors.New("store: relay lease is held by another replica")
+
+// AcquireLease takes or renews the named lease for holder until now+ttl. It
+// reports whether holder holds it afterwards; an unexpired lease of another
+// holder is left alone.
+func (q *Queries) AcquireLease(ctx context.Context, name, holder string, now time.Time, ttl time.Duration) (bool, error) {
+	res, err := q.exec(ctx, `INSERT INTO event_relay_leases (name, holder, expires_at) VALUES (?, ?, ?)
+		ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at
+		WHERE event_relay_leases.holder = excluded.holder OR event_relay_leases.expires_at < ?`,
+		name, holder, ts(now.Add(ttl)), ts(now))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// ReleaseLease gives the lease up (a clean shutdown), so a successor need
+// not wait for it to expire.
+func (q *Queries) ReleaseLease(ctx context.Context, name, holder string) error {
+	_, err := q.exec(ctx, `DELETE FROM event_relay_leases WHERE name = ? AND holder = ?`, name, holder)
+	return err
+}
+
+// LeaseHolder reports who holds the named lease and until when.
+func (q *Queries) LeaseHolder(ctx context.Context, name string) (string, time.Time, error) {
+	var holder string
+	var until time.Time
+	err := q.queryRow(ctx, `SELECT holder, expires_at FROM event_relay_leases WHERE name = ?`, name).Scan(&holder, scanTime(&until))
+	return holder, until, scanOne(err)
+}
+
+// SequenceEvents gives up to limit visible unsequenced rows their positions,
+// in id order, if holder still holds the lease. It returns how many rows it
+// sequenced and the highest position now assigned.
+func (db *DB) SequenceEvents(ctx context.Context, lease, holder string, now time.Time, limit int) (int, int64, error) {
+	var n int64
+	var head int64
+	err := db.InTx(ctx, func(q *Queries) error {
+		// Locks the lease row (PostgreSQL; SQLite serialises writers anyway)
+		// so sequencing passes never overlap, even across a takeover.
+		res, err := q.exec(ctx, `UPDATE event_relay_leases SET holder = holder WHERE name = ? AND holder = ? AND expires_at >= ?`, lease, holder, ts(now))
+		if err != nil {
+			return err
+		}
+		if k, _ := res.RowsAffected(); k != 1 {
+			return ErrLeaseLost
+		}
+		if err := q.queryRow(ctx, `SELECT COALESCE(MAX(position), 0) FROM outbox_events`).Scan(&head); err != nil {
+			return mapErr(err)
+		}
+		res, err = q.exec(ctx, `UPDATE outbox_events SET position = ? + s.rn
+			FROM (SELECT id, ROW_NUMBER() OVER (ORDER BY id) AS rn FROM outbox_events WHERE position IS NULL ORDER BY id LIMIT ?) AS s
+			WHERE outbox_events.id = s.id`, head, limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		head += n
+		return err
+	})
+	return int(n), head, err
+}
+
+// UnpublishedEvents returns sequenced rows the bus has not acknowledged,
+// in position order.
+func (q *Queries) UnpublishedEvents(ctx context.Context, limit int) ([]Event, error) {
+	rows, err := q.query(ctx, `SELECT `+eventReadCols+` FROM outbox_events
+		WHERE published_at IS NULL AND position IS NOT NULL ORDER BY position LIMIT ?`, limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanEvent)
+}
+
+// MarkPublished records the bus's acknowledgement of every row up to and
+// including position upTo.
+func (q *Queries) MarkPublished(ctx context.Context, upTo int64, at time.Time) error {
+	_, err := q.exec(ctx, `UPDATE outbox_events SET published_at = ?
+		WHERE published_at IS NULL AND position IS NOT NULL AND position <= ?`, ts(at), upTo)
+	return err
+}
+
+// PruneEvents deletes rows the bus acknowledged before cutoff, keeping the
+// retained rows a suffix of the positions (so a resume point is either
+// retained or provably expired) and always keeping the newest row (it
+// carries the position counter). It returns how many rows it deleted.
+func (q *Queries) PruneEvents(ctx context.Context, cutoff time.Time) (int64, error) {
+	res, err := q.exec(ctx, `DELETE FROM outbox_events WHERE position IS NOT NULL
+		AND position < (SELECT MAX(position) FROM outbox_events)
+		AND position <= (SELECT COALESCE(MAX(position), 0) FROM outbox_events WHERE published_at IS NOT NULL AND published_at < ?)
+		AND position < (SELECT COALESCE(MIN(position), 9223372036854775807) FROM outbox_events WHERE published_at IS NULL AND position IS NOT NULL)`,
+		ts(cutoff))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// EventBounds returns the oldest and newest retained positions (0, 0 when
+// nothing is sequenced yet).
+func (q *Queries) EventBounds(ctx context.Context) (oldest, newest int64, err error) {
+	err = q.queryRow(ctx, `SELECT COALESCE(MIN(position), 0), COALESCE(MAX(position), 0) FROM outbox_events WHERE position IS NOT NULL`).Scan(&oldest, &newest)
+	return oldest, newest, mapErr(err)
+}
+
+// EventPosition returns the position of the sequenced event with id.
+func (q *Queries) EventPosition(ctx context.Context, id string) (int64, error) {
+	var p sql.NullInt64
+	err := q.queryRow(ctx, `SELECT position FROM outbox_events WHERE id = ?`, id).Scan(&p)
+	if err = scanOne(err); err != nil {
+		return 0, err
+	}
+	if !p.Valid {
+		return 0, ErrNotFound
+	}
+	return p.Int64, nil
+}
+
+// EventFilter selects sequenced events. Empty fields match everything.
+type EventFilter struct {
+	OrgID      string
+	ProjectID  string
+	TypePrefix string // "apps.artifact." or a whole type
+	Subject    string
+	Since      time.Time // occurred_at >= Since
+	Until      time.Time // occurred_at < Until
+}
+
+// ListEvents returns up to limit sequenced events after position `after`
+// that match f, in position order.
+func (q *Queries) ListEvents(ctx context.Context, f EventFilter, after int64, limit int) ([]Event, error) {
+	query := `SELECT ` + eventReadCols + ` FROM outbox_events WHERE position IS NOT NULL AND position > ?`
+	args := []any{after}
+	add := func(cond string, v any) { query += " AND " + cond; args = append(args, v) }
+	if f.OrgID != "" {
+		add("org_id = ?", f.OrgID)
+	}
+	if f.ProjectID != "" {
+		add("project_id = ?", f.ProjectID)
+	}
+	if f.TypePrefix != "" {
+		// A prefix match without LIKE, whose wildcards '_' and '%' appear in
+		// type names: compare the leading characters.
+		add("SUBSTR(type, 1, ?) = ?", len(f.TypePrefix))
+		args = append(args, f.TypePrefix)
+	}
+	if f.Subject != "" {
+		add("subject = ?", f.Subject)
+	}
+	if !f.Since.IsZero() {
+		add("occurred_at >= ?", ts(f.Since))
+	}
+	if !f.Until.IsZero() {
+		add("occurred_at < ?", ts(f.Until))
+	}
+	rows, err := q.query(ctx, query+` ORDER BY position LIMIT ?`, append(args, limit)...)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanEvent)
+}
+
+// AllEvents returns every outbox row, sequenced or not, in id order: the
+// test suite's contract check reads it at cleanup.
+func (q *Queries) AllEvents(ctx context.Context) ([]Event, error) {
+	rows, err := q.query(ctx, `SELECT `+eventReadCols+` FROM outbox_events ORDER BY id`)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanEvent)
+}
+
+const eventReadCols = eventCols + `, position`
+
+func scanEvent(r interface{ Scan(...any) error }) (Event, error) {
+	var e Event
+	var pos sql.NullInt64
+	err := r.Scan(&e.ID, &e.Source, &e.Type, &e.Subject, scanTime(&e.Time), &e.OrgID, &e.ProjectID, &e.Actor,
+		&e.CorrelationID, scanJSON(&e.Data), &pos)
+	e.Position = pos.Int64
+	return e, mapErr(err)
+}
