@@ -2,6 +2,8 @@ package billing
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -35,4 +37,87 @@ func (Allocations) ProjectGPUs(ctx context.Context, q *store.Queries, projectID 
 // an allocation of gpus GPUs.
 func (s *Service) CheckAllocation(ctx context.Context, q *store.Queries, projectID string, gpus int) error {
 	return s.CheckLaunch(ctx, q, LaunchCheck{ProjectID: projectID, GPUs: int64(gpus), What: "allocation"})
+}
+
+// Instances reads the app-instances domain's tables: an instance's
+// attribution and workload identity, the metering its version's manifest
+// declares, and its running intervals. It implements InstanceDirectory and
+// InstanceIntervalSource.
+type Instances struct{}
+
+// BillingInstance implements InstanceDirectory.
+func (Instances) BillingInstance(ctx context.Context, q *store.Queries, instanceID string) (Instance, error) {
+	inst, err := q.GetAppInstanceByID(ctx, instanceID)
+	if err != nil {
+		return Instance{}, err
+	}
+	out := Instance{ID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID, AppSlug: inst.AppSlug, Version: inst.Version,
+		OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
+		ServiceAccountID: inst.ServiceAccountID}
+	v, err := q.GetAppVersion(ctx, inst.AppSlug, inst.Version)
+	if errors.Is(err, store.ErrNotFound) {
+		return out, nil // no version, no declared metering
+	}
+	if err != nil {
+		return Instance{}, err
+	}
+	out.MeteringKind = meteringKind(v.Manifest)
+	return out, nil
+}
+
+// meteringKind reads metering.kind from a version's canonical manifest.
+func meteringKind(manifestJSON []byte) string {
+	var m struct {
+		Metering *struct {
+			Kind string `json:"kind"`
+		} `json:"metering"`
+	}
+	if json.Unmarshal(manifestJSON, &m) != nil || m.Metering == nil {
+		return ""
+	}
+	return m.Metering.Kind
+}
+
+// servingStatuses are the instance statuses during which its workload
+// serves: a session runs through upgrades and rollbacks.
+var servingStatuses = map[string]bool{"running": true, "upgrading": true, "rolling_back": true}
+
+// RunningIntervals implements InstanceIntervalSource: an interval opens
+// when an instance enters a serving status and closes when it leaves them
+// (decommissioning, failed, …). Its id is the id of the timeline row that
+// opened it, so the same interval always has the same id.
+func (Instances) RunningIntervals(ctx context.Context, q *store.Queries, since time.Time) ([]InstanceInterval, error) {
+	changes, err := q.InstanceStatusChanges(ctx, since)
+	if err != nil {
+		return nil, err
+	}
+	var out []InstanceInterval
+	var open *InstanceInterval
+	flush := func() {
+		if open != nil {
+			out = append(out, *open)
+			open = nil
+		}
+	}
+	for i, c := range changes {
+		if i > 0 && c.InstanceID != changes[i-1].InstanceID {
+			flush()
+		}
+		switch {
+		case servingStatuses[c.Status] && open == nil:
+			open = &InstanceInterval{ID: c.EventID, InstanceID: c.InstanceID, Start: c.At}
+		case !servingStatuses[c.Status] && open != nil:
+			open.End = c.At
+			flush()
+		}
+	}
+	flush()
+	return out, nil
+}
+
+// CheckInstance is the launch gate the instances domain calls while
+// recording a new app instance: it holds no GPUs of its own (it runs on an
+// allocation), so only the spend budget applies.
+func (s *Service) CheckInstance(ctx context.Context, q *store.Queries, projectID, appSlug string) error {
+	return s.CheckLaunch(ctx, q, LaunchCheck{ProjectID: projectID, What: "app instance of " + appSlug})
 }

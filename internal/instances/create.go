@@ -121,6 +121,10 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 	op := s.newOperation(ctx, inst, OpCreate, "", inst.Version, fmt.Sprintf("launch %s %s", inst.AppSlug, inst.Version))
 	inst.CurrentOperationID = op.ID
 	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		// Billing (issue 13): the project's spend budget, before anything is recorded.
+		if err := s.checkLaunch(ctx, tx.Queries, p.ID, inst.AppSlug); err != nil {
+			return err
+		}
 		if err := tx.InsertAppInstance(ctx, inst); err != nil {
 			return err
 		}

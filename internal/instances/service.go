@@ -92,6 +92,8 @@ type Deps struct {
 // Service is the app-instance domain.
 type Service struct {
 	Deps
+	// launchGate: billing's budget check (issue 13, launchgate.go).
+	launchGate LaunchGate
 }
 
 // New builds the service.

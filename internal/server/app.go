@@ -134,6 +134,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	arts.Instances = a.Instances
 	a.billing = newBillingParts(cfg, db, svc)
 	a.Nodes.SetLaunchGate(a.billing.svc)
+	a.Instances.SetLaunchGate(a.billing.svc)
 	a.Workers = append(a.Workers, a.billing.meter, a.billing.rating)
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,

@@ -30,6 +30,7 @@ func newBillingParts(cfg config.Config, db *store.DB, svc *iam.Service) *billing
 		Run: func(ctx context.Context) error { _, err := b.svc.Rate(ctx); return err }}
 	b.svc.UpdateSources(func(src *billing.Sources) {
 		src.AllocationIntervals, src.GPUs = billing.Allocations{}, billing.Allocations{}
+		src.Instances, src.InstanceIntervals = billing.Instances{}, billing.Instances{}
 	})
 	// Rate soon after usage arrives, not only on the next tick; metering
 	// kicks rating too, so a closed interval is charged promptly.
