@@ -57,6 +57,13 @@ func (s *Service) CreateAllocation(ctx context.Context, g *iam.Grants, in Alloca
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsWrite, "allocation"); err != nil {
 		return store.Allocation{}, err
 	}
+	return s.Allocate(ctx, g, in)
+}
+
+// Allocate places an allocation without the platform permission check: for
+// the control plane itself (dev mode's allocation, other domains). g may be
+// nil; the project must exist.
+func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInput) (store.Allocation, error) {
 	var fe []errdefs.FieldError
 	if in.Shape == "" {
 		in.Shape = ShapeGPUSlice
@@ -94,7 +101,7 @@ func (s *Service) CreateAllocation(ctx context.Context, g *iam.Grants, in Alloca
 	if fe != nil {
 		return store.Allocation{}, errdefs.Validation(fe)
 	}
-	p, err := s.IAM.Project(ctx, g, in.ProjectID, "")
+	p, err := s.project(ctx, g, in.ProjectID)
 	if err != nil {
 		return store.Allocation{}, err
 	}
@@ -311,4 +318,20 @@ func (s *Service) ProjectAllocation(ctx context.Context, g *iam.Grants, projectI
 // Allocation reads one allocation by id, for other domains (no policy).
 func (s *Service) Allocation(ctx context.Context, id string) (store.Allocation, error) {
 	return s.getAllocation(ctx, id)
+}
+
+// project resolves the project of an allocation: through the policy for a
+// caller with grants, directly for the control plane itself.
+func (s *Service) project(ctx context.Context, g *iam.Grants, id string) (store.Project, error) {
+	if g != nil {
+		return s.IAM.Project(ctx, g, id, "")
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return store.Project{}, errdefs.NotFound("project_not_found", "project %q does not exist", id)
+	}
+	p, err := s.DB.Queries().GetProject(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Project{}, errdefs.NotFound("project_not_found", "project %q does not exist", id)
+	}
+	return p, err
 }

@@ -44,6 +44,13 @@ func (s *Service) CreateJoinToken(ctx context.Context, g *iam.Grants, in JoinTok
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermNodesWrite, "node_join_token"); err != nil {
 		return IssuedJoinToken{}, err
 	}
+	return s.IssueJoinToken(ctx, in.Description, in.TTLSeconds)
+}
+
+// IssueJoinToken mints a join token without the permission check, for the
+// control plane itself (dev mode's node).
+func (s *Service) IssueJoinToken(ctx context.Context, description string, ttlSeconds int) (IssuedJoinToken, error) {
+	in := JoinTokenInput{Description: description, TTLSeconds: ttlSeconds}
 	ttl := DefaultJoinTokenTTL
 	if in.TTLSeconds != 0 {
 		ttl = time.Duration(in.TTLSeconds) * time.Second
