@@ -3,6 +3,7 @@ package nodes_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -24,25 +25,42 @@ import (
 // of the same store in the same run.
 func BenchmarkPlacement(b *testing.B) {
 	for _, d := range storetest.Dialects {
-		b.Run(string(d), func(b *testing.B) {
-			s := servertest.Start(b, d)
-			ctx := context.Background()
-			me := s.Admin().Do("GET", "/api/v1/me", nil).Want(b, 200).String("id")
-			g, err := iam.LoadGrants(ctx, s.DB.Queries(), principal.Principal{Type: principal.User, ID: me})
-			if err != nil {
-				b.Fatal(err)
-			}
-			seedNodes(b, s.DB, 1000, 16)
-			actx := principal.With(ctx, g.P)
-			b.ResetTimer()
-			for range b.N {
+		for _, par := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/concurrency=%d", d, par), func(b *testing.B) { benchPlacement(b, d, par) })
+		}
+	}
+}
+
+// benchPlacement places b.N allocations from par goroutines at once (the
+// API serves requests concurrently; SQLite still commits one at a time).
+func benchPlacement(b *testing.B, d store.Dialect, par int) {
+	s := servertest.Start(b, d)
+	ctx := context.Background()
+	me := s.Admin().Do("GET", "/api/v1/me", nil).Want(b, 200).String("id")
+	g, err := iam.LoadGrants(ctx, s.DB.Queries(), principal.Principal{Type: principal.User, ID: me})
+	if err != nil {
+		b.Fatal(err)
+	}
+	seedNodes(b, s.DB, 1000, 16)
+	actx := principal.With(ctx, g.P)
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
 				if _, err := s.App.Nodes.CreateAllocation(actx, g, nodes.AllocationInput{ProjectID: s.Creds.ProjectID, SKU: "h100-80gb.1x"}); err != nil {
-					b.Fatal(err)
+					b.Error(err)
+					return
 				}
 			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "placements/s")
-		})
+		}()
 	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "placements/s")
 }
 
 // BenchmarkRawCommit is the baseline: one tiny audited transaction per op.
