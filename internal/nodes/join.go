@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -175,7 +174,8 @@ func (s *Service) Join(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.Joi
 		return nodeapi.JoinResponse{}, err
 	}
 	s.Logger.InfoContext(ctx, "node joined", "node_id", n.ID, "name", n.Name, "gpus", n.GPUCount)
-	return nodeapi.JoinResponse{NodeID: n.ID, KeyID: n.KeyID, TokenURL: s.TokenURL(), HeartbeatTTLS: int(s.HeartbeatTTL.Seconds())}, nil
+	return nodeapi.JoinResponse{NodeID: n.ID, KeyID: n.KeyID, TokenURL: s.TokenURL(), HeartbeatTTLS: int(s.HeartbeatTTL.Seconds()),
+		InventoryDigest: digest}, nil
 }
 
 // refuse writes the failure audit row of a refused node credential use.
@@ -245,22 +245,17 @@ func checkInventory(at string, inv nodeapi.Inventory) []errdefs.FieldError {
 	return fe
 }
 
-// encodeInventory returns the stored form of an inventory and its digest.
-// encoding/json writes struct fields in a fixed order, so equal inventories
-// have equal digests.
+// encodeInventory returns the stored form of an inventory and its digest
+// (nodeapi.Inventory.Canonical), bounded in size.
 func encodeInventory(inv nodeapi.Inventory) ([]byte, string, error) {
-	if inv.GPUs == nil {
-		inv.GPUs = []nodeapi.GPU{}
-	}
-	b, err := json.Marshal(inv)
+	b, d, err := inv.Canonical()
 	if err != nil {
 		return nil, "", err
 	}
 	if len(b) > maxInventoryB {
 		return nil, "", errdefs.Validation([]errdefs.FieldError{{Field: "/inventory", Code: "too_large", Message: fmt.Sprintf("must encode to at most %d bytes", maxInventoryB)}})
 	}
-	sum := sha256.Sum256(b)
-	return b, "sha256:" + hex.EncodeToString(sum[:]), nil
+	return b, d, nil
 }
 
 // InventoryDigest is the digest the server keeps of an inventory; agents

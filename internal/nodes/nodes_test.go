@@ -40,6 +40,21 @@ func TestJoinTokenSingleUseAndNodeToken(t *testing.T) {
 			if g := n.JSON["gpus"].([]any); len(g) != 1 {
 				t.Fatalf("gpus %v", g)
 			}
+			// The server answers with the digest of what it holds; a changed
+			// inventory replaces it (and the GPUs placement sees).
+			inv := inventory("gpu-1", 1, "NVIDIA H100 80GB HBM3")
+			_, want, _ := inv.Canonical()
+			if got := a.beat(t, nil).String("inventory_digest"); got != want {
+				t.Fatalf("digest %s, want %s", got, want)
+			}
+			inv = inventory("gpu-1", 2, "NVIDIA H100 80GB HBM3")
+			_, want, _ = inv.Canonical()
+			if got := a.beat(t, &inv).String("inventory_digest"); got != want {
+				t.Fatalf("digest after change %s, want %s", got, want)
+			}
+			if n := admin.Do("GET", "/api/v1/admin/nodes/"+a.id, nil).Want(t, 200); n.JSON["free_gpus"] != float64(2) {
+				t.Fatalf("after inventory change: %s", n.Body)
+			}
 			// A plain user cannot create join tokens or read nodes.
 			_, u := s.NewUser(admin, "someone@example.com")
 			u.Do("POST", "/api/v1/admin/nodes/join-tokens", map[string]any{}).Want(t, 403)
