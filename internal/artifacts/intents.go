@@ -256,40 +256,32 @@ func (s *Service) CreatePullIntent(ctx context.Context, g *iam.Grants, projectID
 func (s *Service) saveIntent(ctx context.Context, it store.ArtifactIntent, link *registryLink, actions ...string) (*Wrapped, error) {
 	var wrapped *Wrapped
 	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		var err error
-		wrapped, err = s.writeIntent(ctx, tx, it, link, actions...)
-		return err
+		if err := tx.InsertArtifactIntent(ctx, it); err != nil {
+			return err
+		}
+		if link != nil {
+			password := newSecret("gpr_")
+			cred := store.RegistryCredential{ID: iam.NewID(), IntentID: it.ID, ProjectID: it.ProjectID, ArtifactID: it.ArtifactID,
+				Repository: it.Repository, Actions: strings.Join(actions, ","), SecretHash: hashSecret(password),
+				CreatedAt: it.CreatedAt, ExpiresAt: it.ExpiresAt}
+			if err := tx.InsertRegistryCredential(ctx, cred); err != nil {
+				return err
+			}
+			wrapExp := minTime(it.CreatedAt.Add(s.WrapTTL), it.ExpiresAt)
+			tok, err := s.Vault.Wrap(ctx, tx, Secret{Username: cred.ID, Password: password, Registry: link.host, Repository: it.Repository,
+				Actions: actions, ExpiresAt: cred.ExpiresAt}, wrapExp)
+			if err != nil {
+				return err
+			}
+			wrapped = &Wrapped{Token: tok, ExpiresAt: wrapExp}
+		}
+		return tx.Audit(store.AuditEvent{Action: "artifact." + it.Kind + "_intent.create", ResourceType: "artifact_intent", ResourceID: it.ID,
+			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, intentAudit(it))
 	})
 	if err != nil {
 		return nil, err
 	}
 	return wrapped, nil
-}
-
-// writeIntent is saveIntent inside the caller's transaction.
-func (s *Service) writeIntent(ctx context.Context, tx *store.Tx, it store.ArtifactIntent, link *registryLink, actions ...string) (*Wrapped, error) {
-	var wrapped *Wrapped
-	if err := tx.InsertArtifactIntent(ctx, it); err != nil {
-		return nil, err
-	}
-	if link != nil {
-		password := newSecret("gpr_")
-		cred := store.RegistryCredential{ID: iam.NewID(), IntentID: it.ID, ProjectID: it.ProjectID, ArtifactID: it.ArtifactID,
-			Repository: it.Repository, Actions: strings.Join(actions, ","), SecretHash: hashSecret(password),
-			CreatedAt: it.CreatedAt, ExpiresAt: it.ExpiresAt}
-		if err := tx.InsertRegistryCredential(ctx, cred); err != nil {
-			return nil, err
-		}
-		wrapExp := minTime(it.CreatedAt.Add(s.WrapTTL), it.ExpiresAt)
-		tok, err := s.Vault.Wrap(ctx, tx, Secret{Username: cred.ID, Password: password, Registry: link.host, Repository: it.Repository,
-			Actions: actions, ExpiresAt: cred.ExpiresAt}, wrapExp)
-		if err != nil {
-			return nil, err
-		}
-		wrapped = &Wrapped{Token: tok, ExpiresAt: wrapExp}
-	}
-	return wrapped, tx.Audit(store.AuditEvent{Action: "artifact." + it.Kind + "_intent.create", ResourceType: "artifact_intent", ResourceID: it.ID,
-		OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, intentAudit(it))
 }
 
 // UnwrapInput carries a wrapping token.
