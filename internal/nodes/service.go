@@ -131,9 +131,7 @@ func New(d Deps) *Service {
 	if d.HeartbeatTTL <= 0 {
 		d.HeartbeatTTL = DefaultHeartbeatTTL
 	}
-	if d.HeartbeatGrace < 0 {
-		d.HeartbeatGrace = DefaultHeartbeatGrace
-	}
+	d.HeartbeatGrace = max(d.HeartbeatGrace, 0) // zero is no grace: the server passes its configured value
 	if d.TaskLease <= 0 {
 		d.TaskLease = DefaultTaskLease
 	}

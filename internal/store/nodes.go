@@ -319,3 +319,24 @@ func (q *Queries) greatest(query string) string {
 	}
 	return strings.ReplaceAll(query, "MAX_FN(", "MAX(")
 }
+
+// NodeEventCounts counts the outbox events of the nodes domain by type.
+func (q *Queries) NodeEventCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := q.query(ctx, `SELECT type, COUNT(*) FROM outbox_events WHERE type LIKE 'nodes.%' GROUP BY type`)
+	if err != nil {
+		return nil, err
+	}
+	type tc struct {
+		t string
+		n int
+	}
+	out := map[string]int{}
+	tcs, err := collect(rows, func(s interface{ Scan(...any) error }) (tc, error) {
+		var v tc
+		return v, s.Scan(&v.t, &v.n)
+	})
+	for _, v := range tcs {
+		out[v.t] = v.n
+	}
+	return out, err
+}
