@@ -409,6 +409,12 @@ func TestInstanceCreateRefusals(t *testing.T) {
 			t.Fatalf("%s: got %v %v, want %s %s: %s", name, f["field"], f["code"], field, code, r.Body)
 		}
 	}
+	// Launch preview names the project's allocations and which fit.
+	pv := e.bot.Do("POST", e.path("/apps/catalog/echo/versions/1.0.0/launch-preview"), map[string]any{"resources": map[string]any{"gpu_count": 1}}).Want(t, 200)
+	targets, _ := pv.JSON["target_allocations"].([]any)
+	if len(targets) != 1 || targets[0].(map[string]any)["allocation_id"] != e.alloc || targets[0].(map[string]any)["compatible"] != true {
+		t.Fatalf("preview targets: %s", pv.Body)
+	}
 	check("no slug", with("app_slug", ""), "/app_slug", "required")
 	check("unknown app", with("app_slug", "nope"), "/app_slug", "not_found")
 	check("unknown version", with("version", "9.9.9"), "/version", "not_found")
