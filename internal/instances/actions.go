@@ -151,6 +151,14 @@ func (s *Service) Decommission(ctx context.Context, g *iam.Grants, projectID, id
 	switch inst.Status {
 	case StatusDecommissioning, StatusDecommissioned:
 		op, err := s.DB.Queries().GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID)
+		if err != nil {
+			return inst, op, err
+		}
+		// The repeat changes nothing, but the request is still recorded.
+		err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+			return tx.Audit(store.AuditEvent{Action: "app_instance.decommission", ResourceType: "app_instance", ResourceID: inst.ID,
+				OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: "already_" + inst.Status}, nil, auditState(inst))
+		})
 		return inst, op, err
 	}
 	if busy(inst.Status) {

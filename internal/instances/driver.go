@@ -296,6 +296,18 @@ func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op sto
 	if err != nil {
 		return s.fail(ctx, inst, op, refusalReason(err), err.Error(), nil)
 	}
+	// Pull credentials are minted first, bound to the node: if the
+	// transaction below fails they are simply never used, and expire.
+	images := map[string]nodeapi.ImagePull{}
+	for art, a := range t.artifacts {
+		pull := nodeapi.ImagePull{Repository: s.imageRepository(t, art, a), Digest: a.Digest}
+		if s.Pulls != nil {
+			if pull, err = s.Pulls.NodePull(ctx, t.allocation.NodeID, a); err != nil {
+				return s.fail(ctx, inst, op, ReasonImagePullFailed, "no pull credentials: "+err.Error(), nil)
+			}
+		}
+		images[art] = pull
+	}
 	prevPhase, prevStatus := op.Phase, inst.Status
 	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		id, err := s.identity(ctx, tx, p, &inst)
@@ -306,18 +318,9 @@ func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op sto
 		inst.NodeID = t.allocation.NodeID
 		name := workloadName(inst.ID, inst.DeploySeq)
 		d := runtime.Deployment{InstanceID: inst.ID, ProjectID: inst.ProjectID, OrgID: inst.OrgID, NodeID: t.allocation.NodeID,
-			AppSlug: inst.AppSlug, Version: version, Name: name, Profile: t.manifest.RuntimeProfile, Images: map[string]nodeapi.ImagePull{},
+			AppSlug: inst.AppSlug, Version: version, Name: name, Profile: t.manifest.RuntimeProfile, Images: images,
 			Resources: t.effective.Resources, Parameters: t.effective.Parameters, GPUUUIDs: t.allocation.GPUUUIDs,
 			HostPort: inst.HostPort, Identity: id, ReadinessTimeoutSeconds: int(s.ReadinessTimeout.Seconds())}
-		for art, a := range t.artifacts {
-			pull := nodeapi.ImagePull{Repository: s.imageRepository(t, art, a), Digest: a.Digest}
-			if s.Pulls != nil {
-				if pull, err = s.Pulls.NodePull(ctx, tx, t.allocation.NodeID, a); err != nil {
-					return err
-				}
-			}
-			d.Images[art] = pull
-		}
 		task, err := runtime.Render(d)
 		if err != nil {
 			return errdefs.FailedPrecondition(ReasonRenderFailed, "render %s %s: %v", inst.AppSlug, version, err)

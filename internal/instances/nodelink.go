@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -107,4 +108,16 @@ func (h nodeHooks) NodeDown(ctx context.Context, tx *store.Tx, node store.Node, 
 
 func (h nodeHooks) NodeReady(ctx context.Context, tx *store.Tx, node store.Node, workloads []nodeapi.Workload) error {
 	return h.s.recoverNode(ctx, tx, node.ID, workloads)
+}
+
+// ArtifactPulls mints node-bound pull intents with the artifacts domain.
+type ArtifactPulls struct{ Artifacts *artifacts.Service }
+
+// NodePull implements PullGrants.
+func (p ArtifactPulls) NodePull(ctx context.Context, nodeID string, a store.AppArtifact) (nodeapi.ImagePull, error) {
+	it, err := p.Artifacts.CreateNodePullIntent(ctx, nodeID, a.ProjectID, a.ID)
+	if err != nil {
+		return nodeapi.ImagePull{}, err
+	}
+	return it.ImagePull(), nil
 }

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -128,3 +130,48 @@ func EffectiveOf(inst store.AppInstance) LaunchDoc {
 
 // HistoryOf lists the versions an instance ran, oldest first.
 func HistoryOf(inst store.AppInstance) []HistoryEntry { return history(inst) }
+
+// Target is one of a project's allocations as a launch target of a version.
+type Target struct {
+	AllocationID string               `json:"allocation_id"`
+	NodeID       string               `json:"node_id"`
+	Shape        string               `json:"shape"`
+	State        string               `json:"state"`
+	GPUCount     int                  `json:"gpu_count"`
+	Compatible   bool                 `json:"compatible"`
+	Problems     []errdefs.FieldError `json:"problems"`
+}
+
+// Targets says which of a project's live allocations a version can run on
+// with the effective launch values (launch preview uses it). The caller has
+// checked the permission.
+func (s *Service) Targets(ctx context.Context, projectID, appSlug, version string, eff catalog.Effective) ([]Target, error) {
+	out := []Target{}
+	if s.Allocations == nil {
+		return out, nil
+	}
+	q := s.DB.Queries()
+	v, err := q.GetAppVersion(ctx, appSlug, version)
+	if err != nil {
+		return nil, err
+	}
+	var mv manifest.Version
+	if err := json.Unmarshal(v.Manifest, &mv); err != nil {
+		return nil, err
+	}
+	all, err := s.Allocations.ProjectAllocations(ctx, q, projectID)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range all {
+		t := Target{AllocationID: a.ID, NodeID: a.NodeID, Shape: a.Shape, State: a.State, GPUCount: len(a.GPUUUIDs), Problems: []errdefs.FieldError{}}
+		if a.State != "active" {
+			t.Problems = append(t.Problems, errdefs.FieldError{Field: "/target_allocation_id", Code: CodeAllocationNotActive,
+				Message: fmt.Sprintf("allocation %s is %s", a.ID, a.State)})
+		}
+		t.Problems = append(t.Problems, Compatible(mv, eff, a)...)
+		t.Compatible = len(t.Problems) == 0
+		out = append(out, t)
+	}
+	return out, nil
+}

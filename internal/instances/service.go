@@ -55,11 +55,11 @@ type TaskQueue interface {
 	Outcome(ctx context.Context, q *store.Queries, taskID string) (TaskOutcome, error)
 }
 
-// PullGrants mints node-bound pull credentials for an artifact, inside the
-// transaction that queues the task carrying them. Optional: without it the
-// node pulls with its own registry access.
+// PullGrants mints pull-only credentials for an artifact, bound to the node
+// that will pull it. Optional: without it the node pulls with its own
+// registry access.
 type PullGrants interface {
-	NodePull(ctx context.Context, tx *store.Tx, nodeID string, a store.AppArtifact) (nodeapi.ImagePull, error)
+	NodePull(ctx context.Context, nodeID string, a store.AppArtifact) (nodeapi.ImagePull, error)
 }
 
 // Deps are what the service needs.

@@ -123,7 +123,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	tokens.Node, tokens.NodeTTL = a.Nodes, cfg.NodeTokenTTL
 	a.Workers = append(a.Workers, a.Nodes.Liveness(logger))
 	link := instances.NodesLink{Nodes: a.Nodes}
-	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger, Allocations: link, Tasks: link,
+	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger, Allocations: link, Tasks: link, Pulls: instances.ArtifactPulls{Artifacts: arts},
 		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
 		ReadinessTimeout: cfg.InstanceDeployTimeout})
 	drv := a.Instances.Worker()
