@@ -334,6 +334,9 @@ func TestUsageIngest(t *testing.T) {
 			t.Fatalf("an instance of another project under one's own: %s", r.Body)
 		}
 		wlB.Bot.Do("GET", "/api/v1/billing/usage?project_id="+pid, nil).Want(t, 404)
+		if r := wlB.Bot.Do("GET", "/api/v1/billing/usage?app_instance_id="+wl.ID, nil).Want(t, 404); r.ErrorCode() != "app_instance_not_found" || strings.Contains(string(r.Body), pid) {
+			t.Fatalf("another tenant's instance: %s", r.Body)
+		}
 
 		total, err := s.DB.Queries().GroupUsage(ctx, store.UsageFilter{AppInstanceID: wl.ID}, nil)
 		if err != nil || len(total) != 1 || total[0].Records != 11 || total[0].Quantity != 1234+1000 {

@@ -145,7 +145,9 @@ func TestKillDuringIngestBurst(t *testing.T) {
 		dataDir := t.TempDir()
 		c := startChild(t, bin, dbURL, addr, dataDir)
 
-		const total, batch, workers = 10_000, 50, 8
+		// Batches of 100 from 4 concurrent clients: SQLite serialises writers
+		// across the two processes, so fewer, larger commits keep the test short.
+		const total, batch, workers = 10_000, 100, 4
 		source := "//tok-app/" + wl.ID
 		at := time.Now().UTC().Add(-time.Minute)
 		batches := make(chan []map[string]any, total/batch)

@@ -41,14 +41,20 @@ func (s *Service) scope(ctx context.Context, g *iam.Grants, qy Query, perm strin
 	if fe != nil {
 		return f, errdefs.Validation(fe)
 	}
+	instanceNotFound := errdefs.NotFound("app_instance_not_found", "app instance %q does not exist or you have no access to it", f.AppInstanceID)
 	if f.ProjectID == "" && f.AppInstanceID != "" {
 		if dir := s.src().Instances; dir != nil {
 			inst, err := dir.BillingInstance(ctx, s.DB.Queries(), f.AppInstanceID)
 			if errors.Is(err, store.ErrNotFound) {
-				return f, errdefs.NotFound("app_instance_not_found", "app instance %q does not exist or you have no access to it", f.AppInstanceID)
+				return f, instanceNotFound
 			}
 			if err != nil {
 				return f, err
+			}
+			// The caller named an instance, not its project: an instance
+			// it may not see is just not found (its project stays unsaid).
+			if _, err := s.IAM.Project(ctx, g, inst.ProjectID, perm); errors.Is(err, store.ErrNotFound) {
+				return f, instanceNotFound
 			}
 			f.ProjectID = inst.ProjectID
 		}

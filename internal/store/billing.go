@@ -70,24 +70,31 @@ const usageInsertChunk = 500
 // returns the ids of those it stored; records whose key is already present
 // (earlier, or earlier in the same slice) are duplicates and skipped. It is
 // a few multi-row statements, not one per record, so a batch of events costs
-// about as much as a batch of plain inserts.
+// about as much as a batch of plain inserts. The ids must be fresh: when a
+// chunk had duplicates, the stored ones are found by id.
 func (q *Queries) InsertUsageRecords(ctx context.Context, recs []UsageRecord) (map[string]bool, error) {
 	stored := make(map[string]bool, len(recs))
 	for start := 0; start < len(recs); start += usageInsertChunk {
 		chunk := recs[start:min(start+usageInsertChunk, len(recs))]
-		var b strings.Builder
-		b.WriteString(`INSERT INTO usage_records (` + usageCols + `) VALUES `)
-		args := make([]any, 0, len(chunk)*usageColCount)
-		row := "(" + strings.TrimSuffix(strings.Repeat("?, ", usageColCount), ", ") + ")"
-		for i, u := range chunk {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(row)
-			args = append(args, usageArgs(u)...)
+		res, err := q.exec(ctx, usageInsert(chunk, true), usageChunkArgs(chunk)...)
+		if err != nil {
+			return nil, err
 		}
-		b.WriteString(` ON CONFLICT (dedupe_key) DO NOTHING RETURNING id`)
-		rows, err := q.query(ctx, b.String(), args...)
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, err
+		}
+		if int(n) == len(chunk) { // the common case: nothing was a duplicate
+			for _, u := range chunk {
+				stored[u.ID] = true
+			}
+			continue
+		}
+		args := make([]any, len(chunk))
+		for i, u := range chunk {
+			args[i] = u.ID
+		}
+		rows, err := q.query(ctx, `SELECT id FROM usage_records WHERE id IN (`+placeholders(len(chunk))+`)`, args...)
 		if err != nil {
 			return nil, err
 		}
@@ -105,23 +112,38 @@ func (q *Queries) InsertUsageRecords(ctx context.Context, recs []UsageRecord) (m
 	return stored, nil
 }
 
+// usageInsert is one multi-row INSERT of chunk; dedupe skips rows whose
+// dedupe key exists.
+func usageInsert(chunk []UsageRecord, dedupe bool) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO usage_records (` + usageCols + `) VALUES `)
+	row := "(" + placeholders(usageColCount) + ")"
+	for i := range chunk {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	if dedupe {
+		b.WriteString(` ON CONFLICT (dedupe_key) DO NOTHING`)
+	}
+	return b.String()
+}
+
+func usageChunkArgs(chunk []UsageRecord) []any {
+	args := make([]any, 0, len(chunk)*usageColCount)
+	for _, u := range chunk {
+		args = append(args, usageArgs(u)...)
+	}
+	return args
+}
+
 // InsertUsageRecordsPlain inserts records with no dedupe at all: the raw
 // insert rate benchmarks compare the deduplicating path against.
 func (q *Queries) InsertUsageRecordsPlain(ctx context.Context, recs []UsageRecord) error {
 	for start := 0; start < len(recs); start += usageInsertChunk {
 		chunk := recs[start:min(start+usageInsertChunk, len(recs))]
-		var b strings.Builder
-		b.WriteString(`INSERT INTO usage_records (` + usageCols + `) VALUES `)
-		args := make([]any, 0, len(chunk)*usageColCount)
-		row := "(" + strings.TrimSuffix(strings.Repeat("?, ", usageColCount), ", ") + ")"
-		for i, u := range chunk {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString(row)
-			args = append(args, usageArgs(u)...)
-		}
-		if _, err := q.exec(ctx, b.String(), args...); err != nil {
+		if _, err := q.exec(ctx, usageInsert(chunk, false), usageChunkArgs(chunk)...); err != nil {
 			return err
 		}
 	}
@@ -165,7 +187,7 @@ func (f UsageFilter) where(timeCol string) (string, []any) {
 		if len(f.ProjectIDs) == 0 {
 			add("1 = 0")
 		} else {
-			ph := strings.TrimSuffix(strings.Repeat("?, ", len(f.ProjectIDs)), ", ")
+			ph := placeholders(len(f.ProjectIDs))
 			vs := make([]any, len(f.ProjectIDs))
 			for i, p := range f.ProjectIDs {
 				vs[i] = p
@@ -612,7 +634,7 @@ func (q *Queries) MeteredIntervals(ctx context.Context, kind string, ids []strin
 			args = append(args, id)
 		}
 		rows, err := q.query(ctx, `SELECT kind, interval_id, metered_until, closed_at FROM billing_metered_intervals WHERE kind = ? AND interval_id IN (`+
-			strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ")+`)`, args...)
+			placeholders(len(chunk))+`)`, args...)
 		if err != nil {
 			return nil, err
 		}
