@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -8,6 +9,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -49,8 +52,13 @@ func (e *instanceEnv) path(p string) string { return "/api/v1/projects/" + e.pid
 // image to publish (nil: a random image, for simulated nodes).
 func newInstanceEnv(t *testing.T, d store.Dialect, slug string, images map[string]v1.Image, manifestFor func(version, imageRef string) map[string]any, nodeGPUs int, opts ...servertest.Option) *instanceEnv {
 	t.Helper()
+	return setupInstanceEnv(t, servertest.Start(t, d, opts...), slug, images, manifestFor, nodeGPUs)
+}
+
+// setupInstanceEnv prepares an instanceEnv on a running server.
+func setupInstanceEnv(t *testing.T, s *servertest.Server, slug string, images map[string]v1.Image, manifestFor func(version, imageRef string) map[string]any, nodeGPUs int) *instanceEnv {
+	t.Helper()
 	ctx := context.Background()
-	s := servertest.Start(t, d, opts...)
 	e := &instanceEnv{s: s, admin: s.Admin(), pid: s.Creds.ProjectID, digests: map[string]string{}}
 	sa := e.admin.Do("POST", e.path("/service-accounts"), map[string]any{"name": "operator", "slug": "operator", "roles": []string{"app_operator"}}).Want(t, 201)
 	e.botKey = client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
@@ -163,7 +171,9 @@ func joinSimNode(t *testing.T, s *servertest.Server, admin *servertest.Client, n
 	return n
 }
 
-// serve executes every queued task with decide until the test ends.
+// serve executes every queued task with decide until the test ends. It
+// talks plain HTTP (not the test client), so a server that is away — killed
+// and restarting — is retried, not a test failure.
 func (n *simNode) serve(t *testing.T, decide func(nodeapi.Task) nodeapi.TaskResult) {
 	n.mu.Lock()
 	n.decide = decide
@@ -171,21 +181,54 @@ func (n *simNode) serve(t *testing.T, decide func(nodeapi.Task) nodeapi.TaskResu
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
+	hc := &http.Client{Timeout: 10 * time.Second}
+	call := func(method, path string, in, out any) error {
+		var body io.Reader
+		if in != nil {
+			b, _ := json.Marshal(in)
+			body = bytes.NewReader(b)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, n.s.URL+path, body)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+n.c.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			return fmt.Errorf("%s %s: %d", method, path, resp.StatusCode)
+		}
+		if out != nil {
+			return json.NewDecoder(resp.Body).Decode(out)
+		}
+		return nil
+	}
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			r := n.c.Do("GET", "/api/v1/nodes/"+n.id+"/tasks?wait_seconds=1", nil)
-			if r.Status != 200 {
+			_ = call("POST", "/api/v1/nodes/"+n.id+"/heartbeat", nodeapi.Heartbeat{Workloads: []nodeapi.Workload{}}, nil)
+			var list nodeapi.TaskList
+			if err := call("GET", "/api/v1/nodes/"+n.id+"/tasks?wait_seconds=1", nil, &list); err != nil {
+				select { // the server is away (restarting): retry shortly
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
 				continue
 			}
-			var list nodeapi.TaskList
-			_ = json.Unmarshal(r.Body, &list)
 			for _, task := range list.Tasks {
 				n.mu.Lock()
 				n.seen = append(n.seen, task)
-				res := n.decide(task)
+				decide := n.decide
 				n.mu.Unlock()
-				n.c.Do("POST", "/api/v1/nodes/"+n.id+"/tasks/"+task.ID+"/result", res)
+				res := decide(task)
+				if res.State == "" { // the test withholds this result (the node "lost" it)
+					continue
+				}
+				_ = call("POST", "/api/v1/nodes/"+n.id+"/tasks/"+task.ID+"/result", res, nil)
 			}
 		}
 	}()
