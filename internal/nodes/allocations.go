@@ -36,6 +36,10 @@ var skuCountRE = regexp.MustCompile(`\.(\d{1,2})x$`)
 // losing races for them.
 const placementAttempts = 4
 
+// maxPlacementWaits bounds how often one placement waits on nodes locked
+// by concurrent placements before it answers from what it saw.
+const maxPlacementWaits = 16
+
 func errInsufficient(n int, shape string) error {
 	what := fmt.Sprintf("%d free GPUs", n)
 	if shape == ShapeBaremetal {
@@ -57,6 +61,13 @@ func (s *Service) CreateAllocation(ctx context.Context, g *iam.Grants, in Alloca
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsWrite, "allocation"); err != nil {
 		return store.Allocation{}, err
 	}
+	return s.Allocate(ctx, g, in)
+}
+
+// Allocate places an allocation without the platform permission check: for
+// the control plane itself (dev mode's allocation, other domains). g may be
+// nil; the project must exist.
+func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInput) (store.Allocation, error) {
 	var fe []errdefs.FieldError
 	if in.Shape == "" {
 		in.Shape = ShapeGPUSlice
@@ -94,47 +105,49 @@ func (s *Service) CreateAllocation(ctx context.Context, g *iam.Grants, in Alloca
 	if fe != nil {
 		return store.Allocation{}, errdefs.Validation(fe)
 	}
-	p, err := s.IAM.Project(ctx, g, in.ProjectID, "")
+	p, err := s.project(ctx, g, in.ProjectID)
 	if err != nil {
 		return store.Allocation{}, err
 	}
 	req := store.PlacementQuery{GPUs: count, Baremetal: in.Shape == ShapeBaremetal, NodeID: in.NodeID, Model: in.GPUModel,
 		Vendor: in.GPUVendor, MinMemoryMiB: in.MinGPUMemoryMiB}
 	for range placementAttempts {
-		cands, err := s.DB.Queries().PlacementCandidates(ctx, req)
-		if err != nil {
-			return store.Allocation{}, err
+		a, err := s.place(ctx, p, in, req)
+		if errors.Is(err, errRetry) {
+			continue
 		}
-		if len(cands) == 0 {
-			return store.Allocation{}, errInsufficient(count, in.Shape)
-		}
-		for _, nodeID := range cands {
-			a, err := s.place(ctx, p, in, req, nodeID)
-			if errors.Is(err, errRetry) {
-				continue
-			}
-			return a, err
-		}
+		return a, err
 	}
 	return store.Allocation{}, errInsufficient(count, in.Shape)
 }
 
-// place tries one node in one transaction.
-func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput, req store.PlacementQuery, nodeID string) (store.Allocation, error) {
+// place picks and claims a node and its GPUs in one transaction.
+func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput, req store.PlacementQuery) (store.Allocation, error) {
 	now := s.Now()
-	a := store.Allocation{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, NodeID: nodeID, Shape: in.Shape, SKU: in.SKU,
+	a := store.Allocation{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Shape: in.Shape, SKU: in.SKU,
 		State: AllocActive, CreatedBy: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now}
 	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		exclusive := ""
 		if req.Baremetal {
 			exclusive = a.ID
 		}
-		if err := tx.ClaimNodeCapacity(ctx, nodeID, req.GPUs, exclusive, now); err != nil {
-			if errors.Is(err, store.ErrNotFound) {
-				return errRetry
+		// First skip nodes other placements hold locked (PostgreSQL), so
+		// concurrent requests spread out; finding none that way, wait for
+		// them — as long as the committed state says something still fits.
+		nodeID, err := tx.ClaimPlacement(ctx, req, exclusive, now, true)
+		for i := 0; errors.Is(err, store.ErrNotFound) && tx.Dialect() == store.Postgres && i < maxPlacementWaits; i++ {
+			if ok, perr := tx.PlacementPossible(ctx, req); perr != nil || !ok {
+				break
 			}
+			nodeID, err = tx.ClaimPlacement(ctx, req, exclusive, now, false)
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return errInsufficient(req.GPUs, in.Shape)
+		}
+		if err != nil {
 			return err
 		}
+		a.NodeID = nodeID
 		free, err := tx.FreeNodeGPUs(ctx, nodeID, req.Model, req.Vendor, req.MinMemoryMiB)
 		if err != nil {
 			return err
@@ -177,7 +190,7 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 	if err != nil {
 		return store.Allocation{}, err
 	}
-	s.Logger.InfoContext(ctx, "allocation placed", "allocation_id", a.ID, "node_id", nodeID, "gpus", a.GPUCount, "project_id", a.ProjectID)
+	s.Logger.InfoContext(ctx, "allocation placed", "allocation_id", a.ID, "node_id", a.NodeID, "gpus", a.GPUCount, "project_id", a.ProjectID)
 	return a, nil
 }
 
@@ -311,4 +324,20 @@ func (s *Service) ProjectAllocation(ctx context.Context, g *iam.Grants, projectI
 // Allocation reads one allocation by id, for other domains (no policy).
 func (s *Service) Allocation(ctx context.Context, id string) (store.Allocation, error) {
 	return s.getAllocation(ctx, id)
+}
+
+// project resolves the project of an allocation: through the policy for a
+// caller with grants, directly for the control plane itself.
+func (s *Service) project(ctx context.Context, g *iam.Grants, id string) (store.Project, error) {
+	if g != nil {
+		return s.IAM.Project(ctx, g, id, "")
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return store.Project{}, errdefs.NotFound("project_not_found", "project %q does not exist", id)
+	}
+	p, err := s.DB.Queries().GetProject(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Project{}, errdefs.NotFound("project_not_found", "project %q does not exist", id)
+	}
+	return p, err
 }

@@ -3,6 +3,9 @@ package nodes_test
 import (
 	"context"
 	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -22,25 +25,42 @@ import (
 // of the same store in the same run.
 func BenchmarkPlacement(b *testing.B) {
 	for _, d := range storetest.Dialects {
-		b.Run(string(d), func(b *testing.B) {
-			s := servertest.Start(b, d)
-			ctx := context.Background()
-			me := s.Admin().Do("GET", "/api/v1/me", nil).Want(b, 200).String("id")
-			g, err := iam.LoadGrants(ctx, s.DB.Queries(), principal.Principal{Type: principal.User, ID: me})
-			if err != nil {
-				b.Fatal(err)
-			}
-			seedNodes(b, s.DB, 1000, 16)
-			actx := principal.With(ctx, g.P)
-			b.ResetTimer()
-			for range b.N {
+		for _, par := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/concurrency=%d", d, par), func(b *testing.B) { benchPlacement(b, d, par) })
+		}
+	}
+}
+
+// benchPlacement places b.N allocations from par goroutines at once (the
+// API serves requests concurrently; SQLite still commits one at a time).
+func benchPlacement(b *testing.B, d store.Dialect, par int) {
+	s := servertest.Start(b, d)
+	ctx := context.Background()
+	me := s.Admin().Do("GET", "/api/v1/me", nil).Want(b, 200).String("id")
+	g, err := iam.LoadGrants(ctx, s.DB.Queries(), principal.Principal{Type: principal.User, ID: me})
+	if err != nil {
+		b.Fatal(err)
+	}
+	seedNodes(b, s.DB, 1000, 16)
+	actx := principal.With(ctx, g.P)
+	var left atomic.Int64
+	left.Store(int64(b.N))
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range par {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for left.Add(-1) >= 0 {
 				if _, err := s.App.Nodes.CreateAllocation(actx, g, nodes.AllocationInput{ProjectID: s.Creds.ProjectID, SKU: "h100-80gb.1x"}); err != nil {
-					b.Fatal(err)
+					b.Error(err)
+					return
 				}
 			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "placements/s")
-		})
+		}()
 	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "placements/s")
 }
 
 // BenchmarkRawCommit is the baseline: one tiny audited transaction per op.
@@ -62,8 +82,57 @@ func BenchmarkRawCommit(b *testing.B) {
 	}
 }
 
-func seedNodes(b *testing.B, db *store.DB, n, gpus int) {
+// BenchmarkHeartbeat is one node heartbeat through the real HTTP API (node
+// token check, unchanged workloads: the common case), beating from many
+// goroutines at once. It reports the process CPU per beat and, from it, the
+// CPU-seconds per wall-second that 1,000 agents cost at the default TTL
+// (one beat every TTL/3 = 3.33 s each: 300 beats/s). The client runs in the
+// same process, so the figure is an upper bound for the server alone.
+func BenchmarkHeartbeat(b *testing.B) {
+	for _, d := range storetest.Dialects {
+		b.Run(string(d), func(b *testing.B) {
+			s := servertest.Start(b, d)
+			ids := seedNodes(b, s.DB, 1000, 8)
+			clients := make([]*servertest.Client, len(ids))
+			for i, id := range ids {
+				tok, err := s.App.Tokens.Issue(principal.Principal{Type: principal.Node, ID: id}, "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				clients[i] = s.As(tok.AccessToken)
+			}
+			wl := []nodeapi.Workload{{ContainerID: "c1", Name: "w1", State: "running"}, {ContainerID: "c2", Name: "w2", State: "running"}}
+			for i, c := range clients { // first beat stores the workloads
+				c.Do("POST", "/api/v1/nodes/"+ids[i]+"/heartbeat", nodeapi.Heartbeat{Workloads: wl}).Want(b, 200)
+			}
+			var next atomic.Int64
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					i := int(next.Add(1)) % len(ids)
+					if r := clients[i].Do("POST", "/api/v1/nodes/"+ids[i]+"/heartbeat", nodeapi.Heartbeat{Workloads: wl}); r.Status != 200 {
+						b.Errorf("beat: %d %s", r.Status, r.Body)
+					}
+				}
+			})
+			b.StopTimer()
+			perBeat := (cpuTime() - cpu0).Seconds() / float64(b.N)
+			b.ReportMetric(perBeat*1e6, "cpu-µs/beat")
+			b.ReportMetric(perBeat*1000/(nodes.DefaultHeartbeatTTL.Seconds()/3), "cpu-s/s@1000agents")
+		})
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func seedNodes(b *testing.B, db *store.DB, n, gpus int) []string {
 	now := time.Now()
+	var ids []string
 	err := db.InTx(context.Background(), func(q *store.Queries) error {
 		for i := range n {
 			name := fmt.Sprintf("sim-%04d", i)
@@ -74,6 +143,7 @@ func seedNodes(b *testing.B, db *store.DB, n, gpus int) {
 			if err := q.InsertNode(context.Background(), nd); err != nil {
 				return err
 			}
+			ids = append(ids, nd.ID)
 			gs := make([]store.NodeGPU, 0, gpus)
 			for _, g := range inv.GPUs {
 				gs = append(gs, store.NodeGPU{NodeID: nd.ID, UUID: g.UUID, Index: g.Index, Model: g.Model, Vendor: "nvidia", MemoryMiB: g.MemoryMiB})
@@ -87,5 +157,5 @@ func seedNodes(b *testing.B, db *store.DB, n, gpus int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	_ = nodeapi.KindImagePull
+	return ids
 }

@@ -63,9 +63,9 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 		} else {
 			err = q.SetNodeWorkloads(ctx, nodeID, workloads, now)
 		}
-		return s.beatResponse(n.State), err
+		return s.beatResponse(n.State, n.InventoryDigest), err
 	}
-	state := n.State
+	state, stored := n.State, n.InventoryDigest
 	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		cur, err := tx.LockNode(ctx, nodeID)
 		if err != nil {
@@ -93,13 +93,14 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 			}
 			state, action = StateReady, "node.ready"
 		}
+		stored = cur.InventoryDigest
 		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "node", ResourceID: nodeID},
 			map[string]any{"state": cur.State}, map[string]any{"state": state, "inventory_digest": cur.InventoryDigest})
 	})
 	if err != nil {
 		return nodeapi.HeartbeatResponse{}, err
 	}
-	return s.beatResponse(state), nil
+	return s.beatResponse(state, stored), nil
 }
 
 // markReady moves a joining or down node to ready: its lost allocations
@@ -132,7 +133,7 @@ func (s *Service) markReady(ctx context.Context, tx *store.Tx, n store.Node, wor
 	return nil
 }
 
-func (s *Service) beatResponse(state string) nodeapi.HeartbeatResponse {
+func (s *Service) beatResponse(state, digest string) nodeapi.HeartbeatResponse {
 	return nodeapi.HeartbeatResponse{State: state, HeartbeatTTLS: int(s.HeartbeatTTL.Seconds()),
-		HeartbeatInterval: int(s.HeartbeatInterval().Seconds())}
+		HeartbeatInterval: int(s.HeartbeatInterval().Seconds()), InventoryDigest: digest}
 }

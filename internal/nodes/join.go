@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -44,6 +43,13 @@ func (s *Service) CreateJoinToken(ctx context.Context, g *iam.Grants, in JoinTok
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermNodesWrite, "node_join_token"); err != nil {
 		return IssuedJoinToken{}, err
 	}
+	return s.IssueJoinToken(ctx, in.Description, in.TTLSeconds)
+}
+
+// IssueJoinToken mints a join token without the permission check, for the
+// control plane itself (dev mode's node).
+func (s *Service) IssueJoinToken(ctx context.Context, description string, ttlSeconds int) (IssuedJoinToken, error) {
+	in := JoinTokenInput{Description: description, TTLSeconds: ttlSeconds}
 	ttl := DefaultJoinTokenTTL
 	if in.TTLSeconds != 0 {
 		ttl = time.Duration(in.TTLSeconds) * time.Second
@@ -168,7 +174,8 @@ func (s *Service) Join(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.Joi
 		return nodeapi.JoinResponse{}, err
 	}
 	s.Logger.InfoContext(ctx, "node joined", "node_id", n.ID, "name", n.Name, "gpus", n.GPUCount)
-	return nodeapi.JoinResponse{NodeID: n.ID, KeyID: n.KeyID, TokenURL: s.TokenURL(), HeartbeatTTLS: int(s.HeartbeatTTL.Seconds())}, nil
+	return nodeapi.JoinResponse{NodeID: n.ID, KeyID: n.KeyID, TokenURL: s.TokenURL(), HeartbeatTTLS: int(s.HeartbeatTTL.Seconds()),
+		InventoryDigest: digest}, nil
 }
 
 // refuse writes the failure audit row of a refused node credential use.
@@ -238,22 +245,17 @@ func checkInventory(at string, inv nodeapi.Inventory) []errdefs.FieldError {
 	return fe
 }
 
-// encodeInventory returns the stored form of an inventory and its digest.
-// encoding/json writes struct fields in a fixed order, so equal inventories
-// have equal digests.
+// encodeInventory returns the stored form of an inventory and its digest
+// (nodeapi.Inventory.Canonical), bounded in size.
 func encodeInventory(inv nodeapi.Inventory) ([]byte, string, error) {
-	if inv.GPUs == nil {
-		inv.GPUs = []nodeapi.GPU{}
-	}
-	b, err := json.Marshal(inv)
+	b, d, err := inv.Canonical()
 	if err != nil {
 		return nil, "", err
 	}
 	if len(b) > maxInventoryB {
 		return nil, "", errdefs.Validation([]errdefs.FieldError{{Field: "/inventory", Code: "too_large", Message: fmt.Sprintf("must encode to at most %d bytes", maxInventoryB)}})
 	}
-	sum := sha256.Sum256(b)
-	return b, "sha256:" + hex.EncodeToString(sum[:]), nil
+	return b, d, nil
 }
 
 // InventoryDigest is the digest the server keeps of an inventory; agents

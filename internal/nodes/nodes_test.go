@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/nodes"
+	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -37,6 +39,21 @@ func TestJoinTokenSingleUseAndNodeToken(t *testing.T) {
 			}
 			if g := n.JSON["gpus"].([]any); len(g) != 1 {
 				t.Fatalf("gpus %v", g)
+			}
+			// The server answers with the digest of what it holds; a changed
+			// inventory replaces it (and the GPUs placement sees).
+			inv := inventory("gpu-1", 1, "NVIDIA H100 80GB HBM3")
+			_, want, _ := inv.Canonical()
+			if got := a.beat(t, nil).String("inventory_digest"); got != want {
+				t.Fatalf("digest %s, want %s", got, want)
+			}
+			inv = inventory("gpu-1", 2, "NVIDIA H100 80GB HBM3")
+			_, want, _ = inv.Canonical()
+			if got := a.beat(t, &inv).String("inventory_digest"); got != want {
+				t.Fatalf("digest after change %s, want %s", got, want)
+			}
+			if n := admin.Do("GET", "/api/v1/admin/nodes/"+a.id, nil).Want(t, 200); n.JSON["free_gpus"] != float64(2) {
+				t.Fatalf("after inventory change: %s", n.Body)
 			}
 			// A plain user cannot create join tokens or read nodes.
 			_, u := s.NewUser(admin, "someone@example.com")
@@ -135,6 +152,62 @@ func TestAllocationLifecycle(t *testing.T) {
 			}
 			if len(ivs) != 4 || closed != 2 {
 				t.Fatalf("intervals %+v", ivs)
+			}
+		})
+	}
+}
+
+// Delivery is at least once: a leased task whose lease ran out is delivered
+// again with the next attempt number, until a result arrives. A long poll
+// returns a task queued while it waits.
+func TestTaskLeaseExpiryRedelivers(t *testing.T) {
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			s := servertest.Start(t, d)
+			a := join(t, s, s.Admin(), "lease", 0)
+			now := time.Now()
+			svc := nodes.New(nodes.Deps{DB: s.DB, IAM: s.App.IAM, Now: func() time.Time { return now }, TaskLease: time.Minute})
+			ctx := principal.With(context.Background(), principal.Principal{Type: principal.Node, ID: a.id})
+			task, err := svc.EnqueueTask(ctx, nil, a.id, nodeapi.KindContainerStop, nodeapi.ContainerRef{InstanceID: "i1"}, "i1", s.Creds.ProjectID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			poll := func() []nodeapi.Task {
+				ts, err := svc.PollTasks(ctx, a.id, 0, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return ts
+			}
+			if ts := poll(); len(ts) != 1 || ts[0].Attempt != 1 {
+				t.Fatalf("first delivery %+v", ts)
+			}
+			if ts := poll(); len(ts) != 0 {
+				t.Fatalf("delivered within its lease: %+v", ts)
+			}
+			now = now.Add(2 * time.Minute)
+			ts := poll()
+			if len(ts) != 1 || ts[0].ID != task.ID || ts[0].Attempt != 2 {
+				t.Fatalf("redelivery %+v", ts)
+			}
+			if err := svc.ReportResult(ctx, a.id, task.ID, nodeapi.TaskResult{State: nodeapi.ResultSucceeded}); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(time.Hour)
+			if ts := poll(); len(ts) != 0 {
+				t.Fatalf("completed task delivered: %+v", ts)
+			}
+			// A long poll gets a task queued while it waits.
+			got := make(chan []nodeapi.Task, 1)
+			go func() {
+				ts, _ := s.App.Nodes.PollTasks(ctx, a.id, 30*time.Second, 0)
+				got <- ts
+			}()
+			if _, err := s.App.Nodes.EnqueueTask(ctx, nil, a.id, nodeapi.KindWorkloadInspect, map[string]any{}, "", ""); err != nil {
+				t.Fatal(err)
+			}
+			if ts := <-got; len(ts) != 1 || ts[0].Kind != nodeapi.KindWorkloadInspect {
+				t.Fatalf("long poll got %+v", ts)
 			}
 		})
 	}

@@ -113,6 +113,9 @@ type Service struct {
 	hooks    []Hooks
 	handlers map[string][]ResultHandler
 	notify   *notifier
+	// closing ends every long poll at once when the server shuts down.
+	closing   chan struct{}
+	closeOnce sync.Once
 	// lastPurge is when used assertion ids were last purged (unix nanos).
 	lastPurge atomic.Int64
 }
@@ -135,8 +138,13 @@ func New(d Deps) *Service {
 	if d.TaskLease <= 0 {
 		d.TaskLease = DefaultTaskLease
 	}
-	return &Service{Deps: d, handlers: map[string][]ResultHandler{}, notify: newNotifier()}
+	return &Service{Deps: d, handlers: map[string][]ResultHandler{}, notify: newNotifier(), closing: make(chan struct{})}
 }
+
+// EndPolls answers every waiting long poll now (with what is there) and
+// makes later ones return at once: the server calls it before draining its
+// connections, so a shutdown never waits out wait_seconds.
+func (s *Service) EndPolls() { s.closeOnce.Do(func() { close(s.closing) }) }
 
 // AddHooks registers lifecycle consequences.
 func (s *Service) AddHooks(h Hooks) {

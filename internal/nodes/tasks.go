@@ -193,6 +193,9 @@ func (s *Service) PollTasks(ctx context.Context, nodeID string, wait time.Durati
 		case <-ctx.Done():
 			timer.Stop()
 			return []nodeapi.Task{}, nil
+		case <-s.closing:
+			timer.Stop()
+			return []nodeapi.Task{}, nil
 		case <-woken:
 		case <-timer.C:
 		}

@@ -202,6 +202,7 @@ func (a *App) Serve(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	a.Logger.Info("shutting down", "grace", a.Config.ShutdownTimeout.String())
+	a.Nodes.EndPolls()
 	sctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
 	defer cancel()
 	if err := a.http.Shutdown(sctx); err != nil {

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"time"
 )
@@ -208,15 +209,62 @@ func (q *Queries) FreeNodeGPUs(ctx context.Context, nodeID, model, vendor string
 	return collect(rows, scanNodeGPU)
 }
 
-// PlacementCandidates lists ready nodes that may fit a request, best fit
-// first (fewest free GPUs that still suffice), then by id. Model, vendor and
-// memory filter on the node's summary; the placement re-checks the GPUs
-// themselves under the node's lock.
-func (q *Queries) PlacementCandidates(ctx context.Context, c PlacementQuery) ([]string, error) {
+// PlacementQuery narrows where an allocation may go.
+type PlacementQuery struct {
+	GPUs         int
+	Baremetal    bool
+	NodeID       string
+	Model        string
+	Vendor       string
+	MinMemoryMiB int64
+}
+
+// ClaimPlacement picks a ready node that fits c — best fit first: the
+// fewest free GPUs that still suffice, then by id — and takes the capacity
+// from it in the same statement: c.GPUs free GPUs for a slice, the whole
+// node for baremetal (exclusiveAllocationID then names the allocation).
+// Model, vendor and memory filter on the node's summary. ErrNotFound means
+// no node fits. On PostgreSQL the chosen row stays locked until the
+// transaction ends and rows locked by concurrent placements are skipped, so
+// concurrent requests spread over nodes instead of queueing on one; SQLite
+// transactions hold the write lock from BEGIN.
+func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiveAllocationID string, at time.Time, skipLocked bool) (string, error) {
+	cond, args := c.where()
+	pick := `SELECT id FROM nodes WHERE ` + cond + ` ORDER BY free_gpus, id LIMIT 1`
+	if q.d == Postgres {
+		pick += ` FOR UPDATE`
+		if skipLocked {
+			pick += ` SKIP LOCKED`
+		}
+	}
+	set := `free_gpus = free_gpus - ?, live_allocations = live_allocations + 1, updated_at = ?`
+	setArgs := []any{c.GPUs, ts(at)}
+	if c.Baremetal {
+		set = `free_gpus = 0, live_allocations = live_allocations + 1, exclusive_allocation_id = ?, updated_at = ?`
+		setArgs = []any{exclusiveAllocationID, ts(at)}
+	}
+	var id string
+	err := q.queryRow(ctx, `UPDATE nodes SET `+set+` WHERE id = (`+pick+`) RETURNING id`, append(setArgs, args...)...).Scan(&id)
+	return id, scanOne(err)
+}
+
+// PlacementPossible reports whether any node fits c in the committed state
+// (no locks taken).
+func (q *Queries) PlacementPossible(ctx context.Context, c PlacementQuery) (bool, error) {
+	cond, args := c.where()
+	var one int
+	err := q.queryRow(ctx, `SELECT 1 FROM nodes WHERE `+cond+` LIMIT 1`, args...).Scan(&one)
+	if err = scanOne(err); errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (c PlacementQuery) where() (string, []any) {
 	cond := `state = 'ready' AND exclusive_allocation_id IS NULL AND free_gpus >= ?`
 	args := []any{c.GPUs}
 	if c.Baremetal {
-		cond = `state = 'ready' AND exclusive_allocation_id IS NULL AND live_allocations = 0 AND gpu_count >= ?`
+		cond = `state = 'ready' AND exclusive_allocation_id IS NULL AND live_allocations = 0 AND free_gpus = gpu_count AND gpu_count >= ?`
 	}
 	if c.NodeID != "" {
 		cond += ` AND id = ?`
@@ -234,44 +282,7 @@ func (q *Queries) PlacementCandidates(ctx context.Context, c PlacementQuery) ([]
 		cond += ` AND gpu_memory_mib >= ?`
 		args = append(args, c.MinMemoryMiB)
 	}
-	limit := c.Limit
-	if limit <= 0 {
-		limit = 8
-	}
-	args = append(args, limit)
-	rows, err := q.query(ctx, `SELECT id FROM nodes WHERE `+cond+` ORDER BY free_gpus, id LIMIT ?`, args...)
-	if err != nil {
-		return nil, err
-	}
-	return collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
-		var id string
-		return id, s.Scan(&id)
-	})
-}
-
-// PlacementQuery narrows placement candidates.
-type PlacementQuery struct {
-	GPUs         int
-	Baremetal    bool
-	NodeID       string
-	Model        string
-	Vendor       string
-	MinMemoryMiB int64
-	Limit        int
-}
-
-// ClaimNodeCapacity takes gpus free GPUs (and, for baremetal, the whole
-// node) from a ready node in one conditional update; ErrNotFound means the
-// node no longer has them. It is the atomic step of a placement: on
-// PostgreSQL it also locks the row until the transaction ends.
-func (q *Queries) ClaimNodeCapacity(ctx context.Context, nodeID string, gpus int, exclusiveAllocationID string, at time.Time) error {
-	if exclusiveAllocationID != "" {
-		return q.execOne(ctx, `UPDATE nodes SET free_gpus = 0, live_allocations = live_allocations + 1, exclusive_allocation_id = ?, updated_at = ?
-			WHERE id = ? AND state = 'ready' AND exclusive_allocation_id IS NULL AND live_allocations = 0 AND free_gpus = gpu_count`,
-			exclusiveAllocationID, ts(at), nodeID)
-	}
-	return q.execOne(ctx, `UPDATE nodes SET free_gpus = free_gpus - ?, live_allocations = live_allocations + 1, updated_at = ?
-		WHERE id = ? AND state = 'ready' AND exclusive_allocation_id IS NULL AND free_gpus >= ?`, gpus, ts(at), nodeID, gpus)
+	return cond, args
 }
 
 // ReturnNodeCapacity gives an allocation's GPUs (and the whole node, for

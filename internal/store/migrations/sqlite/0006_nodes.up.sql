@@ -41,7 +41,7 @@ CREATE TABLE nodes (
     updated_at              TEXT NOT NULL,
     CHECK (free_gpus >= 0 AND free_gpus <= gpu_count)
 );
-CREATE INDEX nodes_placement ON nodes (state, free_gpus);
+CREATE INDEX nodes_placement ON nodes (state, free_gpus, id);
 CREATE INDEX nodes_liveness ON nodes (state, last_heartbeat_at);
 
 CREATE TABLE node_gpus (
