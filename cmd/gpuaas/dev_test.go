@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 }
 
 // buildBinary compiles gpuaas once for all end-to-end tests.
-func buildBinary(t *testing.T) string {
+func buildBinary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "gpuaas-e2e-")
@@ -54,7 +54,7 @@ func buildBinary(t *testing.T) string {
 	return binPath
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -87,11 +87,11 @@ type devProc struct {
 	out *lockedBuffer
 }
 
-// startDev runs `gpuaas dev` and waits for /readyz, failing after 5 s.
-func startDev(t *testing.T, bin, dataDir string, port int) (*devProc, time.Duration) {
+// startDev runs `gpuaas dev` (with extra flags) and waits for /readyz, failing after 5 s.
+func startDev(t testing.TB, bin, dataDir string, port int, extra ...string) (*devProc, time.Duration) {
 	t.Helper()
 	out := &lockedBuffer{}
-	cmd := exec.Command(bin, "dev", "--data-dir", dataDir, "--listen", "127.0.0.1:"+strconv.Itoa(port))
+	cmd := exec.Command(bin, append([]string{"dev", "--data-dir", dataDir, "--listen", "127.0.0.1:" + strconv.Itoa(port)}, extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
@@ -114,7 +114,7 @@ func startDev(t *testing.T, bin, dataDir string, port int) (*devProc, time.Durat
 	return nil, 0
 }
 
-func (p *devProc) stop(t *testing.T) {
+func (p *devProc) stop(t testing.TB) {
 	t.Helper()
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

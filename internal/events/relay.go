@@ -37,10 +37,14 @@ type Relay struct {
 	LeaseTTL time.Duration // default 10s
 	Interval time.Duration // poll period when nobody kicks; default 1s
 	Batch    int           // rows per transaction / publish; default 500
-	Logger   *slog.Logger
+	// Republish is how far back a relay that becomes leader sends acked
+	// rows again (keep it well inside the bus's duplicate window).
+	Republish time.Duration
+	Logger    *slog.Logger
 
 	periodic worker.Periodic
 	leader   atomic.Bool
+	renewed  time.Time // last lease renewal (the periodic goroutine only)
 
 	mu          sync.Mutex
 	backoff     time.Duration
@@ -93,17 +97,41 @@ func (r *Relay) WaitRuns(ctx context.Context, n uint64) error { return r.periodi
 func (r *Relay) Runs() uint64 { return r.periodic.Runs() }
 
 func (r *Relay) pass(ctx context.Context) error {
-	ok, err := r.DB.Queries().AcquireLease(ctx, LeaseName, r.Holder, time.Now(), r.LeaseTTL)
-	if err != nil {
-		return err
+	// A leader renews its lease every quarter TTL, not every pass: each
+	// commit kicks a pass, and sequencing checks the lease in its own
+	// transaction anyway.
+	ok := r.leader.Load() && time.Since(r.renewed) < r.LeaseTTL/4
+	if !ok {
+		now := time.Now()
+		var err error
+		if ok, err = r.DB.Queries().AcquireLease(ctx, LeaseName, r.Holder, now, r.LeaseTTL); err != nil {
+			return err
+		}
+		if ok {
+			r.renewed = now
+		}
 	}
 	if was := r.leader.Swap(ok); was != ok {
 		r.Logger.InfoContext(ctx, "event relay lease", "leader", ok, "holder", r.Holder)
+		if ok && r.Bus != nil && r.Republish > 0 {
+			n, err := r.DB.Queries().UnmarkPublished(ctx, time.Now().Add(-r.Republish))
+			if err != nil {
+				r.leader.Store(false) // try the takeover again next pass
+				return err
+			}
+			r.Logger.InfoContext(ctx, "event relay took over; republishing the recent tail", "events", n)
+		}
 	}
 	if !ok {
 		return nil
 	}
 	for {
+		if pending, err := r.DB.Queries().HasUnsequencedEvents(ctx); err != nil || !pending {
+			if err != nil {
+				return err
+			}
+			break
+		}
 		n, _, err := r.DB.SequenceEvents(ctx, LeaseName, r.Holder, time.Now(), r.Batch)
 		if errors.Is(err, store.ErrLeaseLost) {
 			r.leader.Store(false)

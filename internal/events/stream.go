@@ -151,9 +151,11 @@ func (rd *Reader) expired(ctx context.Context) error {
 // point (ResumePoint) before calling: once Stream starts, the status is 200.
 func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f store.EventFilter, after int64) error {
 	rc := http.NewResponseController(w)
-	// The server's write timeout is for requests, not for streams: clear
-	// it, and bound each write instead.
+	// The server's read and write timeouts are for requests, not streams:
+	// clear them (an expired read deadline would cancel the request's
+	// context), and bound each write instead.
 	_ = rc.SetWriteDeadline(time.Time{})
+	_ = rc.SetReadDeadline(time.Time{})
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/worker"
@@ -50,8 +51,8 @@ func (a *App) newEventParts(ctx context.Context) (*eventParts, error) {
 	}
 	hub := &events.Hub{}
 	host, _ := os.Hostname()
-	relay := &events.Relay{DB: a.DB, Bus: bus, Hub: hub, Holder: host + "/" + randomHex(6),
-		LeaseTTL: cfg.LeaseTTL, Interval: cfg.RelayInterval, Logger: a.Logger.With("component", "events.relay")}
+	relay := &events.Relay{DB: a.DB, Bus: bus, Hub: hub, Holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), randomHex(4)),
+		LeaseTTL: cfg.LeaseTTL, Republish: min(cfg.DuplicateWindow/2, time.Minute), Interval: cfg.RelayInterval, Logger: a.Logger.With("component", "events.relay")}
 	cleaner := &events.Cleaner{DB: a.DB, Relay: relay, Retention: cfg.Retention, Logger: a.Logger.With("component", "events.retention")}
 	p := &eventParts{conn: conn, bus: bus, hub: hub, relay: relay, cleaner: cleaner,
 		reader:  &events.Reader{DB: a.DB, Hub: hub, KeepAlive: cfg.KeepAlive, Poll: cfg.RelayInterval, WriteTimeout: cfg.WriteTimeout},

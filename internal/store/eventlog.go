@@ -84,6 +84,17 @@ func (db *DB) SequenceEvents(ctx context.Context, lease, holder string, now time
 	return int(n), head, err
 }
 
+// HasUnsequencedEvents reports whether committed rows wait for a position:
+// a cheap read that spares an idle relay pass its write transaction.
+func (q *Queries) HasUnsequencedEvents(ctx context.Context) (bool, error) {
+	var one int
+	err := q.queryRow(ctx, `SELECT 1 FROM outbox_events WHERE position IS NULL LIMIT 1`).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, mapErr(err)
+}
+
 // UnpublishedEvents returns sequenced rows the bus has not acknowledged,
 // in position order.
 func (q *Queries) UnpublishedEvents(ctx context.Context, limit int) ([]Event, error) {
@@ -101,6 +112,19 @@ func (q *Queries) MarkPublished(ctx context.Context, upTo int64, at time.Time) e
 	_, err := q.exec(ctx, `UPDATE outbox_events SET published_at = ?
 		WHERE published_at IS NULL AND position IS NOT NULL AND position <= ?`, ts(at), upTo)
 	return err
+}
+
+// UnmarkPublished makes rows acknowledged at or after since unpublished
+// again, so the relay sends them once more. A new relay leader does this for
+// a short window: whatever the bus had not yet made durable when the old
+// leader (or an embedded NATS with it) died is restored, and what it did
+// keep is dropped by JetStream's duplicate window (same Nats-Msg-Id).
+func (q *Queries) UnmarkPublished(ctx context.Context, since time.Time) (int64, error) {
+	res, err := q.exec(ctx, `UPDATE outbox_events SET published_at = NULL WHERE published_at >= ?`, ts(since))
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // PruneEvents deletes rows the bus acknowledged before cutoff, keeping the

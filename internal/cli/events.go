@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/gpuaas/gpuaas/client"
+	"github.com/spf13/cobra"
+)
+
+func init() { commandFactories = append(commandFactories, newEventsCmd) }
+
+func newEventsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "events",
+		Short: "Platform events: list a project's (or org's, or the platform's) events, or watch them live",
+		Long: `Events are CloudEvents 1.0 envelopes (types and payloads: /api/asyncapi.yaml).
+The scope is --project (default, GPUAAS_PROJECT_ID), --org, or --platform (platform admins).`,
+	}
+	addClientFlags(cmd)
+	cmd.PersistentFlags().String("project", "", "project id (env GPUAAS_PROJECT_ID)")
+	cmd.PersistentFlags().String("org", "", "org id: every project of the org (needs events.read on the org)")
+	cmd.PersistentFlags().Bool("platform", false, "every event of the platform (platform admins)")
+	cmd.PersistentFlags().String("type", "", "only this type or type prefix, e.g. apps.artifact.")
+	cmd.PersistentFlags().String("subject", "", "only events about this resource, e.g. app-artifacts/<id>")
+	cmd.AddCommand(newEventsListCmd(), newEventsWatchCmd())
+	return cmd
+}
+
+// eventsScope returns the API client and the events path of the scope flags.
+func eventsScope(cmd *cobra.Command) (*client.Client, string, client.EventFilter, error) {
+	f := client.EventFilter{}
+	f.Type, _ = cmd.Flags().GetString("type")
+	f.Subject, _ = cmd.Flags().GetString("subject")
+	c, err := apiClient(cmd)
+	if err != nil {
+		return nil, "", f, err
+	}
+	if all, _ := cmd.Flags().GetBool("platform"); all {
+		return c, client.PlatformEventsPath, f, nil
+	}
+	if org, _ := cmd.Flags().GetString("org"); org != "" {
+		return c, client.OrgEventsPath(org), f, nil
+	}
+	project, err := projectOf(cmd)
+	if err != nil {
+		return nil, "", f, fmt.Errorf("%w (or --org / --platform)", err)
+	}
+	return c, client.ProjectEventsPath(project), f, nil
+}
+
+func newEventsListCmd() *cobra.Command {
+	var (
+		limit        int
+		cursor       string
+		since, until string
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List retained events, oldest first (one page; follow next_cursor for more)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, path, f, err := eventsScope(cmd)
+			if err != nil {
+				return err
+			}
+			f.Limit, f.Cursor = limit, cursor
+			for _, t := range []struct {
+				flag string
+				v    string
+				dst  *time.Time
+			}{{"since", since, &f.Since}, {"until", until, &f.Until}} {
+				if t.v == "" {
+					continue
+				}
+				if *t.dst, err = time.Parse(time.RFC3339, t.v); err != nil {
+					return fmt.Errorf("--%s: want an RFC 3339 time such as 2026-01-02T15:04:05Z", t.flag)
+				}
+			}
+			l, err := c.ListEvents(cmd.Context(), path, f)
+			if err != nil {
+				return err
+			}
+			return printJSON(cmd, l)
+		},
+	}
+	cmd.Flags().IntVar(&limit, "limit", 0, "page size (1-500)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "next_cursor of the previous page")
+	cmd.Flags().StringVar(&since, "since", "", "only events at or after this time (RFC 3339)")
+	cmd.Flags().StringVar(&until, "until", "", "only events before this time (RFC 3339)")
+	return cmd
+}
+
+func newEventsWatchCmd() *cobra.Command {
+	var after string
+	cmd := &cobra.Command{
+		Use:   "watch",
+		Short: "Print live events as JSON lines until interrupted (reconnects and resumes by itself)",
+		Long: `Prints one CloudEvents envelope per line. --after resumes after an event
+(its sequence or id): every later event is printed exactly once, in order.
+Without --after the stream starts at the oldest retained event.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, path, f, err := eventsScope(cmd)
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			return c.FollowEvents(cmd.Context(), path, f, after, func(e client.Event) error { return enc.Encode(e) })
+		},
+	}
+	cmd.Flags().StringVar(&after, "after", "", "resume after this event (sequence or event id)")
+	return cmd
+}
