@@ -50,13 +50,13 @@ func (e *instanceEnv) path(p string) string { return "/api/v1/projects/" + e.pid
 
 // newInstanceEnv builds the environment; images maps each version to the
 // image to publish (nil: a random image, for simulated nodes).
-func newInstanceEnv(t *testing.T, d store.Dialect, slug string, images map[string]v1.Image, manifestFor func(version, imageRef string) map[string]any, nodeGPUs int, opts ...servertest.Option) *instanceEnv {
+func newInstanceEnv(t testing.TB, d store.Dialect, slug string, images map[string]v1.Image, manifestFor func(version, imageRef string) map[string]any, nodeGPUs int, opts ...servertest.Option) *instanceEnv {
 	t.Helper()
 	return setupInstanceEnv(t, servertest.Start(t, d, opts...), slug, images, manifestFor, nodeGPUs)
 }
 
 // setupInstanceEnv prepares an instanceEnv on a running server.
-func setupInstanceEnv(t *testing.T, s *servertest.Server, slug string, images map[string]v1.Image, manifestFor func(version, imageRef string) map[string]any, nodeGPUs int) *instanceEnv {
+func setupInstanceEnv(t testing.TB, s *servertest.Server, slug string, images map[string]v1.Image, manifestFor func(version, imageRef string) map[string]any, nodeGPUs int) *instanceEnv {
 	t.Helper()
 	ctx := context.Background()
 	e := &instanceEnv{s: s, admin: s.Admin(), pid: s.Creds.ProjectID, digests: map[string]string{}}
@@ -83,7 +83,8 @@ func setupInstanceEnv(t *testing.T, s *servertest.Server, slug string, images ma
 			}
 		}
 		pi := e.bot.Do("POST", e.path("/app-artifacts/publish-intents"), map[string]any{"app_slug": slug, "app_version": v, "artifact_name": "runtime", "channel": "dev"}).Want(t, 201)
-		creds := unwrap(t, e.bot, wrapToken(pi))
+		r := e.bot.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": wrapToken(pi)}).Want(t, 200)
+		creds := regCreds{r.String("username"), r.String("password"), r.String("registry"), r.String("repository")}
 		ref, _ := name.ParseReference(creds.registry + "/" + creds.repo + ":" + v)
 		if err := remote.Write(ref, img, creds.opts(ctx)...); err != nil {
 			t.Fatalf("push: %v", err)
@@ -143,7 +144,7 @@ type simNode struct {
 	seen   []nodeapi.Task
 }
 
-func joinSimNode(t *testing.T, s *servertest.Server, admin *servertest.Client, nodeName string, gpus int) *simNode {
+func joinSimNode(t testing.TB, s *servertest.Server, admin *servertest.Client, nodeName string, gpus int) *simNode {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -174,7 +175,7 @@ func joinSimNode(t *testing.T, s *servertest.Server, admin *servertest.Client, n
 // serve executes every queued task with decide until the test ends. It
 // talks plain HTTP (not the test client), so a server that is away — killed
 // and restarting — is retried, not a test failure.
-func (n *simNode) serve(t *testing.T, decide func(nodeapi.Task) nodeapi.TaskResult) {
+func (n *simNode) serve(t testing.TB, decide func(nodeapi.Task) nodeapi.TaskResult) {
 	n.mu.Lock()
 	n.decide = decide
 	n.mu.Unlock()
