@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -139,9 +140,21 @@ type simNode struct {
 	priv   ed25519.PrivateKey
 	c      *servertest.Client
 
-	mu     sync.Mutex
-	decide func(nodeapi.Task) nodeapi.TaskResult
-	seen   []nodeapi.Task
+	mu        sync.Mutex
+	decide    func(nodeapi.Task) nodeapi.TaskResult
+	seen      []nodeapi.Task
+	paused    bool               // a dead agent: no beats, no polls
+	workloads []nodeapi.Workload // what its beats report running
+}
+
+// pause stops the node's beats and polls (its agent is "killed"); resume
+// brings it back reporting workloads.
+func (n *simNode) pause() { n.mu.Lock(); n.paused = true; n.mu.Unlock() }
+
+func (n *simNode) resume(workloads []nodeapi.Workload) {
+	n.mu.Lock()
+	n.paused, n.workloads = false, workloads
+	n.mu.Unlock()
 }
 
 func joinSimNode(t testing.TB, s *servertest.Server, admin *servertest.Client, nodeName string, gpus int) *simNode {
@@ -211,7 +224,17 @@ func (n *simNode) serve(t testing.TB, decide func(nodeapi.Task) nodeapi.TaskResu
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			_ = call("POST", "/api/v1/nodes/"+n.id+"/heartbeat", nodeapi.Heartbeat{Workloads: []nodeapi.Workload{}}, nil)
+			n.mu.Lock()
+			paused, workloads := n.paused, append([]nodeapi.Workload{}, n.workloads...)
+			n.mu.Unlock()
+			if paused {
+				select {
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
+				continue
+			}
+			_ = call("POST", "/api/v1/nodes/"+n.id+"/heartbeat", nodeapi.Heartbeat{Workloads: workloads}, nil)
 			var list nodeapi.TaskList
 			if err := call("GET", "/api/v1/nodes/"+n.id+"/tasks?wait_seconds=1", nil, &list); err != nil {
 				select { // the server is away (restarting): retry shortly
@@ -486,4 +509,85 @@ func TestInstanceCreateRefusals(t *testing.T) {
 	}
 	// A service account of another project sees none of this project's instances.
 	e.bot.Do("GET", "/api/v1/projects/"+other+"/app-instances", nil).Want(t, 404)
+}
+
+// waitStatus polls an instance until it is in status.
+func waitStatus(t *testing.T, e *instanceEnv, id, status string) *servertest.Response {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		r := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200)
+		if r.String("status") == status {
+			return r
+		}
+		time.Sleep(50 * time.Millisecond) // polling an async API, as a client would
+	}
+	t.Fatalf("instance %s never became %s", id, status)
+	return nil
+}
+
+// A node whose agent dies: its running instance fails with node_lost
+// within the liveness window (TTL + grace). When the agent comes back and
+// reports the workload still running, the instance is running again at
+// once; when it reports nothing, the instance is redeployed.
+func TestInstanceNodeLoss(t *testing.T) {
+	e := newInstanceEnv(t, store.SQLite, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 1, func(c *config.Config) {
+		c.NodeHeartbeatTTL, c.NodeHeartbeatGrace = 2*time.Second, time.Second
+	})
+	e.node.serve(t, okResult)
+	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "lossy"}).Want(t, 202)
+	id := cr.String("id")
+	waitOp(t, e.bot, e.pid, cr.String("operation_id"))
+	var workload string
+	for _, task := range e.node.tasks() {
+		if task.Kind == nodeapi.KindContainerRun {
+			var run nodeapi.ContainerRun
+			_ = json.Unmarshal(task.Payload, &run)
+			workload = run.Name
+		}
+	}
+
+	// The agent dies; the workload (a container) survives it.
+	lostAt := time.Now()
+	e.node.pause()
+	got := waitStatus(t, e, id, "failed")
+	if got.String("reason_code") != "node_lost" || time.Since(lostAt) > 10*time.Second {
+		t.Fatalf("node loss: %s after %s", got.Body, time.Since(lostAt))
+	}
+	e.node.resume([]nodeapi.Workload{{InstanceID: id, ContainerID: "c1", Name: "/" + workload, State: "running"}})
+	got = waitStatus(t, e, id, "running")
+	if got.String("reason_code") != "" {
+		t.Fatalf("reconciled: %s", got.Body)
+	}
+
+	// Again, and this time nothing survived: a redeploy.
+	runsBefore := 0
+	for _, task := range e.node.tasks() {
+		if task.Kind == nodeapi.KindContainerRun {
+			runsBefore++
+		}
+	}
+	e.node.pause()
+	waitStatus(t, e, id, "failed")
+	e.node.resume(nil)
+	waitStatus(t, e, id, "running")
+	runs := 0
+	for _, task := range e.node.tasks() {
+		if task.Kind == nodeapi.KindContainerRun {
+			runs++
+		}
+	}
+	if runs != runsBefore+1 {
+		t.Fatalf("redeploys: %d run tasks, want %d", runs, runsBefore+1)
+	}
+	var types []string
+	for _, it := range e.bot.Do("GET", e.path("/app-instances/"+id+"/events?limit=100"), nil).Want(t, 200).Items() {
+		types = append(types, it["event_type"].(string))
+	}
+	want := []string{"apps.instance.requested", "apps.instance.deploying", "apps.instance.running",
+		"apps.instance.failed", "apps.instance.running",
+		"apps.instance.failed", "apps.instance.deploying", "apps.instance.running"}
+	if !slices.Equal(types, want) {
+		t.Fatalf("timeline:\n got %v\nwant %v", types, want)
+	}
 }
