@@ -104,6 +104,9 @@ func setupInstanceEnv(t testing.TB, s *servertest.Server, slug string, images ma
 		e.digests[v] = dg.String()
 	}
 	e.admin.Do("PUT", e.path("/apps/entitlements/"+slug), map[string]any{"enabled": true}).Want(t, 200)
+	if nodeGPUs < 0 { // the caller brings its own node (a real agent)
+		return e
+	}
 	e.node = joinSimNode(t, s, e.admin, "node-a", nodeGPUs)
 	e.alloc = e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": nodeGPUs, "sku": fmt.Sprintf("test.%dx", max(nodeGPUs, 1)), "node_id": e.node.id}).Want(t, 201).String("id")
 	return e
