@@ -156,4 +156,3 @@ func (t *tokens) Drop() {
 	t.token = ""
 	t.mu.Unlock()
 }
-

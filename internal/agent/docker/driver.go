@@ -240,3 +240,5 @@ func (d *Driver) Workloads(ctx context.Context) ([]nodeapi.Workload, error) {
 	return out, nil
 }
 
+// SetNodeID names the node whose label this driver writes and reconciles.
+func (d *Driver) SetNodeID(id string) { d.cfg.NodeID = id }
