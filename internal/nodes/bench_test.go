@@ -63,22 +63,36 @@ func benchPlacement(b *testing.B, d store.Dialect, par int) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "placements/s")
 }
 
-// BenchmarkRawCommit is the baseline: one tiny audited transaction per op.
+// BenchmarkRawCommit is the baseline: one tiny audited transaction per op,
+// at the same concurrencies as BenchmarkPlacement.
 func BenchmarkRawCommit(b *testing.B) {
 	for _, d := range storetest.Dialects {
-		b.Run(string(d), func(b *testing.B) {
-			db := storetest.Open(b, d)
-			ctx := principal.With(context.Background(), principal.SystemActor)
-			b.ResetTimer()
-			for i := range b.N {
-				if err := db.Mutate(ctx, func(tx *store.Tx) error {
-					return tx.Audit(store.AuditEvent{Action: "bench", ResourceType: "bench", ResourceID: fmt.Sprint(i)}, nil, nil)
-				}); err != nil {
-					b.Fatal(err)
+		for _, par := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%s/concurrency=%d", d, par), func(b *testing.B) {
+				db := storetest.Open(b, d)
+				ctx := principal.With(context.Background(), principal.SystemActor)
+				var left atomic.Int64
+				left.Store(int64(b.N))
+				var wg sync.WaitGroup
+				b.ResetTimer()
+				for range par {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for i := left.Add(-1); i >= 0; i = left.Add(-1) {
+							if err := db.Mutate(ctx, func(tx *store.Tx) error {
+								return tx.Audit(store.AuditEvent{Action: "bench", ResourceType: "bench", ResourceID: fmt.Sprint(i)}, nil, nil)
+							}); err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					}()
 				}
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
-		})
+				wg.Wait()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "commits/s")
+			})
+		}
 	}
 }
 
