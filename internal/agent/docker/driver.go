@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
@@ -84,9 +85,12 @@ func fail(reason, format string, args ...any) *Failure {
 	return &Failure{Reason: reason, Message: fmt.Sprintf(format, args...)}
 }
 
-// AsFailure extracts a Failure from err; other errors are engine or
-// internal failures.
+// AsFailure extracts a Failure from err (nil for nil); other errors are
+// engine or internal failures.
 func AsFailure(err error) *Failure {
+	if err == nil {
+		return nil
+	}
 	var f *Failure
 	if errors.As(err, &f) {
 		return f
@@ -94,10 +98,13 @@ func AsFailure(err error) *Failure {
 	return &Failure{Reason: nodeapi.ReasonInternal, Message: err.Error()}
 }
 
+var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
 // Pull pulls p.Repository@p.Digest with the credentials its wrapping token
 // unwraps to, and checks the engine holds exactly that digest.
 func (d *Driver) Pull(ctx context.Context, p nodeapi.ImagePull) (string, error) {
-	if p.Repository == "" || !strings.HasPrefix(p.Digest, "sha256:") || len(p.Digest) != 71 || strings.Contains(p.Repository, "@") {
+	last := p.Repository[strings.LastIndex(p.Repository, "/")+1:]
+	if p.Repository == "" || !digestRE.MatchString(p.Digest) || strings.ContainsAny(last, ":@") || strings.Contains(p.Repository, "@") {
 		return "", fail(nodeapi.ReasonInvalidTask, "an image is pulled by repository and sha256 digest only")
 	}
 	ref := p.Repository + "@" + p.Digest

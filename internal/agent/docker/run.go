@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -250,12 +251,19 @@ func (d *Driver) WaitReady(ctx context.Context, id string, ports []nodeapi.PortM
 
 func probe(ctx context.Context, hc *http.Client, addr, path string) bool {
 	if path == "" {
+		// Docker's userland proxy accepts on the host port even when nothing
+		// listens in the container, then closes the connection: a probe that
+		// is closed at once is not ready; one held open (or answered) is.
 		c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return false
 		}
-		c.Close()
-		return true
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		var b [1]byte
+		_, err = c.Read(b[:])
+		var ne net.Error
+		return err == nil || (errors.As(err, &ne) && ne.Timeout())
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
