@@ -29,7 +29,7 @@ func startRealAgent(t *testing.T, s *servertest.Server, admin *servertest.Client
 		t.Skipf("!!! SKIPPED: this build has no `gpuaas agent` (the agent branch has not merged); the real-agent walk is NOT tested !!!\n%s", out)
 	}
 	jt := admin.Do("POST", "/api/v1/admin/nodes/join-tokens", map[string]any{"description": "docker walk"}).Want(t, 201).String("join_token")
-	cmd := exec.Command(bin, "agent", "--api-url", s.URL, "--join-token", jt, "--data-dir", dataDir, "--name", "walk-node")
+	cmd := exec.Command(bin, "agent", "--server", s.URL, "--join-token", jt, "--data-dir", dataDir, "--name", "walk-node")
 	log, err := os.Create(filepath.Join(dataDir, "..", "agent.log"))
 	if err != nil {
 		t.Fatal(err)
