@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -8,6 +9,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -47,10 +51,15 @@ func (e *instanceEnv) path(p string) string { return "/api/v1/projects/" + e.pid
 
 // newInstanceEnv builds the environment; images maps each version to the
 // image to publish (nil: a random image, for simulated nodes).
-func newInstanceEnv(t *testing.T, d store.Dialect, slug string, images map[string]v1.Image, manifestFor func(version, imageRef string) map[string]any, nodeGPUs int, opts ...servertest.Option) *instanceEnv {
+func newInstanceEnv(t testing.TB, d store.Dialect, slug string, images map[string]v1.Image, manifestFor func(version, imageRef string) map[string]any, nodeGPUs int, opts ...servertest.Option) *instanceEnv {
+	t.Helper()
+	return setupInstanceEnv(t, servertest.Start(t, d, opts...), slug, images, manifestFor, nodeGPUs)
+}
+
+// setupInstanceEnv prepares an instanceEnv on a running server.
+func setupInstanceEnv(t testing.TB, s *servertest.Server, slug string, images map[string]v1.Image, manifestFor func(version, imageRef string) map[string]any, nodeGPUs int) *instanceEnv {
 	t.Helper()
 	ctx := context.Background()
-	s := servertest.Start(t, d, opts...)
 	e := &instanceEnv{s: s, admin: s.Admin(), pid: s.Creds.ProjectID, digests: map[string]string{}}
 	sa := e.admin.Do("POST", e.path("/service-accounts"), map[string]any{"name": "operator", "slug": "operator", "roles": []string{"app_operator"}}).Want(t, 201)
 	e.botKey = client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
@@ -75,7 +84,8 @@ func newInstanceEnv(t *testing.T, d store.Dialect, slug string, images map[strin
 			}
 		}
 		pi := e.bot.Do("POST", e.path("/app-artifacts/publish-intents"), map[string]any{"app_slug": slug, "app_version": v, "artifact_name": "runtime", "channel": "dev"}).Want(t, 201)
-		creds := unwrap(t, e.bot, wrapToken(pi))
+		r := e.bot.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": wrapToken(pi)}).Want(t, 200)
+		creds := regCreds{r.String("username"), r.String("password"), r.String("registry"), r.String("repository")}
 		ref, _ := name.ParseReference(creds.registry + "/" + creds.repo + ":" + v)
 		if err := remote.Write(ref, img, creds.opts(ctx)...); err != nil {
 			t.Fatalf("push: %v", err)
@@ -94,6 +104,9 @@ func newInstanceEnv(t *testing.T, d store.Dialect, slug string, images map[strin
 		e.digests[v] = dg.String()
 	}
 	e.admin.Do("PUT", e.path("/apps/entitlements/"+slug), map[string]any{"enabled": true}).Want(t, 200)
+	if nodeGPUs < 0 { // the caller brings its own node (a real agent)
+		return e
+	}
 	e.node = joinSimNode(t, s, e.admin, "node-a", nodeGPUs)
 	e.alloc = e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": nodeGPUs, "sku": fmt.Sprintf("test.%dx", max(nodeGPUs, 1)), "node_id": e.node.id}).Want(t, 201).String("id")
 	return e
@@ -130,12 +143,24 @@ type simNode struct {
 	priv   ed25519.PrivateKey
 	c      *servertest.Client
 
-	mu     sync.Mutex
-	decide func(nodeapi.Task) nodeapi.TaskResult
-	seen   []nodeapi.Task
+	mu        sync.Mutex
+	decide    func(nodeapi.Task) nodeapi.TaskResult
+	seen      []nodeapi.Task
+	paused    bool               // a dead agent: no beats, no polls
+	workloads []nodeapi.Workload // what its beats report running
 }
 
-func joinSimNode(t *testing.T, s *servertest.Server, admin *servertest.Client, nodeName string, gpus int) *simNode {
+// pause stops the node's beats and polls (its agent is "killed"); resume
+// brings it back reporting workloads.
+func (n *simNode) pause() { n.mu.Lock(); n.paused = true; n.mu.Unlock() }
+
+func (n *simNode) resume(workloads []nodeapi.Workload) {
+	n.mu.Lock()
+	n.paused, n.workloads = false, workloads
+	n.mu.Unlock()
+}
+
+func joinSimNode(t testing.TB, s *servertest.Server, admin *servertest.Client, nodeName string, gpus int) *simNode {
 	t.Helper()
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
@@ -163,29 +188,74 @@ func joinSimNode(t *testing.T, s *servertest.Server, admin *servertest.Client, n
 	return n
 }
 
-// serve executes every queued task with decide until the test ends.
-func (n *simNode) serve(t *testing.T, decide func(nodeapi.Task) nodeapi.TaskResult) {
+// serve executes every queued task with decide until the test ends. It
+// talks plain HTTP (not the test client), so a server that is away — killed
+// and restarting — is retried, not a test failure.
+func (n *simNode) serve(t testing.TB, decide func(nodeapi.Task) nodeapi.TaskResult) {
 	n.mu.Lock()
 	n.decide = decide
 	n.mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
+	hc := &http.Client{Timeout: 10 * time.Second}
+	call := func(method, path string, in, out any) error {
+		var body io.Reader
+		if in != nil {
+			b, _ := json.Marshal(in)
+			body = bytes.NewReader(b)
+		}
+		req, err := http.NewRequestWithContext(ctx, method, n.s.URL+path, body)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Authorization", "Bearer "+n.c.Token)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := hc.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			return fmt.Errorf("%s %s: %d", method, path, resp.StatusCode)
+		}
+		if out != nil {
+			return json.NewDecoder(resp.Body).Decode(out)
+		}
+		return nil
+	}
 	go func() {
 		defer close(done)
 		for ctx.Err() == nil {
-			r := n.c.Do("GET", "/api/v1/nodes/"+n.id+"/tasks?wait_seconds=1", nil)
-			if r.Status != 200 {
+			n.mu.Lock()
+			paused, workloads := n.paused, append([]nodeapi.Workload{}, n.workloads...)
+			n.mu.Unlock()
+			if paused {
+				select {
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+				}
 				continue
 			}
+			_ = call("POST", "/api/v1/nodes/"+n.id+"/heartbeat", nodeapi.Heartbeat{Workloads: workloads}, nil)
 			var list nodeapi.TaskList
-			_ = json.Unmarshal(r.Body, &list)
+			if err := call("GET", "/api/v1/nodes/"+n.id+"/tasks?wait_seconds=1", nil, &list); err != nil {
+				select { // the server is away (restarting): retry shortly
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+				continue
+			}
 			for _, task := range list.Tasks {
 				n.mu.Lock()
 				n.seen = append(n.seen, task)
-				res := n.decide(task)
+				decide := n.decide
 				n.mu.Unlock()
-				n.c.Do("POST", "/api/v1/nodes/"+n.id+"/tasks/"+task.ID+"/result", res)
+				res := decide(task)
+				if res.State == "" { // the test withholds this result (the node "lost" it)
+					continue
+				}
+				_ = call("POST", "/api/v1/nodes/"+n.id+"/tasks/"+task.ID+"/result", res, nil)
 			}
 		}
 	}()
@@ -442,4 +512,85 @@ func TestInstanceCreateRefusals(t *testing.T) {
 	}
 	// A service account of another project sees none of this project's instances.
 	e.bot.Do("GET", "/api/v1/projects/"+other+"/app-instances", nil).Want(t, 404)
+}
+
+// waitStatus polls an instance until it is in status.
+func waitStatus(t *testing.T, e *instanceEnv, id, status string) *servertest.Response {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		r := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200)
+		if r.String("status") == status {
+			return r
+		}
+		time.Sleep(50 * time.Millisecond) // polling an async API, as a client would
+	}
+	t.Fatalf("instance %s never became %s", id, status)
+	return nil
+}
+
+// A node whose agent dies: its running instance fails with node_lost
+// within the liveness window (TTL + grace). When the agent comes back and
+// reports the workload still running, the instance is running again at
+// once; when it reports nothing, the instance is redeployed.
+func TestInstanceNodeLoss(t *testing.T) {
+	e := newInstanceEnv(t, store.SQLite, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 1, func(c *config.Config) {
+		c.NodeHeartbeatTTL, c.NodeHeartbeatGrace = 2*time.Second, time.Second
+	})
+	e.node.serve(t, okResult)
+	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "lossy"}).Want(t, 202)
+	id := cr.String("id")
+	waitOp(t, e.bot, e.pid, cr.String("operation_id"))
+	var workload string
+	for _, task := range e.node.tasks() {
+		if task.Kind == nodeapi.KindContainerRun {
+			var run nodeapi.ContainerRun
+			_ = json.Unmarshal(task.Payload, &run)
+			workload = run.Name
+		}
+	}
+
+	// The agent dies; the workload (a container) survives it.
+	lostAt := time.Now()
+	e.node.pause()
+	got := waitStatus(t, e, id, "failed")
+	if got.String("reason_code") != "node_lost" || time.Since(lostAt) > 10*time.Second {
+		t.Fatalf("node loss: %s after %s", got.Body, time.Since(lostAt))
+	}
+	e.node.resume([]nodeapi.Workload{{InstanceID: id, ContainerID: "c1", Name: "/" + workload, State: "running"}})
+	got = waitStatus(t, e, id, "running")
+	if got.String("reason_code") != "" {
+		t.Fatalf("reconciled: %s", got.Body)
+	}
+
+	// Again, and this time nothing survived: a redeploy.
+	runsBefore := 0
+	for _, task := range e.node.tasks() {
+		if task.Kind == nodeapi.KindContainerRun {
+			runsBefore++
+		}
+	}
+	e.node.pause()
+	waitStatus(t, e, id, "failed")
+	e.node.resume(nil)
+	waitStatus(t, e, id, "running")
+	runs := 0
+	for _, task := range e.node.tasks() {
+		if task.Kind == nodeapi.KindContainerRun {
+			runs++
+		}
+	}
+	if runs != runsBefore+1 {
+		t.Fatalf("redeploys: %d run tasks, want %d", runs, runsBefore+1)
+	}
+	var types []string
+	for _, it := range e.bot.Do("GET", e.path("/app-instances/"+id+"/events?limit=100"), nil).Want(t, 200).Items() {
+		types = append(types, it["event_type"].(string))
+	}
+	want := []string{"apps.instance.requested", "apps.instance.deploying", "apps.instance.running",
+		"apps.instance.failed", "apps.instance.running",
+		"apps.instance.failed", "apps.instance.deploying", "apps.instance.running"}
+	if !slices.Equal(types, want) {
+		t.Fatalf("timeline:\n got %v\nwant %v", types, want)
+	}
 }
