@@ -31,6 +31,7 @@ func TestEventsCommands(t *testing.T) {
 	for _, slug := range []string{"one", "two"} {
 		admin.Do("POST", "/api/v1/projects/"+s.Creds.ProjectID+"/service-accounts", map[string]any{"name": slug, "slug": slug}).Want(t, 201)
 	}
+	s.SettleEvents()
 	var out bytes.Buffer
 	if err := run(context.Background(), &out, "events", "list", "--project", s.Creds.ProjectID, "--type", "iam."); err != nil {
 		t.Fatal(err)

@@ -34,12 +34,19 @@ type NATSConfig struct {
 type Connection struct {
 	NC     *nats.Conn
 	Server *server.Server // nil for an external cluster
+	closed chan struct{}  // closed by the client's last callback
 }
 
 // Close closes the connection and shuts the embedded server down.
 func (c *Connection) Close() {
 	if c.NC != nil {
 		c.NC.Close()
+		// The client runs its callbacks (which log) on its own goroutine;
+		// wait for the last one so nothing logs after Close returns.
+		select {
+		case <-c.closed:
+		case <-time.After(5 * time.Second):
+		}
 	}
 	if c.Server != nil {
 		c.Server.Shutdown()
@@ -53,13 +60,17 @@ func Connect(ctx context.Context, cfg NATSConfig, logger *slog.Logger) (*Connect
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	closed := make(chan struct{})
 	opts := []nats.Option{
 		nats.Name("gpuaas"),
+		nats.ClosedHandler(func(*nats.Conn) { close(closed) }),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			logger.Warn("nats disconnected", "error", err)
+			if err != nil { // nil: our own Close
+				logger.Warn("nats disconnected", "error", err)
+			}
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) { logger.Info("nats reconnected", "server", nc.ConnectedUrlRedacted()) }),
 	}
@@ -78,7 +89,7 @@ func Connect(ctx context.Context, cfg NATSConfig, logger *slog.Logger) (*Connect
 		if err != nil {
 			return nil, fmt.Errorf("connect to nats %s: %w", cfg.URL, err)
 		}
-		return &Connection{NC: nc}, nil
+		return &Connection{NC: nc, closed: closed}, nil
 	}
 	ns, err := embedded(cfg)
 	if err != nil {
@@ -93,7 +104,7 @@ func Connect(ctx context.Context, cfg NATSConfig, logger *slog.Logger) (*Connect
 		ns.Shutdown()
 		return nil, fmt.Errorf("connect to embedded nats: %w", err)
 	}
-	return &Connection{NC: nc, Server: ns}, nil
+	return &Connection{NC: nc, Server: ns, closed: closed}, nil
 }
 
 func embedded(cfg NATSConfig) (*server.Server, error) {

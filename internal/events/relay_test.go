@@ -168,3 +168,33 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// The retention worker of the leader deletes published events past the
+// retention, keeping the newest (the position counter) and anything the bus
+// has not acknowledged.
+func TestCleanerPrunesPublished(t *testing.T) {
+	db := storetest.Open(t, store.SQLite)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bus := &flakyBus{}
+	r := &events.Relay{DB: db, Bus: bus, Hub: &events.Hub{}, Holder: "r1", Interval: time.Hour, LeaseTTL: 10 * time.Second}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer r.Stop()
+	emitN(t, db, 4)
+	r.Kick()
+	waitFor(t, func() bool { return len(bus.received()) == 4 })
+	c := &events.Cleaner{DB: db, Relay: r, Retention: time.Nanosecond, Interval: time.Hour}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Stop()
+	if err := c.WaitRuns(ctx, 1); err != nil { // the first run is immediate
+		t.Fatal(err)
+	}
+	oldest, newest, err := db.Queries().EventBounds(ctx)
+	if err != nil || oldest != 4 || newest != 4 {
+		t.Fatalf("after pruning: oldest %d newest %d (%v), want only the newest left", oldest, newest, err)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/events"
+	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
@@ -38,6 +39,9 @@ func (a *App) newEventParts(ctx context.Context) (*eventParts, error) {
 			return nil, err
 		}
 		nc.User, nc.Password = "gpuaas", pw
+	}
+	if nc.URL == "" && a.DB.Dialect() == store.Postgres {
+		a.Logger.WarnContext(ctx, "NATS is embedded in this replica; with more than one replica set --nats-url to a shared NATS cluster")
 	}
 	conn, err := events.Connect(ctx, nc, a.Logger.With("component", "nats"))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpuaas/gpuaas/api"
 	"github.com/gpuaas/gpuaas/internal/events"
@@ -103,5 +104,18 @@ func (s *Server) checkEvents() {
 		if err := c.Check(events.FromStore(e)); err != nil {
 			s.T.Errorf("event contract: %v", err)
 		}
+	}
+}
+
+// SettleEvents waits until the relay has sequenced every event committed
+// before the call (lists show sequenced events only): two more relay passes
+// guarantee one started after now.
+func (s *Server) SettleEvents() {
+	s.T.Helper()
+	r := s.App.Relay()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := r.WaitRuns(ctx, r.Runs()+2); err != nil {
+		s.T.Fatalf("relay did not run: %v", err)
 	}
 }
