@@ -304,6 +304,9 @@ func (s *Service) Unwrap(ctx context.Context, g *iam.Grants, in UnwrapInput) (Se
 		if sec, err = s.Vault.Unwrap(ctx, tx, in.WrappingToken); err != nil {
 			return err
 		}
+		if err := checkNodeBinding(ctx, tx.Queries, sec); err != nil {
+			return err // rolls the unwrap back: the token stays for its node
+		}
 		// The audit names the credential, never the secret.
 		return tx.Audit(store.AuditEvent{Action: "artifact.credentials.unwrap", ResourceType: "registry_credential", ResourceID: sec.Username},
 			nil, map[string]any{"repository": sec.Repository, "actions": sec.Actions, "expires_at": sec.ExpiresAt})

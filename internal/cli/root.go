@@ -47,7 +47,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	}
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newVersionCmd(), newDevCmd(), newServerCmd(), newMigrateCmd())
+	root.AddCommand(newVersionCmd(), newDevCmd(), newServerCmd(), newMigrateCmd(), newAgentCmd())
 	root.AddCommand(apiCommands()...)
 	return root
 }

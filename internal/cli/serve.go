@@ -3,12 +3,18 @@ package cli
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/server"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/spf13/cobra"
 )
+
+// devAgentStarter starts the in-process node agent of `gpuaas dev`. It is
+// the seam the node agent (internal/agent) plugs into; nil means this build
+// runs dev mode without a node.
+var devAgentStarter server.DevAgentStarter
 
 func newDevCmd() *cobra.Command {
 	cfg := config.Defaults()
@@ -46,6 +52,19 @@ seeds a dev org, project and platform admin (once), and writes
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "\ngpuaas dev is running\n  API:          %s\n  registry:     %s (OCI, token auth; push with publish-intent credentials)\n  admin:        %s\n  credentials:  %s\n  data dir:     %s\n\n",
 				creds.APIURL, app.RegistryHost(), creds.AdminEmail, server.CredentialsPath(c.DataDir), c.DataDir)
+			// The node needs the API serving (its agent joins over HTTP), so
+			// it starts beside Serve and reports when it is there.
+			go func() {
+				n := app.StartDevNode(ctx, devAgentStarter, creds, 60*time.Second)
+				if n.Reason != "" && n.NodeID == "" {
+					fmt.Fprintf(out, "  node:         none (%s)\n", n.Reason)
+					return
+				}
+				fmt.Fprintf(out, "  node:         %s (%d GPUs), dev allocation %s for the dev project\n", n.NodeID, n.GPUs, n.AllocationID)
+				if n.Stop != nil {
+					context.AfterFunc(ctx, n.Stop)
+				}
+			}()
 			return app.Serve(ctx)
 		},
 	}

@@ -41,6 +41,21 @@ type Config struct {
 	CredentialRate  float64 // sign-in/token requests per second per client address (0: no limit)
 	CredentialBurst int
 
+	NodeHeartbeatTTL   time.Duration // a node missing beats this long (+ grace) is down
+	NodeHeartbeatGrace time.Duration
+	NodeTokenTTL       time.Duration // lifetime of node access tokens
+	NodeTaskLease      time.Duration // a delivered task without a result is delivered again after this
+
+	// InstanceDeployTimeout, when set, bounds how long a deploy waits for
+	// the workload to become ready (0: the version's readiness probe budget).
+	InstanceDeployTimeout time.Duration
+
+	// Billing (issue 13).
+	BillingCurrency      string        // the one currency of prices, budgets and the ledger
+	BillingMaxEventAge   time.Duration // how late an app usage event may arrive
+	BillingSlice         time.Duration // long intervals are recorded slice by slice
+	BillingMeterInterval time.Duration // how often intervals are metered and usage rated
+
 	Events Events // the event bus, relay and streams (docs/events.md)
 }
 
@@ -78,6 +93,14 @@ func Defaults() Config {
 		RegistryTokenTTL:       5 * time.Minute,
 		CredentialRate:         5,
 		CredentialBurst:        20,
+		BillingCurrency:        "USD",
+		BillingMaxEventAge:     72 * time.Hour,
+		BillingSlice:           time.Hour,
+		BillingMeterInterval:   time.Minute,
+		NodeHeartbeatTTL:       10 * time.Second,
+		NodeHeartbeatGrace:     5 * time.Second,
+		NodeTokenTTL:           15 * time.Minute,
+		NodeTaskLease:          2 * time.Minute,
 		Events: Events{
 			Stream: "GPUAAS_EVENTS", DuplicateWindow: 10 * time.Minute, StreamMaxAge: 7 * 24 * time.Hour,
 			Retention: 7 * 24 * time.Hour, RelayInterval: time.Second, LeaseTTL: 10 * time.Second,
@@ -108,6 +131,15 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.CredentialRate, "credential-rate", c.CredentialRate, "sign-in and token-exchange requests per second per client address (0 disables)")
 	fs.IntVar(&c.CredentialBurst, "credential-burst", c.CredentialBurst, "burst allowed above --credential-rate")
 	fs.DurationVar(&c.RegistryTokenTTL, "registry-token-ttl", c.RegistryTokenTTL, "lifetime of registry bearer tokens")
+	fs.StringVar(&c.BillingCurrency, "billing-currency", c.BillingCurrency, "ISO 4217 code of the currency of prices, budgets and the ledger")
+	fs.DurationVar(&c.BillingMaxEventAge, "billing-max-event-age", c.BillingMaxEventAge, "how late an app usage event may arrive and still be accepted")
+	fs.DurationVar(&c.BillingSlice, "billing-slice", c.BillingSlice, "length of the slices open allocation and session intervals are recorded in")
+	fs.DurationVar(&c.BillingMeterInterval, "billing-meter-interval", c.BillingMeterInterval, "how often intervals are metered and usage is rated")
+	fs.DurationVar(&c.NodeHeartbeatTTL, "node-heartbeat-ttl", c.NodeHeartbeatTTL, "a node whose last heartbeat is older than this plus the grace is marked down; agents beat every TTL/3")
+	fs.DurationVar(&c.NodeHeartbeatGrace, "node-heartbeat-grace", c.NodeHeartbeatGrace, "extra time past the heartbeat TTL before a node is marked down")
+	fs.DurationVar(&c.NodeTokenTTL, "node-token-ttl", c.NodeTokenTTL, "lifetime of node access tokens")
+	fs.DurationVar(&c.NodeTaskLease, "node-task-lease", c.NodeTaskLease, "how long a delivered task waits for its result before it is delivered again")
+	fs.DurationVar(&c.InstanceDeployTimeout, "instance-deploy-timeout", c.InstanceDeployTimeout, "how long a deploy waits for an app instance to become ready (0: the version's readiness probe budget)")
 	e := &c.Events
 	fs.StringVar(&e.NATSURL, "nats-url", e.NATSURL, "external NATS JetStream servers (nats://host:4222,…); empty embeds NATS under the data dir")
 	fs.StringVar(&e.NATSCredsFile, "nats-creds", e.NATSCredsFile, "external NATS: credentials (.creds) file")
@@ -163,6 +195,21 @@ func (c *Config) Validate() error {
 	if c.ServiceAccountTokenTTL < time.Minute || c.ServiceAccountTokenTTL > time.Hour {
 		errs = append(errs, errors.New("--service-account-token-ttl must be between 1m and 1h"))
 	}
+	if c.NodeHeartbeatTTL < time.Second || c.NodeHeartbeatTTL > 10*time.Minute {
+		errs = append(errs, errors.New("--node-heartbeat-ttl must be between 1s and 10m"))
+	}
+	if c.NodeHeartbeatGrace < 0 || c.NodeHeartbeatGrace > 10*time.Minute {
+		errs = append(errs, errors.New("--node-heartbeat-grace must be between 0 and 10m"))
+	}
+	if c.NodeTokenTTL < time.Minute || c.NodeTokenTTL > time.Hour {
+		errs = append(errs, errors.New("--node-token-ttl must be between 1m and 1h"))
+	}
+	if c.NodeTaskLease < time.Second || c.NodeTaskLease > time.Hour {
+		errs = append(errs, errors.New("--node-task-lease must be between 1s and 1h"))
+	}
+	if c.InstanceDeployTimeout < 0 || c.InstanceDeployTimeout > 2*time.Hour {
+		errs = append(errs, errors.New("--instance-deploy-timeout must be between 0 and 2h"))
+	}
 	if c.IdempotencyTTL < time.Minute {
 		errs = append(errs, errors.New("--idempotency-ttl must be at least 1m"))
 	}
@@ -176,6 +223,18 @@ func (c *Config) Validate() error {
 	}
 	if c.LogFormat != "json" && c.LogFormat != "text" {
 		errs = append(errs, fmt.Errorf("--log-format %q: want json or text", c.LogFormat))
+	}
+	if len(c.BillingCurrency) != 3 || strings.ToUpper(c.BillingCurrency) != c.BillingCurrency {
+		errs = append(errs, fmt.Errorf("--billing-currency %q: want a three-letter ISO 4217 code such as USD", c.BillingCurrency))
+	}
+	if c.BillingMaxEventAge < time.Minute {
+		errs = append(errs, errors.New("--billing-max-event-age must be at least 1m"))
+	}
+	if c.BillingSlice < time.Second || c.BillingSlice > 24*time.Hour {
+		errs = append(errs, errors.New("--billing-slice must be between 1s and 24h"))
+	}
+	if c.BillingMeterInterval < 100*time.Millisecond {
+		errs = append(errs, errors.New("--billing-meter-interval must be at least 100ms"))
 	}
 	errs = append(errs, c.Events.validate()...)
 	if c.PublicURL == "" {

@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -30,9 +33,14 @@ type API struct {
 	SA             *serviceaccounts.Service
 	Catalog        *catalog.Service
 	Artifacts      *artifacts.Service
-	Events         *events.Reader
-	OpenAPI        []byte // the contract document, served at /api/openapi.yaml
-	AsyncAPI       []byte // the event contract, served at /api/asyncapi.yaml
+	Billing        *billing.Service
+	Instances      *instances.Service
+	Nodes          *nodes.Service
+	// PublicURL is the server's public base URL (known once it listens).
+	PublicURL func() string
+	Events    *events.Reader
+	OpenAPI   []byte // the contract document, served at /api/openapi.yaml
+	AsyncAPI  []byte // the event contract, served at /api/asyncapi.yaml
 	// Mounts are extra handlers on the same listener (the OCI registry at /v2/).
 	Mounts map[string]http.Handler
 	// CredentialRate and CredentialBurst throttle the anonymous credential
@@ -92,6 +100,9 @@ func (a *API) routes() []route {
 	rs = append(rs, a.serviceAccountRoutes()...)
 	rs = append(rs, a.catalogRoutes()...)
 	rs = append(rs, a.artifactRoutes()...)
+	rs = append(rs, a.billingRoutes()...)
+	rs = append(rs, a.instanceRoutes()...)
+	rs = append(rs, a.nodeRoutes()...)
 	rs = append(rs, a.eventRoutes()...)
 	for i := range rs {
 		rs[i].pattern = rs[i].method + " " + rs[i].path

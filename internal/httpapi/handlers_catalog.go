@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -138,7 +139,13 @@ func (a *API) launchPreview(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, eff)
+	out := launchPreviewView{Effective: eff, TargetAllocations: []instances.Target{}}
+	if a.Instances != nil {
+		if out.TargetAllocations, err = a.Instances.Targets(r.Context(), r.PathValue("project_id"), r.PathValue("app_slug"), r.PathValue("version"), eff); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 	return nil
 }
 
@@ -284,4 +291,11 @@ type projectCatalogEntryView struct {
 	App         appView          `json:"app"`
 	Entitlement entitlementView  `json:"entitlement"`
 	Versions    []appVersionView `json:"versions"`
+}
+
+// launchPreviewView is the effective launch plus which of the project's
+// allocations the version can target with it.
+type launchPreviewView struct {
+	catalog.Effective
+	TargetAllocations []instances.Target `json:"target_allocations"`
 }

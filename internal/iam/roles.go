@@ -38,6 +38,19 @@ const (
 	PermRegistryInfoRead  = "apps.registry.read"
 	PermEventsRead        = "events.read"
 	PermPlatformAdminOnly = "platform.admin"
+	// Nodes and allocations: nodes.* and allocations.write are held only by
+	// platform admins; allocations.read is a project read.
+	PermNodesRead        = "nodes.read"
+	PermNodesWrite       = "nodes.write"
+	PermAllocationsRead  = "allocations.read"
+	PermAllocationsWrite = "allocations.write"
+	// Billing (issue 13). Reporting usage is further bound to identity: only
+	// an app instance's own service account reports for that instance.
+	PermBillingUsageReport   = "billing.usage.report"
+	PermBillingBudgetWrite   = "billing.budget.write"
+	PermBillingBreakdownRead = "billing.breakdown.read" // operators: cost by source and meter
+	PermBillingPricesWrite   = "billing.prices.write"
+	PermBillingLedgerCorrect = "billing.ledger.correct"
 )
 
 // Role names of the built-in roles.
@@ -53,11 +66,11 @@ const (
 
 var viewerPerms = []string{
 	PermProjectsRead, PermCatalogRead, PermEntitlementRead, PermInstanceRead,
-	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead, PermEventsRead,
+	PermArtifactRead, PermBillingUsageRead, PermRegistryInfoRead, PermAllocationsRead, PermEventsRead,
 }
 
 var operatorPerms = append([]string{
-	PermInstanceCreate, PermInstanceUpdate, PermInstanceDelete, PermArtifactWrite,
+	PermInstanceCreate, PermInstanceUpdate, PermInstanceDelete, PermArtifactWrite, PermBillingUsageReport,
 }, viewerPerms...)
 
 var memberPerms = append([]string{PermSARead}, operatorPerms...)
@@ -67,7 +80,7 @@ var projectAdminPerms = append([]string{
 	PermArtifactRevoke, PermSigningKeysWrite, PermAuditRead,
 }, memberPerms...)
 
-var orgAdminPerms = append([]string{PermOrgsRead, PermOrgMembersWrite, PermProjectsCreate}, projectAdminPerms...)
+var orgAdminPerms = append([]string{PermOrgsRead, PermOrgMembersWrite, PermProjectsCreate, PermBillingBudgetWrite}, projectAdminPerms...)
 
 // roles maps each built-in role to its permission keys.
 var roles = map[string][]string{

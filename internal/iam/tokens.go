@@ -36,12 +36,21 @@ type ServiceAccountChecker interface {
 	CheckServiceAccountToken(ctx context.Context, q *store.Queries, c AccessClaims) (principal.Principal, error)
 }
 
+// NodeChecker confirms a node token is still good: the node exists, is not
+// removed, and the token postdates its last credential cut-off. The nodes
+// domain implements it.
+type NodeChecker interface {
+	CheckNodeToken(ctx context.Context, q *store.Queries, c AccessClaims) (principal.Principal, error)
+}
+
 // Tokens issues and verifies access tokens.
 type Tokens struct {
 	Ring     *Keyring
 	UserTTL  time.Duration
 	SATTL    time.Duration
 	SA       ServiceAccountChecker
+	Node     NodeChecker
+	NodeTTL  time.Duration // node tokens; SATTL when zero
 	Now      func() time.Time
 	DB       *store.DB
 	parser   *jwt.Parser
@@ -71,8 +80,14 @@ type Issued struct {
 func (t *Tokens) Issue(p principal.Principal, keyID string) (Issued, error) {
 	now := t.Now()
 	ttl := t.UserTTL
-	if p.Type == principal.ServiceAccount {
+	switch p.Type {
+	case principal.ServiceAccount:
 		ttl = t.SATTL
+	case principal.Node:
+		ttl = t.SATTL
+		if t.NodeTTL > 0 {
+			ttl = t.NodeTTL
+		}
 	}
 	c := AccessClaims{
 		RegisteredClaims: jwt.RegisteredClaims{
@@ -130,6 +145,11 @@ func (t *Tokens) check(ctx context.Context, c AccessClaims) (principal.Principal
 			return principal.Principal{}, errBadToken
 		}
 		return t.SA.CheckServiceAccountToken(ctx, q, c)
+	case string(principal.Node):
+		if t.Node == nil {
+			return principal.Principal{}, errBadToken
+		}
+		return t.Node.CheckNodeToken(ctx, q, c)
 	}
 	return principal.Principal{}, errBadToken
 }

@@ -14,6 +14,8 @@
 package nodeapi
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 )
@@ -38,6 +40,23 @@ type Inventory struct {
 	// Address is how operators reach the node's host-local endpoints
 	// (for ssh -L tunnels); never used by the server to connect in.
 	Address string `json:"address,omitempty"`
+}
+
+// Canonical returns the stored form of an inventory and its digest
+// ("sha256:<hex>"). encoding/json writes struct fields in a fixed order, so
+// equal inventories have equal digests on both sides of the wire: an agent
+// sends its inventory in a heartbeat only when its digest differs from the
+// one the server last answered with.
+func (inv Inventory) Canonical() ([]byte, string, error) {
+	if inv.GPUs == nil {
+		inv.GPUs = []GPU{}
+	}
+	b, err := json.Marshal(inv)
+	if err != nil {
+		return nil, "", err
+	}
+	sum := sha256.Sum256(b)
+	return b, "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
 // GPU is one accelerator as the driver reports it.
@@ -67,6 +86,8 @@ type JoinResponse struct {
 	KeyID         string `json:"key_id"`
 	TokenURL      string `json:"token_url"` // audience of node assertions
 	HeartbeatTTLS int    `json:"heartbeat_ttl_seconds"`
+	// InventoryDigest is the digest of the inventory the server stored.
+	InventoryDigest string `json:"inventory_digest,omitempty"`
 }
 
 // TokenRequest exchanges a JWT assertion signed by the node key (iss=sub=node
@@ -94,6 +115,9 @@ type HeartbeatResponse struct {
 	State             string `json:"state"`
 	HeartbeatTTLS     int    `json:"heartbeat_ttl_seconds"`
 	HeartbeatInterval int    `json:"heartbeat_interval_seconds"`
+	// InventoryDigest is the digest of the inventory the server holds; when
+	// it differs from the agent's, the next heartbeat carries the inventory.
+	InventoryDigest string `json:"inventory_digest,omitempty"`
 }
 
 // Workload is one gpuaas-labelled container (or Compose project) found on

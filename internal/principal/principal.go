@@ -11,7 +11,9 @@ const (
 	User           Type = "user"
 	ServiceAccount Type = "service_account"
 	System         Type = "system"
-	Anonymous      Type = "anonymous"
+	// Node is a GPU host's agent: it may call only its own node endpoints.
+	Node      Type = "node"
+	Anonymous Type = "anonymous"
 )
 
 // Principal is an authenticated identity. A service account is pinned to one

@@ -18,9 +18,12 @@ import (
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/httpapi"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
 // App is a running control plane.
@@ -35,7 +38,13 @@ type App struct {
 	listener  net.Listener
 	http      *http.Server
 	artifacts *artifactParts // registry and blob store (issue 5)
-	events    *eventParts    // NATS, outbox relay, event streams (issue 10)
+	// Nodes is the nodes domain; Workers are the background jobs Serve runs.
+	Nodes   *nodes.Service
+	Workers worker.Group
+	// Instances is the app-instance domain; its driver is one of Workers.
+	Instances *instances.Service
+	events    *eventParts   // NATS, outbox relay, event streams (issue 10)
+	billing   *billingParts // usage, ledger, budgets (issue 13)
 }
 
 // NewLogger builds the process logger from the config.
@@ -108,11 +117,31 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	}()
 	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs})
 	cat.SetArtifactGate(arts)
+	a.Nodes = nodes.New(nodes.Deps{DB: db, IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger,
+		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },
+		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
+	tokens.Node, tokens.NodeTTL = a.Nodes, cfg.NodeTokenTTL
+	a.Workers = append(a.Workers, a.Nodes.Liveness(logger))
+	link := instances.NodesLink{Nodes: a.Nodes}
+	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger, Allocations: link, Tasks: link, Pulls: instances.ArtifactPulls{Artifacts: arts},
+		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
+		ReadinessTimeout: cfg.InstanceDeployTimeout})
+	drv := a.Instances.Worker()
+	a.Instances.Kick = drv.Kick
+	link.Attach(a.Instances)
+	a.Workers = append(a.Workers, drv)
+	cat.SetInstanceGate(a.Instances)
+	arts.Instances = a.Instances
+	a.billing = newBillingParts(cfg, db, svc)
+	a.Nodes.SetLaunchGate(a.billing.svc)
+	a.Instances.SetLaunchGate(a.billing.svc)
+	a.Workers = append(a.Workers, a.billing.meter, a.billing.rating)
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst,
-		SA: sa, Catalog: cat, Artifacts: arts, Events: a.events.reader,
+		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, Billing: a.billing.svc,
+		PublicURL: func() string { return a.Config.PublicURL },
 	}
 	ok = true
 	return a, nil
@@ -165,6 +194,10 @@ func (a *App) Serve(ctx context.Context) error {
 		return err
 	}
 	defer a.events.workers.Stop()
+	if err := a.Workers.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer a.Workers.Stop()
 	errc := make(chan error, 1)
 	go func() { errc <- a.http.Serve(a.listener) }()
 	a.Logger.Info("gpuaas listening", "addr", a.Addr(), "database", string(a.DB.Dialect()))
@@ -174,6 +207,7 @@ func (a *App) Serve(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	a.Logger.Info("shutting down", "grace", a.Config.ShutdownTimeout.String())
+	a.Nodes.EndPolls()
 	sctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
 	defer cancel()
 	if err := a.http.Shutdown(sctx); err != nil {

@@ -18,7 +18,12 @@ type Tx struct {
 	*Queries
 	audits []AuditEvent
 	events []Event
+	after  []func()
 }
+
+// AfterCommit runs fn once the transaction has committed, never on
+// rollback: wake-ups of in-process waiters for what the transaction wrote.
+func (t *Tx) AfterCommit(fn func()) { t.after = append(t.after, fn) }
 
 // Audit records an audit row to be written in this transaction. Actor,
 // correlation id, time and outcome are filled from the context by Mutate.
@@ -58,10 +63,11 @@ var ErrNoAudit = errors.New("store: mutation recorded no audit event")
 // events commit together or not at all. This is the one path for every
 // privileged mutation.
 func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
+	var after []func()
 	emitted := false
 	err := db.InTx(ctx, func(q *Queries) error {
 		tx := &Tx{Queries: q}
-		defer func() { emitted = len(tx.events) > 0 }()
+		defer func() { after, emitted = tx.after, len(tx.events) > 0 }()
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -73,6 +79,11 @@ func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 		}
 		return tx.flushEvents(ctx)
 	})
+	if err == nil {
+		for _, f := range after {
+			f()
+		}
+	}
 	if err == nil && emitted {
 		if hook := db.eventHook.Load(); hook != nil {
 			(*hook)()

@@ -1,0 +1,318 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// UsageRecord is one metered quantity (GET /api/v1/billing/usage).
+type UsageRecord struct {
+	ID                string `json:"id"`
+	OrgID             string `json:"org_id"`
+	ProjectID         string `json:"project_id"`
+	AppInstanceID     string `json:"app_instance_id"`
+	AllocationID      string `json:"allocation_id"`
+	AppSlug           string `json:"app_slug"`
+	OperatingMode     string `json:"operating_mode"`
+	ControlPlaneScope string `json:"control_plane_scope"`
+	RuntimeBackend    string `json:"runtime_backend"`
+	CorrelationID     string `json:"correlation_id"`
+	UsageSource       string `json:"usage_source"`
+	UsageUnit         string `json:"usage_unit"`
+	Quantity          int64  `json:"quantity"`
+	SKU               string `json:"sku"`
+	Meter             string `json:"meter"`
+	StartTime         string `json:"start_time"`
+	EndTime           string `json:"end_time"`
+	EventSource       string `json:"event_source"`
+	EventID           string `json:"event_id"`
+	RecordedAt        string `json:"recorded_at"`
+}
+
+// UsageGroups are usage totals (GET /api/v1/billing/usage?group_by=…).
+type UsageGroups struct {
+	GroupBy []string `json:"group_by"`
+	Groups  []struct {
+		Keys     map[string]string `json:"keys"`
+		Quantity int64             `json:"quantity"`
+		Records  int64             `json:"records"`
+	} `json:"groups"`
+}
+
+// LedgerEntry is one append-only ledger line.
+type LedgerEntry struct {
+	ID              string `json:"id"`
+	OrgID           string `json:"org_id"`
+	ProjectID       string `json:"project_id"`
+	EntryType       string `json:"entry_type"`
+	UsageRecordID   string `json:"usage_record_id,omitempty"`
+	CorrectsEntryID string `json:"corrects_entry_id,omitempty"`
+	AppInstanceID   string `json:"app_instance_id"`
+	UsageSource     string `json:"usage_source"`
+	UsageUnit       string `json:"usage_unit"`
+	SKU             string `json:"sku"`
+	Meter           string `json:"meter"`
+	Quantity        int64  `json:"quantity"`
+	PriceID         string `json:"price_id,omitempty"`
+	UnitPriceMicros int64  `json:"unit_price_micros"`
+	PerQuantity     int64  `json:"per_quantity"`
+	AmountMicros    int64  `json:"amount_micros"`
+	Currency        string `json:"currency"`
+	Reason          string `json:"reason"`
+	UsageTime       string `json:"usage_time"`
+	CreatedBy       string `json:"created_by"`
+	CreatedAt       string `json:"created_at"`
+}
+
+// BillingTotal is a sum of ledger entries in one currency.
+type BillingTotal struct {
+	Currency     string `json:"currency"`
+	AmountMicros int64  `json:"amount_micros"`
+	Entries      int64  `json:"entries"`
+}
+
+// LedgerPage is a page of entries and the balance of all matching entries.
+type LedgerPage struct {
+	Items      []LedgerEntry  `json:"items"`
+	NextCursor string         `json:"next_cursor"`
+	Balance    []BillingTotal `json:"balance"`
+}
+
+// BillingCosts is the combined cost, or the breakdown when grouped.
+type BillingCosts struct {
+	GroupBy []string       `json:"group_by"`
+	Totals  []BillingTotal `json:"totals"`
+	Groups  []struct {
+		Keys         map[string]string `json:"keys"`
+		Currency     string            `json:"currency"`
+		AmountMicros int64             `json:"amount_micros"`
+		Entries      int64             `json:"entries"`
+	} `json:"groups"`
+}
+
+// BillingQuery filters every billing read; empty fields do not filter.
+type BillingQuery struct {
+	OrgID, ProjectID, AppInstanceID, UsageSource, UsageUnit string
+	From, To                                                time.Time
+	GroupBy                                                 []string
+	Limit                                                   int
+	Cursor                                                  string
+}
+
+func (q BillingQuery) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"org_id": q.OrgID, "project_id": q.ProjectID, "app_instance_id": q.AppInstanceID,
+		"usage_source": q.UsageSource, "usage_unit": q.UsageUnit, "cursor": q.Cursor} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if !q.From.IsZero() {
+		v.Set("from", q.From.UTC().Format(time.RFC3339))
+	}
+	if !q.To.IsZero() {
+		v.Set("to", q.To.UTC().Format(time.RFC3339))
+	}
+	if len(q.GroupBy) > 0 {
+		v.Set("group_by", strings.Join(q.GroupBy, ","))
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	return v
+}
+
+// ListUsage lists usage records.
+func (c *Client) ListUsage(ctx context.Context, q BillingQuery) (CatalogPage[UsageRecord], error) {
+	var out CatalogPage[UsageRecord]
+	q.GroupBy = nil
+	return out, c.Do(ctx, "GET", "/api/v1/billing/usage", q.values(), nil, &out)
+}
+
+// GroupUsage returns usage totals grouped by q.GroupBy.
+func (c *Client) GroupUsage(ctx context.Context, q BillingQuery) (UsageGroups, error) {
+	var out UsageGroups
+	return out, c.Do(ctx, "GET", "/api/v1/billing/usage", q.values(), nil, &out)
+}
+
+// ListLedger lists ledger entries with the balance.
+func (c *Client) ListLedger(ctx context.Context, q BillingQuery) (LedgerPage, error) {
+	var out LedgerPage
+	return out, c.Do(ctx, "GET", "/api/v1/billing/ledger", q.values(), nil, &out)
+}
+
+// Costs returns the combined cost (or the operators' breakdown).
+func (c *Client) Costs(ctx context.Context, q BillingQuery) (BillingCosts, error) {
+	var out BillingCosts
+	return out, c.Do(ctx, "GET", "/api/v1/billing/costs", q.values(), nil, &out)
+}
+
+// ExportCSV streams a billing read ("usage", "ledger" or "costs") as CSV
+// into w.
+func (c *Client) ExportCSV(ctx context.Context, what string, q BillingQuery, w io.Writer) error {
+	v := q.values()
+	v.Set("format", "csv")
+	req, err := http.NewRequestWithContext(ctx, "GET", c.BaseURL+"/api/v1/billing/"+what+"?"+v.Encode(), nil)
+	if err != nil {
+		return err
+	}
+	c.authorize(req)
+	req.Header.Set("Accept", "text/csv")
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 400 {
+		return decodeResponse(req, resp, nil, 1<<20)
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(w, resp.Body)
+	return err
+}
+
+// Budget is a project's GPU quota and spend budget with current use.
+type Budget struct {
+	ProjectID            string `json:"project_id"`
+	OrgID                string `json:"org_id"`
+	GPUQuota             *int64 `json:"gpu_quota"`
+	SpendLimitMicros     *int64 `json:"spend_limit_micros"`
+	Currency             string `json:"currency"`
+	Period               string `json:"period"`
+	SoftThresholdPercent int    `json:"soft_threshold_percent"`
+	GPUsInUse            int64  `json:"gpus_in_use"`
+	SpendMicros          int64  `json:"spend_micros"`
+	PeriodStart          string `json:"period_start"`
+	PeriodEnd            string `json:"period_end"`
+	UpdatedBy            string `json:"updated_by"`
+	UpdatedAt            string `json:"updated_at"`
+}
+
+// BudgetInput sets a budget; nil limits mean none.
+type BudgetInput struct {
+	GPUQuota             *int64 `json:"gpu_quota"`
+	SpendLimitMicros     *int64 `json:"spend_limit_micros"`
+	Period               string `json:"period,omitempty"`
+	SoftThresholdPercent *int   `json:"soft_threshold_percent,omitempty"`
+}
+
+// GetBudget reads a project's budget.
+func (c *Client) GetBudget(ctx context.Context, projectID string) (Budget, error) {
+	var out Budget
+	return out, c.Do(ctx, "GET", "/api/v1/projects/"+url.PathEscape(projectID)+"/billing/budget", nil, nil, &out)
+}
+
+// PutBudget sets a project's budget.
+func (c *Client) PutBudget(ctx context.Context, projectID string, in BudgetInput) (Budget, error) {
+	var out Budget
+	return out, c.Do(ctx, "PUT", "/api/v1/projects/"+url.PathEscape(projectID)+"/billing/budget", nil, in, &out)
+}
+
+// Price is a price version.
+type Price struct {
+	ID              string `json:"id"`
+	UsageSource     string `json:"usage_source"`
+	SKU             string `json:"sku"`
+	Meter           string `json:"meter"`
+	UsageUnit       string `json:"usage_unit"`
+	Version         int    `json:"version"`
+	UnitPriceMicros int64  `json:"unit_price_micros"`
+	PerQuantity     int64  `json:"per_quantity"`
+	Currency        string `json:"currency"`
+	EffectiveFrom   string `json:"effective_from"`
+	Note            string `json:"note"`
+	CreatedBy       string `json:"created_by"`
+	CreatedAt       string `json:"created_at"`
+}
+
+// PriceInput adds a price version.
+type PriceInput struct {
+	UsageSource     string `json:"usage_source"`
+	SKU             string `json:"sku,omitempty"`
+	Meter           string `json:"meter,omitempty"`
+	UnitPriceMicros int64  `json:"unit_price_micros"`
+	PerQuantity     int64  `json:"per_quantity,omitempty"`
+	EffectiveFrom   string `json:"effective_from,omitempty"`
+	Note            string `json:"note,omitempty"`
+}
+
+// CreatePrice adds a price version (platform admins).
+func (c *Client) CreatePrice(ctx context.Context, in PriceInput) (Price, error) {
+	var out Price
+	return out, c.Do(ctx, "POST", "/api/v1/admin/billing/prices", nil, in, &out)
+}
+
+// ListPrices lists price versions.
+func (c *Client) ListPrices(ctx context.Context, limit int, cursor string) (CatalogPage[Price], error) {
+	var out CatalogPage[Price]
+	return out, c.Do(ctx, "GET", "/api/v1/admin/billing/prices", BillingQuery{Limit: limit, Cursor: cursor}.values(), nil, &out)
+}
+
+// CorrectLedgerEntry posts a compensating entry linked to entryID.
+func (c *Client) CorrectLedgerEntry(ctx context.Context, entryID string, amountMicros int64, reason string) (LedgerEntry, error) {
+	var out LedgerEntry
+	return out, c.Do(ctx, "POST", "/api/v1/admin/billing/ledger/"+url.PathEscape(entryID)+"/corrections", nil,
+		map[string]any{"amount_micros": amountMicros, "reason": reason}, &out)
+}
+
+// UsageEvent is what a workload reports: one measurement, sent as a
+// CloudEvents 1.0 event. ID must be unique per Source; a repeat is
+// answered as a duplicate and never counted twice, so retries are safe.
+type UsageEvent struct {
+	ID, Source string
+	UsageUnit  string
+	Quantity   int64
+	Time       time.Time // end of the measured interval
+	StartTime  time.Time // optional
+}
+
+// UsageResult is the answer to a usage report.
+type UsageResult struct {
+	Recorded   int `json:"recorded"`
+	Duplicates int `json:"duplicates"`
+	Results    []struct {
+		ID            string `json:"id"`
+		Source        string `json:"source"`
+		Status        string `json:"status"`
+		UsageRecordID string `json:"usage_record_id,omitempty"`
+	} `json:"results"`
+}
+
+// ReportUsage posts events as one CloudEvents batch for an app instance,
+// with the instance's own service-account token. The answer comes after
+// the events are committed.
+func (c *Client) ReportUsage(ctx context.Context, projectID, instanceID string, events []UsageEvent) (UsageResult, error) {
+	batch := make([]map[string]any, len(events))
+	for i, e := range events {
+		data := map[string]any{"usage_unit": e.UsageUnit, "quantity": e.Quantity}
+		if !e.StartTime.IsZero() {
+			data["start_time"] = e.StartTime.UTC().Format(time.RFC3339Nano)
+		}
+		ev := map[string]any{"specversion": "1.0", "id": e.ID, "source": e.Source, "type": "gpuaas.usage.v1",
+			"subject": instanceID, "datacontenttype": "application/json", "data": data}
+		if !e.Time.IsZero() {
+			ev["time"] = e.Time.UTC().Format(time.RFC3339Nano)
+		}
+		batch[i] = ev
+	}
+	body, err := json.Marshal(batch)
+	if err != nil {
+		return UsageResult{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", fmt.Sprintf("%s/api/v1/projects/%s/app-instances/%s/usage", c.BaseURL,
+		url.PathEscape(projectID), url.PathEscape(instanceID)), bytes.NewReader(body))
+	if err != nil {
+		return UsageResult{}, err
+	}
+	c.authorize(req)
+	req.Header.Set("Content-Type", "application/cloudevents-batch+json")
+	var out UsageResult
+	return out, c.send(req, &out, 64<<20)
+}

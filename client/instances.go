@@ -1,0 +1,301 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// AppInstanceRequest launches an app version (POST …/app-instances).
+// OperatingMode and ControlPlaneScope are hints: read the effective values
+// back from the answer.
+type AppInstanceRequest struct {
+	AppSlug            string           `json:"app_slug"`
+	Version            string           `json:"version"`
+	DisplayName        string           `json:"display_name"`
+	OperatingMode      string           `json:"operating_mode,omitempty"`
+	ControlPlaneScope  string           `json:"control_plane_scope,omitempty"`
+	Config             json.RawMessage  `json:"config,omitempty"`
+	PlacementIntent    json.RawMessage  `json:"placement_intent,omitempty"`
+	TargetAllocationID string           `json:"target_allocation_id,omitempty"`
+	Resources          *LaunchResources `json:"resources,omitempty"`
+	Parameters         json.RawMessage  `json:"parameters,omitempty"`
+}
+
+// LaunchResources are launch-time resource inputs; nil keeps the default.
+type LaunchResources struct {
+	GPUCount  *int `json:"gpu_count,omitempty"`
+	CPUCores  *int `json:"cpu_cores,omitempty"`
+	MemoryGiB *int `json:"memory_gib,omitempty"`
+	HostPort  *int `json:"host_port,omitempty"`
+}
+
+// AppInstanceAccess says how to reach an instance's private endpoint.
+type AppInstanceAccess struct {
+	Exposure     string `json:"exposure"`
+	NodeID       string `json:"node_id"`
+	NodeAddress  string `json:"node_address,omitempty"`
+	HostPort     int    `json:"host_port"`
+	LocalURL     string `json:"local_url"`
+	SSHTunnel    string `json:"ssh_tunnel,omitempty"`
+	Instructions string `json:"instructions"`
+}
+
+// Operation is one lifecycle request, polled by id.
+type Operation struct {
+	ID            string `json:"id"`
+	AppInstanceID string `json:"app_instance_id"`
+	ProjectID     string `json:"project_id"`
+	Kind          string `json:"kind"`
+	State         string `json:"state"` // in_progress | succeeded | failed
+	Description   string `json:"description"`
+	ReasonCode    string `json:"reason_code"`
+	FromVersion   string `json:"from_version"`
+	TargetVersion string `json:"target_version"`
+	CorrelationID string `json:"correlation_id"`
+	CreatedAt     string `json:"created_at"`
+	UpdatedAt     string `json:"updated_at"`
+	CompletedAt   string `json:"completed_at,omitempty"`
+}
+
+// AppInstance is an app instance as the server decided it.
+type AppInstance struct {
+	ID                 string             `json:"id"`
+	OrgID              string             `json:"org_id"`
+	ProjectID          string             `json:"project_id"`
+	AppSlug            string             `json:"app_slug"`
+	Version            string             `json:"version"`
+	Digest             string             `json:"digest"`
+	DisplayName        string             `json:"display_name"`
+	Status             string             `json:"status"`
+	ReasonCode         string             `json:"reason_code"`
+	ReasonMessage      string             `json:"reason_message"`
+	OperatingMode      string             `json:"operating_mode"`
+	ControlPlaneScope  string             `json:"control_plane_scope"`
+	RuntimeBackend     string             `json:"runtime_backend"`
+	TenantBoundaryMode string             `json:"tenant_boundary_mode"`
+	Resources          map[string]int     `json:"resources"`
+	Config             json.RawMessage    `json:"config"`
+	PlacementIntent    json.RawMessage    `json:"placement_intent"`
+	Parameters         json.RawMessage    `json:"parameters"`
+	TargetAllocationID string             `json:"target_allocation_id"`
+	NodeID             string             `json:"node_id"`
+	ServiceAccountID   string             `json:"service_account_id"`
+	Access             *AppInstanceAccess `json:"access"`
+	VersionHistory     []struct {
+		Version string `json:"version"`
+		Digest  string `json:"digest"`
+	} `json:"version_history"`
+	CurrentOperationID string     `json:"current_operation_id"`
+	CreatedBy          string     `json:"created_by"`
+	CreatedAt          string     `json:"created_at"`
+	UpdatedAt          string     `json:"updated_at"`
+	DecommissionedAt   string     `json:"decommissioned_at,omitempty"`
+	OperationID        string     `json:"operation_id,omitempty"`
+	Operation          *Operation `json:"operation,omitempty"`
+}
+
+// AppInstanceList is one page of instances.
+type AppInstanceList struct {
+	Items      []AppInstance `json:"items"`
+	NextCursor string        `json:"next_cursor"`
+}
+
+// AppInstanceEvent is one row of an instance's timeline.
+type AppInstanceEvent struct {
+	ID            string          `json:"id"`
+	AppInstanceID string          `json:"app_instance_id"`
+	EventType     string          `json:"event_type"`
+	Status        string          `json:"status"`
+	OperationID   string          `json:"operation_id"`
+	CorrelationID string          `json:"correlation_id"`
+	Payload       json.RawMessage `json:"payload"`
+	OccurredAt    string          `json:"occurred_at"`
+}
+
+// AppInstanceEventList is one page of an instance's timeline.
+type AppInstanceEventList struct {
+	Items      []AppInstanceEvent `json:"items"`
+	NextCursor string             `json:"next_cursor"`
+}
+
+// AppInstanceLogs are the workload's last log lines.
+type AppInstanceLogs struct {
+	AppInstanceID string   `json:"app_instance_id"`
+	Status        string   `json:"status"`
+	ReasonCode    string   `json:"reason_code"`
+	Lines         []string `json:"lines"`
+}
+
+func instancesPath(projectID string) string {
+	return "/api/v1/projects/" + url.PathEscape(projectID) + "/app-instances"
+}
+
+func instancePath(projectID, id string) string {
+	return instancesPath(projectID) + "/" + url.PathEscape(id)
+}
+
+// CreateAppInstance launches an instance; the answer is 202 with the
+// operation that drives it.
+func (c *Client) CreateAppInstance(ctx context.Context, projectID string, in AppInstanceRequest, opts ...RequestOption) (AppInstance, error) {
+	var out AppInstance
+	err := c.Do(ctx, http.MethodPost, instancesPath(projectID), nil, in, &out, opts...)
+	return out, err
+}
+
+// ListAppInstances lists a project's instances (status "" for all).
+func (c *Client) ListAppInstances(ctx context.Context, projectID, status string, limit int, cursor string) (AppInstanceList, error) {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", status)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	var out AppInstanceList
+	err := c.Do(ctx, http.MethodGet, instancesPath(projectID), q, nil, &out)
+	return out, err
+}
+
+// GetAppInstance reads one instance.
+func (c *Client) GetAppInstance(ctx context.Context, projectID, id string) (AppInstance, error) {
+	var out AppInstance
+	err := c.Do(ctx, http.MethodGet, instancePath(projectID, id), nil, nil, &out)
+	return out, err
+}
+
+// UpgradeAppInstance and RollbackAppInstance move an instance to
+// targetVersion; DecommissionAppInstance tears it down. Each answers 202
+// with its operation.
+func (c *Client) UpgradeAppInstance(ctx context.Context, projectID, id, targetVersion string, opts ...RequestOption) (AppInstance, error) {
+	return c.instanceAction(ctx, projectID, id, "upgrade", map[string]string{"target_version": targetVersion}, opts)
+}
+
+// RollbackAppInstance: see UpgradeAppInstance.
+func (c *Client) RollbackAppInstance(ctx context.Context, projectID, id, targetVersion string, opts ...RequestOption) (AppInstance, error) {
+	return c.instanceAction(ctx, projectID, id, "rollback", map[string]string{"target_version": targetVersion}, opts)
+}
+
+// DecommissionAppInstance: see UpgradeAppInstance.
+func (c *Client) DecommissionAppInstance(ctx context.Context, projectID, id string, opts ...RequestOption) (AppInstance, error) {
+	return c.instanceAction(ctx, projectID, id, "decommission", nil, opts)
+}
+
+func (c *Client) instanceAction(ctx context.Context, projectID, id, action string, in any, opts []RequestOption) (AppInstance, error) {
+	var out AppInstance
+	err := c.Do(ctx, http.MethodPost, instancePath(projectID, id)+"/"+action, nil, in, &out, opts...)
+	return out, err
+}
+
+// AppInstanceEvents reads a page of an instance's timeline.
+func (c *Client) AppInstanceEvents(ctx context.Context, projectID, id string, limit int, cursor string) (AppInstanceEventList, error) {
+	q := url.Values{}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if cursor != "" {
+		q.Set("cursor", cursor)
+	}
+	var out AppInstanceEventList
+	err := c.Do(ctx, http.MethodGet, instancePath(projectID, id)+"/events", q, nil, &out)
+	return out, err
+}
+
+// AppInstanceLogs reads the workload's last log lines.
+func (c *Client) AppInstanceLogs(ctx context.Context, projectID, id string) (AppInstanceLogs, error) {
+	var out AppInstanceLogs
+	err := c.Do(ctx, http.MethodGet, instancePath(projectID, id)+"/logs", nil, nil, &out)
+	return out, err
+}
+
+// GetOperation reads one operation.
+func (c *Client) GetOperation(ctx context.Context, projectID, id string) (Operation, error) {
+	var out Operation
+	err := c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(projectID)+"/operations/"+url.PathEscape(id), nil, nil, &out)
+	return out, err
+}
+
+// AppInstanceEventData is the data of an apps.instance.* event.
+type AppInstanceEventData struct {
+	AppInstanceID string   `json:"app_instance_id"`
+	Status        string   `json:"status"`
+	Version       string   `json:"version"`
+	Digest        string   `json:"digest"`
+	OperationID   string   `json:"operation_id"`
+	ReasonCode    string   `json:"reason_code"`
+	Reason        string   `json:"reason"`
+	LogTail       []string `json:"log_tail"`
+	CorrelationID string   `json:"correlation_id"`
+}
+
+var errOperationEnded = errors.New("operation ended")
+
+// WaitOperation follows an instance's events from the project's event
+// stream, calling onEvent for each (live progress), until the operation
+// ends; it returns the operation as it ended. The operation is also polled
+// now and then, so a stream that is slow to start cannot hold it up.
+func (c *Client) WaitOperation(ctx context.Context, projectID, instanceID, operationID string, onEvent func(Event, AppInstanceEventData)) (Operation, error) {
+	op, err := c.GetOperation(ctx, projectID, operationID)
+	if err != nil || op.State != "in_progress" {
+		return op, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var mu sync.Mutex
+	done := func() bool {
+		o, err := c.GetOperation(ctx, projectID, operationID)
+		if err != nil {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		op = o
+		return o.State != "in_progress"
+	}
+	go func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if done() {
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	err = c.FollowEvents(ctx, ProjectEventsPath(projectID), EventFilter{Subject: "app-instances/" + instanceID}, "", func(e Event) error {
+		var d AppInstanceEventData
+		_ = json.Unmarshal(e.Data, &d)
+		if onEvent != nil {
+			onEvent(e, d)
+		}
+		if d.OperationID == operationID && done() {
+			return errOperationEnded
+		}
+		return nil
+	})
+	if errors.Is(err, errOperationEnded) {
+		err = nil
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if err == nil && op.State == "in_progress" {
+		err = ctx.Err()
+		if err == nil {
+			err = errors.New("event stream ended before the operation did")
+		}
+	}
+	return op, err
+}

@@ -1,0 +1,326 @@
+// Package agent is the gpuaas node agent: it joins the control plane once
+// with a bootstrap token, keeps a node key, mints short-lived node tokens,
+// heartbeats with its inventory and the gpuaas workloads it finds, long-polls
+// its task queue and executes tasks on the local Docker engine. It only ever
+// connects out.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/agent/docker"
+	"github.com/gpuaas/gpuaas/internal/agent/inventory"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/worker"
+	mclient "github.com/moby/moby/client"
+)
+
+// Config configures an Agent.
+type Config struct {
+	Server    string // API base URL
+	JoinToken string // used once, on first start
+	DataDir   string
+	Name      string // node name; the hostname when empty
+	// HostAddress is where workload ports are published (127.0.0.1 by default).
+	HostAddress string
+	// OrphanGrace is how long a labelled container of no known task may live
+	// before the agent removes it (default 10 minutes).
+	OrphanGrace time.Duration
+	// PollWait is the long-poll wait in seconds (default 30).
+	PollWait int
+	Version  string
+	Logger   *slog.Logger
+}
+
+// Agent is one running node agent.
+type Agent struct {
+	cfg     Config
+	log     *slog.Logger
+	api     *client.Client
+	id      identity
+	tok     *tokens
+	drv     *docker.Driver
+	rec     *docker.Reconciler
+	results results
+	started results // tasks begun: their containers are not orphans
+
+	mu        sync.Mutex
+	invDigest string // digest the server holds
+	interval  time.Duration
+	pollFails int
+	lastBeat  time.Time
+
+	beat, poll, reconcile *worker.Periodic
+	group                 worker.Group
+	joined                chan struct{}
+}
+
+// New checks the configuration and prepares the data dir; Start joins (first
+// time) and runs the loops.
+func New(cfg Config) (*Agent, error) {
+	if cfg.Server == "" || cfg.DataDir == "" {
+		return nil, errors.New("the agent needs --server and --data-dir")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Name == "" {
+		cfg.Name, _ = os.Hostname()
+	}
+	if cfg.OrphanGrace <= 0 {
+		cfg.OrphanGrace = 10 * time.Minute
+	}
+	if cfg.PollWait <= 0 {
+		cfg.PollWait = 30
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DataDir = dir
+	for _, d := range []string{dir, filepath.Join(dir, "tasks"), filepath.Join(dir, "started")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), results: results{filepath.Join(dir, "tasks")},
+		started: results{filepath.Join(dir, "started")}, interval: 10 * time.Second, joined: make(chan struct{})}
+	a.api = client.New(cfg.Server, "")
+	a.api.UserAgent = "gpuaas-agent/" + cfg.Version
+	a.api.HTTP = &http.Client{Timeout: time.Duration(cfg.PollWait+30) * time.Second}
+	return a, nil
+}
+
+// NodeID is the node this agent is (empty before it joined).
+func (a *Agent) NodeID() string { return a.id.NodeID }
+
+// Start loads or creates the node identity (joining once when there is
+// none), connects to Docker, reconciles what runs and starts the loops.
+func (a *Agent) Start(ctx context.Context) error {
+	priv, pub, err := loadOrCreateKey(a.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	id, ok, err := loadIdentity(a.cfg.DataDir)
+	if err != nil {
+		return err
+	}
+	drv, err := docker.New(docker.Config{HostAddress: a.cfg.HostAddress, DataDir: a.cfg.DataDir, Logger: a.log, Unwrap: a.unwrap})
+	if err != nil {
+		return fmt.Errorf("docker: %w", err)
+	}
+	a.drv = drv
+	if !ok {
+		if a.cfg.JoinToken == "" {
+			return errors.New("this data dir holds no node identity: pass --join-token to join")
+		}
+		inv := a.inventory(ctx)
+		r, err := a.api.JoinNode(ctx, nodeapi.JoinRequest{JoinToken: a.cfg.JoinToken, Name: a.cfg.Name, PublicKeyPEM: pub, Inventory: inv})
+		if err != nil {
+			return fmt.Errorf("join: %w", err)
+		}
+		id = identity{NodeID: r.NodeID, KeyID: r.KeyID, TokenURL: r.TokenURL, Server: a.cfg.Server}
+		if err := saveIdentity(a.cfg.DataDir, id); err != nil {
+			return fmt.Errorf("save node identity: %w", err)
+		}
+		a.invDigest = r.InventoryDigest
+		a.log.InfoContext(ctx, "joined", "node_id", id.NodeID)
+	}
+	id.priv = priv
+	a.id = id
+	a.tok = &tokens{api: client.New(a.cfg.Server, ""), id: &a.id}
+	drv.SetNodeID(id.NodeID)
+	a.rec = &docker.Reconciler{D: drv, Grace: a.cfg.OrphanGrace, Known: func(w nodeapi.Workload) bool {
+		return w.TaskID != "" && (a.started.Has(w.TaskID) || a.results.Has(w.TaskID))
+	}}
+	a.beat = &worker.Periodic{Name: "agent-heartbeat", Interval: time.Second, Timeout: 30 * time.Second, Logger: a.log, Run: a.heartbeat}
+	a.poll = &worker.Periodic{Name: "agent-tasks", Interval: 0, Jitter: 0.01, Timeout: 24 * time.Hour, Logger: a.log, Run: a.pollOnce}
+	a.reconcile = &worker.Periodic{Name: "agent-reconcile", Interval: max(a.cfg.OrphanGrace/4, time.Second), Timeout: time.Minute, Logger: a.log, Run: a.reconcileOnce}
+	a.group = worker.Group{a.reconcile, a.beat, a.poll}
+	return a.group.Start(ctx)
+}
+
+// Stop ends the loops; running workloads keep running.
+func (a *Agent) Stop() {
+	a.group.Stop()
+	if a.drv != nil {
+		a.drv.Close()
+	}
+}
+
+// Heartbeats is a test hook: the number of heartbeat runs so far.
+func (a *Agent) Heartbeats() *worker.Periodic { return a.beat }
+
+func (a *Agent) inventory(ctx context.Context) nodeapi.Inventory {
+	return inventory.Collect(ctx, inventory.Options{DiskPath: a.cfg.DataDir, AgentVersion: a.cfg.Version, Address: a.cfg.HostAddress,
+		Engine: func(ctx context.Context) (inventory.Engine, error) {
+			if a.drv == nil {
+				return inventory.Engine{}, errors.New("no engine")
+			}
+			v, err := a.drv.C.ServerVersion(ctx, mclient.ServerVersionOptions{})
+			if err != nil {
+				return inventory.Engine{}, err
+			}
+			e := inventory.Engine{Version: v.Version, APIVersion: a.drv.C.ClientVersion()}
+			if info, err := a.drv.C.Info(ctx, mclient.InfoOptions{}); err == nil {
+				for name := range info.Info.Runtimes {
+					e.Runtimes = append(e.Runtimes, name)
+				}
+			}
+			return e, nil
+		}})
+}
+
+// authed returns an API client carrying a fresh node token.
+func (a *Agent) authed(ctx context.Context) (*client.Client, error) {
+	t, err := a.tok.Get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := *a.api
+	c.Token = t
+	return &c, nil
+}
+
+// refused drops the node token when the server says it is no longer valid.
+func (a *Agent) refused(err error) {
+	var ae *client.APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+		a.tok.Drop()
+	}
+}
+
+func (a *Agent) unwrap(ctx context.Context, wrapping string) (docker.Credentials, error) {
+	c, err := a.authed(ctx)
+	if err != nil {
+		return docker.Credentials{}, err
+	}
+	cr, err := c.Unwrap(ctx, wrapping)
+	if err != nil {
+		a.refused(err)
+		return docker.Credentials{}, err
+	}
+	return docker.Credentials{Username: cr.Username, Password: cr.Password, Registry: cr.Registry}, nil
+}
+
+// heartbeat runs every second and beats when the server's interval has
+// passed; it sends the inventory only when its digest differs from the one
+// the server holds.
+func (a *Agent) heartbeat(ctx context.Context) error {
+	a.mu.Lock()
+	due := time.Since(a.lastBeat) >= a.interval
+	a.mu.Unlock()
+	if !due {
+		return nil
+	}
+	hb := nodeapi.Heartbeat{Workloads: []nodeapi.Workload{}}
+	if ws, err := a.drv.Workloads(ctx); err == nil {
+		hb.Workloads = ws
+	}
+	inv := a.inventory(ctx)
+	_, digest, err := inv.Canonical()
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	if digest != a.invDigest {
+		hb.Inventory = &inv
+	}
+	a.mu.Unlock()
+	c, err := a.authed(ctx)
+	if err != nil {
+		a.backoff()
+		return err
+	}
+	r, err := c.NodeHeartbeat(ctx, a.id.NodeID, hb)
+	if err != nil {
+		a.refused(err)
+		a.backoff()
+		return err
+	}
+	a.mu.Lock()
+	a.invDigest = r.InventoryDigest
+	if r.HeartbeatInterval > 0 {
+		a.interval = time.Duration(r.HeartbeatInterval) * time.Second
+	}
+	a.lastBeat = time.Now()
+	a.mu.Unlock()
+	return nil
+}
+
+// backoff delays the next heartbeat by a jittered fraction of the interval
+// while the server is unreachable.
+func (a *Agent) backoff() {
+	a.mu.Lock()
+	a.lastBeat = time.Now().Add(-a.interval + time.Duration(500+rand.IntN(1500))*time.Millisecond)
+	a.mu.Unlock()
+}
+
+// pollOnce long-polls for tasks and executes what arrives. On errors it
+// waits a jittered, growing back-off so a restarting server is not hammered.
+func (a *Agent) pollOnce(ctx context.Context) error {
+	c, err := a.authed(ctx)
+	if err == nil {
+		var tasks []nodeapi.Task
+		tasks, err = c.PollNodeTasks(ctx, a.id.NodeID, a.cfg.PollWait)
+		if err == nil {
+			a.pollFails = 0
+			for _, t := range tasks {
+				a.handle(ctx, t)
+			}
+			return nil
+		}
+		a.refused(err)
+	}
+	if ctx.Err() != nil {
+		return nil
+	}
+	a.pollFails++
+	d := min(time.Duration(1<<min(a.pollFails, 5))*250*time.Millisecond, 10*time.Second)
+	d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+	return err
+}
+
+func (a *Agent) reconcileOnce(ctx context.Context) error {
+	res, err := a.rec.Run(ctx)
+	if err != nil {
+		return err
+	}
+	for _, w := range res.Removed {
+		a.log.InfoContext(ctx, "orphan removed", "container_id", w.ContainerID, "task_id", w.TaskID, "instance_id", w.InstanceID)
+	}
+	if len(res.Removed) > 0 {
+		a.mu.Lock()
+		a.lastBeat = time.Time{} // report the change at once
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+// Reconcile runs one reconcile pass now (tests and dev).
+func (a *Agent) Reconcile(ctx context.Context) (docker.Result, error) { return a.rec.Run(ctx) }
+
+func trimLog(lines []string) []string {
+	if len(lines) > 50 {
+		lines = lines[len(lines)-50:]
+	}
+	return lines
+}
+

@@ -1,0 +1,218 @@
+package docker_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
+	"github.com/gpuaas/gpuaas/internal/agent/docker"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+type env struct {
+	s     *servertest.Server
+	admin *servertest.Client
+	d     *docker.Driver
+	img   agenttest.Image
+	node  string
+}
+
+func setup(t *testing.T) env {
+	dk := agenttest.RequireDocker(t)
+	t.Cleanup(dk.RemoveImages)
+	s := servertest.Start(t, store.SQLite)
+	admin := s.Admin()
+	app := "drv" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	img := agenttest.PushServerImage(t, dk, s, admin, app)
+	node := "test-node-" + uuid.NewString()[:8]
+	d, err := docker.New(docker.Config{NodeID: node, DataDir: t.TempDir(), Unwrap: func(ctx context.Context, tok string) (docker.Credentials, error) {
+		r := admin.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": tok}).Want(t, 200)
+		return docker.Credentials{Username: r.String("username"), Password: r.String("password"), Registry: r.String("registry")}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever a failed test left labelled for this node goes.
+		res, _ := d.C.ContainerList(context.Background(), client.ContainerListOptions{All: true,
+			Filters: client.Filters{}.Add("label", nodeapi.LabelNode+"="+node)})
+		for _, c := range res.Items {
+			d.C.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+		}
+		d.Close()
+	})
+	return env{s: s, admin: admin, d: d, img: img, node: node}
+}
+
+func (e env) pull(t *testing.T) nodeapi.ImagePull {
+	return nodeapi.ImagePull{Repository: e.img.Repository, Digest: e.img.Digest, WrappingToken: agenttest.PullToken(t, e.s, e.admin, e.img.ArtifactID)}
+}
+
+// The driver's whole path on the real engine: pull by digest with real pull
+// credentials, run with ownership labels, a platform-owned file and an HTTP
+// readiness probe on a host-local port, inspect, stop, remove, and a
+// teardown check that finds nothing left.
+func TestRunPullReadinessStopRemove(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	inst := "inst" + uuid.NewString()[:8]
+	name := "gpuaas-test-" + inst
+	run := nodeapi.ContainerRun{Name: name, Image: e.pull(t), Env: map[string]string{"PORT": "9000", "SECRET_TOKEN": "s3cret"},
+		Ports:     []nodeapi.PortMapping{{Container: 9000}},
+		Mounts:    []nodeapi.Mount{{Kind: "file", Target: "/etc/app/config.txt", Content: []byte("hello config")}, {Kind: "scratch", Target: "/scratch"}},
+		MemoryMiB: 64, CPUCores: 0.5, Labels: map[string]string{"gpuaas.app_slug": "demo", "other": "dropped"},
+		Readiness: &nodeapi.Readiness{Port: 9000, HTTPPath: "/", TimeoutSeconds: 30}}
+	out, err := e.d.Run(ctx, docker.Owner{TaskID: "task-" + inst, InstanceID: inst, ProjectID: e.s.Creds.ProjectID}, run)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if len(out.ContainerIDs) != 1 || out.HostAddress != "127.0.0.1" || len(out.Ports) != 1 || out.Ports[0].Host == 0 || out.ImageDigest != e.img.Digest {
+		t.Fatalf("output %+v", out)
+	}
+	id := out.ContainerIDs[0]
+	ins, err := e.d.C.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := ins.Container.Config.Labels
+	if l[nodeapi.LabelManaged] != "true" || l[nodeapi.LabelInstance] != inst || l[nodeapi.LabelNode] != e.node || l[nodeapi.LabelApp] != "demo" || l["other"] != "" {
+		t.Fatalf("labels %v", l)
+	}
+	for k, v := range l {
+		if strings.Contains(k+v, "s3cret") {
+			t.Fatalf("a secret reached the labels: %s=%s", k, v)
+		}
+	}
+	hc := ins.Container.HostConfig
+	if hc.Memory != 64<<20 || hc.NanoCPUs != 5e8 || len(hc.DeviceRequests) != 0 {
+		t.Fatalf("resources %+v", hc.Resources)
+	}
+	for _, b := range hc.PortBindings {
+		if b[0].HostIP.String() != "127.0.0.1" {
+			t.Fatalf("published on %s", b[0].HostIP)
+		}
+	}
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(out.Ports[0].Host) + "/file?path=/etc/app/config.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "hello config" {
+		t.Fatalf("mounted file reads %q", body)
+	}
+	// A re-delivered run adopts the container it started.
+	again, err := e.d.Run(ctx, docker.Owner{TaskID: "task-" + inst, InstanceID: inst}, run)
+	if err != nil || again.ContainerIDs[0] != id {
+		t.Fatalf("re-run: %v %+v", err, again)
+	}
+	ws, logs, err := e.d.Inspect(ctx, nodeapi.ContainerRef{InstanceID: inst}, 10)
+	if err != nil || len(ws) != 1 || ws[0].State != "running" || ws[0].StartedAt.IsZero() || !slices.Contains(logs, "listening on 9000") {
+		t.Fatalf("inspect: %v %+v %q", err, ws, logs)
+	}
+	if rem, _ := e.d.Verify(ctx, inst); len(rem) != 2 {
+		t.Fatalf("before teardown, remaining %v", rem)
+	}
+	if err := e.d.Stop(ctx, nodeapi.ContainerRef{InstanceID: inst, TimeoutSec: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Remove(ctx, nodeapi.ContainerRef{InstanceID: inst}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.RemoveInstanceDir(inst); err != nil {
+		t.Fatal(err)
+	}
+	if rem, err := e.d.Verify(ctx, inst); err != nil || len(rem) != 0 {
+		t.Fatalf("after teardown: %v %v", err, rem)
+	}
+	// Stopping and removing what is gone succeeds.
+	if err := e.d.Remove(ctx, nodeapi.ContainerRef{InstanceID: inst}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A container that dies before it is ready fails the run with
+// container_exited and its last log lines; a readiness port nothing listens
+// on times out with readiness_timeout; a digest the registry lacks fails the pull.
+func TestRunFailures(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	inst := "inst" + uuid.NewString()[:8]
+	_, err := e.d.Run(ctx, docker.Owner{TaskID: "t1-" + inst, InstanceID: inst}, nodeapi.ContainerRun{Name: "gpuaas-test-exit-" + inst, Image: e.pull(t),
+		Env: map[string]string{"EXIT_AT_ONCE": "1"}, Ports: []nodeapi.PortMapping{{Container: 8080}}, Readiness: &nodeapi.Readiness{Port: 8080, TimeoutSeconds: 20}})
+	f := docker.AsFailure(err)
+	if f.Reason != nodeapi.ReasonContainerExited || !slices.Contains(f.LogTail, "exiting as told") {
+		t.Fatalf("exit: %+v", f)
+	}
+	_, err = e.d.Run(ctx, docker.Owner{TaskID: "t2-" + inst, InstanceID: inst}, nodeapi.ContainerRun{Name: "gpuaas-test-slow-" + inst, Image: e.pull(t),
+		Ports: []nodeapi.PortMapping{{Container: 8081}}, Readiness: &nodeapi.Readiness{Port: 8081, TimeoutSeconds: 1}})
+	if f := docker.AsFailure(err); f.Reason != nodeapi.ReasonReadinessTimeout {
+		t.Fatalf("timeout: %+v", f)
+	}
+	p := e.pull(t)
+	p.Digest = "sha256:" + strings.Repeat("0", 64)
+	if _, err := e.d.Pull(ctx, p); docker.AsFailure(err).Reason != nodeapi.ReasonImagePullFailed {
+		t.Fatalf("missing digest: %v", err)
+	}
+	if _, err := e.d.Pull(ctx, nodeapi.ImagePull{Repository: e.img.Repository + ":latest", Digest: e.img.Digest}); docker.AsFailure(err).Reason != nodeapi.ReasonInvalidTask {
+		t.Fatalf("tag ref: %v", err)
+	}
+	if err := e.d.Remove(ctx, nodeapi.ContainerRef{InstanceID: inst}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A labelled container of this node that no known task started is removed
+// once the grace has passed and reported; a container without the gpuaas
+// label is never touched; a known one is adopted.
+func TestReconcileOrphans(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	ref, err := e.d.Pull(ctx, e.pull(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string, labels map[string]string) string {
+		r, err := e.d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: &container.Config{Image: ref, Labels: labels}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.ID
+	}
+	sfx := uuid.NewString()[:8]
+	orphan := mk("gpuaas-test-orphan-"+sfx, e.d.Labels(docker.Owner{TaskID: "unknown-" + sfx}, nil))
+	known := mk("gpuaas-test-known-"+sfx, e.d.Labels(docker.Owner{TaskID: "known-" + sfx}, nil))
+	plain := mk("gpuaas-test-plain-"+sfx, map[string]string{"app": "not ours"})
+	t.Cleanup(func() { e.d.C.ContainerRemove(context.Background(), plain, client.ContainerRemoveOptions{Force: true}) })
+	now := time.Now()
+	r := &docker.Reconciler{D: e.d, Grace: time.Minute, Now: func() time.Time { return now },
+		Known: func(w nodeapi.Workload) bool { return w.TaskID == "known-"+sfx }}
+	res, err := r.Run(ctx)
+	if err != nil || len(res.Removed) != 0 || len(res.Adopted) != 1 || res.Adopted[0].ContainerID != known {
+		t.Fatalf("first pass: %v %+v", err, res)
+	}
+	now = now.Add(2 * time.Minute)
+	res, err = r.Run(ctx)
+	if err != nil || len(res.Removed) != 1 || res.Removed[0].ContainerID != orphan {
+		t.Fatalf("after grace: %v %+v", err, res)
+	}
+	for _, id := range []string{known, plain} {
+		if _, err := e.d.C.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err != nil {
+			t.Fatalf("%s was touched: %v", id, err)
+		}
+	}
+	if _, err := e.d.C.ContainerInspect(ctx, orphan, client.ContainerInspectOptions{}); err == nil {
+		t.Fatal("orphan still exists")
+	}
+}

@@ -1,0 +1,410 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+)
+
+// Owner says whom a workload belongs to; it becomes the ownership labels.
+type Owner struct {
+	TaskID, InstanceID, ProjectID string
+}
+
+// Labels are the ownership labels of a workload of o on this node plus
+// extra gpuaas.* labels (anything else in extra is dropped: labels are
+// visible to every engine user, so nothing secret may go there).
+func (d *Driver) Labels(o Owner, extra map[string]string) map[string]string {
+	l := map[string]string{}
+	for k, v := range extra {
+		if strings.HasPrefix(k, "gpuaas.") {
+			l[k] = v
+		}
+	}
+	l[nodeapi.LabelManaged] = "true"
+	l[nodeapi.LabelNode] = d.cfg.NodeID
+	if o.TaskID != "" {
+		l[nodeapi.LabelTask] = o.TaskID
+	}
+	if o.InstanceID != "" {
+		l[nodeapi.LabelInstance] = o.InstanceID
+	}
+	if o.ProjectID != "" {
+		l[nodeapi.LabelProject] = o.ProjectID
+	}
+	return l
+}
+
+// GPURequests asks the NVIDIA runtime for exactly the named GPUs; none when
+// no GPUs are named, so CPU-only workloads run on hosts without the toolkit.
+func GPURequests(uuids []string) []container.DeviceRequest {
+	if len(uuids) == 0 {
+		return nil
+	}
+	return []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: uuids, Capabilities: [][]string{{"gpu"}}}}
+}
+
+// Mounts writes platform-owned files under the instance's scratch path and
+// returns the bind mounts for them (files read-only).
+func (d *Driver) Mounts(instanceID string, ms []nodeapi.Mount) ([]mount.Mount, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	if instanceID == "" || strings.ContainsAny(instanceID, "/\\.") {
+		return nil, fail(nodeapi.ReasonInvalidTask, "mounts need a task with an instance id")
+	}
+	dir := d.instanceDir(instanceID)
+	var out []mount.Mount
+	for i, m := range ms {
+		if !strings.HasPrefix(m.Target, "/") {
+			return nil, fail(nodeapi.ReasonInvalidTask, "mount %d: target must be an absolute container path", i)
+		}
+		switch m.Kind {
+		case "file":
+			p := filepath.Join(dir, "files", strconv.Itoa(i))
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				return nil, err
+			}
+			mode := os.FileMode(m.Mode)
+			if mode == 0 {
+				mode = 0o444
+			}
+			if err := os.WriteFile(p, m.Content, 0o600); err != nil {
+				return nil, err
+			}
+			if err := os.Chmod(p, mode&0o777); err != nil {
+				return nil, err
+			}
+			out = append(out, mount.Mount{Type: mount.TypeBind, Source: p, Target: m.Target, ReadOnly: true})
+		case "scratch":
+			p := filepath.Join(dir, "scratch", strconv.Itoa(i))
+			if err := os.MkdirAll(p, 0o777); err != nil {
+				return nil, err
+			}
+			_ = os.Chmod(p, 0o777)
+			out = append(out, mount.Mount{Type: mount.TypeBind, Source: p, Target: m.Target, ReadOnly: m.ReadOnly})
+		default:
+			return nil, fail(nodeapi.ReasonInvalidTask, "mount %d: kind must be file or scratch", i)
+		}
+	}
+	return out, nil
+}
+
+// HostIP is the address ports are published on.
+func (d *Driver) HostIP() string { return d.cfg.HostAddress }
+
+// PortBindings publishes ports on the host-local address only.
+func (d *Driver) PortBindings(ps []nodeapi.PortMapping) (network.PortSet, network.PortMap, error) {
+	if len(ps) == 0 {
+		return nil, nil, nil
+	}
+	ip, err := netip.ParseAddr(d.cfg.HostAddress)
+	if err != nil {
+		return nil, nil, fmt.Errorf("host address %q: %w", d.cfg.HostAddress, err)
+	}
+	set, pm := network.PortSet{}, network.PortMap{}
+	for _, p := range ps {
+		proto := p.Protocol
+		if proto == "" {
+			proto = "tcp"
+		}
+		port, err := network.ParsePort(fmt.Sprintf("%d/%s", p.Container, proto))
+		if err != nil || p.Container <= 0 || p.Container > 65535 || p.Host < 0 || p.Host > 65535 {
+			return nil, nil, fail(nodeapi.ReasonInvalidTask, "port %d/%s is not a valid port", p.Container, proto)
+		}
+		set[port] = struct{}{}
+		hp := ""
+		if p.Host > 0 {
+			hp = strconv.Itoa(p.Host)
+		}
+		pm[port] = append(pm[port], network.PortBinding{HostIP: ip, HostPort: hp})
+	}
+	return set, pm, nil
+}
+
+// Run starts one container for a task. A container of the same name that
+// this task already started is adopted (at-least-once delivery).
+func (d *Driver) Run(ctx context.Context, o Owner, r nodeapi.ContainerRun) (nodeapi.RunOutput, error) {
+	if r.Name == "" {
+		return nodeapi.RunOutput{}, fail(nodeapi.ReasonInvalidTask, "container.run needs a name")
+	}
+	ref, err := d.Pull(ctx, r.Image)
+	if err != nil {
+		return nodeapi.RunOutput{}, err
+	}
+	id := ""
+	if ex, err := d.C.ContainerInspect(ctx, r.Name, client.ContainerInspectOptions{}); err == nil {
+		if ex.Container.Config == nil || ex.Container.Config.Labels[nodeapi.LabelManaged] != "true" || ex.Container.Config.Labels[nodeapi.LabelTask] != o.TaskID {
+			return nodeapi.RunOutput{}, fail(nodeapi.ReasonInvalidTask, "a container named %q exists and is not this task's", r.Name)
+		}
+		id = ex.Container.ID
+	}
+	if id == "" {
+		exposed, bindings, err := d.PortBindings(r.Ports)
+		if err != nil {
+			return nodeapi.RunOutput{}, err
+		}
+		mounts, err := d.Mounts(o.InstanceID, r.Mounts)
+		if err != nil {
+			return nodeapi.RunOutput{}, err
+		}
+		env := make([]string, 0, len(r.Env))
+		for k, v := range r.Env {
+			env = append(env, k+"="+v)
+		}
+		hc := &container.HostConfig{PortBindings: bindings, Mounts: mounts, Resources: container.Resources{
+			Memory: r.MemoryMiB << 20, NanoCPUs: int64(r.CPUCores * 1e9), DeviceRequests: GPURequests(r.GPUUUIDs)}}
+		res, err := d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: r.Name, HostConfig: hc, Config: &container.Config{
+			Image: ref, Cmd: r.Command, Env: env, ExposedPorts: exposed, Labels: d.Labels(o, r.Labels)}})
+		if err != nil {
+			return nodeapi.RunOutput{}, fail(nodeapi.ReasonInternal, "create container: %v", err)
+		}
+		id = res.ID
+	}
+	if _, err := d.C.ContainerStart(ctx, id, client.ContainerStartOptions{}); err != nil {
+		return nodeapi.RunOutput{}, &Failure{Reason: nodeapi.ReasonContainerExited, Message: "start: " + err.Error(), LogTail: d.LogTail(ctx, id, 50)}
+	}
+	out := nodeapi.RunOutput{ContainerIDs: []string{id}, HostAddress: d.cfg.HostAddress, ImageDigest: r.Image.Digest, Ports: []nodeapi.PortMapping{}}
+	ports, err := d.boundPorts(ctx, id)
+	if err != nil {
+		return out, err
+	}
+	out.Ports = ports
+	return out, d.WaitReady(ctx, id, ports, r.Readiness)
+}
+
+func (d *Driver) boundPorts(ctx context.Context, id string) ([]nodeapi.PortMapping, error) {
+	ins, err := d.C.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := []nodeapi.PortMapping{}
+	if ins.Container.NetworkSettings == nil {
+		return out, nil
+	}
+	for p, bs := range ins.Container.NetworkSettings.Ports {
+		for _, b := range bs {
+			hp, _ := strconv.Atoi(b.HostPort)
+			if b.HostIP.Is6() && d.cfg.HostAddress != b.HostIP.String() {
+				continue
+			}
+			out = append(out, nodeapi.PortMapping{Container: int(p.Num()), Host: hp, Protocol: string(p.Proto())})
+		}
+	}
+	return out, nil
+}
+
+// WaitReady probes the published host port of rd.Port (TCP, or HTTP 2xx/3xx
+// when a path is set) until it answers or the timeout passes.
+func (d *Driver) WaitReady(ctx context.Context, id string, ports []nodeapi.PortMapping, rd *nodeapi.Readiness) error {
+	if rd == nil {
+		return d.checkRunning(ctx, id)
+	}
+	host := 0
+	for _, p := range ports {
+		if p.Container == rd.Port {
+			host = p.Host
+		}
+	}
+	if host == 0 {
+		return fail(nodeapi.ReasonInvalidTask, "readiness port %d is not published", rd.Port)
+	}
+	timeout := time.Duration(rd.TimeoutSeconds) * time.Second
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	addr := net.JoinHostPort(d.cfg.HostAddress, strconv.Itoa(host))
+	deadline := time.Now().Add(timeout)
+	hc := &http.Client{Timeout: 2 * time.Second}
+	for {
+		if err := d.checkRunning(ctx, id); err != nil {
+			return err
+		}
+		if probe(ctx, hc, addr, rd.HTTPPath) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return &Failure{Reason: nodeapi.ReasonReadinessTimeout, Message: fmt.Sprintf("nothing answered on %s within %s", addr, timeout), LogTail: d.LogTail(ctx, id, 50)}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func probe(ctx context.Context, hc *http.Client, addr, path string) bool {
+	if path == "" {
+		// Docker's userland proxy accepts on the host port even when nothing
+		// listens in the container, then closes the connection: a probe that
+		// is closed at once is not ready; one held open (or answered) is.
+		c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		var b [1]byte
+		_, err = c.Read(b[:])
+		var ne net.Error
+		return err == nil || (errors.As(err, &ne) && ne.Timeout())
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode < 400
+}
+
+func (d *Driver) checkRunning(ctx context.Context, id string) error {
+	ins, err := d.C.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if err != nil {
+		return err
+	}
+	if st := ins.Container.State; st != nil && !st.Running {
+		return &Failure{Reason: nodeapi.ReasonContainerExited, Message: fmt.Sprintf("container exited with code %d", st.ExitCode), LogTail: d.LogTail(ctx, id, 50)}
+	}
+	return nil
+}
+
+// find resolves a reference to gpuaas-labelled containers of this engine.
+func (d *Driver) find(ctx context.Context, ref nodeapi.ContainerRef) ([]string, error) {
+	var f client.Filters
+	switch {
+	case ref.ContainerID != "":
+		f = d.managed().Add("id", ref.ContainerID)
+	case ref.Name != "":
+		f = d.managed().Add("name", "^/"+ref.Name+"$")
+	case ref.InstanceID != "":
+		f = d.managed(nodeapi.LabelInstance + "=" + ref.InstanceID)
+	default:
+		return nil, fail(nodeapi.ReasonInvalidTask, "name a container by instance id, container id or name")
+	}
+	res, err := d.C.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(res.Items))
+	for _, c := range res.Items {
+		ids = append(ids, c.ID)
+	}
+	return ids, nil
+}
+
+// Stop stops the referenced containers gracefully (SIGTERM, then SIGKILL
+// after the timeout). Stopping what is already gone succeeds.
+func (d *Driver) Stop(ctx context.Context, ref nodeapi.ContainerRef) error {
+	ids, err := d.find(ctx, ref)
+	if err != nil {
+		return err
+	}
+	t := ref.TimeoutSec
+	if t <= 0 {
+		t = 10
+	}
+	for _, id := range ids {
+		if _, err := d.C.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &t}); err != nil && !cerrdefs.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Remove removes the referenced containers with their anonymous volumes.
+func (d *Driver) Remove(ctx context.Context, ref nodeapi.ContainerRef) error {
+	ids, err := d.find(ctx, ref)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if _, err := d.C.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Inspect reports the referenced workloads with their last log lines.
+func (d *Driver) Inspect(ctx context.Context, ref nodeapi.ContainerRef, tail int) ([]nodeapi.Workload, []string, error) {
+	ids, err := d.find(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(ids) == 0 {
+		return nil, nil, fail(nodeapi.ReasonNotFound, "no gpuaas container matches")
+	}
+	var ws []nodeapi.Workload
+	var logs []string
+	for _, id := range ids {
+		ins, err := d.C.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil {
+			continue
+		}
+		w := nodeapi.Workload{ContainerID: id, Name: strings.TrimPrefix(ins.Container.Name, "/"),
+			InstanceID: ins.Container.Config.Labels[nodeapi.LabelInstance], TaskID: ins.Container.Config.Labels[nodeapi.LabelTask],
+			ComposeProject: ins.Container.Config.Labels["com.docker.compose.project"]}
+		if st := ins.Container.State; st != nil {
+			w.State = string(st.Status)
+			w.StartedAt, _ = time.Parse(time.RFC3339Nano, st.StartedAt)
+		}
+		ws = append(ws, w)
+		logs = append(logs, d.LogTail(ctx, id, tail)...)
+	}
+	return ws, logs, nil
+}
+
+// Verify lists what still exists for an instance: labelled containers,
+// networks and volumes, and its scratch path.
+func (d *Driver) Verify(ctx context.Context, instanceID string) ([]string, error) {
+	if instanceID == "" {
+		return nil, fail(nodeapi.ReasonInvalidTask, "teardown.verify needs an instance id")
+	}
+	f := d.managed(nodeapi.LabelInstance + "=" + instanceID)
+	remaining := []string{}
+	cs, err := d.C.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cs.Items {
+		remaining = append(remaining, "container:"+c.ID)
+	}
+	ns, err := d.C.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range ns.Items {
+		remaining = append(remaining, "network:"+n.Name)
+	}
+	vs, err := d.C.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return nil, err
+	}
+	for _, v := range vs.Items {
+		remaining = append(remaining, "volume:"+v.Name)
+	}
+	if _, err := os.Stat(d.instanceDir(instanceID)); err == nil {
+		remaining = append(remaining, "path:"+d.instanceDir(instanceID))
+	}
+	return remaining, nil
+}

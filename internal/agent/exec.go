@@ -1,0 +1,152 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/agent/compose"
+	"github.com/gpuaas/gpuaas/internal/agent/docker"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+)
+
+// handle executes one task at most once: a task whose result is stored
+// (delivery is at least once, across restarts too) re-reports that result.
+func (a *Agent) handle(ctx context.Context, t nodeapi.Task) {
+	res, done := a.results.Get(t.ID)
+	if !done {
+		_ = a.started.Put(t.ID, nodeapi.TaskResult{State: "started"})
+		res = a.execute(ctx, t)
+		if ctx.Err() != nil {
+			return // shutting down: the lease expires and the task comes back
+		}
+		if err := a.results.Put(t.ID, res); err != nil {
+			a.log.WarnContext(ctx, "could not store task result", "task_id", t.ID, "err", err)
+		}
+	}
+	a.log.InfoContext(ctx, "task done", "task_id", t.ID, "kind", t.Kind, "state", res.State, "reason", res.ReasonCode, "repeat", done)
+	for i := range 5 {
+		c, err := a.authed(ctx)
+		if err == nil {
+			if err = c.ReportNodeTaskResult(ctx, a.id.NodeID, t.ID, res); err == nil {
+				return
+			}
+			a.refused(err)
+		}
+		a.log.WarnContext(ctx, "could not report task result; the server redelivers it and the stored result is sent again", "task_id", t.ID, "err", err)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(1<<i) * 500 * time.Millisecond):
+		}
+	}
+}
+
+func decode[T any](t nodeapi.Task) (T, error) {
+	var v T
+	if err := json.Unmarshal(t.Payload, &v); err != nil {
+		return v, &docker.Failure{Reason: nodeapi.ReasonInvalidTask, Message: fmt.Sprintf("%s payload: %v", t.Kind, err)}
+	}
+	return v, nil
+}
+
+// execute runs a task and turns its outcome into a result with a reason code.
+func (a *Agent) execute(ctx context.Context, t nodeapi.Task) nodeapi.TaskResult {
+	out, err := a.dispatch(ctx, t)
+	if err != nil {
+		f := docker.AsFailure(err)
+		return nodeapi.TaskResult{State: nodeapi.ResultFailed, ReasonCode: f.Reason, Message: f.Message, LogTail: trimLog(f.LogTail)}
+	}
+	res := nodeapi.TaskResult{State: nodeapi.ResultSucceeded}
+	if out != nil {
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nodeapi.TaskResult{State: nodeapi.ResultFailed, ReasonCode: nodeapi.ReasonInternal, Message: err.Error()}
+		}
+		res.Output = b
+	}
+	return res
+}
+
+func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
+	if err := a.drv.Ping(ctx); err != nil {
+		return nil, &docker.Failure{Reason: nodeapi.ReasonEngineUnavailable, Message: "the Docker engine does not answer: " + err.Error()}
+	}
+	owner := docker.Owner{TaskID: t.ID, InstanceID: t.InstanceID, ProjectID: t.ProjectID}
+	switch t.Kind {
+	case nodeapi.KindImagePull:
+		p, err := decode[nodeapi.ImagePull](t)
+		if err != nil {
+			return nil, err
+		}
+		ref, err := a.drv.Pull(ctx, p)
+		return map[string]string{"image": ref, "image_digest": p.Digest}, err
+	case nodeapi.KindContainerRun:
+		r, err := decode[nodeapi.ContainerRun](t)
+		if err != nil {
+			return nil, err
+		}
+		out, err := a.drv.Run(ctx, owner, r)
+		return out, err
+	case nodeapi.KindContainerStop:
+		r, err := decode[nodeapi.ContainerRef](t)
+		if err != nil {
+			return nil, err
+		}
+		return nil, a.drv.Stop(ctx, a.ref(t, r))
+	case nodeapi.KindContainerRemove:
+		r, err := decode[nodeapi.ContainerRef](t)
+		if err != nil {
+			return nil, err
+		}
+		return nil, a.drv.Remove(ctx, a.ref(t, r))
+	case nodeapi.KindWorkloadInspect:
+		r, err := decode[nodeapi.ContainerRef](t)
+		if err != nil {
+			return nil, err
+		}
+		ws, logs, err := a.drv.Inspect(ctx, a.ref(t, r), 50)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"workloads": ws, "log_tail": logs}, nil
+	case nodeapi.KindTeardownVerify:
+		v, err := decode[nodeapi.TeardownVerify](t)
+		if err != nil {
+			return nil, err
+		}
+		if v.InstanceID == "" {
+			v.InstanceID = t.InstanceID
+		}
+		rem, err := a.drv.Verify(ctx, v.InstanceID)
+		if err != nil {
+			return nil, err
+		}
+		if len(rem) > 0 {
+			return nil, &docker.Failure{Reason: nodeapi.ReasonResourcesRemain, Message: fmt.Sprintf("%d resources remain: %v", len(rem), rem)}
+		}
+		return nodeapi.VerifyOutput{Remaining: rem}, nil
+	case nodeapi.KindComposeUp:
+		u, err := decode[nodeapi.ComposeUp](t)
+		if err != nil {
+			return nil, err
+		}
+		return compose.Up(ctx, a.drv, owner, u)
+	case nodeapi.KindComposeDown:
+		d, err := decode[nodeapi.ComposeDown](t)
+		if err != nil {
+			return nil, err
+		}
+		return nil, compose.Down(ctx, a.drv, d.Project, t.InstanceID)
+	}
+	return nil, &docker.Failure{Reason: nodeapi.ReasonInvalidTask, Message: fmt.Sprintf("this agent does not know task kind %q", t.Kind)}
+}
+
+// ref scopes a container reference to the task's instance when it names none.
+func (a *Agent) ref(t nodeapi.Task, r nodeapi.ContainerRef) nodeapi.ContainerRef {
+	if r.InstanceID == "" && r.ContainerID == "" && r.Name == "" {
+		r.InstanceID = t.InstanceID
+	}
+	return r
+}

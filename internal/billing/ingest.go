@@ -1,0 +1,208 @@
+package billing
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"slices"
+
+	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Metering kinds of the manifest schema ($defs/metering).
+const (
+	KindNone           = "none"
+	KindSessionSeconds = "session_seconds"
+	KindGPUSeconds     = "gpu_seconds"
+	KindTokens         = "tokens"
+	KindRequests       = "requests"
+)
+
+// UnitGPUSeconds is the unit of allocation usage.
+const UnitGPUSeconds = "gpu_seconds"
+
+// EventResult says what became of one accepted event.
+type EventResult struct {
+	ID            string `json:"id"`
+	Source        string `json:"source"`
+	Status        string `json:"status"` // recorded | duplicate
+	UsageRecordID string `json:"usage_record_id,omitempty"`
+}
+
+// IngestResult answers a usage post. Every event in it is durable: the
+// answer is only sent after the transaction that stored them committed.
+type IngestResult struct {
+	Recorded   int           `json:"recorded"`
+	Duplicates int           `json:"duplicates"`
+	Results    []EventResult `json:"results"`
+}
+
+// DedupeKeyForEvent is the durable dedupe key of an app event: the
+// CloudEvents (source, id) pair, within the project (so one tenant's ids can
+// never swallow another's events). The source is hashed to a fixed width;
+// the id is kept as sent, so ids that grow in order (counters, UUIDv7) land
+// side by side in the unique index instead of at random pages.
+func DedupeKeyForEvent(projectID, source, id string) string {
+	sum := sha256.Sum256([]byte(source))
+	return "app:" + projectID + ":" + hex.EncodeToString(sum[:16]) + ":" + id
+}
+
+// RecordAppUsage stores usage events an app instance reports about itself.
+// Only the instance's own service account may report, only in the unit its
+// manifest declares, within the accepted time window; a (source, id) seen
+// before is a duplicate, answered as success and not stored again.
+func (s *Service) RecordAppUsage(ctx context.Context, g *iam.Grants, projectID, instanceID string, events []UsageEvent) (IngestResult, error) {
+	project, err := s.IAM.Project(ctx, g, projectID, "")
+	if err != nil {
+		return IngestResult{}, err
+	}
+	dir := s.src().Instances
+	if dir == nil {
+		return IngestResult{}, &errdefs.Error{Kind: errdefs.KindUnavailable, Code: "instances_unavailable",
+			Message: "app instances are not available on this server, so no instance can report usage"}
+	}
+	inst, err := dir.BillingInstance(ctx, s.DB.Queries(), instanceID)
+	if errors.Is(err, store.ErrNotFound) || (err == nil && inst.ProjectID != project.ID) {
+		return IngestResult{}, errdefs.NotFound("app_instance_not_found",
+			"app instance %q does not exist in project %s or you have no access to it", instanceID, project.ID)
+	}
+	if err != nil {
+		return IngestResult{}, err
+	}
+	if p := principal.From(ctx); p.Type != principal.ServiceAccount || p.ID != inst.ServiceAccountID {
+		return IngestResult{}, s.IAM.Deny(ctx, iam.PermBillingUsageReport, iam.Scope{OrgID: project.OrgID, ProjectID: project.ID},
+			"app_instance", inst.ID)
+	}
+	if err := s.checkEvents(inst, events); err != nil {
+		return IngestResult{}, err
+	}
+	return s.storeEvents(ctx, inst, events)
+}
+
+// checkEvents applies the rules that need the instance: attribution, the
+// declared unit, and the time window.
+func (s *Service) checkEvents(inst Instance, events []UsageEvent) error {
+	if len(events) > s.Config.MaxBatchEvents {
+		return errdefs.Invalid("batch_too_large", "a batch may hold at most %d events; this one holds %d — split it",
+			s.Config.MaxBatchEvents, len(events))
+	}
+	switch inst.MeteringKind {
+	case "", KindNone:
+		return errdefs.Unprocessable("metering_not_declared",
+			"app %s version %s declares no metering in its manifest, so its instances cannot report usage; declare metering.kind in the manifest",
+			inst.AppSlug, inst.Version)
+	case KindSessionSeconds:
+		return errdefs.Unprocessable("usage_unit_platform_measured",
+			"app %s meters session_seconds, which the platform measures itself from the instance's running intervals; the app does not report it",
+			inst.AppSlug)
+	}
+	now := s.Now().UTC()
+	var fe []errdefs.FieldError
+	for i, ev := range events {
+		at := "/" + itoa(i)
+		if len(events) == 1 {
+			at = ""
+		}
+		switch {
+		case ev.UsageUnit != inst.MeteringKind:
+			return errdefs.Unprocessable("usage_unit_not_declared",
+				"event %q reports unit %q, but app %s version %s declares metering.kind %q; report usage in %q only",
+				ev.ID, ev.UsageUnit, inst.AppSlug, inst.Version, inst.MeteringKind, inst.MeteringKind).
+				WithDetails(map[string]any{"event_id": ev.ID, "usage_unit": ev.UsageUnit, "declared": []string{inst.MeteringKind}})
+		case ev.ProjectID != "" && ev.ProjectID != inst.ProjectID:
+			return errdefs.Unprocessable("usage_project_mismatch",
+				"event %q names project %s, but app instance %s belongs to project %s; an instance reports only its own usage",
+				ev.ID, ev.ProjectID, inst.ID, inst.ProjectID)
+		case ev.Subject != "" && ev.Subject != inst.ID:
+			return errdefs.Unprocessable("usage_instance_mismatch",
+				"event %q has subject %q, but it was posted for app instance %s; an instance reports only its own usage",
+				ev.ID, ev.Subject, inst.ID)
+		case ev.Time.Before(now.Add(-s.Config.MaxEventAge)):
+			fe = append(fe, errdefs.FieldError{Field: at + "/time", Code: "too_old",
+				Message: "is older than the " + s.Config.MaxEventAge.String() + " a late event may be; it cannot be billed any more"})
+		case ev.Time.After(now.Add(s.Config.MaxClockSkew)):
+			fe = append(fe, errdefs.FieldError{Field: at + "/time", Code: "in_future",
+				Message: "is in the future; usage is reported after it happened (check the workload's clock)"})
+		}
+	}
+	if fe != nil {
+		e := errdefs.Validation(fe)
+		e.Code = "usage_event_out_of_window"
+		return e
+	}
+	return nil
+}
+
+func (s *Service) storeEvents(ctx context.Context, inst Instance, events []UsageEvent) (IngestResult, error) {
+	now := s.Now().UTC()
+	cid := correlation.ID(ctx)
+	recs := make([]store.UsageRecord, len(events))
+	for i, ev := range events {
+		c := ev.CorrelationID
+		if c == "" {
+			c = cid
+		}
+		recs[i] = store.UsageRecord{ID: iam.NewID(), DedupeKey: DedupeKeyForEvent(inst.ProjectID, ev.Source, ev.ID),
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
+			OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
+			CorrelationID: c, UsageSource: store.UsageSourceAppRuntime, UsageUnit: ev.UsageUnit, Quantity: ev.Quantity,
+			Meter: MeterOf(inst.AppSlug, ev.UsageUnit), StartTime: ev.StartTime, EndTime: ev.Time,
+			EventSource: ev.Source, EventID: ev.ID, RecordedAt: now}
+	}
+	var res IngestResult
+	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		stored, err := tx.InsertUsageRecords(ctx, recs)
+		if err != nil {
+			return err
+		}
+		res = IngestResult{Results: make([]EventResult, len(recs))}
+		var fresh []reportedRecord
+		for i, r := range recs {
+			out := EventResult{ID: r.EventID, Source: r.EventSource, Status: "duplicate"}
+			if stored[r.ID] {
+				out.Status, out.UsageRecordID = "recorded", r.ID
+				res.Recorded++
+				fresh = append(fresh, reportedRecord{UsageRecordID: r.ID, EventSource: r.EventSource, EventID: r.EventID,
+					Quantity: r.Quantity, StartTime: rfc(r.StartTime), EndTime: rfc(r.EndTime)})
+			} else {
+				res.Duplicates++
+			}
+			res.Results[i] = out
+		}
+		if len(fresh) > 0 {
+			if err := tx.Emit(store.Event{Type: EventUsageRecorded, Subject: "app-instances/" + inst.ID,
+				OrgID: inst.OrgID, ProjectID: inst.ProjectID}, reportedBatch{UsageSource: store.UsageSourceAppRuntime,
+				UsageUnit: recs[0].UsageUnit, Meter: recs[0].Meter, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
+				OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
+				Records: fresh}); err != nil {
+				return err
+			}
+		}
+		return tx.Audit(store.AuditEvent{Action: "billing.usage.report", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, nil, map[string]int{"recorded": res.Recorded, "duplicates": res.Duplicates})
+	})
+	if err != nil {
+		return IngestResult{}, err
+	}
+	if res.Recorded > 0 {
+		s.usageRecorded()
+	}
+	return res, nil
+}
+
+// MeterOf names an app's meter: the app and its unit, e.g. "vllm/tokens".
+func MeterOf(appSlug, unit string) string { return appSlug + "/" + unit }
+
+// DefaultMeter is the meter whose price applies to every app that has no
+// price of its own for unit.
+func DefaultMeter(unit string) string { return "*/" + unit }
+
+// AppEmittedKinds are the metering kinds an app reports itself.
+var AppEmittedKinds = []string{KindGPUSeconds, KindTokens, KindRequests}
+
+func appEmitted(kind string) bool { return slices.Contains(AppEmittedKinds, kind) }

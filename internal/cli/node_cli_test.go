@@ -1,0 +1,55 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// The operator's path: mint a join token, see no nodes yet, and find that
+// an allocation without a node is refused with a clear error; listing the
+// project's allocations works for its members.
+func TestNodeAndAllocationCommands(t *testing.T) {
+	s := servertest.Start(t, store.SQLite)
+	dir := t.TempDir()
+	t.Setenv(envConfigDir, filepath.Join(dir, "config"))
+	t.Setenv(envAPIURL, s.URL)
+	t.Setenv(envToken, "")
+	run := func(stdin string, args ...string) (string, string, error) {
+		var out, errOut bytes.Buffer
+		root := NewRoot(&out, &errOut)
+		root.SetIn(strings.NewReader(stdin))
+		root.SetArgs(args)
+		err := root.ExecuteContext(context.Background())
+		return out.String(), errOut.String(), err
+	}
+	if _, _, err := run(s.Creds.AdminPassword+"\n", "login", "--email", s.Creds.AdminEmail, "--password-stdin"); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := run("", "node", "join-token", "--description", "rack 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jt struct {
+		JoinToken string `json:"join_token"`
+	}
+	if json.Unmarshal([]byte(out), &jt) != nil || !strings.HasPrefix(jt.JoinToken, "gpjt_") || !strings.Contains(stderr, "works once") {
+		t.Fatalf("join-token: %s / %s", out, stderr)
+	}
+	if out, _, err := run("", "node", "list"); err != nil || !strings.Contains(out, `"items": []`) {
+		t.Fatalf("node list: %v %s", err, out)
+	}
+	_, _, err = run("", "allocation", "create", "--project", s.Creds.ProjectID, "--sku", "h100-80gb.1x")
+	if err == nil || !strings.Contains(err.Error(), "insufficient_capacity") && !strings.Contains(err.Error(), "no ready node") {
+		t.Fatalf("allocation create without nodes: %v", err)
+	}
+	if out, _, err := run("", "allocation", "list", "--project", s.Creds.ProjectID); err != nil || !strings.Contains(out, `"items": []`) {
+		t.Fatalf("allocation list: %v %s", err, out)
+	}
+}

@@ -1,0 +1,172 @@
+package httpapi_test
+
+import (
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/server"
+	"github.com/gpuaas/gpuaas/internal/servertest"
+)
+
+// devProcess is `gpuaas dev` as a real child process, so the test can
+// SIGKILL it and start it again on the same data directory and port.
+type devProcess struct {
+	t       *testing.T
+	bin     string
+	dataDir string
+	listen  string
+	cmd     *exec.Cmd
+}
+
+func buildGpuaas(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds the gpuaas binary; skipped with -short")
+	}
+	bin := filepath.Join(t.TempDir(), "gpuaas")
+	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/gpuaas")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build gpuaas: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func (p *devProcess) start() {
+	p.t.Helper()
+	p.cmd = exec.Command(p.bin, "dev", "--data-dir", p.dataDir, "--listen", p.listen,
+		"--node-task-lease", "2s", "--credential-rate", "1000", "--credential-burst", "1000")
+	log, err := os.OpenFile(filepath.Join(p.dataDir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = log, log
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if r, err := http.Get("http://" + p.listen + "/readyz"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for a child process to listen
+	}
+	b, _ := os.ReadFile(filepath.Join(p.dataDir, "server.log"))
+	p.t.Fatalf("gpuaas dev did not become ready:\n%s", b)
+}
+
+// kill sends SIGKILL: no shutdown path runs.
+func (p *devProcess) kill() {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		p.t.Fatal(err)
+	}
+	_ = p.cmd.Wait()
+}
+
+// A server killed with SIGKILL while an instance deploys, and again while
+// it is decommissioned, finishes both after a restart: the operation's
+// phase and its queued node task are durable, and the node's unreported
+// task is delivered again once its lease lapses.
+func TestInstanceSurvivesServerKill(t *testing.T) {
+	bin := buildGpuaas(t)
+	p := &devProcess{t: t, bin: bin, dataDir: t.TempDir(), listen: freeAddr(t)}
+	p.start()
+	t.Cleanup(func() {
+		if p.cmd.ProcessState == nil {
+			p.kill()
+		}
+	})
+	var creds server.DevCredentials
+	b, err := os.ReadFile(server.CredentialsPath(p.dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &creds); err != nil {
+		t.Fatal(err)
+	}
+	contract, err := servertest.LoadContract()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &servertest.Server{T: t, URL: "http://" + p.listen, Creds: creds, Contract: contract}
+	e := setupInstanceEnv(t, s, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 1)
+
+	// The node takes the run (and later the removal) but withholds the
+	// first result: the server dies before it could learn it.
+	var withheld atomic.Int32
+	held := make(chan string, 4)
+	e.node.serve(t, func(task nodeapi.Task) nodeapi.TaskResult {
+		if (task.Kind == nodeapi.KindContainerRun || task.Kind == nodeapi.KindContainerRemove) && task.Attempt <= 1 && withheld.Add(1) <= 2 {
+			held <- task.Kind
+			return nodeapi.TaskResult{}
+		}
+		return okResult(task)
+	})
+	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "survivor"}).Want(t, 202)
+	id := cr.String("id")
+	waitHeld(t, held, nodeapi.KindContainerRun)
+	if st := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200).String("status"); st != "deploying" {
+		t.Fatalf("before the kill: %s", st)
+	}
+	p.kill()
+	p.start()
+	if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("deploy after restart: %s", op.Body)
+	}
+
+	dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
+	waitHeld(t, held, nodeapi.KindContainerRemove)
+	p.kill()
+	p.start()
+	if op := waitOp(t, e.bot, e.pid, dec.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("decommission after restart: %s", op.Body)
+	}
+	got := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200)
+	if got.String("status") != "decommissioned" {
+		t.Fatalf("after restart: %s", got.Body)
+	}
+	// The run was delivered twice (once per server life) and removed once
+	// it was verified: the node saw remove and verify after the restart.
+	kinds := map[string]int{}
+	for _, task := range e.node.tasks() {
+		kinds[task.Kind]++
+	}
+	if kinds[nodeapi.KindContainerRun] < 2 || kinds[nodeapi.KindContainerRemove] < 2 || kinds[nodeapi.KindTeardownVerify] < 1 {
+		t.Fatalf("node tasks: %v", kinds)
+	}
+}
+
+func waitHeld(t *testing.T, held chan string, kind string) {
+	t.Helper()
+	select {
+	case k := <-held:
+		if k != kind {
+			t.Fatalf("withheld %s, want %s", k, kind)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the node never received %s", kind)
+	}
+}

@@ -1,0 +1,203 @@
+package instances
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// VersionInput is the body of upgrade and rollback.
+type VersionInput struct {
+	TargetVersion string `json:"target_version"`
+}
+
+func errInstanceNotFound(id string) error {
+	return errdefs.NotFound(instanceNotFoundErrorCode, "app instance %q does not exist in this project", id)
+}
+
+func errBusy(inst store.AppInstance) error {
+	return errdefs.Conflict(operationInProgressCode,
+		"app instance %s is %s: operation %s is still in progress; poll GET /api/v1/projects/%s/operations/%s and retry when it ends",
+		inst.ID, inst.Status, inst.CurrentOperationID, inst.ProjectID, inst.CurrentOperationID).
+		WithDetails(map[string]any{"operation_id": inst.CurrentOperationID, "status": inst.Status})
+}
+
+// instance resolves a project the caller may act on with perm, and one of
+// its instances; another project's instance is not found.
+func (s *Service) instance(ctx context.Context, g *iam.Grants, projectID, id, perm string) (store.Project, store.AppInstance, error) {
+	p, err := s.IAM.Project(ctx, g, projectID, perm)
+	if err != nil {
+		return store.Project{}, store.AppInstance{}, err
+	}
+	inst, err := s.DB.Queries().GetAppInstance(ctx, p.ID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Project{}, store.AppInstance{}, errInstanceNotFound(id)
+	}
+	return p, inst, err
+}
+
+// Upgrade moves a running instance to another published, entitled and
+// compatible version. The worker deploys it health-gated and reverts to
+// the current version if the new one does not become ready.
+func (s *Service) Upgrade(ctx context.Context, g *iam.Grants, projectID, id string, in VersionInput) (store.AppInstance, store.InstanceOperation, error) {
+	return s.changeVersion(ctx, g, projectID, id, in, OpUpgrade)
+}
+
+// Rollback moves a running instance back to a version it ran
+// before; a deprecated version is allowed, a retired one is not.
+func (s *Service) Rollback(ctx context.Context, g *iam.Grants, projectID, id string, in VersionInput) (store.AppInstance, store.InstanceOperation, error) {
+	return s.changeVersion(ctx, g, projectID, id, in, OpRollback)
+}
+
+func (s *Service) changeVersion(ctx context.Context, g *iam.Grants, projectID, id string, in VersionInput, kind string) (store.AppInstance, store.InstanceOperation, error) {
+	p, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceUpdate)
+	if err != nil {
+		return store.AppInstance{}, store.InstanceOperation{}, err
+	}
+	if busy(inst.Status) {
+		return store.AppInstance{}, store.InstanceOperation{}, errBusy(inst)
+	}
+	if inst.Status != StatusRunning {
+		return store.AppInstance{}, store.InstanceOperation{}, errdefs.FailedPrecondition("instance_not_running",
+			"app instance %s is %s; only a running instance can be %sd", inst.ID, inst.Status, strings.ReplaceAll(kind, "rollback", "rolled back"))
+	}
+	in.TargetVersion = strings.TrimSpace(in.TargetVersion)
+	if in.TargetVersion == "" {
+		return store.AppInstance{}, store.InstanceOperation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_version", Code: CodeRequired, Message: "is required: the version to move to"}})
+	}
+	if in.TargetVersion == inst.Version {
+		return store.AppInstance{}, store.InstanceOperation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_version", Code: CodeSameVersion,
+			Message: fmt.Sprintf("the instance already runs %s", inst.Version)}})
+	}
+	if kind == OpRollback && !ranBefore(inst, in.TargetVersion) {
+		return store.AppInstance{}, store.InstanceOperation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_version", Code: CodeNotAnEarlierVersion,
+			Message: fmt.Sprintf("the instance never ran %s; it can roll back to %v", in.TargetVersion, earlierVersions(inst))}})
+	}
+	var doc LaunchDoc
+	if err := json.Unmarshal(inst.Effective, &doc); err != nil {
+		return store.AppInstance{}, store.InstanceOperation{}, err
+	}
+	if _, err := s.resolve(ctx, s.DB.Queries(), p, inst.AppSlug, in.TargetVersion, doc.Request, inst.TargetAllocationID, kind == OpRollback); err != nil {
+		return store.AppInstance{}, store.InstanceOperation{}, targetRefusal(err)
+	}
+	status, event, verb := StatusUpgrading, EventUpgradeRequested, "upgrade"
+	if kind == OpRollback {
+		status, event, verb = StatusRollingBack, EventRollbackRequested, "roll back"
+	}
+	op := s.newOperation(ctx, inst, kind, inst.Version, in.TargetVersion, fmt.Sprintf("%s %s from %s to %s", verb, inst.AppSlug, inst.Version, in.TargetVersion))
+	out, err := s.begin(ctx, inst, op, status, event, "app_instance."+kind)
+	return out, op, err
+}
+
+// targetRefusal points the catalog's /version refusals at /target_version.
+func targetRefusal(err error) error {
+	e, ok := errdefs.As(err)
+	if !ok {
+		return err
+	}
+	if fields, ok := e.Details["fields"].([]errdefs.FieldError); ok {
+		out := make([]errdefs.FieldError, len(fields))
+		for i, f := range fields {
+			if f.Field == "/version" {
+				f.Field = "/target_version"
+			}
+			out[i] = f
+		}
+		return errdefs.Validation(out)
+	}
+	return err
+}
+
+func ranBefore(inst store.AppInstance, version string) bool {
+	for _, h := range history(inst) {
+		if h.Version == version && h.Version != inst.Version {
+			return true
+		}
+	}
+	return false
+}
+
+func earlierVersions(inst store.AppInstance) []string {
+	out := []string{}
+	for _, h := range history(inst) {
+		if h.Version != inst.Version && !contains(out, h.Version) {
+			out = append(out, h.Version)
+		}
+	}
+	return out
+}
+
+func history(inst store.AppInstance) []HistoryEntry {
+	var h []HistoryEntry
+	_ = json.Unmarshal(inst.History, &h)
+	return h
+}
+
+// Decommission tears the instance down: the worker removes its workload
+// and only marks it decommissioned once the node proves nothing remains.
+// Repeating it is harmless: an instance already decommissioning or
+// decommissioned answers with the operation that does (or did) it.
+func (s *Service) Decommission(ctx context.Context, g *iam.Grants, projectID, id string) (store.AppInstance, store.InstanceOperation, error) {
+	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceDelete)
+	if err != nil {
+		return store.AppInstance{}, store.InstanceOperation{}, err
+	}
+	switch inst.Status {
+	case StatusDecommissioning, StatusDecommissioned:
+		op, err := s.DB.Queries().GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID)
+		if err != nil {
+			return inst, op, err
+		}
+		// The repeat changes nothing, but the request is still recorded.
+		err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+			return tx.Audit(store.AuditEvent{Action: "app_instance.decommission", ResourceType: "app_instance", ResourceID: inst.ID,
+				OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: "already_" + inst.Status}, nil, auditState(inst))
+		})
+		return inst, op, err
+	}
+	if busy(inst.Status) {
+		return store.AppInstance{}, store.InstanceOperation{}, errBusy(inst)
+	}
+	op := s.newOperation(ctx, inst, OpDecommission, inst.Version, "", fmt.Sprintf("decommission %s %s", inst.AppSlug, inst.Version))
+	out, err := s.begin(ctx, inst, op, StatusDecommissioning, EventDecommissionRequested, "app_instance.decommission")
+	return out, op, err
+}
+
+// begin records a lifecycle request: the operation, the instance's new
+// status, its event and audit row — refused with 409 if another request
+// won the race for the instance.
+func (s *Service) begin(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, status, event, action string) (store.AppInstance, error) {
+	before := inst
+	inst.Status, inst.CurrentOperationID, inst.UpdatedAt = status, op.ID, s.Now().UTC()
+	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if err := tx.UpdateAppInstance(ctx, inst, before.Status); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				cur, gerr := tx.GetAppInstanceByID(ctx, inst.ID)
+				if gerr != nil {
+					return gerr
+				}
+				return errBusy(cur)
+			}
+			return err
+		}
+		if err := tx.InsertInstanceOperation(ctx, op); err != nil {
+			return err
+		}
+		if err := s.record(ctx, tx, inst, op, event, nil); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, auditState(before), auditState(inst))
+	})
+	if err != nil {
+		return store.AppInstance{}, err
+	}
+	s.kick()
+	return inst, nil
+}

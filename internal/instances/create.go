@@ -1,0 +1,417 @@
+package instances
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// CreateInput is the body of POST …/app-instances. Operating mode and
+// control-plane scope are hints; the answer carries the effective values.
+type CreateInput struct {
+	AppSlug            string                  `json:"app_slug"`
+	Version            string                  `json:"version"`
+	DisplayName        string                  `json:"display_name"`
+	OperatingMode      string                  `json:"operating_mode,omitempty"`
+	ControlPlaneScope  string                  `json:"control_plane_scope,omitempty"`
+	Config             json.RawMessage         `json:"config,omitempty"`
+	PlacementIntent    json.RawMessage         `json:"placement_intent,omitempty"`
+	TargetAllocationID string                  `json:"target_allocation_id,omitempty"`
+	Resources          catalog.ResourceRequest `json:"resources,omitempty"`
+	Parameters         json.RawMessage         `json:"parameters,omitempty"`
+}
+
+func (in CreateInput) launchRequest() catalog.LaunchRequest {
+	return catalog.LaunchRequest{OperatingMode: in.OperatingMode, ControlPlaneScope: in.ControlPlaneScope,
+		Resources: in.Resources, Config: in.Config, PlacementIntent: in.PlacementIntent, Parameters: in.Parameters}
+}
+
+// Field error codes of refused launches (beside the catalog's).
+const (
+	CodeRequired              = "required"
+	CodeNotEntitled           = "not_entitled"
+	CodeNotFound              = "not_found"
+	CodeVersionNotLaunchable  = "version_not_launchable"
+	CodeArtifactNotReady      = "artifact_not_ready"
+	CodeArtifactRevoked       = "artifact_revoked"
+	CodeAllocationNotActive   = "allocation_not_active"
+	CodeNoAllocation          = "no_compatible_allocation"
+	CodeIncompatibleTarget    = "incompatible_target"
+	CodeDoesNotFit            = "does_not_fit"
+	CodeBackendNotSupported   = "not_supported"
+	CodeNotAnEarlierVersion   = "not_an_earlier_version"
+	CodeSameVersion           = "same_version"
+	maxDisplayNameLen         = 200
+	maxLogTailLines           = 50
+	operationInProgressCode   = "operation_in_progress"
+	instanceNotFoundErrorCode = "app_instance_not_found"
+)
+
+// LaunchDoc is what an instance keeps of its launch: the request (re-resolved
+// against the target version on upgrade and rollback) and the effective values.
+type LaunchDoc struct {
+	Request   catalog.LaunchRequest `json:"request"`
+	Effective catalog.Effective     `json:"effective"`
+}
+
+// HistoryEntry is one version an instance ran, with its pinned digest.
+type HistoryEntry struct {
+	Version string `json:"version"`
+	Digest  string `json:"digest"`
+}
+
+// target is a resolved launch of one version onto one allocation: what the
+// worker renders into node tasks.
+type target struct {
+	version    store.AppVersion
+	manifest   manifest.Version
+	effective  catalog.Effective
+	artifacts  map[string]store.AppArtifact // by manifest artifact name; runtime.LaunchImage for the profile image
+	digest     string                       // the primary image digest
+	allocation Allocation
+}
+
+// Create validates a launch and records the instance as requested, with
+// the operation that will drive it; the worker does the rest. Every refusal
+// is a field error.
+func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, in CreateInput) (store.AppInstance, store.InstanceOperation, error) {
+	p, err := s.IAM.Project(ctx, g, projectID, iam.PermInstanceCreate)
+	if err != nil {
+		return store.AppInstance{}, store.InstanceOperation{}, err
+	}
+	in.AppSlug, in.Version, in.DisplayName = strings.TrimSpace(in.AppSlug), strings.TrimSpace(in.Version), strings.TrimSpace(in.DisplayName)
+	var fe []errdefs.FieldError
+	if in.AppSlug == "" {
+		fe = append(fe, errdefs.FieldError{Field: "/app_slug", Code: CodeRequired, Message: "is required: the catalog slug of the app to launch"})
+	}
+	if in.Version == "" {
+		fe = append(fe, errdefs.FieldError{Field: "/version", Code: CodeRequired, Message: "is required: a published version of the app"})
+	}
+	if in.DisplayName == "" || len(in.DisplayName) > maxDisplayNameLen {
+		fe = append(fe, errdefs.FieldError{Field: "/display_name", Code: CodeRequired, Message: fmt.Sprintf("is required, at most %d characters", maxDisplayNameLen)})
+	}
+	if fe != nil {
+		return store.AppInstance{}, store.InstanceOperation{}, errdefs.Validation(fe)
+	}
+	t, err := s.resolve(ctx, s.DB.Queries(), p, in.AppSlug, in.Version, in.launchRequest(), in.TargetAllocationID, false)
+	if err != nil {
+		return store.AppInstance{}, store.InstanceOperation{}, err
+	}
+	doc, err := json.Marshal(LaunchDoc{Request: in.launchRequest(), Effective: t.effective})
+	if err != nil {
+		return store.AppInstance{}, store.InstanceOperation{}, err
+	}
+	now := s.Now().UTC()
+	who := principal.From(ctx).Key()
+	inst := store.AppInstance{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, AppSlug: in.AppSlug, DisplayName: in.DisplayName,
+		Version: t.version.Version, Digest: t.digest, Status: StatusRequested,
+		OperatingMode: t.effective.OperatingMode, ControlPlaneScope: t.effective.ControlPlaneScope,
+		RuntimeBackend: t.effective.RuntimeBackend, TenantBoundaryMode: t.effective.TenantBoundaryMode,
+		Effective: doc, TargetAllocationID: t.allocation.ID, NodeID: t.allocation.NodeID, HostPort: t.effective.Resources.HostPort,
+		CreatedBy: who, CreatedAt: now, UpdatedAt: now}
+	op := s.newOperation(ctx, inst, OpCreate, "", inst.Version, fmt.Sprintf("launch %s %s", inst.AppSlug, inst.Version))
+	inst.CurrentOperationID = op.ID
+	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		// Billing (issue 13): the project's spend budget, before anything is recorded.
+		if err := s.checkLaunch(ctx, tx.Queries, p.ID, inst.AppSlug); err != nil {
+			return err
+		}
+		if err := tx.InsertAppInstance(ctx, inst); err != nil {
+			return err
+		}
+		if err := tx.InsertInstanceOperation(ctx, op); err != nil {
+			return err
+		}
+		if err := s.record(ctx, tx, inst, op, EventRequested, nil); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "app_instance.create", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, nil, auditState(inst))
+	})
+	if err != nil {
+		return store.AppInstance{}, store.InstanceOperation{}, err
+	}
+	s.Logger.InfoContext(ctx, "app instance requested", "app_instance_id", inst.ID, "project_id", p.ID, "org_id", p.OrgID,
+		"app_slug", inst.AppSlug, "version", inst.Version, "operating_mode", inst.OperatingMode,
+		"control_plane_scope", inst.ControlPlaneScope, "runtime_backend", inst.RuntimeBackend)
+	s.kick()
+	return inst, op, nil
+}
+
+// resolve decides a launch of appSlug@version in project p onto an
+// allocation (allocationID, or the first compatible one of the project):
+// entitlement, version status, launch parameters, artifacts and target
+// compatibility. existing allows a deprecated version (an instance that
+// already runs it may go back to it).
+func (s *Service) resolve(ctx context.Context, q *store.Queries, p store.Project, appSlug, version string, req catalog.LaunchRequest, allocationID string, existing bool) (target, error) {
+	eff, v, err := catalog.ResolveForProject(ctx, q, p, appSlug, version, req)
+	if err != nil && existing && v.Status == catalog.StatusDeprecated {
+		eff, v, err = s.resolveDeprecated(ctx, q, p, v, req)
+	}
+	if err != nil {
+		return target{}, launchRefusal(err)
+	}
+	t := target{version: v, effective: eff}
+	if err := json.Unmarshal(v.Manifest, &t.manifest); err != nil {
+		return target{}, fmt.Errorf("stored manifest of %s %s: %w", appSlug, version, err)
+	}
+	if t.manifest.RuntimeProfile == nil || (t.manifest.RuntimeBackend != manifest.BackendLaunchableOCI && t.manifest.RuntimeBackend != manifest.BackendDockerCompose) {
+		return target{}, errdefs.Validation([]errdefs.FieldError{{Field: "/version", Code: CodeBackendNotSupported,
+			Message: fmt.Sprintf("version %s runs on runtime backend %s, which node agents do not run; pick a launchable_oci or docker_compose version", version, t.manifest.RuntimeBackend)}})
+	}
+	if t.artifacts, t.digest, err = s.pinArtifacts(ctx, q, v, t.manifest); err != nil {
+		return target{}, err
+	}
+	if t.allocation, err = s.placement(ctx, q, p, t.manifest, eff, allocationID); err != nil {
+		return target{}, err
+	}
+	return t, nil
+}
+
+// resolveDeprecated resolves a deprecated version for an instance that
+// already ran it: the entitlement and launch values still apply.
+func (s *Service) resolveDeprecated(ctx context.Context, q *store.Queries, p store.Project, v store.AppVersion, req catalog.LaunchRequest) (catalog.Effective, store.AppVersion, error) {
+	ent, err := q.GetEntitlement(ctx, p.ID, v.AppSlug)
+	if err != nil || !ent.Enabled {
+		return catalog.Effective{}, v, errdefs.FailedPrecondition("app_not_entitled", "project %s is not entitled to app %s", p.ID, v.AppSlug)
+	}
+	var mv manifest.Version
+	if err := json.Unmarshal(v.Manifest, &mv); err != nil {
+		return catalog.Effective{}, v, err
+	}
+	eff, fes := catalog.ResolveLaunch(mv, catalog.OverridesOf(ent), req)
+	if len(fes) > 0 {
+		return catalog.Effective{}, v, errdefs.Validation(fes)
+	}
+	return eff, v, nil
+}
+
+// launchRefusal turns the catalog's refusals into field errors, so a form
+// can point at the field: entitlement and app at /app_slug, version state
+// at /version. Field errors pass through.
+func launchRefusal(err error) error {
+	e, ok := errdefs.As(err)
+	if !ok {
+		return err
+	}
+	field, code := "", ""
+	switch e.Code {
+	case "app_not_entitled":
+		field, code = "/app_slug", CodeNotEntitled
+	case "app_not_found":
+		field, code = "/app_slug", CodeNotFound
+	case "app_version_not_found":
+		field, code = "/version", CodeNotFound
+	case "version_not_launchable":
+		field, code = "/version", CodeVersionNotLaunchable
+	default:
+		return err
+	}
+	return errdefs.Validation([]errdefs.FieldError{{Field: field, Code: code, Message: e.Message}})
+}
+
+// pinArtifacts finds, for every image the version runs, a registered
+// artifact that is active, verified and not revoked, and pins its digest.
+// A launchable_oci profile's image_ref is already pinned by digest; the
+// artifact registry must vouch for exactly that digest.
+func (s *Service) pinArtifacts(ctx context.Context, q *store.Queries, v store.AppVersion, mv manifest.Version) (map[string]store.AppArtifact, string, error) {
+	all, err := q.AppArtifactsOfVersion(ctx, v.AppSlug, v.Version)
+	if err != nil {
+		return nil, "", err
+	}
+	pick := func(name, digest string) (store.AppArtifact, *errdefs.FieldError) {
+		revoked := false
+		for _, a := range all {
+			if (name != "" && a.ArtifactName != name) || (digest != "" && a.Digest != digest) || a.ArtifactKind != "oci" {
+				continue
+			}
+			if !a.RevokedAt.IsZero() {
+				revoked = true
+				continue
+			}
+			if a.LifecycleState == "active" && a.TrustState == "verified" {
+				return a, nil
+			}
+		}
+		what := name
+		if what == "" {
+			what = digest
+		}
+		if revoked {
+			return store.AppArtifact{}, &errdefs.FieldError{Field: "/version", Code: CodeArtifactRevoked,
+				Message: fmt.Sprintf("artifact %s of %s %s was revoked; it can no longer be launched", what, v.AppSlug, v.Version)}
+		}
+		return store.AppArtifact{}, &errdefs.FieldError{Field: "/version", Code: CodeArtifactNotReady,
+			Message: fmt.Sprintf("artifact %s of %s %s is not registered as active and verified; register, verify and promote it first", what, v.AppSlug, v.Version)}
+	}
+	out := map[string]store.AppArtifact{}
+	prof := mv.RuntimeProfile
+	switch prof.Kind {
+	case manifest.ProfileLaunchableOCI:
+		_, digest, ok := strings.Cut(prof.ImageRef, "@")
+		if !ok {
+			return nil, "", errdefs.Validation([]errdefs.FieldError{{Field: "/version", Code: CodeArtifactNotReady, Message: "the version's image is not pinned by digest"}})
+		}
+		a, fe := pick("", digest)
+		if fe != nil {
+			return nil, "", errdefs.Validation([]errdefs.FieldError{*fe})
+		}
+		out[""] = a
+		return out, a.Digest, nil
+	default:
+		primary := ""
+		var fes []errdefs.FieldError
+		for _, svc := range prof.Topology.Services {
+			if _, done := out[svc.Artifact]; done {
+				continue
+			}
+			want := ""
+			for _, ma := range mv.Artifacts {
+				if ma.Name == svc.Artifact {
+					want = ma.Digest
+				}
+			}
+			a, fe := pick(svc.Artifact, want)
+			if fe != nil {
+				fes = append(fes, *fe)
+				continue
+			}
+			out[svc.Artifact] = a
+			if svc.Role == "primary" {
+				primary = a.Digest
+			}
+		}
+		if fes != nil {
+			return nil, "", errdefs.Validation(fes[:1])
+		}
+		return out, primary, nil
+	}
+}
+
+// placement checks (or picks) the allocation the instance runs on.
+func (s *Service) placement(ctx context.Context, q *store.Queries, p store.Project, mv manifest.Version, eff catalog.Effective, allocationID string) (Allocation, error) {
+	if s.Allocations == nil {
+		return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeNoAllocation,
+			Message: "this server has no node allocations to launch onto"}})
+	}
+	if allocationID != "" {
+		a, err := s.Allocations.Allocation(ctx, q, allocationID)
+		if errors.Is(err, store.ErrNotFound) || (err == nil && a.ProjectID != p.ID) {
+			// Another project's allocation is answered like a missing one.
+			return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeNotFound,
+				Message: fmt.Sprintf("project %s has no allocation %q; list them with GET /api/v1/projects/%s/allocations", p.ID, allocationID, p.ID)}})
+		}
+		if err != nil {
+			return Allocation{}, err
+		}
+		if a.State != "active" {
+			return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeAllocationNotActive,
+				Message: fmt.Sprintf("allocation %s is %s; only an active allocation can run an instance", a.ID, a.State)}})
+		}
+		if fes := Compatible(mv, eff, a); fes != nil {
+			return Allocation{}, errdefs.Validation(fes)
+		}
+		return a, nil
+	}
+	all, err := s.Allocations.ProjectAllocations(ctx, q, p.ID)
+	if err != nil {
+		return Allocation{}, err
+	}
+	var why []string
+	for _, a := range all {
+		if a.State != "active" {
+			continue
+		}
+		fes := Compatible(mv, eff, a)
+		if fes == nil {
+			return a, nil
+		}
+		why = append(why, a.ID+": "+fes[0].Message)
+	}
+	msg := fmt.Sprintf("project %s has no active allocation this version can run on", p.ID)
+	if why != nil {
+		msg += " (" + strings.Join(why, "; ") + ")"
+	}
+	return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeNoAllocation, Message: msg}})
+}
+
+// Compatible checks a version's compatibility rules and the effective
+// resources against an allocation and its node's inventory; nil means the
+// version can run there.
+func Compatible(mv manifest.Version, eff catalog.Effective, a Allocation) []errdefs.FieldError {
+	var fes []errdefs.FieldError
+	bad := func(field, code, format string, args ...any) {
+		fes = append(fes, errdefs.FieldError{Field: field, Code: code, Message: fmt.Sprintf(format, args...)})
+	}
+	if c := mv.Compatibility; c != nil {
+		if len(c.RequiresCapacityShape) > 0 && !contains(c.RequiresCapacityShape, a.Shape) {
+			bad("/target_allocation_id", CodeIncompatibleTarget, "allocation %s is a %s allocation; version %s needs one of %v", a.ID, a.Shape, mv.Version, c.RequiresCapacityShape)
+		}
+		if len(a.GPUUUIDs) < c.MinGPUCount {
+			bad("/target_allocation_id", CodeIncompatibleTarget, "allocation %s holds %d GPU(s); version %s needs at least %d", a.ID, len(a.GPUUUIDs), mv.Version, c.MinGPUCount)
+		}
+		if c.RequiresExclusiveNode && a.Shape != "baremetal" {
+			bad("/target_allocation_id", CodeIncompatibleTarget, "version %s needs a whole node (a baremetal allocation); allocation %s is %s", mv.Version, a.ID, a.Shape)
+		}
+		if len(c.SupportedAccelerators) > 0 && !acceleratorFits(c.SupportedAccelerators, a) {
+			bad("/target_allocation_id", CodeIncompatibleTarget, "the GPUs of allocation %s (%s) are none of the accelerators version %s supports (%v)", a.ID, gpuModels(a), mv.Version, c.SupportedAccelerators)
+		}
+	}
+	r := eff.Resources
+	if r.GPUCount > len(a.GPUUUIDs) {
+		bad("/resources/gpu_count", CodeDoesNotFit, "gpu_count %d does not fit allocation %s, which holds %d GPU(s)", r.GPUCount, a.ID, len(a.GPUUUIDs))
+	}
+	if n := a.Inventory.CPUCores; r.CPUCores > 0 && n > 0 && r.CPUCores > n {
+		bad("/resources/cpu_cores", CodeDoesNotFit, "cpu_cores %d does not fit node %s, which has %d cores", r.CPUCores, a.NodeID, n)
+	}
+	if m := a.Inventory.MemoryMiB; r.MemoryGiB > 0 && m > 0 && int64(r.MemoryGiB)*1024 > m {
+		bad("/resources/memory_gib", CodeDoesNotFit, "memory_gib %d does not fit node %s, which has %d MiB", r.MemoryGiB, a.NodeID, m)
+	}
+	return fes
+}
+
+// acceleratorFits: the manifest names accelerator vendors (nvidia, amd,
+// cpu); "cpu" runs anywhere, a vendor needs one of the allocation's GPUs
+// to be that vendor's.
+func acceleratorFits(accels []string, a Allocation) bool {
+	if contains(accels, "cpu") {
+		return true
+	}
+	for _, g := range a.Inventory.GPUs {
+		if contains(a.GPUUUIDs, g.UUID) && contains(accels, strings.ToLower(g.Vendor)) {
+			return true
+		}
+	}
+	return false
+}
+
+func gpuModels(a Allocation) string {
+	var ms []string
+	for _, g := range a.Inventory.GPUs {
+		if contains(a.GPUUUIDs, g.UUID) && !contains(ms, g.Model) {
+			ms = append(ms, g.Model)
+		}
+	}
+	if ms == nil {
+		return "no GPUs"
+	}
+	return strings.Join(ms, ", ")
+}
+
+func contains(list []string, v string) bool {
+	for _, x := range list {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,583 @@
+package instances
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/runtime"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/worker"
+)
+
+// Driver settings.
+const (
+	// DriveInterval is how often the driver looks for work when nothing
+	// kicks it (task results arriving kick it).
+	DriveInterval = 500 * time.Millisecond
+	// leaseFor bounds how long one replica holds an operation: a replica
+	// killed mid-step loses it to another after this long.
+	leaseFor = 30 * time.Second
+	// drivePassLimit bounds the operations one pass looks at.
+	drivePassLimit = 100
+)
+
+// Worker is the durable instance driver as a background job: every pass
+// advances each in-progress operation as far as it can without waiting.
+func (s *Service) Worker() *worker.Periodic {
+	owner := iam.NewID()
+	return &worker.Periodic{Name: "instances", Interval: DriveInterval, Timeout: time.Minute, Logger: s.Logger,
+		Run: func(ctx context.Context) error { return s.Drive(ctx, owner) }}
+}
+
+// Drive runs one pass as owner. Two replicas never drive one operation at
+// once: each step is taken under a lease on the operation row, and each
+// step's write is conditional on the phase it read.
+func (s *Service) Drive(ctx context.Context, owner string) error {
+	ops, err := s.DB.Queries().OpenInstanceOperations(ctx, s.Now().UTC(), drivePassLimit)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, op := range ops {
+		ok, err := s.DB.Queries().LeaseInstanceOperation(ctx, op.ID, owner, s.Now().UTC(), s.Now().UTC().Add(leaseFor))
+		if err != nil || !ok {
+			errs = append(errs, err)
+			continue
+		}
+		for range 8 { // a few steps per pass: results may already be in
+			progressed, err := s.step(ctx, op.ProjectID, op.ID)
+			if err != nil {
+				s.Logger.WarnContext(ctx, "instance operation step failed", "operation_id", op.ID, "app_instance_id", op.InstanceID, "err", err)
+				errs = append(errs, err)
+				break
+			}
+			if !progressed {
+				break
+			}
+		}
+		errs = append(errs, s.DB.Queries().ReleaseInstanceOperation(ctx, op.ID, owner))
+	}
+	return errors.Join(errs...)
+}
+
+// step advances one operation by at most one phase; it reports whether it
+// did (false: waiting on a node task, or finished).
+func (s *Service) step(ctx context.Context, projectID, opID string) (bool, error) {
+	q := s.DB.Queries()
+	op, err := q.GetInstanceOperation(ctx, projectID, opID)
+	if err != nil || op.State != OpInProgress {
+		return false, err
+	}
+	inst, err := q.GetAppInstanceByID(ctx, op.InstanceID)
+	if err != nil {
+		return false, err
+	}
+	// Every step acts for the platform, under the correlation id of the
+	// request that started the operation.
+	ctx = correlation.With(principal.With(ctx, principal.SystemActor), op.CorrelationID)
+	switch op.Phase {
+	case phaseStart:
+		return true, s.start(ctx, inst, op)
+	case phaseRemoveOld, phaseRevertClean, phaseTeardown, phaseVerify, phaseRun, phaseRevertRun:
+		out, done, err := s.outcomes(ctx, op.TaskID)
+		if err != nil || !done {
+			return false, err
+		}
+		return true, s.resume(ctx, inst, op, out)
+	}
+	return false, fmt.Errorf("operation %s: unknown phase %q", op.ID, op.Phase)
+}
+
+// outcomes reads the results of the tasks a phase waits on (comma-joined
+// ids); done when all have ended. The first failure wins.
+func (s *Service) outcomes(ctx context.Context, ids string) (nodeapi.TaskResult, bool, error) {
+	if ids == "" {
+		return nodeapi.TaskResult{State: nodeapi.ResultSucceeded}, true, nil
+	}
+	var out nodeapi.TaskResult
+	for i, id := range strings.Split(ids, ",") {
+		o, err := s.Tasks.Outcome(ctx, s.DB.Queries(), id)
+		if err != nil || !o.Done {
+			return nodeapi.TaskResult{}, false, err
+		}
+		if i == 0 || (o.Result.State != nodeapi.ResultSucceeded && out.State == nodeapi.ResultSucceeded) {
+			out = o.Result
+		}
+	}
+	return out, true, nil
+}
+
+// start queues the first node work of an operation.
+func (s *Service) start(ctx context.Context, inst store.AppInstance, op store.InstanceOperation) error {
+	switch op.Kind {
+	case OpCreate:
+		if inst.DeploySeq > 0 { // recovery of a known workload: remove it first
+			return s.teardownThen(ctx, inst, op, phaseRemoveOld, inst.Status, "")
+		}
+		return s.deployStep(ctx, inst, op, inst.Version, StatusDeploying, EventDeploying, phaseRun)
+	case OpUpgrade, OpRollback:
+		return s.teardownThen(ctx, inst, op, phaseRemoveOld, inst.Status, "")
+	case OpDecommission:
+		if inst.DeploySeq == 0 || inst.NodeID == "" {
+			return s.finishDecommission(ctx, inst, op)
+		}
+		return s.teardownThen(ctx, inst, op, phaseTeardown, inst.Status, "")
+	}
+	return fmt.Errorf("operation %s: unknown kind %q", op.ID, op.Kind)
+}
+
+// resume acts on the result of the tasks a phase waited on.
+func (s *Service) resume(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, res nodeapi.TaskResult) error {
+	ok := res.State == nodeapi.ResultSucceeded
+	switch op.Phase {
+	case phaseRemoveOld:
+		if !ok && res.ReasonCode != nodeapi.ReasonNotFound {
+			return s.fail(ctx, inst, op, res.ReasonCode, "removing the previous workload failed: "+res.Message, res.LogTail)
+		}
+		switch op.Kind {
+		case OpCreate: // a recovery: NodeUp announced the redeploy already
+			return s.deployStep(ctx, inst, op, inst.Version, StatusDeploying, "", phaseRun)
+		default:
+			return s.deployStep(ctx, inst, op, op.TargetVersion, inst.Status, "", phaseRun)
+		}
+	case phaseRun:
+		if ok {
+			return s.reachRunning(ctx, inst, op, res, "")
+		}
+		if op.Kind == OpUpgrade {
+			// Health gate: the new version did not become ready. Remove it
+			// and bring the previous version back.
+			inst.LogTail = logTail(res.LogTail)
+			op.ReasonCode = reasonOf(res)
+			return s.teardownThen(ctx, inst, op, phaseRevertClean, inst.Status,
+				fmt.Sprintf("%s did not become ready (%s); reverting to %s", op.TargetVersion, op.ReasonCode, op.FromVersion))
+		}
+		return s.fail(ctx, inst, op, reasonOf(res), res.Message, res.LogTail)
+	case phaseRevertClean:
+		return s.deployStep(ctx, inst, op, op.FromVersion, inst.Status, "", phaseRevertRun)
+	case phaseRevertRun:
+		if ok {
+			return s.reachRunning(ctx, inst, op, res, ReasonUpgradeReverted)
+		}
+		return s.fail(ctx, inst, op, reasonOf(res), "reverting to "+op.FromVersion+" failed too: "+res.Message, res.LogTail)
+	case phaseTeardown:
+		return s.queue(ctx, inst, op, phaseVerify, "", []runtime.Task{runtime.Verify(inst.ID)}, "app_instance.teardown_verify")
+	case phaseVerify:
+		var v nodeapi.VerifyOutput
+		_ = json.Unmarshal(res.Output, &v)
+		if ok && len(v.Remaining) == 0 {
+			return s.finishDecommission(ctx, inst, op)
+		}
+		// Never a claim without proof: tear down again, then verify again.
+		desc := fmt.Sprintf("teardown incomplete (%s), retrying: %s", reasonOf(res), strings.Join(v.Remaining, ", "))
+		return s.teardownThen(ctx, inst, op, phaseTeardown, inst.Status, desc)
+	}
+	return fmt.Errorf("operation %s: unknown phase %q", op.ID, op.Phase)
+}
+
+func reasonOf(res nodeapi.TaskResult) string {
+	if res.ReasonCode != "" {
+		return res.ReasonCode
+	}
+	return ReasonDeployFailed
+}
+
+func logTail(lines []string) []byte {
+	if len(lines) > maxLogTailLines {
+		lines = lines[len(lines)-maxLogTailLines:]
+	}
+	if lines == nil {
+		return nil
+	}
+	b, _ := json.Marshal(lines)
+	return b
+}
+
+// workloadName names the n-th deployment of an instance: the container or
+// Compose project. Unique per deployment, so a failed one can be removed
+// beside the one replacing it.
+func workloadName(instanceID string, n int) string {
+	return fmt.Sprintf("gpuaas-%s-%d", instanceID, n)
+}
+
+// teardownThen queues the removal of every workload of the instance not
+// yet removed, then moves to phase.
+func (s *Service) teardownThen(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, phase, status, description string) error {
+	members, _, err := s.DB.Queries().ListInstanceMembers(ctx, inst.ID, store.Page{Limit: store.MaxPageLimit})
+	if err != nil {
+		return err
+	}
+	kind := s.profileKind(ctx, inst)
+	var tasks []runtime.Task
+	seen := map[string]bool{}
+	for _, m := range members {
+		if m.Status == "removed" || seen[m.WorkloadName] {
+			continue
+		}
+		seen[m.WorkloadName] = true
+		tasks = append(tasks, runtime.Teardown(kind, inst.ID, m.WorkloadName))
+	}
+	inst.Status = status
+	if description != "" {
+		op.Description = description
+	}
+	return s.queue(ctx, inst, op, phase, "", tasks, "app_instance.teardown")
+}
+
+// profileKind reads the runtime profile kind of the instance's version.
+func (s *Service) profileKind(ctx context.Context, inst store.AppInstance) string {
+	if inst.RuntimeBackend == "docker_compose" {
+		return "docker_compose"
+	}
+	return "launchable_oci"
+}
+
+// queue enqueues tasks on the instance's node and moves the operation to
+// phase, in one transaction with its audit row (and event, if any).
+func (s *Service) queue(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, phase, event string, tasks []runtime.Task, action string) error {
+	prevPhase, prevStatus := op.Phase, inst.Status
+	cur, err := s.DB.Queries().GetAppInstanceByID(ctx, inst.ID)
+	if err != nil {
+		return err
+	}
+	prevStatus = cur.Status
+	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		var ids []string
+		for _, t := range tasks {
+			id, err := s.Tasks.Enqueue(ctx, tx, inst.NodeID, t.Kind, inst.ID, inst.ProjectID, t.Payload)
+			if err != nil {
+				return err
+			}
+			ids = append(ids, id)
+		}
+		op.Phase, op.TaskID, op.UpdatedAt = phase, strings.Join(ids, ","), s.Now().UTC()
+		inst.UpdatedAt = op.UpdatedAt
+		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
+			return err
+		}
+		if err := tx.UpdateAppInstance(ctx, inst, prevStatus); err != nil {
+			return err
+		}
+		if event != "" {
+			if err := s.record(ctx, tx, inst, op, event, nil); err != nil {
+				return err
+			}
+		}
+		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
+			ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
+	})
+}
+
+// deployStep renders the deployment of version onto the instance's
+// allocation and queues it: a fresh key for the instance's identity, node
+// pull credentials, one run task. A launch that no longer resolves (an
+// artifact revoked since, the allocation gone) fails the operation with its
+// reason instead.
+func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, version, status, event, phase string) error {
+	q := s.DB.Queries()
+	p, err := q.GetProject(ctx, inst.ProjectID)
+	if err != nil {
+		return err
+	}
+	var doc LaunchDoc
+	if err := json.Unmarshal(inst.Effective, &doc); err != nil {
+		return err
+	}
+	t, err := s.resolve(ctx, q, p, inst.AppSlug, version, doc.Request, inst.TargetAllocationID, true)
+	if err != nil {
+		return s.fail(ctx, inst, op, refusalReason(err), err.Error(), nil)
+	}
+	// Pull credentials are minted first, bound to the node: if the
+	// transaction below fails they are simply never used, and expire.
+	images := map[string]nodeapi.ImagePull{}
+	for art, a := range t.artifacts {
+		pull := nodeapi.ImagePull{Repository: s.imageRepository(t, art, a), Digest: a.Digest}
+		if s.Pulls != nil {
+			if pull, err = s.Pulls.NodePull(ctx, t.allocation.NodeID, a); err != nil {
+				return s.fail(ctx, inst, op, ReasonImagePullFailed, "no pull credentials: "+err.Error(), nil)
+			}
+		}
+		images[art] = pull
+	}
+	prevPhase, prevStatus := op.Phase, inst.Status
+	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		id, err := s.identity(ctx, tx, p, &inst)
+		if err != nil {
+			return err
+		}
+		inst.DeploySeq++
+		inst.NodeID = t.allocation.NodeID
+		name := workloadName(inst.ID, inst.DeploySeq)
+		d := runtime.Deployment{InstanceID: inst.ID, ProjectID: inst.ProjectID, OrgID: inst.OrgID, NodeID: t.allocation.NodeID,
+			AppSlug: inst.AppSlug, Version: version, Name: name, Profile: t.manifest.RuntimeProfile, Images: images,
+			Resources: t.effective.Resources, Parameters: t.effective.Parameters, GPUUUIDs: t.allocation.GPUUUIDs,
+			HostPort: inst.HostPort, Identity: id, ReadinessTimeoutSeconds: int(s.ReadinessTimeout.Seconds())}
+		task, err := runtime.Render(d)
+		if err != nil {
+			return errdefs.FailedPrecondition(ReasonRenderFailed, "render %s %s: %v", inst.AppSlug, version, err)
+		}
+		taskID, err := s.Tasks.Enqueue(ctx, tx, t.allocation.NodeID, task.Kind, inst.ID, inst.ProjectID, task.Payload)
+		if err != nil {
+			return err
+		}
+		now := s.Now().UTC()
+		for art, a := range t.artifacts {
+			role := art
+			if a.Digest == t.digest {
+				role = "primary"
+			}
+			if err := tx.InsertInstanceMember(ctx, store.InstanceMember{ID: iam.NewID(), InstanceID: inst.ID, AllocationID: t.allocation.ID,
+				NodeID: t.allocation.NodeID, Role: role, Status: "deploying", Version: version, Digest: a.Digest, WorkloadName: name,
+				CreatedAt: now, UpdatedAt: now}); err != nil {
+				return err
+			}
+		}
+		inst.Status, inst.UpdatedAt = status, now
+		op.Phase, op.TaskID, op.UpdatedAt = phase, taskID, now
+		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
+			return err
+		}
+		if err := tx.UpdateAppInstance(ctx, inst, prevStatus); err != nil {
+			return err
+		}
+		if event != "" {
+			if err := s.record(ctx, tx, inst, op, event, nil); err != nil {
+				return err
+			}
+		}
+		return tx.Audit(store.AuditEvent{Action: "app_instance.deploy", ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
+			ProjectID: inst.ProjectID, Reason: fmt.Sprintf("deploy %s as %s on node %s", version, name, t.allocation.NodeID)}, nil, auditState(inst))
+	})
+}
+
+// imageRepository is where the node pulls an artifact from: the profile's
+// image reference for a launchable image, else the artifact's repository
+// in the platform registry.
+func (s *Service) imageRepository(t target, name string, a store.AppArtifact) string {
+	if name == runtime.LaunchImage {
+		repo, _, _ := strings.Cut(t.manifest.RuntimeProfile.ImageRef, "@")
+		return repo
+	}
+	first, _, _ := strings.Cut(a.Repository, "/")
+	if strings.ContainsAny(first, ".:") || first == "localhost" || s.RegistryHost == nil {
+		return a.Repository
+	}
+	return s.RegistryHost() + "/" + a.Repository
+}
+
+// identity makes the instance's service account on its first deployment
+// and re-keys it on every later one; the key reaches the workload only in
+// its mounted key file.
+func (s *Service) identity(ctx context.Context, tx *store.Tx, p store.Project, inst *store.AppInstance) (*runtime.Identity, error) {
+	if s.SA == nil {
+		return nil, nil
+	}
+	var err error
+	var k struct {
+		id, keyID, alg, priv, url string
+	}
+	if inst.ServiceAccountID == "" {
+		issued, e := s.SA.ProvisionWorkload(ctx, tx, p, "app-"+inst.ID, "app instance "+inst.DisplayName, s.WorkloadRole)
+		err = e
+		k.id, k.keyID, k.alg, k.priv, k.url = issued.Account.ID, issued.Key.ID, issued.Key.Algorithm, issued.PrivateKeyPEM, issued.TokenURL
+	} else {
+		issued, e := s.SA.RekeyWorkload(ctx, tx, p.ID, inst.ServiceAccountID)
+		err = e
+		k.id, k.keyID, k.alg, k.priv, k.url = inst.ServiceAccountID, issued.Key.ID, issued.Key.Algorithm, issued.PrivateKeyPEM, issued.TokenURL
+	}
+	if err != nil {
+		return nil, err
+	}
+	inst.ServiceAccountID = k.id
+	return &runtime.Identity{ServiceAccountID: k.id, ProjectID: p.ID, KeyID: k.keyID, Algorithm: k.alg, PrivateKeyPEM: k.priv,
+		TokenURL: k.url, APIBaseURL: s.APIBaseURL()}, nil
+}
+
+// refusalReason maps a launch that no longer resolves at deploy time to a
+// deterministic reason.
+func refusalReason(err error) string {
+	e, ok := errdefs.As(err)
+	if !ok {
+		return ReasonDeployFailed
+	}
+	if fields, ok := e.Details["fields"].([]errdefs.FieldError); ok && len(fields) > 0 {
+		switch fields[0].Code {
+		case CodeArtifactRevoked:
+			return ReasonArtifactRevoked
+		case CodeAllocationNotActive, CodeNotFound:
+			if fields[0].Field == "/target_allocation_id" {
+				return ReasonAllocationReleased
+			}
+		}
+	}
+	if e.Code == ReasonRenderFailed {
+		return ReasonRenderFailed
+	}
+	return ReasonDeployFailed
+}
+
+// reachRunning records a successful run: access, members, history, the
+// version now served, the operation's success (or, after a revert, its
+// failure with the reason) and the event.
+func (s *Service) reachRunning(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, res nodeapi.TaskResult, revertReason string) error {
+	var out nodeapi.RunOutput
+	_ = json.Unmarshal(res.Output, &out)
+	version := op.TargetVersion
+	if revertReason != "" {
+		version = op.FromVersion
+	}
+	prevPhase, prevStatus := op.Phase, inst.Status
+	members, _, err := s.DB.Queries().ListInstanceMembers(ctx, inst.ID, store.Page{Limit: store.MaxPageLimit})
+	if err != nil {
+		return err
+	}
+	current := workloadName(inst.ID, inst.DeploySeq)
+	digest := inst.Digest
+	for _, m := range members {
+		if m.WorkloadName == current && m.Role == "primary" {
+			digest = m.Digest
+		}
+	}
+	now := s.Now().UTC()
+	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		ids, _ := json.Marshal(out.ContainerIDs)
+		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, current, "running", ids, now); err != nil {
+			return err
+		}
+		// Earlier workloads were removed before this one started.
+		for _, m := range members {
+			if m.WorkloadName != current && m.Status != "removed" {
+				if err := tx.SetInstanceMembersStatus(ctx, inst.ID, m.WorkloadName, "removed", nil, now); err != nil {
+					return err
+				}
+			}
+		}
+		event := EventRunning
+		switch {
+		case revertReason != "":
+			event = EventRolledBack
+		case op.Kind == OpUpgrade:
+			event = EventUpgraded
+		case op.Kind == OpRollback:
+			event = EventRolledBack
+		}
+		inst.Version, inst.Digest, inst.Status, inst.UpdatedAt = version, digest, StatusRunning, now
+		inst.ReasonCode, inst.ReasonMessage = "", ""
+		if len(out.Ports) > 0 && out.Ports[0].Host > 0 {
+			inst.HostPort = out.Ports[0].Host
+		}
+		inst.Access = s.access(inst, out)
+		h := append(history(inst), HistoryEntry{Version: version, Digest: digest})
+		inst.History, _ = json.Marshal(h)
+		op.State, op.Phase, op.TaskID, op.UpdatedAt, op.CompletedAt = OpSucceeded, phaseDone, "", now, now
+		var x *extra
+		if revertReason != "" {
+			inst.ReasonCode = revertReason
+			inst.ReasonMessage = fmt.Sprintf("upgrade to %s failed (%s); reverted to %s", op.TargetVersion, op.ReasonCode, op.FromVersion)
+			op.State, op.Description = OpFailed, inst.ReasonMessage
+			x = &extra{reasonCode: revertReason, reason: inst.ReasonMessage, logTail: decodeTail(inst.LogTail)}
+		} else {
+			inst.LogTail = nil
+			op.Description = fmt.Sprintf("%s: %s %s is running", op.Kind, inst.AppSlug, version)
+		}
+		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
+			return err
+		}
+		if err := tx.UpdateAppInstance(ctx, inst, prevStatus); err != nil {
+			return err
+		}
+		if err := s.record(ctx, tx, inst, op, event, x); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "app_instance." + strings.TrimPrefix(event, "apps.instance."), ResourceType: "app_instance",
+			ResourceID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
+	})
+}
+
+func decodeTail(b []byte) []string {
+	var out []string
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+// fail ends the operation and marks the instance failed with a
+// deterministic reason and the workload's last log lines.
+func (s *Service) fail(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, reason, message string, tail []string) error {
+	prevPhase := op.Phase
+	cur, err := s.DB.Queries().GetAppInstanceByID(ctx, inst.ID)
+	if err != nil {
+		return err
+	}
+	prevStatus := cur.Status
+	now := s.Now().UTC()
+	if reason == "" {
+		reason = ReasonDeployFailed
+	}
+	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, workloadName(inst.ID, inst.DeploySeq), "failed", nil, now); err != nil {
+			return err
+		}
+		inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusFailed, reason, message, now
+		if tail != nil {
+			inst.LogTail = logTail(tail)
+		}
+		op.State, op.Phase, op.ReasonCode, op.TaskID, op.UpdatedAt, op.CompletedAt = OpFailed, phaseDone, reason, "", now, now
+		op.Description = fmt.Sprintf("%s failed: %s", op.Kind, reason)
+		if message != "" {
+			op.Description += ": " + message
+		}
+		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
+			return err
+		}
+		if err := tx.UpdateAppInstance(ctx, inst, prevStatus); err != nil {
+			return err
+		}
+		if err := s.record(ctx, tx, inst, op, EventFailed, &extra{reasonCode: reason, reason: message, logTail: decodeTail(inst.LogTail)}); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "app_instance.failed", ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
+			ProjectID: inst.ProjectID, Reason: reason}, nil, auditState(inst))
+	})
+}
+
+// finishDecommission marks a verified teardown: members removed, the
+// instance's identity disabled and deleted, the instance decommissioned.
+func (s *Service) finishDecommission(ctx context.Context, inst store.AppInstance, op store.InstanceOperation) error {
+	prevPhase, prevStatus := op.Phase, inst.Status
+	now := s.Now().UTC()
+	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, "", "removed", nil, now); err != nil {
+			return err
+		}
+		if s.SA != nil {
+			if err := s.SA.RetireWorkload(ctx, tx, inst.ProjectID, inst.ServiceAccountID); err != nil {
+				return err
+			}
+		}
+		inst.Status, inst.Access, inst.UpdatedAt, inst.DecommissionedAt = StatusDecommissioned, nil, now, now
+		op.State, op.Phase, op.TaskID, op.UpdatedAt, op.CompletedAt = OpSucceeded, phaseDone, "", now, now
+		op.Description = "decommissioned: teardown verified, nothing of the instance remains on the node"
+		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
+			return err
+		}
+		if err := tx.UpdateAppInstance(ctx, inst, prevStatus); err != nil {
+			return err
+		}
+		if err := s.record(ctx, tx, inst, op, EventDecommissioned, nil); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "app_instance.decommissioned", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, nil, auditState(inst))
+	})
+}
+
+func jsonOf(v any) ([]byte, error) { return json.Marshal(v) }

@@ -1,0 +1,593 @@
+package instances_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// These tests drive the state machine against a real database (both
+// dialects) with the node side replaced by an in-memory queue whose tasks
+// the test completes: the one layer under test is the domain. The real
+// agent walk lives in the httpapi end-to-end tests.
+
+const digestV1 = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+const digestV2 = "sha256:2222222222222222222222222222222222222222222222222222222222222222"
+const digestV3 = "sha256:3333333333333333333333333333333333333333333333333333333333333333"
+
+type fakeTask struct {
+	id, node, kind, instance string
+	payload                  any
+	done                     bool
+	result                   nodeapi.TaskResult
+}
+
+type fakeQueue struct {
+	mu    sync.Mutex
+	tasks []*fakeTask
+}
+
+func (f *fakeQueue) Enqueue(_ context.Context, _ *store.Tx, nodeID, kind, instanceID, _ string, payload any) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t := &fakeTask{id: iam.NewID(), node: nodeID, kind: kind, instance: instanceID, payload: payload}
+	f.tasks = append(f.tasks, t)
+	return t.id, nil
+}
+
+func (f *fakeQueue) Outcome(_ context.Context, _ *store.Queries, id string) (instances.TaskOutcome, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range f.tasks {
+		if t.id == id {
+			return instances.TaskOutcome{Done: t.done, Result: t.result}, nil
+		}
+	}
+	return instances.TaskOutcome{}, store.ErrNotFound
+}
+
+// pending returns the open tasks, oldest first.
+func (f *fakeQueue) pending() []*fakeTask {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*fakeTask
+	for _, t := range f.tasks {
+		if !t.done {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// complete ends every open task: runs with res (or success), the rest
+// successfully.
+func (f *fakeQueue) complete(t *testing.T, run nodeapi.TaskResult) []string {
+	t.Helper()
+	var kinds []string
+	for _, task := range f.pending() {
+		f.mu.Lock()
+		task.done = true
+		kinds = append(kinds, task.kind)
+		switch task.kind {
+		case nodeapi.KindContainerRun, nodeapi.KindComposeUp:
+			task.result = run
+			if run.State == "" {
+				out, _ := json.Marshal(nodeapi.RunOutput{ContainerIDs: []string{"c-" + task.id}, Ports: []nodeapi.PortMapping{{Container: 8080, Host: 31000}}, HostAddress: "10.0.0.7"})
+				task.result = nodeapi.TaskResult{State: nodeapi.ResultSucceeded, Output: out}
+			}
+		case nodeapi.KindTeardownVerify:
+			out, _ := json.Marshal(nodeapi.VerifyOutput{Remaining: []string{}})
+			task.result = nodeapi.TaskResult{State: nodeapi.ResultSucceeded, Output: out}
+		default:
+			task.result = nodeapi.TaskResult{State: nodeapi.ResultSucceeded}
+		}
+		f.mu.Unlock()
+	}
+	return kinds
+}
+
+type fakeAllocs struct{ list []instances.Allocation }
+
+func (f *fakeAllocs) Allocation(_ context.Context, _ *store.Queries, id string) (instances.Allocation, error) {
+	for _, a := range f.list {
+		if a.ID == id {
+			return a, nil
+		}
+	}
+	return instances.Allocation{}, store.ErrNotFound
+}
+
+func (f *fakeAllocs) ProjectAllocations(_ context.Context, _ *store.Queries, projectID string) ([]instances.Allocation, error) {
+	var out []instances.Allocation
+	for _, a := range f.list {
+		if a.ProjectID == projectID {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+type passGate struct{}
+
+func (passGate) VersionArtifactsReady(context.Context, *store.Queries, string, string, []manifest.Artifact) error {
+	return nil
+}
+
+type fixture struct {
+	db      *store.DB
+	svc     *instances.Service
+	cat     *catalog.Service
+	q       *fakeQueue
+	allocs  *fakeAllocs
+	ctx     context.Context
+	g       *iam.Grants
+	project store.Project
+	other   store.Project
+	allocID string
+}
+
+func newFixture(t *testing.T, d store.Dialect) *fixture {
+	t.Helper()
+	db := storetest.Open(t, d)
+	ctx := context.Background()
+	logger := slog.New(slog.DiscardHandler)
+	iamSvc := &iam.Service{DB: db, Logger: logger}
+	admin := principal.Principal{Type: principal.User, ID: iam.NewID()}
+	now := time.Now()
+	q := db.Queries()
+	must(t, q.CreateRoleBinding(ctx, store.RoleBinding{ID: iam.NewID(), PrincipalType: "user", PrincipalID: admin.ID,
+		Role: iam.RolePlatformAdmin, ScopeType: iam.ScopePlatform, CreatedAt: now}))
+	org := store.Org{ID: iam.NewID(), Slug: "acme", Name: "Acme", CreatedAt: now}
+	must(t, q.CreateOrg(ctx, org))
+	p := store.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "ml", Name: "ML", CreatedAt: now}
+	must(t, q.CreateProject(ctx, p))
+	other := store.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "other", Name: "Other", CreatedAt: now}
+	must(t, q.CreateProject(ctx, other))
+	g, err := iam.LoadGrants(ctx, q, admin)
+	must(t, err)
+	ctx = principal.With(ctx, admin)
+	cat := catalog.NewService(catalog.Deps{DB: db, IAM: iamSvc, Logger: logger, ArtifactGate: passGate{}})
+	f := &fixture{db: db, cat: cat, q: &fakeQueue{}, ctx: ctx, g: g, project: p, other: other, allocID: iam.NewID()}
+	f.allocs = &fakeAllocs{list: []instances.Allocation{
+		{ID: f.allocID, OrgID: org.ID, ProjectID: p.ID, NodeID: "node-1", Shape: "gpu_slice", State: "active", GPUUUIDs: []string{"GPU-a", "GPU-b"}, NodeState: "ready",
+			Inventory: nodeapi.Inventory{CPUCores: 32, MemoryMiB: 256 << 10, GPUs: []nodeapi.GPU{{UUID: "GPU-a", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}, {UUID: "GPU-b", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}}}},
+		{ID: "alloc-other", OrgID: org.ID, ProjectID: other.ID, NodeID: "node-2", Shape: "gpu_slice", State: "active", GPUUUIDs: []string{"GPU-c"}},
+	}}
+	sa := serviceaccounts.New(serviceaccounts.Deps{DB: db, IAM: iamSvc, Logger: logger, TokenURL: func() string { return "http://api/token" }})
+	f.svc = instances.New(instances.Deps{DB: db, IAM: iamSvc, SA: sa, Allocations: f.allocs, Tasks: f.q, Logger: logger,
+		APIBaseURL: func() string { return "http://api" }})
+	cat.SetInstanceGate(f.svc)
+	for _, v := range []struct{ version, digest string }{{"1.0.0", digestV1}, {"2.0.0", digestV2}, {"3.0.0", digestV3}} {
+		f.register(t, v.version, v.digest)
+	}
+	enabled := true
+	_, err = cat.PutEntitlement(ctx, g, p.ID, "echo", catalog.EntitlementInput{Enabled: &enabled})
+	must(t, err)
+	return f
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// register adds, verifies and publishes one version with its artifact.
+func (f *fixture) register(t *testing.T, version, digest string) {
+	t.Helper()
+	m := fmt.Sprintf(`
+app: {slug: echo, display_name: Echo, runtime_backend: launchable_oci}
+version:
+  version: %s
+  compatibility: {requires_capacity_shape: [gpu_slice, baremetal], min_gpu_count: 1, supported_accelerators: [nvidia]}
+  artifacts: [{name: runtime, artifact_kind: oci, source_type: oci_registry, repository: apps/echo}]
+  runtime_profile:
+    kind: launchable_oci
+    image_ref: registry.local/apps/echo@%s
+    ports: [{container: 8080, expose: private_host_local}]
+    readiness: {type: http, path: /healthz, port: 8080}
+    resources: {gpu_count: {default: 1, min: 1, max: 4}, cpu_cores: {default: 2, min: 1, max: 64}}
+`, version, digest)
+	_, err := f.cat.RegisterManifest(f.ctx, f.g, []byte(m), catalog.SyntaxYAML)
+	must(t, err)
+	now := time.Now()
+	must(t, f.db.Queries().InsertAppArtifact(f.ctx, store.AppArtifact{ID: iam.NewID(), OrgID: f.project.OrgID, ProjectID: f.project.ID,
+		AppSlug: "echo", AppVersion: version, ArtifactName: "runtime", ArtifactKind: "oci", SourceType: "oci_registry", Repository: "apps/echo",
+		Digest: digest, LifecycleState: "active", TrustState: "verified", CreatedBy: "t", CreatedAt: now, UpdatedAt: now}))
+	_, err = f.cat.TransitionVersion(f.ctx, f.g, "echo", version, "publish", "test")
+	must(t, err)
+}
+
+func (f *fixture) drive(t *testing.T) {
+	t.Helper()
+	must(t, f.svc.Drive(f.ctx, "test-driver"))
+}
+
+func (f *fixture) get(t *testing.T, id string) store.AppInstance {
+	t.Helper()
+	inst, err := f.svc.Get(f.ctx, f.g, f.project.ID, id)
+	must(t, err)
+	return inst
+}
+
+func (f *fixture) eventTypes(t *testing.T, id string) []string {
+	t.Helper()
+	es, _, err := f.svc.Events(f.ctx, f.g, f.project.ID, id, store.Page{Limit: 500})
+	must(t, err)
+	var out []string
+	for _, e := range es {
+		out = append(out, e.EventType)
+	}
+	return out
+}
+
+func fieldCode(t *testing.T, err error) (string, string) {
+	t.Helper()
+	e, ok := errdefs.As(err)
+	if !ok {
+		t.Fatalf("not a classified error: %v", err)
+	}
+	fs, _ := e.Details["fields"].([]errdefs.FieldError)
+	if len(fs) == 0 {
+		t.Fatalf("no field errors: %v", err)
+	}
+	return fs[0].Field, fs[0].Code
+}
+
+func TestLifecycle(t *testing.T) {
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) { testLifecycle(t, d) })
+	}
+}
+
+func testLifecycle(t *testing.T, d store.Dialect) {
+	f := newFixture(t, d)
+	inst, op, err := f.svc.Create(f.ctx, f.g, f.project.ID, instances.CreateInput{AppSlug: "echo", Version: "1.0.0", DisplayName: "echo one",
+		OperatingMode: "tenant_dedicated"})
+	must(t, err)
+	if inst.Status != instances.StatusRequested || inst.OperatingMode != "tenant_dedicated" || inst.ControlPlaneScope != "project" ||
+		inst.RuntimeBackend != "launchable_oci" || inst.TenantBoundaryMode != "project_isolated" || op.State != instances.OpInProgress {
+		t.Fatalf("created: %+v %+v", inst, op)
+	}
+	// Deploy: one container.run with the digest, the allocation's first GPU,
+	// and the identity as a read-only file, never as env.
+	f.drive(t)
+	if got := f.get(t, inst.ID).Status; got != instances.StatusDeploying {
+		t.Fatalf("after one pass: %s", got)
+	}
+	tasks := f.q.pending()
+	if len(tasks) != 1 || tasks[0].kind != nodeapi.KindContainerRun {
+		t.Fatalf("tasks: %+v", tasks)
+	}
+	run := tasks[0].payload.(nodeapi.ContainerRun)
+	if run.Image.Digest != digestV1 || !slices.Equal(run.GPUUUIDs, []string{"GPU-a"}) || run.Readiness == nil || run.Readiness.HTTPPath != "/healthz" {
+		t.Fatalf("run: %+v", run)
+	}
+	if len(run.Mounts) != 1 || run.Mounts[0].Kind != "file" || !run.Mounts[0].ReadOnly || !strings.Contains(string(run.Mounts[0].Content), "PRIVATE KEY") {
+		t.Fatalf("identity mount: %+v", run.Mounts)
+	}
+	for k, v := range run.Env {
+		if strings.Contains(v, "PRIVATE KEY") {
+			t.Fatalf("private key in env %s", k)
+		}
+	}
+	f.q.complete(t, nodeapi.TaskResult{})
+	f.drive(t)
+	got := f.get(t, inst.ID)
+	if got.Status != instances.StatusRunning || got.Digest != digestV1 || got.ServiceAccountID == "" {
+		t.Fatalf("running: %+v", got)
+	}
+	if a := instances.AccessOf(got); a == nil || a.HostPort != 31000 || !strings.Contains(a.SSHTunnel, "10.0.0.7") {
+		t.Fatalf("access: %+v", a)
+	}
+	opDone, err := f.svc.Operation(f.ctx, f.g, f.project.ID, op.ID)
+	must(t, err)
+	if opDone.State != instances.OpSucceeded {
+		t.Fatalf("create op: %+v", opDone)
+	}
+
+	// A version in use cannot be retired.
+	if _, err := f.cat.TransitionVersion(f.ctx, f.g, "echo", "1.0.0", "deprecate", "t"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.cat.TransitionVersion(f.ctx, f.g, "echo", "1.0.0", "retire", "t"); err == nil {
+		t.Fatal("retired a version a live instance runs")
+	}
+	if n, _ := f.svc.LiveInstancesUsingDigest(f.ctx, f.db.Queries(), digestV1); n != 1 {
+		t.Fatalf("digest usage: %d", n)
+	}
+
+	// Upgrade to 2.0.0: remove old, run new.
+	_, up, err := f.svc.Upgrade(f.ctx, f.g, f.project.ID, inst.ID, instances.VersionInput{TargetVersion: "2.0.0"})
+	must(t, err)
+	// A second request while one runs: 409 operation_in_progress.
+	if _, _, err := f.svc.Decommission(f.ctx, f.g, f.project.ID, inst.ID); errdefs.KindOf(err) != errdefs.KindConflict {
+		t.Fatalf("concurrent decommission: %v", err)
+	}
+	for range 3 {
+		f.drive(t)
+		f.q.complete(t, nodeapi.TaskResult{})
+	}
+	f.drive(t)
+	got = f.get(t, inst.ID)
+	if got.Status != instances.StatusRunning || got.Version != "2.0.0" || got.Digest != digestV2 {
+		t.Fatalf("upgraded: %+v", got)
+	}
+	if o, _ := f.svc.Operation(f.ctx, f.g, f.project.ID, up.ID); o.State != instances.OpSucceeded {
+		t.Fatalf("upgrade op: %+v", o)
+	}
+
+	// Upgrade to 3.0.0 whose container exits: automatic revert to 2.0.0.
+	_, up3, err := f.svc.Upgrade(f.ctx, f.g, f.project.ID, inst.ID, instances.VersionInput{TargetVersion: "3.0.0"})
+	must(t, err)
+	f.drive(t)                            // queue removal of 2.0.0
+	f.q.complete(t, nodeapi.TaskResult{}) // removed
+	f.drive(t)                            // queue run of 3.0.0
+	f.q.complete(t, nodeapi.TaskResult{State: nodeapi.ResultFailed, ReasonCode: nodeapi.ReasonContainerExited, LogTail: []string{"boom"}})
+	for range 3 {
+		f.drive(t)
+		f.q.complete(t, nodeapi.TaskResult{})
+	}
+	f.drive(t)
+	got = f.get(t, inst.ID)
+	if got.Status != instances.StatusRunning || got.Version != "2.0.0" || got.Digest != digestV2 || got.ReasonCode != instances.ReasonUpgradeReverted {
+		t.Fatalf("reverted: %+v", got)
+	}
+	if o, _ := f.svc.Operation(f.ctx, f.g, f.project.ID, up3.ID); o.State != instances.OpFailed || o.ReasonCode != nodeapi.ReasonContainerExited {
+		t.Fatalf("reverted upgrade op: %+v", o)
+	}
+	if _, lines, _ := f.svc.Logs(f.ctx, f.g, f.project.ID, inst.ID); !slices.Equal(lines, []string{"boom"}) {
+		t.Fatalf("log tail: %v", lines)
+	}
+
+	// Rollback to 1.0.0 (deprecated now, but the instance ran it).
+	if _, _, err := f.svc.Rollback(f.ctx, f.g, f.project.ID, inst.ID, instances.VersionInput{TargetVersion: "3.0.0"}); err == nil {
+		t.Fatal("rolled back to a version never run")
+	}
+	_, _, err = f.svc.Rollback(f.ctx, f.g, f.project.ID, inst.ID, instances.VersionInput{TargetVersion: "1.0.0"})
+	must(t, err)
+	for range 3 {
+		f.drive(t)
+		f.q.complete(t, nodeapi.TaskResult{})
+	}
+	f.drive(t)
+	got = f.get(t, inst.ID)
+	if got.Status != instances.StatusRunning || got.Version != "1.0.0" || got.Digest != digestV1 {
+		t.Fatalf("rolled back: %+v", got)
+	}
+
+	// Decommission: teardown, verify, identity gone.
+	_, dec, err := f.svc.Decommission(f.ctx, f.g, f.project.ID, inst.ID)
+	must(t, err)
+	f.drive(t)
+	if kinds := f.q.complete(t, nodeapi.TaskResult{}); !slices.Equal(kinds, []string{nodeapi.KindContainerRemove}) {
+		t.Fatalf("teardown tasks: %v", kinds)
+	}
+	f.drive(t)
+	if kinds := f.q.complete(t, nodeapi.TaskResult{}); !slices.Equal(kinds, []string{nodeapi.KindTeardownVerify}) {
+		t.Fatalf("verify tasks: %v", kinds)
+	}
+	f.drive(t)
+	got = f.get(t, inst.ID)
+	if got.Status != instances.StatusDecommissioned {
+		t.Fatalf("decommissioned: %+v", got)
+	}
+	if _, err := f.db.Queries().GetServiceAccount(f.ctx, got.ServiceAccountID); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("instance identity survives: %v", err)
+	}
+	// Idempotent.
+	_, again, err := f.svc.Decommission(f.ctx, f.g, f.project.ID, inst.ID)
+	if err != nil || again.ID != dec.ID {
+		t.Fatalf("repeat decommission: %v %+v", err, again)
+	}
+	want := []string{instances.EventRequested, instances.EventDeploying, instances.EventRunning,
+		instances.EventUpgradeRequested, instances.EventUpgraded,
+		instances.EventUpgradeRequested, instances.EventRolledBack,
+		instances.EventRollbackRequested, instances.EventRolledBack,
+		instances.EventDecommissionRequested, instances.EventDecommissioned}
+	if got := f.eventTypes(t, inst.ID); !slices.Equal(got, want) {
+		t.Fatalf("timeline:\n got %v\nwant %v", got, want)
+	}
+	// The version is free to retire now.
+	if _, err := f.cat.TransitionVersion(f.ctx, f.g, "echo", "1.0.0", "retire", "t"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	f := newFixture(t, store.SQLite)
+	base := instances.CreateInput{AppSlug: "echo", Version: "1.0.0", DisplayName: "x"}
+	with := func(mod func(*instances.CreateInput)) instances.CreateInput {
+		in := base
+		mod(&in)
+		return in
+	}
+	two, five := 2, 5
+	cases := []struct {
+		name        string
+		in          instances.CreateInput
+		field, code string
+		setup       func()
+	}{
+		{"missing slug", with(func(in *instances.CreateInput) { in.AppSlug = "" }), "/app_slug", instances.CodeRequired, nil},
+		{"unknown app", with(func(in *instances.CreateInput) { in.AppSlug = "nope" }), "/app_slug", instances.CodeNotFound, nil},
+		{"unknown version", with(func(in *instances.CreateInput) { in.Version = "9.9.9" }), "/version", instances.CodeNotFound, nil},
+		{"foreign allocation", with(func(in *instances.CreateInput) { in.TargetAllocationID = "alloc-other" }), "/target_allocation_id", instances.CodeNotFound, nil},
+		{"too many gpus", with(func(in *instances.CreateInput) { in.Resources.GPUCount = &five }), "/resources/gpu_count", catalog.CodeOutOfRange, nil},
+		{"bad mode", with(func(in *instances.CreateInput) { in.OperatingMode = "platform_managed" }), "/operating_mode", catalog.CodeNotSupported, nil},
+		{"gpus do not fit", with(func(in *instances.CreateInput) { in.Resources.GPUCount = &two }), "", "", func() {
+			f.allocs.list[0].GPUUUIDs = []string{"GPU-a"}
+		}},
+	}
+	for _, c := range cases {
+		if c.setup != nil {
+			c.setup()
+			c.field, c.code = "/target_allocation_id", instances.CodeNoAllocation
+		}
+		_, _, err := f.svc.Create(f.ctx, f.g, f.project.ID, c.in)
+		if err == nil {
+			t.Fatalf("%s: accepted", c.name)
+		}
+		if field, code := fieldCode(t, err); field != c.field || code != c.code {
+			t.Fatalf("%s: %s %s (%v)", c.name, field, code, err)
+		}
+	}
+	f.allocs.list[0].GPUUUIDs = []string{"GPU-a", "GPU-b"}
+
+	// Incompatible target: wrong accelerator, inactive allocation.
+	f.allocs.list[0].Inventory.GPUs[0].Vendor, f.allocs.list[0].Inventory.GPUs[1].Vendor = "amd", "amd"
+	_, _, err := f.svc.Create(f.ctx, f.g, f.project.ID, with(func(in *instances.CreateInput) { in.TargetAllocationID = f.allocID }))
+	if field, code := fieldCode(t, err); field != "/target_allocation_id" || code != instances.CodeIncompatibleTarget {
+		t.Fatalf("accelerator: %s %s", field, code)
+	}
+	f.allocs.list[0].Inventory.GPUs[0].Vendor, f.allocs.list[0].Inventory.GPUs[1].Vendor = "nvidia", "nvidia"
+	f.allocs.list[0].State = "releasing"
+	_, _, err = f.svc.Create(f.ctx, f.g, f.project.ID, with(func(in *instances.CreateInput) { in.TargetAllocationID = f.allocID }))
+	if field, code := fieldCode(t, err); field != "/target_allocation_id" || code != instances.CodeAllocationNotActive {
+		t.Fatalf("inactive: %s %s", field, code)
+	}
+	f.allocs.list[0].State = "active"
+
+	// Not entitled; deprecated version; revoked artifact.
+	off := false
+	_, err = f.cat.PutEntitlement(f.ctx, f.g, f.project.ID, "echo", catalog.EntitlementInput{Enabled: &off})
+	must(t, err)
+	if field, code := fieldCode(t, mustFail(f.svc.Create(f.ctx, f.g, f.project.ID, base))); field != "/app_slug" || code != instances.CodeNotEntitled {
+		t.Fatalf("entitlement: %s %s", field, code)
+	}
+	on := true
+	_, err = f.cat.PutEntitlement(f.ctx, f.g, f.project.ID, "echo", catalog.EntitlementInput{Enabled: &on})
+	must(t, err)
+	_, err = f.cat.TransitionVersion(f.ctx, f.g, "echo", "3.0.0", "deprecate", "t")
+	must(t, err)
+	if field, code := fieldCode(t, mustFail(f.svc.Create(f.ctx, f.g, f.project.ID, with(func(in *instances.CreateInput) { in.Version = "3.0.0" })))); field != "/version" || code != instances.CodeVersionNotLaunchable {
+		t.Fatalf("deprecated: %s %s", field, code)
+	}
+	_, err = f.db.Queries().AppArtifactsOfVersion(f.ctx, "echo", "2.0.0")
+	must(t, err)
+	revoke(t, f, "2.0.0")
+	if field, code := fieldCode(t, mustFail(f.svc.Create(f.ctx, f.g, f.project.ID, with(func(in *instances.CreateInput) { in.Version = "2.0.0" })))); field != "/version" || code != instances.CodeArtifactRevoked {
+		t.Fatalf("revoked: %s %s", field, code)
+	}
+}
+
+func mustFail(_ store.AppInstance, _ store.InstanceOperation, err error) error { return err }
+
+func revoke(t *testing.T, f *fixture, version string) {
+	t.Helper()
+	arts, err := f.db.Queries().AppArtifactsOfVersion(f.ctx, "echo", version)
+	must(t, err)
+	for _, a := range arts {
+		prev := a.LifecycleState
+		a.RevokedAt, a.RevokeReason, a.UpdatedAt = time.Now(), "test", time.Now()
+		must(t, f.db.Queries().UpdateAppArtifactState(f.ctx, a, prev, a.TrustState, false))
+	}
+}
+
+// A driver that dies between steps loses nothing: a new one (another
+// replica, or the restarted server) picks the operation up from its phase.
+// Two drivers never take the same operation at once.
+func TestDriverResumesAndLeases(t *testing.T) {
+	f := newFixture(t, store.SQLite)
+	inst, _, err := f.svc.Create(f.ctx, f.g, f.project.ID, instances.CreateInput{AppSlug: "echo", Version: "1.0.0", DisplayName: "x"})
+	must(t, err)
+	ops, err := f.db.Queries().OpenInstanceOperations(f.ctx, time.Now(), 10)
+	must(t, err)
+	ok, err := f.db.Queries().LeaseInstanceOperation(f.ctx, ops[0].ID, "replica-a", time.Now(), time.Now().Add(time.Minute))
+	if err != nil || !ok {
+		t.Fatal("lease", err)
+	}
+	// Replica b sees nothing to do while a holds the lease.
+	must(t, f.svc.Drive(f.ctx, "replica-b"))
+	if len(f.q.pending()) != 0 {
+		t.Fatal("replica b drove a leased operation")
+	}
+	// a "dies"; its lease lapses; b resumes.
+	_, err = f.db.Queries().LeaseInstanceOperation(f.ctx, ops[0].ID, "replica-a", time.Now(), time.Now().Add(-time.Second))
+	must(t, err)
+	must(t, f.svc.Drive(f.ctx, "replica-b"))
+	if len(f.q.pending()) != 1 {
+		t.Fatalf("tasks after resume: %d", len(f.q.pending()))
+	}
+	f.q.complete(t, nodeapi.TaskResult{})
+	must(t, f.svc.Drive(f.ctx, "replica-c"))
+	if got := f.get(t, inst.ID); got.Status != instances.StatusRunning {
+		t.Fatalf("after resume: %s", got.Status)
+	}
+}
+
+// Node loss fails running instances with node_lost; the node's return
+// redeploys them; a decommission waits for a verifiable node.
+func TestNodeLossAndReturn(t *testing.T) {
+	f := newFixture(t, store.SQLite)
+	inst, _, err := f.svc.Create(f.ctx, f.g, f.project.ID, instances.CreateInput{AppSlug: "echo", Version: "1.0.0", DisplayName: "x"})
+	must(t, err)
+	f.drive(t)
+	f.q.complete(t, nodeapi.TaskResult{})
+	f.drive(t)
+	must(t, f.db.Mutate(f.ctx, func(tx *store.Tx) error {
+		if err := f.svc.FailNode(f.ctx, tx, "node-1"); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "node.down", ResourceType: "node", ResourceID: "node-1"}, nil, nil)
+	}))
+	if got := f.get(t, inst.ID); got.Status != instances.StatusFailed || got.ReasonCode != instances.ReasonNodeLost {
+		t.Fatalf("node down: %+v", got)
+	}
+	must(t, f.db.Mutate(f.ctx, func(tx *store.Tx) error {
+		if err := f.svc.RecoverNode(f.ctx, tx, "node-1", nil); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "node.up", ResourceType: "node", ResourceID: "node-1"}, nil, nil)
+	}))
+	for range 3 {
+		f.drive(t)
+		f.q.complete(t, nodeapi.TaskResult{})
+	}
+	f.drive(t)
+	if got := f.get(t, inst.ID); got.Status != instances.StatusRunning {
+		t.Fatalf("after node return: %+v", got)
+	}
+	// Releasing the allocation decommissions the instance.
+	must(t, f.db.Mutate(f.ctx, func(tx *store.Tx) error {
+		if err := f.svc.AllocationReleased(f.ctx, tx, f.allocID); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: f.allocID}, nil, nil)
+	}))
+	if got := f.get(t, inst.ID); got.Status != instances.StatusDecommissioning {
+		t.Fatalf("after release: %+v", got)
+	}
+	// Until the node verifies, it stays decommissioning.
+	f.drive(t)
+	f.drive(t)
+	if got := f.get(t, inst.ID); got.Status != instances.StatusDecommissioning {
+		t.Fatalf("claimed decommissioned without proof: %+v", got)
+	}
+	for range 3 {
+		f.q.complete(t, nodeapi.TaskResult{})
+		f.drive(t)
+	}
+	if got := f.get(t, inst.ID); got.Status != instances.StatusDecommissioned {
+		t.Fatalf("after verify: %+v", got)
+	}
+}

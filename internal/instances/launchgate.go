@@ -1,0 +1,25 @@
+package instances
+
+import (
+	"context"
+
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// LaunchGate refuses an app instance launch once its project has used up
+// its spend budget. The billing domain implements it (issue 13). It runs in
+// the transaction that records the instance, before the row is written: a
+// refusal leaves nothing behind.
+type LaunchGate interface {
+	CheckInstance(ctx context.Context, q *store.Queries, projectID, appSlug string) error
+}
+
+// SetLaunchGate installs the gate (call before serving).
+func (s *Service) SetLaunchGate(g LaunchGate) { s.launchGate = g }
+
+func (s *Service) checkLaunch(ctx context.Context, q *store.Queries, projectID, appSlug string) error {
+	if s.launchGate == nil {
+		return nil
+	}
+	return s.launchGate.CheckInstance(ctx, q, projectID, appSlug)
+}

@@ -1,0 +1,187 @@
+package instances
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// What happens to instances when their node or allocation changes. The
+// nodes domain calls these inside its own transaction (tx), so the node's
+// state change and its consequences for instances commit together.
+//
+//   - Node down: every instance on it that is deploying, running, upgrading
+//     or rolling back becomes failed with reason node_lost (its in-progress
+//     operation fails too). An instance decommissioning stays
+//     decommissioning: its teardown tasks wait in the node's queue and the
+//     instance is only decommissioned once the returned node verifies it.
+//   - Node back: every instance failed with node_lost is reconciled with
+//     what the agent reports running. If its current workload still runs
+//     (the agent died, the container did not), it is running again at once.
+//     Otherwise a new operation removes whatever of it remains and
+//     redeploys its current version: deploying → running (or failed with
+//     the deploy's reason).
+//   - Allocation released (or lost): every live instance on it is
+//     decommissioned (reason allocation_released).
+
+// failNode fails the instances of a node that stopped heartbeating.
+func (s *Service) failNode(ctx context.Context, tx *store.Tx, nodeID string) error {
+	list, err := tx.LiveInstancesOn(ctx, "", nodeID)
+	if err != nil {
+		return err
+	}
+	now := s.Now().UTC()
+	for _, inst := range list {
+		switch inst.Status {
+		case StatusDeploying, StatusRunning, StatusUpgrading, StatusRollingBack:
+		default:
+			continue
+		}
+		prev := inst.Status
+		if inst.CurrentOperationID != "" {
+			op, err := tx.GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID)
+			if err != nil {
+				return err
+			}
+			if op.State == OpInProgress {
+				phase := op.Phase
+				op.State, op.Phase, op.ReasonCode, op.TaskID, op.UpdatedAt, op.CompletedAt = OpFailed, phaseDone, ReasonNodeLost, "", now, now
+				op.Description = fmt.Sprintf("%s failed: node %s stopped answering", op.Kind, nodeID)
+				if err := tx.UpdateInstanceOperation(ctx, op, phase); err != nil {
+					return err
+				}
+			}
+		}
+		inst.Status, inst.ReasonCode, inst.UpdatedAt = StatusFailed, ReasonNodeLost, now
+		inst.ReasonMessage = fmt.Sprintf("node %s missed its heartbeats; the workload's state is unknown", nodeID)
+		if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+			return err
+		}
+		op := store.InstanceOperation{ID: inst.CurrentOperationID}
+		if err := s.record(ctx, tx, inst, op, EventFailed, &extra{reasonCode: ReasonNodeLost, reason: inst.ReasonMessage}); err != nil {
+			return err
+		}
+		if err := tx.Audit(store.AuditEvent{Action: "app_instance.failed", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: ReasonNodeLost}, nil, auditState(inst)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recoverNode recovers the instances a node's loss failed.
+func (s *Service) recoverNode(ctx context.Context, tx *store.Tx, nodeID string, workloads []nodeapi.Workload) error {
+	list, err := tx.LiveInstancesOn(ctx, "", nodeID)
+	if err != nil {
+		return err
+	}
+	for _, inst := range list {
+		if inst.Status != StatusFailed || inst.ReasonCode != ReasonNodeLost {
+			continue
+		}
+		if survived(inst, workloads) {
+			if err := s.reconcileRunning(ctx, tx, inst, nodeID); err != nil {
+				return err
+			}
+			continue
+		}
+		rctx := correlation.With(ctx, correlation.New())
+		op := s.newOperation(rctx, inst, OpCreate, inst.Version, inst.Version, fmt.Sprintf("recover %s %s after node %s returned", inst.AppSlug, inst.Version, nodeID))
+		prev := inst.Status
+		inst.Status, inst.CurrentOperationID, inst.UpdatedAt = StatusDeploying, op.ID, s.Now().UTC()
+		if err := tx.InsertInstanceOperation(ctx, op); err != nil {
+			return err
+		}
+		if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+			return err
+		}
+		if err := s.record(rctx, tx, inst, op, EventDeploying, &extra{reason: op.Description}); err != nil {
+			return err
+		}
+		if err := tx.Audit(store.AuditEvent{Action: "app_instance.recover", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst)); err != nil {
+			return err
+		}
+	}
+	s.kick()
+	return nil
+}
+
+// AllocationReleased decommissions every live instance on an allocation
+// that is being released.
+func (s *Service) AllocationReleased(ctx context.Context, tx *store.Tx, allocationID string) error {
+	list, err := tx.LiveInstancesOn(ctx, allocationID, "")
+	if err != nil {
+		return err
+	}
+	now := s.Now().UTC()
+	for _, inst := range list {
+		if inst.Status == StatusDecommissioning {
+			continue
+		}
+		if inst.CurrentOperationID != "" {
+			if op, err := tx.GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID); err == nil && op.State == OpInProgress {
+				phase := op.Phase
+				op.State, op.Phase, op.ReasonCode, op.TaskID, op.UpdatedAt, op.CompletedAt = OpFailed, phaseDone, ReasonAllocationReleased, "", now, now
+				op.Description = fmt.Sprintf("%s cancelled: allocation %s is being released", op.Kind, allocationID)
+				if err := tx.UpdateInstanceOperation(ctx, op, phase); err != nil {
+					return err
+				}
+			}
+		}
+		op := s.newOperation(ctx, inst, OpDecommission, inst.Version, "", fmt.Sprintf("decommission %s: allocation %s released", inst.AppSlug, allocationID))
+		op.ReasonCode = ReasonAllocationReleased
+		prev := inst.Status
+		inst.Status, inst.ReasonCode, inst.CurrentOperationID, inst.UpdatedAt = StatusDecommissioning, ReasonAllocationReleased, op.ID, now
+		if err := tx.InsertInstanceOperation(ctx, op); err != nil {
+			return err
+		}
+		if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+			return err
+		}
+		if err := s.record(ctx, tx, inst, op, EventDecommissionRequested, &extra{reasonCode: ReasonAllocationReleased}); err != nil {
+			return err
+		}
+		if err := tx.Audit(store.AuditEvent{Action: "app_instance.decommission", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: ReasonAllocationReleased}, nil, auditState(inst)); err != nil {
+			return err
+		}
+	}
+	s.kick()
+	return nil
+}
+
+// survived reports whether the instance's current workload is reported
+// running by its node.
+func survived(inst store.AppInstance, workloads []nodeapi.Workload) bool {
+	name := workloadName(inst.ID, inst.DeploySeq)
+	for _, w := range workloads {
+		if w.State != "running" {
+			continue
+		}
+		if strings.TrimPrefix(w.Name, "/") == name || w.ComposeProject == name {
+			return true
+		}
+	}
+	return false
+}
+
+// reconcileRunning marks an instance whose workload outlived its node's
+// silence running again.
+func (s *Service) reconcileRunning(ctx context.Context, tx *store.Tx, inst store.AppInstance, nodeID string) error {
+	prev := inst.Status
+	inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusRunning, "", "", s.Now().UTC()
+	if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+		return err
+	}
+	reason := fmt.Sprintf("node %s is back and reports the workload still running", nodeID)
+	if err := s.record(ctx, tx, inst, store.InstanceOperation{ID: inst.CurrentOperationID}, EventRunning, &extra{reason: reason}); err != nil {
+		return err
+	}
+	return tx.Audit(store.AuditEvent{Action: "app_instance.reconcile", ResourceType: "app_instance", ResourceID: inst.ID,
+		OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: reason}, nil, auditState(inst))
+}

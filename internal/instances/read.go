@@ -1,0 +1,177 @@
+package instances
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Access is how an operator reaches an instance's private host-local
+// endpoint: on the node's loopback, through an ssh tunnel (or, on a
+// single-machine install, directly).
+type Access struct {
+	Exposure     string `json:"exposure"` // private_host_local
+	NodeID       string `json:"node_id"`
+	NodeAddress  string `json:"node_address,omitempty"`
+	HostPort     int    `json:"host_port"`
+	LocalURL     string `json:"local_url"`
+	SSHTunnel    string `json:"ssh_tunnel,omitempty"`
+	Instructions string `json:"instructions"`
+}
+
+// access builds the access instructions from a run's output.
+func (s *Service) access(inst store.AppInstance, out nodeapi.RunOutput) []byte {
+	if len(out.Ports) == 0 || out.Ports[0].Host == 0 {
+		return nil
+	}
+	port := out.Ports[0].Host
+	a := Access{Exposure: "private_host_local", NodeID: inst.NodeID, NodeAddress: out.HostAddress, HostPort: port,
+		LocalURL: fmt.Sprintf("http://127.0.0.1:%d/", port)}
+	if s.LocalAccess || out.HostAddress == "" {
+		a.Instructions = fmt.Sprintf("The endpoint listens on this machine: open %s", a.LocalURL)
+	} else {
+		a.SSHTunnel = fmt.Sprintf("ssh -N -L %d:127.0.0.1:%d <user>@%s", port, port, out.HostAddress)
+		a.Instructions = fmt.Sprintf("The endpoint listens on the node's loopback only. Open a tunnel with `%s`, then browse %s", a.SSHTunnel, a.LocalURL)
+	}
+	b, _ := json.Marshal(a)
+	return b
+}
+
+// Get returns one instance.
+func (s *Service) Get(ctx context.Context, g *iam.Grants, projectID, id string) (store.AppInstance, error) {
+	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
+	return inst, err
+}
+
+// List lists a project's instances, optionally in one status.
+func (s *Service) List(ctx context.Context, g *iam.Grants, projectID, status string, p store.Page) ([]store.AppInstance, string, error) {
+	pr, err := s.IAM.Project(ctx, g, projectID, iam.PermInstanceRead)
+	if err != nil {
+		return nil, "", err
+	}
+	if status != "" && !slices.Contains(Statuses, status) {
+		return nil, "", errdefs.Invalid("invalid_status", "status must be one of %v", Statuses)
+	}
+	return s.DB.Queries().ListAppInstances(ctx, pr.ID, status, p)
+}
+
+// Events pages through an instance's timeline.
+func (s *Service) Events(ctx context.Context, g *iam.Grants, projectID, id string, p store.Page) ([]store.InstanceEvent, string, error) {
+	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
+	if err != nil {
+		return nil, "", err
+	}
+	return s.DB.Queries().ListInstanceEvents(ctx, inst.ID, p)
+}
+
+// Members lists what an instance runs on its node.
+func (s *Service) Members(ctx context.Context, g *iam.Grants, projectID, id string, p store.Page) ([]store.InstanceMember, string, error) {
+	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
+	if err != nil {
+		return nil, "", err
+	}
+	return s.DB.Queries().ListInstanceMembers(ctx, inst.ID, p)
+}
+
+// Operation returns one operation of a project.
+func (s *Service) Operation(ctx context.Context, g *iam.Grants, projectID, id string) (store.InstanceOperation, error) {
+	p, err := s.IAM.Project(ctx, g, projectID, iam.PermInstanceRead)
+	if err != nil {
+		return store.InstanceOperation{}, err
+	}
+	op, err := s.DB.Queries().GetInstanceOperation(ctx, p.ID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return op, errdefs.NotFound("operation_not_found", "operation %q does not exist in this project", id)
+	}
+	return op, err
+}
+
+// Logs returns the workload's last log lines the node reported (on a
+// failure, or a reverted upgrade).
+func (s *Service) Logs(ctx context.Context, g *iam.Grants, projectID, id string) (store.AppInstance, []string, error) {
+	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
+	if err != nil {
+		return inst, nil, err
+	}
+	lines := decodeTail(inst.LogTail)
+	if lines == nil {
+		lines = []string{}
+	}
+	return inst, lines, nil
+}
+
+// AccessOf decodes an instance's access instructions (nil when none).
+func AccessOf(inst store.AppInstance) *Access {
+	if len(inst.Access) == 0 {
+		return nil
+	}
+	var a Access
+	if json.Unmarshal(inst.Access, &a) != nil {
+		return nil
+	}
+	return &a
+}
+
+// EffectiveOf decodes the effective launch values of an instance.
+func EffectiveOf(inst store.AppInstance) LaunchDoc {
+	var d LaunchDoc
+	_ = json.Unmarshal(inst.Effective, &d)
+	return d
+}
+
+// HistoryOf lists the versions an instance ran, oldest first.
+func HistoryOf(inst store.AppInstance) []HistoryEntry { return history(inst) }
+
+// Target is one of a project's allocations as a launch target of a version.
+type Target struct {
+	AllocationID string               `json:"allocation_id"`
+	NodeID       string               `json:"node_id"`
+	Shape        string               `json:"shape"`
+	State        string               `json:"state"`
+	GPUCount     int                  `json:"gpu_count"`
+	Compatible   bool                 `json:"compatible"`
+	Problems     []errdefs.FieldError `json:"problems"`
+}
+
+// Targets says which of a project's live allocations a version can run on
+// with the effective launch values (launch preview uses it). The caller has
+// checked the permission.
+func (s *Service) Targets(ctx context.Context, projectID, appSlug, version string, eff catalog.Effective) ([]Target, error) {
+	out := []Target{}
+	if s.Allocations == nil {
+		return out, nil
+	}
+	q := s.DB.Queries()
+	v, err := q.GetAppVersion(ctx, appSlug, version)
+	if err != nil {
+		return nil, err
+	}
+	var mv manifest.Version
+	if err := json.Unmarshal(v.Manifest, &mv); err != nil {
+		return nil, err
+	}
+	all, err := s.Allocations.ProjectAllocations(ctx, q, projectID)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range all {
+		t := Target{AllocationID: a.ID, NodeID: a.NodeID, Shape: a.Shape, State: a.State, GPUCount: len(a.GPUUUIDs), Problems: []errdefs.FieldError{}}
+		if a.State != "active" {
+			t.Problems = append(t.Problems, errdefs.FieldError{Field: "/target_allocation_id", Code: CodeAllocationNotActive,
+				Message: fmt.Sprintf("allocation %s is %s", a.ID, a.State)})
+		}
+		t.Problems = append(t.Problems, Compatible(mv, eff, a)...)
+		t.Compatible = len(t.Problems) == 0
+		out = append(out, t)
+	}
+	return out, nil
+}

@@ -1,0 +1,89 @@
+package instances
+
+import (
+	"context"
+
+	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// EventData is the data of every apps.instance.* event: the seeds'
+// attribution fields, then what the transition says.
+type EventData struct {
+	OrgID             string   `json:"org_id"`
+	ProjectID         string   `json:"project_id"`
+	AppInstanceID     string   `json:"app_instance_id"`
+	AppSlug           string   `json:"app_slug"`
+	OperatingMode     string   `json:"operating_mode"`
+	ControlPlaneScope string   `json:"control_plane_scope"`
+	RuntimeBackend    string   `json:"runtime_backend"`
+	CorrelationID     string   `json:"correlation_id"`
+	Status            string   `json:"status"`
+	Version           string   `json:"version"`
+	Digest            string   `json:"digest,omitempty"`
+	OperationID       string   `json:"operation_id,omitempty"`
+	FromVersion       string   `json:"from_version,omitempty"`
+	TargetVersion     string   `json:"target_version,omitempty"`
+	ReasonCode        string   `json:"reason_code,omitempty"`
+	Reason            string   `json:"reason,omitempty"`
+	LogTail           []string `json:"log_tail,omitempty"`
+}
+
+// extra carries what a transition adds to the event beyond the instance.
+type extra struct {
+	reasonCode, reason string
+	logTail            []string
+}
+
+// record appends the instance's timeline row and emits the outbox event of
+// a transition, in the caller's transaction. The correlation id is the one
+// of the request that started the operation (the worker runs each step
+// under it).
+func (s *Service) record(ctx context.Context, tx *store.Tx, inst store.AppInstance, op store.InstanceOperation, eventType string, x *extra) error {
+	d := EventData{OrgID: inst.OrgID, ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
+		OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
+		CorrelationID: correlation.ID(ctx), Status: inst.Status, Version: inst.Version, Digest: inst.Digest,
+		OperationID: op.ID, FromVersion: op.FromVersion, TargetVersion: op.TargetVersion}
+	if x != nil {
+		d.ReasonCode, d.Reason, d.LogTail = x.reasonCode, x.reason, x.logTail
+	}
+	if err := tx.Emit(store.Event{Type: eventType, Subject: "app-instances/" + inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID}, d); err != nil {
+		return err
+	}
+	payload, err := jsonOf(d)
+	if err != nil {
+		return err
+	}
+	return tx.InsertInstanceEvent(ctx, store.InstanceEvent{ID: iam.NewID(), InstanceID: inst.ID, ProjectID: inst.ProjectID,
+		EventType: eventType, Status: inst.Status, OperationID: op.ID, CorrelationID: d.CorrelationID, Payload: payload,
+		OccurredAt: s.Now().UTC()})
+}
+
+// newOperation starts an operation record under the request's correlation id.
+func (s *Service) newOperation(ctx context.Context, inst store.AppInstance, kind, from, to, description string) store.InstanceOperation {
+	now := s.Now().UTC()
+	return store.InstanceOperation{ID: iam.NewID(), InstanceID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID,
+		Kind: kind, State: OpInProgress, Phase: phaseStart, FromVersion: from, TargetVersion: to, Description: description,
+		CorrelationID: correlation.ID(ctx), Actor: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now}
+}
+
+// auditState is what audit rows keep of an instance (no secrets live on it).
+type instanceAudit struct {
+	ID                 string `json:"id"`
+	AppSlug            string `json:"app_slug"`
+	Version            string `json:"version"`
+	Digest             string `json:"digest,omitempty"`
+	Status             string `json:"status"`
+	ReasonCode         string `json:"reason_code,omitempty"`
+	TargetAllocationID string `json:"target_allocation_id,omitempty"`
+	NodeID             string `json:"node_id,omitempty"`
+	ServiceAccountID   string `json:"service_account_id,omitempty"`
+	OperationID        string `json:"operation_id,omitempty"`
+}
+
+func auditState(i store.AppInstance) instanceAudit {
+	return instanceAudit{ID: i.ID, AppSlug: i.AppSlug, Version: i.Version, Digest: i.Digest, Status: i.Status, ReasonCode: i.ReasonCode,
+		TargetAllocationID: i.TargetAllocationID, NodeID: i.NodeID, ServiceAccountID: i.ServiceAccountID, OperationID: i.CurrentOperationID}
+}

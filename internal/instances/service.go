@@ -1,0 +1,132 @@
+// Package instances is the app-instance domain: an entitled, published app
+// version launched onto one of a project's allocations, driven through its
+// lifecycle (requested → deploying → running ⇄ upgrading / rolling_back →
+// decommissioning → decommissioned, or failed) by a durable worker that
+// queues typed node tasks and reads their results. Every transition writes
+// the instance, its timeline row, its audit row and its outbox event in one
+// transaction.
+package instances
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Allocation is what the instances domain needs to know of a project's GPU
+// allocation and the node it lives on.
+type Allocation struct {
+	ID        string
+	OrgID     string
+	ProjectID string
+	NodeID    string
+	Shape     string // gpu_slice | baremetal
+	State     string // pending | active | releasing | released | lost
+	GPUUUIDs  []string
+	NodeState string // joining | ready | down | draining | removed
+	Inventory nodeapi.Inventory
+}
+
+// Allocations reads allocations; the nodes domain implements it. Reads go
+// through q so they can join the caller's transaction.
+type Allocations interface {
+	// Allocation returns one allocation, store.ErrNotFound when none.
+	Allocation(ctx context.Context, q *store.Queries, id string) (Allocation, error)
+	// ProjectAllocations lists a project's live allocations.
+	ProjectAllocations(ctx context.Context, q *store.Queries, projectID string) ([]Allocation, error)
+}
+
+// TaskOutcome is what became of a queued node task.
+type TaskOutcome struct {
+	Done   bool // false while queued or leased
+	Result nodeapi.TaskResult
+}
+
+// TaskQueue is the durable per-node task queue; the nodes domain implements
+// it. Enqueue joins the caller's transaction, so a task exists exactly when
+// the transition that needed it committed.
+type TaskQueue interface {
+	Enqueue(ctx context.Context, tx *store.Tx, nodeID, kind, instanceID, projectID string, payload any) (string, error)
+	Outcome(ctx context.Context, q *store.Queries, taskID string) (TaskOutcome, error)
+}
+
+// PullGrants mints pull-only credentials for an artifact, bound to the node
+// that will pull it. Optional: without it the node pulls with its own
+// registry access.
+type PullGrants interface {
+	NodePull(ctx context.Context, nodeID string, a store.AppArtifact) (nodeapi.ImagePull, error)
+}
+
+// Deps are what the service needs.
+type Deps struct {
+	DB          *store.DB
+	IAM         *iam.Service
+	SA          *serviceaccounts.Service
+	Allocations Allocations
+	Tasks       TaskQueue
+	Pulls       PullGrants
+	Logger      *slog.Logger
+	Now         func() time.Time
+	// APIBaseURL is the URL workloads call the API by (delivered in their
+	// identity file). A function: the public URL is known once listening.
+	APIBaseURL func() string
+	// RegistryHost is the platform registry's host[:port], which prefixes
+	// the registered repositories of Compose artifacts.
+	RegistryHost func() string
+	// LocalAccess marks a single-machine install (gpuaas dev): access
+	// instructions then give a local URL instead of an ssh tunnel.
+	LocalAccess bool
+	// ReadinessTimeout overrides the profile-derived deploy timeout (tests).
+	ReadinessTimeout time.Duration
+	// Kick, when set, asks the driver to run now (after a request queued work).
+	Kick func()
+	// WorkloadRole is the role of each instance's own service account.
+	WorkloadRole string
+}
+
+// Service is the app-instance domain.
+type Service struct {
+	Deps
+	// launchGate: billing's budget check (issue 13, launchgate.go).
+	launchGate LaunchGate
+}
+
+// New builds the service.
+func New(d Deps) *Service {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.APIBaseURL == nil {
+		d.APIBaseURL = func() string { return "" }
+	}
+	if d.WorkloadRole == "" {
+		d.WorkloadRole = iam.RoleProjectViewer
+	}
+	return &Service{Deps: d}
+}
+
+func (s *Service) kick() {
+	if s.Kick != nil {
+		s.Kick()
+	}
+}
+
+// LiveInstances implements catalog.InstanceGate: a version cannot be
+// retired while a live instance runs it.
+func (s *Service) LiveInstances(ctx context.Context, q *store.Queries, appSlug, version string) (int, error) {
+	return q.CountLiveInstancesOfVersion(ctx, appSlug, version)
+}
+
+// LiveInstancesUsingDigest implements artifacts.InstanceUsage: an artifact
+// cannot be retired while a live instance runs its digest.
+func (s *Service) LiveInstancesUsingDigest(ctx context.Context, q *store.Queries, digest string) (int, error) {
+	return q.CountLiveInstancesUsingDigest(ctx, digest)
+}

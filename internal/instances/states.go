@@ -1,0 +1,86 @@
+package instances
+
+// Instance lifecycle states (the seeds' names).
+const (
+	StatusRequested       = "requested"
+	StatusDeploying       = "deploying"
+	StatusRunning         = "running"
+	StatusUpgrading       = "upgrading"
+	StatusRollingBack     = "rolling_back"
+	StatusDecommissioning = "decommissioning"
+	StatusDecommissioned  = "decommissioned"
+	StatusFailed          = "failed"
+)
+
+// Statuses lists every state in lifecycle order.
+var Statuses = []string{StatusRequested, StatusDeploying, StatusRunning, StatusUpgrading, StatusRollingBack,
+	StatusDecommissioning, StatusDecommissioned, StatusFailed}
+
+// Event types every transition emits (the seeds' names).
+const (
+	EventRequested             = "apps.instance.requested"
+	EventDeploying             = "apps.instance.deploying"
+	EventRunning               = "apps.instance.running"
+	EventUpgradeRequested      = "apps.instance.upgrade_requested"
+	EventUpgraded              = "apps.instance.upgraded"
+	EventRollbackRequested     = "apps.instance.rollback_requested"
+	EventRolledBack            = "apps.instance.rolled_back"
+	EventDecommissionRequested = "apps.instance.decommission_requested"
+	EventDecommissioned        = "apps.instance.decommissioned"
+	EventFailed                = "apps.instance.failed"
+)
+
+// EventTypes lists the event types in the seeds' order.
+var EventTypes = []string{EventRequested, EventDeploying, EventRunning, EventUpgradeRequested, EventUpgraded,
+	EventRollbackRequested, EventRolledBack, EventDecommissionRequested, EventDecommissioned, EventFailed}
+
+// Deterministic reason codes an instance (or its operation) carries. The
+// node-side codes are nodeapi's; these add what only the control plane
+// knows.
+const (
+	ReasonImagePullFailed    = "image_pull_failed"
+	ReasonArtifactRevoked    = "artifact_revoked"
+	ReasonReadinessTimeout   = "readiness_timeout"
+	ReasonContainerExited    = "container_exited"
+	ReasonNodeLost           = "node_lost"
+	ReasonAllocationReleased = "allocation_released"
+	ReasonAllocationLost     = "allocation_lost"
+	ReasonUpgradeReverted    = "upgrade_reverted"
+	ReasonRenderFailed       = "render_failed"
+	ReasonTeardownIncomplete = "teardown_incomplete"
+	ReasonDeployFailed       = "deploy_failed"
+)
+
+// Operation kinds and states.
+const (
+	OpCreate       = "create"
+	OpUpgrade      = "upgrade"
+	OpRollback     = "rollback"
+	OpDecommission = "decommission"
+
+	OpInProgress = "in_progress"
+	OpSucceeded  = "succeeded"
+	OpFailed     = "failed"
+)
+
+// Phases of an operation: the worker's durable cursor. Each phase either
+// queues node tasks (and moves on) or waits for the task it queued.
+const (
+	phaseStart       = "start"        // nothing queued yet
+	phaseRemoveOld   = "remove_old"   // waiting for the previous workload's removal
+	phaseRun         = "run"          // waiting for the new workload's run task
+	phaseRevertClean = "revert_clean" // upgrade failed: waiting for the failed workload's removal
+	phaseRevertRun   = "revert_run"   // waiting for the previous version's run task
+	phaseTeardown    = "teardown"     // waiting for container/compose removal
+	phaseVerify      = "verify"       // waiting for teardown.verify
+	phaseDone        = "done"
+)
+
+// busy reports whether a lifecycle operation is under way in status s.
+func busy(s string) bool {
+	switch s {
+	case StatusRequested, StatusDeploying, StatusUpgrading, StatusRollingBack, StatusDecommissioning:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,347 @@
+package nodes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// AllocationInput asks for an allocation.
+type AllocationInput struct {
+	ProjectID string `json:"project_id"`
+	Shape     string `json:"shape"` // gpu_slice (default) | baremetal
+	SKU       string `json:"sku"`   // e.g. h100-80gb.1x; the .<N>x suffix gives gpu_count when it is omitted
+	// GPUCount is how many GPUs a gpu_slice holds (0 is a CPU-only slice);
+	// for baremetal the minimum the node must have.
+	GPUCount        *int   `json:"gpu_count"`
+	GPUModel        string `json:"gpu_model"`  // exact model, e.g. "NVIDIA H100 80GB HBM3"
+	GPUVendor       string `json:"gpu_vendor"` // e.g. nvidia
+	MinGPUMemoryMiB int64  `json:"min_gpu_memory_mib"`
+	NodeID          string `json:"node_id"` // pin to one node
+}
+
+var skuRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var skuCountRE = regexp.MustCompile(`\.(\d{1,2})x$`)
+
+// placementAttempts bounds how often a placement re-reads candidates after
+// losing races for them.
+const placementAttempts = 4
+
+// maxPlacementWaits bounds how often one placement waits on nodes locked
+// by concurrent placements before it answers from what it saw.
+const maxPlacementWaits = 16
+
+func errInsufficient(n int, shape string) error {
+	what := fmt.Sprintf("%d free GPUs", n)
+	if shape == ShapeBaremetal {
+		what = "a whole free node"
+	}
+	return errdefs.FailedPrecondition("insufficient_capacity",
+		"no ready node has %s matching the request; release allocations, join nodes, or relax gpu_model/gpu_vendor/min_gpu_memory_mib", what).
+		WithDetails(map[string]any{"reason": "insufficient_gpus"})
+}
+
+var errRetry = errors.New("placement lost a race")
+
+// CreateAllocation places an allocation on a ready node with enough free
+// GPUs matching the request and holds specific GPU UUIDs for it. Placement
+// is one transaction per try: a conditional update takes the capacity from
+// the node's row and the (node, GPU) primary key of allocation_gpus makes a
+// GPU impossible to hold twice, on either dialect.
+func (s *Service) CreateAllocation(ctx context.Context, g *iam.Grants, in AllocationInput) (store.Allocation, error) {
+	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsWrite, "allocation"); err != nil {
+		return store.Allocation{}, err
+	}
+	return s.Allocate(ctx, g, in)
+}
+
+// Allocate places an allocation without the platform permission check: for
+// the control plane itself (dev mode's allocation, other domains). g may be
+// nil; the project must exist.
+func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInput) (store.Allocation, error) {
+	var fe []errdefs.FieldError
+	if in.Shape == "" {
+		in.Shape = ShapeGPUSlice
+	}
+	if in.Shape != ShapeGPUSlice && in.Shape != ShapeBaremetal {
+		fe = append(fe, errdefs.FieldError{Field: "/shape", Code: "invalid", Message: "must be gpu_slice or baremetal"})
+	}
+	if !skuRE.MatchString(in.SKU) {
+		fe = append(fe, errdefs.FieldError{Field: "/sku", Code: "invalid", Message: "is required: lowercase letters, digits, '.', '_', '-', such as h100-80gb.1x"})
+	}
+	count := 0
+	if m := skuCountRE.FindStringSubmatch(in.SKU); m != nil {
+		count, _ = strconv.Atoi(m[1])
+	}
+	if in.GPUCount != nil {
+		if *in.GPUCount < 0 || *in.GPUCount > maxGPUs {
+			fe = append(fe, errdefs.FieldError{Field: "/gpu_count", Code: "out_of_range", Message: fmt.Sprintf("must be between 0 and %d", maxGPUs)})
+		}
+		count = *in.GPUCount
+	}
+	if in.MinGPUMemoryMiB < 0 {
+		fe = append(fe, errdefs.FieldError{Field: "/min_gpu_memory_mib", Code: "out_of_range", Message: "must not be negative"})
+	}
+	if len(in.GPUModel) > maxFieldLen || len(in.GPUVendor) > maxFieldLen {
+		fe = append(fe, errdefs.FieldError{Field: "/gpu_model", Code: "too_long", Message: fmt.Sprintf("gpu_model and gpu_vendor are at most %d characters", maxFieldLen)})
+	}
+	if in.NodeID != "" {
+		if _, err := uuid.Parse(in.NodeID); err != nil {
+			fe = append(fe, errdefs.FieldError{Field: "/node_id", Code: "invalid", Message: "must be a node id (gpuaas node list)"})
+		}
+	}
+	if in.ProjectID == "" {
+		fe = append(fe, errdefs.FieldError{Field: "/project_id", Code: "required", Message: "is required: the project the allocation is for"})
+	}
+	if fe != nil {
+		return store.Allocation{}, errdefs.Validation(fe)
+	}
+	p, err := s.project(ctx, g, in.ProjectID)
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	req := store.PlacementQuery{GPUs: count, Baremetal: in.Shape == ShapeBaremetal, NodeID: in.NodeID, Model: in.GPUModel,
+		Vendor: in.GPUVendor, MinMemoryMiB: in.MinGPUMemoryMiB}
+	for range placementAttempts {
+		a, err := s.place(ctx, p, in, req)
+		if errors.Is(err, errRetry) {
+			continue
+		}
+		return a, err
+	}
+	return store.Allocation{}, errInsufficient(count, in.Shape)
+}
+
+// place picks and claims a node and its GPUs in one transaction.
+func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput, req store.PlacementQuery) (store.Allocation, error) {
+	now := s.Now()
+	a := store.Allocation{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Shape: in.Shape, SKU: in.SKU,
+		State: AllocActive, CreatedBy: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now}
+	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		exclusive := ""
+		if req.Baremetal {
+			exclusive = a.ID
+		}
+		// First skip nodes other placements hold locked (PostgreSQL), so
+		// concurrent requests spread out; finding none that way, wait for
+		// them — as long as the committed state says something still fits.
+		nodeID, err := tx.ClaimPlacement(ctx, req, exclusive, now, true)
+		for i := 0; errors.Is(err, store.ErrNotFound) && tx.Dialect() == store.Postgres && i < maxPlacementWaits; i++ {
+			if ok, perr := tx.PlacementPossible(ctx, req); perr != nil || !ok {
+				break
+			}
+			nodeID, err = tx.ClaimPlacement(ctx, req, exclusive, now, false)
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			return errInsufficient(req.GPUs, in.Shape)
+		}
+		if err != nil {
+			return err
+		}
+		a.NodeID = nodeID
+		free, err := tx.FreeNodeGPUs(ctx, nodeID, req.Model, req.Vendor, req.MinMemoryMiB)
+		if err != nil {
+			return err
+		}
+		if req.Baremetal {
+			all, err := tx.NodeGPUs(ctx, nodeID)
+			if err != nil {
+				return err
+			}
+			// The whole node: every GPU must match and be free.
+			if len(free) != len(all) || len(all) < req.GPUs {
+				return errRetry
+			}
+		} else if len(free) < req.GPUs {
+			return errRetry
+		} else {
+			free = free[:req.GPUs]
+		}
+		a.GPUUUIDs = make([]string, 0, len(free))
+		for _, g := range free {
+			a.GPUUUIDs = append(a.GPUUUIDs, g.UUID)
+		}
+		a.GPUCount = len(a.GPUUUIDs)
+		// Billing (issue 13): GPU quota and spend budget, before anything is placed.
+		if err := s.checkLaunch(ctx, tx.Queries, p.ID, a.GPUCount); err != nil {
+			return err
+		}
+		if err := tx.InsertAllocation(ctx, a); err != nil {
+			if errors.Is(err, store.ErrAlreadyExists) {
+				return errRetry // a GPU went to a concurrent placement
+			}
+			return err
+		}
+		if err := s.openInterval(ctx, tx, a, now); err != nil {
+			return err
+		}
+		if err := tx.Emit(store.Event{Type: EventAllocationActive, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+			allocationData(a)); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "allocation.create", ResourceType: "allocation", ResourceID: a.ID,
+			OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, allocationData(a))
+	})
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	s.Logger.InfoContext(ctx, "allocation placed", "allocation_id", a.ID, "node_id", a.NodeID, "gpus", a.GPUCount, "project_id", a.ProjectID)
+	return a, nil
+}
+
+func allocationData(a store.Allocation) map[string]any {
+	return map[string]any{"allocation_id": a.ID, "project_id": a.ProjectID, "node_id": a.NodeID, "shape": a.Shape, "sku": a.SKU,
+		"gpu_count": a.GPUCount, "gpu_uuids": a.GPUUUIDs, "state": a.State}
+}
+
+func (s *Service) openInterval(ctx context.Context, tx *store.Tx, a store.Allocation, now time.Time) error {
+	return tx.OpenAllocationInterval(ctx, store.AllocationInterval{ID: iam.NewID(), AllocationID: a.ID, OrgID: a.OrgID,
+		ProjectID: a.ProjectID, NodeID: a.NodeID, SKU: a.SKU, GPUCount: a.GPUCount, StartedAt: now})
+}
+
+// ReleaseAllocation ends an allocation: its GPUs go back to the node and
+// its active interval closes. Releasing a released allocation is a no-op.
+func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id string) (store.Allocation, error) {
+	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsWrite, "allocation"); err != nil {
+		return store.Allocation{}, err
+	}
+	a, err := s.getAllocation(ctx, id)
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	if a.State == AllocReleased {
+		return a, nil
+	}
+	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if _, err := tx.LockNode(ctx, a.NodeID); err != nil {
+			return err
+		}
+		cur, err := tx.GetAllocation(ctx, id)
+		if err != nil {
+			return err
+		}
+		if cur.State == AllocReleased {
+			a = cur
+			return tx.Audit(store.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
+				OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, allocationData(a))
+		}
+		now := s.Now()
+		if err := tx.SetAllocationState(ctx, id, cur.State, AllocReleased, now); err != nil {
+			return err
+		}
+		if err := tx.FreeAllocationGPUs(ctx, id); err != nil {
+			return err
+		}
+		if err := tx.ReturnNodeCapacity(ctx, cur.NodeID, id, now); err != nil {
+			return err
+		}
+		if err := tx.CloseAllocationInterval(ctx, id, now); err != nil {
+			return err
+		}
+		before := allocationData(cur)
+		cur.State, cur.UpdatedAt, cur.ReleasedAt = AllocReleased, now, now
+		a = cur
+		if err := tx.Emit(store.Event{Type: EventAllocationReleased, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+			allocationData(a)); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
+			OrgID: a.OrgID, ProjectID: a.ProjectID}, before, allocationData(a))
+	})
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	return a, nil
+}
+
+// activate moves an allocation from `from` to active and opens an interval.
+func (s *Service) activate(ctx context.Context, tx *store.Tx, a store.Allocation, from string, now time.Time) error {
+	if err := tx.SetAllocationState(ctx, a.ID, from, AllocActive, now); err != nil {
+		return err
+	}
+	a.State = AllocActive
+	if err := s.openInterval(ctx, tx, a, now); err != nil {
+		return err
+	}
+	return tx.Emit(store.Event{Type: EventAllocationActive, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+		allocationData(a))
+}
+
+func errAllocationNotFound(id string) error {
+	return errdefs.NotFound("allocation_not_found", "allocation %q does not exist or you have no access to it", id)
+}
+
+func (s *Service) getAllocation(ctx context.Context, id string) (store.Allocation, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return store.Allocation{}, errAllocationNotFound(id)
+	}
+	a, err := s.DB.Queries().GetAllocation(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Allocation{}, errAllocationNotFound(id)
+	}
+	return a, err
+}
+
+// ListAllocations lists allocations platform-wide (admins), optionally of
+// one project, node or state.
+func (s *Service) ListAllocations(ctx context.Context, g *iam.Grants, f store.AllocationFilter, p store.Page) ([]store.Allocation, string, error) {
+	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsRead, "allocation"); err != nil {
+		return nil, "", err
+	}
+	return s.DB.Queries().ListAllocations(ctx, f, p)
+}
+
+// ProjectAllocations lists a project's allocations (allocations.read).
+func (s *Service) ProjectAllocations(ctx context.Context, g *iam.Grants, projectID, state string, p store.Page) ([]store.Allocation, string, error) {
+	pr, err := s.IAM.Project(ctx, g, projectID, iam.PermAllocationsRead)
+	if err != nil {
+		return nil, "", err
+	}
+	return s.DB.Queries().ListAllocations(ctx, store.AllocationFilter{ProjectID: pr.ID, State: state}, p)
+}
+
+// ProjectAllocation reads one allocation of a project.
+func (s *Service) ProjectAllocation(ctx context.Context, g *iam.Grants, projectID, id string) (store.Allocation, error) {
+	pr, err := s.IAM.Project(ctx, g, projectID, iam.PermAllocationsRead)
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	a, err := s.getAllocation(ctx, id)
+	if err != nil {
+		return store.Allocation{}, err
+	}
+	if a.ProjectID != pr.ID {
+		return store.Allocation{}, errAllocationNotFound(id)
+	}
+	return a, nil
+}
+
+// Allocation reads one allocation by id, for other domains (no policy).
+func (s *Service) Allocation(ctx context.Context, id string) (store.Allocation, error) {
+	return s.getAllocation(ctx, id)
+}
+
+// project resolves the project of an allocation: through the policy for a
+// caller with grants, directly for the control plane itself.
+func (s *Service) project(ctx context.Context, g *iam.Grants, id string) (store.Project, error) {
+	if g != nil {
+		return s.IAM.Project(ctx, g, id, "")
+	}
+	if _, err := uuid.Parse(id); err != nil {
+		return store.Project{}, errdefs.NotFound("project_not_found", "project %q does not exist", id)
+	}
+	p, err := s.DB.Queries().GetProject(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Project{}, errdefs.NotFound("project_not_found", "project %q does not exist", id)
+	}
+	return p, err
+}

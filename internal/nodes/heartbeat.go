@@ -1,0 +1,139 @@
+package nodes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Heartbeat records that a node is alive, what it is (when its inventory
+// changed) and what runs on it. A joining or down node becomes ready; its
+// lost allocations become active again. A plain beat is one UPDATE with no
+// audit row; a state or inventory change is a mutation with its audit row
+// and events.
+func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heartbeat) (nodeapi.HeartbeatResponse, error) {
+	if err := self(ctx, nodeID); err != nil {
+		return nodeapi.HeartbeatResponse{}, err
+	}
+	var fe []errdefs.FieldError
+	if len(hb.Workloads) > maxWorkloads {
+		fe = append(fe, errdefs.FieldError{Field: "/workloads", Code: "too_many", Message: fmt.Sprintf("at most %d workloads", maxWorkloads)})
+	}
+	if hb.Inventory != nil {
+		fe = append(fe, checkInventory("/inventory", *hb.Inventory)...)
+	}
+	if fe != nil {
+		return nodeapi.HeartbeatResponse{}, errdefs.Validation(fe)
+	}
+	if hb.Workloads == nil {
+		hb.Workloads = []nodeapi.Workload{}
+	}
+	workloads, err := json.Marshal(hb.Workloads)
+	if err != nil {
+		return nodeapi.HeartbeatResponse{}, err
+	}
+	q := s.DB.Queries()
+	n, err := q.GetNode(ctx, nodeID)
+	if err != nil {
+		return nodeapi.HeartbeatResponse{}, err
+	}
+	var (
+		inv    []byte
+		digest string
+	)
+	if hb.Inventory != nil {
+		if inv, digest, err = encodeInventory(*hb.Inventory); err != nil {
+			return nodeapi.HeartbeatResponse{}, err
+		}
+		if digest == n.InventoryDigest {
+			inv = nil
+		}
+	}
+	revive := n.State == StateJoining || n.State == StateDown
+	now := s.Now()
+	if !revive && inv == nil {
+		if bytes.Equal(workloads, n.Workloads) {
+			err = q.TouchNode(ctx, nodeID, now)
+		} else {
+			err = q.SetNodeWorkloads(ctx, nodeID, workloads, now)
+		}
+		return s.beatResponse(n.State, n.InventoryDigest), err
+	}
+	state, stored := n.State, n.InventoryDigest
+	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		cur, err := tx.LockNode(ctx, nodeID)
+		if err != nil {
+			return err
+		}
+		if err := tx.SetNodeWorkloads(ctx, nodeID, workloads, now); err != nil {
+			return err
+		}
+		action := "node.heartbeat"
+		if inv != nil && digest != cur.InventoryDigest {
+			cur.Inventory, cur.InventoryDigest = inv, digest
+			summarize(&cur, *hb.Inventory)
+			if err := tx.SetNodeInventory(ctx, cur, gpusOf(nodeID, *hb.Inventory), now); err != nil {
+				return err
+			}
+			if err := tx.Emit(store.Event{Type: EventInventoryChanged, Subject: nodeSubject(nodeID)},
+				map[string]any{"node_id": nodeID, "inventory_digest": digest, "gpu_count": cur.GPUCount}); err != nil {
+				return err
+			}
+			action = "node.inventory"
+		}
+		if cur.State == StateJoining || cur.State == StateDown {
+			if err := s.markReady(ctx, tx, cur, hb.Workloads); err != nil {
+				return err
+			}
+			state, action = StateReady, "node.ready"
+		}
+		stored = cur.InventoryDigest
+		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "node", ResourceID: nodeID},
+			map[string]any{"state": cur.State}, map[string]any{"state": state, "inventory_digest": cur.InventoryDigest})
+	})
+	if err != nil {
+		return nodeapi.HeartbeatResponse{}, err
+	}
+	return s.beatResponse(state, stored), nil
+}
+
+// markReady moves a joining or down node to ready: its lost allocations
+// become active again (a new billing interval each) and the hooks learn
+// what really runs on it.
+func (s *Service) markReady(ctx context.Context, tx *store.Tx, n store.Node, workloads []nodeapi.Workload) error {
+	now := s.Now()
+	if err := tx.SetNodeState(ctx, n.ID, StateReady, time.Time{}, now); err != nil {
+		return err
+	}
+	lost, err := tx.AllocationsOfNode(ctx, n.ID, AllocLost)
+	if err != nil {
+		return err
+	}
+	for _, a := range lost {
+		if err := s.activate(ctx, tx, a, AllocLost, now); err != nil {
+			return err
+		}
+	}
+	if err := tx.Emit(store.Event{Type: EventNodeReady, Subject: nodeSubject(n.ID)},
+		map[string]any{"node_id": n.ID, "previous_state": n.State, "workloads": len(workloads), "recovered_allocations": len(lost)}); err != nil {
+		return err
+	}
+	n.State = StateReady
+	for _, h := range s.lifecycleHooks() {
+		if err := h.NodeReady(ctx, tx, n, workloads); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *Service) beatResponse(state, digest string) nodeapi.HeartbeatResponse {
+	return nodeapi.HeartbeatResponse{State: state, HeartbeatTTLS: int(s.HeartbeatTTL.Seconds()),
+		HeartbeatInterval: int(s.HeartbeatInterval().Seconds()), InventoryDigest: digest}
+}

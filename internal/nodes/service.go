@@ -1,0 +1,187 @@
+// Package nodes is the control plane's side of GPU hosts: single-use join
+// tokens, node identities with node-signed token exchange, inventory and
+// heartbeats, liveness (down within TTL + grace), GPU allocations placed
+// transactionally, and the durable per-node task queue the agent long-polls.
+//
+// A node authenticates as principal type "node". It holds no role: the only
+// thing it may do is call its own node endpoints, which every method here
+// checks by comparing the principal with the node named in the path.
+package nodes
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// Node states.
+const (
+	StateJoining  = "joining"
+	StateReady    = "ready"
+	StateDown     = "down"
+	StateDraining = "draining"
+	StateRemoved  = "removed"
+)
+
+// Allocation shapes and states.
+const (
+	ShapeGPUSlice  = "gpu_slice"
+	ShapeBaremetal = "baremetal"
+
+	AllocPending   = "pending"
+	AllocActive    = "active"
+	AllocReleasing = "releasing"
+	AllocReleased  = "released"
+	AllocLost      = "lost"
+)
+
+// Event types this domain emits (CloudEvents type, dot-named).
+const (
+	EventNodeJoined         = "nodes.node.joined"
+	EventNodeReady          = "nodes.node.ready"
+	EventNodeDown           = "nodes.node.down"
+	EventNodeDraining       = "nodes.node.draining"
+	EventNodeRemoved        = "nodes.node.removed"
+	EventInventoryChanged   = "nodes.node.inventory_changed"
+	EventAllocationActive   = "nodes.allocation.active"
+	EventAllocationReleased = "nodes.allocation.released"
+	EventAllocationLost     = "nodes.allocation.lost"
+	EventTaskCompleted      = "nodes.task.completed"
+)
+
+// Defaults of the domain.
+const (
+	DefaultHeartbeatTTL   = 10 * time.Second
+	DefaultHeartbeatGrace = 5 * time.Second
+	DefaultJoinTokenTTL   = 15 * time.Minute
+	MaxJoinTokenTTL       = 24 * time.Hour
+	DefaultTaskLease      = 2 * time.Minute
+	MaxWait               = 60 * time.Second
+	// MaxAssertionLifetime caps exp - iat of a node assertion.
+	MaxAssertionLifetime = time.Hour
+	// ClockSkew is the tolerance on iat and exp of node assertions.
+	ClockSkew = 60 * time.Second
+	// pollFallback bounds how long a long poll sleeps without a wake-up:
+	// enqueues on another replica are seen at least this often.
+	pollFallback = time.Second
+)
+
+// Hooks are the consequences other domains attach to node lifecycle
+// changes; each runs inside the transaction that makes the change, so the
+// change and its consequences commit together. The app-instance domain
+// uses them to mark instances on a dead node.
+type Hooks interface {
+	// NodeDown runs when a node is marked down; lost lists the allocations
+	// that were active on it and are now lost.
+	NodeDown(ctx context.Context, tx *store.Tx, node store.Node, lost []store.Allocation) error
+	// NodeReady runs when a node is ready again (or for the first time) with
+	// what it reports running.
+	NodeReady(ctx context.Context, tx *store.Tx, node store.Node, workloads []nodeapi.Workload) error
+}
+
+// ResultHandler learns how a task ended, inside the transaction that
+// records the result.
+type ResultHandler func(ctx context.Context, tx *store.Tx, task Task, result nodeapi.TaskResult) error
+
+// Deps are what the service needs.
+type Deps struct {
+	DB     *store.DB
+	IAM    *iam.Service
+	Tokens *iam.Tokens
+	Sealer *sealer.Sealer
+	Logger *slog.Logger
+	Now    func() time.Time
+	// TokenURL is the audience of node assertions:
+	// <public-url>/api/v1/nodes/token.
+	TokenURL       func() string
+	HeartbeatTTL   time.Duration
+	HeartbeatGrace time.Duration
+	TaskLease      time.Duration
+}
+
+// Service is the nodes domain.
+type Service struct {
+	Deps
+	hooksMu  sync.RWMutex
+	hooks    []Hooks
+	handlers map[string][]ResultHandler
+	notify   *notifier
+	// closing ends every long poll at once when the server shuts down.
+	closing   chan struct{}
+	closeOnce sync.Once
+	// lastPurge is when used assertion ids were last purged (unix nanos).
+	lastPurge atomic.Int64
+	// launchGate: billing's quota and budget check (issue 13, launchgate.go).
+	launchGate atomic.Pointer[LaunchGate]
+}
+
+// New builds the service.
+func New(d Deps) *Service {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Logger == nil {
+		d.Logger = slog.New(slog.DiscardHandler)
+	}
+	if d.TokenURL == nil {
+		d.TokenURL = func() string { return "" }
+	}
+	if d.HeartbeatTTL <= 0 {
+		d.HeartbeatTTL = DefaultHeartbeatTTL
+	}
+	d.HeartbeatGrace = max(d.HeartbeatGrace, 0) // zero is no grace: the server passes its configured value
+	if d.TaskLease <= 0 {
+		d.TaskLease = DefaultTaskLease
+	}
+	return &Service{Deps: d, handlers: map[string][]ResultHandler{}, notify: newNotifier(), closing: make(chan struct{})}
+}
+
+// EndPolls answers every waiting long poll now (with what is there) and
+// makes later ones return at once: the server calls it before draining its
+// connections, so a shutdown never waits out wait_seconds.
+func (s *Service) EndPolls() { s.closeOnce.Do(func() { close(s.closing) }) }
+
+// AddHooks registers lifecycle consequences.
+func (s *Service) AddHooks(h Hooks) {
+	s.hooksMu.Lock()
+	defer s.hooksMu.Unlock()
+	s.hooks = append(s.hooks, h)
+}
+
+// OnTaskResult registers a handler for results of tasks of kind ("" for
+// every kind).
+func (s *Service) OnTaskResult(kind string, h ResultHandler) {
+	s.hooksMu.Lock()
+	defer s.hooksMu.Unlock()
+	s.handlers[kind] = append(s.handlers[kind], h)
+}
+
+func (s *Service) lifecycleHooks() []Hooks {
+	s.hooksMu.RLock()
+	defer s.hooksMu.RUnlock()
+	return append([]Hooks(nil), s.hooks...)
+}
+
+func (s *Service) resultHandlers(kind string) []ResultHandler {
+	s.hooksMu.RLock()
+	defer s.hooksMu.RUnlock()
+	return append(append([]ResultHandler(nil), s.handlers[kind]...), s.handlers[""]...)
+}
+
+// HeartbeatInterval is how often agents beat: a third of the TTL, so two
+// lost beats still leave the node alive.
+func (s *Service) HeartbeatInterval() time.Duration {
+	return max(s.HeartbeatTTL/3, time.Second)
+}
+
+var _ iam.NodeChecker = (*Service)(nil)
+
+func nodeSubject(id string) string       { return "nodes/" + id }
+func allocationSubject(id string) string { return "allocations/" + id }

@@ -1,0 +1,120 @@
+package runtime_test
+
+import (
+	"encoding/json"
+	"os"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/runtime"
+)
+
+const digestA = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+const digestB = "sha256:bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
+func vllmVersion(t *testing.T) manifest.Version {
+	t.Helper()
+	data, err := os.ReadFile("../../examples/manifests/vllm-openai-compose.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg, problems, err := manifest.Parse(data, "vllm-openai-compose.yaml")
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("example manifest: %v %v", err, problems)
+	}
+	return pkg.Versions[0]
+}
+
+func TestRenderVLLMOpenAI(t *testing.T) {
+	v := vllmVersion(t)
+	d := runtime.Deployment{InstanceID: "inst-1", ProjectID: "p", OrgID: "o", NodeID: "n", AppSlug: "vllm-openai", Version: v.Version,
+		Name: "gpuaas-inst-1-1", Profile: v.RuntimeProfile,
+		Images:     map[string]nodeapi.ImagePull{"vllm": {Repository: "reg/apps/vllm", Digest: digestA}, "metrics-sidecar": {Repository: "reg/apps/metrics", Digest: digestB}},
+		Resources:  catalog.EffectiveResources{GPUCount: 1, CPUCores: 8, MemoryGiB: 32, HostPort: 18000},
+		Parameters: json.RawMessage(`{"model":"meta-llama/Llama-3.1-8B-Instruct","max_model_len":4096,"gpu_memory_utilization":0.85}`),
+		GPUUUIDs:   []string{"GPU-1", "GPU-2"},
+		Identity:   &runtime.Identity{ServiceAccountID: "sa", KeyID: "k", PrivateKeyPEM: "-----BEGIN PRIVATE KEY-----\nx\n-----END PRIVATE KEY-----\n", TokenURL: "http://api/token", APIBaseURL: "http://api"}}
+	task, err := runtime.Render(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, ok := task.Payload.(nodeapi.ComposeUp)
+	if task.Kind != nodeapi.KindComposeUp || !ok {
+		t.Fatalf("task: %+v", task)
+	}
+	if up.Project != d.Name || up.Service != "server" || len(up.Images) != 2 || strings.Join(up.GPUUUIDs, ",") != "GPU-1" {
+		t.Fatalf("compose up: %+v", up)
+	}
+	if up.Readiness == nil || up.Readiness.Port != 8000 || up.Readiness.HTTPPath != "/v1/models" {
+		t.Fatalf("readiness: %+v", up.Readiness)
+	}
+	y := string(up.YAML)
+	var doc map[string]any
+	if err := yaml.Unmarshal(up.YAML, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"reg/apps/vllm@" + digestA, "reg/apps/metrics@" + digestB, "127.0.0.1:18000:8000", "--model",
+		"meta-llama/Llama-3.1-8B-Instruct", "--max-model-len", "4096", "device_ids", "GPU-1", "gpuaas.instance_id: inst-1", "shm_size: 8gb", "models:/root/.cache/huggingface"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("rendered compose lacks %q:\n%s", want, y)
+		}
+	}
+	// No secret in the YAML, no tag, nothing on a public interface, the
+	// sidecar publishes nothing.
+	for _, never := range []string{"PRIVATE KEY", ":latest", "0.0.0.0:", "9100:"} {
+		if strings.Contains(y, never) {
+			t.Errorf("rendered compose contains %q:\n%s", never, y)
+		}
+	}
+	if len(up.Mounts) != 1 || up.Mounts[0].Target != runtime.IdentityPath || !up.Mounts[0].ReadOnly {
+		t.Fatalf("identity mount: %+v", up.Mounts)
+	}
+}
+
+func TestRenderRefuses(t *testing.T) {
+	v := vllmVersion(t)
+	d := runtime.Deployment{Name: "x", Profile: v.RuntimeProfile, Images: map[string]nodeapi.ImagePull{"vllm": {Repository: "r", Digest: digestA}},
+		Parameters: json.RawMessage(`{"model":"a/b"}`), Resources: catalog.EffectiveResources{GPUCount: 1}, GPUUUIDs: []string{"g"}}
+	if _, err := runtime.Render(d); err == nil {
+		t.Fatal("rendered with a sidecar artifact missing")
+	}
+	d.Images["metrics-sidecar"] = nodeapi.ImagePull{Repository: "r2", Digest: digestB}
+	d.Resources.GPUCount = 2
+	if _, err := runtime.Render(d); err == nil {
+		t.Fatal("rendered more GPUs than the allocation holds")
+	}
+	d.Resources.GPUCount = 1
+	d.Parameters = nil
+	if _, err := runtime.Render(d); err == nil {
+		t.Fatal("rendered without a model")
+	}
+	p := *v.RuntimeProfile
+	p.Renderer = "raw_compose"
+	d.Profile, d.Parameters = &p, json.RawMessage(`{"model":"a/b"}`)
+	if _, err := runtime.Render(d); err == nil {
+		t.Fatal("rendered with an unknown renderer")
+	}
+}
+
+func TestRenderContainer(t *testing.T) {
+	prof := &manifest.RuntimeProfile{Kind: "launchable_oci", ImageRef: "reg/a@" + digestA, Command: []string{"/app", "serve"},
+		Env:       []manifest.EnvVar{{Name: "MODE", Value: "x"}},
+		Ports:     []manifest.Port{{Container: 8888, Expose: "private_host_local"}, {Container: 9000, Expose: "none"}},
+		Readiness: &manifest.Readiness{Type: "tcp", Port: 8888}}
+	task, err := runtime.Render(runtime.Deployment{InstanceID: "i", Name: "n", Profile: prof, HostPort: 31001,
+		Images:    map[string]nodeapi.ImagePull{runtime.LaunchImage: {Repository: "reg/a", Digest: digestA}},
+		Resources: catalog.EffectiveResources{GPUCount: 1, CPUCores: 2, MemoryGiB: 4}, GPUUUIDs: []string{"G0", "G1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := task.Payload.(nodeapi.ContainerRun)
+	if run.Image.Digest != digestA || len(run.Ports) != 1 || run.Ports[0].Host != 31001 || run.MemoryMiB != 4096 ||
+		strings.Join(run.GPUUUIDs, ",") != "G0" || run.Env["MODE"] != "x" || run.Labels[nodeapi.LabelInstance] != "i" || run.Readiness.HTTPPath != "" {
+		t.Fatalf("run: %+v", run)
+	}
+}

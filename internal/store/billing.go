@@ -1,0 +1,668 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Usage sources: what produced a usage record.
+const (
+	UsageSourceAllocation = "allocation"  // GPU-seconds of an allocation's active intervals
+	UsageSourceAppRuntime = "app_runtime" // an app's own dimension (session seconds, tokens, …)
+)
+
+// UsageRecord is one metered quantity, in the one shape every source uses.
+// DedupeKey makes recording idempotent: a second record with the same key is
+// a duplicate and is not stored.
+type UsageRecord struct {
+	ID                string
+	DedupeKey         string
+	OrgID             string
+	ProjectID         string
+	AppInstanceID     string
+	AllocationID      string
+	AppSlug           string
+	OperatingMode     string
+	ControlPlaneScope string
+	RuntimeBackend    string
+	CorrelationID     string
+	UsageSource       string
+	UsageUnit         string
+	Quantity          int64
+	SKU               string
+	Meter             string
+	StartTime         time.Time
+	EndTime           time.Time
+	EventSource       string
+	EventID           string
+	RecordedAt        time.Time
+}
+
+const usageCols = `id, dedupe_key, org_id, project_id, app_instance_id, allocation_id, app_slug, operating_mode,
+ control_plane_scope, runtime_backend, correlation_id, usage_source, usage_unit, quantity, sku, meter,
+ start_time, end_time, event_source, event_id, recorded_at`
+
+const usageColCount = 21
+
+func scanUsage(s interface{ Scan(...any) error }) (UsageRecord, error) {
+	var u UsageRecord
+	err := s.Scan(&u.ID, &u.DedupeKey, &u.OrgID, &u.ProjectID, &u.AppInstanceID, &u.AllocationID, &u.AppSlug,
+		&u.OperatingMode, &u.ControlPlaneScope, &u.RuntimeBackend, &u.CorrelationID, &u.UsageSource, &u.UsageUnit,
+		&u.Quantity, &u.SKU, &u.Meter, scanTime(&u.StartTime), scanTime(&u.EndTime), &u.EventSource, &u.EventID,
+		scanTime(&u.RecordedAt))
+	return u, err
+}
+
+func usageArgs(u UsageRecord) []any {
+	return []any{u.ID, u.DedupeKey, u.OrgID, u.ProjectID, u.AppInstanceID, u.AllocationID, u.AppSlug, u.OperatingMode,
+		u.ControlPlaneScope, u.RuntimeBackend, u.CorrelationID, u.UsageSource, u.UsageUnit, u.Quantity, u.SKU, u.Meter,
+		ts(u.StartTime), ts(u.EndTime), u.EventSource, u.EventID, ts(u.RecordedAt)}
+}
+
+// usageInsertChunk keeps one statement under both dialects' limits on bound
+// parameters (SQLite 32766, PostgreSQL 65535).
+const usageInsertChunk = 500
+
+// InsertUsageRecords stores the records whose dedupe keys are new and
+// returns the ids of those it stored; records whose key is already present
+// (earlier, or earlier in the same slice) are duplicates and skipped. It is
+// a few multi-row statements, not one per record, so a batch of events costs
+// about as much as a batch of plain inserts. The ids must be fresh: when a
+// chunk had duplicates, the stored ones are found by id.
+func (q *Queries) InsertUsageRecords(ctx context.Context, recs []UsageRecord) (map[string]bool, error) {
+	stored := make(map[string]bool, len(recs))
+	for start := 0; start < len(recs); start += usageInsertChunk {
+		chunk := recs[start:min(start+usageInsertChunk, len(recs))]
+		res, err := q.exec(ctx, usageInsert(chunk, true), usageChunkArgs(chunk)...)
+		if err != nil {
+			return nil, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, err
+		}
+		if int(n) == len(chunk) { // the common case: nothing was a duplicate
+			for _, u := range chunk {
+				stored[u.ID] = true
+			}
+			continue
+		}
+		args := make([]any, len(chunk))
+		for i, u := range chunk {
+			args[i] = u.ID
+		}
+		rows, err := q.query(ctx, `SELECT id FROM usage_records WHERE id IN (`+placeholders(len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		ids, err := collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
+			var id string
+			return id, s.Scan(&id)
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range ids {
+			stored[id] = true
+		}
+	}
+	return stored, nil
+}
+
+// usageInsert is one multi-row INSERT of chunk; dedupe skips rows whose
+// dedupe key exists.
+func usageInsert(chunk []UsageRecord, dedupe bool) string {
+	var b strings.Builder
+	b.WriteString(`INSERT INTO usage_records (` + usageCols + `) VALUES `)
+	row := "(" + placeholders(usageColCount) + ")"
+	for i := range chunk {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(row)
+	}
+	if dedupe {
+		b.WriteString(` ON CONFLICT (dedupe_key) DO NOTHING`)
+	}
+	return b.String()
+}
+
+func usageChunkArgs(chunk []UsageRecord) []any {
+	args := make([]any, 0, len(chunk)*usageColCount)
+	for _, u := range chunk {
+		args = append(args, usageArgs(u)...)
+	}
+	return args
+}
+
+// InsertUsageRecordsPlain inserts records with no dedupe at all: the raw
+// insert rate benchmarks compare the deduplicating path against.
+func (q *Queries) InsertUsageRecordsPlain(ctx context.Context, recs []UsageRecord) error {
+	for start := 0; start < len(recs); start += usageInsertChunk {
+		chunk := recs[start:min(start+usageInsertChunk, len(recs))]
+		if _, err := q.exec(ctx, usageInsert(chunk, false), usageChunkArgs(chunk)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GetUsageByDedupeKey returns the record stored under key.
+func (q *Queries) GetUsageByDedupeKey(ctx context.Context, key string) (UsageRecord, error) {
+	u, err := scanUsage(q.queryRow(ctx, `SELECT `+usageCols+` FROM usage_records WHERE dedupe_key = ?`, key))
+	return u, scanOne(err)
+}
+
+// UsageFilter narrows usage and ledger reads; empty fields do not filter.
+// ProjectIDs, when non-nil, limits the read to those projects (the ones the
+// caller may see); an empty non-nil slice matches nothing.
+type UsageFilter struct {
+	OrgID         string
+	ProjectID     string
+	ProjectIDs    []string
+	AppInstanceID string
+	UsageSource   string
+	UsageUnit     string
+	From, To      time.Time // on the usage time (start_time)
+}
+
+func (f UsageFilter) where(timeCol string) (string, []any) {
+	var (
+		conds []string
+		args  []any
+	)
+	add := func(cond string, v ...any) { conds = append(conds, cond); args = append(args, v...) }
+	for _, c := range []struct{ col, v string }{
+		{"org_id", f.OrgID}, {"project_id", f.ProjectID}, {"app_instance_id", f.AppInstanceID},
+		{"usage_source", f.UsageSource}, {"usage_unit", f.UsageUnit},
+	} {
+		if c.v != "" {
+			add(c.col+" = ?", c.v)
+		}
+	}
+	if f.ProjectIDs != nil {
+		if len(f.ProjectIDs) == 0 {
+			add("1 = 0")
+		} else {
+			ph := placeholders(len(f.ProjectIDs))
+			vs := make([]any, len(f.ProjectIDs))
+			for i, p := range f.ProjectIDs {
+				vs[i] = p
+			}
+			add("project_id IN ("+ph+")", vs...)
+		}
+	}
+	if !f.From.IsZero() {
+		add(timeCol+" >= ?", ts(f.From))
+	}
+	if !f.To.IsZero() {
+		add(timeCol+" < ?", ts(f.To))
+	}
+	if len(conds) == 0 {
+		return "", nil
+	}
+	return " WHERE " + strings.Join(conds, " AND "), args
+}
+
+// ListUsage returns usage records in id (recording) order.
+func (q *Queries) ListUsage(ctx context.Context, f UsageFilter, p Page) ([]UsageRecord, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	where, args := f.where("start_time")
+	if after != "" {
+		where = andWhere(where, "id > ?")
+		args = append(args, after)
+	}
+	rows, err := q.query(ctx, `SELECT `+usageCols+` FROM usage_records`+where+` ORDER BY id`+limitClause(limit), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanUsage)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(u UsageRecord) string { return u.ID })
+	return out, next, nil
+}
+
+func andWhere(where, cond string) string {
+	if where == "" {
+		return " WHERE " + cond
+	}
+	return where + " AND " + cond
+}
+
+// UsageGroupColumns are the columns usage and ledger totals may be grouped by.
+var UsageGroupColumns = []string{"project_id", "app_instance_id", "allocation_id", "app_slug", "usage_source", "usage_unit", "sku", "meter"}
+
+// LedgerGroupColumns are the columns ledger totals may be grouped by.
+var LedgerGroupColumns = []string{"project_id", "app_instance_id", "usage_source", "usage_unit", "sku", "meter", "entry_type"}
+
+// UsageGroup is one row of a grouped usage total.
+type UsageGroup struct {
+	Keys     map[string]string
+	Quantity int64
+	Records  int64
+}
+
+// GroupUsage sums quantities per distinct value of the columns in by (each
+// one of UsageGroupColumns; the caller checks). usage_unit is always part of
+// the grouping: quantities of different units never add up.
+func (q *Queries) GroupUsage(ctx context.Context, f UsageFilter, by []string) ([]UsageGroup, error) {
+	by = withColumn(by, "usage_unit")
+	cols := strings.Join(by, ", ")
+	where, args := f.where("start_time")
+	rows, err := q.query(ctx, `SELECT `+cols+`, COALESCE(SUM(quantity), 0), COUNT(*) FROM usage_records`+where+
+		` GROUP BY `+cols+` ORDER BY `+cols, args...)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(s interface{ Scan(...any) error }) (UsageGroup, error) {
+		vals := make([]string, len(by))
+		dst := make([]any, 0, len(by)+2)
+		for i := range vals {
+			dst = append(dst, &vals[i])
+		}
+		var g UsageGroup
+		dst = append(dst, &g.Quantity, &g.Records)
+		if err := s.Scan(dst...); err != nil {
+			return g, err
+		}
+		g.Keys = make(map[string]string, len(by))
+		for i, c := range by {
+			g.Keys[c] = vals[i]
+		}
+		return g, nil
+	})
+}
+
+func withColumn(by []string, col string) []string {
+	for _, c := range by {
+		if c == col {
+			return by
+		}
+	}
+	return append(append([]string(nil), by...), col)
+}
+
+// UnratedUsage returns up to limit usage records after afterID (in id
+// order) that have no charge in the ledger yet.
+func (q *Queries) UnratedUsage(ctx context.Context, afterID string, limit int) ([]UsageRecord, error) {
+	rows, err := q.query(ctx, `SELECT `+prefixed("u.", usageCols)+` FROM usage_records u
+ WHERE u.id > ? AND NOT EXISTS (SELECT 1 FROM ledger_entries l WHERE l.usage_record_id = u.id AND l.entry_type = 'charge')
+ ORDER BY u.id LIMIT `+strconv.Itoa(limit), afterID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanUsage)
+}
+
+func prefixed(p, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = p + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Price is one version of the price of a SKU (allocation GPU-seconds) or a
+// meter (an app's unit).
+type Price struct {
+	ID              string
+	UsageSource     string
+	SKU             string
+	Meter           string
+	UsageUnit       string
+	Version         int
+	UnitPriceMicros int64
+	PerQuantity     int64
+	Currency        string
+	EffectiveFrom   time.Time
+	Note            string
+	CreatedBy       string
+	CreatedAt       time.Time
+}
+
+const priceCols = `id, usage_source, sku, meter, usage_unit, version, unit_price_micros, per_quantity, currency, effective_from, note, created_by, created_at`
+
+func scanPrice(s interface{ Scan(...any) error }) (Price, error) {
+	var p Price
+	err := s.Scan(&p.ID, &p.UsageSource, &p.SKU, &p.Meter, &p.UsageUnit, &p.Version, &p.UnitPriceMicros, &p.PerQuantity,
+		&p.Currency, scanTime(&p.EffectiveFrom), &p.Note, &p.CreatedBy, scanTime(&p.CreatedAt))
+	return p, err
+}
+
+// InsertPrice stores a price version; Version must be the next one for its
+// sku or meter (the unique key refuses a race between two admins).
+func (q *Queries) InsertPrice(ctx context.Context, p Price) error {
+	_, err := q.exec(ctx, `INSERT INTO billing_prices (`+priceCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		p.ID, p.UsageSource, p.SKU, p.Meter, p.UsageUnit, p.Version, p.UnitPriceMicros, p.PerQuantity, p.Currency,
+		ts(p.EffectiveFrom), p.Note, p.CreatedBy, ts(p.CreatedAt))
+	return err
+}
+
+// LatestPriceVersion returns the highest version of a sku or meter, 0 if none.
+func (q *Queries) LatestPriceVersion(ctx context.Context, source, sku, meter string) (int, error) {
+	var v int
+	err := q.queryRow(ctx, `SELECT COALESCE(MAX(version), 0) FROM billing_prices WHERE usage_source = ? AND sku = ? AND meter = ?`,
+		source, sku, meter).Scan(&v)
+	return v, mapErr(err)
+}
+
+// PriceAt returns the price of a sku or meter in effect at t: the newest
+// version effective at or before t.
+func (q *Queries) PriceAt(ctx context.Context, source, sku, meter string, t time.Time) (Price, error) {
+	p, err := scanPrice(q.queryRow(ctx, `SELECT `+priceCols+` FROM billing_prices
+ WHERE usage_source = ? AND sku = ? AND meter = ? AND effective_from <= ?
+ ORDER BY effective_from DESC, version DESC LIMIT 1`, source, sku, meter, ts(t)))
+	return p, scanOne(err)
+}
+
+// GetPrice returns one price version by id.
+func (q *Queries) GetPrice(ctx context.Context, id string) (Price, error) {
+	p, err := scanPrice(q.queryRow(ctx, `SELECT `+priceCols+` FROM billing_prices WHERE id = ?`, id))
+	return p, scanOne(err)
+}
+
+// ListPrices lists every price version in creation order.
+func (q *Queries) ListPrices(ctx context.Context, p Page) ([]Price, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := q.query(ctx, `SELECT `+priceCols+` FROM billing_prices WHERE id > ? ORDER BY id`+limitClause(limit), after)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanPrice)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(p Price) string { return p.ID })
+	return out, next, nil
+}
+
+// Ledger entry types.
+const (
+	EntryCharge     = "charge"
+	EntryCorrection = "correction"
+)
+
+// LedgerEntry is one append-only line of the ledger. Amounts are integer
+// micro-units of Currency; a correction's amount has the sign that
+// compensates (negative to refund).
+type LedgerEntry struct {
+	ID              string
+	OrgID           string
+	ProjectID       string
+	EntryType       string
+	UsageRecordID   string
+	CorrectsEntryID string
+	AppInstanceID   string
+	UsageSource     string
+	UsageUnit       string
+	SKU             string
+	Meter           string
+	Quantity        int64
+	PriceID         string
+	UnitPriceMicros int64
+	PerQuantity     int64
+	AmountMicros    int64
+	Currency        string
+	Reason          string
+	UsageTime       time.Time
+	CreatedBy       string
+	CreatedAt       time.Time
+}
+
+const ledgerCols = `id, org_id, project_id, entry_type, usage_record_id, corrects_entry_id, app_instance_id, usage_source,
+ usage_unit, sku, meter, quantity, price_id, unit_price_micros, per_quantity, amount_micros, currency, reason, usage_time,
+ created_by, created_at`
+
+func scanLedger(s interface{ Scan(...any) error }) (LedgerEntry, error) {
+	var (
+		e                        LedgerEntry
+		usage, corrects, priceID sql.NullString
+	)
+	err := s.Scan(&e.ID, &e.OrgID, &e.ProjectID, &e.EntryType, &usage, &corrects, &e.AppInstanceID, &e.UsageSource,
+		&e.UsageUnit, &e.SKU, &e.Meter, &e.Quantity, &priceID, &e.UnitPriceMicros, &e.PerQuantity, &e.AmountMicros,
+		&e.Currency, &e.Reason, scanTime(&e.UsageTime), &e.CreatedBy, scanTime(&e.CreatedAt))
+	e.UsageRecordID, e.CorrectsEntryID, e.PriceID = usage.String, corrects.String, priceID.String
+	return e, err
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+// InsertLedgerEntry appends one entry. A second charge for the same usage
+// record is refused with ErrAlreadyExists.
+func (q *Queries) InsertLedgerEntry(ctx context.Context, e LedgerEntry) error {
+	_, err := q.exec(ctx, `INSERT INTO ledger_entries (`+ledgerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		e.ID, e.OrgID, e.ProjectID, e.EntryType, nullStr(e.UsageRecordID), nullStr(e.CorrectsEntryID), e.AppInstanceID,
+		e.UsageSource, e.UsageUnit, e.SKU, e.Meter, e.Quantity, nullStr(e.PriceID), e.UnitPriceMicros, e.PerQuantity,
+		e.AmountMicros, e.Currency, e.Reason, ts(e.UsageTime), e.CreatedBy, ts(e.CreatedAt))
+	return err
+}
+
+// InsertCharge appends a charge unless the usage record already has one,
+// and reports whether it did: two raters racing on one record charge it
+// once, and the loser's transaction stays usable.
+func (q *Queries) InsertCharge(ctx context.Context, e LedgerEntry) (bool, error) {
+	res, err := q.exec(ctx, `INSERT INTO ledger_entries (`+ledgerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ ON CONFLICT (usage_record_id) WHERE entry_type = 'charge' DO NOTHING`,
+		e.ID, e.OrgID, e.ProjectID, EntryCharge, e.UsageRecordID, nil, e.AppInstanceID,
+		e.UsageSource, e.UsageUnit, e.SKU, e.Meter, e.Quantity, nullStr(e.PriceID), e.UnitPriceMicros, e.PerQuantity,
+		e.AmountMicros, e.Currency, e.Reason, ts(e.UsageTime), e.CreatedBy, ts(e.CreatedAt))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// GetLedgerEntry returns one entry by id.
+func (q *Queries) GetLedgerEntry(ctx context.Context, id string) (LedgerEntry, error) {
+	e, err := scanLedger(q.queryRow(ctx, `SELECT `+ledgerCols+` FROM ledger_entries WHERE id = ?`, id))
+	return e, scanOne(err)
+}
+
+// ListLedger returns entries in posting order.
+func (q *Queries) ListLedger(ctx context.Context, f UsageFilter, p Page) ([]LedgerEntry, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	where, args := f.where("usage_time")
+	if after != "" {
+		where = andWhere(where, "id > ?")
+		args = append(args, after)
+	}
+	rows, err := q.query(ctx, `SELECT `+ledgerCols+` FROM ledger_entries`+where+` ORDER BY id`+limitClause(limit), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanLedger)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(e LedgerEntry) string { return e.ID })
+	return out, next, nil
+}
+
+// LedgerGroup is one row of grouped ledger totals.
+type LedgerGroup struct {
+	Keys         map[string]string
+	Currency     string
+	AmountMicros int64
+	Entries      int64
+}
+
+// GroupLedger sums amounts per currency and per distinct value of the
+// columns in by (each one of LedgerGroupColumns; the caller checks). With
+// no columns it is the balance: the sum of every matching entry.
+func (q *Queries) GroupLedger(ctx context.Context, f UsageFilter, by []string) ([]LedgerGroup, error) {
+	by = withColumn(by, "currency")
+	cols := strings.Join(by, ", ")
+	where, args := f.where("usage_time")
+	rows, err := q.query(ctx, `SELECT `+cols+`, COALESCE(SUM(amount_micros), 0), COUNT(*) FROM ledger_entries`+where+
+		` GROUP BY `+cols+` ORDER BY `+cols, args...)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(s interface{ Scan(...any) error }) (LedgerGroup, error) {
+		vals := make([]string, len(by))
+		dst := make([]any, 0, len(by)+2)
+		for i := range vals {
+			dst = append(dst, &vals[i])
+		}
+		var g LedgerGroup
+		dst = append(dst, &g.AmountMicros, &g.Entries)
+		if err := s.Scan(dst...); err != nil {
+			return g, err
+		}
+		g.Keys = make(map[string]string, len(by))
+		for i, c := range by {
+			if c == "currency" {
+				g.Currency = vals[i]
+				continue
+			}
+			g.Keys[c] = vals[i]
+		}
+		return g, nil
+	})
+}
+
+// ProjectSpend sums the ledger of a project over [from, to).
+func (q *Queries) ProjectSpend(ctx context.Context, projectID string, from, to time.Time) (int64, error) {
+	var sum int64
+	err := q.queryRow(ctx, `SELECT COALESCE(SUM(amount_micros), 0) FROM ledger_entries WHERE project_id = ? AND usage_time >= ? AND usage_time < ?`,
+		projectID, ts(from), ts(to)).Scan(&sum)
+	return sum, mapErr(err)
+}
+
+// Budget is a project's cost controls. A nil limit means none.
+type Budget struct {
+	ProjectID            string
+	OrgID                string
+	GPUQuota             *int64
+	SpendLimitMicros     *int64
+	Currency             string
+	Period               string // day | month
+	SoftThresholdPercent int
+	UpdatedBy            string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+}
+
+const budgetCols = `project_id, org_id, gpu_quota, spend_limit_micros, currency, period, soft_threshold_percent, updated_by, created_at, updated_at`
+
+func nullInt(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// GetBudget returns a project's budget.
+func (q *Queries) GetBudget(ctx context.Context, projectID string) (Budget, error) {
+	var (
+		b          Budget
+		quota, lim sql.NullInt64
+	)
+	err := q.queryRow(ctx, `SELECT `+budgetCols+` FROM billing_budgets WHERE project_id = ?`, projectID).Scan(
+		&b.ProjectID, &b.OrgID, &quota, &lim, &b.Currency, &b.Period, &b.SoftThresholdPercent, &b.UpdatedBy,
+		scanTime(&b.CreatedAt), scanTime(&b.UpdatedAt))
+	if quota.Valid {
+		b.GPUQuota = &quota.Int64
+	}
+	if lim.Valid {
+		b.SpendLimitMicros = &lim.Int64
+	}
+	return b, scanOne(err)
+}
+
+// PutBudget creates or replaces a project's budget.
+func (q *Queries) PutBudget(ctx context.Context, b Budget) error {
+	_, err := q.exec(ctx, `INSERT INTO billing_budgets (`+budgetCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ ON CONFLICT (project_id) DO UPDATE SET gpu_quota = excluded.gpu_quota, spend_limit_micros = excluded.spend_limit_micros,
+ currency = excluded.currency, period = excluded.period, soft_threshold_percent = excluded.soft_threshold_percent,
+ updated_by = excluded.updated_by, updated_at = excluded.updated_at`,
+		b.ProjectID, b.OrgID, nullInt(b.GPUQuota), nullInt(b.SpendLimitMicros), b.Currency, b.Period,
+		b.SoftThresholdPercent, b.UpdatedBy, ts(b.CreatedAt), ts(b.UpdatedAt))
+	return err
+}
+
+// RecordThresholdCrossing notes that a project crossed a budget level in a
+// period and reports whether this call was the first to note it, so the
+// crossing's event is emitted exactly once. It never fails on a repeat (a
+// failed statement would abort a PostgreSQL transaction).
+func (q *Queries) RecordThresholdCrossing(ctx context.Context, projectID string, periodStart time.Time, level string, at time.Time) (bool, error) {
+	res, err := q.exec(ctx, `INSERT INTO billing_threshold_crossings (project_id, period_start, level, crossed_at) VALUES (?, ?, ?, ?)
+ ON CONFLICT (project_id, period_start, level) DO NOTHING`, projectID, ts(periodStart), level, ts(at))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// MeteredInterval is how far the metering worker has turned one interval
+// into usage records.
+type MeteredInterval struct {
+	Kind         string // allocation | instance
+	IntervalID   string
+	MeteredUntil time.Time
+	ClosedAt     time.Time // zero while the interval is open
+}
+
+// MeteredIntervals returns the progress rows of the given kind for ids.
+func (q *Queries) MeteredIntervals(ctx context.Context, kind string, ids []string) (map[string]MeteredInterval, error) {
+	out := make(map[string]MeteredInterval, len(ids))
+	for start := 0; start < len(ids); start += usageInsertChunk {
+		chunk := ids[start:min(start+usageInsertChunk, len(ids))]
+		args := []any{kind}
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		rows, err := q.query(ctx, `SELECT kind, interval_id, metered_until, closed_at FROM billing_metered_intervals WHERE kind = ? AND interval_id IN (`+
+			placeholders(len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		ms, err := collect(rows, func(s interface{ Scan(...any) error }) (MeteredInterval, error) {
+			var m MeteredInterval
+			return m, s.Scan(&m.Kind, &m.IntervalID, scanTime(&m.MeteredUntil), scanTime(&m.ClosedAt))
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			out[m.IntervalID] = m
+		}
+	}
+	return out, nil
+}
+
+// PutMeteredInterval records the progress of one interval.
+func (q *Queries) PutMeteredInterval(ctx context.Context, m MeteredInterval) error {
+	_, err := q.exec(ctx, `INSERT INTO billing_metered_intervals (kind, interval_id, metered_until, closed_at) VALUES (?, ?, ?, ?)
+ ON CONFLICT (kind, interval_id) DO UPDATE SET metered_until = excluded.metered_until, closed_at = excluded.closed_at`,
+		m.Kind, m.IntervalID, ts(m.MeteredUntil), nullTS(m.ClosedAt))
+	return err
+}
+
+// LockBudget takes a row lock on a project's budget until the transaction
+// ends (PostgreSQL; SQLite transactions already hold the write lock).
+func (q *Queries) LockBudget(ctx context.Context, projectID string) error {
+	var id string
+	return scanOne(q.queryRow(ctx, `SELECT project_id FROM billing_budgets WHERE project_id = ? FOR UPDATE`, projectID).Scan(&id))
+}

@@ -1,0 +1,152 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+func TestBillingConformance(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		t.Run("usage_dedupe", func(t *testing.T) { testUsageDedupe(t, db) })
+		t.Run("ledger_append_only", func(t *testing.T) { testLedgerAppendOnly(t, db) })
+		t.Run("price_at", func(t *testing.T) { testPriceAt(t, db) })
+	})
+}
+
+func usageRec(key string, qty int64, at time.Time) store.UsageRecord {
+	return store.UsageRecord{ID: newID(), DedupeKey: key, OrgID: "o1", ProjectID: "p1", AppInstanceID: "i1",
+		UsageSource: store.UsageSourceAppRuntime, UsageUnit: "tokens", Quantity: qty, Meter: "app/tokens",
+		StartTime: at, EndTime: at, RecordedAt: at}
+}
+
+// testUsageDedupe: the unique key, not a time window, decides duplicates —
+// inside one batch, across batches, and across concurrent writers.
+func testUsageDedupe(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	var batch []store.UsageRecord
+	for i := range 1200 { // more than one insert chunk
+		batch = append(batch, usageRec(fmt.Sprintf("k%d", i%1000), 1, now))
+	}
+	stored, err := db.Queries().InsertUsageRecords(ctx, batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stored) != 1000 {
+		t.Fatalf("stored %d records of 1000 distinct keys", len(stored))
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 20)
+	for range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- db.InTx(ctx, func(q *store.Queries) error {
+				s, err := q.InsertUsageRecords(ctx, []store.UsageRecord{usageRec("k7", 1, now), usageRec("fresh", 5, now)})
+				if err == nil && len(s) > 1 {
+					err = fmt.Errorf("a writer stored %d records, at most the fresh one is new", len(s))
+				}
+				return err
+			})
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	groups, err := db.Queries().GroupUsage(ctx, store.UsageFilter{ProjectID: "p1"}, nil)
+	if err != nil || len(groups) != 1 || groups[0].Quantity != 1005 || groups[0].Records != 1001 {
+		t.Fatalf("totals after duplicates: %+v %v", groups, err)
+	}
+}
+
+// testLedgerAppendOnly: the database itself refuses to rewrite the ledger,
+// whatever statement reaches it.
+func testLedgerAppendOnly(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	now := time.Now().UTC()
+	u := usageRec("ledger-"+newID(), 10, now)
+	if _, err := db.Queries().InsertUsageRecords(ctx, []store.UsageRecord{u}); err != nil {
+		t.Fatal(err)
+	}
+	charge := store.LedgerEntry{ID: newID(), OrgID: "o1", ProjectID: "p1", EntryType: store.EntryCharge, UsageRecordID: u.ID,
+		UsageSource: u.UsageSource, UsageUnit: "tokens", Quantity: 10, PerQuantity: 1, UnitPriceMicros: 7, AmountMicros: 70,
+		Currency: "USD", UsageTime: now, CreatedBy: "system:billing", CreatedAt: now}
+	q := db.Queries()
+	if err := q.InsertLedgerEntry(ctx, charge); err != nil {
+		t.Fatal(err)
+	}
+	second := charge
+	second.ID = newID()
+	if err := q.InsertLedgerEntry(ctx, second); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("second charge for one usage record: got %v, want ErrAlreadyExists", err)
+	}
+	for _, stmt := range []string{
+		`UPDATE ledger_entries SET amount_micros = 1 WHERE id = ?`,
+		`DELETE FROM ledger_entries WHERE id = ?`,
+		`UPDATE usage_records SET quantity = 0 WHERE id = ?`,
+		`DELETE FROM usage_records WHERE id = ?`,
+	} {
+		id := charge.ID
+		if strings.Contains(stmt, "usage_records") {
+			id = u.ID
+		}
+		err := store.ExecForTest(ctx, db, stmt, id)
+		if err == nil || !strings.Contains(err.Error(), "append-only") {
+			t.Fatalf("%s: got %v, want an append-only refusal", stmt, err)
+		}
+	}
+	fix := store.LedgerEntry{ID: newID(), OrgID: "o1", ProjectID: "p1", EntryType: store.EntryCorrection, CorrectsEntryID: charge.ID,
+		UsageSource: u.UsageSource, AmountMicros: -30, Currency: "USD", Reason: "refund", UsageTime: now,
+		CreatedBy: "user:admin", CreatedAt: now}
+	if err := q.InsertLedgerEntry(ctx, fix); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.GetLedgerEntry(ctx, charge.ID)
+	if err != nil || got.AmountMicros != 70 {
+		t.Fatalf("the charge changed: %+v %v", got, err)
+	}
+	bal, err := q.ProjectSpend(ctx, "p1", now.Add(-time.Hour), now.Add(time.Hour))
+	if err != nil || bal != 40 {
+		t.Fatalf("balance = %d, %v; want 70-30 = 40", bal, err)
+	}
+}
+
+func testPriceAt(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := db.Queries()
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for v, at := range []time.Time{t0, t0.Add(48 * time.Hour)} {
+		p := store.Price{ID: newID(), UsageSource: store.UsageSourceAllocation, SKU: "h100-80gb.1x", UsageUnit: "gpu_seconds",
+			Version: v + 1, UnitPriceMicros: int64(1000 * (v + 1)), PerQuantity: 3600, Currency: "USD", EffectiveFrom: at,
+			CreatedBy: "user:a", CreatedAt: at}
+		if err := q.InsertPrice(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := q.PriceAt(ctx, store.UsageSourceAllocation, "h100-80gb.1x", "", t0.Add(-time.Second)); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("before any price: %v", err)
+	}
+	p, err := q.PriceAt(ctx, store.UsageSourceAllocation, "h100-80gb.1x", "", t0.Add(24*time.Hour))
+	if err != nil || p.Version != 1 {
+		t.Fatalf("day 1: %+v %v", p, err)
+	}
+	p, err = q.PriceAt(ctx, store.UsageSourceAllocation, "h100-80gb.1x", "", t0.Add(72*time.Hour))
+	if err != nil || p.Version != 2 || p.UnitPriceMicros != 2000 {
+		t.Fatalf("day 3: %+v %v", p, err)
+	}
+	if err := store.ExecForTest(ctx, db, `UPDATE billing_prices SET unit_price_micros = 0 WHERE id = ?`, p.ID); err == nil {
+		t.Fatal("a price version was edited in place")
+	}
+}

@@ -1,0 +1,367 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// AppInstance is one app version launched onto a project's allocation.
+// Effective, Access, LogTail and History are JSON documents the instances
+// domain owns.
+type AppInstance struct {
+	ID                 string
+	OrgID              string
+	ProjectID          string
+	AppSlug            string
+	DisplayName        string
+	Version            string
+	Digest             string
+	Status             string
+	ReasonCode         string
+	ReasonMessage      string
+	OperatingMode      string
+	ControlPlaneScope  string
+	RuntimeBackend     string
+	TenantBoundaryMode string
+	Effective          []byte
+	TargetAllocationID string
+	NodeID             string
+	ServiceAccountID   string
+	HostPort           int
+	DeploySeq          int
+	Access             []byte
+	LogTail            []byte
+	History            []byte
+	CurrentOperationID string
+	CreatedBy          string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+	DecommissionedAt   time.Time
+}
+
+const appInstanceCols = `id, org_id, project_id, app_slug, display_name, version, digest, status, reason_code, reason_message,
+	operating_mode, control_plane_scope, runtime_backend, tenant_boundary_mode, effective, target_allocation_id, node_id,
+	service_account_id, host_port, deploy_seq, access, log_tail, history, current_operation_id, created_by, created_at,
+	updated_at, decommissioned_at`
+
+func scanAppInstance(s interface{ Scan(...any) error }) (AppInstance, error) {
+	var i AppInstance
+	err := s.Scan(&i.ID, &i.OrgID, &i.ProjectID, &i.AppSlug, &i.DisplayName, &i.Version, &i.Digest, &i.Status, &i.ReasonCode, &i.ReasonMessage,
+		&i.OperatingMode, &i.ControlPlaneScope, &i.RuntimeBackend, &i.TenantBoundaryMode, scanJSON(&i.Effective), &i.TargetAllocationID, &i.NodeID,
+		&i.ServiceAccountID, &i.HostPort, &i.DeploySeq, scanJSON(&i.Access), scanJSON(&i.LogTail), scanJSON(&i.History), &i.CurrentOperationID,
+		&i.CreatedBy, scanTime(&i.CreatedAt), scanTime(&i.UpdatedAt), scanTime(&i.DecommissionedAt))
+	return i, err
+}
+
+// InsertAppInstance writes a new instance.
+func (q *Queries) InsertAppInstance(ctx context.Context, i AppInstance) error {
+	_, err := q.exec(ctx, `INSERT INTO app_instances (`+appInstanceCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		i.ID, i.OrgID, i.ProjectID, i.AppSlug, i.DisplayName, i.Version, i.Digest, i.Status, i.ReasonCode, i.ReasonMessage,
+		i.OperatingMode, i.ControlPlaneScope, i.RuntimeBackend, i.TenantBoundaryMode, jsonText(i.Effective), i.TargetAllocationID, i.NodeID,
+		i.ServiceAccountID, i.HostPort, i.DeploySeq, jsonText(i.Access), jsonText(i.LogTail), jsonText(orEmptyList(i.History)), i.CurrentOperationID,
+		i.CreatedBy, ts(i.CreatedAt), ts(i.UpdatedAt), nullTS(i.DecommissionedAt))
+	return err
+}
+
+func orEmptyList(b []byte) []byte {
+	if len(b) == 0 {
+		return []byte("[]")
+	}
+	return b
+}
+
+// UpdateAppInstance writes every mutable column of i, but only while the
+// row still has status prevStatus: a concurrent transition makes it
+// ErrNotFound.
+func (q *Queries) UpdateAppInstance(ctx context.Context, i AppInstance, prevStatus string) error {
+	return q.execOne(ctx, `UPDATE app_instances SET version = ?, digest = ?, status = ?, reason_code = ?, reason_message = ?,
+		node_id = ?, service_account_id = ?, host_port = ?, deploy_seq = ?, access = ?, log_tail = ?, history = ?,
+		current_operation_id = ?, updated_at = ?, decommissioned_at = ? WHERE id = ? AND status = ?`,
+		i.Version, i.Digest, i.Status, i.ReasonCode, i.ReasonMessage, i.NodeID, i.ServiceAccountID, i.HostPort, i.DeploySeq,
+		jsonText(i.Access), jsonText(i.LogTail), jsonText(orEmptyList(i.History)), i.CurrentOperationID, ts(i.UpdatedAt),
+		nullTS(i.DecommissionedAt), i.ID, prevStatus)
+}
+
+// GetAppInstance reads one instance of a project.
+func (q *Queries) GetAppInstance(ctx context.Context, projectID, id string) (AppInstance, error) {
+	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceCols+` FROM app_instances WHERE project_id = ? AND id = ?`, projectID, id))
+	return i, scanOne(err)
+}
+
+// GetAppInstanceByID reads one instance whatever its project (workers).
+func (q *Queries) GetAppInstanceByID(ctx context.Context, id string) (AppInstance, error) {
+	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceCols+` FROM app_instances WHERE id = ?`, id))
+	return i, scanOne(err)
+}
+
+// ListAppInstances lists a project's instances in creation order,
+// optionally only those in status.
+func (q *Queries) ListAppInstances(ctx context.Context, projectID, status string, p Page) ([]AppInstance, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	query, args := `SELECT `+appInstanceCols+` FROM app_instances WHERE project_id = ? AND id > ?`, []any{projectID, after}
+	if status != "" {
+		query += ` AND status = ?`
+		args = append(args, status)
+	}
+	rows, err := q.query(ctx, query+` ORDER BY id`+limitClause(limit), args...)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanAppInstance)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(i AppInstance) string { return i.ID })
+	return out, next, nil
+}
+
+// liveInstance is the condition of an instance that still holds (or may
+// hold) a workload: everything but decommissioned.
+const liveInstance = `status <> 'decommissioned'`
+
+// CountLiveInstancesOfVersion counts live instances running an app version.
+func (q *Queries) CountLiveInstancesOfVersion(ctx context.Context, appSlug, version string) (int, error) {
+	var n int
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_instances WHERE app_slug = ? AND version = ? AND `+liveInstance, appSlug, version).Scan(&n)
+	return n, mapErr(err)
+}
+
+// CountLiveInstancesUsingDigest counts live instances that run digest in
+// any of their members, or whose current version is pinned to it.
+func (q *Queries) CountLiveInstancesUsingDigest(ctx context.Context, digest string) (int, error) {
+	var n int
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_instances i WHERE i.`+liveInstance+` AND (i.digest = ? OR EXISTS (
+		SELECT 1 FROM app_instance_members m WHERE m.instance_id = i.id AND m.digest = ? AND m.status <> 'removed'))`, digest, digest).Scan(&n)
+	return n, mapErr(err)
+}
+
+// LiveInstancesOn lists the live instances placed on an allocation (when
+// allocationID is set) or a node (when nodeID is set).
+func (q *Queries) LiveInstancesOn(ctx context.Context, allocationID, nodeID string) ([]AppInstance, error) {
+	query, arg := `SELECT `+appInstanceCols+` FROM app_instances WHERE target_allocation_id = ?`, allocationID
+	if allocationID == "" {
+		query, arg = `SELECT `+appInstanceCols+` FROM app_instances WHERE node_id = ?`, nodeID
+	}
+	rows, err := q.query(ctx, query+` AND `+liveInstance+` ORDER BY id`, arg)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAppInstance)
+}
+
+// InstanceOperation is one lifecycle request of an instance.
+type InstanceOperation struct {
+	ID             string
+	InstanceID     string
+	OrgID          string
+	ProjectID      string
+	Kind           string // create | upgrade | rollback | decommission
+	State          string // in_progress | succeeded | failed
+	Phase          string
+	FromVersion    string
+	TargetVersion  string
+	Description    string
+	ReasonCode     string
+	TaskID         string
+	CorrelationID  string
+	Actor          string
+	LeaseOwner     string
+	LeaseExpiresAt time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	CompletedAt    time.Time
+}
+
+const instanceOperationCols = `id, instance_id, org_id, project_id, kind, state, phase, from_version, target_version, description,
+	reason_code, task_id, correlation_id, actor, lease_owner, lease_expires_at, created_at, updated_at, completed_at`
+
+func scanInstanceOperation(s interface{ Scan(...any) error }) (InstanceOperation, error) {
+	var o InstanceOperation
+	err := s.Scan(&o.ID, &o.InstanceID, &o.OrgID, &o.ProjectID, &o.Kind, &o.State, &o.Phase, &o.FromVersion, &o.TargetVersion, &o.Description,
+		&o.ReasonCode, &o.TaskID, &o.CorrelationID, &o.Actor, &o.LeaseOwner, scanTime(&o.LeaseExpiresAt), scanTime(&o.CreatedAt),
+		scanTime(&o.UpdatedAt), scanTime(&o.CompletedAt))
+	return o, err
+}
+
+// InsertInstanceOperation writes a new operation.
+func (q *Queries) InsertInstanceOperation(ctx context.Context, o InstanceOperation) error {
+	_, err := q.exec(ctx, `INSERT INTO app_instance_operations (`+instanceOperationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		o.ID, o.InstanceID, o.OrgID, o.ProjectID, o.Kind, o.State, o.Phase, o.FromVersion, o.TargetVersion, o.Description,
+		o.ReasonCode, o.TaskID, o.CorrelationID, o.Actor, o.LeaseOwner, nullTS(o.LeaseExpiresAt), ts(o.CreatedAt), ts(o.UpdatedAt), nullTS(o.CompletedAt))
+	return err
+}
+
+// UpdateInstanceOperation writes the progress of o, but only while the row
+// is still in_progress at phase prevPhase: two drivers can never both
+// advance one step.
+func (q *Queries) UpdateInstanceOperation(ctx context.Context, o InstanceOperation, prevPhase string) error {
+	return q.execOne(ctx, `UPDATE app_instance_operations SET state = ?, phase = ?, description = ?, reason_code = ?, task_id = ?,
+		updated_at = ?, completed_at = ? WHERE id = ? AND state = 'in_progress' AND phase = ?`,
+		o.State, o.Phase, o.Description, o.ReasonCode, o.TaskID, ts(o.UpdatedAt), nullTS(o.CompletedAt), o.ID, prevPhase)
+}
+
+// GetInstanceOperation reads one operation of a project.
+func (q *Queries) GetInstanceOperation(ctx context.Context, projectID, id string) (InstanceOperation, error) {
+	o, err := scanInstanceOperation(q.queryRow(ctx, `SELECT `+instanceOperationCols+` FROM app_instance_operations WHERE project_id = ? AND id = ?`, projectID, id))
+	return o, scanOne(err)
+}
+
+// OpenInstanceOperations lists in-progress operations whose lease is free
+// or expired at now, oldest first.
+func (q *Queries) OpenInstanceOperations(ctx context.Context, now time.Time, limit int) ([]InstanceOperation, error) {
+	rows, err := q.query(ctx, `SELECT `+instanceOperationCols+` FROM app_instance_operations
+		WHERE state = 'in_progress' AND (lease_expires_at IS NULL OR lease_expires_at < ?) ORDER BY id LIMIT ?`, ts(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanInstanceOperation)
+}
+
+// LeaseInstanceOperation takes the lease of an in-progress operation for
+// owner until until, if it is free or expired at now (or already owner's).
+// It reports whether the lease was taken.
+func (q *Queries) LeaseInstanceOperation(ctx context.Context, id, owner string, now, until time.Time) (bool, error) {
+	res, err := q.exec(ctx, `UPDATE app_instance_operations SET lease_owner = ?, lease_expires_at = ?
+		WHERE id = ? AND state = 'in_progress' AND (lease_expires_at IS NULL OR lease_expires_at < ? OR lease_owner = ?)`,
+		owner, ts(until), id, ts(now), owner)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, mapErr(err)
+}
+
+// ReleaseInstanceOperation gives a lease back so the next pass may drive it.
+func (q *Queries) ReleaseInstanceOperation(ctx context.Context, id, owner string) error {
+	_, err := q.exec(ctx, `UPDATE app_instance_operations SET lease_owner = '', lease_expires_at = NULL WHERE id = ? AND lease_owner = ?`, id, owner)
+	return err
+}
+
+// InstanceEvent is one row of an instance's timeline.
+type InstanceEvent struct {
+	ID            string
+	InstanceID    string
+	ProjectID     string
+	EventType     string
+	Status        string
+	OperationID   string
+	CorrelationID string
+	Payload       []byte
+	OccurredAt    time.Time
+}
+
+const instanceEventCols = `id, instance_id, project_id, event_type, status, operation_id, correlation_id, payload, occurred_at`
+
+func scanInstanceEvent(s interface{ Scan(...any) error }) (InstanceEvent, error) {
+	var e InstanceEvent
+	err := s.Scan(&e.ID, &e.InstanceID, &e.ProjectID, &e.EventType, &e.Status, &e.OperationID, &e.CorrelationID, scanJSON(&e.Payload), scanTime(&e.OccurredAt))
+	return e, err
+}
+
+// InsertInstanceEvent appends to an instance's timeline.
+func (q *Queries) InsertInstanceEvent(ctx context.Context, e InstanceEvent) error {
+	_, err := q.exec(ctx, `INSERT INTO app_instance_events (`+instanceEventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		e.ID, e.InstanceID, e.ProjectID, e.EventType, e.Status, e.OperationID, e.CorrelationID, jsonText(e.Payload), ts(e.OccurredAt))
+	return err
+}
+
+// ListInstanceEvents pages through an instance's timeline, oldest first.
+func (q *Queries) ListInstanceEvents(ctx context.Context, instanceID string, p Page) ([]InstanceEvent, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := q.query(ctx, `SELECT `+instanceEventCols+` FROM app_instance_events WHERE instance_id = ? AND id > ? ORDER BY id`+limitClause(limit), instanceID, after)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanInstanceEvent)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(e InstanceEvent) string { return e.ID })
+	return out, next, nil
+}
+
+// InstanceMember is one workload an instance runs on a node.
+type InstanceMember struct {
+	ID           string
+	InstanceID   string
+	AllocationID string
+	NodeID       string
+	Role         string
+	Status       string // deploying | running | failed | removed
+	Version      string
+	Digest       string
+	WorkloadName string
+	ContainerIDs []byte // JSON list
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+const instanceMemberCols = `id, instance_id, allocation_id, node_id, role, status, version, digest, workload_name, container_ids, created_at, updated_at`
+
+func scanInstanceMember(s interface{ Scan(...any) error }) (InstanceMember, error) {
+	var m InstanceMember
+	err := s.Scan(&m.ID, &m.InstanceID, &m.AllocationID, &m.NodeID, &m.Role, &m.Status, &m.Version, &m.Digest, &m.WorkloadName,
+		scanJSON(&m.ContainerIDs), scanTime(&m.CreatedAt), scanTime(&m.UpdatedAt))
+	return m, err
+}
+
+// InsertInstanceMember records a workload of an instance.
+func (q *Queries) InsertInstanceMember(ctx context.Context, m InstanceMember) error {
+	_, err := q.exec(ctx, `INSERT INTO app_instance_members (`+instanceMemberCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		m.ID, m.InstanceID, m.AllocationID, m.NodeID, m.Role, m.Status, m.Version, m.Digest, m.WorkloadName,
+		jsonText(orEmptyList(m.ContainerIDs)), ts(m.CreatedAt), ts(m.UpdatedAt))
+	return err
+}
+
+// SetInstanceMembersStatus moves the members of one workload (or, with an
+// empty workload name, every member not yet removed) to status.
+func (q *Queries) SetInstanceMembersStatus(ctx context.Context, instanceID, workloadName, status string, containerIDs []byte, now time.Time) error {
+	query, args := `UPDATE app_instance_members SET status = ?, updated_at = ?`, []any{status, ts(now)}
+	if containerIDs != nil {
+		query += `, container_ids = ?`
+		args = append(args, jsonText(containerIDs))
+	}
+	query += ` WHERE instance_id = ? AND status <> 'removed'`
+	args = append(args, instanceID)
+	if workloadName != "" {
+		query += ` AND workload_name = ?`
+		args = append(args, workloadName)
+	}
+	_, err := q.exec(ctx, query, args...)
+	return err
+}
+
+// ListInstanceMembers lists an instance's members, oldest first.
+func (q *Queries) ListInstanceMembers(ctx context.Context, instanceID string, p Page) ([]InstanceMember, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := q.query(ctx, `SELECT `+instanceMemberCols+` FROM app_instance_members WHERE instance_id = ? AND id > ? ORDER BY id`+limitClause(limit), instanceID, after)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanInstanceMember)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(m InstanceMember) string { return m.ID })
+	return out, next, nil
+}
+
+// AppArtifactsOfVersion lists every artifact registered for an app version
+// in any project, revoked ones included (a launch must tell "revoked" from
+// "not ready").
+func (q *Queries) AppArtifactsOfVersion(ctx context.Context, appSlug, appVersion string) ([]AppArtifact, error) {
+	rows, err := q.query(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE app_slug = ? AND app_version = ? ORDER BY id`, appSlug, appVersion)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAppArtifact)
+}

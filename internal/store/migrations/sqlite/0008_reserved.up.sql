@@ -1,0 +1,3 @@
+-- Placeholder keeping this branch's numbering contiguous: version 0008 belongs to
+-- another branch. The integrator deletes this file when that branch merges.
+SELECT 1;

@@ -1,0 +1,353 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+)
+
+// NodeJoinToken is a single-use bootstrap token (its hash only).
+type NodeJoinToken struct {
+	ID          string
+	TokenHash   string
+	Description string
+	CreatedBy   string
+	CreatedAt   time.Time
+	ExpiresAt   time.Time
+	UsedAt      time.Time // zero: unused
+	NodeID      string
+}
+
+func (q *Queries) InsertNodeJoinToken(ctx context.Context, t NodeJoinToken) error {
+	_, err := q.exec(ctx, `INSERT INTO node_join_tokens (id, token_hash, description, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
+		t.ID, t.TokenHash, t.Description, t.CreatedBy, ts(t.CreatedAt), ts(t.ExpiresAt))
+	return err
+}
+
+// GetNodeJoinTokenByHash finds a join token by the SHA-256 of its secret.
+func (q *Queries) GetNodeJoinTokenByHash(ctx context.Context, hash string) (NodeJoinToken, error) {
+	var (
+		t    NodeJoinToken
+		node sql.NullString
+	)
+	err := q.queryRow(ctx, `SELECT id, token_hash, description, created_by, created_at, expires_at, used_at, node_id FROM node_join_tokens WHERE token_hash = ?`, hash).
+		Scan(&t.ID, &t.TokenHash, &t.Description, &t.CreatedBy, scanTime(&t.CreatedAt), scanTime(&t.ExpiresAt), scanTime(&t.UsedAt), &node)
+	t.NodeID = node.String
+	return t, scanOne(err)
+}
+
+// UseNodeJoinToken marks a token used by nodeID. ErrNotFound means it was
+// used already (possibly by a concurrent join): the conditional update is
+// what makes the token single use.
+func (q *Queries) UseNodeJoinToken(ctx context.Context, id, nodeID string, at time.Time) error {
+	return q.execOne(ctx, `UPDATE node_join_tokens SET used_at = ?, node_id = ? WHERE id = ? AND used_at IS NULL`, ts(at), nodeID, id)
+}
+
+// Node is a GPU host running the agent.
+type Node struct {
+	ID                    string
+	Name                  string
+	State                 string
+	KeyID                 string
+	PublicKey             string
+	Inventory             []byte // JSON nodeapi.Inventory
+	InventoryDigest       string
+	Workloads             []byte // JSON []nodeapi.Workload
+	GPUCount              int
+	FreeGPUs              int
+	GPUModel              string
+	GPUVendor             string
+	GPUMemoryMiB          int64
+	LiveAllocations       int
+	ExclusiveAllocationID string
+	TokensValidAfter      time.Time
+	LastHeartbeatAt       time.Time
+	StateChangedAt        time.Time
+	CreatedAt             time.Time
+	UpdatedAt             time.Time
+}
+
+// NodeGPU is one accelerator of a node, as its latest inventory reports it.
+type NodeGPU struct {
+	NodeID    string
+	UUID      string
+	Index     int
+	Model     string
+	Vendor    string
+	MemoryMiB int64
+}
+
+const nodeCols = `id, name, state, key_id, public_key, inventory, inventory_digest, workloads, gpu_count, free_gpus, gpu_model, gpu_vendor,
+	gpu_memory_mib, live_allocations, exclusive_allocation_id, tokens_valid_after, last_heartbeat_at, state_changed_at, created_at, updated_at`
+
+func scanNode(s interface{ Scan(...any) error }) (Node, error) {
+	var (
+		n  Node
+		ex sql.NullString
+	)
+	err := s.Scan(&n.ID, &n.Name, &n.State, &n.KeyID, &n.PublicKey, scanJSON(&n.Inventory), &n.InventoryDigest, scanJSON(&n.Workloads),
+		&n.GPUCount, &n.FreeGPUs, &n.GPUModel, &n.GPUVendor, &n.GPUMemoryMiB, &n.LiveAllocations, &ex,
+		scanTime(&n.TokensValidAfter), scanTime(&n.LastHeartbeatAt), scanTime(&n.StateChangedAt), scanTime(&n.CreatedAt), scanTime(&n.UpdatedAt))
+	n.ExclusiveAllocationID = ex.String
+	return n, err
+}
+
+func (q *Queries) InsertNode(ctx context.Context, n Node) error {
+	_, err := q.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		n.ID, n.Name, n.State, n.KeyID, n.PublicKey, jsonText(n.Inventory), n.InventoryDigest, jsonText(n.Workloads), n.GPUCount, n.FreeGPUs,
+		n.GPUModel, n.GPUVendor, n.GPUMemoryMiB, n.LiveAllocations, nil, ts(n.TokensValidAfter), ts(n.LastHeartbeatAt),
+		ts(n.StateChangedAt), ts(n.CreatedAt), ts(n.UpdatedAt))
+	return err
+}
+
+func (q *Queries) GetNode(ctx context.Context, id string) (Node, error) {
+	n, err := scanNode(q.queryRow(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id = ?`, id))
+	return n, scanOne(err)
+}
+
+// LockNode reads a node and, on PostgreSQL, holds its row lock until the
+// transaction ends (SQLite transactions already hold the database's write
+// lock from BEGIN).
+func (q *Queries) LockNode(ctx context.Context, id string) (Node, error) {
+	sfx := ""
+	if q.d == Postgres {
+		sfx = " FOR UPDATE"
+	}
+	n, err := scanNode(q.queryRow(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id = ?`+sfx, id))
+	return n, scanOne(err)
+}
+
+// ListNodes lists nodes in join order, optionally of one state.
+func (q *Queries) ListNodes(ctx context.Context, state string, p Page) ([]Node, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := q.query(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id > ? AND (? = '' OR state = ?) ORDER BY id`+limitClause(limit), after, state, state)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanNode)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(n Node) string { return n.ID })
+	return out, next, nil
+}
+
+// NodeAuth is what the per-request check of a node token reads.
+func (q *Queries) NodeAuth(ctx context.Context, id string) (state string, validAfter time.Time, err error) {
+	err = q.queryRow(ctx, `SELECT state, tokens_valid_after FROM nodes WHERE id = ?`, id).Scan(&state, scanTime(&validAfter))
+	return state, validAfter, scanOne(err)
+}
+
+// TouchNode records a heartbeat that changes nothing else.
+func (q *Queries) TouchNode(ctx context.Context, id string, at time.Time) error {
+	return q.execOne(ctx, `UPDATE nodes SET last_heartbeat_at = ? WHERE id = ?`, ts(at), id)
+}
+
+// SetNodeWorkloads stores what the node reports running, with a heartbeat.
+func (q *Queries) SetNodeWorkloads(ctx context.Context, id string, workloads []byte, at time.Time) error {
+	return q.execOne(ctx, `UPDATE nodes SET workloads = ?, last_heartbeat_at = ? WHERE id = ?`, jsonText(workloads), ts(at), id)
+}
+
+// SetNodeState moves a node to state; a non-zero validAfter also cuts off
+// its tokens minted before it.
+func (q *Queries) SetNodeState(ctx context.Context, id, state string, validAfter, at time.Time) error {
+	if validAfter.IsZero() {
+		return q.execOne(ctx, `UPDATE nodes SET state = ?, state_changed_at = ?, updated_at = ? WHERE id = ?`, state, ts(at), ts(at), id)
+	}
+	return q.execOne(ctx, `UPDATE nodes SET state = ?, tokens_valid_after = ?, state_changed_at = ?, updated_at = ? WHERE id = ?`,
+		state, ts(validAfter), ts(at), ts(at), id)
+}
+
+// SetNodeInventory replaces a node's inventory, its GPUs and the placement
+// summary. free_gpus is recomputed from the GPUs live allocations hold.
+func (q *Queries) SetNodeInventory(ctx context.Context, n Node, gpus []NodeGPU, at time.Time) error {
+	if _, err := q.exec(ctx, `DELETE FROM node_gpus WHERE node_id = ?`, n.ID); err != nil {
+		return err
+	}
+	for _, g := range gpus {
+		if _, err := q.exec(ctx, `INSERT INTO node_gpus (node_id, uuid, idx, model, vendor, memory_mib) VALUES (?, ?, ?, ?, ?, ?)`,
+			n.ID, g.UUID, g.Index, g.Model, g.Vendor, g.MemoryMiB); err != nil {
+			return err
+		}
+	}
+	return q.execOne(ctx, q.greatest(`UPDATE nodes SET inventory = ?, inventory_digest = ?, gpu_count = ?, gpu_model = ?, gpu_vendor = ?, gpu_memory_mib = ?,
+		free_gpus = CASE WHEN exclusive_allocation_id IS NOT NULL THEN 0 ELSE MAX_FN(0, ? - (SELECT COUNT(*) FROM allocation_gpus a JOIN node_gpus g ON g.node_id = a.node_id AND g.uuid = a.gpu_uuid WHERE a.node_id = ?)) END,
+		last_heartbeat_at = ?, updated_at = ? WHERE id = ?`),
+		jsonText(n.Inventory), n.InventoryDigest, n.GPUCount, n.GPUModel, n.GPUVendor, n.GPUMemoryMiB, n.GPUCount, n.ID, ts(at), ts(at), n.ID)
+}
+
+// NodeGPUs lists the GPUs of a node in index order.
+func (q *Queries) NodeGPUs(ctx context.Context, nodeID string) ([]NodeGPU, error) {
+	rows, err := q.query(ctx, `SELECT node_id, uuid, idx, model, vendor, memory_mib FROM node_gpus WHERE node_id = ? ORDER BY idx, uuid`, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanNodeGPU)
+}
+
+func scanNodeGPU(s interface{ Scan(...any) error }) (NodeGPU, error) {
+	var g NodeGPU
+	err := s.Scan(&g.NodeID, &g.UUID, &g.Index, &g.Model, &g.Vendor, &g.MemoryMiB)
+	return g, err
+}
+
+// FreeNodeGPUs lists the GPUs of a node no live allocation holds, matching
+// an optional model and vendor and a minimum memory, in index order.
+func (q *Queries) FreeNodeGPUs(ctx context.Context, nodeID, model, vendor string, minMemoryMiB int64) ([]NodeGPU, error) {
+	rows, err := q.query(ctx, `SELECT g.node_id, g.uuid, g.idx, g.model, g.vendor, g.memory_mib FROM node_gpus g
+		WHERE g.node_id = ? AND (? = '' OR g.model = ?) AND (? = '' OR g.vendor = ?) AND g.memory_mib >= ?
+		AND NOT EXISTS (SELECT 1 FROM allocation_gpus a WHERE a.node_id = g.node_id AND a.gpu_uuid = g.uuid)
+		ORDER BY g.idx, g.uuid`, nodeID, model, model, vendor, vendor, minMemoryMiB)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanNodeGPU)
+}
+
+// PlacementQuery narrows where an allocation may go.
+type PlacementQuery struct {
+	GPUs         int
+	Baremetal    bool
+	NodeID       string
+	Model        string
+	Vendor       string
+	MinMemoryMiB int64
+}
+
+// ClaimPlacement picks a ready node that fits c — best fit first: the
+// fewest free GPUs that still suffice, then by id — and takes the capacity
+// from it in the same statement: c.GPUs free GPUs for a slice, the whole
+// node for baremetal (exclusiveAllocationID then names the allocation).
+// Model, vendor and memory filter on the node's summary. ErrNotFound means
+// no node fits. On PostgreSQL the chosen row stays locked until the
+// transaction ends and rows locked by concurrent placements are skipped, so
+// concurrent requests spread over nodes instead of queueing on one; SQLite
+// transactions hold the write lock from BEGIN.
+func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiveAllocationID string, at time.Time, skipLocked bool) (string, error) {
+	cond, args := c.where()
+	pick := `SELECT id FROM nodes WHERE ` + cond + ` ORDER BY free_gpus, id LIMIT 1`
+	if q.d == Postgres {
+		pick += ` FOR UPDATE`
+		if skipLocked {
+			pick += ` SKIP LOCKED`
+		}
+	}
+	set := `free_gpus = free_gpus - ?, live_allocations = live_allocations + 1, updated_at = ?`
+	setArgs := []any{c.GPUs, ts(at)}
+	if c.Baremetal {
+		set = `free_gpus = 0, live_allocations = live_allocations + 1, exclusive_allocation_id = ?, updated_at = ?`
+		setArgs = []any{exclusiveAllocationID, ts(at)}
+	}
+	var id string
+	err := q.queryRow(ctx, `UPDATE nodes SET `+set+` WHERE id = (`+pick+`) RETURNING id`, append(setArgs, args...)...).Scan(&id)
+	return id, scanOne(err)
+}
+
+// PlacementPossible reports whether any node fits c in the committed state
+// (no locks taken).
+func (q *Queries) PlacementPossible(ctx context.Context, c PlacementQuery) (bool, error) {
+	cond, args := c.where()
+	var one int
+	err := q.queryRow(ctx, `SELECT 1 FROM nodes WHERE `+cond+` LIMIT 1`, args...).Scan(&one)
+	if err = scanOne(err); errors.Is(err, ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (c PlacementQuery) where() (string, []any) {
+	cond := `state = 'ready' AND exclusive_allocation_id IS NULL AND free_gpus >= ?`
+	args := []any{c.GPUs}
+	if c.Baremetal {
+		cond = `state = 'ready' AND exclusive_allocation_id IS NULL AND live_allocations = 0 AND free_gpus = gpu_count AND gpu_count >= ?`
+	}
+	if c.NodeID != "" {
+		cond += ` AND id = ?`
+		args = append(args, c.NodeID)
+	}
+	if c.Model != "" {
+		cond += ` AND gpu_model = ?`
+		args = append(args, c.Model)
+	}
+	if c.Vendor != "" {
+		cond += ` AND gpu_vendor = ?`
+		args = append(args, c.Vendor)
+	}
+	if c.MinMemoryMiB > 0 {
+		cond += ` AND gpu_memory_mib >= ?`
+		args = append(args, c.MinMemoryMiB)
+	}
+	return cond, args
+}
+
+// ReturnNodeCapacity gives an allocation's GPUs (and the whole node, for
+// baremetal) back to its node.
+func (q *Queries) ReturnNodeCapacity(ctx context.Context, nodeID, allocationID string, at time.Time) error {
+	return q.execOne(ctx, q.greatest(`UPDATE nodes SET
+		exclusive_allocation_id = CASE WHEN exclusive_allocation_id = ? THEN NULL ELSE exclusive_allocation_id END,
+		live_allocations = CASE WHEN live_allocations > 0 THEN live_allocations - 1 ELSE 0 END,
+		free_gpus = MAX_FN(0, gpu_count - (SELECT COUNT(*) FROM allocation_gpus a JOIN node_gpus g ON g.node_id = a.node_id AND g.uuid = a.gpu_uuid WHERE a.node_id = ?)),
+		updated_at = ? WHERE id = ?`), allocationID, nodeID, ts(at), nodeID)
+}
+
+// StaleNodes lists nodes in one of states whose last heartbeat is before
+// cutoff, oldest first.
+func (q *Queries) StaleNodes(ctx context.Context, cutoff time.Time, limit int, states ...string) ([]Node, error) {
+	args := []any{ts(cutoff)}
+	for _, s := range states {
+		args = append(args, s)
+	}
+	args = append(args, limit)
+	rows, err := q.query(ctx, `SELECT `+nodeCols+` FROM nodes WHERE last_heartbeat_at < ? AND state IN (`+placeholders(len(states))+`) ORDER BY last_heartbeat_at LIMIT ?`, args...)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanNode)
+}
+
+// UseNodeAssertionID records that a node assertion id was exchanged;
+// ErrAlreadyExists means a replay.
+func (q *Queries) UseNodeAssertionID(ctx context.Context, nodeID, jti string, expiresAt time.Time) error {
+	_, err := q.exec(ctx, `INSERT INTO node_assertions (node_id, jti, expires_at) VALUES (?, ?, ?)`, nodeID, jti, ts(expiresAt))
+	return err
+}
+
+// PurgeExpiredNodeAssertionIDs forgets assertion ids past their expiry.
+func (q *Queries) PurgeExpiredNodeAssertionIDs(ctx context.Context, now time.Time) error {
+	_, err := q.exec(ctx, `DELETE FROM node_assertions WHERE expires_at < ?`, ts(now))
+	return err
+}
+
+// greatest spells the two-argument maximum of the dialect in query.
+func (q *Queries) greatest(query string) string {
+	if q.d == Postgres {
+		return strings.ReplaceAll(query, "MAX_FN(", "GREATEST(")
+	}
+	return strings.ReplaceAll(query, "MAX_FN(", "MAX(")
+}
+
+// NodeEventCounts counts the outbox events of the nodes domain by type.
+func (q *Queries) NodeEventCounts(ctx context.Context) (map[string]int, error) {
+	rows, err := q.query(ctx, `SELECT type, COUNT(*) FROM outbox_events WHERE type LIKE 'nodes.%' GROUP BY type`)
+	if err != nil {
+		return nil, err
+	}
+	type tc struct {
+		t string
+		n int
+	}
+	out := map[string]int{}
+	tcs, err := collect(rows, func(s interface{ Scan(...any) error }) (tc, error) {
+		var v tc
+		return v, s.Scan(&v.t, &v.n)
+	})
+	for _, v := range tcs {
+		out[v.t] = v.n
+	}
+	return out, err
+}
