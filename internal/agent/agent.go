@@ -147,7 +147,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return w.TaskID != "" && (a.started.Has(w.TaskID) || a.results.Has(w.TaskID))
 	}}
 	a.beat = &worker.Periodic{Name: "agent-heartbeat", Interval: time.Second, Timeout: 30 * time.Second, Logger: a.log, Run: a.heartbeat}
-	a.poll = &worker.Periodic{Name: "agent-tasks", Interval: 0, Jitter: 0.01, Timeout: 24 * time.Hour, Logger: a.log, Run: a.pollOnce}
+	a.poll = &worker.Periodic{Name: "agent-tasks", Interval: 10 * time.Millisecond, Jitter: 0.5, Timeout: 24 * time.Hour, Logger: a.log, Run: a.pollOnce}
 	a.reconcile = &worker.Periodic{Name: "agent-reconcile", Interval: max(a.cfg.OrphanGrace/4, time.Second), Timeout: time.Minute, Logger: a.log, Run: a.reconcileOnce}
 	a.group = worker.Group{a.reconcile, a.beat, a.poll}
 	return a.group.Start(ctx)
@@ -323,4 +323,3 @@ func trimLog(lines []string) []string {
 	}
 	return lines
 }
-
