@@ -200,7 +200,7 @@ func startService(ctx context.Context, d *docker.Driver, p *types.Project, s typ
 		cfg.Entrypoint = s.Entrypoint
 	}
 	r, err := d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg,
-		HostConfig: &container.HostConfig{PortBindings: bindings, Mounts: mounts, Resources: res},
+		HostConfig:       &container.HostConfig{PortBindings: bindings, Mounts: mounts, Resources: res},
 		NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netName: {Aliases: []string{s.Name}}}}})
 	if err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)
