@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
@@ -59,6 +60,8 @@ type Agent struct {
 	interval  time.Duration
 	pollFails int
 	lastBeat  time.Time
+
+	executed atomic.Int64 // tasks executed (not re-reported) by this process
 
 	beat, poll, reconcile *worker.Periodic
 	group                 worker.Group

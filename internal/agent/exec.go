@@ -53,6 +53,7 @@ func decode[T any](t nodeapi.Task) (T, error) {
 
 // execute runs a task and turns its outcome into a result with a reason code.
 func (a *Agent) execute(ctx context.Context, t nodeapi.Task) nodeapi.TaskResult {
+	a.executed.Add(1)
 	out, err := a.dispatch(ctx, t)
 	if err != nil {
 		f := docker.AsFailure(err)
