@@ -20,7 +20,7 @@ import (
 // startRealAgent runs `gpuaas agent` as a child process joined to the
 // server with a bootstrap token, and returns its node id once the node is
 // ready. It skips (fails under CI) when this build has no agent command.
-func startRealAgent(t *testing.T, s *servertest.Server, admin *servertest.Client, bin, dataDir string) string {
+func startRealAgent(t testing.TB, s *servertest.Server, admin *servertest.Client, bin, dataDir string) string {
 	t.Helper()
 	if out, err := exec.Command(bin, "agent", "--help").CombinedOutput(); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -66,7 +66,7 @@ func httpGet(url string) string {
 }
 
 // dockerLeft lists what Docker still holds for an instance.
-func dockerLeft(t *testing.T, d dockerCLI, instanceID string) []string {
+func dockerLeft(t testing.TB, d dockerCLI, instanceID string) []string {
 	t.Helper()
 	var left []string
 	for _, args := range [][]string{
