@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
@@ -59,6 +60,8 @@ type Agent struct {
 	interval  time.Duration
 	pollFails int
 	lastBeat  time.Time
+
+	executed atomic.Int64 // tasks executed (not re-reported) by this process
 
 	beat, poll, reconcile *worker.Periodic
 	group                 worker.Group
@@ -147,7 +150,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		return w.TaskID != "" && (a.started.Has(w.TaskID) || a.results.Has(w.TaskID))
 	}}
 	a.beat = &worker.Periodic{Name: "agent-heartbeat", Interval: time.Second, Timeout: 30 * time.Second, Logger: a.log, Run: a.heartbeat}
-	a.poll = &worker.Periodic{Name: "agent-tasks", Interval: 0, Jitter: 0.01, Timeout: 24 * time.Hour, Logger: a.log, Run: a.pollOnce}
+	a.poll = &worker.Periodic{Name: "agent-tasks", Interval: 10 * time.Millisecond, Jitter: 0.5, Timeout: 24 * time.Hour, Logger: a.log, Run: a.pollOnce}
 	a.reconcile = &worker.Periodic{Name: "agent-reconcile", Interval: max(a.cfg.OrphanGrace/4, time.Second), Timeout: time.Minute, Logger: a.log, Run: a.reconcileOnce}
 	a.group = worker.Group{a.reconcile, a.beat, a.poll}
 	return a.group.Start(ctx)
@@ -323,4 +326,3 @@ func trimLog(lines []string) []string {
 	}
 	return lines
 }
-

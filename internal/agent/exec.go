@@ -53,6 +53,7 @@ func decode[T any](t nodeapi.Task) (T, error) {
 
 // execute runs a task and turns its outcome into a result with a reason code.
 func (a *Agent) execute(ctx context.Context, t nodeapi.Task) nodeapi.TaskResult {
+	a.executed.Add(1)
 	out, err := a.dispatch(ctx, t)
 	if err != nil {
 		f := docker.AsFailure(err)
@@ -100,7 +101,17 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return nil, a.drv.Remove(ctx, a.ref(t, r))
+		ref := a.ref(t, r)
+		if err := a.drv.Remove(ctx, ref); err != nil {
+			return nil, err
+		}
+		// A removal of the whole instance (no container named) takes its
+		// scratch path and platform files too: decommission's last step,
+		// which teardown.verify then checks. (instances branch, issue 12)
+		if r.ContainerID == "" && r.Name == "" {
+			return nil, a.drv.RemoveInstanceDir(ref.InstanceID)
+		}
+		return nil, nil
 	case nodeapi.KindWorkloadInspect:
 		r, err := decode[nodeapi.ContainerRef](t)
 		if err != nil {

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -13,16 +12,7 @@ import (
 
 func init() {
 	// gpuaas dev runs one in-process agent when Docker answers.
-	devAgentStarter = func(ctx context.Context, apiURL, joinToken, dataDir string) (func(), error) {
-		a, err := agent.New(agent.Config{Server: apiURL, JoinToken: joinToken, DataDir: dataDir, Name: "dev-node", Version: Version})
-		if err != nil {
-			return nil, err
-		}
-		if err := a.Start(ctx); err != nil {
-			return nil, err
-		}
-		return a.Stop, nil
-	}
+	devAgentStarter = agent.DevStarter(Version)
 }
 
 func newAgentCmd() *cobra.Command {

@@ -16,6 +16,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/gpuaas/gpuaas/internal/instances/instancetest"
+	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -158,4 +159,55 @@ func loadImage(b *testing.B, ref string, img v1.Image) {
 		b.Fatalf("docker load: %v %s", err, out)
 	}
 	b.Cleanup(func() { _ = exec.Command("docker", "rmi", "-f", ref).Run(); _ = os.Remove(path) })
+}
+
+// BenchmarkInstanceRealAgent: create → running and decommission →
+// verified teardown with the real agent (a `gpuaas agent` process) and the
+// real Docker engine, the image cached after the first pull — the figure to
+// put beside BenchmarkDockerRunBaseline.
+func BenchmarkInstanceRealAgent(b *testing.B) {
+	if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
+		b.Skipf("no Docker engine: %s", out)
+	}
+	bin := buildGpuaas(b)
+	img := instancetest.Image(b, instancetest.Build(b, "1.0.0", instancetest.ModeServe))
+	s := servertest.Start(b, store.SQLite)
+	e := setupInstanceEnv(b, s, "echo", map[string]v1.Image{"1.0.0": img}, echoManifest("echo"), -1)
+	agentDir := filepath.Join(b.TempDir(), "agent")
+	if err := os.MkdirAll(agentDir, 0o700); err != nil {
+		b.Fatal(err)
+	}
+	nodeID := startRealAgent(b, s, e.admin, bin, agentDir)
+	e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 0, "sku": "cpu.0x", "node_id": nodeID}).Want(b, 201)
+	hc := &http.Client{}
+	base := e.s.URL + e.path("")
+	run := func(i int) (time.Duration, time.Duration) {
+		start := time.Now()
+		body, _ := json.Marshal(map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": fmt.Sprintf("bench-%d", i)})
+		var inst struct {
+			ID          string `json:"id"`
+			OperationID string `json:"operation_id"`
+		}
+		_ = json.Unmarshal(rawDo(b, hc, "POST", base+"/app-instances", e.bot.Token, body), &inst)
+		if st := pollOp(b, hc, base+"/operations/"+inst.OperationID, e.bot.Token); st != "succeeded" {
+			b.Fatalf("create: %s", st)
+		}
+		created := time.Since(start)
+		start = time.Now()
+		_ = json.Unmarshal(rawDo(b, hc, "POST", base+"/app-instances/"+inst.ID+"/decommission", e.bot.Token, nil), &inst)
+		if st := pollOp(b, hc, base+"/operations/"+inst.OperationID, e.bot.Token); st != "succeeded" {
+			b.Fatalf("decommission: %s", st)
+		}
+		return created, time.Since(start)
+	}
+	run(-1) // the first launch pulls the image; the rest find it cached
+	var create, teardown []time.Duration
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		c, d := run(i)
+		create, teardown = append(create, c), append(teardown, d)
+	}
+	b.StopTimer()
+	percentiles(b, "create-running", create)
+	percentiles(b, "decommission", teardown)
 }

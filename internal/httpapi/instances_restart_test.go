@@ -2,11 +2,13 @@ package httpapi_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -28,17 +30,33 @@ type devProcess struct {
 	cmd     *exec.Cmd
 }
 
-func buildGpuaas(t *testing.T) string {
+var (
+	gpuaasOnce sync.Once
+	gpuaasBin  string
+	gpuaasErr  error
+)
+
+// buildGpuaas builds the gpuaas binary once per test process.
+func buildGpuaas(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the gpuaas binary; skipped with -short")
 	}
-	bin := filepath.Join(t.TempDir(), "gpuaas")
-	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/gpuaas")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build gpuaas: %v\n%s", err, out)
+	gpuaasOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "gpuaas-bin-")
+		if err != nil {
+			gpuaasErr = err
+			return
+		}
+		gpuaasBin = filepath.Join(dir, "gpuaas")
+		if out, err := exec.Command("go", "build", "-o", gpuaasBin, "../../cmd/gpuaas").CombinedOutput(); err != nil {
+			gpuaasErr = fmt.Errorf("build gpuaas: %v\n%s", err, out)
+		}
+	})
+	if gpuaasErr != nil {
+		t.Fatal(gpuaasErr)
 	}
-	return bin
+	return gpuaasBin
 }
 
 func freeAddr(t *testing.T) string {

@@ -59,7 +59,6 @@ func newInstanceEnv(t testing.TB, d store.Dialect, slug string, images map[strin
 // setupInstanceEnv prepares an instanceEnv on a running server.
 func setupInstanceEnv(t testing.TB, s *servertest.Server, slug string, images map[string]v1.Image, manifestFor func(version, imageRef string) map[string]any, nodeGPUs int) *instanceEnv {
 	t.Helper()
-	ctx := context.Background()
 	e := &instanceEnv{s: s, admin: s.Admin(), pid: s.Creds.ProjectID, digests: map[string]string{}}
 	sa := e.admin.Do("POST", e.path("/service-accounts"), map[string]any{"name": "operator", "slug": "operator", "roles": []string{"app_operator"}}).Want(t, 201)
 	e.botKey = client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
@@ -83,33 +82,45 @@ func setupInstanceEnv(t testing.TB, s *servertest.Server, slug string, images ma
 				t.Fatal(err)
 			}
 		}
-		pi := e.bot.Do("POST", e.path("/app-artifacts/publish-intents"), map[string]any{"app_slug": slug, "app_version": v, "artifact_name": "runtime", "channel": "dev"}).Want(t, 201)
-		r := e.bot.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": wrapToken(pi)}).Want(t, 200)
-		creds := regCreds{r.String("username"), r.String("password"), r.String("registry"), r.String("repository")}
-		ref, _ := name.ParseReference(creds.registry + "/" + creds.repo + ":" + v)
-		if err := remote.Write(ref, img, creds.opts(ctx)...); err != nil {
-			t.Fatalf("push: %v", err)
-		}
-		dg, _ := img.Digest()
-		mt, _ := img.MediaType()
-		art := e.bot.Do("POST", e.path("/app-artifacts"), map[string]any{"app_slug": slug, "app_version": v, "artifact_name": "runtime",
-			"repository": creds.repo, "digest": dg.String(), "tag": v, "media_type": string(mt)}).Want(t, 201).String("id")
-		e.admin.Do("POST", e.path("/app-artifacts/"+art+"/verify"), map[string]string{"reason": "ci"}).Want(t, 200)
-		for _, target := range []string{"staged", "canary", "active"} {
-			e.admin.Do("POST", e.path("/app-artifacts/"+art+"/promote"), map[string]string{"target_state": target, "reason": "rollout"}).Want(t, 200)
-		}
-		m := manifestFor(v, creds.registry+"/"+creds.repo+"@"+dg.String())
+		registry, repo, dg := e.publishArtifact(t, slug, v, "runtime", img)
+		m := manifestFor(v, registry+"/"+repo+"@"+dg)
 		e.admin.Do("POST", "/api/v1/admin/apps/manifests", m).Want(t, 200, 201)
 		e.admin.Do("POST", "/api/v1/admin/apps/catalog/"+slug+"/versions/"+v+"/publish", map[string]string{"reason": "release"}).Want(t, 200)
-		e.digests[v] = dg.String()
+		e.digests[v] = dg
 	}
-	e.admin.Do("PUT", e.path("/apps/entitlements/"+slug), map[string]any{"enabled": true}).Want(t, 200)
+	if len(images) > 0 {
+		e.admin.Do("PUT", e.path("/apps/entitlements/"+slug), map[string]any{"enabled": true}).Want(t, 200)
+	}
 	if nodeGPUs < 0 { // the caller brings its own node (a real agent)
 		return e
 	}
 	e.node = joinSimNode(t, s, e.admin, "node-a", nodeGPUs)
 	e.alloc = e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": nodeGPUs, "sku": fmt.Sprintf("test.%dx", max(nodeGPUs, 1)), "node_id": e.node.id}).Want(t, 201).String("id")
 	return e
+}
+
+// publishArtifact pushes img for slug@version as artifactName through a
+// publish intent, registers, verifies and promotes it to active; it returns
+// the registry host, the repository and the digest.
+func (e *instanceEnv) publishArtifact(t testing.TB, slug, v, artifactName string, img v1.Image) (string, string, string) {
+	t.Helper()
+	ctx := context.Background()
+	pi := e.bot.Do("POST", e.path("/app-artifacts/publish-intents"), map[string]any{"app_slug": slug, "app_version": v, "artifact_name": artifactName, "channel": "dev"}).Want(t, 201)
+	r := e.bot.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": wrapToken(pi)}).Want(t, 200)
+	creds := regCreds{r.String("username"), r.String("password"), r.String("registry"), r.String("repository")}
+	ref, _ := name.ParseReference(creds.registry + "/" + creds.repo + ":" + v)
+	if err := remote.Write(ref, img, creds.opts(ctx)...); err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	dg, _ := img.Digest()
+	mt, _ := img.MediaType()
+	art := e.bot.Do("POST", e.path("/app-artifacts"), map[string]any{"app_slug": slug, "app_version": v, "artifact_name": artifactName,
+		"repository": creds.repo, "digest": dg.String(), "tag": v, "media_type": string(mt)}).Want(t, 201).String("id")
+	e.admin.Do("POST", e.path("/app-artifacts/"+art+"/verify"), map[string]string{"reason": "ci"}).Want(t, 200)
+	for _, target := range []string{"staged", "canary", "active"} {
+		e.admin.Do("POST", e.path("/app-artifacts/"+art+"/promote"), map[string]string{"target_state": target, "reason": "rollout"}).Want(t, 200)
+	}
+	return creds.registry, creds.repo, dg.String()
 }
 
 // echoManifest is a launchable_oci app listening on 8080.

@@ -226,6 +226,11 @@ func (s *Service) teardownThen(ctx context.Context, inst store.AppInstance, op s
 		seen[m.WorkloadName] = true
 		tasks = append(tasks, runtime.Teardown(kind, inst.ID, m.WorkloadName))
 	}
+	if phase == phaseTeardown {
+		// Decommission: finally everything labelled for the instance, with
+		// its scratch path and config files, whatever made it.
+		tasks = append(tasks, runtime.TeardownInstance(inst.ID))
+	}
 	inst.Status = status
 	if description != "" {
 		op.Description = description

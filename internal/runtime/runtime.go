@@ -116,6 +116,13 @@ func Teardown(profileKind, instanceID, name string) Task {
 	return Task{Kind: nodeapi.KindContainerRemove, Payload: nodeapi.ContainerRef{InstanceID: instanceID, Name: name, TimeoutSec: 10}}
 }
 
+// TeardownInstance removes every container labelled for the instance,
+// and its scratch path and platform files on the node: the last step of a
+// decommission, after each workload's own removal.
+func TeardownInstance(instanceID string) Task {
+	return Task{Kind: nodeapi.KindContainerRemove, Payload: nodeapi.ContainerRef{InstanceID: instanceID, TimeoutSec: 10}}
+}
+
 // Verify is the task that proves nothing labelled for the instance remains.
 func Verify(instanceID string) Task {
 	return Task{Kind: nodeapi.KindTeardownVerify, Payload: nodeapi.TeardownVerify{InstanceID: instanceID}}

@@ -137,7 +137,7 @@ func (s *Server) checkAudit() {
 	ms := append([]mutation(nil), s.mutations...)
 	s.mu.Unlock()
 	for _, m := range ms {
-		evs, _, err := s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{CorrelationID: m.correlationID}, store.Page{Limit: 10})
+		evs, _, err := s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{CorrelationID: m.correlationID}, store.Page{Limit: store.MaxPageLimit})
 		if err != nil {
 			s.T.Errorf("audit check: %v", err)
 			continue

@@ -1,20 +1,262 @@
 // Package compose runs platform-rendered Compose projects on the Docker
-// Engine API (compose-go loads and validates them; no compose CLI).
+// Engine API. compose-go loads and validates the project; the agent drives
+// the engine itself for a curated subset (no compose CLI): services with
+// images pinned by digest, command, environment, host-local ports, GPU
+// device requests, depends_on order, one project network and named volumes.
 package compose
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 
+	"github.com/compose-spec/compose-go/v2/graph"
+	"github.com/compose-spec/compose-go/v2/loader"
+	"github.com/compose-spec/compose-go/v2/types"
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/gpuaas/gpuaas/internal/agent/docker"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
 )
 
-// Up starts a project.
-func Up(ctx context.Context, d *docker.Driver, o docker.Owner, u nodeapi.ComposeUp) (nodeapi.RunOutput, error) {
-	return nodeapi.RunOutput{}, &docker.Failure{Reason: nodeapi.ReasonInvalidTask, Message: "compose.up is not supported by this agent yet"}
+// Standard Compose labels, so `docker compose ls`/`ps` understand the project.
+const (
+	LabelProject    = "com.docker.compose.project"
+	LabelService    = "com.docker.compose.service"
+	LabelNumber     = "com.docker.compose.container-number"
+	LabelOneoff     = "com.docker.compose.oneoff"
+	LabelConfigHash = "com.docker.compose.config-hash"
+	LabelNetwork    = "com.docker.compose.network"
+	LabelVolume     = "com.docker.compose.volume"
+)
+
+var projectName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+func invalid(format string, args ...any) error {
+	return &docker.Failure{Reason: nodeapi.ReasonInvalidTask, Message: fmt.Sprintf(format, args...)}
 }
 
-// Down removes a project.
+// Load parses and validates a rendered project and checks it stays inside
+// the curated subset.
+func Load(ctx context.Context, u nodeapi.ComposeUp) (*types.Project, error) {
+	if !projectName.MatchString(u.Project) {
+		return nil, invalid("compose project name %q must be lower-case letters, digits, _ and -", u.Project)
+	}
+	wd, err := os.MkdirTemp("", "gpuaas-compose-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(wd)
+	env := types.Mapping{}
+	for k, v := range u.Env {
+		env[k] = v
+	}
+	p, err := loader.LoadWithContext(ctx, types.ConfigDetails{WorkingDir: wd, Environment: env,
+		ConfigFiles: []types.ConfigFile{{Filename: "compose.yaml", Content: u.YAML}}},
+		func(o *loader.Options) { o.SetProjectName(u.Project, true) })
+	if err != nil {
+		return nil, invalid("compose project: %v", err)
+	}
+	for name, s := range p.Services {
+		switch {
+		case s.Build != nil:
+			return nil, invalid("service %s: build is not supported; reference an image by digest", name)
+		case !strings.Contains(s.Image, "@sha256:"):
+			return nil, invalid("service %s: image %q is not pinned by digest", name, s.Image)
+		case s.Privileged || s.NetworkMode != "" || s.Pid != "" || s.Ipc != "" || len(s.CapAdd) > 0 || len(s.Devices) > 0:
+			return nil, invalid("service %s: privileged, network_mode, pid, ipc, cap_add and devices are not supported", name)
+		}
+		for _, v := range s.Volumes {
+			if v.Type != types.VolumeTypeVolume || v.Source == "" {
+				return nil, invalid("service %s: only named volumes are supported (no bind mounts)", name)
+			}
+		}
+	}
+	return p, nil
+}
+
+// Up pulls every service image by digest (with the task's credentials),
+// creates the project network and volumes, and starts the services in
+// depends_on order. Readiness applies to u.Service.
+func Up(ctx context.Context, d *docker.Driver, o docker.Owner, u nodeapi.ComposeUp) (nodeapi.RunOutput, error) {
+	p, err := Load(ctx, u)
+	if err != nil {
+		return nodeapi.RunOutput{}, err
+	}
+	pulls := map[string]nodeapi.ImagePull{}
+	for _, ip := range u.Images {
+		pulls[ip.Repository+"@"+ip.Digest] = ip
+	}
+	for name, s := range p.Services {
+		ip, ok := pulls[s.Image]
+		if !ok {
+			repo, dg, _ := strings.Cut(s.Image, "@")
+			ip = nodeapi.ImagePull{Repository: repo, Digest: dg}
+			_ = name
+		}
+		if _, err := d.Pull(ctx, ip); err != nil {
+			return nodeapi.RunOutput{}, err
+		}
+		pulls[s.Image] = nodeapi.ImagePull{Repository: ip.Repository, Digest: ip.Digest} // pulled; credentials are single use
+	}
+	base := func(extra map[string]string) map[string]string {
+		l := d.Labels(o, nil)
+		l[LabelProject] = p.Name
+		for k, v := range extra {
+			l[k] = v
+		}
+		return l
+	}
+	netName := p.Name + "_default"
+	if _, err := d.C.NetworkInspect(ctx, netName, client.NetworkInspectOptions{}); err != nil {
+		if _, err := d.C.NetworkCreate(ctx, netName, client.NetworkCreateOptions{Driver: "bridge", Labels: base(map[string]string{LabelNetwork: "default"})}); err != nil && !cerrdefs.IsConflict(err) {
+			return nodeapi.RunOutput{}, fmt.Errorf("create network: %w", err)
+		}
+	}
+	for name := range p.Volumes {
+		if _, err := d.C.VolumeCreate(ctx, client.VolumeCreateOptions{Name: p.Name + "_" + name, Labels: base(map[string]string{LabelVolume: name})}); err != nil {
+			return nodeapi.RunOutput{}, fmt.Errorf("create volume: %w", err)
+		}
+	}
+	out := nodeapi.RunOutput{ContainerIDs: []string{}, Ports: []nodeapi.PortMapping{}, HostAddress: d.HostIP()}
+	var readyID string
+	err = graph.InDependencyOrder(ctx, p, func(ctx context.Context, name string, s types.ServiceConfig) error {
+		id, err := startService(ctx, d, p, s, base, netName, u.GPUUUIDs)
+		if err != nil {
+			return err
+		}
+		out.ContainerIDs = append(out.ContainerIDs, id)
+		if name == u.Service || (u.Service == "" && len(p.Services) == 1) {
+			readyID = id
+		}
+		return nil
+	})
+	if err != nil {
+		return out, err
+	}
+	if readyID != "" {
+		ports, err := d.BoundPorts(ctx, readyID)
+		if err != nil {
+			return out, err
+		}
+		out.Ports = ports
+		return out, d.WaitReady(ctx, readyID, ports, u.Readiness)
+	}
+	return out, nil
+}
+
+func startService(ctx context.Context, d *docker.Driver, p *types.Project, s types.ServiceConfig, base func(map[string]string) map[string]string,
+	netName string, gpus []string) (string, error) {
+	name := p.Name + "-" + s.Name + "-1"
+	if ex, err := d.C.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); err == nil {
+		if ex.Container.Config.Labels[nodeapi.LabelManaged] != "true" || ex.Container.Config.Labels[LabelProject] != p.Name {
+			return "", invalid("a container named %q exists and is not this project's", name)
+		}
+		if ex.Container.State != nil && ex.Container.State.Running {
+			return ex.Container.ID, nil
+		}
+		_, err := d.C.ContainerStart(ctx, ex.Container.ID, client.ContainerStartOptions{})
+		return ex.Container.ID, err
+	}
+	hash, _ := json.Marshal(s)
+	sum := sha256.Sum256(hash)
+	var ports []nodeapi.PortMapping
+	for _, pc := range s.Ports {
+		hp, _ := strconv.Atoi(pc.Published)
+		ports = append(ports, nodeapi.PortMapping{Container: int(pc.Target), Host: hp, Protocol: pc.Protocol})
+	}
+	exposed, bindings, err := d.PortBindings(ports)
+	if err != nil {
+		return "", err
+	}
+	env := []string{}
+	for k, v := range s.Environment {
+		if v != nil {
+			env = append(env, k+"="+*v)
+		}
+	}
+	slices.Sort(env)
+	var mounts []mount.Mount
+	for _, v := range s.Volumes {
+		mounts = append(mounts, mount.Mount{Type: mount.TypeVolume, Source: p.Name + "_" + v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
+	}
+	res := container.Resources{}
+	if wantsGPU(s) {
+		res.DeviceRequests = docker.GPURequests(gpus)
+	}
+	cfg := &container.Config{Image: s.Image, Cmd: s.Command, Env: env, ExposedPorts: exposed, Labels: base(map[string]string{
+		LabelService: s.Name, LabelNumber: "1", LabelOneoff: "False", LabelConfigHash: hex.EncodeToString(sum[:])})}
+	if len(s.Entrypoint) > 0 {
+		cfg.Entrypoint = s.Entrypoint
+	}
+	r, err := d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg,
+		HostConfig:       &container.HostConfig{PortBindings: bindings, Mounts: mounts, Resources: res},
+		NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netName: {Aliases: []string{s.Name}}}}})
+	if err != nil {
+		return "", fmt.Errorf("create %s: %w", name, err)
+	}
+	if _, err := d.C.ContainerStart(ctx, r.ID, client.ContainerStartOptions{}); err != nil {
+		return r.ID, &docker.Failure{Reason: nodeapi.ReasonContainerExited, Message: "start " + name + ": " + err.Error(), LogTail: d.LogTail(ctx, r.ID, 50)}
+	}
+	return r.ID, nil
+}
+
+// wantsGPU reports whether a service reserves GPU devices.
+func wantsGPU(s types.ServiceConfig) bool {
+	if s.Deploy == nil || s.Deploy.Resources.Reservations == nil {
+		return false
+	}
+	for _, dv := range s.Deploy.Resources.Reservations.Devices {
+		if slices.Contains(dv.Capabilities, "gpu") {
+			return true
+		}
+	}
+	return false
+}
+
+// Down removes the project's containers (with anonymous volumes), its
+// network and its named volumes — only those carrying the gpuaas label.
 func Down(ctx context.Context, d *docker.Driver, project, instanceID string) error {
-	return &docker.Failure{Reason: nodeapi.ReasonInvalidTask, Message: "compose.down is not supported by this agent yet"}
+	if !projectName.MatchString(project) {
+		return invalid("compose project name %q is not valid", project)
+	}
+	f := d.Managed(LabelProject + "=" + project)
+	cs, err := d.C.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return err
+	}
+	for _, c := range cs.Items {
+		if _, err := d.C.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return err
+		}
+	}
+	ns, err := d.C.NetworkList(ctx, client.NetworkListOptions{Filters: f})
+	if err != nil {
+		return err
+	}
+	for _, n := range ns.Items {
+		if _, err := d.C.NetworkRemove(ctx, n.ID, client.NetworkRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+			return err
+		}
+	}
+	vs, err := d.C.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return err
+	}
+	for _, v := range vs.Items {
+		if _, err := d.C.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return err
+		}
+	}
+	return d.RemoveInstanceDir(instanceID)
 }

@@ -217,9 +217,9 @@ func (d *Driver) RemoveInstanceDir(instanceID string) error {
 	return os.RemoveAll(d.instanceDir(instanceID))
 }
 
-// managed is the label filter every listing uses: the agent never sees, so
+// Managed is the label filter every listing uses: the agent never sees, so
 // never touches, a container without the gpuaas ownership label.
-func (d *Driver) managed(extra ...string) client.Filters {
+func (d *Driver) Managed(extra ...string) client.Filters {
 	f := client.Filters{}.Add("label", nodeapi.LabelManaged+"=true")
 	for _, e := range extra {
 		f = f.Add("label", e)
@@ -229,7 +229,7 @@ func (d *Driver) managed(extra ...string) client.Filters {
 
 // Workloads lists every gpuaas-labelled container of this engine.
 func (d *Driver) Workloads(ctx context.Context) ([]nodeapi.Workload, error) {
-	res, err := d.C.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: d.managed()})
+	res, err := d.C.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: d.Managed()})
 	if err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ func (r *Reconciler) Run(ctx context.Context) (Result, error) {
 		r.firstSeen = map[string]time.Time{}
 	}
 	res, err := r.D.C.ContainerList(ctx, client.ContainerListOptions{All: true,
-		Filters: r.D.managed(nodeapi.LabelNode + "=" + r.D.cfg.NodeID)})
+		Filters: r.D.Managed(nodeapi.LabelNode + "=" + r.D.cfg.NodeID)})
 	if err != nil {
 		return Result{}, err
 	}

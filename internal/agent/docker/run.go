@@ -180,7 +180,7 @@ func (d *Driver) Run(ctx context.Context, o Owner, r nodeapi.ContainerRun) (node
 		return nodeapi.RunOutput{}, &Failure{Reason: nodeapi.ReasonContainerExited, Message: "start: " + err.Error(), LogTail: d.LogTail(ctx, id, 50)}
 	}
 	out := nodeapi.RunOutput{ContainerIDs: []string{id}, HostAddress: d.cfg.HostAddress, ImageDigest: r.Image.Digest, Ports: []nodeapi.PortMapping{}}
-	ports, err := d.boundPorts(ctx, id)
+	ports, err := d.BoundPorts(ctx, id)
 	if err != nil {
 		return out, err
 	}
@@ -188,7 +188,8 @@ func (d *Driver) Run(ctx context.Context, o Owner, r nodeapi.ContainerRun) (node
 	return out, d.WaitReady(ctx, id, ports, r.Readiness)
 }
 
-func (d *Driver) boundPorts(ctx context.Context, id string) ([]nodeapi.PortMapping, error) {
+// BoundPorts reads the host ports a container really got.
+func (d *Driver) BoundPorts(ctx context.Context, id string) ([]nodeapi.PortMapping, error) {
 	ins, err := d.C.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
 		return nil, err
@@ -293,11 +294,11 @@ func (d *Driver) find(ctx context.Context, ref nodeapi.ContainerRef) ([]string, 
 	var f client.Filters
 	switch {
 	case ref.ContainerID != "":
-		f = d.managed().Add("id", ref.ContainerID)
+		f = d.Managed().Add("id", ref.ContainerID)
 	case ref.Name != "":
-		f = d.managed().Add("name", "^/"+ref.Name+"$")
+		f = d.Managed().Add("name", "^/"+ref.Name+"$")
 	case ref.InstanceID != "":
-		f = d.managed(nodeapi.LabelInstance + "=" + ref.InstanceID)
+		f = d.Managed(nodeapi.LabelInstance + "=" + ref.InstanceID)
 	default:
 		return nil, fail(nodeapi.ReasonInvalidTask, "name a container by instance id, container id or name")
 	}
@@ -380,7 +381,7 @@ func (d *Driver) Verify(ctx context.Context, instanceID string) ([]string, error
 	if instanceID == "" {
 		return nil, fail(nodeapi.ReasonInvalidTask, "teardown.verify needs an instance id")
 	}
-	f := d.managed(nodeapi.LabelInstance + "=" + instanceID)
+	f := d.Managed(nodeapi.LabelInstance + "=" + instanceID)
 	remaining := []string{}
 	cs, err := d.C.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {

@@ -1,0 +1,109 @@
+package compose_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
+	"github.com/gpuaas/gpuaas/internal/agent/compose"
+	"github.com/gpuaas/gpuaas/internal/agent/docker"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/moby/moby/client"
+)
+
+// A two-service project (web depends on db, db has a named volume) comes up
+// on the real engine with the standard Compose labels and gpuaas labels,
+// web answers its readiness probe on a host-local port, and down leaves
+// nothing labelled for the instance.
+func TestComposeUpDown(t *testing.T) {
+	dk := agenttest.RequireDocker(t)
+	t.Cleanup(dk.RemoveImages)
+	s := servertest.Start(t, store.SQLite)
+	admin := s.Admin()
+	img := agenttest.PushServerImage(t, dk, s, admin, "cmp"+strings.ReplaceAll(uuid.NewString()[:8], "-", ""))
+	d, err := docker.New(docker.Config{NodeID: "compose-node", DataDir: t.TempDir(), Unwrap: func(ctx context.Context, tok string) (docker.Credentials, error) {
+		r := admin.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": tok}).Want(t, 200)
+		return docker.Credentials{Username: r.String("username"), Password: r.String("password"), Registry: r.String("registry")}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	ctx := context.Background()
+	inst := "inst" + uuid.NewString()[:8]
+	project := "gpuaas-" + inst
+	t.Cleanup(func() { compose.Down(context.Background(), d, project, inst) })
+	ref := img.Repository + "@" + img.Digest
+	yaml := `services:
+  web:
+    image: ` + ref + `
+    ports: ["8080"]
+    environment:
+      UPSTREAM: db:9000
+    depends_on: [db]
+  db:
+    image: ` + ref + `
+    environment:
+      PORT: "9000"
+    volumes: ["data:/data"]
+volumes:
+  data: {}
+`
+	up := nodeapi.ComposeUp{Project: project, YAML: []byte(yaml), Service: "web", Readiness: &nodeapi.Readiness{Port: 8080, HTTPPath: "/", TimeoutSeconds: 30},
+		Images: []nodeapi.ImagePull{{Repository: img.Repository, Digest: img.Digest, WrappingToken: agenttest.PullToken(t, s, admin, img.ArtifactID)}}}
+	out, err := compose.Up(ctx, d, docker.Owner{TaskID: "t-" + inst, InstanceID: inst}, up)
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	if len(out.ContainerIDs) != 2 || len(out.Ports) != 1 || out.Ports[0].Host == 0 {
+		t.Fatalf("output %+v", out)
+	}
+	// db started first (depends_on order).
+	first, err := d.C.ContainerInspect(ctx, out.ContainerIDs[0], client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := first.Container.Config.Labels
+	if l[compose.LabelService] != "db" || l[compose.LabelProject] != project || l[compose.LabelNumber] != "1" || l[compose.LabelOneoff] != "False" ||
+		l[compose.LabelConfigHash] == "" || l[nodeapi.LabelInstance] != inst || l[nodeapi.LabelManaged] != "true" {
+		t.Fatalf("labels %v", l)
+	}
+	if rem, _ := d.Verify(ctx, inst); len(rem) != 4 { // 2 containers, network, volume
+		t.Fatalf("before down: %v", rem)
+	}
+	// Up again (re-delivery) adopts what runs.
+	again, err := compose.Up(ctx, d, docker.Owner{TaskID: "t-" + inst, InstanceID: inst}, nodeapi.ComposeUp{Project: project, YAML: []byte(yaml), Service: "web"})
+	if err != nil || again.ContainerIDs[0] != out.ContainerIDs[0] {
+		t.Fatalf("up again: %v %+v", err, again)
+	}
+	if err := compose.Down(ctx, d, project, inst); err != nil {
+		t.Fatal(err)
+	}
+	if rem, err := d.Verify(ctx, inst); err != nil || len(rem) != 0 {
+		t.Fatalf("after down: %v %v", err, rem)
+	}
+}
+
+// What the curated subset refuses.
+func TestLoadRefuses(t *testing.T) {
+	digest := "@sha256:" + strings.Repeat("a", 64)
+	for name, y := range map[string]string{
+		"tag":        "services:\n  a:\n    image: reg/x:latest\n",
+		"build":      "services:\n  a:\n    build: .\n    image: reg/x" + digest + "\n",
+		"bind":       "services:\n  a:\n    image: reg/x" + digest + "\n    volumes: [\"/etc:/host\"]\n",
+		"privileged": "services:\n  a:\n    image: reg/x" + digest + "\n    privileged: true\n",
+		"hostnet":    "services:\n  a:\n    image: reg/x" + digest + "\n    network_mode: host\n",
+		"garbage":    "services: [",
+	} {
+		if _, err := compose.Load(context.Background(), nodeapi.ComposeUp{Project: "p", YAML: []byte(y)}); docker.AsFailure(err) == nil || docker.AsFailure(err).Reason != nodeapi.ReasonInvalidTask {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if _, err := compose.Load(context.Background(), nodeapi.ComposeUp{Project: "Bad Name", YAML: []byte("services: {}")}); err == nil {
+		t.Error("bad project name accepted")
+	}
+}
