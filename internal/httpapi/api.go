@@ -131,7 +131,6 @@ func (a *API) Handler() http.Handler {
 	for prefix, h := range a.Mounts {
 		mux.Handle(prefix, h)
 	}
-	fallback := route{pattern: "unmatched", public: true}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
@@ -143,6 +142,9 @@ func (a *API) Handler() http.Handler {
 		// canonical envelope either way.
 		probe := httptest.NewRecorder()
 		h.ServeHTTP(probe, r)
+		// A fresh route per request: the handler closes over this request's
+		// probe, so a shared route would be a data race between requests.
+		fallback := route{pattern: "unmatched", public: true}
 		fallback.handler = func(w http.ResponseWriter, r *http.Request) error {
 			if probe.Code == http.StatusMethodNotAllowed {
 				w.Header().Set("Allow", probe.Header().Get("Allow"))

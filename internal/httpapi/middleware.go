@@ -101,6 +101,10 @@ func (a *API) wrap(rt route) http.Handler {
 			}
 			r.Body = http.MaxBytesReader(rec, r.Body, limit)
 		}
+		if err := checkEncoding(r); err != nil {
+			writeError(rec, r, a.Logger, err)
+			return
+		}
 		if rt.credential && !a.limiter.allow(r) {
 			w.Header().Set("Retry-After", "1")
 			writeError(rec, r, a.Logger, errRateLimited)
