@@ -36,6 +36,9 @@ type API struct {
 	// endpoints per client address (requests per second; 0 disables).
 	CredentialRate  float64
 	CredentialBurst int
+	// StreamTimeout is the read/write deadline of streaming routes (blob
+	// uploads, the registry), which the server's shorter timeouts would cut.
+	StreamTimeout time.Duration
 
 	metrics *metrics
 	limiter *clientLimiter
@@ -52,7 +55,12 @@ type route struct {
 	// credential marks anonymous endpoints that check a secret; they are
 	// rate limited per client address.
 	credential bool
-	pattern    string
+	// stream marks routes whose bodies are large streams: they get
+	// API.StreamTimeout instead of the server's read/write timeouts.
+	stream bool
+	// eventStream marks long-lived responses (SSE): no write deadline.
+	eventStream bool
+	pattern     string
 }
 
 // Routes is the whole REST surface on one screen.
@@ -129,7 +137,7 @@ func (a *API) Handler() http.Handler {
 	}
 	mux.Handle("GET /metrics", a.metrics.handler())
 	for prefix, h := range a.Mounts {
-		mux.Handle(prefix, h)
+		mux.Handle(prefix, a.WithStreamDeadlines(h))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)

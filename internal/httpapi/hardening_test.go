@@ -1,10 +1,17 @@
 package httpapi_test
 
 import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 )
 
@@ -87,4 +94,41 @@ func TestInvalidEncodingIsRefusedAtTheEdge(t *testing.T) {
 			t.Fatalf("refused requests wrote %d audit rows", n-before)
 		}
 	})
+}
+
+// A body trickled a byte at a time is cut by the server's read timeout: the
+// connection is closed well before the client's own give-up bound.
+func TestSlowlorisBodyIsCut(t *testing.T) {
+	s := servertest.Start(t, "sqlite", func(c *config.Config) { c.ReadTimeout = 500 * time.Millisecond })
+	token := s.Admin().Token
+	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /api/v1/orgs/%s/projects HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", s.Creds.OrgID, token)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() { // the attacker: one byte at a time until the server hangs up
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := conn.Write([]byte(" ")); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	// Without a read timeout the trickle keeps the request alive forever;
+	// 20 s is only the test's own bound, 40 times the configured timeout.
+	_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err = io.Copy(io.Discard, conn)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatal("the server kept a trickled request open past its read timeout")
+	}
 }

@@ -94,6 +94,12 @@ func (a *API) wrap(rt route) http.Handler {
 			a.Logger.InfoContext(ctx, "request", "method", r.Method, "route", rt.pattern, "status", status,
 				"duration_ms", d.Milliseconds(), "correlation_id", rid, "principal", principal.From(r.Context()).Key())
 		}()
+		if rt.stream {
+			ExtendDeadlines(rec, a.StreamTimeout)
+		}
+		if rt.eventStream {
+			_ = NoWriteDeadline(rec)
+		}
 		if r.Body != nil && rt.maxBody >= 0 {
 			limit := a.MaxBodyBytes
 			if rt.maxBody > 0 {
