@@ -298,14 +298,24 @@ func (s *Service) Unwrap(ctx context.Context, g *iam.Grants, in UnwrapInput) (Se
 	if strings.TrimSpace(in.WrappingToken) == "" {
 		return Secret{}, errdefs.Validation([]errdefs.FieldError{{Field: "/wrapping_token", Code: "required", Message: "is required"}})
 	}
-	var sec Secret
+	var (
+		sec     Secret
+		it      store.ArtifactIntent
+		foreign bool
+	)
 	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		var err error
 		if sec, err = s.Vault.Unwrap(ctx, tx, in.WrappingToken); err != nil {
 			return err
 		}
-		if err := checkNodeBinding(ctx, tx.Queries, sec); err != nil {
-			return err // rolls the unwrap back: the token stays for its node
+		// Only the principal that created the intent may unwrap it; the
+		// error rolls the consumption back, so the owner can still unwrap.
+		if it, err = s.intentOfCredential(ctx, tx, sec.Username); err != nil {
+			return err
+		}
+		if it.CreatedBy != actor(ctx) {
+			foreign = true
+			return wrapInvalid()
 		}
 		// The audit names the credential, never the secret.
 		return tx.Audit(store.AuditEvent{Action: "artifact.credentials.unwrap", ResourceType: "registry_credential", ResourceID: sec.Username},
@@ -313,13 +323,29 @@ func (s *Service) Unwrap(ctx context.Context, g *iam.Grants, in UnwrapInput) (Se
 	})
 	if err != nil {
 		if errdefs.KindOf(err) == errdefs.KindFailedPrecondition {
-			if aerr := s.DB.RecordOutcome(ctx, store.AuditEvent{Action: "artifact.credentials.unwrap", ResourceType: "registry_credential"}, "failure"); aerr != nil {
+			// A foreign caller gets the unknown-token answer, and the
+			// attempt shows in the owning project's audit view.
+			ev := store.AuditEvent{Action: "artifact.credentials.unwrap", ResourceType: "registry_credential"}
+			outcome := "failure"
+			if foreign {
+				ev.OrgID, ev.ProjectID, ev.ResourceID, outcome = it.OrgID, it.ProjectID, sec.Username, "denied"
+			}
+			if aerr := s.DB.RecordOutcome(ctx, ev, outcome); aerr != nil {
 				s.Logger.ErrorContext(ctx, "could not audit a refused unwrap", "err", aerr)
 			}
 		}
 		return Secret{}, err
 	}
 	return sec, nil
+}
+
+// intentOfCredential finds the intent a registry credential was issued for.
+func (s *Service) intentOfCredential(ctx context.Context, tx *store.Tx, credentialID string) (store.ArtifactIntent, error) {
+	c, err := tx.GetRegistryCredential(ctx, credentialID)
+	if err != nil {
+		return store.ArtifactIntent{}, err
+	}
+	return tx.GetArtifactIntent(ctx, c.ProjectID, c.IntentID)
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -64,23 +64,3 @@ func (i Intent) ImagePull() nodeapi.ImagePull {
 	}
 	return p
 }
-
-// checkNodeBinding refuses the unwrap of credentials issued to a node by
-// anyone but that node, and credentials of any other intent by a node: a
-// node's identity unwraps only what was issued to it.
-func checkNodeBinding(ctx context.Context, q *store.Queries, sec Secret) error {
-	cred, err := q.GetRegistryCredential(ctx, sec.Username)
-	if err != nil {
-		return err
-	}
-	it, err := q.GetArtifactIntent(ctx, cred.ProjectID, cred.IntentID)
-	if err != nil {
-		return err
-	}
-	caller := principal.From(ctx)
-	nodeIntent := len(it.CreatedBy) > len("node:") && it.CreatedBy[:len("node:")] == "node:"
-	if (nodeIntent || caller.Type == principal.Node) && it.CreatedBy != caller.Key() {
-		return wrapInvalid() // answered like a token that does not exist
-	}
-	return nil
-}

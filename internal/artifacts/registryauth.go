@@ -109,6 +109,20 @@ func (a registryAuthz) Authenticate(ctx context.Context, username, password stri
 	if !a.s.Now().Before(c.ExpiresAt) {
 		return registry.Subject{}, fmt.Errorf("credential expired at %s: %w", c.ExpiresAt.Format(time.RFC3339), registry.ErrInvalidCredentials)
 	}
+	it, err := a.s.DB.Queries().GetArtifactIntent(ctx, c.ProjectID, c.IntentID)
+	if errors.Is(err, store.ErrNotFound) {
+		return registry.Subject{}, registry.ErrInvalidCredentials
+	}
+	if err != nil {
+		return registry.Subject{}, err
+	}
+	ok, err := ownerMay(ctx, a.s.DB.Queries(), it.CreatedBy, it, credentialPerm(c.Actions))
+	if err != nil {
+		return registry.Subject{}, err
+	}
+	if !ok {
+		return registry.Subject{}, fmt.Errorf("the credential's owner %s is disabled, deleted or lost its role: %w", it.CreatedBy, registry.ErrInvalidCredentials)
+	}
 	return registry.Subject{ID: credentialSubjectPrefix + c.ID}, nil
 }
 

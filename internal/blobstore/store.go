@@ -73,8 +73,8 @@ const (
 	defaultCheckpoint = 32 << 20
 	copyBufferSize    = 1 << 20
 	lockStripes       = 64
-	dirPerm           = 0o750
-	filePerm          = 0o640
+	dirPerm           = 0o700 // blobs are tenants' data: owner only
+	filePerm          = 0o600
 )
 
 // Store is a blob store rooted at a directory. It is safe for concurrent use.

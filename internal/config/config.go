@@ -33,6 +33,12 @@ type Config struct {
 	MaxBodyBytes           int64
 	ShutdownTimeout        time.Duration
 
+	// Server timeouts: a slow or idle client cannot hold a connection.
+	ReadTimeout   time.Duration // whole request, headers and body
+	WriteTimeout  time.Duration // from the end of the request headers to the end of the response
+	IdleTimeout   time.Duration // keep-alive connection with no request
+	StreamTimeout time.Duration // read/write deadline of streaming routes (blob uploads, registry)
+
 	RegistryURL      string        // external distribution-compatible registry; empty = embedded
 	RegistryDir      string        // embedded registry storage; default <data-dir>/registry
 	BlobDir          string        // project blob storage; default <data-dir>/blobs
@@ -90,6 +96,10 @@ func Defaults() Config {
 		IdempotencyTTL:         24 * time.Hour,
 		MaxBodyBytes:           1 << 20,
 		ShutdownTimeout:        15 * time.Second,
+		ReadTimeout:            30 * time.Second,
+		WriteTimeout:           60 * time.Second,
+		IdleTimeout:            120 * time.Second,
+		StreamTimeout:          time.Hour,
 		RegistryTokenTTL:       5 * time.Minute,
 		CredentialRate:         5,
 		CredentialBurst:        20,
@@ -125,6 +135,10 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long idempotency keys are remembered")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted JSON request body")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "grace period for in-flight requests on SIGTERM")
+	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "longest time to read one request, headers and body (streaming routes use --stream-timeout)")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "longest time to write one response (streaming routes use --stream-timeout)")
+	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "how long an idle keep-alive connection stays open")
+	fs.DurationVar(&c.StreamTimeout, "stream-timeout", c.StreamTimeout, "read/write deadline of streaming routes: blob uploads and downloads, the registry")
 	fs.StringVar(&c.RegistryURL, "registry-url", c.RegistryURL, "external OCI registry trusting this server's tokens (default: embedded registry on the API listener)")
 	fs.StringVar(&c.RegistryDir, "registry-dir", c.RegistryDir, "embedded registry storage (default <data-dir>/registry)")
 	fs.StringVar(&c.BlobDir, "blob-dir", c.BlobDir, "project blob storage (default <data-dir>/blobs)")
@@ -215,6 +229,14 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("--max-body-bytes must be at least 1024"))
+	}
+	for _, t := range []struct {
+		name string
+		v    time.Duration
+	}{{"--read-timeout", c.ReadTimeout}, {"--write-timeout", c.WriteTimeout}, {"--idle-timeout", c.IdleTimeout}, {"--stream-timeout", c.StreamTimeout}} {
+		if t.v < 100*time.Millisecond {
+			errs = append(errs, fmt.Errorf("%s must be at least 100ms (a server without timeouts can be held open by a slow client)", t.name))
+		}
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

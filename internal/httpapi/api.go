@@ -47,6 +47,9 @@ type API struct {
 	// endpoints per client address (requests per second; 0 disables).
 	CredentialRate  float64
 	CredentialBurst int
+	// StreamTimeout is the read/write deadline of streaming routes (blob
+	// uploads, the registry), which the server's shorter timeouts would cut.
+	StreamTimeout time.Duration
 
 	metrics *metrics
 	limiter *clientLimiter
@@ -63,7 +66,12 @@ type route struct {
 	// credential marks anonymous endpoints that check a secret; they are
 	// rate limited per client address.
 	credential bool
-	pattern    string
+	// stream marks routes whose bodies are large streams: they get
+	// API.StreamTimeout instead of the server's read/write timeouts.
+	stream bool
+	// eventStream marks long-lived responses (SSE): no write deadline.
+	eventStream bool
+	pattern     string
 }
 
 // Routes is the whole REST surface on one screen.
@@ -144,9 +152,8 @@ func (a *API) Handler() http.Handler {
 	}
 	mux.Handle("GET /metrics", a.metrics.handler())
 	for prefix, h := range a.Mounts {
-		mux.Handle(prefix, h)
+		mux.Handle(prefix, a.WithStreamDeadlines(h))
 	}
-	fallback := route{pattern: "unmatched", public: true}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
@@ -158,6 +165,9 @@ func (a *API) Handler() http.Handler {
 		// canonical envelope either way.
 		probe := httptest.NewRecorder()
 		h.ServeHTTP(probe, r)
+		// A fresh route per request: the handler closes over this request's
+		// probe, so a shared route would be a data race between requests.
+		fallback := route{pattern: "unmatched", public: true}
 		fallback.handler = func(w http.ResponseWriter, r *http.Request) error {
 			if probe.Code == http.StatusMethodNotAllowed {
 				w.Header().Set("Allow", probe.Header().Get("Allow"))

@@ -11,7 +11,8 @@ import (
 // Request bodies are untrusted: decode must either fill the target or return
 // a client error with a code and a message — never panic, never a 500.
 func FuzzDecode(f *testing.F) {
-	for _, s := range []string{`{"slug":"a","name":"b"}`, `{"slug":1}`, `[]`, `{"x":`, ``, `{"slug":"a"} x`, `null`, `{"name":"\u0000"}`} {
+	for _, s := range []string{`{"slug":"a","name":"b"}`, `{"slug":1}`, `[]`, `{"x":`, ``, `{"slug":"a"} x`, `null`, `{"name":"\u0000"}`,
+		`{"\u0000":1}`, "{\"name\":\"\xff\xfe\"}", "{\"slug\":\"\xc3\x28\"}", `{"name":"\\u0000"}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {

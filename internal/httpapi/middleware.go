@@ -94,12 +94,22 @@ func (a *API) wrap(rt route) http.Handler {
 			a.Logger.InfoContext(ctx, "request", "method", r.Method, "route", rt.pattern, "status", status,
 				"duration_ms", d.Milliseconds(), "correlation_id", rid, "principal", principal.From(r.Context()).Key())
 		}()
+		if rt.stream {
+			ExtendDeadlines(rec, a.StreamTimeout)
+		}
+		if rt.eventStream {
+			_ = NoWriteDeadline(rec)
+		}
 		if r.Body != nil && rt.maxBody >= 0 {
 			limit := a.MaxBodyBytes
 			if rt.maxBody > 0 {
 				limit = rt.maxBody
 			}
 			r.Body = http.MaxBytesReader(rec, r.Body, limit)
+		}
+		if err := checkEncoding(r); err != nil {
+			writeError(rec, r, a.Logger, err)
+			return
 		}
 		if rt.credential && !a.limiter.allow(r) {
 			w.Header().Set("Retry-After", "1")

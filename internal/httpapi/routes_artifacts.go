@@ -21,15 +21,15 @@ func (a *API) artifactRoutes() []route {
 		{method: "POST", path: arts + "/{artifact_id}/deprecate", handler: a.transitionArtifact((*artifacts.Service).Deprecate)},
 		{method: "POST", path: arts + "/{artifact_id}/retire", handler: a.transitionArtifact((*artifacts.Service).Retire)},
 		{method: "POST", path: arts + "/{artifact_id}/pull-intents", handler: a.createPullIntent},
-		{method: "GET", path: arts + "/{artifact_id}/content", handler: a.artifactContent},
+		{method: "GET", path: arts + "/{artifact_id}/content", handler: a.artifactContent, stream: true},
 
 		{method: "POST", path: "/api/v1/projects/{project_id}/artifact-signing-keys", handler: a.createSigningKey},
 		{method: "GET", path: "/api/v1/projects/{project_id}/artifact-signing-keys", handler: a.listSigningKeys},
 
 		// Blob uploads stream the body straight into the blob store.
 		{method: "GET", path: uploads, handler: a.uploadStatus},
-		{method: "PATCH", path: uploads, handler: a.uploadChunk, maxBody: -1},
-		{method: "PUT", path: uploads, handler: a.uploadCommit, maxBody: -1, noIdempotency: true},
+		{method: "PATCH", path: uploads, handler: a.uploadChunk, maxBody: -1, stream: true},
+		{method: "PUT", path: uploads, handler: a.uploadCommit, maxBody: -1, noIdempotency: true, stream: true},
 		{method: "DELETE", path: uploads, handler: a.uploadAbort},
 	}
 }

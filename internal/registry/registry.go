@@ -120,7 +120,7 @@ func newApp(ctx context.Context, cfg Config, keys *KeySet) (app *handlers.App, e
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(root, 0o750); err != nil {
+	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("registry root: %w", err)
 	}
 	// The token access controller only reads a JWKS from a file, once, at

@@ -67,6 +67,16 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if logger == nil {
 		logger = NewLogger(cfg)
 	}
+	if cfg.DataDir != "" {
+		// The data dir holds the database, keys and tenants' blobs: owner
+		// only, whatever the umask or an earlier version left.
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("data dir: %w", err)
+		}
+		if err := os.Chmod(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("data dir mode: %w", err)
+		}
+	}
 	key, err := masterKey(cfg)
 	if err != nil {
 		return nil, err
@@ -139,7 +149,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	a.API = &httpapi.API{
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
-		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst,
+		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst, StreamTimeout: cfg.StreamTimeout,
 		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, Billing: a.billing.svc,
 		PublicURL: func() string { return a.Config.PublicURL },
 	}
@@ -184,7 +194,10 @@ func (a *App) Serve(ctx context.Context) error {
 	}
 	a.http = &http.Server{
 		Handler:           a.API.Handler(),
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: min(10*time.Second, a.Config.ReadTimeout),
+		ReadTimeout:       a.Config.ReadTimeout,
+		WriteTimeout:      a.Config.WriteTimeout,
+		IdleTimeout:       a.Config.IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(a.Logger.Handler(), slog.LevelWarn),
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}

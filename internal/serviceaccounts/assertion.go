@@ -3,6 +3,7 @@ package serviceaccounts
 import (
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -76,6 +77,11 @@ func ParseAssertion(raw string) (Assertion, error) {
 		return Assertion{}, errMalformed()
 	}
 	kid, _ := tok.Header["kid"].(string)
+	for _, v := range []string{kid, c.Issuer, c.ID} {
+		if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+			return Assertion{}, errdefs.Invalid("invalid_encoding", "the assertion's kid, iss and jti must be valid UTF-8 text without NUL characters")
+		}
+	}
 	if kid == "" || len(kid) > maxClaimLen {
 		return Assertion{}, grantError("missing_kid", "the assertion's kid header must name the key_id of the service-account key that signed it")
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
@@ -35,6 +36,9 @@ func FuzzParseAssertion(f *testing.F) {
 		valid, "", ".", "..", "a.b.c", "e30.e30.", "e30.e30.e30",
 		"eyJhbGciOiJub25lIn0.eyJpc3MiOiJ4In0.",
 		"eyJhbGciOiJFZERTQSIsImtpZCI6IngifQ.eyJpc3MiOiJ4Iiwic3ViIjoieCJ9.AAAA",
+		// kid with a NUL, kid with invalid UTF-8: refused as invalid_encoding.
+		"eyJhbGciOiJFZERTQSIsImtpZCI6InhcdTAwMDB5In0.eyJpc3MiOiJ4Iiwic3ViIjoieCJ9.AAAA",
+		"eyJhbGciOiJFZERTQSIsImtpZCI6Iv_-In0.eyJpc3MiOiJ4Iiwic3ViIjoieCJ9.AAAA",
 		valid[:len(valid)/2], strings.Replace(valid, ".", "..", 1), strings.Repeat("A", 9000),
 	} {
 		f.Add(seed)
@@ -46,6 +50,11 @@ func FuzzParseAssertion(f *testing.F) {
 		}
 		if len(raw) > serviceaccounts.MaxAssertionBytes {
 			t.Fatalf("accepted %d bytes", len(raw))
+		}
+		for _, v := range []string{a.KeyID, a.Issuer, a.JTI} {
+			if !utf8.ValidString(v) || strings.ContainsRune(v, 0) {
+				t.Fatalf("accepted badly encoded id %q", v)
+			}
 		}
 		if a.KeyID == "" || len(a.KeyID) > 128 || a.Issuer == "" || len(a.Issuer) > 128 || a.JTI == "" || len(a.JTI) > 128 {
 			t.Fatalf("accepted out-of-bounds ids: %+v", a)

@@ -30,6 +30,10 @@ func mapErr(err error) error {
 			return wrap(ErrAlreadyExists, err)
 		case "23503", "23514", "40001": // foreign key, check, serialization failure
 			return wrap(ErrConflict, err)
+		case "22021", "22P05": // invalid byte sequence, untranslatable character (NUL)
+			// The HTTP edge refuses such text; this keeps any path that
+			// slips past it a 400, not a 500.
+			return errdefs.Invalid("invalid_encoding", "text must be valid UTF-8 without NUL characters")
 		}
 		return err
 	}

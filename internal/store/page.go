@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"fmt"
 
+	"github.com/google/uuid"
+
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 )
 
@@ -32,10 +34,17 @@ func (p Page) afterID() (string, int, error) {
 		return "", limit, nil
 	}
 	raw, err := base64.RawURLEncoding.DecodeString(p.Cursor)
-	if err != nil || len(raw) == 0 || len(raw) > 64 {
+	// Every id is a UUID in canonical form; anything else would silently
+	// page from an arbitrary point (an empty or a full list), so refuse it.
+	if err != nil || !canonicalUUID(string(raw)) {
 		return "", 0, errdefs.Invalid("invalid_cursor", "the cursor is not one this server issued; start again without a cursor")
 	}
 	return string(raw), limit, nil
+}
+
+func canonicalUUID(s string) bool {
+	u, err := uuid.Parse(s)
+	return err == nil && u.String() == s
 }
 
 // EncodeCursor turns the last id of a page into the next cursor.

@@ -2,10 +2,12 @@ package store
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 
 	_ "modernc.org/sqlite" // registers the pure-Go "sqlite" driver
 )
@@ -24,6 +26,27 @@ const (
 	sqliteMaxOpenConns  = 4
 )
 
+// privateFile creates the database file owner-only (0600) before SQLite
+// opens it (SQLite would create it 0644 under the usual umask), and narrows
+// an existing one. SQLite gives its -wal and -shm files the database file's
+// mode.
+func privateFile(path string) error {
+	if path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("sqlite file: %w", err)
+	}
+	_ = f.Close()
+	for _, p := range []string{path, path + "-wal", path + "-shm"} {
+		if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("sqlite file mode: %w", err)
+		}
+	}
+	return nil
+}
+
 func openSQLite(path string) (*sql.DB, error) {
 	if path == "" {
 		return nil, fmt.Errorf("sqlite path is empty")
@@ -32,6 +55,9 @@ func openSQLite(path string) (*sql.DB, error) {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, err
 		}
+	}
+	if err := privateFile(path); err != nil {
+		return nil, err
 	}
 	v := url.Values{}
 	v.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", sqliteBusyTimeoutMS))
