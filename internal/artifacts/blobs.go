@@ -79,8 +79,72 @@ func (s *Service) appendAt(ctx context.Context, it store.ArtifactIntent, uploadI
 		}
 		offset = st.Offset
 	}
+	if s.BlobQuota != nil {
+		room, limit, err := s.quotaRoom(ctx, it.ProjectID, offset)
+		if err != nil {
+			return 0, 0, err
+		}
+		// One byte past the room makes an over-quota upload fail in the
+		// store's append instead of being silently truncated.
+		body = &quotaReader{r: io.LimitReader(body, room+1), room: room, limit: limit}
+	}
 	size, err = s.Blobs.Append(ctx, uploadID, offset, body)
+	var over *quotaError
+	if errors.As(err, &over) {
+		_ = s.Blobs.Abort(ctx, uploadID)
+		return 0, 0, errdefs.Unprocessable("blob_quota_exceeded",
+			"this upload would take project %s past its blob storage quota of %d bytes; delete or retire blob artifacts, or ask an admin to raise the quota", it.ProjectID, over.limit)
+	}
 	return offset, size, err
+}
+
+// BlobQuota says how many bytes of committed blob artifacts a project may
+// hold in all.
+type BlobQuota interface {
+	BlobQuotaBytes(ctx context.Context, projectID string) (int64, error)
+}
+
+func (s *Service) quotaRoom(ctx context.Context, projectID string, offset int64) (room, limit int64, err error) {
+	limit, err = s.BlobQuota.BlobQuotaBytes(ctx, projectID)
+	if err != nil {
+		return 0, 0, err
+	}
+	used, err := s.DB.Queries().ProjectBlobBytes(ctx, projectID)
+	if err != nil {
+		return 0, 0, err
+	}
+	room = limit - used - offset
+	if room < 0 {
+		return 0, 0, errdefs.Unprocessable("blob_quota_exceeded",
+			"project %s already holds %d bytes of blobs against a quota of %d bytes", projectID, used, limit)
+	}
+	return room, limit, nil
+}
+
+// StaticBlobQuota gives every project the same blob storage quota.
+type StaticBlobQuota int64
+
+// BlobQuotaBytes implements BlobQuota.
+func (q StaticBlobQuota) BlobQuotaBytes(context.Context, string) (int64, error) { return int64(q), nil }
+
+type quotaError struct{ limit int64 }
+
+func (e *quotaError) Error() string { return "blob quota exceeded" }
+
+// quotaReader fails once more than room bytes have been read.
+type quotaReader struct {
+	r           io.Reader
+	room, limit int64
+	read        int64
+}
+
+func (q *quotaReader) Read(p []byte) (int, error) {
+	n, err := q.r.Read(p)
+	q.read += int64(n)
+	if q.read > q.room {
+		return n, &quotaError{limit: q.limit}
+	}
+	return n, err
 }
 
 // AppendUpload streams body into the upload at offset (which must be the

@@ -43,6 +43,9 @@ type Deps struct {
 	Vault CredentialVault
 	// Instances answers "does a live instance use this digest"; nil means no instances exist.
 	Instances InstanceUsage
+	// BlobQuota caps a project's blob storage; nil means no per-project cap
+	// (the blob store's object size limit still applies).
+	BlobQuota BlobQuota
 	// IntentTTL is the default lifetime of intents; WrapTTL of wrapping tokens.
 	IntentTTL time.Duration
 	WrapTTL   time.Duration

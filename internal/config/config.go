@@ -43,6 +43,8 @@ type Config struct {
 	RegistryDir      string        // embedded registry storage; default <data-dir>/registry
 	BlobDir          string        // project blob storage; default <data-dir>/blobs
 	RegistryTokenTTL time.Duration // lifetime of registry bearer tokens
+	MaxBlobBytes     int64         // largest project blob object
+	ProjectBlobQuota int64         // bytes of blob artifacts per project; 0 = no quota
 
 	CredentialRate  float64 // sign-in/token requests per second per client address (0: no limit)
 	CredentialBurst int
@@ -101,6 +103,7 @@ func Defaults() Config {
 		IdleTimeout:            120 * time.Second,
 		StreamTimeout:          time.Hour,
 		RegistryTokenTTL:       5 * time.Minute,
+		MaxBlobBytes:           64 << 30,
 		CredentialRate:         5,
 		CredentialBurst:        20,
 		BillingCurrency:        "USD",
@@ -144,6 +147,8 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.BlobDir, "blob-dir", c.BlobDir, "project blob storage (default <data-dir>/blobs)")
 	fs.Float64Var(&c.CredentialRate, "credential-rate", c.CredentialRate, "sign-in and token-exchange requests per second per client address (0 disables)")
 	fs.IntVar(&c.CredentialBurst, "credential-burst", c.CredentialBurst, "burst allowed above --credential-rate")
+	fs.Int64Var(&c.MaxBlobBytes, "max-blob-bytes", c.MaxBlobBytes, "largest project blob object in bytes (uploads past it are refused and purged)")
+	fs.Int64Var(&c.ProjectBlobQuota, "project-blob-quota-bytes", c.ProjectBlobQuota, "bytes of blob artifacts each project may hold (0: no quota)")
 	fs.DurationVar(&c.RegistryTokenTTL, "registry-token-ttl", c.RegistryTokenTTL, "lifetime of registry bearer tokens")
 	fs.StringVar(&c.BillingCurrency, "billing-currency", c.BillingCurrency, "ISO 4217 code of the currency of prices, budgets and the ledger")
 	fs.DurationVar(&c.BillingMaxEventAge, "billing-max-event-age", c.BillingMaxEventAge, "how late an app usage event may arrive and still be accepted")
@@ -226,6 +231,9 @@ func (c *Config) Validate() error {
 	}
 	if c.IdempotencyTTL < time.Minute {
 		errs = append(errs, errors.New("--idempotency-ttl must be at least 1m"))
+	}
+	if c.MaxBlobBytes < 1 || c.ProjectBlobQuota < 0 {
+		errs = append(errs, errors.New("--max-blob-bytes must be positive and --project-blob-quota-bytes not negative"))
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("--max-body-bytes must be at least 1024"))

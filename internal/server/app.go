@@ -114,7 +114,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})
 	tokens.SA = sa
 	cat := catalog.NewService(catalog.Deps{DB: db, IAM: svc, Logger: logger})
-	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg.DataDir, cfg.BlobDir, key); err != nil {
+	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg, key); err != nil {
 		return nil, err
 	}
 	if a.events, err = a.newEventParts(ctx); err != nil {
@@ -125,7 +125,11 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 			a.events.close()
 		}
 	}()
-	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs})
+	var quota artifacts.BlobQuota
+	if cfg.ProjectBlobQuota > 0 {
+		quota = artifacts.StaticBlobQuota(cfg.ProjectBlobQuota)
+	}
+	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota})
 	cat.SetArtifactGate(arts)
 	a.Nodes = nodes.New(nodes.Deps{DB: db, IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger,
 		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/gpuaas/gpuaas/internal/config"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -26,11 +27,12 @@ type artifactParts struct {
 	registry   *registry.Registry
 }
 
-func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, dataDir, blobDir string, masterKey []byte) (*artifactParts, error) {
+func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, cfg config.Config, masterKey []byte) (*artifactParts, error) {
+	blobDir := cfg.BlobDir
 	if blobDir == "" {
-		blobDir = filepath.Join(dataDir, "blobs")
+		blobDir = filepath.Join(cfg.DataDir, "blobs")
 	}
-	blobs, err := blobstore.New(blobDir, blobstore.Options{})
+	blobs, err := blobstore.New(blobDir, blobstore.Options{MaxObjectSize: cfg.MaxBlobBytes})
 	if err != nil {
 		return nil, fmt.Errorf("blob store: %w", err)
 	}

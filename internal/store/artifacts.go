@@ -309,3 +309,12 @@ func (q *Queries) LiveAppArtifactsOfVersion(ctx context.Context, appSlug, appVer
 	}
 	return collect(rows, scanAppArtifact)
 }
+
+// ProjectBlobBytes sums the sizes of a project's registered blob artifacts
+// that still hold storage (revoked and retired ones included: their bytes
+// stay until deleted).
+func (q *Queries) ProjectBlobBytes(ctx context.Context, projectID string) (int64, error) {
+	var n int64
+	err := q.queryRow(ctx, `SELECT COALESCE(SUM(size_bytes), 0) FROM app_artifacts WHERE project_id = ? AND artifact_kind = 'blob'`, projectID).Scan(&n)
+	return n, mapErr(err)
+}
