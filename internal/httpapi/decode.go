@@ -9,6 +9,7 @@ import (
 	"mime"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 )
@@ -30,6 +31,9 @@ func decode(r *http.Request, v any) error {
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return decodeError(io.EOF)
+	}
+	if err := checkTextLimits(body); err != nil {
+		return err
 	}
 	if err := checkJSONText(body); err != nil {
 		return err
@@ -103,4 +107,68 @@ func required(fields map[string]string) error {
 	}
 	sortFieldErrors(fe)
 	return errdefs.Validation(fe)
+}
+
+// Free text has limits a person can read in the contract: a reason is at
+// most MaxReasonLen characters, any other string in a JSON body at most
+// MaxTextLen. Structured documents (config, parameters) are bounded by the
+// body limit and by their own schemas.
+const (
+	MaxReasonLen = 1024
+	MaxTextLen   = 8192
+)
+
+// checkTextLimits walks every string of a JSON body and refuses one past its
+// limit, naming the field. Invalid JSON is left to the decoder.
+func checkTextLimits(body []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	var path []string // JSON pointer segments of the value being read
+	type frame struct {
+		object  bool
+		wantKey bool
+		index   int
+	}
+	var stack []frame
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil
+		}
+		top := len(stack) - 1
+		if top >= 0 && stack[top].object && stack[top].wantKey {
+			if key, ok := tok.(string); ok {
+				path = append(path[:top], key)
+				stack[top].wantKey = false
+				continue
+			}
+		}
+		if top >= 0 && !stack[top].object {
+			path = append(path[:top], fmt.Sprint(stack[top].index))
+			stack[top].index++
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{', '[':
+				stack = append(stack, frame{object: v == '{', wantKey: v == '{'})
+				continue
+			case '}', ']':
+				stack = stack[:len(stack)-1]
+				path = path[:min(len(path), len(stack))]
+			}
+		case string:
+			limit := MaxTextLen
+			if len(path) > 0 && strings.HasSuffix(path[len(path)-1], "reason") {
+				limit = MaxReasonLen
+			}
+			if n := utf8.RuneCountInString(v); n > limit {
+				field := "/" + strings.Join(path, "/")
+				return errdefs.Validation([]errdefs.FieldError{{Field: field, Code: "too_long",
+					Message: fmt.Sprintf("must be at most %d characters (got %d)", limit, n)}})
+			}
+		}
+		if len(stack) > 0 && stack[len(stack)-1].object {
+			stack[len(stack)-1].wantKey = true
+		}
+	}
 }
