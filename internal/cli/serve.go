@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"net"
+	"os"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/config"
@@ -36,6 +38,15 @@ seeds a dev org, project and platform admin (once), and writes
 			if err := c.Validate(); err != nil {
 				return err
 			}
+			lock, err := server.LockDataDir(c.DataDir)
+			if err != nil {
+				return err
+			}
+			defer lock.Close()
+			// A taken port should fail before migrations touch the database.
+			if err := checkListen(c.Listen); err != nil {
+				return err
+			}
 			ctx := cmd.Context()
 			app, err := server.New(ctx, c, nil)
 			if err != nil {
@@ -49,6 +60,7 @@ seeds a dev org, project and platform admin (once), and writes
 			if err != nil {
 				return err
 			}
+			_ = lock.Describe(fmt.Sprintf("gpuaas dev (pid %d, API %s)", os.Getpid(), creds.APIURL))
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "\ngpuaas dev is running\n  API:          %s\n  registry:     %s (OCI, token auth; push with publish-intent credentials)\n  admin:        %s\n  credentials:  %s\n  data dir:     %s\n\n",
 				creds.APIURL, app.RegistryHost(), creds.AdminEmail, server.CredentialsPath(c.DataDir), c.DataDir)
@@ -129,4 +141,13 @@ func migrate(ctx context.Context, cmd *cobra.Command, url string) error {
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "applied %d migration(s); %s schema is at version %d\n", n, db.Dialect(), v)
 	return nil
+}
+
+// checkListen fails early, with the address named, when it cannot be bound.
+func checkListen(addr string) error {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("cannot listen on %s: %w (is another gpuaas running? pass --listen)", addr, err)
+	}
+	return l.Close()
 }

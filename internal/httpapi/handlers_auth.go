@@ -37,7 +37,8 @@ func (a *API) jwks(w http.ResponseWriter, r *http.Request) error {
 
 func (a *API) openapi(w http.ResponseWriter, r *http.Request) error {
 	w.Header().Set("Content-Type", "application/yaml")
-	_, err := w.Write(a.OpenAPI)
+	w.Header().Set("Vary", "Host")
+	_, err := w.Write(withServerOrigin(a.OpenAPI, r))
 	return err
 }
 
