@@ -31,7 +31,7 @@ func TestOpenAPIIsValid(t *testing.T) {
 	for _, e := range verrs {
 		t.Errorf("openapi.yaml: %s: %s", e.Message, e.Reason)
 		for _, se := range e.SchemaValidationErrors {
-			t.Errorf("  %s (line %d): %s", se.Location, se.Line, se.Reason)
+			t.Errorf("  %s (line %d): %s", se.KeywordLocation, se.Line, se.Reason)
 		}
 	}
 	if !ok && len(verrs) == 0 {

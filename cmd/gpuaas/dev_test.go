@@ -44,7 +44,8 @@ func buildBinary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "gpuaas")
-		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		// -buildvcs=true: stamp the commit even where GOFLAGS turns it off.
+		cmd := exec.Command("go", "build", "-buildvcs=true", "-o", binPath, ".")
 		cmd.Stderr = os.Stderr
 		buildErr = cmd.Run()
 	})

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/buildinfo"
 	"github.com/spf13/cobra"
 )
 
@@ -148,7 +149,7 @@ func apiClient(cmd *cobra.Command) (*client.Client, error) {
 // cliClient is the CLI's API client of baseURL.
 func cliClient(baseURL, token string) *client.Client {
 	c := client.New(baseURL, token)
-	c.UserAgent = "gpuaas-cli/" + Version
+	c.UserAgent = "gpuaas-cli/" + buildinfo.Read().Version
 	return c
 }
 

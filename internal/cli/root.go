@@ -4,18 +4,17 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
-)
 
-// Version is set at build time (-ldflags "-X …/cli.Version=v1.2.3").
-var Version = "dev"
+	"github.com/gpuaas/gpuaas/internal/buildinfo"
+)
 
 // Execute runs the command line and returns the process exit code.
 func Execute() int {
@@ -53,20 +52,25 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 }
 
 func newVersionCmd() *cobra.Command {
-	return &cobra.Command{
+	var asJSON bool
+	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the gpuaas version",
+		Short: "Print the gpuaas version, commit and build date",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := Version
-			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" {
-				for _, s := range bi.Settings {
-					if s.Key == "vcs.revision" {
-						v += "+" + s.Value
-					}
-				}
+			in := buildinfo.Read()
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(in)
 			}
-			fmt.Fprintln(cmd.OutOrStdout(), "gpuaas", v)
+			modified := ""
+			if in.Modified {
+				modified = " (modified)"
+			}
+			fmt.Fprintf(out, "gpuaas %s\ncommit:  %s%s\nbuilt:   %s\ngo:      %s\n", in.Version, in.Commit, modified, in.Date, in.GoVersion)
 			return nil
 		},
 	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	return cmd
 }
