@@ -8,11 +8,13 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/agent"
 	"github.com/spf13/cobra"
+
+	"github.com/gpuaas/gpuaas/internal/buildinfo"
 )
 
 func init() {
 	// gpuaas dev runs one in-process agent when Docker answers.
-	devAgentStarter = agent.DevStarter(Version)
+	devAgentStarter = agent.DevStarter(buildinfo.Read().Version)
 }
 
 func newAgentCmd() *cobra.Command {
@@ -31,7 +33,7 @@ task queue and runs workloads on the local Docker engine.`,
 				return fmt.Errorf("--log-level: %w", err)
 			}
 			cfg.Logger = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: lvl}))
-			cfg.Version = Version
+			cfg.Version = buildinfo.Read().Version
 			if cfg.JoinToken == "" {
 				cfg.JoinToken = os.Getenv("GPUAAS_JOIN_TOKEN")
 			}
