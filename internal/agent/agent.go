@@ -59,6 +59,8 @@ type Agent struct {
 	invDigest string // digest the server holds
 	interval  time.Duration
 	pollFails int
+	inv       nodeapi.Inventory
+	invAt     time.Time
 	lastBeat  time.Time
 
 	executed atomic.Int64 // tasks executed (not re-reported) by this process
@@ -187,6 +189,25 @@ func (a *Agent) inventory(ctx context.Context) nodeapi.Inventory {
 		}})
 }
 
+// inventoryEvery is how often the inventory is read again (nvidia-smi and
+// the engine are asked); heartbeats in between reuse the last reading.
+const inventoryEvery = time.Minute
+
+func (a *Agent) cachedInventory(ctx context.Context) nodeapi.Inventory {
+	a.mu.Lock()
+	if time.Since(a.invAt) < inventoryEvery {
+		inv := a.inv
+		a.mu.Unlock()
+		return inv
+	}
+	a.mu.Unlock()
+	inv := a.inventory(ctx)
+	a.mu.Lock()
+	a.inv, a.invAt = inv, time.Now()
+	a.mu.Unlock()
+	return inv
+}
+
 // authed returns an API client carrying a fresh node token.
 func (a *Agent) authed(ctx context.Context) (*client.Client, error) {
 	t, err := a.tok.Get(ctx)
@@ -233,7 +254,7 @@ func (a *Agent) heartbeat(ctx context.Context) error {
 	if ws, err := a.drv.Workloads(ctx); err == nil {
 		hb.Workloads = ws
 	}
-	inv := a.inventory(ctx)
+	inv := a.cachedInventory(ctx)
 	_, digest, err := inv.Canonical()
 	if err != nil {
 		return err

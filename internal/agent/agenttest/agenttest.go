@@ -15,18 +15,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 )
 
-// ImageLabel marks every image these tests build, so cleanup finds them.
-const ImageLabel = "io.gpuaas.test=agent"
+// ImageLabel marks every image these tests build; its value is unique per
+// test, so one test's cleanup never removes another's (packages run in
+// parallel) and cleanup finds what an interrupted step left.
+const ImageLabel = "io.gpuaas.test.agent"
 
 // Docker runs the docker CLI (only to build and push test images; the agent
 // itself speaks the Engine API) with a private config directory.
 type Docker struct {
 	T      testing.TB
 	config string
+	id     string // this test's ImageLabel value
 }
+
+func (d Docker) label() string { return ImageLabel + "=" + d.id }
 
 // Run runs one docker command.
 func (d Docker) Run(stdin string, args ...string) (string, error) {
@@ -54,7 +60,7 @@ func (d Docker) Must(stdin string, args ...string) string {
 // RequireDocker skips loudly without a Docker engine, and fails with CI=true.
 func RequireDocker(t testing.TB) Docker {
 	t.Helper()
-	d := Docker{T: t, config: t.TempDir()}
+	d := Docker{T: t, config: t.TempDir(), id: uuid.NewString()}
 	why := ""
 	if _, err := exec.LookPath("docker"); err != nil {
 		why = "no docker CLI on PATH"
@@ -72,7 +78,7 @@ func RequireDocker(t testing.TB) Docker {
 
 // RemoveImages deletes every image this package built.
 func (d Docker) RemoveImages() {
-	out, _ := d.Run("", "images", "-q", "--no-trunc", "--filter", "label="+ImageLabel)
+	out, _ := d.Run("", "images", "-q", "--no-trunc", "--filter", "label="+d.label())
 	for _, id := range strings.Fields(out) {
 		d.Run("", "rmi", "-f", id)
 	}
@@ -134,7 +140,7 @@ func PushServerImage(t testing.TB, d Docker, s *servertest.Server, admin *server
 	files := map[string]string{
 		"go.mod":     "module srv\n\ngo 1.21\n",
 		"main.go":    serverSource,
-		"Dockerfile": "FROM scratch\nLABEL " + ImageLabel + "\nCOPY srv /srv\nEXPOSE 8080\nENTRYPOINT [\"/srv\"]\n",
+		"Dockerfile": "FROM scratch\nLABEL " + d.label() + "\nCOPY srv /srv\nEXPOSE 8080\nENTRYPOINT [\"/srv\"]\n",
 	}
 	for n, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte(body), 0o644); err != nil {
