@@ -143,7 +143,7 @@ func TestInstanceSurvivesServerKill(t *testing.T) {
 		}
 		return okResult(task)
 	})
-	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "survivor"}).Want(t, 202)
+	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "survivor", "target_allocation_id": e.alloc}).Want(t, 202)
 	id := cr.String("id")
 	waitHeld(t, held, nodeapi.KindContainerRun)
 	if st := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200).String("status"); st != "deploying" {
