@@ -37,7 +37,22 @@ type pageFlags struct {
 func (f *pageFlags) add(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.limit, "limit", 0, "page size (1-500)")
 	cmd.Flags().StringVar(&f.cursor, "cursor", "", "cursor from a previous page")
-	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the JSON response")
+	addJSONAlias(cmd, &f.asJSON)
+}
+
+// addJSONAlias keeps --json working as a hidden alias of -o json.
+func addJSONAlias(cmd *cobra.Command, v *bool) {
+	cmd.Flags().BoolVar(v, "json", false, "same as -o json")
+	_ = cmd.Flags().MarkHidden("json")
+}
+
+// tableFormat reports whether the command prints a table (not -o json|yaml or --json).
+func tableFormat(cmd *cobra.Command, asJSON bool) (bool, error) {
+	if asJSON {
+		return false, cmd.Flag("output").Value.Set(outputJSON)
+	}
+	f, err := outputFormat(cmd)
+	return f == outputTable, err
 }
 
 func (f *pageFlags) options() client.CatalogListOptions {
@@ -47,8 +62,11 @@ func (f *pageFlags) options() client.CatalogListOptions {
 // printPage prints a page as JSON (--json) or as a table under header, one
 // row per item, ending with the cursor of the next page when there is one.
 func printPage[T any](cmd *cobra.Command, f *pageFlags, page client.CatalogPage[T], header string, row func(T) string) error {
-	if f.asJSON {
-		return printJSON(cmd, page)
+	if table, err := tableFormat(cmd, f.asJSON); err != nil || !table {
+		if err != nil {
+			return err
+		}
+		return printResult(cmd, page)
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, header)
@@ -131,8 +149,11 @@ func newAppCatalogCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(cmd, page)
+			if table, err := tableFormat(cmd, asJSON); err != nil || !table {
+				if err != nil {
+					return err
+				}
+				return printResult(cmd, page)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SLUG\tNAME\tLAUNCHABLE VERSIONS")
@@ -150,7 +171,7 @@ func newAppCatalogCmd() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON response")
+	addJSONAlias(cmd, &asJSON)
 	_ = cmd.MarkFlagRequired("project")
 	return cmd
 }
@@ -169,6 +190,12 @@ func newAppTransitionCmd(action, short string) *cobra.Command {
 			v, err := c.TransitionAppVersion(cmd.Context(), args[0], args[1], action, reason)
 			if err != nil {
 				return err
+			}
+			if table, err := tableFormat(cmd, false); err != nil || !table {
+				if err != nil {
+					return err
+				}
+				return printResult(cmd, v)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s is now %s\n", v.AppSlug, v.Version, v.Status)
 			return nil

@@ -80,7 +80,7 @@ func TestArtifactCLI(t *testing.T) {
 	loginAdmin()
 	keyFile := filepath.Join(dir, "publisher.json")
 	must("sa", "create", "--name", "publisher", "--slug", "publisher", "--key-file", keyFile)
-	must("sa", "token", "--key-file", keyFile)
+	must("sa", "token", "--key-file", keyFile, "--activate")
 	if c, err := loadCredentials(); err != nil || !strings.HasPrefix(c.Principal, "service_account:") {
 		t.Fatalf("cached principal after sa token: %+v %v", c, err)
 	}

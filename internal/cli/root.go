@@ -49,6 +49,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	root.SetErr(errOut)
 	root.AddCommand(newVersionCmd(), newDevCmd(), newServerCmd(), newMigrateCmd())
 	root.AddCommand(apiCommands()...)
+	addOutputFlag(root)
 	return root
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -254,8 +255,8 @@ func newSADeleteCmd() *cobra.Command {
 
 func newSATokenCmd() *cobra.Command {
 	var (
-		keyFile, saID, keyID string
-		printToken           bool
+		keyFile, saID, keyID, profile string
+		printToken, activate          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "token --key-file FILE",
@@ -263,19 +264,25 @@ func newSATokenCmd() *cobra.Command {
 		Long: `Reads a key file written by "gpuaas sa create/rotate-key --key-file" (or a PEM
 private key with --service-account-id and --key-id), signs a one-time JWT
 assertion locally — the private key never leaves this machine — and exchanges
-it for an access token. The token is cached (mode 0600) for later commands,
-or printed with --print (for GPUAAS_TOKEN=$(gpuaas sa token --key-file F --print)).`,
+it for an access token. The token is stored (mode 0600) in its own profile —
+--profile, default the key file's name without extension (publisher.json:
+"publisher") — beside a person's login, which stays active unless --activate
+(or no profile is active yet). Act as it with --as NAME or GPUAAS_PROFILE=NAME.
+--print prints the token instead (GPUAAS_TOKEN=$(gpuaas sa token --key-file F --print)).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			kf, err := loadKey(keyFile, saID, keyID)
 			if err != nil {
 				return err
 			}
-			cache, err := loadCredentials()
+			if profile == "" {
+				profile = strings.TrimSuffix(filepath.Base(keyFile), filepath.Ext(keyFile))
+			}
+			cfg, err := loadConfig()
 			if err != nil {
 				return err
 			}
-			base, explicit := apiURL(cmd, cache)
+			base, explicit := apiURL(cmd, cfg.Profiles[profile])
 			if !explicit && kf.TokenURL != "" {
 				base = strings.TrimSuffix(kf.TokenURL, client.ServiceAccountTokenPath)
 			}
@@ -288,17 +295,21 @@ or printed with --print (for GPUAAS_TOKEN=$(gpuaas sa token --key-file F --print
 				fmt.Fprintln(cmd.OutOrStdout(), t.AccessToken)
 				return nil
 			}
-			path, err := cacheToken(c.BaseURL, "service_account:"+kf.ServiceAccountID, t)
+			path, err := cacheToken(profile, activate, c.BaseURL, "service_account:"+kf.ServiceAccountID, t)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "Token for service account %s cached in %s (valid %ds)\n", kf.ServiceAccountID, path, t.ExpiresIn)
+			cfg, _ = loadConfig()
+			fmt.Fprintf(cmd.ErrOrStderr(), "Token for service account %s stored in profile %q in %s (valid %ds); act as it with --as %s or %s=%s. Active profile: %q\n",
+				kf.ServiceAccountID, profile, path, t.ExpiresIn, profile, envProfile, profile, cfg.Active)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&keyFile, "key-file", "", "key file (JSON from sa create/rotate-key) or a PEM private key")
 	cmd.Flags().StringVar(&saID, "service-account-id", "", "service account id (overrides the key file's)")
 	cmd.Flags().StringVar(&keyID, "key-id", "", "key id (overrides the key file's)")
+	cmd.Flags().StringVar(&profile, "profile", "", "profile to store the token in (default: the key file's name without extension)")
+	cmd.Flags().BoolVar(&activate, "activate", false, "make the profile the active one")
 	cmd.Flags().BoolVar(&printToken, "print", false, "print the token to stdout instead of caching it")
 	_ = cmd.MarkFlagRequired("key-file")
 	return cmd

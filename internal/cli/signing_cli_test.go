@@ -123,7 +123,7 @@ func TestArtifactSigningCLI(t *testing.T) {
 	// The publishing service account pushes and signs.
 	saKey := filepath.Join(dir, "publisher.json")
 	must("sa", "create", "--name", "publisher", "--slug", "publisher", "--key-file", saKey)
-	must("sa", "token", "--key-file", saKey)
+	must("sa", "token", "--key-file", saKey, "--activate")
 	if _, _, err := run("artifact", "signing-key", "add", "--name", "sa", "--public-key-file", rogue+".pub"); err == nil || !strings.Contains(err.Error(), "HTTP 403") {
 		t.Fatalf("a service account registered a signing key: %v", err)
 	}
