@@ -215,7 +215,8 @@ func newArtifactListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd, map[string]any{"items": items, "next_cursor": next})
+			return printResult(cmd, map[string]any{"items": items, "next_cursor": next},
+				"id", "app_slug", "app_version", "artifact_name", "lifecycle_state", "trust_state", "digest")
 		},
 	}
 	c.Flags().StringVar(&f.AppSlug, "app", "", "filter by app slug")
@@ -240,10 +241,14 @@ func newArtifactShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd, a)
+			return printResult(cmd, a, artifactFields...)
 		},
 	}
 }
+
+// artifactFields are the rows of an artifact in a table.
+var artifactFields = []string{"id", "app_slug", "app_version", "artifact_name", "artifact_kind", "repository", "digest",
+	"lifecycle_state", "trust_state", "trust_reason", "trust_detail", "signature_required", "revoked"}
 
 func newArtifactTransitionCmd(action string) *cobra.Command {
 	var reason, target string
@@ -263,7 +268,13 @@ func newArtifactTransitionCmd(action string) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd, a)
+			if err := printResult(cmd, a, artifactFields...); err != nil {
+				return err
+			}
+			if action == "verify" && a.TrustState == "failed" {
+				return failure{fmt.Sprintf("verification of %s ended %s: %s %s", a.ID, a.TrustState, a.TrustReason, a.TrustDetail)}
+			}
+			return nil
 		},
 	}
 	c.Flags().StringVar(&reason, "reason", "", "why (audited)")

@@ -28,6 +28,11 @@ const (
 // addOutputFlag gives cmd and everything under it -o/--output.
 func addOutputFlag(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringP("output", "o", "", "output format: table, json or yaml (default: table on a terminal, json otherwise)")
+	// A bad -o is refused before the verb acts, not after a write succeeded.
+	cmd.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
+		_, err := outputFormat(cmd)
+		return err
+	}
 }
 
 // outputFormat is the format the command prints in.

@@ -26,7 +26,7 @@ func Execute() int {
 		if code, ok := err.(exitCode); ok {
 			return int(code)
 		}
-		fmt.Fprintln(os.Stderr, "error:", err)
+		fmt.Fprintln(os.Stderr, "error:", describeError(err))
 		return 1
 	}
 	return 0
@@ -50,6 +50,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	root.AddCommand(newVersionCmd(), newDevCmd(), newServerCmd(), newMigrateCmd())
 	root.AddCommand(apiCommands()...)
 	addOutputFlag(root)
+	requireKnownSubcommands(root)
 	return root
 }
 

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"bytes"
 	"context"
 	"crypto"
@@ -194,7 +195,12 @@ func TestArtifactSigningCLI(t *testing.T) {
 	if a.TrustState != "verified" || a.VerifiedKeyID != key.ID {
 		t.Fatalf("verify of the signed image: %s", out)
 	}
-	out, _ = must("artifact", "verify", unknown.ID)
+	// A verification that ends failed exits 1 with the reason, though HTTP said 200.
+	out, _, err = run("artifact", "verify", unknown.ID)
+	var f failure
+	if !errors.As(err, &f) || !strings.Contains(describeError(err), string(signature.ReasonSignatureInvalid)) {
+		t.Fatalf("failed verify must be an error naming the reason: %v", err)
+	}
 	decode(out, &a)
 	if a.TrustState != "failed" || a.TrustReason != string(signature.ReasonSignatureInvalid) {
 		t.Fatalf("verify of the image signed by an unregistered key: %s", out)
