@@ -1,11 +1,11 @@
 package cli
 
 import (
-	"errors"
 	"bytes"
 	"context"
 	"crypto"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
