@@ -24,6 +24,7 @@ func newAppCmd() *cobra.Command {
 		newAppTransitionCmd("retire", "Retire a deprecated version (refused while a live instance uses it)"),
 		newAppEntitleCmd(), newAppEntitlementsCmd(), newAppPreviewCmd())
 	addClientFlags(cmd)
+	projectFlag(cmd, true)
 	return cmd
 }
 
@@ -133,7 +134,6 @@ func newAppVersionsCmd() *cobra.Command {
 
 func newAppCatalogCmd() *cobra.Command {
 	var (
-		project string
 		asJSON  bool
 	)
 	cmd := &cobra.Command{
@@ -141,7 +141,7 @@ func newAppCatalogCmd() *cobra.Command {
 		Short: "List the apps a project is entitled to and their launchable versions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -170,9 +170,7 @@ func newAppCatalogCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
 	addJSONAlias(cmd, &asJSON)
-	_ = cmd.MarkFlagRequired("project")
 	return cmd
 }
 
@@ -208,7 +206,6 @@ func newAppTransitionCmd(action, short string) *cobra.Command {
 
 func newAppEntitleCmd() *cobra.Command {
 	var (
-		project string
 		disable bool
 		o       client.PolicyOverrides
 	)
@@ -217,7 +214,7 @@ func newAppEntitleCmd() *cobra.Command {
 		Short: "Enable (or --disable) an app for a project, optionally narrowing modes, scopes and versions (project admin)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := apiClient(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -228,24 +225,21 @@ func newAppEntitleCmd() *cobra.Command {
 			return printJSON(cmd, e)
 		},
 	}
-	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
 	cmd.Flags().BoolVar(&disable, "disable", false, "disable the entitlement instead of enabling it")
 	cmd.Flags().StringSliceVar(&o.AllowedOperatingModes, "mode", nil, "allowed operating mode (repeatable): tenant_dedicated, platform_managed")
 	cmd.Flags().StringSliceVar(&o.AllowedControlPlaneScopes, "scope", nil, "allowed control-plane scope (repeatable): project, tenant, platform")
 	cmd.Flags().StringSliceVar(&o.AllowedVersions, "version", nil, "allowed version (repeatable); none means every published version")
 	cmd.Flags().BoolVar(&o.CanaryOptIn, "canary", false, "opt the project into canary artifacts")
-	_ = cmd.MarkFlagRequired("project")
 	return cmd
 }
 
 func newAppEntitlementsCmd() *cobra.Command {
-	var project string
 	cmd := &cobra.Command{
 		Use:   "entitlements --project ID",
 		Short: "List a project's app entitlements",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -256,14 +250,11 @@ func newAppEntitlementsCmd() *cobra.Command {
 			return printJSON(cmd, page)
 		},
 	}
-	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
-	_ = cmd.MarkFlagRequired("project")
 	return cmd
 }
 
 func newAppPreviewCmd() *cobra.Command {
 	var (
-		project                       string
 		req                           client.LaunchRequest
 		gpus, cpus, mem, port         int
 		config, placement, parameters string
@@ -300,7 +291,7 @@ func newAppPreviewCmd() *cobra.Command {
 				}
 				*d.dst = json.RawMessage(d.v)
 			}
-			c, err := apiClient(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -316,7 +307,6 @@ func newAppPreviewCmd() *cobra.Command {
 			return printJSON(cmd, eff)
 		},
 	}
-	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
 	cmd.Flags().StringVar(&req.OperatingMode, "mode", "", "operating mode hint")
 	cmd.Flags().StringVar(&req.ControlPlaneScope, "scope", "", "control-plane scope hint")
 	cmd.Flags().IntVar(&gpus, "gpus", 0, "GPU count")
@@ -326,6 +316,5 @@ func newAppPreviewCmd() *cobra.Command {
 	cmd.Flags().StringVar(&config, "config", "", "config as JSON")
 	cmd.Flags().StringVar(&placement, "placement", "", "placement intent as JSON")
 	cmd.Flags().StringVar(&parameters, "params", "", "launch parameters as JSON")
-	_ = cmd.MarkFlagRequired("project")
 	return cmd
 }

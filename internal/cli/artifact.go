@@ -25,7 +25,7 @@ func newArtifactCmd() *cobra.Command {
 		Short: "App artifacts: publish (intent → push → register), list, verify and promote",
 	}
 	addClientFlags(cmd)
-	cmd.PersistentFlags().String("project", "", "project id (env GPUAAS_PROJECT_ID)")
+	projectFlag(cmd, true)
 	cmd.AddCommand(newArtifactPushCmd(), newArtifactListCmd(), newArtifactShowCmd(),
 		newArtifactKeygenCmd(), newSigningKeyCmd())
 	for _, a := range []string{"promote", "verify", "revoke", "deprecate", "retire"} {
@@ -229,7 +229,7 @@ func newArtifactListCmd() *cobra.Command {
 
 func newArtifactShowCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "show ARTIFACT_ID",
+		Use:   "show ARTIFACT_ID|APP/VERSION/NAME",
 		Short: "Show one artifact",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -237,7 +237,11 @@ func newArtifactShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a, err := api.GetArtifact(cmd.Context(), pid, args[0])
+			id, err := resolveArtifact(cmd.Context(), api, pid, args[0])
+			if err != nil {
+				return err
+			}
+			a, err := api.GetArtifact(cmd.Context(), pid, id)
 			if err != nil {
 				return err
 			}
@@ -253,7 +257,7 @@ var artifactFields = []string{"id", "app_slug", "app_version", "artifact_name", 
 func newArtifactTransitionCmd(action string) *cobra.Command {
 	var reason, target string
 	c := &cobra.Command{
-		Use:   action + " ARTIFACT_ID",
+		Use:   action + " ARTIFACT_ID|APP/VERSION/NAME",
 		Short: strings.ToUpper(action[:1]) + action[1:] + " an artifact (recorded in the audit log with --reason)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -264,7 +268,11 @@ func newArtifactTransitionCmd(action string) *cobra.Command {
 			if reason == "" && action != "verify" {
 				return errors.New("--reason is required: it is recorded in the audit log")
 			}
-			a, err := api.TransitionArtifact(cmd.Context(), pid, args[0], action, target, reason)
+			id, err := resolveArtifact(cmd.Context(), api, pid, args[0])
+			if err != nil {
+				return err
+			}
+			a, err := api.TransitionArtifact(cmd.Context(), pid, id, action, target, reason)
 			if err != nil {
 				return err
 			}

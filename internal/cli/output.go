@@ -141,7 +141,9 @@ func writeTable(out io.Writer, g any, columns []string) error {
 	if len(columns) == 0 && len(items) > 0 {
 		if first, ok := items[0].(map[string]any); ok {
 			for _, k := range sortedKeys(first) {
-				if _, nested := first[k].(map[string]any); !nested {
+				switch first[k].(type) {
+				case map[string]any, []any: // nested: -o json shows them
+				default:
 					columns = append(columns, k)
 				}
 			}

@@ -22,7 +22,7 @@ func newSACmd() *cobra.Command {
 		Short: "Service accounts: machine identities of a project and their short-lived tokens",
 	}
 	addClientFlags(cmd)
-	cmd.PersistentFlags().String("project", "", "project id (env GPUAAS_PROJECT_ID)")
+	projectFlag(cmd, true)
 	cmd.AddCommand(newSACreateCmd(), newSAListCmd(), newSAGetCmd(),
 		newSAStatusCmd("disable"), newSAStatusCmd("enable"),
 		newSARotateCmd(), newSADeleteCmd(), newSATokenCmd())
@@ -36,14 +36,28 @@ func projectOf(cmd *cobra.Command) (string, error) {
 	return "", errors.New("name the project with --project or GPUAAS_PROJECT_ID")
 }
 
-// projectClient returns the project and the API client of a verb.
+// projectClient returns the project id (--project or GPUAAS_PROJECT_ID,
+// an id or a slug) and the API client of a verb.
 func projectClient(cmd *cobra.Command) (string, *client.Client, error) {
 	project, err := projectOf(cmd)
 	if err != nil {
 		return "", nil, err
 	}
 	c, err := apiClient(cmd)
+	if err != nil {
+		return "", nil, err
+	}
+	project, err = resolveProject(cmd.Context(), c, project)
 	return project, c, err
+}
+
+// saClient is projectClient plus the service account args[0] names (id or slug).
+func saClient(cmd *cobra.Command, ref string) (project, id string, c *client.Client, err error) {
+	if project, c, err = projectClient(cmd); err != nil {
+		return "", "", nil, err
+	}
+	id, err = resolveServiceAccount(cmd.Context(), c, project, ref)
+	return project, id, c, err
 }
 
 // keyOutput is how create and rotate-key hand over a new private key.
@@ -150,7 +164,7 @@ func newSAListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd, l)
+			return printResult(cmd, l, "id", "slug", "name", "status", "roles", "created_at")
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "page size (1-500)")
@@ -160,15 +174,15 @@ func newSAListCmd() *cobra.Command {
 
 func newSAGetCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "get SERVICE_ACCOUNT_ID",
+		Use:   "get SERVICE_ACCOUNT",
 		Short: "Show one service account",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			project, c, err := projectClient(cmd)
+			project, id, c, err := saClient(cmd, args[0])
 			if err != nil {
 				return err
 			}
-			a, err := c.GetServiceAccount(cmd.Context(), project, args[0])
+			a, err := c.GetServiceAccount(cmd.Context(), project, id)
 			if err != nil {
 				return err
 			}
@@ -183,11 +197,11 @@ func newSAStatusCmd(verb string) *cobra.Command {
 		"enable":  "Enable a disabled service account",
 	}[verb]
 	return &cobra.Command{
-		Use:   verb + " SERVICE_ACCOUNT_ID",
+		Use:   verb + " SERVICE_ACCOUNT",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			project, c, err := projectClient(cmd)
+			project, id, c, err := saClient(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -195,7 +209,7 @@ func newSAStatusCmd(verb string) *cobra.Command {
 			if verb == "enable" {
 				f = c.EnableServiceAccount
 			}
-			a, err := f(cmd.Context(), project, args[0])
+			a, err := f(cmd.Context(), project, id)
 			if err != nil {
 				return err
 			}
@@ -210,11 +224,11 @@ func newSARotateCmd() *cobra.Command {
 		out   keyOutput
 	)
 	cmd := &cobra.Command{
-		Use:   "rotate-key SERVICE_ACCOUNT_ID",
+		Use:   "rotate-key SERVICE_ACCOUNT",
 		Short: "Add a new key; the current keys stay valid for --grace (0: revoked now)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			project, c, err := projectClient(cmd)
+			project, id, c, err := saClient(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -222,7 +236,7 @@ func newSARotateCmd() *cobra.Command {
 			if in.PublicKeyPEM, err = out.check(); err != nil {
 				return err
 			}
-			k, err := c.RotateServiceAccountKey(cmd.Context(), project, args[0], in)
+			k, err := c.RotateServiceAccountKey(cmd.Context(), project, id, in)
 			if err != nil {
 				return err
 			}
@@ -236,15 +250,15 @@ func newSARotateCmd() *cobra.Command {
 
 func newSADeleteCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete SERVICE_ACCOUNT_ID",
+		Use:   "delete SERVICE_ACCOUNT",
 		Short: "Delete a service account, its keys and role bindings",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			project, c, err := projectClient(cmd)
+			project, id, c, err := saClient(cmd, args[0])
 			if err != nil {
 				return err
 			}
-			if err := c.DeleteServiceAccount(cmd.Context(), project, args[0]); err != nil {
+			if err := c.DeleteServiceAccount(cmd.Context(), project, id); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "Deleted service account %s\n", args[0])
