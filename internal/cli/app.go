@@ -134,7 +134,7 @@ func newAppVersionsCmd() *cobra.Command {
 
 func newAppCatalogCmd() *cobra.Command {
 	var (
-		asJSON  bool
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "catalog --project ID",
