@@ -14,6 +14,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/spf13/cobra"
 )
 
@@ -179,7 +180,7 @@ registered (gpuaas artifact signing-key add).`,
 	}
 	c.Flags().StringVar(&app, "app", "", "app slug")
 	c.Flags().StringVar(&version, "version", "", "app version")
-	c.Flags().StringVar(&artName, "name", "runtime", "artifact name")
+	c.Flags().StringVar(&artName, "name", catalog.DefaultArtifactName, "artifact name (the manifest's artifacts[].name; a manifest with only image_ref expects "+catalog.DefaultArtifactName+")")
 	c.Flags().StringVar(&kind, "kind", "oci", "oci or blob")
 	c.Flags().StringVar(&channel, "channel", "", "channel hint (dev, stable, …)")
 	c.Flags().BoolVar(&noSign, "no-signature", false, "do not require a signature for this artifact")

@@ -65,3 +65,17 @@ func TestDescribeError(t *testing.T) {
 		t.Fatalf("-o xml: %v", err)
 	}
 }
+
+// The publish gate's refusal prints, per artifact, the pin and what is registered.
+func TestDescribePublishGate(t *testing.T) {
+	e := &client.APIError{Status: 409, Code: "artifacts_not_ready", Message: "my-app 1.0.0: artifact(s) runtime are not ready", CorrelationID: "c-2",
+		Details: map[string]any{"artifacts": []any{map[string]any{"name": "runtime", "expected_repository": "gpuaas/apps/o/p/my-app", "expected_digest": "",
+			"problem":    "a1 is draft and unverified: verify it and promote it to active",
+			"registered": []any{map[string]any{"id": "a1", "lifecycle_state": "draft", "trust_state": "unverified", "digest": "sha256:ab", "repository": "gpuaas/apps/o/p/my-app"}}}}}}
+	s := describeError(e)
+	for _, want := range []string{"artifact runtime: expected repository gpuaas/apps/o/p/my-app", "registered a1: state draft, trust unverified, gpuaas/apps/o/p/my-app@sha256:ab", "problem: a1 is draft", "correlation_id: c-2"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("missing %q in:\n%s", want, s)
+		}
+	}
+}
