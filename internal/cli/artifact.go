@@ -12,7 +12,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/spf13/cobra"
@@ -88,8 +87,22 @@ registered (gpuaas artifact signing-key add).`,
 					return err
 				}
 				defer f.Close()
-			} else if img, err = loadImage(args[0]); err != nil {
-				return err
+			} else {
+				tmp, err := os.MkdirTemp("", "gpuaas-push-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(tmp)
+				if img, err = loadImage(ctx, args[0], tmp); err != nil {
+					return err
+				}
+			}
+			// One registration per app, version and name: say so before
+			// minting credentials or pushing a byte.
+			if prev, _, err := api.ListArtifacts(ctx, pid, client.ArtifactFilter{AppSlug: app, AppVersion: version, ArtifactName: artName, Limit: 1}); err == nil && len(prev) > 0 {
+				a := prev[0]
+				return fmt.Errorf("%s %s already has an artifact %q: %s (%s, trust %s, %s@%s); push under a new --version or --name, or use the registered one",
+					app, version, artName, a.ID, a.LifecycleState, a.TrustState, a.Repository, a.Digest)
 			}
 			errw := cmd.ErrOrStderr()
 			if signer != nil {
@@ -110,11 +123,11 @@ registered (gpuaas artifact signing-key add).`,
 					return err
 				}
 				size := st.Size()
-				line := &progressLine{w: errw}
+				line := newProgress(errw, "uploaded")
 				digest, err := api.UploadBlob(ctx, it.UploadURL, f, size, 64<<20, func(sent int64) {
-					line.update("uploaded %d/%d MiB (%d%%)", sent>>20, size>>20, 100*sent/max(size, 1))
+					line.update(sent, size)
 				})
-				fmt.Fprintln(errw)
+				line.done()
 				if err != nil {
 					return err
 				}
@@ -138,18 +151,21 @@ registered (gpuaas artifact signing-key add).`,
 					return err
 				}
 				progress := make(chan v1.Update, 16)
+				line := newProgress(errw, "pushed")
 				printed := make(chan struct{})
 				go func() {
 					defer close(printed)
-					line := &progressLine{w: errw}
 					for u := range progress {
-						line.update("pushed %d/%d MiB", u.Complete>>20, u.Total>>20)
+						line.update(u.Complete, u.Total)
 					}
 				}()
 				err = remote.Write(ref, img, remote.WithContext(ctx), remote.WithProgress(progress),
 					remote.WithAuth(&authn.Basic{Username: creds.Username, Password: creds.Password}))
 				<-printed // remote.Write closes progress on return
-				fmt.Fprintln(errw)
+				if err == nil {
+					line.update(line.total, line.total) // the last update may come before the manifest
+				}
+				line.done()
 				if err != nil {
 					return fmt.Errorf("push %s: %w", ref, err)
 				}
@@ -188,18 +204,6 @@ registered (gpuaas artifact signing-key add).`,
 	c.Flags().StringVar(&keyID, "key-id", "", "key id recorded in the signature (default: the registered key matching --sign-key)")
 	c.Flags().BoolVar(&requireProvenance, "require-provenance", false, "require SLSA provenance; with --sign-key it is attached")
 	return c
-}
-
-// loadImage reads a docker-save/OCI tarball, or an image from a registry.
-func loadImage(arg string) (v1.Image, error) {
-	if st, err := os.Stat(arg); err == nil && !st.IsDir() {
-		return tarball.ImageFromPath(arg, nil)
-	}
-	ref, err := name.ParseReference(arg)
-	if err != nil {
-		return nil, fmt.Errorf("%s is neither a file nor an image reference: %w", arg, err)
-	}
-	return remote.Image(ref, remote.WithAuthFromKeychain(authn.DefaultKeychain))
 }
 
 func newArtifactListCmd() *cobra.Command {
@@ -293,18 +297,59 @@ func newArtifactTransitionCmd(action string) *cobra.Command {
 	return c
 }
 
-// progressLine rewrites one status line in place, and only when its text
-// changes, so a pipe or a CI log gets a few lines rather than one per chunk.
-type progressLine struct {
-	w    io.Writer
-	last string
+// progress reports bytes sent. On a terminal it rewrites one line in
+// place; elsewhere (a pipe, a CI log) it prints whole lines, one per
+// quarter of the total, so logs stay short and readable.
+type progress struct {
+	w        io.Writer
+	verb     string
+	terminal bool
+	last     string
+	quarter  int64
+	total    int64
+	printed  bool
 }
 
-func (p *progressLine) update(format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	if s == p.last {
+func newProgress(w io.Writer, verb string) *progress {
+	return &progress{w: w, verb: verb, terminal: isTerminal(w), quarter: -1}
+}
+
+func (p *progress) update(sent, total int64) {
+	p.total = total
+	s := fmt.Sprintf("%s %s of %s (%d%%)", p.verb, humanBytes(sent), humanBytes(total), 100*sent/max(total, 1))
+	if p.terminal {
+		if s != p.last {
+			fmt.Fprint(p.w, "\r"+s)
+			p.last, p.printed = s, true
+		}
 		return
 	}
-	p.last = s
-	fmt.Fprint(p.w, "\r"+s)
+	if total <= 0 {
+		return
+	}
+	if q := 4 * sent / total; q > p.quarter {
+		p.quarter, p.last = q, s
+		fmt.Fprintln(p.w, s)
+	}
+}
+
+// done ends the terminal's rewritten line.
+func (p *progress) done() {
+	if p.terminal && p.printed {
+		fmt.Fprintln(p.w)
+	}
+}
+
+// humanBytes prints n in B, KiB, MiB or GiB with one decimal.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 2 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMG"[i])
 }
