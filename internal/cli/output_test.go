@@ -69,6 +69,14 @@ func TestOutputFormatsAndSlugs(t *testing.T) {
 			t.Fatalf("sa get publisher --project %s: %v %+v", project, err, got)
 		}
 	}
+	// --org takes a slug through the same resolver.
+	api, err := apiClient(NewRoot(&bytes.Buffer{}, &bytes.Buffer{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id, err := resolveOrg(context.Background(), api, "dev"); err != nil || id != s.Creds.OrgID {
+		t.Fatalf("resolveOrg(dev) = %q, %v; want %s", id, err, s.Creds.OrgID)
+	}
 	// GPUAAS_PROJECT_ID (id or slug) stands in for --project on every noun.
 	t.Setenv("GPUAAS_PROJECT_ID", "dev")
 	for _, args := range [][]string{{"sa", "list"}, {"artifact", "list"}, {"artifact", "signing-key", "list"}, {"app", "entitlements"}, {"app", "catalog"}} {
