@@ -262,7 +262,7 @@ func newSADeleteCmd() *cobra.Command {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "Deleted service account %s\n", args[0])
-			return nil
+			return printResult(cmd, map[string]any{"id": id, "deleted": true})
 		},
 	}
 }

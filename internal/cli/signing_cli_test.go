@@ -72,7 +72,7 @@ func TestArtifactSigningCLI(t *testing.T) {
 
 	// keygen is offline: no login yet.
 	ci := filepath.Join(dir, "ci")
-	out, _ := must("artifact", "keygen", "--out", ci)
+	out, _ := must("artifact", "keygen", "--out", ci, "-o", "table")
 	if strings.TrimSpace(out) != ci+".pub" {
 		t.Fatalf("keygen printed %q, want the public key path %s.pub", out, ci)
 	}
