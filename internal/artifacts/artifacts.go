@@ -378,7 +378,9 @@ func failure(err error) (verifyResult, error) {
 // VersionArtifactsReady is the catalog's publish gate: every expected
 // artifact of the app version has a registered artifact (in any project)
 // that is active, verified and not revoked, and pinned to the expected
-// digest (and repository) when the manifest names them.
+// digest (and repository) when the manifest names them. A refusal explains
+// itself: details.artifacts lists, per expected artifact that is not
+// ready, what the manifest pins and what is registered under that name.
 func (s *Service) VersionArtifactsReady(ctx context.Context, q *store.Queries, appSlug, version string, expected []manifest.Artifact) error {
 	if len(expected) == 0 {
 		return nil
@@ -387,25 +389,60 @@ func (s *Service) VersionArtifactsReady(ctx context.Context, q *store.Queries, a
 	if err != nil {
 		return err
 	}
-	var problems []string
+	var names []string
+	var details []map[string]any
 	for _, e := range expected {
 		ok := false
+		registered := []map[string]any{}
 		for _, a := range live {
-			if a.ArtifactName == e.Name && a.LifecycleState == StateActive && a.TrustState == TrustVerified &&
-				(e.Digest == "" || e.Digest == a.Digest) &&
-				(e.Repository == "" || e.Repository == a.Repository || strings.HasSuffix(e.Repository, "/"+a.Repository)) {
+			if a.ArtifactName != e.Name {
+				continue
+			}
+			registered = append(registered, map[string]any{"id": a.ID, "lifecycle_state": a.LifecycleState,
+				"trust_state": a.TrustState, "digest": a.Digest, "repository": a.Repository})
+			if a.LifecycleState == StateActive && a.TrustState == TrustVerified && pinMatches(e, a) {
 				ok = true
 				break
 			}
 		}
-		if !ok {
-			problems = append(problems, e.Name)
+		if ok {
+			continue
 		}
+		names = append(names, e.Name)
+		details = append(details, map[string]any{"name": e.Name, "expected_repository": e.Repository,
+			"expected_digest": e.Digest, "registered": registered, "problem": gateProblem(e, live)})
 	}
-	if problems != nil {
+	if names != nil {
 		return errdefs.FailedPrecondition("artifacts_not_ready",
-			"%s %s: artifact(s) %s are not registered as active and verified (with the manifest's digest); register, verify and promote them first",
-			appSlug, version, strings.Join(problems, ", ")).WithDetails(map[string]any{"artifacts": problems})
+			"%s %s: artifact(s) %s are not registered as active and verified (with the manifest's repository and digest): %s",
+			appSlug, version, strings.Join(names, ", "), details[0]["problem"]).WithDetails(map[string]any{"artifacts": details})
 	}
 	return nil
+}
+
+// pinMatches reports whether a registered artifact is the one the manifest
+// pins (its digest and repository, when named).
+func pinMatches(e manifest.Artifact, a store.AppArtifact) bool {
+	return (e.Digest == "" || e.Digest == a.Digest) &&
+		(e.Repository == "" || e.Repository == a.Repository || strings.HasSuffix(e.Repository, "/"+a.Repository))
+}
+
+// gateProblem says, in one sentence, why no registration of e qualifies
+// and what to do next.
+func gateProblem(e manifest.Artifact, live []store.AppArtifact) string {
+	var same []store.AppArtifact
+	for _, a := range live {
+		if a.ArtifactName == e.Name {
+			same = append(same, a)
+		}
+	}
+	if len(same) == 0 {
+		return fmt.Sprintf("nothing is registered under the name %q for this app version; push it with --name %s (or name it %q in the manifest)", e.Name, e.Name, e.Name)
+	}
+	for _, a := range same {
+		if pinMatches(e, a) {
+			return fmt.Sprintf("%s is %s and %s: verify it and promote it to active", a.ID, a.LifecycleState, a.TrustState)
+		}
+	}
+	return fmt.Sprintf("the registered digest(s) differ from the manifest's pin %s@%s: register that digest, or pin the registered one in the manifest", e.Repository, e.Digest)
 }

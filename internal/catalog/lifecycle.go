@@ -28,10 +28,20 @@ var transitions = map[string]struct{ from, to string }{
 	ActionRetire:    {StatusDeprecated, StatusRetired},
 }
 
+// DefaultArtifactName is the name of an artifact a manifest references
+// only through artifact_ref or image_ref, and the default of
+// `gpuaas artifact push --name`: the two must agree.
+const DefaultArtifactName = "runtime"
+
 // ReferencedArtifacts lists every artifact a version references: its
 // declared artifacts, plus the primary artifact_ref and the launchable
 // image_ref when they are not already among them. Each is what the artifact
 // registry must hold active and verified before the version is published.
+//
+// An implicit reference is named DefaultArtifactName — the name
+// `gpuaas artifact push` registers under by default — unless a declared
+// artifact already has that name; then artifact_ref is "primary" and
+// image_ref "image".
 func ReferencedArtifacts(v manifest.Version) []manifest.Artifact {
 	out := append([]manifest.Artifact(nil), v.Artifacts...)
 	seen := map[string]bool{}
@@ -55,6 +65,13 @@ func ReferencedArtifacts(v manifest.Version) []manifest.Artifact {
 			}
 		}
 		seen[repo+"@"+digest] = true
+		taken := false
+		for _, a := range out {
+			taken = taken || a.Name == DefaultArtifactName
+		}
+		if !taken {
+			name = DefaultArtifactName
+		}
 		if kind == "" {
 			kind = "oci"
 		}

@@ -120,7 +120,7 @@ func (f fakeInstances) LiveInstances(context.Context, *store.Queries, string, st
 func TestReferencedArtifacts(t *testing.T) {
 	t.Parallel()
 	for file, want := range map[string][]string{
-		"jupyter-cuda-dev.json":    {"primary"}, // artifact_ref and image_ref are one image
+		"jupyter-cuda-dev.json":    {DefaultArtifactName}, // artifact_ref and image_ref are one image
 		"slurm-reference.yaml":     {"runtime"},
 		"vllm-openai-compose.yaml": {"vllm", "metrics-sidecar"},
 	} {

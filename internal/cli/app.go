@@ -24,6 +24,7 @@ func newAppCmd() *cobra.Command {
 		newAppTransitionCmd("retire", "Retire a deprecated version (refused while a live instance uses it)"),
 		newAppEntitleCmd(), newAppEntitlementsCmd(), newAppPreviewCmd())
 	addClientFlags(cmd)
+	projectFlag(cmd, true)
 	return cmd
 }
 
@@ -37,7 +38,22 @@ type pageFlags struct {
 func (f *pageFlags) add(cmd *cobra.Command) {
 	cmd.Flags().IntVar(&f.limit, "limit", 0, "page size (1-500)")
 	cmd.Flags().StringVar(&f.cursor, "cursor", "", "cursor from a previous page")
-	cmd.Flags().BoolVar(&f.asJSON, "json", false, "print the JSON response")
+	addJSONAlias(cmd, &f.asJSON)
+}
+
+// addJSONAlias keeps --json working as a hidden alias of -o json.
+func addJSONAlias(cmd *cobra.Command, v *bool) {
+	cmd.Flags().BoolVar(v, "json", false, "same as -o json")
+	_ = cmd.Flags().MarkHidden("json")
+}
+
+// tableFormat reports whether the command prints a table (not -o json|yaml or --json).
+func tableFormat(cmd *cobra.Command, asJSON bool) (bool, error) {
+	if asJSON {
+		return false, cmd.Flag("output").Value.Set(outputJSON)
+	}
+	f, err := outputFormat(cmd)
+	return f == outputTable, err
 }
 
 func (f *pageFlags) options() client.CatalogListOptions {
@@ -47,8 +63,11 @@ func (f *pageFlags) options() client.CatalogListOptions {
 // printPage prints a page as JSON (--json) or as a table under header, one
 // row per item, ending with the cursor of the next page when there is one.
 func printPage[T any](cmd *cobra.Command, f *pageFlags, page client.CatalogPage[T], header string, row func(T) string) error {
-	if f.asJSON {
-		return printJSON(cmd, page)
+	if table, err := tableFormat(cmd, f.asJSON); err != nil || !table {
+		if err != nil {
+			return err
+		}
+		return printResult(cmd, page)
 	}
 	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, header)
@@ -115,15 +134,14 @@ func newAppVersionsCmd() *cobra.Command {
 
 func newAppCatalogCmd() *cobra.Command {
 	var (
-		project string
-		asJSON  bool
+		asJSON bool
 	)
 	cmd := &cobra.Command{
 		Use:   "catalog --project ID",
 		Short: "List the apps a project is entitled to and their launchable versions",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -131,8 +149,11 @@ func newAppCatalogCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(cmd, page)
+			if table, err := tableFormat(cmd, asJSON); err != nil || !table {
+				if err != nil {
+					return err
+				}
+				return printResult(cmd, page)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SLUG\tNAME\tLAUNCHABLE VERSIONS")
@@ -149,9 +170,7 @@ func newAppCatalogCmd() *cobra.Command {
 			return tw.Flush()
 		},
 	}
-	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON response")
-	_ = cmd.MarkFlagRequired("project")
+	addJSONAlias(cmd, &asJSON)
 	return cmd
 }
 
@@ -170,6 +189,12 @@ func newAppTransitionCmd(action, short string) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if table, err := tableFormat(cmd, false); err != nil || !table {
+				if err != nil {
+					return err
+				}
+				return printResult(cmd, v)
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s %s is now %s\n", v.AppSlug, v.Version, v.Status)
 			return nil
 		},
@@ -181,7 +206,6 @@ func newAppTransitionCmd(action, short string) *cobra.Command {
 
 func newAppEntitleCmd() *cobra.Command {
 	var (
-		project string
 		disable bool
 		o       client.PolicyOverrides
 	)
@@ -190,7 +214,7 @@ func newAppEntitleCmd() *cobra.Command {
 		Short: "Enable (or --disable) an app for a project, optionally narrowing modes, scopes and versions (project admin)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := apiClient(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -201,24 +225,21 @@ func newAppEntitleCmd() *cobra.Command {
 			return printJSON(cmd, e)
 		},
 	}
-	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
 	cmd.Flags().BoolVar(&disable, "disable", false, "disable the entitlement instead of enabling it")
 	cmd.Flags().StringSliceVar(&o.AllowedOperatingModes, "mode", nil, "allowed operating mode (repeatable): tenant_dedicated, platform_managed")
 	cmd.Flags().StringSliceVar(&o.AllowedControlPlaneScopes, "scope", nil, "allowed control-plane scope (repeatable): project, tenant, platform")
 	cmd.Flags().StringSliceVar(&o.AllowedVersions, "version", nil, "allowed version (repeatable); none means every published version")
 	cmd.Flags().BoolVar(&o.CanaryOptIn, "canary", false, "opt the project into canary artifacts")
-	_ = cmd.MarkFlagRequired("project")
 	return cmd
 }
 
 func newAppEntitlementsCmd() *cobra.Command {
-	var project string
 	cmd := &cobra.Command{
 		Use:   "entitlements --project ID",
 		Short: "List a project's app entitlements",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -229,14 +250,11 @@ func newAppEntitlementsCmd() *cobra.Command {
 			return printJSON(cmd, page)
 		},
 	}
-	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
-	_ = cmd.MarkFlagRequired("project")
 	return cmd
 }
 
 func newAppPreviewCmd() *cobra.Command {
 	var (
-		project                       string
 		req                           client.LaunchRequest
 		gpus, cpus, mem, port         int
 		config, placement, parameters string
@@ -273,7 +291,7 @@ func newAppPreviewCmd() *cobra.Command {
 				}
 				*d.dst = json.RawMessage(d.v)
 			}
-			c, err := apiClient(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -289,7 +307,6 @@ func newAppPreviewCmd() *cobra.Command {
 			return printJSON(cmd, eff)
 		},
 	}
-	cmd.Flags().StringVar(&project, "project", "", "project id (required)")
 	cmd.Flags().StringVar(&req.OperatingMode, "mode", "", "operating mode hint")
 	cmd.Flags().StringVar(&req.ControlPlaneScope, "scope", "", "control-plane scope hint")
 	cmd.Flags().IntVar(&gpus, "gpus", 0, "GPU count")
@@ -299,6 +316,5 @@ func newAppPreviewCmd() *cobra.Command {
 	cmd.Flags().StringVar(&config, "config", "", "config as JSON")
 	cmd.Flags().StringVar(&placement, "placement", "", "placement intent as JSON")
 	cmd.Flags().StringVar(&parameters, "params", "", "launch parameters as JSON")
-	_ = cmd.MarkFlagRequired("project")
 	return cmd
 }

@@ -12,8 +12,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/spf13/cobra"
 )
 
@@ -25,7 +25,7 @@ func newArtifactCmd() *cobra.Command {
 		Short: "App artifacts: publish (intent → push → register), list, verify and promote",
 	}
 	addClientFlags(cmd)
-	cmd.PersistentFlags().String("project", "", "project id (env GPUAAS_PROJECT_ID)")
+	projectFlag(cmd, true)
 	cmd.AddCommand(newArtifactPushCmd(), newArtifactListCmd(), newArtifactShowCmd(),
 		newArtifactKeygenCmd(), newSigningKeyCmd())
 	for _, a := range []string{"promote", "verify", "revoke", "deprecate", "retire"} {
@@ -87,8 +87,22 @@ registered (gpuaas artifact signing-key add).`,
 					return err
 				}
 				defer f.Close()
-			} else if img, err = loadImage(args[0]); err != nil {
-				return err
+			} else {
+				tmp, err := os.MkdirTemp("", "gpuaas-push-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(tmp)
+				if img, err = loadImage(ctx, args[0], tmp); err != nil {
+					return err
+				}
+			}
+			// One registration per app, version and name: say so before
+			// minting credentials or pushing a byte.
+			if prev, _, err := api.ListArtifacts(ctx, pid, client.ArtifactFilter{AppSlug: app, AppVersion: version, ArtifactName: artName, Limit: 1}); err == nil && len(prev) > 0 {
+				a := prev[0]
+				return fmt.Errorf("%s %s already has an artifact %q: %s (%s, trust %s, %s@%s); push under a new --version or --name, or use the registered one",
+					app, version, artName, a.ID, a.LifecycleState, a.TrustState, a.Repository, a.Digest)
 			}
 			errw := cmd.ErrOrStderr()
 			if signer != nil {
@@ -109,11 +123,11 @@ registered (gpuaas artifact signing-key add).`,
 					return err
 				}
 				size := st.Size()
-				line := &progressLine{w: errw}
+				line := newProgress(errw, "uploaded")
 				digest, err := api.UploadBlob(ctx, it.UploadURL, f, size, 64<<20, func(sent int64) {
-					line.update("uploaded %d/%d MiB (%d%%)", sent>>20, size>>20, 100*sent/max(size, 1))
+					line.update(sent, size)
 				})
-				fmt.Fprintln(errw)
+				line.done()
 				if err != nil {
 					return err
 				}
@@ -137,18 +151,21 @@ registered (gpuaas artifact signing-key add).`,
 					return err
 				}
 				progress := make(chan v1.Update, 16)
+				line := newProgress(errw, "pushed")
 				printed := make(chan struct{})
 				go func() {
 					defer close(printed)
-					line := &progressLine{w: errw}
 					for u := range progress {
-						line.update("pushed %d/%d MiB", u.Complete>>20, u.Total>>20)
+						line.update(u.Complete, u.Total)
 					}
 				}()
 				err = remote.Write(ref, img, remote.WithContext(ctx), remote.WithProgress(progress),
 					remote.WithAuth(&authn.Basic{Username: creds.Username, Password: creds.Password}))
 				<-printed // remote.Write closes progress on return
-				fmt.Fprintln(errw)
+				if err == nil {
+					line.update(line.total, line.total) // the last update may come before the manifest
+				}
+				line.done()
 				if err != nil {
 					return fmt.Errorf("push %s: %w", ref, err)
 				}
@@ -179,7 +196,7 @@ registered (gpuaas artifact signing-key add).`,
 	}
 	c.Flags().StringVar(&app, "app", "", "app slug")
 	c.Flags().StringVar(&version, "version", "", "app version")
-	c.Flags().StringVar(&artName, "name", "runtime", "artifact name")
+	c.Flags().StringVar(&artName, "name", catalog.DefaultArtifactName, "artifact name (the manifest's artifacts[].name; a manifest with only image_ref expects "+catalog.DefaultArtifactName+")")
 	c.Flags().StringVar(&kind, "kind", "oci", "oci or blob")
 	c.Flags().StringVar(&channel, "channel", "", "channel hint (dev, stable, …)")
 	c.Flags().BoolVar(&noSign, "no-signature", false, "do not require a signature for this artifact")
@@ -187,18 +204,6 @@ registered (gpuaas artifact signing-key add).`,
 	c.Flags().StringVar(&keyID, "key-id", "", "key id recorded in the signature (default: the registered key matching --sign-key)")
 	c.Flags().BoolVar(&requireProvenance, "require-provenance", false, "require SLSA provenance; with --sign-key it is attached")
 	return c
-}
-
-// loadImage reads a docker-save/OCI tarball, or an image from a registry.
-func loadImage(arg string) (v1.Image, error) {
-	if st, err := os.Stat(arg); err == nil && !st.IsDir() {
-		return tarball.ImageFromPath(arg, nil)
-	}
-	ref, err := name.ParseReference(arg)
-	if err != nil {
-		return nil, fmt.Errorf("%s is neither a file nor an image reference: %w", arg, err)
-	}
-	return remote.Image(ref, remote.WithAuthFromKeychain(authn.DefaultKeychain))
 }
 
 func newArtifactListCmd() *cobra.Command {
@@ -215,7 +220,8 @@ func newArtifactListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd, map[string]any{"items": items, "next_cursor": next})
+			return printResult(cmd, map[string]any{"items": items, "next_cursor": next},
+				"id", "app_slug", "app_version", "artifact_name", "lifecycle_state", "trust_state", "digest")
 		},
 	}
 	c.Flags().StringVar(&f.AppSlug, "app", "", "filter by app slug")
@@ -228,7 +234,7 @@ func newArtifactListCmd() *cobra.Command {
 
 func newArtifactShowCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "show ARTIFACT_ID",
+		Use:   "show ARTIFACT_ID|APP/VERSION/NAME",
 		Short: "Show one artifact",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -236,19 +242,27 @@ func newArtifactShowCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			a, err := api.GetArtifact(cmd.Context(), pid, args[0])
+			id, err := resolveArtifact(cmd.Context(), api, pid, args[0])
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd, a)
+			a, err := api.GetArtifact(cmd.Context(), pid, id)
+			if err != nil {
+				return err
+			}
+			return printResult(cmd, a, artifactFields...)
 		},
 	}
 }
 
+// artifactFields are the rows of an artifact in a table.
+var artifactFields = []string{"id", "app_slug", "app_version", "artifact_name", "artifact_kind", "repository", "digest",
+	"lifecycle_state", "trust_state", "trust_reason", "trust_detail", "signature_required", "revoked"}
+
 func newArtifactTransitionCmd(action string) *cobra.Command {
 	var reason, target string
 	c := &cobra.Command{
-		Use:   action + " ARTIFACT_ID",
+		Use:   action + " ARTIFACT_ID|APP/VERSION/NAME",
 		Short: strings.ToUpper(action[:1]) + action[1:] + " an artifact (recorded in the audit log with --reason)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -259,11 +273,21 @@ func newArtifactTransitionCmd(action string) *cobra.Command {
 			if reason == "" && action != "verify" {
 				return errors.New("--reason is required: it is recorded in the audit log")
 			}
-			a, err := api.TransitionArtifact(cmd.Context(), pid, args[0], action, target, reason)
+			id, err := resolveArtifact(cmd.Context(), api, pid, args[0])
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd, a)
+			a, err := api.TransitionArtifact(cmd.Context(), pid, id, action, target, reason)
+			if err != nil {
+				return err
+			}
+			if err := printResult(cmd, a, artifactFields...); err != nil {
+				return err
+			}
+			if action == "verify" && a.TrustState == "failed" {
+				return failure{fmt.Sprintf("verification of %s ended %s: %s %s", a.ID, a.TrustState, a.TrustReason, a.TrustDetail)}
+			}
+			return nil
 		},
 	}
 	c.Flags().StringVar(&reason, "reason", "", "why (audited)")
@@ -273,18 +297,59 @@ func newArtifactTransitionCmd(action string) *cobra.Command {
 	return c
 }
 
-// progressLine rewrites one status line in place, and only when its text
-// changes, so a pipe or a CI log gets a few lines rather than one per chunk.
-type progressLine struct {
-	w    io.Writer
-	last string
+// progress reports bytes sent. On a terminal it rewrites one line in
+// place; elsewhere (a pipe, a CI log) it prints whole lines, one per
+// quarter of the total, so logs stay short and readable.
+type progress struct {
+	w        io.Writer
+	verb     string
+	terminal bool
+	last     string
+	quarter  int64
+	total    int64
+	printed  bool
 }
 
-func (p *progressLine) update(format string, args ...any) {
-	s := fmt.Sprintf(format, args...)
-	if s == p.last {
+func newProgress(w io.Writer, verb string) *progress {
+	return &progress{w: w, verb: verb, terminal: isTerminal(w), quarter: -1}
+}
+
+func (p *progress) update(sent, total int64) {
+	p.total = total
+	s := fmt.Sprintf("%s %s of %s (%d%%)", p.verb, humanBytes(sent), humanBytes(total), 100*sent/max(total, 1))
+	if p.terminal {
+		if s != p.last {
+			fmt.Fprint(p.w, "\r"+s)
+			p.last, p.printed = s, true
+		}
 		return
 	}
-	p.last = s
-	fmt.Fprint(p.w, "\r"+s)
+	if total <= 0 {
+		return
+	}
+	if q := 4 * sent / total; q > p.quarter {
+		p.quarter, p.last = q, s
+		fmt.Fprintln(p.w, s)
+	}
+}
+
+// done ends the terminal's rewritten line.
+func (p *progress) done() {
+	if p.terminal && p.printed {
+		fmt.Fprintln(p.w)
+	}
+}
+
+// humanBytes prints n in B, KiB, MiB or GiB with one decimal.
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 2 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %ciB", v, "KMG"[i])
 }

@@ -80,7 +80,7 @@ func TestArtifactCLI(t *testing.T) {
 	loginAdmin()
 	keyFile := filepath.Join(dir, "publisher.json")
 	must("sa", "create", "--name", "publisher", "--slug", "publisher", "--key-file", keyFile)
-	must("sa", "token", "--key-file", keyFile)
+	must("sa", "token", "--key-file", keyFile, "--activate")
 	if c, err := loadCredentials(); err != nil || !strings.HasPrefix(c.Principal, "service_account:") {
 		t.Fatalf("cached principal after sa token: %+v %v", c, err)
 	}
@@ -103,8 +103,9 @@ func TestArtifactCLI(t *testing.T) {
 		!strings.HasPrefix(oci.Repository, "gpuaas/apps/") || oci.Tag == "" || oci.MediaType == "" {
 		t.Fatalf("pushed image registered as %+v (want digest %s)", oci, wantDigest)
 	}
-	if !strings.Contains(errOut, "pushed ") {
-		t.Fatalf("no push progress on stderr: %q", errOut)
+	// Off a terminal, progress is whole lines with real byte counts.
+	if !strings.Contains(errOut, "pushed ") || strings.Contains(errOut, "\r") || strings.Contains(errOut, "of 0 B") || !strings.Contains(errOut, "(100%)\n") {
+		t.Fatalf("push progress on stderr: %q", errOut)
 	}
 
 	// A blob of a few MiB streams to project storage with progress, and is
@@ -126,8 +127,40 @@ func TestArtifactCLI(t *testing.T) {
 		weights.SourceURI != "artifact_store://projects/"+pid+"/artifacts/hello/1.2.0/weights" {
 		t.Fatalf("uploaded blob registered as %+v", weights)
 	}
-	if !strings.Contains(errOut, "uploaded 3/3 MiB (100%)") {
-		t.Fatalf("no upload progress on stderr: %q", errOut)
+	if !strings.Contains(errOut, "uploaded 3.0 MiB of 3.0 MiB (100%)\n") || strings.Count(errOut, "uploaded ") > 5 {
+		t.Fatalf("upload progress on stderr: %q", errOut)
+	}
+
+	// Bad inputs are named as such, and none mints a publish intent: a
+	// missing file, a file that is no image tarball, an image name nobody
+	// has, and a second registration of the same app, version and name.
+	before := intents()
+	notTar := filepath.Join(dir, "notes.txt")
+	if err := os.WriteFile(notTar, []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{filepath.Join(dir, "typo.tar")}, "no such file"},
+		{[]string{"./typo-dir/image"}, "no such file"},
+		{[]string{"no-such-image-anywhere:1"}, "no such file, and the local Docker engine"},
+		{[]string{notTar}, "is not an image tarball"},
+		{[]string{tarPath, "--version", "1.2.0"}, `1.2.0 already has an artifact "runtime"`},
+		{[]string{filepath.Join(dir, "nope.bin"), "--kind", "blob", "--name", "w2"}, "no such file"},
+	} {
+		args := append([]string{"artifact", "push"}, c.args...)
+		if !strings.Contains(strings.Join(c.args, " "), "--version") {
+			args = append(args, "--version", "9.9.9")
+		}
+		args = append(args, "--app", "hello")
+		if _, _, err := run("", args...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("push %v: %v (want %q)", c.args, err, c.want)
+		}
+	}
+	if n := intents(); n != before {
+		t.Fatalf("refused pushes minted %d publish intent(s)", n-before)
 	}
 
 	// list and show find both by digest.
@@ -208,7 +241,7 @@ func TestArtifactCLI(t *testing.T) {
 
 	// A missing file fails with a message naming it, before any intent is
 	// minted.
-	before := intents()
+	before = intents()
 	missing := filepath.Join(dir, "no-such-image.tar")
 	for _, args := range [][]string{
 		{"artifact", "push", missing, "--app", "hello", "--version", "1.3.0"},

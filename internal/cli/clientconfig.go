@@ -17,31 +17,44 @@ import (
 
 // How API nouns find the server and a token, first match wins:
 //
-//	API URL: --api-url, GPUAAS_API_URL, the cached credentials' URL, http://127.0.0.1:8080
-//	token:   --token, GPUAAS_TOKEN, the cached token (if for that URL and unexpired)
+//	profile: --as, GPUAAS_PROFILE, the config's active profile
+//	API URL: --api-url, GPUAAS_API_URL, the profile's URL, http://127.0.0.1:8080
+//	token:   --token, GPUAAS_TOKEN, the profile's token (if for that URL and unexpired)
 //
-// The cache is <user config dir>/gpuaas/credentials.json (GPUAAS_CONFIG_DIR
-// overrides the directory), written mode 0600 by `gpuaas login` and
-// `gpuaas sa token`.
+// The config is <user config dir>/gpuaas/credentials.json (GPUAAS_CONFIG_DIR
+// overrides the directory), mode 0600. It holds named profiles side by side,
+// as gh auth and kubectl contexts do: `gpuaas login` writes a person's token
+// to a profile and makes it active; `gpuaas sa token` writes a service
+// account's token to its own profile and leaves the active one alone, so an
+// admin command after it still runs as the person.
 const (
-	envAPIURL     = "GPUAAS_API_URL"
-	envToken      = "GPUAAS_TOKEN"
-	envConfigDir  = "GPUAAS_CONFIG_DIR"
-	defaultAPIURL = "http://127.0.0.1:8080"
+	envAPIURL      = "GPUAAS_API_URL"
+	envToken       = "GPUAAS_TOKEN"
+	envConfigDir   = "GPUAAS_CONFIG_DIR"
+	envProfile     = "GPUAAS_PROFILE"
+	defaultAPIURL  = "http://127.0.0.1:8080"
+	defaultProfile = "default"
 )
 
-// addClientFlags gives a noun command (and its verbs) --api-url and --token.
+// addClientFlags gives a noun command (and its verbs) --api-url, --token and --as.
 func addClientFlags(cmd *cobra.Command) {
-	cmd.PersistentFlags().String("api-url", "", "API base URL (env "+envAPIURL+"; default: the cached login's, else "+defaultAPIURL+")")
-	cmd.PersistentFlags().String("token", "", "access token (env "+envToken+"; default: the token cached by gpuaas login or gpuaas sa token)")
+	cmd.PersistentFlags().String("api-url", "", "API base URL (env "+envAPIURL+"; default: the profile's, else "+defaultAPIURL+")")
+	cmd.PersistentFlags().String("token", "", "access token (env "+envToken+"; default: the profile's token)")
+	cmd.PersistentFlags().String("as", "", "profile to act as (env "+envProfile+"; default: the active profile, see gpuaas auth status)")
 }
 
-// cachedCredentials is the token cache file.
+// cachedCredentials is one profile: a token and who it belongs to.
 type cachedCredentials struct {
 	APIURL      string    `json:"api_url"`
 	AccessToken string    `json:"access_token"`
 	ExpiresAt   time.Time `json:"expires_at"`
 	Principal   string    `json:"principal"` // user:<email> | service_account:<id>
+}
+
+// clientConfig is the whole config file: named profiles and the active one.
+type clientConfig struct {
+	Active   string                       `json:"active,omitempty"`
+	Profiles map[string]cachedCredentials `json:"profiles"`
 }
 
 func credentialsPath() (string, error) {
@@ -56,9 +69,11 @@ func credentialsPath() (string, error) {
 	return filepath.Join(dir, "credentials.json"), nil
 }
 
-// loadCredentials reads the cache; a missing file is an empty cache.
-func loadCredentials() (cachedCredentials, error) {
-	var c cachedCredentials
+// loadConfig reads the config; a missing file is an empty config, and a
+// file from before profiles (one token at the top level) becomes the
+// profile "default".
+func loadConfig() (clientConfig, error) {
+	c := clientConfig{Profiles: map[string]cachedCredentials{}}
 	p, err := credentialsPath()
 	if err != nil {
 		return c, err
@@ -70,14 +85,50 @@ func loadCredentials() (cachedCredentials, error) {
 	if err != nil {
 		return c, err
 	}
-	if err := json.Unmarshal(b, &c); err != nil {
+	var legacy cachedCredentials
+	if json.Unmarshal(b, &c) != nil || json.Unmarshal(b, &legacy) != nil {
 		return c, fmt.Errorf("%s is not a gpuaas credentials file; delete it and sign in again", p)
+	}
+	if c.Profiles == nil {
+		c.Profiles = map[string]cachedCredentials{}
+	}
+	if legacy.AccessToken != "" && len(c.Profiles) == 0 {
+		c.Profiles[defaultProfile], c.Active = legacy, defaultProfile
 	}
 	return c, nil
 }
 
-// saveCredentials writes the cache atomically, readable by its owner only.
-func saveCredentials(c cachedCredentials) (string, error) {
+// profileName is the profile a command acts as: --as, GPUAAS_PROFILE, or
+// the active one (empty when there is none).
+func profileName(cmd *cobra.Command, c clientConfig) string {
+	if p := flagOrEnv(cmd, "as", envProfile); p != "" {
+		return p
+	}
+	return c.Active
+}
+
+// loadCredentials returns the profile the command acts as. A profile named
+// explicitly (--as, GPUAAS_PROFILE) must exist.
+func loadCredentials(cmd ...*cobra.Command) (cachedCredentials, error) {
+	c, err := loadConfig()
+	if err != nil {
+		return cachedCredentials{}, err
+	}
+	var name string
+	if len(cmd) > 0 {
+		name = profileName(cmd[0], c)
+	} else {
+		name = c.Active
+	}
+	p, ok := c.Profiles[name]
+	if !ok && name != "" && name != c.Active {
+		return p, fmt.Errorf("no profile %q: run gpuaas auth status to list them, or gpuaas login --profile %s", name, name)
+	}
+	return p, nil
+}
+
+// saveConfig writes the config atomically, readable by its owner only.
+func saveConfig(c clientConfig) (string, error) {
 	p, err := credentialsPath()
 	if err != nil {
 		return "", err
@@ -116,7 +167,7 @@ func flagOrEnv(cmd *cobra.Command, flag, env string) string {
 }
 
 // apiURL is the base URL the command talks to, and whether it was set
-// explicitly (flag or env) rather than taken from the cache or the default.
+// explicitly (flag or env) rather than taken from the profile or the default.
 func apiURL(cmd *cobra.Command, cache cachedCredentials) (string, bool) {
 	if u := flagOrEnv(cmd, "api-url", envAPIURL); u != "" {
 		return strings.TrimRight(u, "/"), true
@@ -128,9 +179,9 @@ func apiURL(cmd *cobra.Command, cache cachedCredentials) (string, bool) {
 }
 
 // apiClient builds the API client of a command from its flags, the
-// environment and the token cache.
+// environment and the profile it acts as.
 func apiClient(cmd *cobra.Command) (*client.Client, error) {
-	cache, err := loadCredentials()
+	cache, err := loadCredentials(cmd)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +189,7 @@ func apiClient(cmd *cobra.Command) (*client.Client, error) {
 	c := cliClient(u, flagOrEnv(cmd, "token", envToken))
 	if c.Token == "" && cache.AccessToken != "" && cache.APIURL == u {
 		if time.Now().After(cache.ExpiresAt) {
-			return nil, fmt.Errorf("the cached token (%s) expired at %s; run gpuaas login or gpuaas sa token again",
+			return nil, fmt.Errorf("the token of %s expired at %s: run gpuaas login (a person) or gpuaas sa token (a service account) again",
 				cache.Principal, cache.ExpiresAt.Local().Format(time.RFC3339))
 		}
 		c.Token = cache.AccessToken
@@ -153,15 +204,17 @@ func cliClient(baseURL, token string) *client.Client {
 	return c
 }
 
-// cacheToken stores a fresh token for later commands.
-func cacheToken(baseURL, principal string, t client.Token) (string, error) {
-	return saveCredentials(cachedCredentials{APIURL: baseURL, AccessToken: t.AccessToken,
-		ExpiresAt: time.Now().Add(time.Duration(t.ExpiresIn) * time.Second), Principal: principal})
-}
-
-// printJSON writes v to the command's output, indented.
-func printJSON(cmd *cobra.Command, v any) error {
-	enc := json.NewEncoder(cmd.OutOrStdout())
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+// cacheToken stores a fresh token in profile (activating it when activate
+// is set or no profile is active yet) and returns the config's path.
+func cacheToken(profile string, activate bool, baseURL, principal string, t client.Token) (string, error) {
+	c, err := loadConfig()
+	if err != nil {
+		return "", err
+	}
+	c.Profiles[profile] = cachedCredentials{APIURL: baseURL, AccessToken: t.AccessToken,
+		ExpiresAt: time.Now().Add(time.Duration(t.ExpiresIn) * time.Second), Principal: principal}
+	if activate || c.Active == "" || c.Profiles[c.Active].AccessToken == "" {
+		c.Active = profile
+	}
+	return saveConfig(c)
 }

@@ -18,8 +18,8 @@ func init() { commandFactories = append(commandFactories, newLoginCmd) }
 // service accounts (gpuaas sa token), never a person's token.
 func newLoginCmd() *cobra.Command {
 	var (
-		email         string
-		passwordStdin bool
+		email, profile string
+		passwordStdin  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "login",
@@ -27,7 +27,8 @@ func newLoginCmd() *cobra.Command {
 		Long: `Signs in with email and password and caches the access token (mode 0600)
 for later commands. The email comes from --email, GPUAAS_EMAIL or a prompt;
 the password from --password-stdin (first line of stdin), GPUAAS_PASSWORD or
-a prompt. Automation should use a service account (gpuaas sa token) instead.`,
+a prompt. The token goes to --profile (default "default"), which becomes the
+active profile. Automation should use a service account (gpuaas sa token) instead.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			in := bufio.NewReader(cmd.InOrStdin())
@@ -52,26 +53,27 @@ a prompt. Automation should use a service account (gpuaas sa token) instead.`,
 				return errors.New("email and password are required")
 			}
 			// No bearer token: an expired cached one must not stop a new sign-in.
-			cache, err := loadCredentials()
+			cfg, err := loadConfig()
 			if err != nil {
 				return err
 			}
-			base, _ := apiURL(cmd, cache)
+			base, _ := apiURL(cmd, cfg.Profiles[profile])
 			c := cliClient(base, "")
 			t, err := c.Login(cmd.Context(), email, password)
 			if err != nil {
 				return err
 			}
-			path, err := cacheToken(c.BaseURL, "user:"+email, t)
+			path, err := cacheToken(profile, true, c.BaseURL, "user:"+email, t)
 			if err != nil {
 				return fmt.Errorf("signed in, but could not cache the token: %w", err)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "Signed in to %s as %s; token cached in %s (valid %ds)\n", c.BaseURL, email, path, t.ExpiresIn)
+			fmt.Fprintf(cmd.ErrOrStderr(), "Signed in to %s as %s; profile %q (active) in %s (valid %ds)\n", c.BaseURL, email, profile, path, t.ExpiresIn)
 			return nil
 		},
 	}
 	addClientFlags(cmd)
 	cmd.Flags().StringVar(&email, "email", "", "email to sign in with (env GPUAAS_EMAIL)")
+	cmd.Flags().StringVar(&profile, "profile", defaultProfile, "profile to store the token in; it becomes the active one")
 	cmd.Flags().BoolVar(&passwordStdin, "password-stdin", false, "read the password from the first line of stdin")
 	return cmd
 }

@@ -81,6 +81,12 @@ New versions start as drafts; a platform admin publishes them with
 			if err != nil {
 				return err
 			}
+			if table, err := tableFormat(cmd, false); err != nil || !table {
+				if err != nil {
+					return err
+				}
+				return printResult(cmd, reg)
+			}
 			out := cmd.OutOrStdout()
 			state := "registered"
 			if !reg.Changed {

@@ -25,7 +25,7 @@ func Execute() int {
 		if code, ok := err.(exitCode); ok {
 			return int(code)
 		}
-		fmt.Fprintln(os.Stderr, "error:", err)
+		fmt.Fprintln(os.Stderr, "error:", describeError(err))
 		return 1
 	}
 	return 0
@@ -48,6 +48,8 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	root.SetErr(errOut)
 	root.AddCommand(newVersionCmd(), newDevCmd(), newServerCmd(), newMigrateCmd(), newAgentCmd())
 	root.AddCommand(apiCommands()...)
+	addOutputFlag(root)
+	requireKnownSubcommands(root)
 	return root
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -21,7 +22,7 @@ func newSACmd() *cobra.Command {
 		Short: "Service accounts: machine identities of a project and their short-lived tokens",
 	}
 	addClientFlags(cmd)
-	cmd.PersistentFlags().String("project", "", "project id (env GPUAAS_PROJECT_ID)")
+	projectFlag(cmd, true)
 	cmd.AddCommand(newSACreateCmd(), newSAListCmd(), newSAGetCmd(),
 		newSAStatusCmd("disable"), newSAStatusCmd("enable"),
 		newSARotateCmd(), newSADeleteCmd(), newSATokenCmd())
@@ -35,14 +36,28 @@ func projectOf(cmd *cobra.Command) (string, error) {
 	return "", errors.New("name the project with --project or GPUAAS_PROJECT_ID")
 }
 
-// projectClient returns the project and the API client of a verb.
+// projectClient returns the project id (--project or GPUAAS_PROJECT_ID,
+// an id or a slug) and the API client of a verb.
 func projectClient(cmd *cobra.Command) (string, *client.Client, error) {
 	project, err := projectOf(cmd)
 	if err != nil {
 		return "", nil, err
 	}
 	c, err := apiClient(cmd)
+	if err != nil {
+		return "", nil, err
+	}
+	project, err = resolveProject(cmd.Context(), c, project)
 	return project, c, err
+}
+
+// saClient is projectClient plus the service account args[0] names (id or slug).
+func saClient(cmd *cobra.Command, ref string) (project, id string, c *client.Client, err error) {
+	if project, c, err = projectClient(cmd); err != nil {
+		return "", "", nil, err
+	}
+	id, err = resolveServiceAccount(cmd.Context(), c, project, ref)
+	return project, id, c, err
 }
 
 // keyOutput is how create and rotate-key hand over a new private key.
@@ -149,7 +164,7 @@ func newSAListCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd, l)
+			return printResult(cmd, l, "id", "slug", "name", "status", "roles", "created_at")
 		},
 	}
 	cmd.Flags().IntVar(&limit, "limit", 0, "page size (1-500)")
@@ -159,15 +174,15 @@ func newSAListCmd() *cobra.Command {
 
 func newSAGetCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "get SERVICE_ACCOUNT_ID",
+		Use:   "get SERVICE_ACCOUNT",
 		Short: "Show one service account",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			project, c, err := projectClient(cmd)
+			project, id, c, err := saClient(cmd, args[0])
 			if err != nil {
 				return err
 			}
-			a, err := c.GetServiceAccount(cmd.Context(), project, args[0])
+			a, err := c.GetServiceAccount(cmd.Context(), project, id)
 			if err != nil {
 				return err
 			}
@@ -182,11 +197,11 @@ func newSAStatusCmd(verb string) *cobra.Command {
 		"enable":  "Enable a disabled service account",
 	}[verb]
 	return &cobra.Command{
-		Use:   verb + " SERVICE_ACCOUNT_ID",
+		Use:   verb + " SERVICE_ACCOUNT",
 		Short: short,
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			project, c, err := projectClient(cmd)
+			project, id, c, err := saClient(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -194,7 +209,7 @@ func newSAStatusCmd(verb string) *cobra.Command {
 			if verb == "enable" {
 				f = c.EnableServiceAccount
 			}
-			a, err := f(cmd.Context(), project, args[0])
+			a, err := f(cmd.Context(), project, id)
 			if err != nil {
 				return err
 			}
@@ -209,11 +224,11 @@ func newSARotateCmd() *cobra.Command {
 		out   keyOutput
 	)
 	cmd := &cobra.Command{
-		Use:   "rotate-key SERVICE_ACCOUNT_ID",
+		Use:   "rotate-key SERVICE_ACCOUNT",
 		Short: "Add a new key; the current keys stay valid for --grace (0: revoked now)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			project, c, err := projectClient(cmd)
+			project, id, c, err := saClient(cmd, args[0])
 			if err != nil {
 				return err
 			}
@@ -221,7 +236,7 @@ func newSARotateCmd() *cobra.Command {
 			if in.PublicKeyPEM, err = out.check(); err != nil {
 				return err
 			}
-			k, err := c.RotateServiceAccountKey(cmd.Context(), project, args[0], in)
+			k, err := c.RotateServiceAccountKey(cmd.Context(), project, id, in)
 			if err != nil {
 				return err
 			}
@@ -235,27 +250,27 @@ func newSARotateCmd() *cobra.Command {
 
 func newSADeleteCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "delete SERVICE_ACCOUNT_ID",
+		Use:   "delete SERVICE_ACCOUNT",
 		Short: "Delete a service account, its keys and role bindings",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			project, c, err := projectClient(cmd)
+			project, id, c, err := saClient(cmd, args[0])
 			if err != nil {
 				return err
 			}
-			if err := c.DeleteServiceAccount(cmd.Context(), project, args[0]); err != nil {
+			if err := c.DeleteServiceAccount(cmd.Context(), project, id); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "Deleted service account %s\n", args[0])
-			return nil
+			return printResult(cmd, map[string]any{"id": id, "deleted": true})
 		},
 	}
 }
 
 func newSATokenCmd() *cobra.Command {
 	var (
-		keyFile, saID, keyID string
-		printToken           bool
+		keyFile, saID, keyID, profile string
+		printToken, activate          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "token --key-file FILE",
@@ -263,19 +278,25 @@ func newSATokenCmd() *cobra.Command {
 		Long: `Reads a key file written by "gpuaas sa create/rotate-key --key-file" (or a PEM
 private key with --service-account-id and --key-id), signs a one-time JWT
 assertion locally — the private key never leaves this machine — and exchanges
-it for an access token. The token is cached (mode 0600) for later commands,
-or printed with --print (for GPUAAS_TOKEN=$(gpuaas sa token --key-file F --print)).`,
+it for an access token. The token is stored (mode 0600) in its own profile —
+--profile, default the key file's name without extension (publisher.json:
+"publisher") — beside a person's login, which stays active unless --activate
+(or no profile is active yet). Act as it with --as NAME or GPUAAS_PROFILE=NAME.
+--print prints the token instead (GPUAAS_TOKEN=$(gpuaas sa token --key-file F --print)).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			kf, err := loadKey(keyFile, saID, keyID)
 			if err != nil {
 				return err
 			}
-			cache, err := loadCredentials()
+			if profile == "" {
+				profile = strings.TrimSuffix(filepath.Base(keyFile), filepath.Ext(keyFile))
+			}
+			cfg, err := loadConfig()
 			if err != nil {
 				return err
 			}
-			base, explicit := apiURL(cmd, cache)
+			base, explicit := apiURL(cmd, cfg.Profiles[profile])
 			if !explicit && kf.TokenURL != "" {
 				base = strings.TrimSuffix(kf.TokenURL, client.ServiceAccountTokenPath)
 			}
@@ -288,17 +309,21 @@ or printed with --print (for GPUAAS_TOKEN=$(gpuaas sa token --key-file F --print
 				fmt.Fprintln(cmd.OutOrStdout(), t.AccessToken)
 				return nil
 			}
-			path, err := cacheToken(c.BaseURL, "service_account:"+kf.ServiceAccountID, t)
+			path, err := cacheToken(profile, activate, c.BaseURL, "service_account:"+kf.ServiceAccountID, t)
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "Token for service account %s cached in %s (valid %ds)\n", kf.ServiceAccountID, path, t.ExpiresIn)
+			cfg, _ = loadConfig()
+			fmt.Fprintf(cmd.ErrOrStderr(), "Token for service account %s stored in profile %q in %s (valid %ds); act as it with --as %s or %s=%s. Active profile: %q\n",
+				kf.ServiceAccountID, profile, path, t.ExpiresIn, profile, envProfile, profile, cfg.Active)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&keyFile, "key-file", "", "key file (JSON from sa create/rotate-key) or a PEM private key")
 	cmd.Flags().StringVar(&saID, "service-account-id", "", "service account id (overrides the key file's)")
 	cmd.Flags().StringVar(&keyID, "key-id", "", "key id (overrides the key file's)")
+	cmd.Flags().StringVar(&profile, "profile", "", "profile to store the token in (default: the key file's name without extension)")
+	cmd.Flags().BoolVar(&activate, "activate", false, "make the profile the active one")
 	cmd.Flags().BoolVar(&printToken, "print", false, "print the token to stdout instead of caching it")
 	_ = cmd.MarkFlagRequired("key-file")
 	return cmd

@@ -68,21 +68,39 @@ func TestServiceAccountCommands(t *testing.T) {
 		t.Fatal("overwrote a key file")
 	}
 
-	// The key file alone mints a token, cached for the next commands.
+	// The key file alone mints a token, stored in its own profile ("ci",
+	// after the key file's name) beside the person's, which stays active.
 	if _, _, err := run("", "sa", "token", "--key-file", keyFile); err != nil {
 		t.Fatal(err)
 	}
 	c, err := loadCredentials()
-	if err != nil || c.Principal != "service_account:"+created.ID {
-		t.Fatalf("cache after sa token: %+v %v", c, err)
+	if err != nil || c.Principal != "user:"+s.Creds.AdminEmail {
+		t.Fatalf("active profile after sa token: %+v %v", c, err)
 	}
-	out, _, err = run("", "sa", "list", "--project", s.Creds.ProjectID)
+	out, _, err = run("", "auth", "status", "-o", "json")
+	if err != nil || !strings.Contains(out, `"principal": "service_account:`+created.ID+`"`) || !strings.Contains(out, `"principal": "user:`+s.Creds.AdminEmail+`"`) || !strings.Contains(out, `"active": "default"`) {
+		t.Fatalf("auth status shows both profiles: %v %s", err, out)
+	}
+	// An admin command still runs as the person.
+	if _, _, err := run("", "sa", "create", "--project", s.Creds.ProjectID, "--name", "yy", "--slug", "yy", "--print-private-key"); err != nil {
+		t.Fatalf("admin command after sa token: %v", err)
+	}
+	out, _, err = run("", "sa", "list", "--project", s.Creds.ProjectID, "--as", "ci")
 	if err != nil || !strings.Contains(out, `"slug": "ci"`) {
 		t.Fatalf("list as the service account: %v %s", err, out)
 	}
-	// ... which cannot create service accounts (project_member lacks the permission).
+	// ... which cannot create service accounts (project_member lacks the permission);
+	// GPUAAS_PROFILE picks the profile as --as does.
+	t.Setenv(envProfile, "ci")
+	if out, _, err := run("", "whoami", "-o", "json"); err != nil || !strings.Contains(out, `"type": "service_account"`) || !strings.Contains(out, `"profile": "ci"`) {
+		t.Fatalf("whoami as ci: %v %s", err, out)
+	}
 	if _, _, err := run("", "sa", "create", "--project", s.Creds.ProjectID, "--name", "x", "--slug", "x", "--print-private-key"); err == nil || !strings.Contains(err.Error(), "service_accounts.write") {
 		t.Fatalf("service account created an account: %v", err)
+	}
+	t.Setenv(envProfile, "")
+	if _, _, err := run("", "sa", "list", "--as", "nope", "--project", s.Creds.ProjectID); err == nil || !strings.Contains(err.Error(), `no profile "nope"`) {
+		t.Fatalf("unknown profile: %v", err)
 	}
 	tok, _, err := run("", "sa", "token", "--key-file", keyFile, "--print")
 	if err != nil || strings.Count(strings.TrimSpace(tok), ".") != 2 {
@@ -116,7 +134,7 @@ func TestLoginOverExpiredCachedToken(t *testing.T) {
 	t.Setenv(envConfigDir, t.TempDir())
 	t.Setenv(envAPIURL, s.URL)
 	t.Setenv(envToken, "")
-	if _, err := saveCredentials(cachedCredentials{APIURL: s.URL, AccessToken: "expired", ExpiresAt: time.Now().Add(-time.Hour), Principal: "user:x"}); err != nil {
+	if _, err := saveConfig(clientConfig{Active: defaultProfile, Profiles: map[string]cachedCredentials{defaultProfile: {APIURL: s.URL, AccessToken: "expired", ExpiresAt: time.Now().Add(-time.Hour), Principal: "user:x"}}}); err != nil {
 		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
@@ -128,5 +146,14 @@ func TestLoginOverExpiredCachedToken(t *testing.T) {
 	}
 	if c, err := loadCredentials(); err != nil || c.AccessToken == "expired" || !time.Now().Before(c.ExpiresAt) {
 		t.Fatalf("cache after login: %+v %v", c, err)
+	}
+	// logout forgets the acting profile; then commands say how to sign in.
+	root = NewRoot(&out, &errOut)
+	root.SetArgs([]string{"logout"})
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := loadCredentials(); err != nil || c.AccessToken != "" {
+		t.Fatalf("after logout: %+v %v", c, err)
 	}
 }

@@ -71,6 +71,12 @@ Existing files are never overwritten.`,
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "private key %s (mode 0600: keep it secret), public key %s\n"+
 				"A project admin registers it with: gpuaas artifact signing-key add --name NAME --public-key-file %s\n", keyPath, pubPath, pubPath)
+			if table, err := tableFormat(cmd, false); err != nil || !table {
+				if err != nil {
+					return err
+				}
+				return printResult(cmd, map[string]string{"private_key_file": keyPath, "public_key_file": pubPath, "algorithm": string(a)})
+			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), pubPath)
 			return err
 		},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -71,7 +72,7 @@ func TestArtifactSigningCLI(t *testing.T) {
 
 	// keygen is offline: no login yet.
 	ci := filepath.Join(dir, "ci")
-	out, _ := must("artifact", "keygen", "--out", ci)
+	out, _ := must("artifact", "keygen", "--out", ci, "-o", "table")
 	if strings.TrimSpace(out) != ci+".pub" {
 		t.Fatalf("keygen printed %q, want the public key path %s.pub", out, ci)
 	}
@@ -123,7 +124,7 @@ func TestArtifactSigningCLI(t *testing.T) {
 	// The publishing service account pushes and signs.
 	saKey := filepath.Join(dir, "publisher.json")
 	must("sa", "create", "--name", "publisher", "--slug", "publisher", "--key-file", saKey)
-	must("sa", "token", "--key-file", saKey)
+	must("sa", "token", "--key-file", saKey, "--activate")
 	if _, _, err := run("artifact", "signing-key", "add", "--name", "sa", "--public-key-file", rogue+".pub"); err == nil || !strings.Contains(err.Error(), "HTTP 403") {
 		t.Fatalf("a service account registered a signing key: %v", err)
 	}
@@ -194,7 +195,12 @@ func TestArtifactSigningCLI(t *testing.T) {
 	if a.TrustState != "verified" || a.VerifiedKeyID != key.ID {
 		t.Fatalf("verify of the signed image: %s", out)
 	}
-	out, _ = must("artifact", "verify", unknown.ID)
+	// A verification that ends failed exits 1 with the reason, though HTTP said 200.
+	out, _, err = run("artifact", "verify", unknown.ID)
+	var f failure
+	if !errors.As(err, &f) || !strings.Contains(describeError(err), string(signature.ReasonSignatureInvalid)) {
+		t.Fatalf("failed verify must be an error naming the reason: %v", err)
+	}
 	decode(out, &a)
 	if a.TrustState != "failed" || a.TrustReason != string(signature.ReasonSignatureInvalid) {
 		t.Fatalf("verify of the image signed by an unregistered key: %s", out)

@@ -105,8 +105,17 @@ func testQuickstartWalk(t *testing.T, d store.Dialect) {
 	}
 	admin.Do("POST", "/api/v1/admin/apps/manifests", manifest).Want(t, 201)
 	publish := "/api/v1/admin/apps/catalog/flow-app/versions/1.0.0/publish"
-	if r := admin.Do("POST", publish, map[string]string{"reason": "release"}).Want(t, 409); r.ErrorCode() != "artifacts_not_ready" {
+	r := admin.Do("POST", publish, map[string]string{"reason": "release"}).Want(t, 409)
+	if r.ErrorCode() != "artifacts_not_ready" {
 		t.Fatalf("publish before the artifact is active: %s", r.Body)
+	}
+	// The refusal explains itself: per expected artifact, the manifest's pin
+	// and what is registered (state, trust, digest, repository).
+	for _, want := range []string{`"name":"runtime"`, `"expected_repository":"` + creds.repo + `"`, `"id":"` + artID + `"`,
+		`"lifecycle_state":"draft"`, `"trust_state":"unverified"`, `"digest":"` + dg.String() + `"`, `"repository":"` + creds.repo + `"`, "verify it and promote it"} {
+		if !strings.Contains(string(r.Body), want) {
+			t.Fatalf("publish refusal lacks %s: %s", want, r.Body)
+		}
 	}
 
 	// Verify and promote the artifact, then publishing goes through.

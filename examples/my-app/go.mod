@@ -1,0 +1,3 @@
+module example.com/my-app
+
+go 1.26

@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuaas/gpuaas/client"
+)
+
+// failure is a command whose call succeeded but whose outcome is a failure
+// (a verification that ended "failed"): the result was printed, the process
+// exits non-zero with the reason.
+type failure struct{ msg string }
+
+func (f failure) Error() string { return f.msg }
+
+// describeError turns an error into what a person reads: the API's message,
+// the next step when there is an obvious one, and always the correlation id
+// an admin looks the request up by.
+func describeError(err error) string {
+	var apiErr *client.APIError
+	if errors.As(err, &apiErr) {
+		msg := apiErr.Message
+		switch {
+		case apiErr.Status == 401:
+			msg = "not signed in (or the token expired): run gpuaas login, or gpuaas sa token --key-file FILE for a service account — " + msg
+		case apiErr.Status == 403:
+			msg += " (check who you act as with gpuaas auth status; pick another profile with --as)"
+		}
+		s := fmt.Sprintf("%s\n  code: %s (HTTP %d)", msg, apiErr.Code, apiErr.Status)
+		s += detailLines(apiErr.Details)
+		if apiErr.CorrelationID != "" {
+			s += "\n  correlation_id: " + apiErr.CorrelationID
+		}
+		return s
+	}
+	var uerr *url.Error
+	var operr *net.OpError
+	if errors.As(err, &uerr) && errors.As(err, &operr) {
+		u, perr := url.Parse(uerr.URL)
+		base := uerr.URL
+		if perr == nil {
+			base = u.Scheme + "://" + u.Host
+		}
+		return fmt.Sprintf("cannot reach the API at %s: is gpuaas dev running? (or set --api-url / GPUAAS_API_URL) — %v", base, operr.Err)
+	}
+	return err.Error()
+}
+
+// detailLines prints the error details an app team acts on: the artifacts
+// the publish gate expected and what is registered.
+func detailLines(d map[string]any) string {
+	arts, _ := d["artifacts"].([]any)
+	var b strings.Builder
+	for _, a := range arts {
+		m, _ := a.(map[string]any)
+		if m == nil {
+			continue
+		}
+		fmt.Fprintf(&b, "\n  artifact %v: expected", m["name"])
+		if r, _ := m["expected_repository"].(string); r != "" {
+			fmt.Fprintf(&b, " repository %s", r)
+		}
+		if dg, _ := m["expected_digest"].(string); dg != "" {
+			fmt.Fprintf(&b, " digest %s", dg)
+		}
+		fmt.Fprint(&b, " active and verified;")
+		regs, _ := m["registered"].([]any)
+		if len(regs) == 0 {
+			fmt.Fprint(&b, " nothing registered under this app, version and name (gpuaas artifact push --name NAME)")
+		}
+		for _, r := range regs {
+			rm, _ := r.(map[string]any)
+			fmt.Fprintf(&b, "\n    registered %v: state %v, trust %v, %v@%v", rm["id"], rm["lifecycle_state"], rm["trust_state"], rm["repository"], rm["digest"])
+		}
+		if why, _ := m["problem"].(string); why != "" {
+			fmt.Fprintf(&b, "\n    problem: %s", why)
+		}
+	}
+	return b.String()
+}
+
+// requireKnownSubcommands makes every command that only groups others
+// refuse an unknown subcommand (exit 1, with suggestions) instead of
+// printing help and exiting 0; without arguments it still prints help.
+func requireKnownSubcommands(cmd *cobra.Command) {
+	for _, c := range cmd.Commands() {
+		requireKnownSubcommands(c)
+	}
+	if !cmd.HasSubCommands() || cmd.Runnable() {
+		return
+	}
+	cmd.SuggestionsMinimumDistance = 2
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+			msg += "; did you mean " + strings.Join(s, " or ") + "?"
+		}
+		return errors.New(msg + " (run " + cmd.CommandPath() + " --help for its commands)")
+	}
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+}

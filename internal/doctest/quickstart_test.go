@@ -1,0 +1,222 @@
+package doctest
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// repoRoot is the repository this test file lives in.
+func repoRoot(t *testing.T) string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// requireTools skips when Docker or jq is missing, loudly, and fails on CI:
+// the quickstart needs both.
+func requireTools(t *testing.T) {
+	t.Helper()
+	for _, tool := range []string{"docker", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			missing(t, tool+" is not installed")
+		}
+	}
+	if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").CombinedOutput(); err != nil {
+		missing(t, "no Docker engine answers: "+strings.TrimSpace(string(out)))
+	}
+}
+
+func missing(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI=true: %s", why)
+	}
+	t.Skipf("SKIPPED: %s (the quickstart needs Go, jq and Docker)", why)
+}
+
+// buildGpuaas builds the CLI into a fresh bin dir and returns that dir.
+func buildGpuaas(t *testing.T) string {
+	t.Helper()
+	bin := t.TempDir()
+	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "gpuaas"), "./cmd/gpuaas")
+	cmd.Dir = repoRoot(t)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// shellEnv is a clean environment for a walk: the built gpuaas first on
+// PATH, its own CLI config dir, nothing inherited that would pick another
+// server, profile or project.
+func shellEnv(t *testing.T, bin string, extra ...string) []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "GPUAAS_") || k == "PATH" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"GPUAAS_CONFIG_DIR="+t.TempDir())
+	return append(env, extra...)
+}
+
+// runBash runs script with bash -euo pipefail in dir, in its own process
+// group so that anything it leaves running (gpuaas dev) is stopped after.
+func runBash(t *testing.T, dir string, env []string, script string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("bash", append([]string{"-euo", "pipefail", "-c", script, "walk"}, args...)...)
+	cmd.Dir, cmd.Env = dir, env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Start()
+	if err == nil {
+		t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM) })
+		err = cmd.Wait()
+	}
+	if err != nil {
+		t.Fatalf("%v\n--- output ---\n%s", err, out.String())
+	}
+	return out.String()
+}
+
+// shBlocks returns the ```sh fenced blocks of a markdown file, in order.
+func shBlocks(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var blocks []string
+	var cur *strings.Builder
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case cur == nil && strings.TrimSpace(line) == "```sh":
+			cur = &strings.Builder{}
+		case cur != nil && strings.TrimSpace(line) == "```":
+			blocks = append(blocks, cur.String())
+			cur = nil
+		case cur != nil:
+			cur.WriteString(line + "\n")
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return blocks
+}
+
+// copyTree copies the files under src (one level of directories deep is
+// enough for examples/) into dst.
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if info.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(target, b, info.Mode().Perm())
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The docs are tests: every sh block of docs/quickstart.md, in order, in one
+// bash, from a directory holding what the doc uses of the repository
+// (examples/my-app), against the gpuaas dev the doc itself starts.
+func TestQuickstartDoc(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gpuaas and a Docker image")
+	}
+	requireTools(t)
+	root := repoRoot(t)
+	blocks := shBlocks(t, filepath.Join(root, "docs", "quickstart.md"))
+	if len(blocks) < 7 {
+		t.Fatalf("docs/quickstart.md has %d sh blocks; the walk needs all of them", len(blocks))
+	}
+	work := t.TempDir()
+	copyTree(t, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
+	env := shellEnv(t, buildGpuaas(t), "GPUAAS_LISTEN="+freePort(t))
+	script := strings.Join(blocks, "\n")
+	out := runBash(t, work, env, script)
+	for _, want := range []string{"pushed ", `"trust_state": "verified"`, `"lifecycle_state": "active"`, `"status": "published"`, `"tenant_boundary_mode": "project_isolated"`, `Active profile: "default"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the walk's output lacks %q", want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("output:\n%s", out)
+	}
+}
+
+// examples/quickstart/quickstart.sh passes twice in a row on one data dir,
+// started from a directory other than its own.
+func TestQuickstartScriptTwice(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds gpuaas and a Docker image")
+	}
+	requireTools(t)
+	root := repoRoot(t)
+	bin := buildGpuaas(t)
+	data := t.TempDir()
+	env := shellEnv(t, bin, "GPUAAS_LISTEN="+freePort(t), "GPUAAS_DATA_DIR="+data, "DATA_DIR="+data)
+	// One gpuaas dev for both runs, stopped with the test.
+	dev := exec.Command(filepath.Join(bin, "gpuaas"), "dev")
+	dev.Env, dev.Dir = env, t.TempDir()
+	var devOut bytes.Buffer
+	dev.Stdout, dev.Stderr = &devOut, &devOut
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dev.Process.Signal(syscall.SIGTERM); _ = dev.Wait() })
+	creds := filepath.Join(data, "dev-credentials.json")
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if st, err := os.Stat(creds); err == nil && st.Size() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gpuaas dev did not write %s:\n%s", creds, devOut.String())
+		}
+		time.Sleep(100 * time.Millisecond) // polling a file another process writes; no hook to wait on
+	}
+	script := filepath.Join(root, "examples", "quickstart", "quickstart.sh")
+	for i := 1; i <= 2; i++ {
+		out := runBash(t, t.TempDir(), env, `"$@"`, script)
+		if !strings.Contains(out, "== done") {
+			t.Fatalf("run %d did not finish:\n%s", i, out)
+		}
+	}
+}
