@@ -1,7 +1,9 @@
 package main_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -310,7 +312,7 @@ func TestEventsSurviveKill9(t *testing.T) {
 			bin := buildBinary(t)
 			dataDir := filepath.Join(t.TempDir(), "data")
 			port := freePort(t)
-			extra := []string{"--events-relay-interval", "100ms", "--events-lease-ttl", "1s", "--log-level", "warn"}
+			extra := []string{"--node=false", "--events-relay-interval", "100ms", "--events-lease-ttl", "1s", "--log-level", "warn"}
 			var nproc *natsProc
 			natsURL, natsPort := "", freePort(t)
 			if mode == "external" {
@@ -370,13 +372,16 @@ func TestEventsTwoReplicas(t *testing.T) {
 	bin := buildBinary(t)
 	dbURL := storetest.URL(t, store.Postgres)
 	nproc := startNATS(t, t.TempDir(), freePort(t))
-	dataDir := filepath.Join(t.TempDir(), "data") // shared: master key and dev credentials
-	extra := []string{"--database-url", dbURL, "--nats-url", nproc.url(),
+	// One data dir each (a data dir is locked by its gpuaas dev), one
+	// master key for both: the replicas share the database's sealed keys.
+	dirA, dirB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
+	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
+	extra := []string{"--database-url", dbURL, "--nats-url", nproc.url(), "--secret-key", key, "--node=false",
 		"--events-relay-interval", "100ms", "--events-lease-ttl", "1s", "--log-level", "warn"}
 	portA, portB := freePort(t), freePort(t)
-	a, _ := startDev(t, bin, dataDir, portA, extra...)
-	b, _ := startDev(t, bin, dataDir, portB, extra...)
-	creds := readCreds(t, dataDir)
+	a, _ := startDev(t, bin, dirA, portA, extra...)
+	b, _ := startDev(t, bin, dirB, portB, extra...)
+	creds := readCreds(t, dirB) // the last seed set the admin's password
 	urlA, urlB := "http://127.0.0.1:"+strconv.Itoa(portA), "http://127.0.0.1:"+strconv.Itoa(portB)
 	ca := login(t, urlA, creds.AdminEmail, creds.AdminPassword)
 	cb := login(t, urlB, creds.AdminEmail, creds.AdminPassword)

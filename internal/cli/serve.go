@@ -21,6 +21,7 @@ var devAgentStarter server.DevAgentStarter
 func newDevCmd() *cobra.Command {
 	cfg := config.Defaults()
 	cfg.LogFormat = "text"
+	withNode := true
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything on this machine with no setup (embedded SQLite)",
@@ -66,6 +67,10 @@ seeds a dev org, project and platform admin (once), and writes
 				creds.APIURL, app.RegistryHost(), creds.AdminEmail, server.CredentialsPath(c.DataDir), c.DataDir)
 			// The node needs the API serving (its agent joins over HTTP), so
 			// it starts beside Serve and reports when it is there.
+			if !withNode {
+				fmt.Fprintf(out, "  node:         none (--node=false)\n")
+				return app.Serve(ctx)
+			}
 			go func() {
 				n := app.StartDevNode(ctx, devAgentStarter, creds, 60*time.Second)
 				if n.Reason != "" && n.NodeID == "" {
@@ -81,6 +86,7 @@ seeds a dev org, project and platform admin (once), and writes
 		},
 	}
 	cfg.Bind(cmd.Flags())
+	cmd.Flags().BoolVar(&withNode, "node", withNode, "run an in-process node agent (with a dev allocation) when a Docker engine answers")
 	return cmd
 }
 
