@@ -1,3 +1,0 @@
--- Placeholder keeping this branch's numbering contiguous: version 0008 belongs to
--- another branch. The integrator deletes this file when that branch merges.
-SELECT 1;
