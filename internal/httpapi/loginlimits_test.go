@@ -1,9 +1,12 @@
 package httpapi_test
 
 import (
+	"encoding/json"
+	"net/http"
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -58,4 +61,34 @@ func TestLoginPerAccountBackoff(t *testing.T) {
 	login("ada@example.com", "long-enough-password", 200)
 	login("ada@example.com", "not-the-password", 401)
 	login("ada@example.com", "long-enough-password", 200)
+}
+
+// The registry's token endpoint, where docker login sends secrets, shares the
+// per-address limiter with sign-in and answers 429 in the registry's format.
+func TestRegistryTokenIsRateLimited(t *testing.T) {
+	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.CredentialRate, c.CredentialBurst = 0.5, 2 })
+	get := func() *http.Response {
+		req, _ := http.NewRequest("GET", s.URL+"/v2/token?scope=repository:x/y:pull", nil)
+		req.SetBasicAuth("nobody", "wrong")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	for i := 0; i < 2; i++ {
+		if resp := get(); resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("attempt %d: %d", i, resp.StatusCode)
+		}
+	}
+	resp := get()
+	var body struct {
+		Errors []struct{ Code string } `json:"errors"`
+	}
+	_ = json.NewDecoder(resp.Body).Decode(&body)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" ||
+		len(body.Errors) != 1 || body.Errors[0].Code != "TOOMANYREQUESTS" {
+		t.Fatalf("throttled token request: %d %v %+v", resp.StatusCode, resp.Header, body)
+	}
 }
