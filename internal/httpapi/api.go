@@ -152,7 +152,7 @@ func (a *API) Handler() http.Handler {
 	}
 	mux.Handle("GET /metrics", a.metrics.handler())
 	for prefix, h := range a.Mounts {
-		mux.Handle(prefix, a.WithStreamDeadlines(h))
+		mux.Handle(prefix, a.WithStreamDeadlines(a.limitRegistryToken(h)))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -71,6 +72,9 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	}
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gpuaas"`)
+	}
+	if secs, ok := details["retry_after_seconds"].(int); ok && status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	writeJSON(w, status, envelope{Error: envelopeBody{Code: e.Code, Message: e.Message, CorrelationID: correlation.ID(ctx), Details: details}})
 }

@@ -35,6 +35,12 @@ func (a *API) listAudit(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
+		if f.OrgID != "" && f.OrgID != p.OrgID {
+			// Both filters given and they disagree: the intersection is
+			// empty, not the project's whole org.
+			writeJSON(w, http.StatusOK, mapList([]store.AuditEvent{}, "", viewAudit))
+			return nil
+		}
 		f.OrgID = p.OrgID
 	case f.OrgID != "":
 		if _, err := a.IAM.Org(ctx, g, f.OrgID, iam.PermAuditRead); err != nil {

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/registry"
 )
 
 // clientLimiter throttles the anonymous credential endpoints (password
@@ -68,3 +69,17 @@ func (l *clientLimiter) allow(r *http.Request) bool {
 
 var errRateLimited = &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "rate_limited",
 	Message: "too many sign-in or token requests from this address; wait a few seconds and retry"}
+
+// limitRegistryToken puts the registry's token endpoint (/v2/token, where
+// docker login sends a password or API token) behind the same per-address
+// limiter as sign-in, answering in the registry's error format.
+func (a *API) limitRegistryToken(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v2/token" && !a.limiter.allow(r) {
+			w.Header().Set("Retry-After", "1")
+			registry.WriteTokenError(w, r, http.StatusTooManyRequests, errRateLimited.Code, errRateLimited.Message)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

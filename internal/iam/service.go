@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -20,6 +21,9 @@ type Service struct {
 	Tokens *Tokens
 	Logger *slog.Logger
 	Now    func() time.Time
+
+	throttleOnce  sync.Once
+	loginThrottle *loginThrottle
 }
 
 // NewID returns a time-ordered id (UUIDv7): list order is creation order.
@@ -118,7 +122,13 @@ func (s *Service) RequirePlatform(ctx context.Context, g *Grants, perm, resource
 // password and disabled account all get the same answer and take the same
 // time, so the endpoint does not reveal which accounts exist.
 func (s *Service) Login(ctx context.Context, email, password string) (Issued, error) {
-	email = strings.ToLower(strings.TrimSpace(email))
+	email, bad := NormalizeEmail(email)
+	if bad != nil {
+		return Issued{}, errdefs.Validation([]errdefs.FieldError{*bad})
+	}
+	if err := s.throttle().check(email, s.now()); err != nil {
+		return Issued{}, err
+	}
 	u, err := s.DB.Queries().GetUserByEmail(ctx, email)
 	hash := dummyHash
 	if err == nil {
@@ -135,7 +145,9 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 		if aerr := s.DB.RecordOutcome(ctx, store.AuditEvent{Action: "auth.login", ResourceType: "user", ResourceID: resID}, "failure"); aerr != nil {
 			s.Logger.ErrorContext(ctx, "could not audit a failed login", "err", aerr)
 		}
+		s.throttle().fail(email, s.now())
 		return Issued{}, errdefs.Unauthenticated("invalid_credentials", "email or password is wrong, or the account is disabled")
 	}
+	s.throttle().succeed(email)
 	return s.Tokens.Issue(principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, "")
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/mail"
-	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -31,9 +30,11 @@ func (s *Service) CreateUser(ctx context.Context, g *Grants, in CreateUserInput)
 }
 
 func (s *Service) createUser(ctx context.Context, in CreateUserInput) (store.User, error) {
-	email := strings.ToLower(strings.TrimSpace(in.Email))
+	email, bad := NormalizeEmail(in.Email)
 	var fe []errdefs.FieldError
-	if a, err := mail.ParseAddress(email); err != nil || a.Address != email {
+	if bad != nil {
+		fe = append(fe, *bad)
+	} else if a, err := mail.ParseAddress(email); err != nil || a.Address != email {
 		fe = append(fe, errdefs.FieldError{Field: "/email", Code: "invalid_email", Message: "must be a plain email address such as ada@example.com"})
 	}
 	if len(in.Password) < MinPasswordLen || len(in.Password) > 256 {

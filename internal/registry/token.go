@@ -235,6 +235,12 @@ func (h *TokenHandler) unauthorized(w http.ResponseWriter, r *http.Request, msg 
 // fail writes the canonical error envelope plus the Docker registry
 // "errors" array that registry clients print.
 func (h *TokenHandler) fail(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+	WriteTokenError(w, r, status, code, msg)
+}
+
+// WriteTokenError answers a token request with an error in the registry's
+// format (also used by the per-address limiter in front of /v2/token).
+func WriteTokenError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
 	correlationID := correlation.ID(r.Context())
 	if correlationID == "" {
 		correlationID = r.Header.Get("X-Request-ID")
@@ -248,6 +254,8 @@ func (h *TokenHandler) fail(w http.ResponseWriter, r *http.Request, status int, 
 		dockerCode = "INVALID_REQUEST"
 	case http.StatusMethodNotAllowed:
 		dockerCode = "UNSUPPORTED"
+	case http.StatusTooManyRequests:
+		dockerCode = "TOOMANYREQUESTS"
 	case http.StatusInternalServerError:
 		dockerCode = "UNKNOWN"
 	}

@@ -136,6 +136,7 @@ func (s *Server) checkAudit() {
 	s.mu.Lock()
 	ms := append([]mutation(nil), s.mutations...)
 	s.mu.Unlock()
+	s.checkAuditShapes()
 	for _, m := range ms {
 		evs, _, err := s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{CorrelationID: m.correlationID}, store.Page{Limit: store.MaxPageLimit})
 		if err != nil {

@@ -38,8 +38,8 @@ type RotateInput struct {
 // Account is a service account with its roles and keys (public halves only).
 type Account struct {
 	store.ServiceAccount
-	Roles []string
-	Keys  []store.ServiceAccountKey
+	Roles []string                  `json:"roles"`
+	Keys  []store.ServiceAccountKey `json:"keys"`
 }
 
 // IssuedKey is the answer of create and rotate: the account, the new key

@@ -7,28 +7,28 @@ import (
 
 // ServiceAccount is a machine identity pinned to one project.
 type ServiceAccount struct {
-	ID          string
-	OrgID       string
-	ProjectID   string
-	Slug        string
-	Name        string
-	Description string
-	Status      string // active | disabled
+	ID          string `json:"id"`
+	OrgID       string `json:"org_id"`
+	ProjectID   string `json:"project_id,omitempty"`
+	Slug        string `json:"slug"`
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Status      string `json:"status"` // active | disabled
 	// TokensValidAfter invalidates every token minted before it: disabling
 	// moves it forward, so enabling again does not revive old tokens.
-	TokensValidAfter time.Time
-	CreatedAt        time.Time
-	UpdatedAt        time.Time
+	TokensValidAfter time.Time `json:"tokens_valid_after,omitzero"`
+	CreatedAt        time.Time `json:"created_at,omitzero"`
+	UpdatedAt        time.Time `json:"updated_at,omitzero"`
 }
 
 // ServiceAccountKey is the public half of a service-account key pair.
 type ServiceAccountKey struct {
-	ID               string // the key_id, sent as the assertion's kid
-	ServiceAccountID string
-	Algorithm        string // EdDSA | ES256
-	PublicKey        string // PKIX PEM
-	CreatedAt        time.Time
-	ExpiresAt        time.Time // zero: valid until rotated out
+	ID               string    `json:"id"` // the key_id, sent as the assertion's kid
+	ServiceAccountID string    `json:"service_account_id"`
+	Algorithm        string    `json:"algorithm"`  // EdDSA | ES256
+	PublicKey        string    `json:"public_key"` // PKIX PEM
+	CreatedAt        time.Time `json:"created_at,omitzero"`
+	ExpiresAt        time.Time `json:"expires_at,omitzero"` // zero: valid until rotated out
 }
 
 // ActiveAt reports whether the key may sign assertions at t.

@@ -7,20 +7,20 @@ import (
 
 // Org is a tenant.
 type Org struct {
-	ID        string
-	Slug      string
-	Name      string
-	CreatedAt time.Time
+	ID        string    `json:"id"`
+	Slug      string    `json:"slug"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at,omitzero"`
 }
 
 // Project belongs to one org; its slug is unique within the org.
 type Project struct {
-	ID          string
-	OrgID       string
-	Slug        string
-	Name        string
-	Description string
-	CreatedAt   time.Time
+	ID          string    `json:"id"`
+	OrgID       string    `json:"org_id"`
+	Slug        string    `json:"slug"`
+	Name        string    `json:"name"`
+	Description string    `json:"description,omitempty"`
+	CreatedAt   time.Time `json:"created_at,omitzero"`
 }
 
 func (q *Queries) CreateOrg(ctx context.Context, o Org) error {

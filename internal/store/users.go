@@ -72,14 +72,14 @@ func (q *Queries) ListUsers(ctx context.Context, p Page) ([]User, string, error)
 // RoleBinding grants a role to a principal at a scope. ScopeID is "" for
 // the platform scope; OrgID is the org the scope sits in ("" for platform).
 type RoleBinding struct {
-	ID            string
-	PrincipalType string
-	PrincipalID   string
-	Role          string
-	ScopeType     string // platform | org | project
-	ScopeID       string
-	OrgID         string
-	CreatedAt     time.Time
+	ID            string    `json:"id"`
+	PrincipalType string    `json:"principal_type"`
+	PrincipalID   string    `json:"principal_id"`
+	Role          string    `json:"role"`
+	ScopeType     string    `json:"scope_type"` // platform | org | project
+	ScopeID       string    `json:"scope_id,omitempty"`
+	OrgID         string    `json:"org_id,omitempty"`
+	CreatedAt     time.Time `json:"created_at,omitzero"`
 }
 
 const bindingCols = `id, principal_type, principal_id, role, scope_type, scope_id, org_id, created_at`
