@@ -46,7 +46,32 @@ func (s *Service) artifact(ctx context.Context, g *iam.Grants, projectID, artifa
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Project{}, store.AppArtifact{}, artifactNotFound(artifactID)
 	}
-	return p, a, err
+	if err != nil {
+		return store.Project{}, store.AppArtifact{}, err
+	}
+	if a, err = s.digestRevoked(ctx, a); err != nil {
+		return store.Project{}, store.AppArtifact{}, err
+	}
+	return p, a, nil
+}
+
+// digestRevoked shows a as revoked when its digest was revoked in the
+// project. Revoke already revokes every record of the digest; this covers a
+// record whose registration raced the revoke, so every gate that reads an
+// artifact through here (promote, verify, pull intents) refuses it too.
+func (s *Service) digestRevoked(ctx context.Context, a store.AppArtifact) (store.AppArtifact, error) {
+	if !a.RevokedAt.IsZero() || a.Digest == "" {
+		return a, nil
+	}
+	at, reason, err := s.DB.Queries().DigestRevocation(ctx, a.ProjectID, a.Digest)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return a, nil
+	case err != nil:
+		return a, err
+	}
+	a.RevokedAt, a.RevokeReason = at, reason
+	return a, nil
 }
 
 // Get returns one artifact.

@@ -3,6 +3,9 @@ package httpapi_test
 import (
 	"context"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
@@ -110,6 +113,22 @@ func testArtifactDigestTruth(t *testing.T, d store.Dialect) {
 	}
 	wantErr(admin.Do("POST", base+"/"+b+"/promote", map[string]string{"reason": "ship"}), 409, "artifact_revoked", "promote the other record")
 	wantErr(admin.Do("POST", base+"/"+b+"/pull-intents", map[string]any{}), 409, "artifact_revoked", "pull intent for the other record")
+	// A record whose registration raced the revoke (inserted unrevoked
+	// behind the API's back) is still treated as revoked by every gate.
+	raced, err := s.DB.Queries().GetAppArtifact(ctx, pid, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raced.ID, raced.AppVersion, raced.RevokedAt, raced.RevokeReason = uuid.NewString(), "9.0.0", time.Time{}, ""
+	if err := s.DB.Queries().InsertAppArtifact(ctx, raced); err != nil {
+		t.Fatal(err)
+	}
+	if r := admin.Do("GET", base+"/"+raced.ID, nil).Want(t, 200); r.JSON["revoked"] != true {
+		t.Fatalf("raced record not shown revoked: %s", r.Body)
+	}
+	wantErr(admin.Do("POST", base+"/"+raced.ID+"/promote", map[string]string{"reason": "ship"}), 409, "artifact_revoked", "promote the raced record")
+	wantErr(admin.Do("POST", base+"/"+raced.ID+"/pull-intents", map[string]any{}), 409, "artifact_revoked", "pull intent for the raced record")
+
 	_, c3 := intent("3.0.0")
 	wantErr(reg("3.0.0", repo, digest, ""), 422, "digest_revoked", "re-registration")
 

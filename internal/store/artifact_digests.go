@@ -16,6 +16,16 @@ func (q *Queries) DigestRevoked(ctx context.Context, projectID, digest string) (
 	return n > 0, mapErr(err)
 }
 
+// DigestRevocation returns when and why digest was first revoked in the
+// project, or ErrNotFound.
+func (q *Queries) DigestRevocation(ctx context.Context, projectID, digest string) (time.Time, string, error) {
+	var at time.Time
+	var reason string
+	err := q.queryRow(ctx, `SELECT revoked_at, revoke_reason FROM app_artifacts WHERE project_id = ? AND digest = ? AND revoked_at IS NOT NULL
+		ORDER BY revoked_at, id LIMIT 1`, projectID, digest).Scan(scanTime(&at), &reason)
+	return at, reason, scanOne(err)
+}
+
 // RepositoryDigestRevoked reports whether an artifact registered in
 // repository with digest is revoked (a repository belongs to one project).
 func (q *Queries) RepositoryDigestRevoked(ctx context.Context, repository, digest string) (bool, error) {
