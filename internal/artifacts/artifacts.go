@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -45,7 +46,32 @@ func (s *Service) artifact(ctx context.Context, g *iam.Grants, projectID, artifa
 	if errors.Is(err, store.ErrNotFound) {
 		return store.Project{}, store.AppArtifact{}, artifactNotFound(artifactID)
 	}
-	return p, a, err
+	if err != nil {
+		return store.Project{}, store.AppArtifact{}, err
+	}
+	if a, err = s.digestRevoked(ctx, a); err != nil {
+		return store.Project{}, store.AppArtifact{}, err
+	}
+	return p, a, nil
+}
+
+// digestRevoked shows a as revoked when its digest was revoked in the
+// project. Revoke already revokes every record of the digest; this covers a
+// record whose registration raced the revoke, so every gate that reads an
+// artifact through here (promote, verify, pull intents) refuses it too.
+func (s *Service) digestRevoked(ctx context.Context, a store.AppArtifact) (store.AppArtifact, error) {
+	if !a.RevokedAt.IsZero() || a.Digest == "" {
+		return a, nil
+	}
+	at, reason, err := s.DB.Queries().DigestRevocation(ctx, a.ProjectID, a.Digest)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return a, nil
+	case err != nil:
+		return a, err
+	}
+	a.RevokedAt, a.RevokeReason = at, reason
+	return a, nil
 }
 
 // Get returns one artifact.
@@ -88,6 +114,13 @@ func requireReason(reason string) error {
 // transition applies change to an artifact in one audited transaction; the
 // update only lands if nobody transitioned the artifact meanwhile.
 func (s *Service) transition(ctx context.Context, action, reason string, a store.AppArtifact, change func(*store.AppArtifact)) (store.AppArtifact, error) {
+	return s.transitionWith(ctx, action, reason, a, change, nil)
+}
+
+// transitionWith is transition with also run in the same transaction after
+// the update; what also returns is added to the audit row's after state.
+func (s *Service) transitionWith(ctx context.Context, action, reason string, a store.AppArtifact, change func(*store.AppArtifact),
+	also func(context.Context, *store.Tx, store.AppArtifact) (map[string]any, error)) (store.AppArtifact, error) {
 	before := a
 	change(&a)
 	a.UpdatedAt = s.Now()
@@ -101,8 +134,16 @@ func (s *Service) transition(ctx context.Context, action, reason string, a store
 		if err := emit(tx, action, reason, a); err != nil {
 			return err
 		}
+		after := stateOf(a)
+		if also != nil {
+			extra, err := also(ctx, tx, a)
+			if err != nil {
+				return err
+			}
+			maps.Copy(after, extra)
+		}
 		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "app_artifact", ResourceID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, Reason: reason},
-			stateOf(before), stateOf(a))
+			stateOf(before), after)
 	})
 	if err != nil {
 		return store.AppArtifact{}, err
@@ -206,7 +247,10 @@ func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID
 
 // Revoke marks an artifact revoked: terminal, from any state. It blocks
 // pull intents, promotion and new launches; outstanding pull credentials
-// stop being granted tokens.
+// stop being granted tokens. Revocation is of the digest: every other
+// record of the project with the same digest is revoked in the same
+// transaction, the digest can never be registered again there, and the
+// registry refuses to serve its manifest (see registryauth.go).
 func (s *Service) Revoke(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (store.AppArtifact, error) {
 	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactRevoke)
 	if err != nil {
@@ -221,9 +265,33 @@ func (s *Service) Revoke(ctx context.Context, g *iam.Grants, projectID, artifact
 	if err := refuseRevoked(a); err != nil {
 		return store.AppArtifact{}, err
 	}
-	return s.transition(ctx, "artifact.revoke", in.Reason, a, func(a *store.AppArtifact) {
+	return s.transitionWith(ctx, "artifact.revoke", in.Reason, a, func(a *store.AppArtifact) {
 		a.RevokedAt, a.RevokeReason = s.Now(), in.Reason
-	})
+	}, s.revokeDigest)
+}
+
+// revokeDigest revokes the records that share a's digest, each with its
+// revoked event; the ids go into the revoke's audit row.
+func (s *Service) revokeDigest(ctx context.Context, tx *store.Tx, a store.AppArtifact) (map[string]any, error) {
+	others, err := tx.UnrevokedArtifactsWithDigest(ctx, a.ProjectID, a.Digest)
+	if err != nil {
+		return nil, err
+	}
+	if len(others) == 0 {
+		return nil, nil
+	}
+	if err := tx.RevokeArtifactsWithDigest(ctx, a.ProjectID, a.Digest, a.RevokeReason, a.RevokedAt); err != nil {
+		return nil, err
+	}
+	ids := make([]string, 0, len(others))
+	for _, o := range others {
+		o.RevokedAt, o.RevokeReason, o.UpdatedAt = a.RevokedAt, a.RevokeReason, a.UpdatedAt
+		if err := emit(tx, "artifact.revoke", a.RevokeReason, o); err != nil {
+			return nil, err
+		}
+		ids = append(ids, o.ID)
+	}
+	return map[string]any{"also_revoked": ids}, nil
 }
 
 // VerifyInput is the body of verify.

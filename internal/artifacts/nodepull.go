@@ -27,6 +27,9 @@ func (s *Service) CreateNodePullIntent(ctx context.Context, nodeID, projectID, a
 	if errors.Is(err, store.ErrNotFound) {
 		return Intent{}, artifactNotFound(artifactID)
 	}
+	if err == nil {
+		a, err = s.digestRevoked(ctx, a)
+	}
 	if err != nil {
 		return Intent{}, err
 	}

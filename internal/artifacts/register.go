@@ -64,6 +64,11 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 		meta = in.SourceMetadata
 	}
 	q := s.DB.Queries()
+	// Checked first so that a revoked digest is refused whatever the
+	// registry holds, and again inside the insert's transaction.
+	if err := refuseRevokedDigest(ctx, q, p.ID, in.Digest); err != nil {
+		return store.AppArtifact{}, err
+	}
 	var it store.ArtifactIntent
 	if in.PublishIntentID != "" {
 		if _, perr := uuid.Parse(in.PublishIntentID); perr == nil {
@@ -102,6 +107,9 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 		}
 	}
 	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if err := refuseRevokedDigest(ctx, tx.Queries, a.ProjectID, a.Digest); err != nil {
+			return err
+		}
 		if err := tx.InsertAppArtifact(ctx, a); err != nil {
 			if errors.Is(err, store.ErrAlreadyExists) {
 				return errdefs.AlreadyExists("artifact_already_registered",
@@ -120,6 +128,20 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 		return store.AppArtifact{}, err
 	}
 	return a, nil
+}
+
+// refuseRevokedDigest answers 422 digest_revoked when digest was revoked
+// in the project: revocation is of the content, not of one record.
+func refuseRevokedDigest(ctx context.Context, q *store.Queries, projectID, digest string) error {
+	revoked, err := q.DigestRevoked(ctx, projectID, digest)
+	if err != nil {
+		return err
+	}
+	if revoked {
+		return errdefs.Unprocessable("digest_revoked",
+			"digest %s was revoked in this project; revocation is permanent for the content, so it cannot be registered again — build and push a new image", digest)
+	}
+	return nil
 }
 
 func (s *Service) checkManifest(ctx context.Context, it store.ArtifactIntent, in RegisterInput, a *store.AppArtifact) error {
@@ -146,7 +168,10 @@ func (s *Service) checkManifest(ctx context.Context, it store.ArtifactIntent, in
 		return err
 	}
 	mt, size, err := link.reg.ManifestExists(ctx, repo, in.Digest)
-	switch {
+	switch e, _ := errdefs.As(err); {
+	case e != nil && e.Code == registry.CodeNotAManifest:
+		return errdefs.Unprocessable("manifest_not_found",
+			"%s in %s is a blob (an image layer or config), not a manifest; register the digest of the image manifest (or index) your push reported", in.Digest, repo)
 	case errors.Is(err, registry.ErrNotFound):
 		return errdefs.Unprocessable("manifest_not_found",
 			"the registry holds no manifest %s in %s; push the image with the intent's credentials first, then register the digest the push reported", in.Digest, repo)
@@ -155,6 +180,18 @@ func (s *Service) checkManifest(ctx context.Context, it store.ArtifactIntent, in
 	}
 	if in.MediaType != "" && in.MediaType != mt {
 		return errdefs.Unprocessable("media_type_mismatch", "the manifest at %s has media type %q, not %q", in.Digest, mt, in.MediaType)
+	}
+	if in.Tag != "" {
+		got, err := link.reg.ResolveTag(ctx, repo, in.Tag)
+		switch {
+		case errors.Is(err, registry.ErrNotFound):
+			return errdefs.Unprocessable("tag_mismatch", "tag %q does not exist in %s; push it, or register the digest without a tag", in.Tag, repo)
+		case err != nil:
+			return err
+		case got != in.Digest:
+			return errdefs.Unprocessable("tag_mismatch", "tag %q in %s points at %s, not %s; a tag is recorded only when it names the registered digest", in.Tag, repo, got, in.Digest).
+				WithDetails(map[string]any{"tag": in.Tag, "tag_digest": got})
+		}
 	}
 	a.Repository, a.Tag, a.MediaType, a.SizeBytes = repo, in.Tag, mt, size
 	return nil

@@ -182,3 +182,24 @@ func hashSecret(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(h[:])
 }
+
+// ManifestDenied refuses to serve a revoked digest, whoever asks and
+// whichever tag or intent led there: revocation is of the content.
+func (a registryAuthz) ManifestDenied(ctx context.Context, repository, digest string) (bool, error) {
+	if digest == "" {
+		return false, nil
+	}
+	return a.s.DB.Queries().RepositoryDigestRevoked(ctx, repository, digest)
+}
+
+// TagFrozen freezes the cosign signature and attestation tags of a digest
+// once an artifact with that digest was verified: publish credentials cover
+// the app's whole repository, and an intent for one version must not be
+// able to swap the signature another version was verified against.
+func (a registryAuthz) TagFrozen(ctx context.Context, repository, tag string) (bool, error) {
+	d, ok := registry.SignatureTagDigest(tag)
+	if !ok {
+		return false, nil
+	}
+	return a.s.DB.Queries().RepositoryDigestVerified(ctx, repository, d)
+}

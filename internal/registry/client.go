@@ -70,28 +70,20 @@ func (c *Client) ManifestExists(ctx context.Context, repository, dgst string) (m
 	if err != nil {
 		return "", 0, invalidf("invalid_reference", "digest %q: %v", dgst, err)
 	}
-	tok, err := c.PullToken(repository)
+	resp, err := c.head(ctx, repository, "manifests", d.String())
 	if err != nil {
 		return "", 0, err
 	}
-	u := c.base.JoinPath("v2", repository, "manifests", d.String())
-	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u.String(), nil)
-	if err != nil {
-		return "", 0, err
-	}
-	req.Header.Set("Accept", manifestAccept)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return "", 0, unavailablef("registry_unavailable", "%v", err)
-	}
-	defer resp.Body.Close()
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 	switch resp.StatusCode {
 	case http.StatusOK:
 	case http.StatusNotFound:
 		return "", 0, notFoundf("manifest_not_found", "manifest %s@%s", repository, d)
 	default:
+		// The embedded registry answers 500 for a manifest HEAD of a digest
+		// that names a layer or config blob: tell that apart from an outage.
+		if blob, berr := c.head(ctx, repository, "blobs", d.String()); berr == nil && blob.StatusCode == http.StatusOK {
+			return "", 0, notFoundf(CodeNotAManifest, "%s@%s is a blob (a layer or config), not a manifest", repository, d)
+		}
 		return "", 0, unavailablef("registry_unavailable", "HEAD manifest %s@%s: status %d", repository, d, resp.StatusCode)
 	}
 	if got := resp.Header.Get("Docker-Content-Digest"); got != "" && got != d.String() {
@@ -106,6 +98,57 @@ func (c *Client) ManifestExists(ctx context.Context, repository, dgst string) (m
 		return "", 0, unavailablef("registry_unavailable", "HEAD manifest %s@%s: bad Content-Length", repository, d)
 	}
 	return mediaType, size, nil
+}
+
+// CodeNotAManifest is the code of the ErrNotFound that ManifestExists
+// returns for a digest the registry holds as a blob, not as a manifest.
+const CodeNotAManifest = "not_a_manifest"
+
+// ResolveTag returns the digest of the manifest tag points at in
+// repository, or ErrNotFound.
+func (c *Client) ResolveTag(ctx context.Context, repository, tag string) (string, error) {
+	if err := checkRepository(repository); err != nil {
+		return "", invalidf("invalid_reference", "%v", err)
+	}
+	resp, err := c.head(ctx, repository, "manifests", tag)
+	if err != nil {
+		return "", err
+	}
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusNotFound:
+		return "", notFoundf("tag_not_found", "tag %s:%s", repository, tag)
+	default:
+		return "", unavailablef("registry_unavailable", "HEAD manifest %s:%s: status %d", repository, tag, resp.StatusCode)
+	}
+	d, err := digest.Parse(resp.Header.Get("Docker-Content-Digest"))
+	if err != nil {
+		return "", unavailablef("registry_unavailable", "HEAD manifest %s:%s: no valid Docker-Content-Digest", repository, tag)
+	}
+	return d.String(), nil
+}
+
+// head sends an authenticated HEAD for /v2/<repository>/<kind>/<ref> with
+// the manifest Accept types; the body is drained and closed.
+func (c *Client) head(ctx context.Context, repository, kind, ref string) (*http.Response, error) {
+	tok, err := c.PullToken(repository)
+	if err != nil {
+		return nil, err
+	}
+	u := c.base.JoinPath("v2", repository, kind, ref)
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, u.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", manifestAccept)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, unavailablef("registry_unavailable", "%v", err)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	return resp, nil
 }
 
 // HandlerTransport serves requests in-process through Handler, without a

@@ -87,7 +87,14 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 	tagged := http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		app.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), instanceKey, id)))
 	})
-	r.handler = r.route(tagged)
+	var served http.Handler = tagged
+	if gate, ok := authz.(ContentGate); ok {
+		served = gated(gate, tagged, func(w http.ResponseWriter, req *http.Request, err error) {
+			logger.ErrorContext(req.Context(), "registry: content gate failed", "err", err)
+			tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not check this manifest; retry")
+		})
+	}
+	r.handler = r.route(served)
 	r.client, err = newHTTPClient("http://"+cfg.Host, tokens, HandlerTransport{Handler: r.handler})
 	if err != nil {
 		r.Close()
@@ -206,6 +213,11 @@ func (r *Registry) JWKS() ([]byte, error) { return r.keys.JWKS() }
 // ManifestExists is r.Client().ManifestExists.
 func (r *Registry) ManifestExists(ctx context.Context, repository, digest string) (string, int64, error) {
 	return r.client.ManifestExists(ctx, repository, digest)
+}
+
+// ResolveTag is r.Client().ResolveTag.
+func (r *Registry) ResolveTag(ctx context.Context, repository, tag string) (string, error) {
+	return r.client.ResolveTag(ctx, repository, tag)
 }
 
 // Close stops the embedded registry's background work (upload purger) and

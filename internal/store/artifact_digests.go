@@ -1,0 +1,61 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// A digest, not a record, is what revocation means: these queries answer
+// and apply revocation for every artifact record that names a digest.
+
+// DigestRevoked reports whether any artifact of the project with digest is
+// revoked.
+func (q *Queries) DigestRevoked(ctx context.Context, projectID, digest string) (bool, error) {
+	var n int
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_artifacts WHERE project_id = ? AND digest = ? AND revoked_at IS NOT NULL`, projectID, digest).Scan(&n)
+	return n > 0, mapErr(err)
+}
+
+// DigestRevocation returns when and why digest was first revoked in the
+// project, or ErrNotFound.
+func (q *Queries) DigestRevocation(ctx context.Context, projectID, digest string) (time.Time, string, error) {
+	var at time.Time
+	var reason string
+	err := q.queryRow(ctx, `SELECT revoked_at, revoke_reason FROM app_artifacts WHERE project_id = ? AND digest = ? AND revoked_at IS NOT NULL
+		ORDER BY revoked_at, id LIMIT 1`, projectID, digest).Scan(scanTime(&at), &reason)
+	return at, reason, scanOne(err)
+}
+
+// RepositoryDigestRevoked reports whether an artifact registered in
+// repository with digest is revoked (a repository belongs to one project).
+func (q *Queries) RepositoryDigestRevoked(ctx context.Context, repository, digest string) (bool, error) {
+	var n int
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_artifacts WHERE repository = ? AND digest = ? AND revoked_at IS NOT NULL`, repository, digest).Scan(&n)
+	return n > 0, mapErr(err)
+}
+
+// RepositoryDigestVerified reports whether an artifact registered in
+// repository with digest has been verified.
+func (q *Queries) RepositoryDigestVerified(ctx context.Context, repository, digest string) (bool, error) {
+	var n int
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_artifacts WHERE repository = ? AND digest = ? AND verified_at IS NOT NULL`, repository, digest).Scan(&n)
+	return n > 0, mapErr(err)
+}
+
+// UnrevokedArtifactsWithDigest lists the project's artifacts with digest
+// that are not revoked yet.
+func (q *Queries) UnrevokedArtifactsWithDigest(ctx context.Context, projectID, digest string) ([]AppArtifact, error) {
+	rows, err := q.query(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE project_id = ? AND digest = ? AND revoked_at IS NULL ORDER BY id`, projectID, digest)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAppArtifact)
+}
+
+// RevokeArtifactsWithDigest revokes every unrevoked artifact of the project
+// with digest, leaving lifecycle and trust state as they are.
+func (q *Queries) RevokeArtifactsWithDigest(ctx context.Context, projectID, digest, reason string, at time.Time) error {
+	_, err := q.exec(ctx, `UPDATE app_artifacts SET revoked_at = ?, revoke_reason = ?, updated_at = ? WHERE project_id = ? AND digest = ? AND revoked_at IS NULL`,
+		ts(at), reason, ts(at), projectID, digest)
+	return mapErr(err)
+}
