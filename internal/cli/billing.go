@@ -26,7 +26,7 @@ type billingFlags struct {
 func (f *billingFlags) add(cmd *cobra.Command, grouping bool) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.org, "org", "", "org id (every project of the org you may read)")
-	fl.StringVar(&f.project, "project", "", "project id")
+	fl.StringVar(&f.project, "project", "", "project id or slug (env GPUAAS_PROJECT_ID)")
 	fl.StringVar(&f.instance, "instance", "", "app instance id")
 	fl.StringVar(&f.source, "source", "", "usage source: allocation or app_runtime")
 	fl.StringVar(&f.unit, "unit", "", "usage unit, e.g. gpu_seconds, session_seconds, tokens")
@@ -41,7 +41,12 @@ func (f *billingFlags) add(cmd *cobra.Command, grouping bool) {
 	fl.BoolVar(&f.asCSV, "csv", false, "export CSV (every matching row, not one page)")
 }
 
-func (f *billingFlags) query() (client.BillingQuery, error) {
+func (f *billingFlags) query(cmd *cobra.Command, c *client.Client) (client.BillingQuery, error) {
+	project, err := resolveProject(cmd.Context(), c, flagOrEnv(cmd, "project", "GPUAAS_PROJECT_ID"))
+	if err != nil {
+		return client.BillingQuery{}, err
+	}
+	f.project = project
 	q := client.BillingQuery{OrgID: f.org, ProjectID: f.project, AppInstanceID: f.instance, UsageSource: f.source,
 		UsageUnit: f.unit, Limit: f.limit, Cursor: f.cursor}
 	for _, t := range []struct {
@@ -86,7 +91,7 @@ func newUsageCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			q, err := f.query()
+			q, err := f.query(cmd, c)
 			if err != nil {
 				return err
 			}
@@ -157,7 +162,7 @@ func newBillingLedgerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			q, err := f.query()
+			q, err := f.query(cmd, c)
 			if err != nil {
 				return err
 			}
@@ -201,7 +206,7 @@ func newBillingCostsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			q, err := f.query()
+			q, err := f.query(cmd, c)
 			if err != nil {
 				return err
 			}
@@ -245,6 +250,13 @@ func newBillingBudgetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			project, err := projectOf(cmd)
+			if err != nil {
+				return err
+			}
+			if project, err = resolveProject(cmd.Context(), c, project); err != nil {
+				return err
+			}
 			b, err := c.GetBudget(cmd.Context(), project)
 			if err != nil {
 				return err
@@ -252,7 +264,7 @@ func newBillingBudgetCmd() *cobra.Command {
 			return printJSON(cmd, b)
 		},
 	}
-	get.Flags().StringVar(&project, "project", "", "project id")
+	get.Flags().StringVar(&project, "project", "", "project id or slug (env GPUAAS_PROJECT_ID)")
 	var (
 		quota, limit int64
 		period       string
@@ -274,6 +286,13 @@ func newBillingBudgetCmd() *cobra.Command {
 			if limit >= 0 {
 				in.SpendLimitMicros = &limit
 			}
+			project, err := projectOf(cmd)
+			if err != nil {
+				return err
+			}
+			if project, err = resolveProject(cmd.Context(), c, project); err != nil {
+				return err
+			}
 			b, err := c.PutBudget(cmd.Context(), project, in)
 			if err != nil {
 				return err
@@ -281,7 +300,7 @@ func newBillingBudgetCmd() *cobra.Command {
 			return printJSON(cmd, b)
 		},
 	}
-	set.Flags().StringVar(&project, "project", "", "project id")
+	set.Flags().StringVar(&project, "project", "", "project id or slug (env GPUAAS_PROJECT_ID)")
 	set.Flags().Int64Var(&quota, "gpu-quota", -1, "most GPUs the project's allocations may hold at once")
 	set.Flags().Int64Var(&limit, "spend-limit-micros", -1, "spend budget per period, in micro-units of the currency")
 	set.Flags().StringVar(&period, "period", "month", "budget period: day or month (UTC)")

@@ -35,10 +35,11 @@ func (q *Queries) RepositoryDigestRevoked(ctx context.Context, repository, diges
 }
 
 // RepositoryDigestVerified reports whether an artifact registered in
-// repository with digest has been verified.
+// repository with digest is verified now (a failed re-verification unlocks
+// its signature tags, so the image can be signed and verified again).
 func (q *Queries) RepositoryDigestVerified(ctx context.Context, repository, digest string) (bool, error) {
 	var n int
-	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_artifacts WHERE repository = ? AND digest = ? AND verified_at IS NOT NULL`, repository, digest).Scan(&n)
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_artifacts WHERE repository = ? AND digest = ? AND trust_state = 'verified'`, repository, digest).Scan(&n)
 	return n > 0, mapErr(err)
 }
 
