@@ -72,7 +72,7 @@ func freeAddr(t *testing.T) string {
 func (p *devProcess) start() {
 	p.t.Helper()
 	p.cmd = exec.Command(p.bin, "dev", "--data-dir", p.dataDir, "--listen", p.listen,
-		"--node-task-lease", "2s", "--credential-rate", "1000", "--credential-burst", "1000")
+		"--node=false", "--node-task-lease", "2s", "--credential-rate", "1000", "--credential-burst", "1000")
 	log, err := os.OpenFile(filepath.Join(p.dataDir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		p.t.Fatal(err)
