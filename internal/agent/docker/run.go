@@ -223,6 +223,11 @@ func (d *Driver) WaitReady(ctx context.Context, id string, ports []nodeapi.PortM
 		}
 	}
 	if host == 0 {
+		// A container that already exited has no bindings left: that, not
+		// the task, is what failed.
+		if err := d.checkRunning(ctx, id); err != nil {
+			return err
+		}
 		return fail(nodeapi.ReasonInvalidTask, "readiness port %d is not published", rd.Port)
 	}
 	timeout := time.Duration(rd.TimeoutSeconds) * time.Second
