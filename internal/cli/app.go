@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -41,43 +42,21 @@ func (f *pageFlags) add(cmd *cobra.Command) {
 	addJSONAlias(cmd, &f.asJSON)
 }
 
-// addJSONAlias keeps --json working as a hidden alias of -o json.
-func addJSONAlias(cmd *cobra.Command, v *bool) {
-	cmd.Flags().BoolVar(v, "json", false, "same as -o json")
-	_ = cmd.Flags().MarkHidden("json")
-}
-
-// tableFormat reports whether the command prints a table (not -o json|yaml or --json).
-func tableFormat(cmd *cobra.Command, asJSON bool) (bool, error) {
-	if asJSON {
-		return false, cmd.Flag("output").Value.Set(outputJSON)
-	}
-	f, err := outputFormat(cmd)
-	return f == outputTable, err
-}
-
 func (f *pageFlags) options() client.CatalogListOptions {
 	return client.CatalogListOptions{Limit: f.limit, Cursor: f.cursor}
 }
 
-// printPage prints a page as JSON (--json) or as a table under header, one
-// row per item, ending with the cursor of the next page when there is one.
+// printPage prints a page as printResult does, or as a table under header,
+// one row per item, ending with the cursor of the next page when there is one.
 func printPage[T any](cmd *cobra.Command, f *pageFlags, page client.CatalogPage[T], header string, row func(T) string) error {
-	if table, err := tableFormat(cmd, f.asJSON); err != nil || !table {
-		if err != nil {
-			return err
+	return printOr(cmd, f.asJSON, page, func(w io.Writer) error {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, header)
+		for _, it := range page.Items {
+			fmt.Fprintln(tw, row(it))
 		}
-		return printResult(cmd, page)
-	}
-	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, header)
-	for _, it := range page.Items {
-		fmt.Fprintln(tw, row(it))
-	}
-	if page.NextCursor != "" {
-		fmt.Fprintf(tw, "(more: --cursor %s)\n", page.NextCursor)
-	}
-	return tw.Flush()
+		return flushWithCursor(tw, page.NextCursor)
+	})
 }
 
 func newAppListCmd() *cobra.Command {

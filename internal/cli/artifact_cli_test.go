@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -30,19 +29,8 @@ func TestArtifactCLI(t *testing.T) {
 	s := servertest.Start(t, store.SQLite)
 	dir := t.TempDir()
 	pid := s.Creds.ProjectID
-	t.Setenv(envConfigDir, filepath.Join(dir, "config"))
-	t.Setenv(envAPIURL, s.URL)
-	t.Setenv(envToken, "")
+	run := cliAgainst(t, s)
 	t.Setenv("GPUAAS_PROJECT_ID", pid)
-	run := func(stdin string, args ...string) (string, string, error) {
-		t.Helper()
-		var out, errOut bytes.Buffer
-		root := NewRoot(&out, &errOut)
-		root.SetIn(strings.NewReader(stdin))
-		root.SetArgs(args)
-		err := root.ExecuteContext(context.Background())
-		return out.String(), errOut.String(), err
-	}
 	must := func(args ...string) (string, string) {
 		t.Helper()
 		out, errOut, err := run("", args...)

@@ -4,12 +4,22 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 )
 
 func init() { commandFactories = append(commandFactories, newAuthCmd, newWhoamiCmd, newLogoutCmd) }
+
+// profileColumns are the table columns of profiles.
+var profileColumns = []string{"name", "active", "principal", "api_url", "expires_at", "expired"}
+
+// viewOf is what a stored profile shows (never its token).
+func viewOf(name string, p cachedCredentials, active bool) profileView {
+	return profileView{Name: name, Active: active, Principal: p.Principal, APIURL: p.APIURL, ExpiresAt: p.ExpiresAt, Expired: time.Now().After(p.ExpiresAt)}
+}
 
 // profileView is one profile as auth status prints it (never the token).
 type profileView struct {
@@ -46,12 +56,9 @@ func newAuthCmd() *cobra.Command {
 			sort.Strings(names)
 			views := make([]profileView, 0, len(names))
 			for _, n := range names {
-				p := c.Profiles[n]
-				views = append(views, profileView{Name: n, Active: n == acting, Principal: p.Principal, APIURL: p.APIURL,
-					ExpiresAt: p.ExpiresAt, Expired: time.Now().After(p.ExpiresAt)})
+				views = append(views, viewOf(n, c.Profiles[n], n == acting))
 			}
-			return printResult(cmd, map[string]any{"active": acting, "items": views},
-				"name", "active", "principal", "api_url", "expires_at", "expired")
+			return printResult(cmd, map[string]any{"active": acting, "items": views}, profileColumns...)
 		},
 	}
 	use := &cobra.Command{
@@ -70,8 +77,8 @@ func newAuthCmd() *cobra.Command {
 			if _, err := saveConfig(c); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "Active profile: %s (%s)\n", args[0], c.Profiles[args[0]].Principal)
-			return nil
+			p := c.Profiles[args[0]]
+			return printOutcome(cmd, fmt.Sprintf("Active profile: %s (%s)", args[0], p.Principal), viewOf(args[0], p, true), profileColumns...)
 		},
 	}
 	cmd.AddCommand(status, use, newLogoutCmd(), newWhoamiCmd())
@@ -138,21 +145,38 @@ func newLogoutCmd() *cobra.Command {
 			default:
 				gone = []string{profileName(cmd, c)}
 			}
+			sort.Strings(gone)
 			for _, n := range gone {
 				if _, ok := c.Profiles[n]; !ok && !all {
 					return fmt.Errorf("no profile %q: run gpuaas auth status to list them", n)
 				}
+			}
+			for _, n := range gone {
 				delete(c.Profiles, n)
 				if c.Active == n {
 					c.Active = ""
 				}
-				fmt.Fprintf(cmd.ErrOrStderr(), "Logged out of profile %q\n", n)
 			}
-			_, err = saveConfig(c)
-			return err
+			if _, err := saveConfig(c); err != nil {
+				return err
+			}
+			return printOutcome(cmd, fmt.Sprintf("Logged out of %s", quoteAll(gone)),
+				map[string]any{"logged_out": gone, "active": c.Active}, "logged_out", "active")
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "forget every profile")
 	addClientFlags(cmd)
 	return cmd
+}
+
+// quoteAll names profiles for a message: "a", "b".
+func quoteAll(names []string) string {
+	if len(names) == 0 {
+		return "no profile"
+	}
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return "profile " + strings.Join(q, ", ")
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -25,7 +26,7 @@ type billingFlags struct {
 
 func (f *billingFlags) add(cmd *cobra.Command, grouping bool) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.org, "org", "", "org id (every project of the org you may read)")
+	fl.StringVar(&f.org, "org", "", "org id or slug: every project of the org you may read (env GPUAAS_ORG_ID)")
 	fl.StringVar(&f.project, "project", "", "project id or slug (env GPUAAS_PROJECT_ID)")
 	fl.StringVar(&f.instance, "instance", "", "app instance id")
 	fl.StringVar(&f.source, "source", "", "usage source: allocation or app_runtime")
@@ -37,16 +38,23 @@ func (f *billingFlags) add(cmd *cobra.Command, grouping bool) {
 	}
 	fl.IntVar(&f.limit, "limit", 0, "page size (1-500)")
 	fl.StringVar(&f.cursor, "cursor", "", "cursor from a previous page")
-	fl.BoolVar(&f.asJSON, "json", false, "print the JSON response")
+	addJSONAlias(cmd, &f.asJSON)
 	fl.BoolVar(&f.asCSV, "csv", false, "export CSV (every matching row, not one page)")
 }
 
 func (f *billingFlags) query(cmd *cobra.Command, c *client.Client) (client.BillingQuery, error) {
-	project, err := resolveProject(cmd.Context(), c, flagOrEnv(cmd, "project", "GPUAAS_PROJECT_ID"))
-	if err != nil {
+	var err error
+	if f.org, err = resolveOrg(cmd.Context(), c, flagOrEnv(cmd, "org", envOrg)); err != nil {
 		return client.BillingQuery{}, err
 	}
-	f.project = project
+	// --org alone asks for the whole org: GPUAAS_PROJECT_ID does not narrow it.
+	projectRef := flagOrEnv(cmd, "project", "GPUAAS_PROJECT_ID")
+	if cmd.Flags().Changed("org") && !cmd.Flags().Changed("project") {
+		projectRef = ""
+	}
+	if f.project, err = resolveProject(cmd.Context(), c, projectRef); err != nil {
+		return client.BillingQuery{}, err
+	}
 	q := client.BillingQuery{OrgID: f.org, ProjectID: f.project, AppInstanceID: f.instance, UsageSource: f.source,
 		UsageUnit: f.unit, Limit: f.limit, Cursor: f.cursor}
 	for _, t := range []struct {
@@ -99,41 +107,37 @@ func newUsageCmd() *cobra.Command {
 			if f.asCSV {
 				return c.ExportCSV(ctx, "usage", q, cmd.OutOrStdout())
 			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 			if len(q.GroupBy) > 0 {
 				g, err := c.GroupUsage(ctx, q)
 				if err != nil {
 					return err
 				}
-				if f.asJSON {
-					return printJSON(cmd, g)
-				}
-				fmt.Fprintln(tw, strings.ToUpper(strings.Join(append(append([]string(nil), q.GroupBy...), "usage_unit", "quantity", "records"), "\t")))
-				for _, gr := range g.Groups {
-					var row []string
-					for _, k := range q.GroupBy {
-						row = append(row, gr.Keys[k])
+				return printOr(cmd, f.asJSON, g, func(w io.Writer) error {
+					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+					fmt.Fprintln(tw, strings.ToUpper(strings.Join(append(append([]string(nil), q.GroupBy...), "usage_unit", "quantity", "records"), "\t")))
+					for _, gr := range g.Groups {
+						var row []string
+						for _, k := range q.GroupBy {
+							row = append(row, gr.Keys[k])
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", strings.Join(row, "\t"), gr.Keys["usage_unit"], gr.Quantity, gr.Records)
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", strings.Join(row, "\t"), gr.Keys["usage_unit"], gr.Quantity, gr.Records)
-				}
-				return tw.Flush()
+					return tw.Flush()
+				})
 			}
 			page, err := c.ListUsage(ctx, q)
 			if err != nil {
 				return err
 			}
-			if f.asJSON {
-				return printJSON(cmd, page)
-			}
-			fmt.Fprintln(tw, "START\tEND\tSOURCE\tUNIT\tQUANTITY\tSKU/METER\tINSTANCE\tALLOCATION")
-			for _, u := range page.Items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", u.StartTime, u.EndTime, u.UsageSource, u.UsageUnit, u.Quantity,
-					u.SKU+u.Meter, u.AppInstanceID, u.AllocationID)
-			}
-			if page.NextCursor != "" {
-				fmt.Fprintf(tw, "(more: --cursor %s)\n", page.NextCursor)
-			}
-			return tw.Flush()
+			return printOr(cmd, f.asJSON, page, func(w io.Writer) error {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "START\tEND\tSOURCE\tUNIT\tQUANTITY\tSKU/METER\tINSTANCE\tALLOCATION")
+				for _, u := range page.Items {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", u.StartTime, u.EndTime, u.UsageSource, u.UsageUnit, u.Quantity,
+						u.SKU+u.Meter, u.AppInstanceID, u.AllocationID)
+				}
+				return flushWithCursor(tw, page.NextCursor)
+			})
 		},
 	}
 	f.add(cmd, true)
@@ -173,22 +177,18 @@ func newBillingLedgerCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.asJSON {
-				return printJSON(cmd, page)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tTYPE\tUSAGE TIME\tSOURCE\tUNIT\tQUANTITY\tAMOUNT\tCORRECTS")
-			for _, e := range page.Items {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.EntryType, e.UsageTime, e.UsageSource, e.UsageUnit,
-					e.Quantity, money(e.AmountMicros, e.Currency), e.CorrectsEntryID)
-			}
-			for _, b := range page.Balance {
-				fmt.Fprintf(tw, "BALANCE\t\t\t\t\t\t%s\t(%d entries)\n", money(b.AmountMicros, b.Currency), b.Entries)
-			}
-			if page.NextCursor != "" {
-				fmt.Fprintf(tw, "(more: --cursor %s)\n", page.NextCursor)
-			}
-			return tw.Flush()
+			return printOr(cmd, f.asJSON, page, func(w io.Writer) error {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tTYPE\tUSAGE TIME\tSOURCE\tUNIT\tQUANTITY\tAMOUNT\tCORRECTS")
+				for _, e := range page.Items {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.EntryType, e.UsageTime, e.UsageSource, e.UsageUnit,
+						e.Quantity, money(e.AmountMicros, e.Currency), e.CorrectsEntryID)
+				}
+				for _, b := range page.Balance {
+					fmt.Fprintf(tw, "BALANCE\t\t\t\t\t\t%s\t(%d entries)\n", money(b.AmountMicros, b.Currency), b.Entries)
+				}
+				return flushWithCursor(tw, page.NextCursor)
+			})
 		},
 	}
 	f.add(cmd, false)
@@ -217,21 +217,20 @@ func newBillingCostsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if f.asJSON {
-				return printJSON(cmd, out)
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			for _, g := range out.Groups {
-				var keys []string
-				for _, k := range q.GroupBy {
-					keys = append(keys, k+"="+g.Keys[k])
+			return printOr(cmd, f.asJSON, out, func(w io.Writer) error {
+				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+				for _, g := range out.Groups {
+					var keys []string
+					for _, k := range q.GroupBy {
+						keys = append(keys, k+"="+g.Keys[k])
+					}
+					fmt.Fprintf(tw, "%s\t%s\n", strings.Join(keys, " "), money(g.AmountMicros, g.Currency))
 				}
-				fmt.Fprintf(tw, "%s\t%s\n", strings.Join(keys, " "), money(g.AmountMicros, g.Currency))
-			}
-			for _, t := range out.Totals {
-				fmt.Fprintf(tw, "TOTAL\t%s\t(%d entries)\n", money(t.AmountMicros, t.Currency), t.Entries)
-			}
-			return tw.Flush()
+				for _, t := range out.Totals {
+					fmt.Fprintf(tw, "TOTAL\t%s\t(%d entries)\n", money(t.AmountMicros, t.Currency), t.Entries)
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	f.add(cmd, true)
@@ -240,21 +239,13 @@ func newBillingCostsCmd() *cobra.Command {
 
 func newBillingBudgetCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "budget", Short: "A project's GPU quota and spend budget"}
-	var project string
 	get := &cobra.Command{
 		Use:   "get",
 		Short: "Show the budget and its current use",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
-				return err
-			}
-			project, err := projectOf(cmd)
-			if err != nil {
-				return err
-			}
-			if project, err = resolveProject(cmd.Context(), c, project); err != nil {
 				return err
 			}
 			b, err := c.GetBudget(cmd.Context(), project)
@@ -264,7 +255,6 @@ func newBillingBudgetCmd() *cobra.Command {
 			return printJSON(cmd, b)
 		},
 	}
-	get.Flags().StringVar(&project, "project", "", "project id or slug (env GPUAAS_PROJECT_ID)")
 	var (
 		quota, limit int64
 		period       string
@@ -275,7 +265,7 @@ func newBillingBudgetCmd() *cobra.Command {
 		Short: "Set the GPU quota and spend budget (billing.budget.write; -1 means no limit)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(cmd)
+			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -286,13 +276,6 @@ func newBillingBudgetCmd() *cobra.Command {
 			if limit >= 0 {
 				in.SpendLimitMicros = &limit
 			}
-			project, err := projectOf(cmd)
-			if err != nil {
-				return err
-			}
-			if project, err = resolveProject(cmd.Context(), c, project); err != nil {
-				return err
-			}
 			b, err := c.PutBudget(cmd.Context(), project, in)
 			if err != nil {
 				return err
@@ -300,12 +283,12 @@ func newBillingBudgetCmd() *cobra.Command {
 			return printJSON(cmd, b)
 		},
 	}
-	set.Flags().StringVar(&project, "project", "", "project id or slug (env GPUAAS_PROJECT_ID)")
 	set.Flags().Int64Var(&quota, "gpu-quota", -1, "most GPUs the project's allocations may hold at once")
 	set.Flags().Int64Var(&limit, "spend-limit-micros", -1, "spend budget per period, in micro-units of the currency")
 	set.Flags().StringVar(&period, "period", "month", "budget period: day or month (UTC)")
 	set.Flags().IntVar(&soft, "soft-threshold-percent", 80, "emit billing.budget.threshold_crossed at this share of the budget")
 	cmd.AddCommand(get, set)
+	projectFlag(cmd, true)
 	return cmd
 }
 

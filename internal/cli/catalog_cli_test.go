@@ -24,12 +24,12 @@ func runCLI(t *testing.T, args ...string) (string, string, error) {
 
 func TestManifestValidateOffline(t *testing.T) {
 	t.Setenv(envConfigDir, t.TempDir())
-	out, _, err := runCLI(t, "manifest", "validate", filepath.Join("..", "..", "examples", "manifests", "jupyter-cuda-dev.json"))
+	out, _, err := runCLI(t, "manifest", "validate", filepath.Join("..", "..", "examples", "manifests", "jupyter-cuda-dev.json"), "-o", "table")
 	if err != nil || !strings.Contains(out, "ok: jupyter-cuda-dev 1.4.2") {
 		t.Fatalf("valid sample: %v %q", err, out)
 	}
 	bad := filepath.Join("..", "manifest", "testdata", "invalid", "tag-instead-of-digest.json")
-	out, _, err = runCLI(t, "manifest", "validate", bad)
+	out, _, err = runCLI(t, "manifest", "validate", bad, "-o", "table")
 	var code exitCode
 	if !errors.As(err, &code) || code != 1 || !strings.Contains(out, bad+":7: /runtime_profile/image_ref:") {
 		t.Fatalf("broken manifest: %v %q", err, out)

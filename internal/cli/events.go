@@ -19,8 +19,8 @@ func newEventsCmd() *cobra.Command {
 The scope is --project (default, GPUAAS_PROJECT_ID), --org, or --platform (platform admins).`,
 	}
 	addClientFlags(cmd)
-	cmd.PersistentFlags().String("project", "", "project id (env GPUAAS_PROJECT_ID)")
-	cmd.PersistentFlags().String("org", "", "org id: every project of the org (needs events.read on the org)")
+	projectFlag(cmd, true)
+	orgFlag(cmd, true, "every project of the org (needs events.read on the org)")
 	cmd.PersistentFlags().Bool("platform", false, "every event of the platform (platform admins)")
 	cmd.PersistentFlags().String("type", "", "only this type or type prefix, e.g. apps.artifact.")
 	cmd.PersistentFlags().String("subject", "", "only events about this resource, e.g. app-artifacts/<id>")
@@ -40,12 +40,19 @@ func eventsScope(cmd *cobra.Command) (*client.Client, string, client.EventFilter
 	if all, _ := cmd.Flags().GetBool("platform"); all {
 		return c, client.PlatformEventsPath, f, nil
 	}
-	if org, _ := cmd.Flags().GetString("org"); org != "" {
+	if cmd.Flags().Changed("org") {
+		org, err := orgOf(cmd, c)
+		if err != nil {
+			return nil, "", f, err
+		}
 		return c, client.OrgEventsPath(org), f, nil
 	}
 	project, err := projectOf(cmd)
 	if err != nil {
 		return nil, "", f, fmt.Errorf("%w (or --org / --platform)", err)
+	}
+	if project, err = resolveProject(cmd.Context(), c, project); err != nil {
+		return nil, "", f, err
 	}
 	return c, client.ProjectEventsPath(project), f, nil
 }

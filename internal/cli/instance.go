@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -23,7 +24,7 @@ func newInstanceCmd() *cobra.Command {
 allocations. Lifecycle requests answer at once with an operation; --wait follows
 the project's event stream until it ends and exits non-zero when it fails.`,
 	}
-	cmd.PersistentFlags().String("project", "", "project id (env GPUAAS_PROJECT_ID)")
+	projectFlag(cmd, true)
 	cmd.AddCommand(newInstanceCreateCmd(), newInstanceListCmd(), newInstanceGetCmd(),
 		newInstanceVersionCmd("upgrade", "Upgrade a running instance to another version (health-gated; reverts by itself if the new version does not become ready)"),
 		newInstanceVersionCmd("rollback", "Roll a running instance back to a version it ran before"),
@@ -38,16 +39,15 @@ type waitFlag struct{ wait, asJSON bool }
 
 func (w *waitFlag) add(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&w.wait, "wait", false, "follow the operation's progress on the event stream until it ends; exit non-zero if it fails")
-	cmd.Flags().BoolVar(&w.asJSON, "json", false, "print the JSON response")
+	addJSONAlias(cmd, &w.asJSON)
 }
 
 func (w *waitFlag) finish(cmd *cobra.Command, api *client.Client, pid string, inst client.AppInstance) error {
 	if !w.wait {
-		if w.asJSON {
-			return printJSON(cmd, inst)
-		}
-		fmt.Fprintf(cmd.OutOrStdout(), "%s %s: %s (operation %s)\n", inst.ID, inst.AppSlug, inst.Status, inst.OperationID)
-		return nil
+		return printOr(cmd, w.asJSON, inst, func(out io.Writer) error {
+			_, err := fmt.Fprintf(out, "%s %s: %s (operation %s)\n", inst.ID, inst.AppSlug, inst.Status, inst.OperationID)
+			return err
+		})
 	}
 	out := cmd.ErrOrStderr()
 	fmt.Fprintf(out, "%s: operation %s in progress\n", inst.ID, inst.OperationID)
@@ -68,12 +68,8 @@ func (w *waitFlag) finish(cmd *cobra.Command, api *client.Client, pid string, in
 	if err != nil {
 		return err
 	}
-	if w.asJSON {
-		if err := printJSON(cmd, final); err != nil {
-			return err
-		}
-	} else {
-		printInstance(cmd, final)
+	if err := printOr(cmd, w.asJSON, final, func(out io.Writer) error { return printInstance(out, final) }); err != nil {
+		return err
 	}
 	if op.State != "succeeded" {
 		return fmt.Errorf("operation %s %s: %s", op.ID, op.State, op.Description)
@@ -81,8 +77,9 @@ func (w *waitFlag) finish(cmd *cobra.Command, api *client.Client, pid string, in
 	return nil
 }
 
-func printInstance(cmd *cobra.Command, i client.AppInstance) {
-	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+// printInstance is the table form of one instance.
+func printInstance(w io.Writer, i client.AppInstance) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "id\t%s\nname\t%s\napp\t%s %s\ndigest\t%s\nstatus\t%s\n", i.ID, i.DisplayName, i.AppSlug, i.Version, i.Digest, i.Status)
 	if i.ReasonCode != "" {
 		fmt.Fprintf(tw, "reason\t%s: %s\n", i.ReasonCode, i.ReasonMessage)
@@ -92,7 +89,7 @@ func printInstance(cmd *cobra.Command, i client.AppInstance) {
 	if i.Access != nil {
 		fmt.Fprintf(tw, "access\t%s\n", i.Access.Instructions)
 	}
-	_ = tw.Flush()
+	return tw.Flush()
 }
 
 func newInstanceCreateCmd() *cobra.Command {
@@ -225,14 +222,10 @@ func newInstanceGetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(cmd, inst)
-			}
-			printInstance(cmd, inst)
-			return nil
+			return printOr(cmd, asJSON, inst, func(out io.Writer) error { return printInstance(out, inst) })
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON response")
+	addJSONAlias(cmd, &asJSON)
 	return cmd
 }
 
@@ -324,15 +317,16 @@ func newInstanceLogsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				return printJSON(cmd, logs)
-			}
-			for _, l := range logs.Lines {
-				fmt.Fprintln(cmd.OutOrStdout(), l)
-			}
-			return nil
+			return printOr(cmd, asJSON, logs, func(out io.Writer) error {
+				for _, l := range logs.Lines {
+					if _, err := fmt.Fprintln(out, l); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the JSON response")
+	addJSONAlias(cmd, &asJSON)
 	return cmd
 }

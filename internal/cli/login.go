@@ -67,8 +67,11 @@ active profile. Automation should use a service account (gpuaas sa token) instea
 			if err != nil {
 				return fmt.Errorf("signed in, but could not cache the token: %w", err)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "Signed in to %s as %s; profile %q (active) in %s (valid %ds)\n", c.BaseURL, email, profile, path, t.ExpiresIn)
-			return nil
+			if cfg, err = loadConfig(); err != nil {
+				return err
+			}
+			return printOutcome(cmd, fmt.Sprintf("Signed in to %s as %s; profile %q (active) in %s (valid %ds)", c.BaseURL, email, profile, path, t.ExpiresIn),
+				viewOf(profile, cfg.Profiles[profile], true), profileColumns...)
 		},
 	}
 	addClientFlags(cmd)

@@ -29,14 +29,22 @@ func newManifestValidateCmd() *cobra.Command {
 		Short: "Validate a manifest package offline (YAML or JSON); exit 1 on any problem",
 		Long: `Validate a manifest package against the same JSON Schema files and rules
 the server uses, without contacting a server. Each problem is printed as
-FILE:LINE: POINTER: message; a valid package prints each version and its digest.`,
+FILE:LINE: POINTER: message; a valid package prints each version and its digest.
+With -o json|yaml the same report is one document: valid, problems, versions.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ok, err := manifest.RunValidate(cmd.OutOrStdout(), args[0])
+			r, err := manifest.ValidateFile(args[0])
 			if err != nil {
 				return err
 			}
-			if !ok {
+			if err := printOr(cmd, false, r, r.WriteText); err != nil {
+				return err
+			}
+			if !r.Valid {
+				// A CI log shows the FILE:LINE lines even when stdout is a JSON report.
+				if table, _ := tableFormat(cmd, false); !table {
+					_ = manifest.WriteProblems(cmd.ErrOrStderr(), r.File, r.Problems)
+				}
 				return exitCode(1)
 			}
 			return nil

@@ -61,7 +61,7 @@ func newNodeCmd() *cobra.Command {
 func newAllocationCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "allocation", Short: "GPU allocations of a project (create/release: platform admins)"}
 	addClientFlags(cmd)
-	cmd.PersistentFlags().String("project", "", "project id (env GPUAAS_PROJECT_ID)")
+	projectFlag(cmd, true)
 	var state string
 	list := &cobra.Command{Use: "list", Short: "List the project's allocations", Args: cobra.NoArgs, RunE: func(cmd *cobra.Command, _ []string) error {
 		p, c, err := projectClient(cmd)

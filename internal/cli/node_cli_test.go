@@ -1,10 +1,7 @@
 package cli
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -17,18 +14,7 @@ import (
 // project's allocations works for its members.
 func TestNodeAndAllocationCommands(t *testing.T) {
 	s := servertest.Start(t, store.SQLite)
-	dir := t.TempDir()
-	t.Setenv(envConfigDir, filepath.Join(dir, "config"))
-	t.Setenv(envAPIURL, s.URL)
-	t.Setenv(envToken, "")
-	run := func(stdin string, args ...string) (string, string, error) {
-		var out, errOut bytes.Buffer
-		root := NewRoot(&out, &errOut)
-		root.SetIn(strings.NewReader(stdin))
-		root.SetArgs(args)
-		err := root.ExecuteContext(context.Background())
-		return out.String(), errOut.String(), err
-	}
+	run := cliAgainst(t, s)
 	if _, _, err := run(s.Creds.AdminPassword+"\n", "login", "--email", s.Creds.AdminEmail, "--password-stdin"); err != nil {
 		t.Fatal(err)
 	}

@@ -93,6 +93,54 @@ func printResult(cmd *cobra.Command, v any, columns ...string) error {
 	return writeTable(out, g, columns)
 }
 
+// addJSONAlias keeps --json working as a hidden alias of -o json.
+func addJSONAlias(cmd *cobra.Command, v *bool) {
+	cmd.Flags().BoolVar(v, "json", false, "same as -o json")
+	_ = cmd.Flags().MarkHidden("json")
+}
+
+// tableFormat reports whether the command prints a table (not -o json|yaml or --json).
+func tableFormat(cmd *cobra.Command, asJSON bool) (bool, error) {
+	if asJSON {
+		return false, cmd.Flag("output").Value.Set(outputJSON)
+	}
+	f, err := outputFormat(cmd)
+	return f == outputTable, err
+}
+
+// printOr prints v as printResult does, except in the table format, where
+// table writes the verb's own human layout instead.
+func printOr(cmd *cobra.Command, asJSON bool, v any, table func(w io.Writer) error) error {
+	isTable, err := tableFormat(cmd, asJSON)
+	if err != nil {
+		return err
+	}
+	if !isTable {
+		return printResult(cmd, v)
+	}
+	return table(cmd.OutOrStdout())
+}
+
+// printOutcome is for verbs that act on this machine (login, logout, auth
+// use, sa token): they tell a person what happened in one line on stderr,
+// and print the result itself for -o, or for a pipe, as every verb does.
+// A table of the same facts on a terminal would only repeat the line.
+func printOutcome(cmd *cobra.Command, line string, v any, columns ...string) error {
+	fmt.Fprintln(cmd.ErrOrStderr(), line)
+	if fl := cmd.Flag("output"); (fl == nil || !fl.Changed) && isTerminal(cmd.OutOrStdout()) {
+		return nil
+	}
+	return printResult(cmd, v, columns...)
+}
+
+// flushWithCursor ends a table with the cursor of the next page, if any.
+func flushWithCursor(tw *tabwriter.Writer, next string) error {
+	if next != "" {
+		fmt.Fprintf(tw, "(more: --cursor %s)\n", next)
+	}
+	return tw.Flush()
+}
+
 // printJSON is printResult with no preferred columns (kept for verbs
 // written before -o existed).
 func printJSON(cmd *cobra.Command, v any) error { return printResult(cmd, v) }

@@ -313,10 +313,12 @@ it for an access token. The token is stored (mode 0600) in its own profile —
 			if err != nil {
 				return err
 			}
-			cfg, _ = loadConfig()
-			fmt.Fprintf(cmd.ErrOrStderr(), "Token for service account %s stored in profile %q in %s (valid %ds); act as it with --as %s or %s=%s. Active profile: %q\n",
-				kf.ServiceAccountID, profile, path, t.ExpiresIn, profile, envProfile, profile, cfg.Active)
-			return nil
+			if cfg, err = loadConfig(); err != nil {
+				return err
+			}
+			return printOutcome(cmd, fmt.Sprintf("Token for service account %s stored in profile %q in %s (valid %ds); act as it with --as %s or %s=%s. Active profile: %q",
+				kf.ServiceAccountID, profile, path, t.ExpiresIn, profile, envProfile, profile, cfg.Active),
+				viewOf(profile, cfg.Profiles[profile], cfg.Active == profile), profileColumns...)
 		},
 	}
 	cmd.Flags().StringVar(&keyFile, "key-file", "", "key file (JSON from sa create/rotate-key) or a PEM private key")

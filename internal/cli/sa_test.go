@@ -20,17 +20,7 @@ import (
 func TestServiceAccountCommands(t *testing.T) {
 	s := servertest.Start(t, store.SQLite)
 	dir := t.TempDir()
-	t.Setenv(envConfigDir, filepath.Join(dir, "config"))
-	t.Setenv(envAPIURL, s.URL)
-	t.Setenv(envToken, "")
-	run := func(stdin string, args ...string) (string, string, error) {
-		var out, errOut bytes.Buffer
-		root := NewRoot(&out, &errOut)
-		root.SetIn(strings.NewReader(stdin))
-		root.SetArgs(args)
-		err := root.ExecuteContext(context.Background())
-		return out.String(), errOut.String(), err
-	}
+	run := cliAgainst(t, s)
 	mode := func(p string) os.FileMode {
 		st, err := os.Stat(p)
 		if err != nil {

@@ -6,33 +6,73 @@ import (
 	"os"
 )
 
-// RunValidate validates the manifest file at path offline and writes one
-// line per problem as FILE:LINE: POINTER: message (the form editors and CI
-// annotators jump to), or a summary with each version's digest when the
-// manifest is valid. ok reports validity; err is for I/O and internal
-// failures only.
-func RunValidate(w io.Writer, path string) (ok bool, err error) {
+// Report is what validating one manifest file found: the problems, or
+// each version with the digest the server will compute for it.
+type Report struct {
+	File     string          `json:"file"`
+	Valid    bool            `json:"valid"`
+	App      string          `json:"app,omitempty"`
+	Versions []ReportVersion `json:"versions,omitempty"`
+	Problems []Problem       `json:"problems,omitempty"`
+}
+
+// ReportVersion is one valid version of a package.
+type ReportVersion struct {
+	Version        string `json:"version"`
+	RuntimeBackend string `json:"runtime_backend"`
+	Digest         string `json:"digest"`
+}
+
+// ValidateFile validates the manifest file at path offline. err is for I/O
+// and internal failures only; an invalid manifest is a Report with problems.
+func ValidateFile(path string) (Report, error) {
+	r := Report{File: path}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return false, err
+		return r, err
 	}
 	pkg, problems, err := Parse(data, path)
 	if err != nil {
-		return false, err
+		return r, err
 	}
 	if len(problems) > 0 {
-		return false, WriteProblems(w, path, problems)
+		r.Problems = problems
+		return r, nil
 	}
+	r.Valid, r.App = true, pkg.App.Slug
 	for _, v := range pkg.Versions {
 		d, err := v.Digest()
 		if err != nil {
-			return false, err
+			return r, err
 		}
-		if _, err := fmt.Fprintf(w, "%s: ok: %s %s (%s) %s\n", path, pkg.App.Slug, v.Version, v.RuntimeBackend, d); err != nil {
-			return false, err
+		r.Versions = append(r.Versions, ReportVersion{Version: v.Version, RuntimeBackend: v.RuntimeBackend, Digest: d})
+	}
+	return r, nil
+}
+
+// WriteText writes the report as lines: one per problem as
+// FILE:LINE: POINTER: message (the form editors and CI annotators jump to),
+// or one per valid version with its digest.
+func (r Report) WriteText(w io.Writer) error {
+	if !r.Valid {
+		return WriteProblems(w, r.File, r.Problems)
+	}
+	for _, v := range r.Versions {
+		if _, err := fmt.Fprintf(w, "%s: ok: %s %s (%s) %s\n", r.File, r.App, v.Version, v.RuntimeBackend, v.Digest); err != nil {
+			return err
 		}
 	}
-	return true, nil
+	return nil
+}
+
+// RunValidate validates the manifest file at path and writes the report as
+// text. ok reports validity; err is for I/O and internal failures only.
+func RunValidate(w io.Writer, path string) (ok bool, err error) {
+	r, err := ValidateFile(path)
+	if err != nil {
+		return false, err
+	}
+	return r.Valid, r.WriteText(w)
 }
 
 // WriteProblems writes one line per problem as FILE:LINE: POINTER: message.
