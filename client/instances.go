@@ -278,6 +278,9 @@ func (c *Client) WaitOperation(ctx context.Context, projectID, instanceID, opera
 	err = c.FollowEvents(ctx, ProjectEventsPath(projectID), EventFilter{Subject: "app-instances/" + instanceID}, "", func(e Event) error {
 		var d AppInstanceEventData
 		_ = json.Unmarshal(e.Data, &d)
+		if d.OperationID != operationID {
+			return nil // the instance's earlier operations: not this one's progress
+		}
 		if onEvent != nil {
 			onEvent(e, d)
 		}

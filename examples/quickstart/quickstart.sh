@@ -51,7 +51,7 @@ for s in staged canary active; do
 done
 
 echo "== 6. register the manifest, publish the version, entitle the project"
-sed -e "s|\${IMAGE_REF}|$IMAGE_REF|" -e "s|version: 1.0.0|version: $VERSION|" "$APP_SRC/my-app.yaml" > "$WORK/my-app.yaml"
+sed -e "s|\${IMAGE_REF}|$IMAGE_REF|" -e "s|\${VERSION}|$VERSION|" "$APP_SRC/my-app.yaml" > "$WORK/my-app.yaml"
 gpuaas manifest validate "$WORK/my-app.yaml"
 gpuaas manifest register "$WORK/my-app.yaml" -o table
 gpuaas app publish my-app "$VERSION" --reason "first release" -o table

@@ -34,6 +34,9 @@ type Config struct {
 	Name      string // node name; the hostname when empty
 	// HostAddress is where workload ports are published (127.0.0.1 by default).
 	HostAddress string
+	// AdvertiseAddress is how operators reach this host for ssh -L tunnels
+	// to those ports (the hostname when empty). The server never connects in.
+	AdvertiseAddress string
 	// OrphanGrace is how long a labelled container of no known task may live
 	// before the agent removes it (default 10 minutes).
 	OrphanGrace time.Duration
@@ -170,7 +173,7 @@ func (a *Agent) Stop() {
 func (a *Agent) Heartbeats() *worker.Periodic { return a.beat }
 
 func (a *Agent) inventory(ctx context.Context) nodeapi.Inventory {
-	return inventory.Collect(ctx, inventory.Options{DiskPath: a.cfg.DataDir, AgentVersion: a.cfg.Version, Address: a.cfg.HostAddress,
+	return inventory.Collect(ctx, inventory.Options{DiskPath: a.cfg.DataDir, AgentVersion: a.cfg.Version, Address: a.cfg.AdvertiseAddress,
 		Engine: func(ctx context.Context) (inventory.Engine, error) {
 			if a.drv == nil {
 				return inventory.Engine{}, errors.New("no engine")

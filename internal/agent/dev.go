@@ -10,7 +10,8 @@ import (
 // dev server with the token dev mode minted, its state under dataDir.
 func DevStarter(version string) server.DevAgentStarter {
 	return func(ctx context.Context, apiURL, joinToken, dataDir string) (func(), error) {
-		a, err := New(Config{Server: apiURL, JoinToken: joinToken, DataDir: dataDir, Name: "dev-node", Version: version})
+		a, err := New(Config{Server: apiURL, JoinToken: joinToken, DataDir: dataDir, Name: "dev-node", Version: version,
+			AdvertiseAddress: "127.0.0.1"}) // the dev node is this machine
 		if err != nil {
 			return nil, err
 		}

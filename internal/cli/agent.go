@@ -57,6 +57,7 @@ task queue and runs workloads on the local Docker engine.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/gpuaas-agent", "where the node key, identity, task results and instance files live")
 	f.StringVar(&cfg.Name, "name", "", "node name (default: the hostname)")
 	f.StringVar(&cfg.HostAddress, "host-address", "127.0.0.1", "host-local address workload ports are published on")
+	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "how operators reach this host for ssh -L tunnels to workload ports (default: the hostname)")
 	f.DurationVar(&cfg.OrphanGrace, "orphan-grace", 10*time.Minute, "how long a gpuaas-labelled container of no known task lives before it is removed")
 	f.IntVar(&cfg.PollWait, "poll-wait", 30, "task long-poll wait in seconds")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

@@ -3,6 +3,7 @@ package doctest
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -164,21 +165,46 @@ func TestQuickstartDoc(t *testing.T) {
 	requireTools(t)
 	root := repoRoot(t)
 	blocks := shBlocks(t, filepath.Join(root, "docs", "quickstart.md"))
-	if len(blocks) < 7 {
+	if len(blocks) < 11 {
 		t.Fatalf("docs/quickstart.md has %d sh blocks; the walk needs all of them", len(blocks))
 	}
 	work := t.TempDir()
 	copyTree(t, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
 	env := shellEnv(t, buildGpuaas(t), "GPUAAS_LISTEN="+freePort(t))
 	script := strings.Join(blocks, "\n")
+	t.Cleanup(func() { removeProjectContainers(t, filepath.Join(work, ".gpuaas")) })
 	out := runBash(t, work, env, script)
-	for _, want := range []string{"pushed ", `"trust_state": "verified"`, `"lifecycle_state": "active"`, `"status": "published"`, `"tenant_boundary_mode": "project_isolated"`, `Active profile: "default"`} {
+	for _, want := range []string{"pushed ", `"trust_state": "verified"`, `"lifecycle_state": "active"`, `"status": "published"`,
+		`"tenant_boundary_mode": "project_isolated"`, `Active profile: "default"`, `"status": "running"`,
+		"hello from my-app 1.0.0", "hello from my-app 2.0.0", "apps.instance.upgraded", "apps.instance.rolled_back",
+		"decommissioned", "no container left"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the walk's output lacks %q", want)
 		}
 	}
-	if t.Failed() {
+	if t.Failed() || testing.Verbose() {
 		t.Logf("output:\n%s", out)
+	}
+}
+
+// removeProjectContainers removes what a failed walk left running for the
+// dev project of dataDir (a passing walk leaves nothing: it checks that
+// itself). Only that project's containers: other tests share the engine.
+func removeProjectContainers(t *testing.T, dataDir string) {
+	b, err := os.ReadFile(filepath.Join(dataDir, "dev-credentials.json"))
+	if err != nil {
+		return
+	}
+	var creds struct {
+		ProjectID string `json:"project_id"`
+	}
+	if json.Unmarshal(b, &creds) != nil || creds.ProjectID == "" {
+		return
+	}
+	ids, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=gpuaas.project_id="+creds.ProjectID).Output()
+	if f := strings.Fields(string(ids)); len(f) > 0 {
+		t.Logf("removing %d container(s) the walk left", len(f))
+		_ = exec.Command("docker", append([]string{"rm", "-f", "-v"}, f...)...).Run()
 	}
 }
 

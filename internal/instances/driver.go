@@ -480,7 +480,7 @@ func (s *Service) reachRunning(ctx context.Context, inst store.AppInstance, op s
 		if len(out.Ports) > 0 && out.Ports[0].Host > 0 {
 			inst.HostPort = out.Ports[0].Host
 		}
-		inst.Access = s.access(inst, out)
+		inst.Access = s.access(inst, out, s.nodeAddress(ctx, tx.Queries, inst))
 		h := append(history(inst), HistoryEntry{Version: version, Digest: digest})
 		inst.History, _ = json.Marshal(h)
 		op.State, op.Phase, op.TaskID, op.UpdatedAt, op.CompletedAt = OpSucceeded, phaseDone, "", now, now

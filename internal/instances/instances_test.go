@@ -168,7 +168,7 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 	f := &fixture{db: db, cat: cat, q: &fakeQueue{}, ctx: ctx, g: g, project: p, other: other, allocID: iam.NewID()}
 	f.allocs = &fakeAllocs{list: []instances.Allocation{
 		{ID: f.allocID, OrgID: org.ID, ProjectID: p.ID, NodeID: "node-1", Shape: "gpu_slice", State: "active", GPUUUIDs: []string{"GPU-a", "GPU-b"}, NodeState: "ready",
-			Inventory: nodeapi.Inventory{CPUCores: 32, MemoryMiB: 256 << 10, GPUs: []nodeapi.GPU{{UUID: "GPU-a", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}, {UUID: "GPU-b", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}}}},
+			Inventory: nodeapi.Inventory{CPUCores: 32, MemoryMiB: 256 << 10, Address: "gpu-7.example", GPUs: []nodeapi.GPU{{UUID: "GPU-a", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}, {UUID: "GPU-b", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}}}},
 		{ID: "alloc-other", OrgID: org.ID, ProjectID: other.ID, NodeID: "node-2", Shape: "gpu_slice", State: "active", GPUUUIDs: []string{"GPU-c"}},
 	}}
 	sa := serviceaccounts.New(serviceaccounts.Deps{DB: db, IAM: iamSvc, Logger: logger, TokenURL: func() string { return "http://api/token" }})
@@ -296,7 +296,8 @@ func testLifecycle(t *testing.T, d store.Dialect) {
 	if got.Status != instances.StatusRunning || got.Digest != digestV1 || got.ServiceAccountID == "" {
 		t.Fatalf("running: %+v", got)
 	}
-	if a := instances.AccessOf(got); a == nil || a.HostPort != 31000 || !strings.Contains(a.SSHTunnel, "10.0.0.7") {
+	if a := instances.AccessOf(got); a == nil || a.HostPort != 31000 || a.SSHTunnel != "ssh -N -L 31000:10.0.0.7:31000 <user>@gpu-7.example" ||
+		a.LocalURL != "http://127.0.0.1:31000/" {
 		t.Fatalf("access: %+v", a)
 	}
 	opDone, err := f.svc.Operation(f.ctx, f.g, f.project.ID, op.ID)

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"slices"
 
 	"github.com/gpuaas/gpuaas/internal/catalog"
@@ -16,8 +18,8 @@ import (
 )
 
 // Access is how an operator reaches an instance's private host-local
-// endpoint: on the node's loopback, through an ssh tunnel (or, on a
-// single-machine install, directly).
+// endpoint: on the node's loopback, through an ssh tunnel (or directly,
+// when the node is this machine).
 type Access struct {
 	Exposure     string `json:"exposure"` // private_host_local
 	NodeID       string `json:"node_id"`
@@ -28,18 +30,27 @@ type Access struct {
 	Instructions string `json:"instructions"`
 }
 
-// access builds the access instructions from a run's output.
-func (s *Service) access(inst store.AppInstance, out nodeapi.RunOutput) []byte {
+// access builds the access instructions from a run's output: the port is
+// bound on the node at out.HostAddress (its loopback by default), and
+// nodeAddress is how operators reach the node (its inventory's address).
+func (s *Service) access(inst store.AppInstance, out nodeapi.RunOutput, nodeAddress string) []byte {
 	if len(out.Ports) == 0 || out.Ports[0].Host == 0 {
 		return nil
 	}
 	port := out.Ports[0].Host
-	a := Access{Exposure: "private_host_local", NodeID: inst.NodeID, NodeAddress: out.HostAddress, HostPort: port,
+	bind := out.HostAddress
+	if bind == "" {
+		bind = "127.0.0.1"
+	}
+	a := Access{Exposure: "private_host_local", NodeID: inst.NodeID, NodeAddress: nodeAddress, HostPort: port,
 		LocalURL: fmt.Sprintf("http://127.0.0.1:%d/", port)}
-	if s.LocalAccess || out.HostAddress == "" {
+	// A node that advertises a loopback address (gpuaas dev, a
+	// single-machine install) is this machine: no tunnel to open.
+	if ip := net.ParseIP(nodeAddress); nodeAddress == "" || nodeAddress == "localhost" || (ip != nil && ip.IsLoopback()) {
+		a.LocalURL = "http://" + net.JoinHostPort(bind, strconv.Itoa(port)) + "/"
 		a.Instructions = fmt.Sprintf("The endpoint listens on this machine: open %s", a.LocalURL)
 	} else {
-		a.SSHTunnel = fmt.Sprintf("ssh -N -L %d:127.0.0.1:%d <user>@%s", port, port, out.HostAddress)
+		a.SSHTunnel = fmt.Sprintf("ssh -N -L %d:%s:%d <user>@%s", port, bind, port, nodeAddress)
 		a.Instructions = fmt.Sprintf("The endpoint listens on the node's loopback only. Open a tunnel with `%s`, then browse %s", a.SSHTunnel, a.LocalURL)
 	}
 	b, _ := json.Marshal(a)
@@ -174,4 +185,17 @@ func (s *Service) Targets(ctx context.Context, projectID, appSlug, version strin
 		out = append(out, t)
 	}
 	return out, nil
+}
+
+// nodeAddress is the address the instance's node advertises to operators
+// (its hostname when it advertises none), "" when unknown.
+func (s *Service) nodeAddress(ctx context.Context, q *store.Queries, inst store.AppInstance) string {
+	al, err := s.Allocations.Allocation(ctx, q, inst.TargetAllocationID)
+	if err != nil {
+		return ""
+	}
+	if al.Inventory.Address == "" {
+		return al.Inventory.Hostname
+	}
+	return al.Inventory.Address
 }

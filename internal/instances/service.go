@@ -78,9 +78,6 @@ type Deps struct {
 	// RegistryHost is the platform registry's host[:port], which prefixes
 	// the registered repositories of Compose artifacts.
 	RegistryHost func() string
-	// LocalAccess marks a single-machine install (gpuaas dev): access
-	// instructions then give a local URL instead of an ssh tunnel.
-	LocalAccess bool
 	// ReadinessTimeout overrides the profile-derived deploy timeout (tests).
 	ReadinessTimeout time.Duration
 	// Kick, when set, asks the driver to run now (after a request queued work).

@@ -38,6 +38,9 @@ func Collect(ctx context.Context, o Options) nodeapi.Inventory {
 	inv := nodeapi.Inventory{OS: osName(), Kernel: kernel(), Arch: runtime.GOARCH, CPUCores: runtime.NumCPU(),
 		MemoryMiB: memoryMiB(), DiskMiB: diskMiB(o.DiskPath), AgentVersion: o.AgentVersion, Address: o.Address, GPUs: []nodeapi.GPU{}}
 	inv.Hostname, _ = os.Hostname()
+	if inv.Address == "" {
+		inv.Address = inv.Hostname
+	}
 	if o.Engine != nil {
 		if e, err := o.Engine(ctx); err == nil {
 			inv.DockerVersion, inv.DockerAPI = e.Version, e.APIVersion
