@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"slices"
+	"strconv"
 
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
