@@ -39,7 +39,7 @@ func TestVersionNamesTheBuild(t *testing.T) {
 	if !regexp.MustCompile(`^\d{4}-\d\d-\d\dT`).MatchString(in.BuildDate) || !strings.HasPrefix(in.GoVersion, "go") {
 		t.Fatalf("build date %q, go %q", in.BuildDate, in.GoVersion)
 	}
-	text, err := exec.Command(bin, "version").Output()
+	text, err := exec.Command(bin, "version", "-o", "table").Output()
 	if err != nil || !strings.Contains(string(text), "commit:  "+in.Commit) {
 		t.Fatalf("text form: %s %v", text, err)
 	}

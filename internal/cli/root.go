@@ -4,7 +4,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -61,18 +60,16 @@ func newVersionCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			in := buildinfo.Read()
-			out := cmd.OutOrStdout()
-			if asJSON {
-				return json.NewEncoder(out).Encode(in)
-			}
-			modified := ""
-			if in.Modified {
-				modified = " (modified)"
-			}
-			fmt.Fprintf(out, "gpuaas %s\ncommit:  %s%s\nbuilt:   %s\ngo:      %s\n", in.Version, in.Commit, modified, in.Date, in.GoVersion)
-			return nil
+			return printOr(cmd, asJSON, in, func(out io.Writer) error {
+				modified := ""
+				if in.Modified {
+					modified = " (modified)"
+				}
+				_, err := fmt.Fprintf(out, "gpuaas %s\ncommit:  %s%s\nbuilt:   %s\ngo:      %s\n", in.Version, in.Commit, modified, in.Date, in.GoVersion)
+				return err
+			})
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	addJSONAlias(cmd, &asJSON)
 	return cmd
 }

@@ -145,8 +145,8 @@ func migrate(ctx context.Context, cmd *cobra.Command, url string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "applied %d migration(s); %s schema is at version %d\n", n, db.Dialect(), v)
-	return nil
+	return printOutcome(cmd, fmt.Sprintf("applied %d migration(s); %s schema is at version %d", n, db.Dialect(), v),
+		map[string]any{"applied": n, "dialect": db.Dialect(), "schema_version": v}, "applied", "dialect", "schema_version")
 }
 
 // checkListen fails early, with the address named, when it cannot be bound.
