@@ -63,15 +63,9 @@ func (s *Service) exchange(ctx context.Context, in ExchangeInput) (store.Service
 	if (in.ServiceAccountID != "" && in.ServiceAccountID != as.Issuer) || (in.KeyID != "" && in.KeyID != as.KeyID) {
 		return acc, iam.Issued{}, grantError("hint_mismatch", "service_account_id and key_id, when sent, must equal the assertion's iss and kid")
 	}
-	if aud := s.TokenURL(); len(as.Audience) != 1 || as.Audience[0] != aud {
-		return acc, iam.Issued{}, grantError("invalid_audience", "the assertion's aud must be exactly %q, this server's token endpoint", aud)
-	}
 	now := s.Now()
-	if as.IssuedAt.After(now.Add(ClockSkew)) {
-		return acc, iam.Issued{}, grantError("issued_in_future", "the assertion's iat is in the future; check the clock of the signing machine (tolerance %s)", ClockSkew)
-	}
-	if now.After(as.ExpiresAt.Add(ClockSkew)) {
-		return acc, iam.Issued{}, grantError("assertion_expired", "the assertion expired at %s; sign a fresh one for every exchange", as.ExpiresAt.UTC().Format("2006-01-02T15:04:05Z"))
+	if err := as.CheckClaims(now, s.TokenURL(), ClockSkew); err != nil {
+		return acc, iam.Issued{}, err
 	}
 	q := s.DB.Queries()
 	key, err := q.GetServiceAccountKey(ctx, as.KeyID)
@@ -91,7 +85,11 @@ func (s *Service) exchange(ctx context.Context, in ExchangeInput) (store.Service
 		}
 		return acc, iam.Issued{}, err
 	}
-	if err := as.verify(key.Algorithm, key.PublicKey); err != nil {
+	pub, err := publicKeyOf(key.PublicKey)
+	if err != nil {
+		return acc, iam.Issued{}, err
+	}
+	if err := as.Verify(key.Algorithm, pub, "key "+as.KeyID); err != nil {
 		return acc, iam.Issued{}, err
 	}
 	if !key.ActiveAt(now) {
