@@ -177,7 +177,7 @@ func BenchmarkInstanceRealAgent(b *testing.B) {
 	if err := os.MkdirAll(agentDir, 0o700); err != nil {
 		b.Fatal(err)
 	}
-	nodeID := startRealAgent(b, s, e.admin, bin, agentDir)
+	nodeID := startRealAgent(b, s, e.admin, bin, agentDir).nodeID
 	e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 0, "sku": "cpu.0x", "node_id": nodeID}).Want(b, 201)
 	hc := &http.Client{}
 	base := e.s.URL + e.path("")

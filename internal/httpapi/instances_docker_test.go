@@ -7,20 +7,35 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/instances/instancetest"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
+// agentProcess is `gpuaas agent` as a child process joined to a server, so
+// a test can SIGKILL it and start it again on the same data directory.
+type agentProcess struct {
+	t       testing.TB
+	bin     string
+	server  string
+	dataDir string
+	name    string
+	nodeID  string
+	cmd     *exec.Cmd
+}
+
 // startRealAgent runs `gpuaas agent` as a child process joined to the
-// server with a bootstrap token, and returns its node id once the node is
-// ready. It skips (fails under CI) when this build has no agent command.
-func startRealAgent(t testing.TB, s *servertest.Server, admin *servertest.Client, bin, dataDir string) string {
+// server with a bootstrap token, and returns it once its node is ready. It
+// skips (fails under CI) when this build has no agent command.
+func startRealAgent(t testing.TB, s *servertest.Server, admin *servertest.Client, bin, dataDir string) *agentProcess {
 	t.Helper()
 	if out, err := exec.Command(bin, "agent", "--help").CombinedOutput(); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -29,28 +44,123 @@ func startRealAgent(t testing.TB, s *servertest.Server, admin *servertest.Client
 		t.Skipf("!!! SKIPPED: this build has no `gpuaas agent` (the agent branch has not merged); the real-agent walk is NOT tested !!!\n%s", out)
 	}
 	jt := admin.Do("POST", "/api/v1/admin/nodes/join-tokens", map[string]any{"description": "docker walk"}).Want(t, 201).String("join_token")
-	cmd := exec.Command(bin, "agent", "--server", s.URL, "--join-token", jt, "--data-dir", dataDir, "--name", "walk-node")
-	log, err := os.Create(filepath.Join(dataDir, "..", "agent.log"))
+	a := &agentProcess{t: t, bin: bin, server: s.URL, dataDir: dataDir, name: "walk-node"}
+	t.Cleanup(func() {
+		if a.cmd != nil && a.cmd.ProcessState == nil {
+			_ = a.cmd.Process.Kill()
+			_ = a.cmd.Wait()
+		}
+	})
+	a.start(jt)
+	a.waitReady(admin)
+	return a
+}
+
+// start starts the agent; joinToken is needed on the first start only.
+func (a *agentProcess) start(joinToken string, flags ...string) {
+	a.t.Helper()
+	args := append([]string{"agent", "--server", a.server, "--data-dir", a.dataDir, "--name", a.name, "--poll-wait", "5"}, flags...)
+	if joinToken != "" {
+		args = append(args, "--join-token", joinToken)
+	}
+	a.cmd = exec.Command(a.bin, args...)
+	log, err := os.OpenFile(a.logPath(), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
-		t.Fatal(err)
+		a.t.Fatal(err)
 	}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	a.cmd.Stdout, a.cmd.Stderr = log, log
+	if err := a.cmd.Start(); err != nil {
+		a.t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+}
+
+func (a *agentProcess) logPath() string { return filepath.Join(a.dataDir, "..", "agent.log") }
+
+// waitReady waits until the agent's node is ready and records its id.
+func (a *agentProcess) waitReady(admin *servertest.Client) {
+	a.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		for _, n := range admin.Do("GET", "/api/v1/admin/nodes", nil).Want(t, 200).Items() {
-			if n["name"] == "walk-node" && n["state"] == "ready" {
-				return n["id"].(string)
+		for _, n := range admin.Do("GET", "/api/v1/admin/nodes", nil).Want(a.t, 200).Items() {
+			if n["name"] == a.name && n["state"] == "ready" {
+				a.nodeID = n["id"].(string)
+				return
 			}
 		}
 		time.Sleep(100 * time.Millisecond) // waiting for a child process to join
 	}
-	b, _ := os.ReadFile(log.Name())
-	t.Fatalf("the agent never became ready:\n%s", b)
-	return ""
+	b, _ := os.ReadFile(a.logPath())
+	a.t.Fatalf("the agent never became ready:\n%s", b)
+}
+
+// signal sends sig to the agent; SIGKILL also reaps it.
+func (a *agentProcess) signal(sig syscall.Signal) {
+	a.t.Helper()
+	if err := a.cmd.Process.Signal(sig); err != nil {
+		a.t.Fatal(err)
+	}
+	if sig == syscall.SIGKILL {
+		_ = a.cmd.Wait()
+	}
+}
+
+// removeInstanceOnExit removes, whatever failed, every container, network
+// and volume Docker still holds for an instance when the test ends.
+func removeInstanceOnExit(t *testing.T, d dockerCLI, id string) {
+	t.Cleanup(func() {
+		list := func(args ...string) []string {
+			out, _ := d.run("", append(args, "-q", "--filter", "label=gpuaas.instance_id="+id)...)
+			return strings.Fields(out)
+		}
+		for _, c := range list("ps", "-a") {
+			_, _ = d.run("", "rm", "-f", c)
+		}
+		for _, n := range list("network", "ls") {
+			_, _ = d.run("", "network", "rm", n)
+		}
+		for _, v := range list("volume", "ls") {
+			_, _ = d.run("", "volume", "rm", "-f", v)
+		}
+	})
+}
+
+// withRealAgent starts a real agent for e's server in a fresh data dir and
+// gives the project an allocation on its node; it returns the agent and its
+// data dir.
+func (e *instanceEnv) withRealAgent(t *testing.T, bin string) (*agentProcess, string) {
+	t.Helper()
+	agentDir := filepath.Join(t.TempDir(), "agent")
+	if err := os.MkdirAll(agentDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	a := startRealAgent(t, e.s, e.admin, bin, agentDir)
+	e.alloc = e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 0, "sku": "cpu.0x", "node_id": a.nodeID}).Want(t, 201).String("id")
+	return a, agentDir
+}
+
+// requireTornDown fails unless Docker holds no container, network or volume
+// of the instance and the agent's data dir no path of it.
+func requireTornDown(t *testing.T, d dockerCLI, id, agentDir string) {
+	t.Helper()
+	if left := dockerLeft(t, d, id); len(left) > 0 {
+		t.Fatalf("Docker still holds: %v", left)
+	}
+	_ = filepath.WalkDir(agentDir, func(p string, _ os.DirEntry, _ error) error {
+		if strings.Contains(p, id) {
+			t.Errorf("scratch left on the node: %s", p)
+		}
+		return nil
+	})
+}
+
+// timeline is the instance's event types in order.
+func timeline(t *testing.T, e *instanceEnv, id string) []string {
+	t.Helper()
+	var types []string
+	for _, it := range e.bot.Do("GET", e.path("/app-instances/"+id+"/events?limit=100"), nil).Want(t, 200).Items() {
+		types = append(types, it["event_type"].(string))
+	}
+	return types
 }
 
 // httpGet fetches url and returns the body (or "" when nothing answers).
@@ -98,22 +208,11 @@ func TestInstanceDockerWalk(t *testing.T) {
 	}
 	s := servertest.Start(t, store.SQLite)
 	e := setupInstanceEnv(t, s, "echo", images, echoManifest("echo"), -1)
-	agentDir := filepath.Join(t.TempDir(), "agent")
-	if err := os.MkdirAll(agentDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	nodeID := startRealAgent(t, s, e.admin, bin, agentDir)
-	e.alloc = e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 0, "sku": "cpu.0x", "node_id": nodeID}).Want(t, 201).String("id")
+	_, agentDir := e.withRealAgent(t, bin)
 
 	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "walk"}).Want(t, 202)
 	id := cr.String("id")
-	t.Cleanup(func() { // never leave a container behind, whatever failed
-		for _, args := range [][]string{{"ps", "-a", "-q", "--filter", "label=gpuaas.instance_id=" + id}} {
-			for _, c := range strings.Fields(d.must("", args...)) {
-				_, _ = d.run("", "rm", "-f", c)
-			}
-		}
-	})
+	removeInstanceOnExit(t, d, id)
 	if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
 		t.Fatalf("create: %s\n%s", op.Body, e.bot.Do("GET", e.path("/app-instances/"+id+"/logs"), nil).Body)
 	}
@@ -163,15 +262,7 @@ func TestInstanceDockerWalk(t *testing.T) {
 	if op := waitOp(t, e.bot, e.pid, dec.String("operation_id")); op.String("state") != "succeeded" {
 		t.Fatalf("decommission: %s", op.Body)
 	}
-	if left := dockerLeft(t, d, id); len(left) > 0 {
-		t.Fatalf("Docker still holds: %v", left)
-	}
-	_ = filepath.WalkDir(agentDir, func(p string, _ os.DirEntry, _ error) error {
-		if strings.Contains(p, id) {
-			t.Errorf("scratch left on the node: %s", p)
-		}
-		return nil
-	})
+	requireTornDown(t, d, id, agentDir)
 }
 
 // The curated vllm_openai Compose renderer on a real agent: a stand-in
@@ -210,21 +301,12 @@ func TestInstanceVLLMComposeDocker(t *testing.T) {
 	e.admin.Do("POST", "/api/v1/admin/apps/manifests", m).Want(t, 201)
 	e.admin.Do("POST", "/api/v1/admin/apps/catalog/vllm-openai/versions/"+version+"/publish", map[string]string{"reason": "release"}).Want(t, 200)
 	e.admin.Do("PUT", e.path("/apps/entitlements/vllm-openai"), map[string]any{"enabled": true}).Want(t, 200)
-	agentDir := filepath.Join(t.TempDir(), "agent")
-	if err := os.MkdirAll(agentDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	nodeID := startRealAgent(t, s, e.admin, bin, agentDir)
-	e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 0, "sku": "cpu.0x", "node_id": nodeID}).Want(t, 201)
+	_, agentDir := e.withRealAgent(t, bin)
 
 	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "vllm-openai", "version": version, "display_name": "llm",
 		"parameters": map[string]any{"model": "stand-in/tiny-model"}}).Want(t, 202)
 	id := cr.String("id")
-	t.Cleanup(func() {
-		for _, c := range strings.Fields(d.must("", "ps", "-a", "-q", "--filter", "label=gpuaas.instance_id="+id)) {
-			_, _ = d.run("", "rm", "-f", c)
-		}
-	})
+	removeInstanceOnExit(t, d, id)
 	if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
 		t.Fatalf("create: %s\n%s", op.Body, e.bot.Do("GET", e.path("/app-instances/"+id+"/logs"), nil).Body)
 	}
@@ -236,17 +318,122 @@ func TestInstanceVLLMComposeDocker(t *testing.T) {
 	if n := len(strings.Fields(d.must("", "ps", "-q", "--filter", "label=gpuaas.instance_id="+id))); n != 2 {
 		t.Fatalf("%d containers run for the project, want server + sidecar", n)
 	}
+	// The instance's identity reaches the primary service only, as a
+	// read-only file: the server reads it and cannot open it for writing;
+	// the sidecar has no such mount. The file lives under the agent's data
+	// dir until teardown.
+	var who map[string]any
+	_ = json.Unmarshal([]byte(httpGet(url+"whoami")), &who)
+	if who["identity_file"] != true || who["identity_read_only"] != true || who["key_in_env"] != false || who["instance"] != id {
+		t.Fatalf("primary's identity: %v", who)
+	}
+	for _, svc := range []string{"server", "metrics"} {
+		c := strings.TrimSpace(d.must("", "ps", "-q", "--filter", "label=gpuaas.instance_id="+id, "--filter", "label=com.docker.compose.service="+svc))
+		mounts := strings.TrimSpace(d.must("", "inspect", "-f", `{{range .Mounts}}{{if eq .Destination "/var/run/gpuaas/identity.json"}}{{.Type}} rw={{.RW}}{{end}}{{end}}`, c))
+		if want := map[string]string{"server": "bind rw=false", "metrics": ""}[svc]; mounts != want {
+			t.Fatalf("%s: identity mount %q, want %q", svc, mounts, want)
+		}
+	}
+	if files, _ := filepath.Glob(filepath.Join(agentDir, "instances", id, "files", "*")); len(files) != 1 {
+		t.Fatalf("identity files on the node: %v", files)
+	}
 	dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
 	if op := waitOp(t, e.bot, e.pid, dec.String("operation_id")); op.String("state") != "succeeded" {
 		t.Fatalf("decommission: %s", op.Body)
 	}
-	if left := dockerLeft(t, d, id); len(left) > 0 {
-		t.Fatalf("Docker still holds: %v", left)
+	requireTornDown(t, d, id, agentDir)
+}
+
+// containerState is "<id> <started at> <running>" of the instance's only
+// container, or "" when it has none.
+func containerState(t *testing.T, d dockerCLI, id string) string {
+	t.Helper()
+	ids := strings.Fields(d.must("", "ps", "-a", "-q", "--no-trunc", "--filter", "label=gpuaas.instance_id="+id))
+	switch len(ids) {
+	case 0:
+		return ""
+	case 1:
+		return strings.TrimSpace(d.must("", "inspect", "-f", "{{.Id}} {{.State.StartedAt}} {{.State.Running}}", ids[0]))
 	}
-	_ = filepath.WalkDir(agentDir, func(p string, _ os.DirEntry, _ error) error {
-		if strings.Contains(p, id) {
-			t.Errorf("scratch left on the node: %s", p)
-		}
-		return nil
-	})
+	t.Fatalf("instance %s has %d containers: %v", id, len(ids), ids)
+	return ""
+}
+
+// The issue's node-loss acceptance against a real agent process and real
+// Docker: SIGKILL the agent while an instance runs and the instance is
+// failed with node_lost within the liveness window (TTL + grace + a sweep)
+// while its container keeps serving. Start the agent again on the same
+// data dir (no join token): its first heartbeat reports the container, so
+// the instance is running again at once, on the same container (adopted,
+// not restarted — it survives the agent's orphan reconciler too). Kill the
+// agent again and remove the container behind its back: this time the
+// return redeploys (deploying → running on a new container). Decommission
+// leaves nothing.
+func TestInstanceAgentKillRealAgent(t *testing.T) {
+	d := requireDocker(t)
+	bin := buildGpuaas(t)
+	const ttl, grace = 3 * time.Second, time.Second
+	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.NodeHeartbeatTTL, c.NodeHeartbeatGrace = ttl, grace })
+	e := setupInstanceEnv(t, s, "echo", map[string]v1.Image{"1.0.0": instancetest.Image(t, instancetest.Build(t, "1.0.0", instancetest.ModeServe))}, echoManifest("echo"), -1)
+	a, agentDir := e.withRealAgent(t, bin)
+	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "lossy"}).Want(t, 202)
+	id := cr.String("id")
+	removeInstanceOnExit(t, d, id)
+	if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("create: %s", op.Body)
+	}
+	url := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200).JSON["access"].(map[string]any)["local_url"].(string)
+	before := containerState(t, d, id)
+	if !strings.HasSuffix(before, " true") || !strings.Contains(httpGet(url), "version=1.0.0") {
+		t.Fatalf("not serving: container %q", before)
+	}
+
+	lostAt := time.Now()
+	a.signal(syscall.SIGKILL)
+	got := waitStatus(t, e, id, "failed")
+	if took := time.Since(lostAt); got.String("reason_code") != "node_lost" || took > ttl+grace+5*time.Second {
+		t.Fatalf("node loss after %s: %s", took, got.Body)
+	}
+	t.Logf("node_lost %s after the agent's SIGKILL (TTL %s + grace %s)", time.Since(lostAt).Round(time.Millisecond), ttl, grace)
+	if !strings.Contains(httpGet(url), "version=1.0.0") {
+		t.Fatal("the workload stopped serving when its agent died")
+	}
+
+	// The agent returns; the container it left is adopted.
+	a.start("", "--orphan-grace", "2s")
+	got = waitStatus(t, e, id, "running")
+	if got.String("reason_code") != "" {
+		t.Fatalf("reconciled: %s", got.Body)
+	}
+	time.Sleep(3 * time.Second) // longer than the orphan grace: the reconciler must keep a known container
+	if after := containerState(t, d, id); after != before {
+		t.Fatalf("the container was not adopted: %q → %q", before, after)
+	}
+	if !strings.Contains(httpGet(url), "version=1.0.0") {
+		t.Fatal("not serving after the agent's return")
+	}
+
+	// Again, and this time the container is gone when the agent returns.
+	a.signal(syscall.SIGKILL)
+	waitStatus(t, e, id, "failed")
+	d.must("", "rm", "-f", strings.Fields(before)[0])
+	a.start("", "--orphan-grace", "2s")
+	got = waitStatus(t, e, id, "running")
+	redeployed := containerState(t, d, id)
+	if redeployed == "" || strings.Fields(redeployed)[0] == strings.Fields(before)[0] || !strings.HasSuffix(redeployed, " true") {
+		t.Fatalf("redeploy: container %q (was %q)", redeployed, before)
+	}
+	url = got.JSON["access"].(map[string]any)["local_url"].(string)
+	if !strings.Contains(httpGet(url), "version=1.0.0") {
+		t.Fatalf("the redeployed workload does not answer at %s", url)
+	}
+	if got := timeline(t, e, id); !slices.Equal(got, nodeLossTimeline) {
+		t.Fatalf("timeline:\n got %v\nwant %v", got, nodeLossTimeline)
+	}
+
+	dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
+	if op := waitOp(t, e.bot, e.pid, dec.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("decommission: %s", op.Body)
+	}
+	requireTornDown(t, d, id, agentDir)
 }

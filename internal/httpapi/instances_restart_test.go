@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/gpuaas/gpuaas/internal/instances/instancetest"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/server"
 	"github.com/gpuaas/gpuaas/internal/servertest"
@@ -104,12 +106,10 @@ func (p *devProcess) kill() {
 	_ = p.cmd.Wait()
 }
 
-// A server killed with SIGKILL while an instance deploys, and again while
-// it is decommissioned, finishes both after a restart: the operation's
-// phase and its queued node task are durable, and the node's unreported
-// task is delivered again once its lease lapses.
-func TestInstanceSurvivesServerKill(t *testing.T) {
-	bin := buildGpuaas(t)
+// startDev starts `gpuaas dev --node=false` as a child process (killed when
+// the test ends) and returns it with a test server on its credentials.
+func startDev(t *testing.T, bin string) (*devProcess, *servertest.Server) {
+	t.Helper()
 	p := &devProcess{t: t, bin: bin, dataDir: t.TempDir(), listen: freeAddr(t)}
 	p.start()
 	t.Cleanup(func() {
@@ -129,7 +129,17 @@ func TestInstanceSurvivesServerKill(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &servertest.Server{T: t, URL: "http://" + p.listen, Creds: creds, Contract: contract}
+	return p, &servertest.Server{T: t, URL: "http://" + p.listen, Creds: creds, Contract: contract}
+}
+
+// A server killed with SIGKILL while an instance deploys, and again while
+// it is decommissioned, finishes both after a restart: the operation's
+// phase and its queued node task are durable, and the node's unreported
+// task is delivered again once its lease lapses. The node is simulated so
+// the test can withhold a result deterministically; the same kills against
+// a real agent and real containers are TestInstanceServerKillRealAgent.
+func TestInstanceSurvivesServerKill(t *testing.T) {
+	p, s := startDev(t, buildGpuaas(t))
 	e := setupInstanceEnv(t, s, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 1)
 
 	// The node takes the run (and later the removal) but withholds the
@@ -187,4 +197,78 @@ func waitHeld(t *testing.T, held chan string, kind string) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the node never received %s", kind)
 	}
+}
+
+// The issue's acceptance: kill -9 the server during deploy and during
+// decommission, with a real `gpuaas agent` process running real containers
+// of an image pushed to the server's embedded registry. The app is slow to
+// become ready (instancetest.ModeSlow), so the server dies while the agent
+// waits for readiness; after a restart on the same data dir and port the
+// deploy completes and the app answers. The agent is then frozen (SIGSTOP)
+// so the server dies while the instance is decommissioning and its
+// container still runs; after the restart the teardown completes and
+// Docker holds nothing of the instance.
+func TestInstanceServerKillRealAgent(t *testing.T) {
+	d := requireDocker(t)
+	bin := buildGpuaas(t)
+	p, s := startDev(t, bin)
+	e := setupInstanceEnv(t, s, "echo", map[string]v1.Image{"1.0.0": instancetest.Image(t, instancetest.Build(t, "1.0.0", instancetest.ModeSlow))}, echoManifest("echo"), -1)
+	a, agentDir := e.withRealAgent(t, bin)
+
+	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "survivor"}).Want(t, 202)
+	id := cr.String("id")
+	removeInstanceOnExit(t, d, id)
+	// Kill the server once the agent has started the container: it is
+	// inside the readiness wait, which lasts instancetest.SlowReadiness.
+	deadline := time.Now().Add(90 * time.Second)
+	for containerState(t, d, id) == "" {
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(a.logPath())
+			t.Fatalf("the agent never started the workload:\n%s", b)
+		}
+		time.Sleep(50 * time.Millisecond) // waiting for another process's container
+	}
+	killedAt := time.Now()
+	if st := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200).String("status"); st != "deploying" {
+		t.Fatalf("before the kill: %s", st)
+	}
+	p.kill()
+	if time.Since(killedAt) > instancetest.SlowReadiness/2 {
+		t.Fatalf("the kill came %s after the container started: not inside the readiness wait", time.Since(killedAt))
+	}
+	started := containerState(t, d, id)
+	p.start()
+	if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
+		b, _ := os.ReadFile(a.logPath())
+		t.Fatalf("deploy after restart: %s\nagent:\n%s", op.Body, b)
+	}
+	inst := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200)
+	url := inst.JSON["access"].(map[string]any)["local_url"].(string)
+	if inst.String("status") != "running" || !strings.Contains(httpGet(url), "version=1.0.0") {
+		t.Fatalf("after restart: %s", inst.Body)
+	}
+	// One container, the one started before the kill (adopted, not a second run).
+	if now := containerState(t, d, id); strings.Fields(now)[0] != strings.Fields(started)[0] {
+		t.Fatalf("container %q, was %q", now, started)
+	}
+
+	a.signal(syscall.SIGSTOP)
+	dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
+	if st := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200).String("status"); st != "decommissioning" {
+		t.Fatalf("before the second kill: %s", st)
+	}
+	p.kill()
+	if containerState(t, d, id) == "" {
+		t.Fatal("the container was gone before the kill: the kill was not during decommission")
+	}
+	a.signal(syscall.SIGCONT)
+	p.start()
+	if op := waitOp(t, e.bot, e.pid, dec.String("operation_id")); op.String("state") != "succeeded" {
+		b, _ := os.ReadFile(a.logPath())
+		t.Fatalf("decommission after restart: %s\nagent:\n%s", op.Body, b)
+	}
+	if st := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200).String("status"); st != "decommissioned" {
+		t.Fatalf("after restart: %s", st)
+	}
+	requireTornDown(t, d, id, agentDir)
 }

@@ -540,6 +540,12 @@ func waitStatus(t *testing.T, e *instanceEnv, id, status string) *servertest.Res
 	return nil
 }
 
+// nodeLossTimeline is an instance's timeline through two node losses: the
+// first return finds the workload still running, the second redeploys it.
+var nodeLossTimeline = []string{"apps.instance.requested", "apps.instance.deploying", "apps.instance.running",
+	"apps.instance.failed", "apps.instance.running",
+	"apps.instance.failed", "apps.instance.deploying", "apps.instance.running"}
+
 // A node whose agent dies: its running instance fails with node_lost
 // within the liveness window (TTL + grace). When the agent comes back and
 // reports the workload still running, the instance is running again at
@@ -594,14 +600,7 @@ func TestInstanceNodeLoss(t *testing.T) {
 	if runs != runsBefore+1 {
 		t.Fatalf("redeploys: %d run tasks, want %d", runs, runsBefore+1)
 	}
-	var types []string
-	for _, it := range e.bot.Do("GET", e.path("/app-instances/"+id+"/events?limit=100"), nil).Want(t, 200).Items() {
-		types = append(types, it["event_type"].(string))
-	}
-	want := []string{"apps.instance.requested", "apps.instance.deploying", "apps.instance.running",
-		"apps.instance.failed", "apps.instance.running",
-		"apps.instance.failed", "apps.instance.deploying", "apps.instance.running"}
-	if !slices.Equal(types, want) {
-		t.Fatalf("timeline:\n got %v\nwant %v", types, want)
+	if got := timeline(t, e, id); !slices.Equal(got, nodeLossTimeline) {
+		t.Fatalf("timeline:\n got %v\nwant %v", got, nodeLossTimeline)
 	}
 }

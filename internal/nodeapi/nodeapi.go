@@ -186,6 +186,10 @@ type Mount struct {
 	Content  []byte `json:"content,omitempty"` // for "file"; secrets travel only here
 	Mode     uint32 `json:"mode,omitempty"`
 	ReadOnly bool   `json:"read_only,omitempty"`
+	// Services names the Compose services the mount goes into (compose.up
+	// only; the renderer must name at least one: a file is never mounted
+	// into a service nobody chose). container.run ignores it.
+	Services []string `json:"services,omitempty"`
 }
 
 // ContainerRun starts one container from an image pinned by digest.

@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"encoding/json"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -71,7 +72,19 @@ func TestRenderVLLMOpenAI(t *testing.T) {
 			t.Errorf("rendered compose contains %q:\n%s", never, y)
 		}
 	}
-	if len(up.Mounts) != 1 || up.Mounts[0].Target != runtime.IdentityPath || !up.Mounts[0].ReadOnly {
+	// The identity file is the primary's alone: only it is told where the
+	// file is, and the mount names only it.
+	svcs, _ := doc["services"].(map[string]any)
+	for name, sv := range svcs {
+		envs, _ := sv.(map[string]any)["environment"].(map[string]any)
+		if _, has := envs["GPUAAS_IDENTITY_FILE"]; has != (name == up.Service) {
+			t.Errorf("service %s: GPUAAS_IDENTITY_FILE present=%v", name, has)
+		}
+	}
+	if len(svcs) != 2 {
+		t.Errorf("services: %v", svcs)
+	}
+	if len(up.Mounts) != 1 || up.Mounts[0].Target != runtime.IdentityPath || !up.Mounts[0].ReadOnly || !slices.Equal(up.Mounts[0].Services, []string{up.Service}) {
 		t.Fatalf("identity mount: %+v", up.Mounts)
 	}
 }

@@ -93,7 +93,8 @@ const vllmServerPort = 8000
 // sidecars named by the topology run beside it on a private network with no
 // published port. Model cache mounts become project volumes (removed with
 // the project); shared-memory mounts become shm_size. The identity key file
-// reaches every service as a read-only mount the agent writes.
+// reaches the primary service only (the workload the instance is), as a
+// read-only file the agent writes; sidecars get no credentials.
 func renderVLLMOpenAI(d Deployment, gpus []string) (nodeapi.ComposeUp, error) {
 	topo := d.Profile.Topology
 	if topo == nil || len(topo.Services) == 0 {
@@ -125,14 +126,15 @@ func renderVLLMOpenAI(d Deployment, gpus []string) (nodeapi.ComposeUp, error) {
 		}
 		svc := composeService{Image: img.Repository + "@" + img.Digest, Environment: env(d), Labels: labels,
 			Networks: []string{"default"}, Restart: "no"}
-		if d.Identity != nil {
-			svc.Environment["GPUAAS_IDENTITY_FILE"] = IdentityPath
-		}
+		delete(svc.Environment, "GPUAAS_IDENTITY_FILE") // the primary's alone, below
 		if s.Role == "primary" {
 			if primary != "" {
 				return nodeapi.ComposeUp{}, fmt.Errorf("vllm_openai takes one primary service, found %s and %s", primary, s.Name)
 			}
 			primary = s.Name
+			if d.Identity != nil {
+				svc.Environment["GPUAAS_IDENTITY_FILE"] = IdentityPath
+			}
 			svc.Command = vllmArgs(params)
 			svc.CPUs = float64(d.Resources.CPUCores)
 			if d.Resources.MemoryGiB > 0 {
@@ -148,6 +150,9 @@ func renderVLLMOpenAI(d Deployment, gpus []string) (nodeapi.ComposeUp, error) {
 	}
 	if primary == "" {
 		return nodeapi.ComposeUp{}, fmt.Errorf("vllm_openai needs a service with role primary")
+	}
+	for i := range up.Mounts {
+		up.Mounts[i].Services = []string{primary}
 	}
 	for _, m := range topo.Mounts {
 		svc, ok := f.Services[m.Service]

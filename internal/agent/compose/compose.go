@@ -93,6 +93,10 @@ func Up(ctx context.Context, d *docker.Driver, o docker.Owner, u nodeapi.Compose
 	if err != nil {
 		return nodeapi.RunOutput{}, err
 	}
+	files, err := serviceMounts(d, o, p, u.Mounts)
+	if err != nil {
+		return nodeapi.RunOutput{}, err
+	}
 	pulls := map[string]nodeapi.ImagePull{}
 	for _, ip := range u.Images {
 		pulls[ip.Repository+"@"+ip.Digest] = ip
@@ -131,7 +135,7 @@ func Up(ctx context.Context, d *docker.Driver, o docker.Owner, u nodeapi.Compose
 	out := nodeapi.RunOutput{ContainerIDs: []string{}, Ports: []nodeapi.PortMapping{}, HostAddress: d.HostIP()}
 	var readyID string
 	err = graph.InDependencyOrder(ctx, p, func(ctx context.Context, name string, s types.ServiceConfig) error {
-		id, err := startService(ctx, d, p, s, base, netName, u.GPUUUIDs)
+		id, err := startService(ctx, d, p, s, base, netName, u.GPUUUIDs, files[name])
 		if err != nil {
 			return err
 		}
@@ -155,8 +159,40 @@ func Up(ctx context.Context, d *docker.Driver, o docker.Owner, u nodeapi.Compose
 	return out, nil
 }
 
+// serviceMounts writes the task's platform-owned files (the instance's
+// identity key) under the instance's scratch path, exactly as container.run
+// does, and says which read-only bind mounts go into which service: only
+// the services each mount names. Teardown removes the files with the
+// instance's path, and teardown.verify checks that path is gone.
+func serviceMounts(d *docker.Driver, o docker.Owner, p *types.Project, ms []nodeapi.Mount) (map[string][]mount.Mount, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	for i, m := range ms {
+		if len(m.Services) == 0 {
+			return nil, invalid("mount %d (%s): name the services it goes into", i, m.Target)
+		}
+		for _, name := range m.Services {
+			if _, ok := p.Services[name]; !ok {
+				return nil, invalid("mount %d (%s): no service %q in the project", i, m.Target, name)
+			}
+		}
+	}
+	bound, err := d.Mounts(o.InstanceID, ms)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]mount.Mount{}
+	for i, m := range ms {
+		for _, name := range m.Services {
+			out[name] = append(out[name], bound[i])
+		}
+	}
+	return out, nil
+}
+
 func startService(ctx context.Context, d *docker.Driver, p *types.Project, s types.ServiceConfig, base func(map[string]string) map[string]string,
-	netName string, gpus []string) (string, error) {
+	netName string, gpus []string, files []mount.Mount) (string, error) {
 	name := p.Name + "-" + s.Name + "-1"
 	if ex, err := d.C.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); err == nil {
 		if ex.Container.Config.Labels[nodeapi.LabelManaged] != "true" || ex.Container.Config.Labels[LabelProject] != p.Name {
@@ -190,6 +226,7 @@ func startService(ctx context.Context, d *docker.Driver, p *types.Project, s typ
 	for _, v := range s.Volumes {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeVolume, Source: p.Name + "_" + v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
+	mounts = append(mounts, files...)
 	res := container.Resources{}
 	if wantsGPU(s) {
 		res.DeviceRequests = docker.GPURequests(gpus)

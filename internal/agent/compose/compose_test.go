@@ -2,6 +2,10 @@ package compose_test
 
 import (
 	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -53,8 +57,25 @@ func TestComposeUpDown(t *testing.T) {
 volumes:
   data: {}
 `
+	const identityPath = "/var/run/gpuaas/identity.json"
+	identity := nodeapi.Mount{Kind: "file", Target: identityPath, Content: []byte(`{"key":"secret"}`), Mode: 0o444, ReadOnly: true, Services: []string{"web"}}
 	up := nodeapi.ComposeUp{Project: project, YAML: []byte(yaml), Service: "web", Readiness: &nodeapi.Readiness{Port: 8080, HTTPPath: "/", TimeoutSeconds: 30},
 		Images: []nodeapi.ImagePull{{Repository: img.Repository, Digest: img.Digest, WrappingToken: agenttest.PullToken(t, s, admin, img.ArtifactID)}}}
+	// A file mount must name its services; one naming no service of the
+	// project is refused before anything is created.
+	for _, bad := range [][]string{nil, {"nope"}} {
+		m := identity
+		m.Services = bad
+		u := up
+		u.Mounts = []nodeapi.Mount{m}
+		if _, err := compose.Up(ctx, d, docker.Owner{TaskID: "t-" + inst, InstanceID: inst}, u); docker.AsFailure(err) == nil || docker.AsFailure(err).Reason != nodeapi.ReasonInvalidTask {
+			t.Fatalf("mount into %v: %v", bad, err)
+		}
+	}
+	if rem, _ := d.Verify(ctx, inst); len(rem) != 0 {
+		t.Fatalf("a refused up left %v", rem)
+	}
+	up.Mounts = []nodeapi.Mount{identity}
 	out, err := compose.Up(ctx, d, docker.Owner{TaskID: "t-" + inst, InstanceID: inst}, up)
 	if err != nil {
 		t.Fatalf("up: %v", err)
@@ -72,7 +93,36 @@ volumes:
 		l[compose.LabelConfigHash] == "" || l[nodeapi.LabelInstance] != inst || l[nodeapi.LabelManaged] != "true" {
 		t.Fatalf("labels %v", l)
 	}
-	if rem, _ := d.Verify(ctx, inst); len(rem) != 4 { // 2 containers, network, volume
+	// The identity file is bound read-only into web only, and web reads it.
+	for _, id := range out.ContainerIDs {
+		ins, err := d.C.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var binds []string
+		for _, m := range ins.Container.Mounts {
+			if m.Destination == identityPath {
+				binds = append(binds, fmt.Sprintf("%s rw=%v", m.Type, m.RW))
+			}
+		}
+		want := []string(nil)
+		if ins.Container.Config.Labels[compose.LabelService] == "web" {
+			want = []string{"bind rw=false"}
+		}
+		if !slices.Equal(binds, want) {
+			t.Fatalf("%s: identity mounts %v, want %v", ins.Container.Config.Labels[compose.LabelService], binds, want)
+		}
+	}
+	r, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/file?path=%s", out.Ports[0].Host, identityPath))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if string(body) != `{"key":"secret"}` {
+		t.Fatalf("web reads %d %q", r.StatusCode, body)
+	}
+	if rem, _ := d.Verify(ctx, inst); len(rem) != 5 { // 2 containers, network, volume, the instance's path
 		t.Fatalf("before down: %v", rem)
 	}
 	// Up again (re-delivery) adopts what runs.

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -26,7 +27,14 @@ const (
 	ModeServe  = "serve"  // answers /healthz and / with its version
 	ModeExit   = "exit"   // prints a line and exits 3 at once (a broken release)
 	ModeOpenAI = "openai" // a stand-in OpenAI-compatible server: /v1/models, /health
+	// ModeSlow serves like ModeServe but its /healthz answers 503 for the
+	// first SlowReadiness after start: a deploy stays in its readiness wait
+	// long enough for a test to kill the server (or the agent) inside it.
+	ModeSlow = "slow"
 )
+
+// SlowReadiness is how long a ModeSlow app is not ready after it starts.
+const SlowReadiness = 5 * time.Second
 
 // Port is where the test app listens inside its container.
 const Port = 8080
@@ -39,15 +47,19 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 )
 
 var (
 	version = "dev"
 	mode    = "serve"
+	slow    = "0s"
 )
 
 func main() {
 	fmt.Printf("testapp %s starting in mode %s\n", version, mode)
+	started := time.Now()
+	notReadyFor, _ := time.ParseDuration(slow)
 	if mode == "exit" {
 		fmt.Println("boom: this release exits before it is ready")
 		os.Exit(3)
@@ -62,14 +74,28 @@ func main() {
 			model = os.Args[i+1]
 		}
 	}
-	http.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	http.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if mode == "slow" && time.Since(started) < notReadyFor {
+			http.Error(w, "warming up", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	http.HandleFunc("/health", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	http.HandleFunc("/v1/models", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": []map[string]any{{"id": model, "object": "model", "owned_by": "gpuaas-test"}}})
 	})
 	http.HandleFunc("/whoami", func(w http.ResponseWriter, r *http.Request) {
-		_, err := os.Stat(os.Getenv("GPUAAS_IDENTITY_FILE"))
+		path := os.Getenv("GPUAAS_IDENTITY_FILE")
+		_, err := os.Stat(path)
+		// Even root cannot open a file of a read-only bind mount for writing.
+		readOnly := false
+		if f, werr := os.OpenFile(path, os.O_WRONLY, 0); werr != nil {
+			readOnly = err == nil
+		} else {
+			f.Close()
+		}
 		keyInEnv := false
 		for _, e := range os.Environ() {
 			if strings.Contains(e, "PRIVATE KEY") {
@@ -77,7 +103,7 @@ func main() {
 			}
 		}
 		json.NewEncoder(w).Encode(map[string]any{"version": version, "instance": os.Getenv("GPUAAS_APP_INSTANCE_ID"),
-			"identity_file": err == nil, "key_in_env": keyInEnv})
+			"identity_file": err == nil, "identity_read_only": readOnly, "key_in_env": keyInEnv})
 	})
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintf(w, "version=%s\n", version) })
 	if err := http.ListenAndServe(":"+port, nil); err != nil {
@@ -99,7 +125,7 @@ func Build(t testing.TB, version, mode string) []byte {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "app")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version+" -X main.mode="+mode, "-o", out, ".")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version+" -X main.mode="+mode+" -X main.slow="+SlowReadiness.String(), "-o", out, ".")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off")
 	if b, err := cmd.CombinedOutput(); err != nil {
