@@ -80,6 +80,21 @@ func OrgEventsPath(orgID string) string { return "/api/v1/orgs/" + url.PathEscap
 
 const PlatformEventsPath = "/api/v1/admin/events"
 
+// Republished is what POST /api/v1/admin/events/republish queued.
+type Republished struct {
+	FromSequence int64 `json:"from_sequence"`
+	Events       int64 `json:"events"`
+}
+
+// RepublishEvents (platform admins) has the relay publish the retained
+// events from since (a sequence, an event id or an RFC 3339 time,
+// inclusive) to JetStream again, with Nats-Msg-Id = event id.
+func (c *Client) RepublishEvents(ctx context.Context, since, reason string) (Republished, error) {
+	var out Republished
+	err := c.Do(ctx, http.MethodPost, PlatformEventsPath+"/republish", nil, map[string]string{"since": since, "reason": reason}, &out)
+	return out, err
+}
+
 // ListEvents reads one page of events under path (a *EventsPath).
 func (c *Client) ListEvents(ctx context.Context, path string, f EventFilter) (EventList, error) {
 	var out EventList

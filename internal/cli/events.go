@@ -24,7 +24,7 @@ The scope is --project (default, GPUAAS_PROJECT_ID), --org, or --platform (platf
 	cmd.PersistentFlags().Bool("platform", false, "every event of the platform (platform admins)")
 	cmd.PersistentFlags().String("type", "", "only this type or type prefix, e.g. apps.artifact.")
 	cmd.PersistentFlags().String("subject", "", "only events about this resource, e.g. app-artifacts/<id>")
-	cmd.AddCommand(newEventsListCmd(), newEventsWatchCmd())
+	cmd.AddCommand(newEventsListCmd(), newEventsWatchCmd(), newEventsRepublishCmd())
 	return cmd
 }
 
@@ -118,5 +118,34 @@ Without --after the stream starts at the oldest retained event.`,
 		},
 	}
 	cmd.Flags().StringVar(&after, "after", "", "resume after this event (sequence or event id)")
+	return cmd
+}
+
+func newEventsRepublishCmd() *cobra.Command {
+	var since, reason string
+	cmd := &cobra.Command{
+		Use:   "republish --since SEQUENCE|EVENT_ID|TIME --reason TEXT",
+		Short: "Publish retained events to NATS JetStream again (platform admins; after the bus lost messages)",
+		Long: `Marks the retained outbox events from --since (a sequence, an event id or an
+RFC 3339 time; inclusive) unpublished, so the relay sends them to JetStream
+again in order with Nats-Msg-Id = event id. JetStream drops those it still
+remembers inside its duplicate window; beyond it consumers deduplicate by id.
+Audited as events.republish.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			res, err := c.RepublishEvents(cmd.Context(), since, reason)
+			if err != nil {
+				return err
+			}
+			return printResult(cmd, res, "from_sequence", "events")
+		},
+	}
+	cmd.Flags().StringVar(&since, "since", "", "first event to republish: a sequence, an event id or an RFC 3339 time")
+	cmd.Flags().StringVar(&reason, "reason", "", "why (recorded in the audit log)")
+	_ = cmd.MarkFlagRequired("since")
 	return cmd
 }

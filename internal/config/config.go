@@ -83,6 +83,10 @@ type Events struct {
 	LeaseTTL        time.Duration // relay lease; a crashed leader is replaced after this
 	KeepAlive       time.Duration // SSE keep-alive comment period
 	WriteTimeout    time.Duration // SSE: a client that does not drain for this long is disconnected
+	// WebSocketOrigins are the Origin host patterns (path.Match, e.g.
+	// console.example.com or https://*.example.com) allowed to open event
+	// WebSockets besides the server's own host.
+	WebSocketOrigins []string
 }
 
 // Defaults returns the configuration used when nothing is set.
@@ -173,6 +177,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&e.LeaseTTL, "events-lease-ttl", e.LeaseTTL, "relay lease lifetime: a crashed relay's successor takes over after this")
 	fs.DurationVar(&e.KeepAlive, "events-keepalive", e.KeepAlive, "period of keep-alive comments on idle event streams")
 	fs.DurationVar(&e.WriteTimeout, "events-write-timeout", e.WriteTimeout, "an event-stream client that does not drain its connection for this long is disconnected")
+	fs.StringSliceVar(&e.WebSocketOrigins, "events-websocket-origins", e.WebSocketOrigins, "Origin host patterns (besides this server's host) allowed to open event WebSockets, e.g. console.example.com")
 }
 
 // ApplyEnv sets every flag not given on the command line from its

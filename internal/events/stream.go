@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -145,6 +148,76 @@ func (rd *Reader) expired(ctx context.Context) error {
 		WithDetails(details)
 }
 
+// Framing writes one stream's messages in its wire format: SSE (Stream)
+// or WebSocket (StreamWebSocket). Follow drives it; Event buffers one event,
+// Flush sends what is buffered, Idle marks a quiet period (keep-alive).
+// Flush and Idle must give up after Reader.WriteTimeout: that is how a
+// consumer that falls too far behind is disconnected.
+type Framing interface {
+	Event(pos int64, typ string, envelope []byte) error
+	Flush() error
+	Idle() error
+}
+
+// ErrSlowConsumer ends a stream whose client did not take its data within
+// Reader.WriteTimeout; the client resumes with its last id.
+var ErrSlowConsumer = errors.New("event stream: the client fell too far behind and was disconnected")
+
+// Follow sends matching events after position `after` through fr until ctx
+// ends, the reader shuts down or a write fails: the one subscription and
+// backlog path of every stream framing. It re-reads the outbox when the hub
+// wakes it (this replica committed or the relay sequenced), or at least every
+// Poll, and calls fr.Idle every KeepAlive on a quiet stream.
+func (rd *Reader) Follow(ctx context.Context, f store.EventFilter, after int64, fr Framing) error {
+	keepAlive := time.NewTicker(rd.KeepAlive)
+	defer keepAlive.Stop()
+	poll := time.NewTimer(rd.Poll)
+	defer poll.Stop()
+	q := rd.DB.Queries()
+	stop := rd.stopCh()
+	for {
+		wake := rd.Hub.Wait() // before reading, so no notice falls between
+		rows, err := q.ListEvents(ctx, f, after, 500)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for _, e := range rows {
+			b, err := json.Marshal(FromStore(e))
+			if err != nil {
+				return err
+			}
+			if err := fr.Event(e.Position, e.Type, b); err != nil {
+				return err
+			}
+			after = e.Position
+		}
+		if len(rows) > 0 {
+			if err := fr.Flush(); err != nil {
+				return err
+			}
+			if len(rows) == 500 {
+				continue
+			}
+		}
+		poll.Reset(rd.Poll)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-stop:
+			return nil
+		case <-wake:
+		case <-poll.C:
+		case <-keepAlive.C:
+			if err := fr.Idle(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
 // Stream writes matching events after position `after` as Server-Sent
 // Events until ctx ends or the client falls behind: `id` is the sequence,
 // `event` the type, `data` the CloudEvents envelope. Validate the resume
@@ -161,67 +234,61 @@ func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f store.Eve
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	bw := bufio.NewWriterSize(w, 32<<10)
-	flush := func() error {
-		if rd.WriteTimeout > 0 {
-			_ = rc.SetWriteDeadline(time.Now().Add(rd.WriteTimeout))
-		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	if _, err := fmt.Fprintf(bw, "retry: 1000\n: stream after %d\n\n", after); err != nil {
+	s := &sseFraming{rc: rc, bw: bufio.NewWriterSize(w, 32<<10), timeout: rd.WriteTimeout}
+	if _, err := fmt.Fprintf(s.bw, "retry: 1000\n: stream after %d\n\n", after); err != nil {
 		return err
 	}
-	if err := flush(); err != nil {
+	if err := s.Flush(); err != nil {
 		return err
 	}
-	keepAlive := time.NewTicker(rd.KeepAlive)
-	defer keepAlive.Stop()
-	poll := time.NewTimer(rd.Poll)
-	defer poll.Stop()
-	q := rd.DB.Queries()
-	stop := rd.stopCh()
-	for {
-		wake := rd.Hub.Wait() // before reading, so no notice falls between
-		rows, err := q.ListEvents(ctx, f, after, 500)
-		if err != nil {
-			return err
-		}
-		for _, e := range rows {
-			b, err := json.Marshal(FromStore(e))
-			if err != nil {
-				return err
-			}
-			if _, err := fmt.Fprintf(bw, "id: %d\nevent: %s\ndata: %s\n\n", e.Position, e.Type, b); err != nil {
-				return err
-			}
-			after = e.Position
-		}
-		if len(rows) > 0 {
-			if err := flush(); err != nil {
-				return err
-			}
-			if len(rows) == 500 {
-				continue
-			}
-		}
-		poll.Reset(rd.Poll)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-stop:
-			return nil
-		case <-wake:
-		case <-poll.C:
-		case <-keepAlive.C:
-			if _, err := bw.WriteString(": keep-alive\n\n"); err != nil {
-				return err
-			}
-			if err := flush(); err != nil {
-				return err
-			}
-		}
+	return rd.Follow(ctx, f, after, s)
+}
+
+type sseFraming struct {
+	rc      *http.ResponseController
+	bw      *bufio.Writer
+	timeout time.Duration
+	armed   bool // the write deadline is set for the batch being written
+}
+
+// arm bounds the writes of one batch (the buffer may spill to the
+// connection while events are added, not only at Flush).
+func (s *sseFraming) arm() {
+	if !s.armed && s.timeout > 0 {
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
 	}
+	s.armed = true
+}
+
+func (s *sseFraming) Event(pos int64, typ string, env []byte) error {
+	s.arm()
+	_, err := fmt.Fprintf(s.bw, "id: %d\nevent: %s\ndata: %s\n\n", pos, typ, env)
+	return slow(err)
+}
+
+func (s *sseFraming) Flush() error {
+	s.arm()
+	s.armed = false
+	err := s.bw.Flush()
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	return slow(err)
+}
+
+func (s *sseFraming) Idle() error {
+	s.arm()
+	if _, err := s.bw.WriteString(": keep-alive\n\n"); err != nil {
+		return slow(err)
+	}
+	return s.Flush()
+}
+
+// slow reports a write that hit its deadline as ErrSlowConsumer.
+func slow(err error) error {
+	var ne net.Error
+	if errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+		return fmt.Errorf("%w (%v)", ErrSlowConsumer, err)
+	}
+	return err
 }

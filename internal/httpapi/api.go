@@ -39,8 +39,13 @@ type API struct {
 	// PublicURL is the server's public base URL (known once it listens).
 	PublicURL func() string
 	Events    *events.Reader
-	OpenAPI   []byte // the contract document, served at /api/openapi.yaml
-	AsyncAPI  []byte // the event contract, served at /api/asyncapi.yaml
+	// RelayKick asks this replica's outbox relay for a pass now.
+	RelayKick func()
+	// WebSocketOrigins: Origin patterns allowed on event WebSockets besides
+	// the request's own host.
+	WebSocketOrigins []string
+	OpenAPI          []byte // the contract document, served at /api/openapi.yaml
+	AsyncAPI         []byte // the event contract, served at /api/asyncapi.yaml
 	// Mounts are extra handlers on the same listener (the OCI registry at /v2/).
 	Mounts map[string]http.Handler
 	// CredentialRate and CredentialBurst throttle the anonymous credential
@@ -71,7 +76,10 @@ type route struct {
 	stream bool
 	// eventStream marks long-lived responses (SSE): no write deadline.
 	eventStream bool
-	pattern     string
+	// websocket marks WebSocket upgrades: the token may also come as the
+	// subprotocol bearer.<token> (browsers cannot set Authorization).
+	websocket bool
+	pattern   string
 }
 
 // Routes is the whole REST surface on one screen.

@@ -1,10 +1,14 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/coder/websocket"
+	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/iam"
@@ -112,11 +116,117 @@ func (a *API) streamEvents(sc eventScope) func(http.ResponseWriter, *http.Reques
 		if err != nil {
 			return err
 		}
-		if err := a.Events.Stream(r.Context(), w, f, after); err != nil {
+		if err := a.Events.Stream(r.Context(), w, f, after); errors.Is(err, events.ErrSlowConsumer) {
+			a.Logger.InfoContext(r.Context(), "event stream ended", "error", err)
+		} else if err != nil {
 			a.Logger.DebugContext(r.Context(), "event stream ended", "error", err)
 		}
 		return nil
 	}
+}
+
+// streamEventsWS serves the same stream over WebSocket (for browsers):
+// authorized like every route, before the upgrade (the token comes as
+// Authorization or as the subprotocol bearer.<token>); the resume point is
+// the last_event_id query parameter. A resume point past retention is
+// accepted and then refused on the socket (an error message, close 4410),
+// because a browser cannot read the status of a failed handshake.
+func (a *API) streamEventsWS(sc eventScope) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		f, err := a.eventFilter(r, sc)
+		if err != nil {
+			return err
+		}
+		if !strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			return errdefs.Invalid("websocket_required", "this route is a WebSocket (GET with Upgrade: websocket and subprotocol %s); use …/events/stream for Server-Sent Events", events.WebSocketProtocol)
+		}
+		if !offersProtocol(r, events.WebSocketProtocol) {
+			return errdefs.Invalid("websocket_protocol_required", "offer the subprotocol %s in Sec-WebSocket-Protocol", events.WebSocketProtocol)
+		}
+		after, resumeErr := a.Events.ResumePoint(r.Context(), strings.TrimSpace(r.URL.Query().Get("last_event_id")))
+		if e, ok := errdefs.As(resumeErr); resumeErr != nil && (!ok || e.Code != "cursor_expired") {
+			return resumeErr
+		}
+		// The server's request deadlines would cut the hijacked connection;
+		// the stream bounds its own writes (WriteTimeout).
+		rc := http.NewResponseController(w)
+		_ = rc.SetReadDeadline(time.Time{})
+		_ = rc.SetWriteDeadline(time.Time{})
+		c, err := websocket.Accept(w, r, &websocket.AcceptOptions{
+			Subprotocols:   []string{events.WebSocketProtocol},
+			OriginPatterns: a.WebSocketOrigins,
+		})
+		if err != nil {
+			// Accept has answered (403 for a foreign Origin, 400 for a bad handshake).
+			a.Logger.InfoContext(r.Context(), "event websocket refused", "error", err, "origin", r.Header.Get("Origin"))
+			return nil
+		}
+		if resumeErr != nil {
+			e, _ := errdefs.As(resumeErr)
+			events.RefuseWebSocket(r.Context(), c, envelopeBody{Code: e.Code, Message: e.Message,
+				CorrelationID: correlation.ID(r.Context()), Details: e.Details}, resumeErr)
+			return nil
+		}
+		if err := a.Events.StreamWebSocket(r.Context(), c, f, after); err != nil {
+			a.Logger.InfoContext(r.Context(), "event websocket ended", "error", err)
+		}
+		return nil
+	}
+}
+
+func offersProtocol(r *http.Request, want string) bool {
+	for _, h := range r.Header.Values("Sec-WebSocket-Protocol") {
+		for _, p := range strings.Split(h, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), want) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+type republishRequest struct {
+	Since  string `json:"since"`
+	Reason string `json:"reason"`
+}
+
+// republishEvents (platform admins) queues retained events from `since` to
+// be published to JetStream again, for a bus that lost messages: the relay
+// sends them in order with Nats-Msg-Id = event id. Audited.
+func (a *API) republishEvents(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := a.IAM.RequirePlatform(ctx, grantsFrom(ctx), iam.PermPlatformAdminOnly, "event"); err != nil {
+		return err
+	}
+	var req republishRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	if len(req.Reason) > 1024 {
+		return errdefs.Invalid("invalid_reason", "reason must be at most 1024 characters")
+	}
+	from, err := a.Events.RepublishFrom(ctx, req.Since)
+	if err != nil {
+		return err
+	}
+	res := events.RepublishResult{FromSequence: from}
+	err = a.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if from > 0 {
+			if res.Events, err = tx.RequeueEvents(ctx, from); err != nil {
+				return err
+			}
+		}
+		return tx.Audit(store.AuditEvent{Action: "events.republish", ResourceType: "event", ResourceID: strconv.FormatInt(from, 10),
+			Reason: req.Reason}, nil, map[string]any{"since": req.Since, "from_sequence": from, "events": res.Events})
+	})
+	if err != nil {
+		return err
+	}
+	if a.RelayKick != nil {
+		a.RelayKick()
+	}
+	writeJSON(w, http.StatusAccepted, res)
+	return nil
 }
 
 func (a *API) asyncapi(w http.ResponseWriter, _ *http.Request) error {

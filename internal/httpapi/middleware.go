@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -145,6 +146,11 @@ func (a *API) authenticate(r *http.Request, rt route) (context.Context, error) {
 	h := r.Header.Get("Authorization")
 	if rt.public {
 		return ctx, nil
+	}
+	if h == "" && rt.websocket {
+		if tok := events.BearerFromProtocols(r.Header.Values("Sec-WebSocket-Protocol")); tok != "" {
+			h = "Bearer " + tok
+		}
 	}
 	if h == "" {
 		return nil, errdefs.Unauthenticated("unauthenticated", "send an access token as 'Authorization: Bearer <token>' (get one from POST /api/v1/auth/login or /api/v1/auth/service-account/token)")

@@ -154,7 +154,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst, StreamTimeout: cfg.StreamTimeout,
-		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, Billing: a.billing.svc,
+		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, RelayKick: func() { a.events.relay.Kick(); a.events.bus.NotifyCommitted() }, WebSocketOrigins: cfg.Events.WebSocketOrigins, Billing: a.billing.svc,
 		PublicURL: func() string { return a.Config.PublicURL },
 	}
 	ok = true

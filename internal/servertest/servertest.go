@@ -38,6 +38,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	mutations []mutation
+	logs      *syncBuffer
 }
 
 type mutation struct{ method, path, correlationID string }
@@ -90,7 +91,7 @@ func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
 	}
 	done := make(chan error, 1)
 	go func() { done <- app.Serve(ctx) }()
-	s := &Server{T: t, URL: app.Config.PublicURL, App: app, DB: app.DB, Creds: creds, Contract: contract, Logs: &logs.buf}
+	s := &Server{T: t, URL: app.Config.PublicURL, App: app, DB: app.DB, Creds: creds, Contract: contract, Logs: &logs.buf, logs: logs}
 	t.Cleanup(func() {
 		s.checkAudit()
 		s.checkEvents()
@@ -113,6 +114,15 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// LogText is what the server logged so far; safe while it runs.
+func (s *Server) LogText() string { return s.logs.String() }
 
 // nonMutating lists POSTs that change no resource (so leave no audit row of
 // their own): sign-in, token exchange, previews.

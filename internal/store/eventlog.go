@@ -127,6 +127,17 @@ func (q *Queries) UnmarkPublished(ctx context.Context, since time.Time) (int64, 
 	return res.RowsAffected()
 }
 
+// RequeueEvents marks the published rows at positions >= from unpublished,
+// so the relay sends them to the bus again, in order, with their ids as
+// Nats-Msg-Id (the operator's republish; docs/events.md). Returns how many.
+func (q *Queries) RequeueEvents(ctx context.Context, from int64) (int64, error) {
+	res, err := q.exec(ctx, `UPDATE outbox_events SET published_at = NULL WHERE position >= ? AND published_at IS NOT NULL`, from)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
 // PruneEvents deletes rows the bus acknowledged before cutoff, keeping the
 // retained rows a suffix of the positions (so a resume point is either
 // retained or provably expired) and always keeping the newest row (it
