@@ -134,12 +134,12 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		// First skip nodes other placements hold locked (PostgreSQL), so
 		// concurrent requests spread out; finding none that way, wait for
 		// them — as long as the committed state says something still fits.
-		nodeID, err := tx.ClaimPlacement(ctx, req, exclusive, now, true)
+		cl, err := tx.ClaimPlacement(ctx, req, exclusive, now, true)
 		for i := 0; errors.Is(err, store.ErrNotFound) && tx.Dialect() == store.Postgres && i < maxPlacementWaits; i++ {
 			if ok, perr := tx.PlacementPossible(ctx, req); perr != nil || !ok {
 				break
 			}
-			nodeID, err = tx.ClaimPlacement(ctx, req, exclusive, now, false)
+			cl, err = tx.ClaimPlacement(ctx, req, exclusive, now, false)
 		}
 		if errors.Is(err, store.ErrNotFound) {
 			return errInsufficient(req.GPUs, in.Shape)
@@ -147,28 +147,18 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		if err != nil {
 			return err
 		}
-		a.NodeID = nodeID
-		free, err := tx.FreeNodeGPUs(ctx, nodeID, req.Model, req.Vendor, req.MinMemoryMiB)
-		if err != nil {
-			return err
-		}
+		a.NodeID = cl.NodeID
 		if req.Baremetal {
-			all, err := tx.NodeGPUs(ctx, nodeID)
-			if err != nil {
-				return err
-			}
 			// The whole node: every GPU must match and be free.
-			if len(free) != len(all) || len(all) < req.GPUs {
+			if len(cl.Free) != cl.GPUCount || cl.GPUCount < req.GPUs {
 				return errRetry
 			}
-		} else if len(free) < req.GPUs {
+		} else if len(cl.Free) < req.GPUs {
 			return errRetry
-		} else {
-			free = free[:req.GPUs]
 		}
-		a.GPUUUIDs = make([]string, 0, len(free))
-		for _, g := range free {
-			a.GPUUUIDs = append(a.GPUUUIDs, g.UUID)
+		a.GPUUUIDs = cl.Free
+		if a.GPUUUIDs == nil {
+			a.GPUUUIDs = []string{}
 		}
 		a.GPUCount = len(a.GPUUUIDs)
 		// Billing (issue 13): GPU quota and spend budget, before anything is placed.

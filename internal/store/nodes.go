@@ -196,19 +196,6 @@ func scanNodeGPU(s interface{ Scan(...any) error }) (NodeGPU, error) {
 	return g, err
 }
 
-// FreeNodeGPUs lists the GPUs of a node no live allocation holds, matching
-// an optional model and vendor and a minimum memory, in index order.
-func (q *Queries) FreeNodeGPUs(ctx context.Context, nodeID, model, vendor string, minMemoryMiB int64) ([]NodeGPU, error) {
-	rows, err := q.query(ctx, `SELECT g.node_id, g.uuid, g.idx, g.model, g.vendor, g.memory_mib FROM node_gpus g
-		WHERE g.node_id = ? AND (? = '' OR g.model = ?) AND (? = '' OR g.vendor = ?) AND g.memory_mib >= ?
-		AND NOT EXISTS (SELECT 1 FROM allocation_gpus a WHERE a.node_id = g.node_id AND a.gpu_uuid = g.uuid)
-		ORDER BY g.idx, g.uuid`, nodeID, model, model, vendor, vendor, minMemoryMiB)
-	if err != nil {
-		return nil, err
-	}
-	return collect(rows, scanNodeGPU)
-}
-
 // PlacementQuery narrows where an allocation may go.
 type PlacementQuery struct {
 	GPUs         int
@@ -219,16 +206,34 @@ type PlacementQuery struct {
 	MinMemoryMiB int64
 }
 
+// Claim is what ClaimPlacement took: a node and the GPUs picked on it.
+type Claim struct {
+	NodeID string
+	// GPUCount is how many GPUs the node has.
+	GPUCount int
+	// Free are the node's GPUs no live allocation held when the claim read
+	// them, matching the request, in index order: at most c.GPUs of them
+	// for a slice, all of them for baremetal.
+	Free []string
+}
+
 // ClaimPlacement picks a ready node that fits c — best fit first: the
-// fewest free GPUs that still suffice, then by id — and takes the capacity
-// from it in the same statement: c.GPUs free GPUs for a slice, the whole
-// node for baremetal (exclusiveAllocationID then names the allocation).
-// Model, vendor and memory filter on the node's summary. ErrNotFound means
-// no node fits. On PostgreSQL the chosen row stays locked until the
-// transaction ends and rows locked by concurrent placements are skipped, so
-// concurrent requests spread over nodes instead of queueing on one; SQLite
-// transactions hold the write lock from BEGIN.
-func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiveAllocationID string, at time.Time, skipLocked bool) (string, error) {
+// fewest free GPUs that still suffice, then by id — takes the capacity
+// from it and reads the free GPUs matching c on it: c.GPUs free GPUs for
+// a slice, the whole node for baremetal (exclusiveAllocationID then names
+// the allocation). Model, vendor and memory filter the node's summary and
+// then its GPUs. ErrNotFound means no node fits.
+//
+// On PostgreSQL it is one statement (the claiming UPDATE in a CTE, the GPU
+// read joined to it): the chosen row stays locked until the transaction
+// ends and rows locked by concurrent placements are skipped, so concurrent
+// requests spread over nodes instead of queueing on one. The GPU read sees
+// the statement's snapshot: a hold committed by a placement that still had
+// the row locked when the statement began can be missed, and inserting
+// that GPU again then fails on the (node, GPU) primary key — the caller
+// retries. SQLite transactions hold the write lock from BEGIN; there the
+// claim and the read are two statements (SQLite has no DML in CTEs).
+func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiveAllocationID string, at time.Time, skipLocked bool) (Claim, error) {
 	cond, args := c.where()
 	pick := `SELECT id FROM nodes WHERE ` + cond + ` ORDER BY free_gpus, id LIMIT 1`
 	if q.d == Postgres {
@@ -243,10 +248,60 @@ func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiv
 		set = `free_gpus = 0, live_allocations = live_allocations + 1, exclusive_allocation_id = ?, updated_at = ?`
 		setArgs = []any{exclusiveAllocationID, ts(at)}
 	}
-	var id string
-	err := q.queryRow(ctx, `UPDATE nodes SET `+set+` WHERE id = (`+pick+`) RETURNING id`, append(setArgs, args...)...).Scan(&id)
-	return id, scanOne(err)
+	claim := `UPDATE nodes SET ` + set + ` WHERE id = (` + pick + `) RETURNING id, gpu_count`
+	claimArgs := append(setArgs, args...)
+	limit := c.GPUs
+	if c.Baremetal {
+		limit = maxPlacementGPUs
+	}
+	free := `SELECT g.uuid FROM node_gpus g
+		WHERE g.node_id = ? AND (? = '' OR g.model = ?) AND (? = '' OR g.vendor = ?) AND g.memory_mib >= ?
+		AND NOT EXISTS (SELECT 1 FROM allocation_gpus a WHERE a.node_id = g.node_id AND a.gpu_uuid = g.uuid)
+		ORDER BY g.idx, g.uuid LIMIT ?`
+	var cl Claim
+	if q.d == Postgres {
+		// $1 of the GPU read is the claimed node: rebind numbers the
+		// placeholders in order, so the CTE's come first.
+		rows, err := q.query(ctx, `WITH n AS (`+claim+`)
+			SELECT n.id, n.gpu_count, f.uuid FROM n LEFT JOIN LATERAL (`+strings.Replace(free, `g.node_id = ?`, `g.node_id = n.id`, 1)+`) f ON true`,
+			append(claimArgs, c.Model, c.Model, c.Vendor, c.Vendor, c.MinMemoryMiB, limit)...)
+		if err != nil {
+			return Claim{}, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var u sql.NullString
+			if err := rows.Scan(&cl.NodeID, &cl.GPUCount, &u); err != nil {
+				return Claim{}, mapErr(err)
+			}
+			if u.Valid {
+				cl.Free = append(cl.Free, u.String)
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return Claim{}, mapErr(err)
+		}
+		if cl.NodeID == "" {
+			return Claim{}, ErrNotFound
+		}
+		return cl, nil
+	}
+	if err := scanOne(q.queryRow(ctx, claim, claimArgs...).Scan(&cl.NodeID, &cl.GPUCount)); err != nil {
+		return Claim{}, err
+	}
+	rows, err := q.query(ctx, free, cl.NodeID, c.Model, c.Model, c.Vendor, c.Vendor, c.MinMemoryMiB, limit)
+	if err != nil {
+		return Claim{}, err
+	}
+	cl.Free, err = collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
+		var u string
+		return u, s.Scan(&u)
+	})
+	return cl, err
 }
+
+// maxPlacementGPUs bounds the GPUs one node row is read for.
+const maxPlacementGPUs = 1024
 
 // PlacementPossible reports whether any node fits c in the committed state
 // (no locks taken).
