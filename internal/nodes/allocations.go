@@ -198,8 +198,13 @@ func (s *Service) openInterval(ctx context.Context, tx *store.Tx, a store.Alloca
 		ProjectID: a.ProjectID, NodeID: a.NodeID, SKU: a.SKU, GPUCount: a.GPUCount, StartedAt: now})
 }
 
-// ReleaseAllocation ends an allocation: its GPUs go back to the node and
-// its active interval closes. Releasing a released allocation is a no-op.
+// ReleaseAllocation ends an allocation. Whatever runs on it is torn down
+// first (ReleaseHooks: the app-instance domain decommissions its instances):
+// while that teardown runs the allocation is `releasing` — its billing
+// interval is closed, its GPUs are still held — and it becomes `released`,
+// its GPUs back on the node, once the teardown is done
+// (AllocationTornDown). With nothing on it, it is released at once.
+// Releasing a releasing or released allocation changes nothing.
 func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id string) (store.Allocation, error) {
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsWrite, "allocation"); err != nil {
 		return store.Allocation{}, err
@@ -207,9 +212,6 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 	a, err := s.getAllocation(ctx, id)
 	if err != nil {
 		return store.Allocation{}, err
-	}
-	if a.State == AllocReleased {
-		return a, nil
 	}
 	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		if _, err := tx.LockNode(ctx, a.NodeID); err != nil {
@@ -219,30 +221,40 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 		if err != nil {
 			return err
 		}
-		if cur.State == AllocReleased {
+		if cur.State == AllocReleased || cur.State == AllocReleasing {
 			a = cur
 			return tx.Audit(store.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
 				OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, allocationData(a))
 		}
-		now := s.Now()
-		if err := tx.SetAllocationState(ctx, id, cur.State, AllocReleased, now); err != nil {
-			return err
-		}
-		if err := tx.FreeAllocationGPUs(ctx, id); err != nil {
-			return err
-		}
-		if err := tx.ReturnNodeCapacity(ctx, cur.NodeID, id, now); err != nil {
-			return err
-		}
-		if err := tx.CloseAllocationInterval(ctx, id, now); err != nil {
-			return err
+		busy := false
+		for _, h := range s.lifecycleHooks() {
+			if rh, ok := h.(ReleaseHooks); ok {
+				b, err := rh.AllocationReleasing(ctx, tx, cur)
+				if err != nil {
+					return err
+				}
+				busy = busy || b
+			}
 		}
 		before := allocationData(cur)
-		cur.State, cur.UpdatedAt, cur.ReleasedAt = AllocReleased, now, now
-		a = cur
-		if err := tx.Emit(store.Event{Type: EventAllocationReleased, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
-			allocationData(a)); err != nil {
-			return err
+		if !busy {
+			if a, err = s.release(ctx, tx, cur); err != nil {
+				return err
+			}
+		} else {
+			now := s.Now()
+			if err := tx.SetAllocationState(ctx, id, cur.State, AllocReleasing, now); err != nil {
+				return err
+			}
+			if err := tx.CloseAllocationInterval(ctx, id, now); err != nil {
+				return err
+			}
+			cur.State, cur.UpdatedAt = AllocReleasing, now
+			a = cur
+			if err := tx.Emit(store.Event{Type: EventAllocationReleasing, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+				allocationData(a)); err != nil {
+				return err
+			}
 		}
 		return tx.Audit(store.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
 			OrgID: a.OrgID, ProjectID: a.ProjectID}, before, allocationData(a))
@@ -251,6 +263,55 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 		return store.Allocation{}, err
 	}
 	return a, nil
+}
+
+// AllocationTornDown finishes the release of a releasing allocation once
+// what ran on it is torn down: it becomes released and its GPUs go back to
+// the node (event, audit row). It runs in the caller's transaction (the one
+// that recorded the teardown) and does nothing for an allocation that is
+// not releasing. It locks the node row first, as ReleaseAllocation does, so
+// a teardown finishing while the release starts is seen by one of the two.
+func (s *Service) AllocationTornDown(ctx context.Context, tx *store.Tx, allocationID string) error {
+	a, err := tx.GetAllocation(ctx, allocationID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := tx.LockNode(ctx, a.NodeID); err != nil {
+		return err
+	}
+	if a, err = tx.GetAllocation(ctx, allocationID); err != nil || a.State != AllocReleasing {
+		return err
+	}
+	before := allocationData(a)
+	if a, err = s.release(ctx, tx, a); err != nil {
+		return err
+	}
+	return tx.Audit(store.AuditEvent{Action: "allocation.released", ResourceType: "allocation", ResourceID: a.ID,
+		OrgID: a.OrgID, ProjectID: a.ProjectID, Reason: "what ran on the allocation is torn down"}, before, allocationData(a))
+}
+
+// release marks cur released and returns its GPUs to the node; the caller
+// holds the node row.
+func (s *Service) release(ctx context.Context, tx *store.Tx, cur store.Allocation) (store.Allocation, error) {
+	now := s.Now()
+	if err := tx.SetAllocationState(ctx, cur.ID, cur.State, AllocReleased, now); err != nil {
+		return cur, err
+	}
+	if err := tx.FreeAllocationGPUs(ctx, cur.ID); err != nil {
+		return cur, err
+	}
+	if err := tx.ReturnNodeCapacity(ctx, cur.NodeID, cur.ID, now); err != nil {
+		return cur, err
+	}
+	if err := tx.CloseAllocationInterval(ctx, cur.ID, now); err != nil {
+		return cur, err
+	}
+	cur.State, cur.UpdatedAt, cur.ReleasedAt = AllocReleased, now, now
+	return cur, tx.Emit(store.Event{Type: EventAllocationReleased, Subject: allocationSubject(cur.ID), OrgID: cur.OrgID, ProjectID: cur.ProjectID},
+		allocationData(cur))
 }
 
 // activate moves an allocation from `from` to active and opens an interval.
