@@ -648,7 +648,7 @@ func TestAllocationReleaseTearsDownInstances(t *testing.T) {
 			}
 			e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 1, "sku": "test.1x", "node_id": e.node.id}).Want(t, 201)
 			var types []string
-			for deadline := time.Now().Add(20 * time.Second); len(types) < 3 && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(20 * time.Second); len(types) < 4 && time.Now().Before(deadline); {
 				types = nil
 				for _, ev := range e.admin.Do("GET", "/api/v1/projects/"+e.pid+"/events?limit=200&type=nodes.allocation.", nil).Want(t, 200).Items() {
 					if ev["subject"] == "allocations/"+e.alloc {
@@ -657,7 +657,7 @@ func TestAllocationReleaseTearsDownInstances(t *testing.T) {
 				}
 				time.Sleep(50 * time.Millisecond) // events are listed once the relay sequenced them
 			}
-			if want := []string{"nodes.allocation.active", "nodes.allocation.releasing", "nodes.allocation.released"}; !slices.Equal(types, want) {
+			if want := []string{"nodes.allocation.pending", "nodes.allocation.active", "nodes.allocation.releasing", "nodes.allocation.released"}; !slices.Equal(types, want) {
 				t.Fatalf("allocation events %v, want %v", types, want)
 			}
 		})

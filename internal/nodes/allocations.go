@@ -53,7 +53,9 @@ func errInsufficient(n int, shape string) error {
 var errRetry = errors.New("placement lost a race")
 
 // CreateAllocation places an allocation on a ready node with enough free
-// GPUs matching the request and holds specific GPU UUIDs for it. Placement
+// GPUs matching the request and holds specific GPU UUIDs for it. It is
+// `pending` until the node's next heartbeat confirms it (then `active`);
+// its GPUs are held, and billed, from placement. Placement
 // is one transaction per try: a conditional update takes the capacity from
 // the node's row and the (node, GPU) primary key of allocation_gpus makes a
 // GPU impossible to hold twice, on either dialect.
@@ -125,7 +127,7 @@ func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInpu
 func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput, req store.PlacementQuery) (store.Allocation, error) {
 	now := s.Now()
 	a := store.Allocation{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Shape: in.Shape, SKU: in.SKU,
-		State: AllocActive, CreatedBy: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now}
+		State: AllocPending, CreatedBy: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now}
 	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		exclusive := ""
 		if req.Baremetal {
@@ -174,7 +176,7 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		if err := s.openInterval(ctx, tx, a, now); err != nil {
 			return err
 		}
-		if err := tx.Emit(store.Event{Type: EventAllocationActive, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+		if err := tx.Emit(store.Event{Type: EventAllocationPending, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
 			allocationData(a)); err != nil {
 			return err
 		}
@@ -312,6 +314,26 @@ func (s *Service) release(ctx context.Context, tx *store.Tx, cur store.Allocatio
 	cur.State, cur.UpdatedAt, cur.ReleasedAt = AllocReleased, now, now
 	return cur, tx.Emit(store.Event{Type: EventAllocationReleased, Subject: allocationSubject(cur.ID), OrgID: cur.OrgID, ProjectID: cur.ProjectID},
 		allocationData(cur))
+}
+
+// confirm makes a node's pending allocations active: the node beat after
+// they were placed on it. Their billing intervals run since placement.
+func (s *Service) confirm(ctx context.Context, tx *store.Tx, nodeID string, now time.Time) (int, error) {
+	pending, err := tx.AllocationsOfNode(ctx, nodeID, AllocPending)
+	if err != nil {
+		return 0, err
+	}
+	for _, a := range pending {
+		if err := tx.SetAllocationState(ctx, a.ID, AllocPending, AllocActive, now); err != nil {
+			return 0, err
+		}
+		a.State = AllocActive
+		if err := tx.Emit(store.Event{Type: EventAllocationActive, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+			allocationData(a)); err != nil {
+			return 0, err
+		}
+	}
+	return len(pending), tx.ClearNodePending(ctx, nodeID)
 }
 
 // activate moves an allocation from `from` to active and opens an interval.

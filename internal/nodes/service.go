@@ -50,6 +50,7 @@ const (
 	EventNodeDraining        = "nodes.node.draining"
 	EventNodeRemoved         = "nodes.node.removed"
 	EventInventoryChanged    = "nodes.node.inventory_changed"
+	EventAllocationPending   = "nodes.allocation.pending"
 	EventAllocationActive    = "nodes.allocation.active"
 	EventAllocationReleasing = "nodes.allocation.releasing"
 	EventAllocationReleased  = "nodes.allocation.released"

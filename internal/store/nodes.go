@@ -62,11 +62,14 @@ type Node struct {
 	GPUMemoryMiB          int64
 	LiveAllocations       int
 	ExclusiveAllocationID string
-	TokensValidAfter      time.Time
-	LastHeartbeatAt       time.Time
-	StateChangedAt        time.Time
-	CreatedAt             time.Time
-	UpdatedAt             time.Time
+	// PendingAllocations counts placements since the node last confirmed
+	// its allocations (a heartbeat); 0 keeps a plain beat one UPDATE.
+	PendingAllocations int
+	TokensValidAfter   time.Time
+	LastHeartbeatAt    time.Time
+	StateChangedAt     time.Time
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
 }
 
 // NodeGPU is one accelerator of a node, as its latest inventory reports it.
@@ -80,7 +83,7 @@ type NodeGPU struct {
 }
 
 const nodeCols = `id, name, state, key_id, public_key, inventory, inventory_digest, workloads, gpu_count, free_gpus, gpu_model, gpu_vendor,
-	gpu_memory_mib, live_allocations, exclusive_allocation_id, tokens_valid_after, last_heartbeat_at, state_changed_at, created_at, updated_at`
+	gpu_memory_mib, live_allocations, exclusive_allocation_id, tokens_valid_after, last_heartbeat_at, state_changed_at, created_at, updated_at, pending_allocations`
 
 func scanNode(s interface{ Scan(...any) error }) (Node, error) {
 	var (
@@ -89,16 +92,16 @@ func scanNode(s interface{ Scan(...any) error }) (Node, error) {
 	)
 	err := s.Scan(&n.ID, &n.Name, &n.State, &n.KeyID, &n.PublicKey, scanJSON(&n.Inventory), &n.InventoryDigest, scanJSON(&n.Workloads),
 		&n.GPUCount, &n.FreeGPUs, &n.GPUModel, &n.GPUVendor, &n.GPUMemoryMiB, &n.LiveAllocations, &ex,
-		scanTime(&n.TokensValidAfter), scanTime(&n.LastHeartbeatAt), scanTime(&n.StateChangedAt), scanTime(&n.CreatedAt), scanTime(&n.UpdatedAt))
+		scanTime(&n.TokensValidAfter), scanTime(&n.LastHeartbeatAt), scanTime(&n.StateChangedAt), scanTime(&n.CreatedAt), scanTime(&n.UpdatedAt), &n.PendingAllocations)
 	n.ExclusiveAllocationID = ex.String
 	return n, err
 }
 
 func (q *Queries) InsertNode(ctx context.Context, n Node) error {
-	_, err := q.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := q.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		n.ID, n.Name, n.State, n.KeyID, n.PublicKey, jsonText(n.Inventory), n.InventoryDigest, jsonText(n.Workloads), n.GPUCount, n.FreeGPUs,
 		n.GPUModel, n.GPUVendor, n.GPUMemoryMiB, n.LiveAllocations, nil, ts(n.TokensValidAfter), ts(n.LastHeartbeatAt),
-		ts(n.StateChangedAt), ts(n.CreatedAt), ts(n.UpdatedAt))
+		ts(n.StateChangedAt), ts(n.CreatedAt), ts(n.UpdatedAt), n.PendingAllocations)
 	return err
 }
 
@@ -146,6 +149,12 @@ func (q *Queries) NodeAuth(ctx context.Context, id string) (state string, validA
 // TouchNode records a heartbeat that changes nothing else.
 func (q *Queries) TouchNode(ctx context.Context, id string, at time.Time) error {
 	return q.execOne(ctx, `UPDATE nodes SET last_heartbeat_at = ? WHERE id = ?`, ts(at), id)
+}
+
+// ClearNodePending records that a node confirmed its placements.
+func (q *Queries) ClearNodePending(ctx context.Context, id string) error {
+	_, err := q.exec(ctx, `UPDATE nodes SET pending_allocations = 0 WHERE id = ?`, id)
+	return err
 }
 
 // SetNodeWorkloads stores what the node reports running, with a heartbeat.
@@ -242,10 +251,10 @@ func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiv
 			pick += ` SKIP LOCKED`
 		}
 	}
-	set := `free_gpus = free_gpus - ?, live_allocations = live_allocations + 1, updated_at = ?`
+	set := `free_gpus = free_gpus - ?, live_allocations = live_allocations + 1, pending_allocations = pending_allocations + 1, updated_at = ?`
 	setArgs := []any{c.GPUs, ts(at)}
 	if c.Baremetal {
-		set = `free_gpus = 0, live_allocations = live_allocations + 1, exclusive_allocation_id = ?, updated_at = ?`
+		set = `free_gpus = 0, live_allocations = live_allocations + 1, pending_allocations = pending_allocations + 1, exclusive_allocation_id = ?, updated_at = ?`
 		setArgs = []any{exclusiveAllocationID, ts(at)}
 	}
 	claim := `UPDATE nodes SET ` + set + ` WHERE id = (` + pick + `) RETURNING id, gpu_count`
