@@ -42,8 +42,11 @@ type Config struct {
 	OrphanGrace time.Duration
 	// PollWait is the long-poll wait in seconds (default 30).
 	PollWait int
-	Version  string
-	Logger   *slog.Logger
+	// Concurrency is how many tasks run at once (default 4); the tasks of
+	// one instance always run one at a time, in order.
+	Concurrency int
+	Version     string
+	Logger      *slog.Logger
 }
 
 // Agent is one running node agent.
@@ -68,6 +71,10 @@ type Agent struct {
 
 	executed atomic.Int64 // tasks executed (not re-reported) by this process
 
+	tasks     *runner
+	stopTasks context.CancelFunc
+	tasksCtx  context.Context
+
 	beat, poll, reconcile *worker.Periodic
 	group                 worker.Group
 	joined                chan struct{}
@@ -90,6 +97,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.PollWait <= 0 {
 		cfg.PollWait = 30
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
 	}
 	if cfg.Version == "" {
 		cfg.Version = "dev"
@@ -158,12 +168,19 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.poll = &worker.Periodic{Name: "agent-tasks", Interval: 10 * time.Millisecond, Jitter: 0.5, Timeout: 24 * time.Hour, Logger: a.log, Run: a.pollOnce}
 	a.reconcile = &worker.Periodic{Name: "agent-reconcile", Interval: max(a.cfg.OrphanGrace/4, time.Second), Timeout: time.Minute, Logger: a.log, Run: a.reconcileOnce}
 	a.group = worker.Group{a.reconcile, a.beat, a.poll}
+	a.tasks = newRunner(a.cfg.Concurrency, a.handle)
+	a.tasksCtx, a.stopTasks = context.WithCancel(ctx)
 	return a.group.Start(ctx)
 }
 
-// Stop ends the loops; running workloads keep running.
+// Stop ends the loops and the tasks in flight (their leases run out and
+// the server delivers them again); running workloads keep running.
 func (a *Agent) Stop() {
 	a.group.Stop()
+	if a.stopTasks != nil {
+		a.stopTasks()
+		a.tasks.Wait()
+	}
 	if a.drv != nil {
 		a.drv.Close()
 	}
@@ -296,7 +313,8 @@ func (a *Agent) backoff() {
 	a.mu.Unlock()
 }
 
-// pollOnce long-polls for tasks and executes what arrives. On errors it
+// pollOnce long-polls for tasks and hands what arrives to the runner
+// (bounded concurrency, one task of an instance at a time). On errors it
 // waits a jittered, growing back-off so a restarting server is not hammered.
 func (a *Agent) pollOnce(ctx context.Context) error {
 	c, err := a.authed(ctx)
@@ -306,7 +324,7 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 		if err == nil {
 			a.pollFails = 0
 			for _, t := range tasks {
-				a.handle(ctx, t)
+				a.tasks.Submit(a.tasksCtx, t)
 			}
 			return nil
 		}

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -214,6 +215,21 @@ func TestAgentProcessEndToEnd(t *testing.T) {
 	if after.Container.State.StartedAt != before.Container.State.StartedAt || !after.Container.State.Running {
 		t.Fatalf("container restarted: %s → %s", before.Container.State.StartedAt, after.Container.State.StartedAt)
 	}
+	// The heartbeat carries each workload's start time, as the engine has
+	// it, into what the control plane stores and serves.
+	started, err := time.Parse(time.RFC3339Nano, before.Container.State.StartedAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the node reports the container's start time", func() bool {
+		var n struct {
+			Workloads []nodeapi.Workload `json:"workloads"`
+		}
+		if json.Unmarshal(admin.Do("GET", "/api/v1/admin/nodes/"+nodeID, nil).Want(t, 200).Body, &n) != nil {
+			return false
+		}
+		return slices.ContainsFunc(n.Workloads, func(w nodeapi.Workload) bool { return w.ContainerID == cid && w.StartedAt.Equal(started) })
+	})
 	count := 0
 	for _, nn := range admin.Do("GET", "/api/v1/admin/nodes", nil).Want(t, 200).Items() {
 		if nn["name"] == name {

@@ -60,6 +60,7 @@ task queue and runs workloads on the local Docker engine.`,
 	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "how operators reach this host for ssh -L tunnels to workload ports (default: the hostname)")
 	f.DurationVar(&cfg.OrphanGrace, "orphan-grace", 10*time.Minute, "how long a gpuaas-labelled container of no known task lives before it is removed")
 	f.IntVar(&cfg.PollWait, "poll-wait", 30, "task long-poll wait in seconds")
+	f.IntVar(&cfg.Concurrency, "concurrency", agent.DefaultConcurrency, "how many tasks run at once (the tasks of one instance run one at a time, in order)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
 	return cmd
 }

@@ -313,9 +313,9 @@ func (s *Service) placement(ctx context.Context, q *store.Queries, p store.Proje
 		if err != nil {
 			return Allocation{}, err
 		}
-		if a.State != "active" {
+		if !runnable(a.State) {
 			return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeAllocationNotActive,
-				Message: fmt.Sprintf("allocation %s is %s; only an active allocation can run an instance", a.ID, a.State)}})
+				Message: fmt.Sprintf("allocation %s is %s; only an active (or pending) allocation can run an instance", a.ID, a.State)}})
 		}
 		if fes := Compatible(mv, eff, a); fes != nil {
 			return Allocation{}, errdefs.Validation(fes)
@@ -328,7 +328,7 @@ func (s *Service) placement(ctx context.Context, q *store.Queries, p store.Proje
 	}
 	var why []string
 	for _, a := range all {
-		if a.State != "active" {
+		if !runnable(a.State) {
 			continue
 		}
 		fes := Compatible(mv, eff, a)
@@ -415,3 +415,8 @@ func contains(list []string, v string) bool {
 	}
 	return false
 }
+
+// runnable reports whether instances may be placed on an allocation in
+// state: active, or pending — placed, its node has yet to confirm it; the
+// instance's tasks wait in that node's queue either way.
+func runnable(state string) bool { return state == "active" || state == "pending" }

@@ -580,9 +580,25 @@ func (s *Service) finishDecommission(ctx context.Context, inst store.AppInstance
 		if err := s.record(ctx, tx, inst, op, EventDecommissioned, nil); err != nil {
 			return err
 		}
+		if err := s.tornDown(ctx, tx, inst.TargetAllocationID); err != nil {
+			return err
+		}
 		return tx.Audit(store.AuditEvent{Action: "app_instance.decommissioned", ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, nil, auditState(inst))
 	})
+}
+
+// tornDown tells the nodes domain the allocation's teardown is done once
+// no live instance is left on it: a releasing allocation is then released.
+func (s *Service) tornDown(ctx context.Context, tx *store.Tx, allocationID string) error {
+	if s.releases == nil || allocationID == "" {
+		return nil
+	}
+	left, err := tx.LiveInstancesOn(ctx, allocationID, "")
+	if err != nil || len(left) > 0 {
+		return err
+	}
+	return s.releases.AllocationTornDown(ctx, tx, allocationID)
 }
 
 func jsonOf(v any) ([]byte, error) { return json.Marshal(v) }

@@ -92,6 +92,7 @@ func (l NodesLink) Outcome(ctx context.Context, q *store.Queries, taskID string)
 // results (which wake the driver once they are committed).
 func (l NodesLink) Attach(s *Service) {
 	l.Nodes.AddHooks(nodeHooks{s})
+	s.releases = l.Nodes
 	l.Nodes.OnTaskResult("", func(_ context.Context, tx *store.Tx, t nodes.Task, _ nodeapi.TaskResult) error {
 		if t.InstanceID != "" {
 			tx.AfterCommit(s.kick)
@@ -102,8 +103,20 @@ func (l NodesLink) Attach(s *Service) {
 
 type nodeHooks struct{ s *Service }
 
+var _ nodes.ReleaseHooks = nodeHooks{}
+
 func (h nodeHooks) NodeDown(ctx context.Context, tx *store.Tx, node store.Node, _ []store.Allocation) error {
 	return h.s.failNode(ctx, tx, node.ID)
+}
+
+// AllocationReleasing decommissions the live instances on a released
+// allocation; it stays releasing while any of them is not decommissioned.
+func (h nodeHooks) AllocationReleasing(ctx context.Context, tx *store.Tx, a store.Allocation) (bool, error) {
+	if err := h.s.AllocationReleased(ctx, tx, a.ID); err != nil {
+		return false, err
+	}
+	left, err := tx.LiveInstancesOn(ctx, a.ID, "")
+	return len(left) > 0, err
 }
 
 func (h nodeHooks) NodeReady(ctx context.Context, tx *store.Tx, node store.Node, workloads []nodeapi.Workload) error {

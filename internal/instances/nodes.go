@@ -112,7 +112,7 @@ func (s *Service) recoverNode(ctx context.Context, tx *store.Tx, nodeID string, 
 }
 
 // AllocationReleased decommissions every live instance on an allocation
-// that is being released.
+// that is being released, in the release's transaction.
 func (s *Service) AllocationReleased(ctx context.Context, tx *store.Tx, allocationID string) error {
 	list, err := tx.LiveInstancesOn(ctx, allocationID, "")
 	if err != nil {
@@ -143,11 +143,9 @@ func (s *Service) AllocationReleased(ctx context.Context, tx *store.Tx, allocati
 		if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
 			return err
 		}
+		// The allocation's release is the audited mutation (one audit row
+		// per request); each instance's timeline records its decommission.
 		if err := s.record(ctx, tx, inst, op, EventDecommissionRequested, &extra{reasonCode: ReasonAllocationReleased}); err != nil {
-			return err
-		}
-		if err := tx.Audit(store.AuditEvent{Action: "app_instance.decommission", ResourceType: "app_instance", ResourceID: inst.ID,
-			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: ReasonAllocationReleased}, nil, auditState(inst)); err != nil {
 			return err
 		}
 	}

@@ -176,7 +176,7 @@ func (s *Service) Targets(ctx context.Context, projectID, appSlug, version strin
 	}
 	for _, a := range all {
 		t := Target{AllocationID: a.ID, NodeID: a.NodeID, Shape: a.Shape, State: a.State, GPUCount: len(a.GPUUUIDs), Problems: []errdefs.FieldError{}}
-		if a.State != "active" {
+		if !runnable(a.State) {
 			t.Problems = append(t.Problems, errdefs.FieldError{Field: "/target_allocation_id", Code: CodeAllocationNotActive,
 				Message: fmt.Sprintf("allocation %s is %s", a.ID, a.State)})
 		}

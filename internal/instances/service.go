@@ -41,6 +41,14 @@ type Allocations interface {
 	ProjectAllocations(ctx context.Context, q *store.Queries, projectID string) ([]Allocation, error)
 }
 
+// AllocationReleases finishes the release of an allocation once the
+// instances on it are torn down; the nodes domain implements it.
+type AllocationReleases interface {
+	// AllocationTornDown joins the caller's transaction; it does nothing
+	// for an allocation that is not releasing.
+	AllocationTornDown(ctx context.Context, tx *store.Tx, allocationID string) error
+}
+
 // TaskOutcome is what became of a queued node task.
 type TaskOutcome struct {
 	Done   bool // false while queued or leased
@@ -91,6 +99,8 @@ type Service struct {
 	Deps
 	// launchGate: billing's budget check (issue 13, launchgate.go).
 	launchGate LaunchGate
+	// releases: set by NodesLink.Attach, before serving.
+	releases AllocationReleases
 }
 
 // New builds the service.

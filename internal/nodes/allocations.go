@@ -53,7 +53,9 @@ func errInsufficient(n int, shape string) error {
 var errRetry = errors.New("placement lost a race")
 
 // CreateAllocation places an allocation on a ready node with enough free
-// GPUs matching the request and holds specific GPU UUIDs for it. Placement
+// GPUs matching the request and holds specific GPU UUIDs for it. It is
+// `pending` until the node's next heartbeat confirms it (then `active`);
+// its GPUs are held, and billed, from placement. Placement
 // is one transaction per try: a conditional update takes the capacity from
 // the node's row and the (node, GPU) primary key of allocation_gpus makes a
 // GPU impossible to hold twice, on either dialect.
@@ -125,7 +127,7 @@ func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInpu
 func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput, req store.PlacementQuery) (store.Allocation, error) {
 	now := s.Now()
 	a := store.Allocation{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Shape: in.Shape, SKU: in.SKU,
-		State: AllocActive, CreatedBy: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now}
+		State: AllocPending, CreatedBy: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now}
 	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		exclusive := ""
 		if req.Baremetal {
@@ -134,12 +136,12 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		// First skip nodes other placements hold locked (PostgreSQL), so
 		// concurrent requests spread out; finding none that way, wait for
 		// them — as long as the committed state says something still fits.
-		nodeID, err := tx.ClaimPlacement(ctx, req, exclusive, now, true)
+		cl, err := tx.ClaimPlacement(ctx, req, exclusive, now, true)
 		for i := 0; errors.Is(err, store.ErrNotFound) && tx.Dialect() == store.Postgres && i < maxPlacementWaits; i++ {
 			if ok, perr := tx.PlacementPossible(ctx, req); perr != nil || !ok {
 				break
 			}
-			nodeID, err = tx.ClaimPlacement(ctx, req, exclusive, now, false)
+			cl, err = tx.ClaimPlacement(ctx, req, exclusive, now, false)
 		}
 		if errors.Is(err, store.ErrNotFound) {
 			return errInsufficient(req.GPUs, in.Shape)
@@ -147,28 +149,18 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		if err != nil {
 			return err
 		}
-		a.NodeID = nodeID
-		free, err := tx.FreeNodeGPUs(ctx, nodeID, req.Model, req.Vendor, req.MinMemoryMiB)
-		if err != nil {
-			return err
-		}
+		a.NodeID = cl.NodeID
 		if req.Baremetal {
-			all, err := tx.NodeGPUs(ctx, nodeID)
-			if err != nil {
-				return err
-			}
 			// The whole node: every GPU must match and be free.
-			if len(free) != len(all) || len(all) < req.GPUs {
+			if len(cl.Free) != cl.GPUCount || cl.GPUCount < req.GPUs {
 				return errRetry
 			}
-		} else if len(free) < req.GPUs {
+		} else if len(cl.Free) < req.GPUs {
 			return errRetry
-		} else {
-			free = free[:req.GPUs]
 		}
-		a.GPUUUIDs = make([]string, 0, len(free))
-		for _, g := range free {
-			a.GPUUUIDs = append(a.GPUUUIDs, g.UUID)
+		a.GPUUUIDs = cl.Free
+		if a.GPUUUIDs == nil {
+			a.GPUUUIDs = []string{}
 		}
 		a.GPUCount = len(a.GPUUUIDs)
 		// Billing (issue 13): GPU quota and spend budget, before anything is placed.
@@ -184,7 +176,7 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		if err := s.openInterval(ctx, tx, a, now); err != nil {
 			return err
 		}
-		if err := tx.Emit(store.Event{Type: EventAllocationActive, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+		if err := tx.Emit(store.Event{Type: EventAllocationPending, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
 			allocationData(a)); err != nil {
 			return err
 		}
@@ -208,8 +200,13 @@ func (s *Service) openInterval(ctx context.Context, tx *store.Tx, a store.Alloca
 		ProjectID: a.ProjectID, NodeID: a.NodeID, SKU: a.SKU, GPUCount: a.GPUCount, StartedAt: now})
 }
 
-// ReleaseAllocation ends an allocation: its GPUs go back to the node and
-// its active interval closes. Releasing a released allocation is a no-op.
+// ReleaseAllocation ends an allocation. Whatever runs on it is torn down
+// first (ReleaseHooks: the app-instance domain decommissions its instances):
+// while that teardown runs the allocation is `releasing` — its billing
+// interval is closed, its GPUs are still held — and it becomes `released`,
+// its GPUs back on the node, once the teardown is done
+// (AllocationTornDown). With nothing on it, it is released at once.
+// Releasing a releasing or released allocation changes nothing.
 func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id string) (store.Allocation, error) {
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsWrite, "allocation"); err != nil {
 		return store.Allocation{}, err
@@ -217,9 +214,6 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 	a, err := s.getAllocation(ctx, id)
 	if err != nil {
 		return store.Allocation{}, err
-	}
-	if a.State == AllocReleased {
-		return a, nil
 	}
 	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		if _, err := tx.LockNode(ctx, a.NodeID); err != nil {
@@ -229,30 +223,40 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 		if err != nil {
 			return err
 		}
-		if cur.State == AllocReleased {
+		if cur.State == AllocReleased || cur.State == AllocReleasing {
 			a = cur
 			return tx.Audit(store.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
 				OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, allocationData(a))
 		}
-		now := s.Now()
-		if err := tx.SetAllocationState(ctx, id, cur.State, AllocReleased, now); err != nil {
-			return err
-		}
-		if err := tx.FreeAllocationGPUs(ctx, id); err != nil {
-			return err
-		}
-		if err := tx.ReturnNodeCapacity(ctx, cur.NodeID, id, now); err != nil {
-			return err
-		}
-		if err := tx.CloseAllocationInterval(ctx, id, now); err != nil {
-			return err
+		busy := false
+		for _, h := range s.lifecycleHooks() {
+			if rh, ok := h.(ReleaseHooks); ok {
+				b, err := rh.AllocationReleasing(ctx, tx, cur)
+				if err != nil {
+					return err
+				}
+				busy = busy || b
+			}
 		}
 		before := allocationData(cur)
-		cur.State, cur.UpdatedAt, cur.ReleasedAt = AllocReleased, now, now
-		a = cur
-		if err := tx.Emit(store.Event{Type: EventAllocationReleased, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
-			allocationData(a)); err != nil {
-			return err
+		if !busy {
+			if a, err = s.release(ctx, tx, cur); err != nil {
+				return err
+			}
+		} else {
+			now := s.Now()
+			if err := tx.SetAllocationState(ctx, id, cur.State, AllocReleasing, now); err != nil {
+				return err
+			}
+			if err := tx.CloseAllocationInterval(ctx, id, now); err != nil {
+				return err
+			}
+			cur.State, cur.UpdatedAt = AllocReleasing, now
+			a = cur
+			if err := tx.Emit(store.Event{Type: EventAllocationReleasing, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+				allocationData(a)); err != nil {
+				return err
+			}
 		}
 		return tx.Audit(store.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
 			OrgID: a.OrgID, ProjectID: a.ProjectID}, before, allocationData(a))
@@ -261,6 +265,75 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 		return store.Allocation{}, err
 	}
 	return a, nil
+}
+
+// AllocationTornDown finishes the release of a releasing allocation once
+// what ran on it is torn down: it becomes released and its GPUs go back to
+// the node (event, audit row). It runs in the caller's transaction (the one
+// that recorded the teardown) and does nothing for an allocation that is
+// not releasing. It locks the node row first, as ReleaseAllocation does, so
+// a teardown finishing while the release starts is seen by one of the two.
+func (s *Service) AllocationTornDown(ctx context.Context, tx *store.Tx, allocationID string) error {
+	a, err := tx.GetAllocation(ctx, allocationID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := tx.LockNode(ctx, a.NodeID); err != nil {
+		return err
+	}
+	if a, err = tx.GetAllocation(ctx, allocationID); err != nil || a.State != AllocReleasing {
+		return err
+	}
+	before := allocationData(a)
+	if a, err = s.release(ctx, tx, a); err != nil {
+		return err
+	}
+	return tx.Audit(store.AuditEvent{Action: "allocation.released", ResourceType: "allocation", ResourceID: a.ID,
+		OrgID: a.OrgID, ProjectID: a.ProjectID, Reason: "what ran on the allocation is torn down"}, before, allocationData(a))
+}
+
+// release marks cur released and returns its GPUs to the node; the caller
+// holds the node row.
+func (s *Service) release(ctx context.Context, tx *store.Tx, cur store.Allocation) (store.Allocation, error) {
+	now := s.Now()
+	if err := tx.SetAllocationState(ctx, cur.ID, cur.State, AllocReleased, now); err != nil {
+		return cur, err
+	}
+	if err := tx.FreeAllocationGPUs(ctx, cur.ID); err != nil {
+		return cur, err
+	}
+	if err := tx.ReturnNodeCapacity(ctx, cur.NodeID, cur.ID, now); err != nil {
+		return cur, err
+	}
+	if err := tx.CloseAllocationInterval(ctx, cur.ID, now); err != nil {
+		return cur, err
+	}
+	cur.State, cur.UpdatedAt, cur.ReleasedAt = AllocReleased, now, now
+	return cur, tx.Emit(store.Event{Type: EventAllocationReleased, Subject: allocationSubject(cur.ID), OrgID: cur.OrgID, ProjectID: cur.ProjectID},
+		allocationData(cur))
+}
+
+// confirm makes a node's pending allocations active: the node beat after
+// they were placed on it. Their billing intervals run since placement.
+func (s *Service) confirm(ctx context.Context, tx *store.Tx, nodeID string, now time.Time) (int, error) {
+	pending, err := tx.AllocationsOfNode(ctx, nodeID, AllocPending)
+	if err != nil {
+		return 0, err
+	}
+	for _, a := range pending {
+		if err := tx.SetAllocationState(ctx, a.ID, AllocPending, AllocActive, now); err != nil {
+			return 0, err
+		}
+		a.State = AllocActive
+		if err := tx.Emit(store.Event{Type: EventAllocationActive, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+			allocationData(a)); err != nil {
+			return 0, err
+		}
+	}
+	return len(pending), tx.ClearNodePending(ctx, nodeID)
 }
 
 // activate moves an allocation from `from` to active and opens an interval.

@@ -14,7 +14,8 @@ import (
 
 // Heartbeat records that a node is alive, what it is (when its inventory
 // changed) and what runs on it. A joining or down node becomes ready; its
-// lost allocations become active again. A plain beat is one UPDATE with no
+// lost allocations become active again, and allocations placed on it since
+// its last beat (pending) become active: the node confirmed them. A plain beat is one UPDATE with no
 // audit row; a state or inventory change is a mutation with its audit row
 // and events.
 func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heartbeat) (nodeapi.HeartbeatResponse, error) {
@@ -57,7 +58,7 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 	}
 	revive := n.State == StateJoining || n.State == StateDown
 	now := s.Now()
-	if !revive && inv == nil {
+	if !revive && inv == nil && n.PendingAllocations == 0 {
 		if bytes.Equal(workloads, n.Workloads) {
 			err = q.TouchNode(ctx, nodeID, now)
 		} else {
@@ -93,9 +94,21 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 			}
 			state, action = StateReady, "node.ready"
 		}
+		after := map[string]any{"state": state, "inventory_digest": cur.InventoryDigest}
+		if cur.PendingAllocations > 0 {
+			// The node beats after placements on it: they are confirmed.
+			confirmed, err := s.confirm(ctx, tx, nodeID, now)
+			if err != nil {
+				return err
+			}
+			if confirmed > 0 && action == "node.heartbeat" {
+				action = "node.allocations_confirmed"
+			}
+			after["confirmed_allocations"] = confirmed
+		}
 		stored = cur.InventoryDigest
 		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "node", ResourceID: nodeID},
-			map[string]any{"state": cur.State}, map[string]any{"state": state, "inventory_digest": cur.InventoryDigest})
+			map[string]any{"state": cur.State}, after)
 	})
 	if err != nil {
 		return nodeapi.HeartbeatResponse{}, err

@@ -122,9 +122,22 @@ func TestAllocationLifecycle(t *testing.T) {
 			cpu := join(t, s, admin, "cpu", 0)
 			p := s.Creds.ProjectID
 			a1 := admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": p, "sku": "h100-80gb.1x"}).Want(t, 201)
-			if a1.String("node_id") != n.id || len(a1.JSON["gpu_uuids"].([]any)) != 1 || a1.String("state") != "active" {
+			if a1.String("node_id") != n.id || len(a1.JSON["gpu_uuids"].([]any)) != 1 || a1.String("state") != "pending" {
 				t.Fatalf("alloc %s", a1.Body)
 			}
+			// Pending until its node beats again: the node confirmed it.
+			get := func(id string) string {
+				return admin.Do("GET", "/api/v1/projects/"+p+"/allocations/"+id, nil).Want(t, 200).String("state")
+			}
+			cpu.beat(t, nil) // another node's beat confirms nothing here
+			if got := get(a1.String("id")); got != "pending" {
+				t.Fatalf("after another node's beat: %s", got)
+			}
+			n.beat(t, nil)
+			if got := get(a1.String("id")); got != "active" {
+				t.Fatalf("after its node's beat: %s", got)
+			}
+			n.beat(t, nil) // nothing left to confirm: a plain beat
 			admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": p, "sku": "h100-80gb.2x"}).Want(t, 409)
 			bm := admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": p, "sku": "cpu.bm", "shape": "baremetal", "node_id": cpu.id}).Want(t, 201)
 			admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": p, "sku": "cpu.0x", "node_id": cpu.id}).Want(t, 409)

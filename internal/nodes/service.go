@@ -44,16 +44,18 @@ const (
 
 // Event types this domain emits (CloudEvents type, dot-named).
 const (
-	EventNodeJoined         = "nodes.node.joined"
-	EventNodeReady          = "nodes.node.ready"
-	EventNodeDown           = "nodes.node.down"
-	EventNodeDraining       = "nodes.node.draining"
-	EventNodeRemoved        = "nodes.node.removed"
-	EventInventoryChanged   = "nodes.node.inventory_changed"
-	EventAllocationActive   = "nodes.allocation.active"
-	EventAllocationReleased = "nodes.allocation.released"
-	EventAllocationLost     = "nodes.allocation.lost"
-	EventTaskCompleted      = "nodes.task.completed"
+	EventNodeJoined          = "nodes.node.joined"
+	EventNodeReady           = "nodes.node.ready"
+	EventNodeDown            = "nodes.node.down"
+	EventNodeDraining        = "nodes.node.draining"
+	EventNodeRemoved         = "nodes.node.removed"
+	EventInventoryChanged    = "nodes.node.inventory_changed"
+	EventAllocationPending   = "nodes.allocation.pending"
+	EventAllocationActive    = "nodes.allocation.active"
+	EventAllocationReleasing = "nodes.allocation.releasing"
+	EventAllocationReleased  = "nodes.allocation.released"
+	EventAllocationLost      = "nodes.allocation.lost"
+	EventTaskCompleted       = "nodes.task.completed"
 )
 
 // Defaults of the domain.
@@ -84,6 +86,16 @@ type Hooks interface {
 	// NodeReady runs when a node is ready again (or for the first time) with
 	// what it reports running.
 	NodeReady(ctx context.Context, tx *store.Tx, node store.Node, workloads []nodeapi.Workload) error
+}
+
+// ReleaseHooks is what a Hooks value may also implement to learn of an
+// allocation's release: AllocationReleasing starts tearing down what runs
+// on the allocation (in the releasing transaction) and reports whether
+// anything is still to tear down. While something is, the allocation stays
+// `releasing` and keeps its GPUs; the domain calls
+// Service.AllocationTornDown once its teardown is done.
+type ReleaseHooks interface {
+	AllocationReleasing(ctx context.Context, tx *store.Tx, a store.Allocation) (busy bool, err error)
 }
 
 // ResultHandler learns how a task ended, inside the transaction that

@@ -87,10 +87,12 @@ func (a *App) StartDevNode(ctx context.Context, start DevAgentStarter, creds Dev
 		return DevNode{Reason: err.Error()}
 	}
 	dn := DevNode{NodeID: n.ID, GPUs: n.GPUCount, Stop: stop}
-	live, _, err := a.DB.Queries().ListAllocations(ctx, store.AllocationFilter{ProjectID: creds.ProjectID, NodeID: n.ID, State: nodes.AllocActive}, store.Page{Limit: 1})
-	if err == nil && len(live) > 0 {
-		dn.AllocationID = live[0].ID
-		return dn
+	for _, state := range []string{nodes.AllocActive, nodes.AllocPending} {
+		live, _, err := a.DB.Queries().ListAllocations(ctx, store.AllocationFilter{ProjectID: creds.ProjectID, NodeID: n.ID, State: state}, store.Page{Limit: 1})
+		if err == nil && len(live) > 0 {
+			dn.AllocationID = live[0].ID
+			return dn
+		}
 	}
 	al, err := a.Nodes.Allocate(sctx, nil, nodes.AllocationInput{ProjectID: creds.ProjectID, Shape: nodes.ShapeBaremetal, SKU: "dev.baremetal", NodeID: n.ID})
 	if err != nil {

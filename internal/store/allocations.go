@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -57,12 +58,22 @@ func (q *Queries) InsertAllocation(ctx context.Context, a Allocation) error {
 		ts(a.CreatedAt), ts(a.UpdatedAt), nullTS(a.ReleasedAt)); err != nil {
 		return err
 	}
-	for _, u := range a.GPUUUIDs {
-		if _, err := q.exec(ctx, `INSERT INTO allocation_gpus (node_id, gpu_uuid, allocation_id) VALUES (?, ?, ?)`, a.NodeID, u, a.ID); err != nil {
-			return err
-		}
+	if len(a.GPUUUIDs) == 0 {
+		return nil
 	}
-	return nil
+	// One multi-row statement for the holds.
+	var b strings.Builder
+	args := make([]any, 0, 3*len(a.GPUUUIDs))
+	b.WriteString(`INSERT INTO allocation_gpus (node_id, gpu_uuid, allocation_id) VALUES `)
+	for i, u := range a.GPUUUIDs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(?, ?, ?)")
+		args = append(args, a.NodeID, u, a.ID)
+	}
+	_, err = q.exec(ctx, b.String(), args...)
+	return err
 }
 
 func (q *Queries) GetAllocation(ctx context.Context, id string) (Allocation, error) {

@@ -33,6 +33,8 @@ type DB struct {
 	logger  *slog.Logger
 	// eventHook runs after a mutation that emitted events commits.
 	eventHook atomic.Pointer[func()]
+	// stmts: prepared statements (SQLite only; nil on PostgreSQL).
+	stmts *stmtCache
 }
 
 // Open connects to url: postgres://… / postgresql://… for PostgreSQL,
@@ -65,20 +67,27 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*DB, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("connect to %s database: %w", d, err)
 	}
-	return &DB{sql: db, dialect: d, logger: logger}, nil
+	out := &DB{sql: db, dialect: d, logger: logger}
+	if d == SQLite {
+		out.stmts = newStmtCache(db)
+	}
+	return out, nil
 }
 
 // Dialect reports the engine behind db.
 func (db *DB) Dialect() Dialect { return db.dialect }
 
 // Close releases the connection pool.
-func (db *DB) Close() error { return db.sql.Close() }
+func (db *DB) Close() error {
+	db.stmts.close()
+	return db.sql.Close()
+}
 
 // Ping checks the database answers.
 func (db *DB) Ping(ctx context.Context) error { return db.sql.PingContext(ctx) }
 
 // Queries returns the query set bound to the pool (no transaction).
-func (db *DB) Queries() *Queries { return &Queries{ex: db.sql, d: db.dialect} }
+func (db *DB) Queries() *Queries { return &Queries{ex: db.sql, d: db.dialect, stmts: db.stmts} }
 
 // InTx runs fn in one transaction, committing when fn returns nil and rolling
 // back otherwise. Every mutation of gpuaas goes through here exactly once.
@@ -96,7 +105,7 @@ func (db *DB) InTx(ctx context.Context, fn func(q *Queries) error) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	if err = fn(&Queries{ex: tx, d: db.dialect}); err != nil {
+	if err = fn(&Queries{ex: tx, d: db.dialect, stmts: db.stmts, tx: tx}); err != nil {
 		return err
 	}
 	if err = tx.Commit(); err != nil {
@@ -115,24 +124,37 @@ type execer interface {
 // Queries runs the statements of every domain against a pool or a transaction.
 // Methods live in one file per domain.
 type Queries struct {
-	ex execer
-	d  Dialect
+	ex    execer
+	d     Dialect
+	stmts *stmtCache // SQLite: prepared statements
+	tx    *sql.Tx    // set inside a transaction
 }
 
 // Dialect reports the engine the queries run on.
 func (q *Queries) Dialect() Dialect { return q.d }
 
 func (q *Queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := q.stmt(ctx, query); st != nil {
+		res, err := st.ExecContext(ctx, args...)
+		return res, mapErr(err)
+	}
 	res, err := q.ex.ExecContext(ctx, q.rebind(query), args...)
 	return res, mapErr(err)
 }
 
 func (q *Queries) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := q.stmt(ctx, query); st != nil {
+		rows, err := st.QueryContext(ctx, args...)
+		return rows, mapErr(err)
+	}
 	rows, err := q.ex.QueryContext(ctx, q.rebind(query), args...)
 	return rows, mapErr(err)
 }
 
 func (q *Queries) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := q.stmt(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
 	return q.ex.QueryRowContext(ctx, q.rebind(query), args...)
 }
 

@@ -227,7 +227,9 @@ func (d *Driver) Managed(extra ...string) client.Filters {
 	return f
 }
 
-// Workloads lists every gpuaas-labelled container of this engine.
+// Workloads lists every gpuaas-labelled container of this engine, each
+// with the time it last started (the list does not carry it: one inspect
+// per container, a local call).
 func (d *Driver) Workloads(ctx context.Context) ([]nodeapi.Workload, error) {
 	res, err := d.C.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: d.Managed()})
 	if err != nil {
@@ -239,10 +241,14 @@ func (d *Driver) Workloads(ctx context.Context) ([]nodeapi.Workload, error) {
 		if len(c.Names) > 0 {
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
-		out = append(out, nodeapi.Workload{
+		w := nodeapi.Workload{
 			InstanceID: c.Labels[nodeapi.LabelInstance], TaskID: c.Labels[nodeapi.LabelTask], ContainerID: c.ID, Name: name,
 			ComposeProject: c.Labels["com.docker.compose.project"], State: string(c.State),
-		})
+		}
+		if ins, err := d.C.ContainerInspect(ctx, c.ID, client.ContainerInspectOptions{}); err == nil && ins.Container.State != nil {
+			w.StartedAt = startedAt(ins.Container.State.StartedAt)
+		}
+		out = append(out, w)
 	}
 	return out, nil
 }

@@ -384,7 +384,7 @@ func (d *Driver) Inspect(ctx context.Context, ref nodeapi.ContainerRef, tail int
 			ComposeProject: ins.Container.Config.Labels["com.docker.compose.project"]}
 		if st := ins.Container.State; st != nil {
 			w.State = string(st.Status)
-			w.StartedAt, _ = time.Parse(time.RFC3339Nano, st.StartedAt)
+			w.StartedAt = startedAt(st.StartedAt)
 		}
 		ws = append(ws, w)
 		logs = append(logs, d.LogTail(ctx, id, tail)...)
@@ -425,4 +425,14 @@ func (d *Driver) Verify(ctx context.Context, instanceID string) ([]string, error
 		remaining = append(remaining, "path:"+d.instanceDir(instanceID))
 	}
 	return remaining, nil
+}
+
+// startedAt parses the engine's start time; a container never started
+// ("0001-01-01T00:00:00Z") or an unreadable time gives the zero time.
+func startedAt(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.Year() < 2000 {
+		return time.Time{}
+	}
+	return t.UTC()
 }
