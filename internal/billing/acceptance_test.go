@@ -71,6 +71,11 @@ func TestMeteringRatingAndBudgets(t *testing.T) {
 			t.Fatalf("budget: %s", b.Body)
 		}
 
+		// Metering cuts intervals at whole hours (the slice length): keep the
+		// allocation's few seconds inside one hour, so it is one record.
+		if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < 15*time.Second {
+			time.Sleep(left + time.Second)
+		}
 		// Within the quota: placed. Over it: refused, nothing placed.
 		alloc := admin.Do("POST", allocationsAPI, map[string]any{"project_id": pid, "sku": "h100-80gb.1x"}).Want(t, 201)
 		allocID := alloc.String("id")
@@ -83,8 +88,12 @@ func TestMeteringRatingAndBudgets(t *testing.T) {
 			t.Fatalf("a refused launch placed an allocation: %d → %d", before, n)
 		}
 
-		// The session: 90 measured seconds on the allocation.
+		// The session: 90 measured seconds on the allocation, inside one
+		// hour (one slice, one record) and wholly in the past.
 		end := time.Now().UTC().Add(-5 * time.Second).Truncate(time.Second)
+		if end.Sub(end.Truncate(time.Hour)) < 90*time.Second {
+			end = end.Truncate(time.Hour).Add(-time.Minute)
+		}
 		wl := newWorkload(t, s, admin, pid, "sess-app", "session_seconds", allocID, end.Add(-90*time.Second), end)
 		// The allocation: held for at least one whole second, then released.
 		time.Sleep(1100 * time.Millisecond) // the measured interval itself, not a wait for anything
