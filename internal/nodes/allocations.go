@@ -52,6 +52,12 @@ func errInsufficient(n int, shape string) error {
 
 var errRetry = errors.New("placement lost a race")
 
+// errDeadlock: PostgreSQL aborted the placement to break a lock cycle with
+// concurrent placements; it is retried up to maxPlacementDeadlocks times.
+var errDeadlock = errors.New("placement deadlocked")
+
+const maxPlacementDeadlocks = 16
+
 // CreateAllocation places an allocation on a ready node with enough free
 // GPUs matching the request and holds specific GPU UUIDs for it. It is
 // `pending` until the node's next heartbeat confirms it (then `active`);
@@ -113,9 +119,17 @@ func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInpu
 	}
 	req := store.PlacementQuery{GPUs: count, Baremetal: in.Shape == ShapeBaremetal, NodeID: in.NodeID, Model: in.GPUModel,
 		Vendor: in.GPUVendor, MinMemoryMiB: in.MinGPUMemoryMiB}
-	for range placementAttempts {
+	for attempt, deadlocks := 0, 0; attempt < placementAttempts; {
 		a, err := s.place(ctx, p, in, req)
-		if errors.Is(err, errRetry) {
+		switch {
+		case errors.Is(err, errDeadlock) && deadlocks < maxPlacementDeadlocks:
+			deadlocks++
+			continue
+		case errors.Is(err, errDeadlock):
+			return store.Allocation{}, errdefs.Conflict("placement_contended",
+				"placement kept deadlocking with concurrent placements; retry the request")
+		case errors.Is(err, errRetry):
+			attempt++
 			continue
 		}
 		return a, err
@@ -183,6 +197,12 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		return tx.Audit(store.AuditEvent{Action: "allocation.create", ResourceType: "allocation", ResourceID: a.ID,
 			OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, allocationData(a))
 	})
+	if errors.Is(err, store.ErrDeadlock) {
+		// Waiting placements lock the rows they pass over in best-fit order;
+		// two of them can wait on each other. PostgreSQL aborted one: it
+		// holds nothing now, and trying again is safe.
+		return store.Allocation{}, errDeadlock
+	}
 	if err != nil {
 		return store.Allocation{}, err
 	}

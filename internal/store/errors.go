@@ -15,6 +15,9 @@ var (
 	ErrNotFound      = errdefs.ErrNotFound
 	ErrAlreadyExists = errdefs.ErrAlreadyExists
 	ErrConflict      = errdefs.ErrConflict
+	// ErrDeadlock: PostgreSQL broke a lock cycle by aborting this
+	// transaction. Nothing it did is kept; running it again is safe.
+	ErrDeadlock = errors.New("deadlock detected: the transaction was rolled back and may be retried")
 )
 
 // mapErr converts driver errors into store sentinels, keeping the original
@@ -28,6 +31,8 @@ func mapErr(err error) error {
 		switch pgErr.Code {
 		case "23505": // unique_violation
 			return wrap(ErrAlreadyExists, err)
+		case "40P01": // deadlock_detected
+			return wrap(ErrDeadlock, err)
 		case "23503", "23514", "40001": // foreign key, check, serialization failure
 			return wrap(ErrConflict, err)
 		case "22021", "22P05": // invalid byte sequence, untranslatable character (NUL)
