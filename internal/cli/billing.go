@@ -85,15 +85,16 @@ func money(micros int64, currency string) string {
 	return fmt.Sprintf("%s%d.%06d %s", sign, micros/1_000_000, micros%1_000_000, currency)
 }
 
-func newUsageCmd() *cobra.Command {
+// billingRead is the body of a billing read: the shared filters resolved
+// into q, and whether -o/--json asked for a document.
+type billingRead func(cmd *cobra.Command, c *client.Client, q client.BillingQuery, asJSON bool) error
+
+// newBillingReadCmd builds a billing read: the shared filters, --csv
+// exporting every matching row of csvKind, else show printing one page.
+func newBillingReadCmd(use, short, example, csvKind string, grouping bool, show billingRead) *cobra.Command {
 	var f billingFlags
 	cmd := &cobra.Command{
-		Use:   "usage",
-		Short: "Usage records: allocation GPU-seconds and app runtime units (billing.usage.read)",
-		Example: `  gpuaas usage --instance $APP_INSTANCE_ID --source app_runtime
-  gpuaas usage --project $PROJECT_ID --group-by usage_source,usage_unit
-  gpuaas usage --project $PROJECT_ID --from 2026-11-01T00:00:00Z --csv > usage.csv`,
-		Args: cobra.NoArgs,
+		Use: use, Short: short, Example: example, Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := apiClient(cmd)
 			if err != nil {
@@ -103,16 +104,29 @@ func newUsageCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx := cmd.Context()
 			if f.asCSV {
-				return c.ExportCSV(ctx, "usage", q, cmd.OutOrStdout())
+				return c.ExportCSV(cmd.Context(), csvKind, q, cmd.OutOrStdout())
 			}
+			return show(cmd, c, q, f.asJSON)
+		},
+	}
+	f.add(cmd, grouping)
+	return cmd
+}
+
+func newUsageCmd() *cobra.Command {
+	cmd := newBillingReadCmd("usage", "Usage records: allocation GPU-seconds and app runtime units (billing.usage.read)",
+		`  gpuaas usage --instance $APP_INSTANCE_ID --source app_runtime
+  gpuaas usage --project $PROJECT_ID --group-by usage_source,usage_unit
+  gpuaas usage --project $PROJECT_ID --from 2026-11-01T00:00:00Z --csv > usage.csv`, "usage", true,
+		func(cmd *cobra.Command, c *client.Client, q client.BillingQuery, asJSON bool) error {
+			ctx := cmd.Context()
 			if len(q.GroupBy) > 0 {
 				g, err := c.GroupUsage(ctx, q)
 				if err != nil {
 					return err
 				}
-				return printOr(cmd, f.asJSON, g, func(w io.Writer) error {
+				return printOr(cmd, asJSON, g, func(w io.Writer) error {
 					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 					fmt.Fprintln(tw, strings.ToUpper(strings.Join(append(append([]string(nil), q.GroupBy...), "usage_unit", "quantity", "records"), "\t")))
 					for _, gr := range g.Groups {
@@ -129,7 +143,7 @@ func newUsageCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printOr(cmd, f.asJSON, page, func(w io.Writer) error {
+			return printOr(cmd, asJSON, page, func(w io.Writer) error {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "START\tEND\tSOURCE\tUNIT\tQUANTITY\tSKU/METER\tINSTANCE\tALLOCATION")
 				for _, u := range page.Items {
@@ -138,9 +152,7 @@ func newUsageCmd() *cobra.Command {
 				}
 				return flushWithCursor(tw, page.NextCursor)
 			})
-		},
-	}
-	f.add(cmd, true)
+		})
 	addClientFlags(cmd)
 	return cmd
 }
@@ -156,28 +168,13 @@ func newBillingCmd() *cobra.Command {
 }
 
 func newBillingLedgerCmd() *cobra.Command {
-	var f billingFlags
-	cmd := &cobra.Command{
-		Use:   "ledger",
-		Short: "Ledger entries (charges and corrections) and their balance",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(cmd)
-			if err != nil {
-				return err
-			}
-			q, err := f.query(cmd, c)
-			if err != nil {
-				return err
-			}
-			if f.asCSV {
-				return c.ExportCSV(cmd.Context(), "ledger", q, cmd.OutOrStdout())
-			}
+	return newBillingReadCmd("ledger", "Ledger entries (charges and corrections) and their balance", "", "ledger", false,
+		func(cmd *cobra.Command, c *client.Client, q client.BillingQuery, asJSON bool) error {
 			page, err := c.ListLedger(cmd.Context(), q)
 			if err != nil {
 				return err
 			}
-			return printOr(cmd, f.asJSON, page, func(w io.Writer) error {
+			return printOr(cmd, asJSON, page, func(w io.Writer) error {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tTYPE\tUSAGE TIME\tSOURCE\tUNIT\tQUANTITY\tAMOUNT\tCORRECTS")
 				for _, e := range page.Items {
@@ -189,35 +186,17 @@ func newBillingLedgerCmd() *cobra.Command {
 				}
 				return flushWithCursor(tw, page.NextCursor)
 			})
-		},
-	}
-	f.add(cmd, false)
-	return cmd
+		})
 }
 
 func newBillingCostsCmd() *cobra.Command {
-	var f billingFlags
-	cmd := &cobra.Command{
-		Use:   "costs",
-		Short: "Combined cost; --group-by usage_source,meter… is the operators' breakdown (billing.breakdown.read)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(cmd)
-			if err != nil {
-				return err
-			}
-			q, err := f.query(cmd, c)
-			if err != nil {
-				return err
-			}
-			if f.asCSV {
-				return c.ExportCSV(cmd.Context(), "costs", q, cmd.OutOrStdout())
-			}
+	return newBillingReadCmd("costs", "Combined cost; --group-by usage_source,meter… is the operators' breakdown (billing.breakdown.read)", "", "costs", true,
+		func(cmd *cobra.Command, c *client.Client, q client.BillingQuery, asJSON bool) error {
 			out, err := c.Costs(cmd.Context(), q)
 			if err != nil {
 				return err
 			}
-			return printOr(cmd, f.asJSON, out, func(w io.Writer) error {
+			return printOr(cmd, asJSON, out, func(w io.Writer) error {
 				tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 				for _, g := range out.Groups {
 					var keys []string
@@ -231,10 +210,7 @@ func newBillingCostsCmd() *cobra.Command {
 				}
 				return tw.Flush()
 			})
-		},
-	}
-	f.add(cmd, true)
-	return cmd
+		})
 }
 
 func newBillingBudgetCmd() *cobra.Command {
