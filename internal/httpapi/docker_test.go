@@ -1,8 +1,6 @@
 package httpapi_test
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,86 +9,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-// dockerLabel marks every image this test builds, so a run can remove what
-// an earlier, interrupted run left behind.
-const dockerLabel = "io.gpuaas.test=docker-push"
-
 // authRefused matches the engine's report of a registry refusing access.
 var authRefused = regexp.MustCompile(`(?i)denied|unauthorized|insufficient_scope|authentication required`)
-
-// dockerCLI runs the docker CLI with its own config directory, so logins
-// never touch the machine's ~/.docker.
-type dockerCLI struct {
-	t      *testing.T
-	config string
-}
-
-func (d dockerCLI) run(stdin string, args ...string) (string, error) {
-	d.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "docker", args...)
-	cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+d.config, "DOCKER_BUILDKIT=0")
-	cmd.Stdin = strings.NewReader(stdin)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	return out.String(), err
-}
-
-func (d dockerCLI) must(stdin string, args ...string) string {
-	d.t.Helper()
-	out, err := d.run(stdin, args...)
-	if err != nil {
-		d.t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return out
-}
-
-// removeTestImages deletes every image carrying dockerLabel, with all its tags.
-func (d dockerCLI) removeTestImages() {
-	d.t.Helper()
-	out, err := d.run("", "images", "-q", "--no-trunc", "--filter", "label="+dockerLabel)
-	if err != nil {
-		d.t.Logf("list test images: %v %s", err, out)
-		return
-	}
-	seen := map[string]bool{}
-	for _, id := range strings.Fields(out) {
-		if !seen[id] {
-			seen[id] = true
-			if o, err := d.run("", "rmi", "-f", id); err != nil {
-				d.t.Logf("docker rmi -f %s: %v %s", id, err, o)
-			}
-		}
-	}
-}
-
-// requireDocker skips the test when no Docker engine answers — except on CI,
-// where a missing engine is a failure.
-func requireDocker(t *testing.T) dockerCLI {
-	t.Helper()
-	d := dockerCLI{t: t, config: t.TempDir()}
-	if _, err := exec.LookPath("docker"); err != nil {
-		noDocker(t, "no docker CLI on PATH: "+err.Error())
-	}
-	if out, err := d.run("", "version", "--format", "{{.Server.Version}}"); err != nil {
-		noDocker(t, "docker version failed: "+err.Error()+": "+strings.TrimSpace(out))
-	}
-	return d
-}
-
-func noDocker(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI=true and no Docker engine answers (%s): the docker push acceptance test cannot run", why)
-	}
-	t.Skipf("!!! SKIPPED: no Docker engine answers (%s); docker push into the embedded registry is NOT tested !!!", why)
-}
 
 // The issue's acceptance path with the real Docker engine: an image built by
 // `docker build` is pushed with `docker push` and the publish intent's
@@ -99,9 +24,8 @@ func noDocker(t *testing.T, why string) {
 // pulled back by digest with pull-intent credentials. The publish
 // credentials cannot push into another project's repository.
 func TestDockerPushIntoEmbeddedRegistry(t *testing.T) {
-	d := requireDocker(t)
-	d.removeTestImages()
-	t.Cleanup(d.removeTestImages)
+	d := agenttest.RequireDocker(t)
+	t.Cleanup(d.RemoveImages)
 	start := time.Now()
 
 	// A tiny static binary and a FROM scratch image around it (no base image
@@ -110,7 +34,7 @@ func TestDockerPushIntoEmbeddedRegistry(t *testing.T) {
 	files := map[string]string{
 		"go.mod":     "module hello\n\ngo 1.21\n",
 		"main.go":    "package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"hello from gpuaas\\n\") }\n",
-		"Dockerfile": "FROM scratch\nLABEL " + dockerLabel + "\nCOPY hello /hello\nENTRYPOINT [\"/hello\"]\n",
+		"Dockerfile": "FROM scratch\nLABEL " + d.Label() + "\nCOPY hello /hello\nENTRYPOINT [\"/hello\"]\n",
 	}
 	for n, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte(body), 0o644); err != nil {
@@ -124,7 +48,7 @@ func TestDockerPushIntoEmbeddedRegistry(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	local := "gpuaas-test/docker-push:build"
-	d.must("", "build", "-q", "-t", local, dir)
+	d.Must("", "build", "-q", "-t", local, dir)
 	built := time.Now()
 
 	s := servertest.Start(t, store.SQLite)
@@ -148,19 +72,19 @@ func TestDockerPushIntoEmbeddedRegistry(t *testing.T) {
 
 	// docker login: the engine fetches a token from the realm with the
 	// Basic credentials; a wrong password is refused.
-	if out, err := d.run("wrong\n", "login", host, "-u", creds.user, "--password-stdin"); err == nil {
+	if out, err := d.Run("wrong\n", "login", host, "-u", creds.user, "--password-stdin"); err == nil {
 		t.Fatalf("docker login with a wrong password succeeded: %s", out)
 	}
-	if out := d.must(creds.pass+"\n", "login", host, "-u", creds.user, "--password-stdin"); !strings.Contains(out, "Login Succeeded") {
+	if out := d.Must(creds.pass+"\n", "login", host, "-u", creds.user, "--password-stdin"); !strings.Contains(out, "Login Succeeded") {
 		t.Fatalf("docker login: %s", out)
 	}
-	if cfg, err := os.ReadFile(filepath.Join(d.config, "config.json")); err != nil || !strings.Contains(string(cfg), host) {
+	if cfg, err := os.ReadFile(filepath.Join(d.ConfigDir(), "config.json")); err != nil || !strings.Contains(string(cfg), host) {
 		t.Fatalf("docker login did not use the temporary DOCKER_CONFIG: %v %s", err, cfg)
 	}
 
 	target := host + "/" + creds.repo + ":1.0.0"
-	d.must("", "tag", local, target)
-	out := d.must("", "push", target)
+	d.Must("", "tag", local, target)
+	out := d.Must("", "push", target)
 	m := regexp.MustCompile(`1\.0\.0: digest: (sha256:[0-9a-f]{64}) size: \d+`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatalf("no digest in docker push output:\n%s", out)
@@ -170,8 +94,8 @@ func TestDockerPushIntoEmbeddedRegistry(t *testing.T) {
 
 	// The publish credentials reach no other project's repository.
 	stray := host + "/" + otherRepo + ":stolen"
-	d.must("", "tag", local, stray)
-	if out, err := d.run("", "push", stray); err == nil {
+	d.Must("", "tag", local, stray)
+	if out, err := d.Run("", "push", stray); err == nil {
 		t.Fatalf("publish credentials pushed into another project's repository:\n%s", out)
 	} else if !authRefused.MatchString(out) {
 		t.Fatalf("push into another repository failed without an authorization error:\n%s", out)
@@ -192,29 +116,29 @@ func TestDockerPushIntoEmbeddedRegistry(t *testing.T) {
 	// no longer holds the image.
 	pull := admin.Do("POST", base+"/"+id+"/pull-intents", map[string]any{}).Want(t, 201)
 	pc := unwrap(t, admin, wrapToken(pull))
-	d.removeTestImages()
-	if out, err := d.run("", "image", "inspect", local); err == nil {
+	d.RemoveImages()
+	if out, err := d.Run("", "image", "inspect", local); err == nil {
 		t.Fatalf("image still present after docker rmi -f:\n%s", out)
 	}
-	d.must("", "logout", host)
+	d.Must("", "logout", host)
 	byDigest := host + "/" + creds.repo + "@" + digest
-	if out, err := d.run("", "pull", byDigest); err == nil || !authRefused.MatchString(out) {
+	if out, err := d.Run("", "pull", byDigest); err == nil || !authRefused.MatchString(out) {
 		t.Fatalf("anonymous docker pull was not refused for authorization (%v):\n%s", err, out)
 	}
-	d.must(pc.pass+"\n", "login", host, "-u", pc.user, "--password-stdin")
-	if out := d.must("", "pull", byDigest); !strings.Contains(out, digest) {
+	d.Must(pc.pass+"\n", "login", host, "-u", pc.user, "--password-stdin")
+	if out := d.Must("", "pull", byDigest); !strings.Contains(out, digest) {
 		t.Fatalf("docker pull by digest:\n%s", out)
 	}
-	if got := strings.TrimSpace(d.must("", "image", "inspect", "--format", "{{index .Config.Labels \"io.gpuaas.test\"}}", byDigest)); got != "docker-push" {
+	if got := strings.TrimSpace(d.Must("", "image", "inspect", "--format", "{{index .Config.Labels \""+agenttest.ImageLabel+"\"}}", byDigest)); agenttest.ImageLabel+"="+got != d.Label() {
 		t.Fatalf("pulled image label %q", got)
 	}
-	if out := d.must("", "run", "--rm", "--network", "none", byDigest); strings.TrimSpace(out) != "hello from gpuaas" {
+	if out := d.Must("", "run", "--rm", "--network", "none", byDigest); strings.TrimSpace(out) != "hello from gpuaas" {
 		t.Fatalf("pulled image ran: %q", out)
 	}
 	// Pull credentials do not push.
 	retag := host + "/" + creds.repo + ":pull-only"
-	d.must("", "tag", byDigest, retag)
-	if out, err := d.run("", "push", retag); err == nil || !authRefused.MatchString(out) {
+	d.Must("", "tag", byDigest, retag)
+	if out, err := d.Run("", "push", retag); err == nil || !authRefused.MatchString(out) {
 		t.Fatalf("pull-intent credentials were not refused a push (%v):\n%s", err, out)
 	}
 	t.Logf("go build + docker build %v, server to docker push %v, register to pull+run %v",

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/instances/instancetest"
 	"github.com/gpuaas/gpuaas/internal/servertest"
@@ -106,20 +107,20 @@ func (a *agentProcess) signal(sig syscall.Signal) {
 
 // removeInstanceOnExit removes, whatever failed, every container, network
 // and volume Docker still holds for an instance when the test ends.
-func removeInstanceOnExit(t *testing.T, d dockerCLI, id string) {
+func removeInstanceOnExit(t *testing.T, d agenttest.Docker, id string) {
 	t.Cleanup(func() {
 		list := func(args ...string) []string {
-			out, _ := d.run("", append(args, "-q", "--filter", "label=gpuaas.instance_id="+id)...)
+			out, _ := d.Run("", append(args, "-q", "--filter", "label=gpuaas.instance_id="+id)...)
 			return strings.Fields(out)
 		}
 		for _, c := range list("ps", "-a") {
-			_, _ = d.run("", "rm", "-f", c)
+			_, _ = d.Run("", "rm", "-f", c)
 		}
 		for _, n := range list("network", "ls") {
-			_, _ = d.run("", "network", "rm", n)
+			_, _ = d.Run("", "network", "rm", n)
 		}
 		for _, v := range list("volume", "ls") {
-			_, _ = d.run("", "volume", "rm", "-f", v)
+			_, _ = d.Run("", "volume", "rm", "-f", v)
 		}
 	})
 }
@@ -140,7 +141,7 @@ func (e *instanceEnv) withRealAgent(t *testing.T, bin string) (*agentProcess, st
 
 // requireTornDown fails unless Docker holds no container, network or volume
 // of the instance and the agent's data dir no path of it.
-func requireTornDown(t *testing.T, d dockerCLI, id, agentDir string) {
+func requireTornDown(t *testing.T, d agenttest.Docker, id, agentDir string) {
 	t.Helper()
 	if left := dockerLeft(t, d, id); len(left) > 0 {
 		t.Fatalf("Docker still holds: %v", left)
@@ -176,7 +177,7 @@ func httpGet(url string) string {
 }
 
 // dockerLeft lists what Docker still holds for an instance.
-func dockerLeft(t testing.TB, d dockerCLI, instanceID string) []string {
+func dockerLeft(t testing.TB, d agenttest.Docker, instanceID string) []string {
 	t.Helper()
 	var left []string
 	for _, args := range [][]string{
@@ -184,7 +185,7 @@ func dockerLeft(t testing.TB, d dockerCLI, instanceID string) []string {
 		{"network", "ls", "-q", "--filter", "label=gpuaas.instance_id=" + instanceID},
 		{"volume", "ls", "-q", "--filter", "label=gpuaas.instance_id=" + instanceID},
 	} {
-		out := strings.TrimSpace(d.must("", args...))
+		out := strings.TrimSpace(d.Must("", args...))
 		if out != "" {
 			left = append(left, args[0]+": "+out)
 		}
@@ -199,7 +200,7 @@ func dockerLeft(t testing.TB, d dockerCLI, instanceID string) []string {
 // keeps serving; rollback to v1; decommission → decommissioned and Docker
 // holds nothing of the instance, nor does the agent's scratch space.
 func TestInstanceDockerWalk(t *testing.T) {
-	d := requireDocker(t)
+	d := agenttest.RequireDocker(t)
 	bin := buildGpuaas(t)
 	images := map[string]v1.Image{
 		"1.0.0": instancetest.Image(t, instancetest.Build(t, "1.0.0", instancetest.ModeServe)),
@@ -271,7 +272,7 @@ func TestInstanceDockerWalk(t *testing.T) {
 // instance runs, its OpenAI endpoint answers on the access port, and
 // decommission leaves no container, network, volume or scratch path.
 func TestInstanceVLLMComposeDocker(t *testing.T) {
-	d := requireDocker(t)
+	d := agenttest.RequireDocker(t)
 	bin := buildGpuaas(t)
 	s := servertest.Start(t, store.SQLite)
 	e := setupInstanceEnv(t, s, "vllm-openai", nil, nil, -1)
@@ -315,7 +316,7 @@ func TestInstanceVLLMComposeDocker(t *testing.T) {
 	if body := httpGet(url + "v1/models"); !strings.Contains(body, "stand-in/tiny-model") {
 		t.Fatalf("OpenAI endpoint at %s answers %q (%s)", url, body, inst.Body)
 	}
-	if n := len(strings.Fields(d.must("", "ps", "-q", "--filter", "label=gpuaas.instance_id="+id))); n != 2 {
+	if n := len(strings.Fields(d.Must("", "ps", "-q", "--filter", "label=gpuaas.instance_id="+id))); n != 2 {
 		t.Fatalf("%d containers run for the project, want server + sidecar", n)
 	}
 	// The instance's identity reaches the primary service only, as a
@@ -328,8 +329,8 @@ func TestInstanceVLLMComposeDocker(t *testing.T) {
 		t.Fatalf("primary's identity: %v", who)
 	}
 	for _, svc := range []string{"server", "metrics"} {
-		c := strings.TrimSpace(d.must("", "ps", "-q", "--filter", "label=gpuaas.instance_id="+id, "--filter", "label=com.docker.compose.service="+svc))
-		mounts := strings.TrimSpace(d.must("", "inspect", "-f", `{{range .Mounts}}{{if eq .Destination "/var/run/gpuaas/identity.json"}}{{.Type}} rw={{.RW}}{{end}}{{end}}`, c))
+		c := strings.TrimSpace(d.Must("", "ps", "-q", "--filter", "label=gpuaas.instance_id="+id, "--filter", "label=com.docker.compose.service="+svc))
+		mounts := strings.TrimSpace(d.Must("", "inspect", "-f", `{{range .Mounts}}{{if eq .Destination "/var/run/gpuaas/identity.json"}}{{.Type}} rw={{.RW}}{{end}}{{end}}`, c))
 		if want := map[string]string{"server": "bind rw=false", "metrics": ""}[svc]; mounts != want {
 			t.Fatalf("%s: identity mount %q, want %q", svc, mounts, want)
 		}
@@ -346,14 +347,14 @@ func TestInstanceVLLMComposeDocker(t *testing.T) {
 
 // containerState is "<id> <started at> <running>" of the instance's only
 // container, or "" when it has none.
-func containerState(t *testing.T, d dockerCLI, id string) string {
+func containerState(t *testing.T, d agenttest.Docker, id string) string {
 	t.Helper()
-	ids := strings.Fields(d.must("", "ps", "-a", "-q", "--no-trunc", "--filter", "label=gpuaas.instance_id="+id))
+	ids := strings.Fields(d.Must("", "ps", "-a", "-q", "--no-trunc", "--filter", "label=gpuaas.instance_id="+id))
 	switch len(ids) {
 	case 0:
 		return ""
 	case 1:
-		return strings.TrimSpace(d.must("", "inspect", "-f", "{{.Id}} {{.State.StartedAt}} {{.State.Running}}", ids[0]))
+		return strings.TrimSpace(d.Must("", "inspect", "-f", "{{.Id}} {{.State.StartedAt}} {{.State.Running}}", ids[0]))
 	}
 	t.Fatalf("instance %s has %d containers: %v", id, len(ids), ids)
 	return ""
@@ -370,7 +371,7 @@ func containerState(t *testing.T, d dockerCLI, id string) string {
 // return redeploys (deploying → running on a new container). Decommission
 // leaves nothing.
 func TestInstanceAgentKillRealAgent(t *testing.T) {
-	d := requireDocker(t)
+	d := agenttest.RequireDocker(t)
 	bin := buildGpuaas(t)
 	const ttl, grace = 3 * time.Second, time.Second
 	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.NodeHeartbeatTTL, c.NodeHeartbeatGrace = ttl, grace })
@@ -416,7 +417,7 @@ func TestInstanceAgentKillRealAgent(t *testing.T) {
 	// Again, and this time the container is gone when the agent returns.
 	a.signal(syscall.SIGKILL)
 	waitStatus(t, e, id, "failed")
-	d.must("", "rm", "-f", strings.Fields(before)[0])
+	d.Must("", "rm", "-f", strings.Fields(before)[0])
 	a.start("", "--orphan-grace", "2s")
 	got = waitStatus(t, e, id, "running")
 	redeployed := containerState(t, d, id)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/instances/instancetest"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/server"
@@ -209,7 +210,7 @@ func waitHeld(t *testing.T, held chan string, kind string) {
 // container still runs; after the restart the teardown completes and
 // Docker holds nothing of the instance.
 func TestInstanceServerKillRealAgent(t *testing.T) {
-	d := requireDocker(t)
+	d := agenttest.RequireDocker(t)
 	bin := buildGpuaas(t)
 	p, s := startDev(t, bin)
 	e := setupInstanceEnv(t, s, "echo", map[string]v1.Image{"1.0.0": instancetest.Image(t, instancetest.Build(t, "1.0.0", instancetest.ModeSlow))}, echoManifest("echo"), -1)

@@ -32,7 +32,12 @@ type Docker struct {
 	id     string // this test's ImageLabel value
 }
 
-func (d Docker) label() string { return ImageLabel + "=" + d.id }
+// Label is this test's image label, KEY=VALUE: images built with it are
+// the ones RemoveImages deletes.
+func (d Docker) Label() string { return ImageLabel + "=" + d.id }
+
+// ConfigDir is the private DOCKER_CONFIG directory (docker login writes there).
+func (d Docker) ConfigDir() string { return d.config }
 
 // Run runs one docker command.
 func (d Docker) Run(stdin string, args ...string) (string, error) {
@@ -69,16 +74,16 @@ func RequireDocker(t testing.TB) Docker {
 	}
 	if why != "" {
 		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and no Docker engine answers (%s): the agent acceptance tests cannot run", why)
+			t.Fatalf("CI=true and no Docker engine answers (%s): %s cannot run", why, t.Name())
 		}
-		t.Skipf("!!! SKIPPED: no Docker engine answers (%s); the node agent is NOT tested against Docker !!!", why)
+		t.Skipf("!!! SKIPPED: no Docker engine answers (%s); %s is NOT tested against Docker !!!", why, t.Name())
 	}
 	return d
 }
 
 // RemoveImages deletes every image this package built.
 func (d Docker) RemoveImages() {
-	out, _ := d.Run("", "images", "-q", "--no-trunc", "--filter", "label="+d.label())
+	out, _ := d.Run("", "images", "-q", "--no-trunc", "--filter", "label="+d.Label())
 	for _, id := range strings.Fields(out) {
 		d.Run("", "rmi", "-f", id)
 	}
@@ -140,7 +145,7 @@ func PushServerImage(t testing.TB, d Docker, s *servertest.Server, admin *server
 	files := map[string]string{
 		"go.mod":     "module srv\n\ngo 1.21\n",
 		"main.go":    serverSource,
-		"Dockerfile": "FROM scratch\nLABEL " + d.label() + "\nCOPY srv /srv\nEXPOSE 8080\nENTRYPOINT [\"/srv\"]\n",
+		"Dockerfile": "FROM scratch\nLABEL " + d.Label() + "\nCOPY srv /srv\nEXPOSE 8080\nENTRYPOINT [\"/srv\"]\n",
 	}
 	for n, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte(body), 0o644); err != nil {
