@@ -182,9 +182,6 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 			return err
 		}
 		if err := tx.InsertAllocation(ctx, a); err != nil {
-			if errors.Is(err, store.ErrAlreadyExists) {
-				return errRetry // a GPU went to a concurrent placement
-			}
 			return err
 		}
 		if err := s.openInterval(ctx, tx, a, now); err != nil {
@@ -197,6 +194,12 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		return tx.Audit(store.AuditEvent{Action: "allocation.create", ResourceType: "allocation", ResourceID: a.ID,
 			OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, allocationData(a))
 	})
+	if errors.Is(err, store.ErrAlreadyExists) {
+		// A GPU hold collided with a concurrent placement's (the primary key
+		// of allocation_gpus). On PostgreSQL the insert is sent with the
+		// commit (store.Queries.execHeld), so this is where it shows.
+		return store.Allocation{}, errRetry
+	}
 	if errors.Is(err, store.ErrDeadlock) {
 		// Waiting placements lock the rows they pass over in best-fit order;
 		// two of them can wait on each other. PostgreSQL aborted one: it

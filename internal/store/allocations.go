@@ -53,7 +53,7 @@ func (q *Queries) InsertAllocation(ctx context.Context, a Allocation) error {
 	if err != nil {
 		return err
 	}
-	if _, err := q.exec(ctx, `INSERT INTO allocations (`+allocationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	if err := q.execHeld(ctx, `INSERT INTO allocations (`+allocationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.OrgID, a.ProjectID, a.NodeID, a.Shape, a.SKU, a.GPUCount, jsonText(uuids), a.State, a.CreatedBy,
 		ts(a.CreatedAt), ts(a.UpdatedAt), nullTS(a.ReleasedAt)); err != nil {
 		return err
@@ -72,8 +72,7 @@ func (q *Queries) InsertAllocation(ctx context.Context, a Allocation) error {
 		b.WriteString("(?, ?, ?)")
 		args = append(args, a.NodeID, u, a.ID)
 	}
-	_, err = q.exec(ctx, b.String(), args...)
-	return err
+	return q.execHeld(ctx, b.String(), args...)
 }
 
 func (q *Queries) GetAllocation(ctx context.Context, id string) (Allocation, error) {
@@ -151,9 +150,8 @@ type AllocationInterval struct {
 
 // OpenAllocationInterval starts an active interval.
 func (q *Queries) OpenAllocationInterval(ctx context.Context, i AllocationInterval) error {
-	_, err := q.exec(ctx, `INSERT INTO allocation_intervals (id, allocation_id, org_id, project_id, node_id, sku, gpu_count, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+	return q.execHeld(ctx, `INSERT INTO allocation_intervals (id, allocation_id, org_id, project_id, node_id, sku, gpu_count, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		i.ID, i.AllocationID, i.OrgID, i.ProjectID, i.NodeID, i.SKU, i.GPUCount, ts(i.StartedAt))
-	return err
 }
 
 // CloseAllocationInterval ends the open interval of an allocation, if any.

@@ -27,10 +27,9 @@ type AuditEvent struct {
 const auditCols = `id, occurred_at, actor_type, actor_id, org_id, project_id, action, resource_type, resource_id, before_state, after_state, reason, correlation_id, outcome`
 
 func (q *Queries) InsertAudit(ctx context.Context, e AuditEvent) error {
-	_, err := q.exec(ctx, `INSERT INTO audit_events (`+auditCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	return q.execHeld(ctx, `INSERT INTO audit_events (`+auditCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		e.ID, ts(e.OccurredAt), e.ActorType, e.ActorID, e.OrgID, e.ProjectID, e.Action, e.ResourceType, e.ResourceID,
 		jsonText(e.Before), jsonText(e.After), e.Reason, e.CorrelationID, e.Outcome)
-	return err
 }
 
 func scanAudit(s interface{ Scan(...any) error }) (AuditEvent, error) {

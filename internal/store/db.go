@@ -105,7 +105,16 @@ func (db *DB) InTx(ctx context.Context, fn func(q *Queries) error) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	if err = fn(&Queries{ex: tx, d: db.dialect, stmts: db.stmts, tx: tx}); err != nil {
+	q := &Queries{ex: tx, d: db.dialect, stmts: db.stmts, tx: tx}
+	if err = fn(q); err != nil {
+		if q.heldErr != nil {
+			// A held write failed when a later statement sent it; that
+			// statement then failed only because the transaction had.
+			return q.heldErr
+		}
+		return err
+	}
+	if err = q.sendHeld(ctx); err != nil {
 		return err
 	}
 	if err = tx.Commit(); err != nil {
@@ -128,12 +137,19 @@ type Queries struct {
 	d     Dialect
 	stmts *stmtCache // SQLite: prepared statements
 	tx    *sql.Tx    // set inside a transaction
+	// held: inserts waiting to go to PostgreSQL in one round trip (see
+	// execHeld); heldErr: the error sending them gave.
+	held    []heldWrite
+	heldErr error
 }
 
 // Dialect reports the engine the queries run on.
 func (q *Queries) Dialect() Dialect { return q.d }
 
 func (q *Queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if err := q.sendHeld(ctx); err != nil {
+		return nil, err
+	}
 	if st := q.stmt(ctx, query); st != nil {
 		res, err := st.ExecContext(ctx, args...)
 		return res, mapErr(err)
@@ -143,6 +159,9 @@ func (q *Queries) exec(ctx context.Context, query string, args ...any) (sql.Resu
 }
 
 func (q *Queries) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := q.sendHeld(ctx); err != nil {
+		return nil, err
+	}
 	if st := q.stmt(ctx, query); st != nil {
 		rows, err := st.QueryContext(ctx, args...)
 		return rows, mapErr(err)
@@ -152,6 +171,9 @@ func (q *Queries) query(ctx context.Context, query string, args ...any) (*sql.Ro
 }
 
 func (q *Queries) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+	// A failed send dooms the transaction, so this row reports an error
+	// too; InTx returns the send's error (heldErr), the one that explains.
+	_ = q.sendHeld(ctx)
 	if st := q.stmt(ctx, query); st != nil {
 		return st.QueryRowContext(ctx, args...)
 	}
