@@ -24,3 +24,11 @@ func OutboxByCorrelationForTest(ctx context.Context, q *Queries, correlationID s
 		return e, err
 	})
 }
+
+// LockWaitersForTest counts the other sessions of this database waiting
+// on a lock (PostgreSQL).
+func LockWaitersForTest(ctx context.Context, db *DB) (int, error) {
+	var n int
+	err := db.sql.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+	return n, err
+}

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 )
@@ -233,55 +235,103 @@ type Claim struct {
 // the allocation). Model, vendor and memory filter the node's summary and
 // then its GPUs. ErrNotFound means no node fits.
 //
-// Two statements: the claiming UPDATE … RETURNING, then the GPU read. On
-// PostgreSQL the chosen row stays locked until the transaction ends and
-// rows locked by concurrent placements are skipped, so concurrent requests
-// spread over nodes instead of queueing on one; the GPU read is a statement
-// of its own so that its snapshot is taken after the row lock was granted
-// and sees every hold committed by the placement that held the row before
-// (one statement — the UPDATE in a CTE with the read joined to it — reads
-// with the snapshot from before the lock wait and can pick GPUs just taken:
-// tried, a 10,000-placement run with 8 concurrent placers then failed with
-// a false insufficient_capacity after its retries and a deadlock). SQLite
-// transactions hold the write lock from BEGIN.
+// On PostgreSQL the chosen row stays locked until the transaction ends,
+// and with skipLocked rows locked by concurrent placements are skipped, so
+// concurrent requests spread over nodes instead of queueing on one. The
+// claim and the GPU read are one statement there (claimPostgres), with a
+// second read only when the first may be stale. SQLite transactions hold
+// the write lock from BEGIN: the claim, then the read.
 func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiveAllocationID string, at time.Time, skipLocked bool) (Claim, error) {
-	cond, args := c.where()
-	pick := `SELECT id FROM nodes WHERE ` + cond + ` ORDER BY free_gpus, id LIMIT 1`
-	if q.d == Postgres {
-		pick += ` FOR UPDATE`
-		if skipLocked {
-			pick += ` SKIP LOCKED`
-		}
-	}
 	set := `free_gpus = free_gpus - ?, live_allocations = live_allocations + 1, pending_allocations = pending_allocations + 1, updated_at = ?`
 	setArgs := []any{c.GPUs, ts(at)}
 	if c.Baremetal {
 		set = `free_gpus = 0, live_allocations = live_allocations + 1, pending_allocations = pending_allocations + 1, exclusive_allocation_id = ?, updated_at = ?`
 		setArgs = []any{exclusiveAllocationID, ts(at)}
 	}
-	claim := `UPDATE nodes SET ` + set + ` WHERE id = (` + pick + `) RETURNING id, gpu_count`
-	claimArgs := append(setArgs, args...)
+	if q.d == Postgres {
+		return q.claimPostgres(ctx, c, set, setArgs, skipLocked)
+	}
+	cond, args := c.where()
+	claim := `UPDATE nodes SET ` + set + ` WHERE id = (SELECT id FROM nodes WHERE ` + cond + ` ORDER BY free_gpus, id LIMIT 1) RETURNING id, gpu_count`
+	var cl Claim
+	if err := scanOne(q.queryRow(ctx, claim, append(setArgs, args...)...).Scan(&cl.NodeID, &cl.GPUCount)); err != nil {
+		return Claim{}, err
+	}
+	var err error
+	cl.Free, err = q.freeGPUs(ctx, c, cl.NodeID)
+	return cl, err
+}
+
+// claimPostgres claims and reads the free GPUs in one round trip. The read
+// runs with the statement's snapshot, taken before the row lock was
+// granted: had a concurrent placement on that node committed in between,
+// the read would miss its GPU holds. Every change to a node's holds also
+// updates the node's row, so the statement compares the row version it
+// locked (FOR UPDATE returns the newest) with the one its snapshot sees
+// (xmin): equal, and the snapshot has every hold on the node; different —
+// after waiting on the lock, or in a close race — and the GPUs are read
+// again by a statement of its own, whose snapshot postdates the lock.
+func (q *Queries) claimPostgres(ctx context.Context, c PlacementQuery, set string, setArgs []any, skipLocked bool) (Claim, error) {
+	cond, args := c.where()
+	lock := ` FOR UPDATE`
+	if skipLocked {
+		lock += ` SKIP LOCKED`
+	}
+	free, freeArgs := c.freeQuery("c.id")
+	query := `WITH pick AS (SELECT id, xmin::text AS locked FROM nodes WHERE ` + cond + ` ORDER BY free_gpus, id LIMIT 1` + lock + `),
+ claimed AS (UPDATE nodes n SET ` + set + ` FROM pick WHERE n.id = pick.id RETURNING n.id, n.gpu_count)
+ SELECT c.id, c.gpu_count, (SELECT s.xmin::text FROM nodes s WHERE s.id = c.id) = p.locked,
+  (SELECT COALESCE(json_agg(f.uuid ORDER BY f.idx, f.uuid), '[]')::text FROM (` + free + `) f)
+ FROM claimed c JOIN pick p ON p.id = c.id`
+	args = append(append(args, setArgs...), freeArgs...)
+	var (
+		cl      Claim
+		current bool
+		uuids   string
+	)
+	if err := scanOne(q.queryRow(ctx, query, args...).Scan(&cl.NodeID, &cl.GPUCount, &current, &uuids)); err != nil {
+		return Claim{}, err
+	}
+	if !current {
+		var err error
+		cl.Free, err = q.freeGPUs(ctx, c, cl.NodeID)
+		return cl, err
+	}
+	if err := json.Unmarshal([]byte(uuids), &cl.Free); err != nil {
+		return Claim{}, fmt.Errorf("read claimed GPUs: %w", err)
+	}
+	if len(cl.Free) == 0 {
+		cl.Free = nil // as the two-statement read gives
+	}
+	return cl, nil
+}
+
+// freeQuery is the read of a node's GPUs that match c and no live
+// allocation holds, in index order; node is the SQL naming the node id.
+func (c PlacementQuery) freeQuery(node string) (string, []any) {
 	limit := c.GPUs
 	if c.Baremetal {
 		limit = maxPlacementGPUs
 	}
-	free := `SELECT g.uuid FROM node_gpus g
-		WHERE g.node_id = ? AND (? = '' OR g.model = ?) AND (? = '' OR g.vendor = ?) AND g.memory_mib >= ?
+	return `SELECT g.uuid, g.idx FROM node_gpus g
+		WHERE g.node_id = ` + node + ` AND (? = '' OR g.model = ?) AND (? = '' OR g.vendor = ?) AND g.memory_mib >= ?
 		AND NOT EXISTS (SELECT 1 FROM allocation_gpus a WHERE a.node_id = g.node_id AND a.gpu_uuid = g.uuid)
-		ORDER BY g.idx, g.uuid LIMIT ?`
-	var cl Claim
-	if err := scanOne(q.queryRow(ctx, claim, claimArgs...).Scan(&cl.NodeID, &cl.GPUCount)); err != nil {
-		return Claim{}, err
-	}
-	rows, err := q.query(ctx, free, cl.NodeID, c.Model, c.Model, c.Vendor, c.Vendor, c.MinMemoryMiB, limit)
+		ORDER BY g.idx, g.uuid LIMIT ?`, []any{c.Model, c.Model, c.Vendor, c.Vendor, c.MinMemoryMiB, limit}
+}
+
+func (q *Queries) freeGPUs(ctx context.Context, c PlacementQuery, nodeID string) ([]string, error) {
+	free, args := c.freeQuery("?")
+	rows, err := q.query(ctx, free, append([]any{nodeID}, args...)...)
 	if err != nil {
-		return Claim{}, err
+		return nil, err
 	}
-	cl.Free, err = collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
-		var u string
-		return u, s.Scan(&u)
+	return collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
+		var (
+			u   string
+			idx int
+		)
+		return u, s.Scan(&u, &idx)
 	})
-	return cl, err
 }
 
 // maxPlacementGPUs bounds the GPUs one node row is read for.
