@@ -145,14 +145,9 @@ type LaunchCheck struct {
 // launch, before anything is placed; q is that transaction. A project with
 // no budget is not limited.
 func (s *Service) CheckLaunch(ctx context.Context, q *store.Queries, c LaunchCheck) error {
-	if q.Dialect() == store.Postgres {
-		// Serialise launches of one project, so two cannot both fit
-		// under the same remaining quota.
-		if err := q.LockBudget(ctx, c.ProjectID); err != nil && !errors.Is(err, store.ErrNotFound) {
-			return err
-		}
-	}
-	b, err := q.GetBudget(ctx, c.ProjectID)
+	// Launches of one project are checked one at a time, so two cannot
+	// both fit under the same remaining quota.
+	b, err := q.LockBudget(ctx, c.ProjectID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
 	}

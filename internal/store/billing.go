@@ -574,11 +574,26 @@ func nullInt(p *int64) any {
 
 // GetBudget returns a project's budget.
 func (q *Queries) GetBudget(ctx context.Context, projectID string) (Budget, error) {
+	return q.getBudget(ctx, projectID, "")
+}
+
+// LockBudget returns a project's budget and, on PostgreSQL, holds its row
+// locked until the transaction ends, so launches of one project checked
+// against it run one at a time. SQLite needs no lock: its writers are
+// serialised already.
+func (q *Queries) LockBudget(ctx context.Context, projectID string) (Budget, error) {
+	if q.d == Postgres {
+		return q.getBudget(ctx, projectID, " FOR UPDATE")
+	}
+	return q.getBudget(ctx, projectID, "")
+}
+
+func (q *Queries) getBudget(ctx context.Context, projectID, lock string) (Budget, error) {
 	var (
 		b          Budget
 		quota, lim sql.NullInt64
 	)
-	err := q.queryRow(ctx, `SELECT `+budgetCols+` FROM billing_budgets WHERE project_id = ?`, projectID).Scan(
+	err := q.queryRow(ctx, `SELECT `+budgetCols+` FROM billing_budgets WHERE project_id = ?`+lock, projectID).Scan(
 		&b.ProjectID, &b.OrgID, &quota, &lim, &b.Currency, &b.Period, &b.SoftThresholdPercent, &b.UpdatedBy,
 		scanTime(&b.CreatedAt), scanTime(&b.UpdatedAt))
 	if quota.Valid {
@@ -658,11 +673,4 @@ func (q *Queries) PutMeteredInterval(ctx context.Context, m MeteredInterval) err
  ON CONFLICT (kind, interval_id) DO UPDATE SET metered_until = excluded.metered_until, closed_at = excluded.closed_at`,
 		m.Kind, m.IntervalID, ts(m.MeteredUntil), nullTS(m.ClosedAt))
 	return err
-}
-
-// LockBudget takes a row lock on a project's budget until the transaction
-// ends (PostgreSQL; SQLite transactions already hold the write lock).
-func (q *Queries) LockBudget(ctx context.Context, projectID string) error {
-	var id string
-	return scanOne(q.queryRow(ctx, `SELECT project_id FROM billing_budgets WHERE project_id = ? FOR UPDATE`, projectID).Scan(&id))
 }
