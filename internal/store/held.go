@@ -37,27 +37,40 @@ func (q *Queries) execHeld(ctx context.Context, query string, args ...any) error
 	return nil
 }
 
-// sendHeld sends the held inserts, if any, in one statement. The first
-// error is kept: the transaction cannot go on after it.
+// sendHeld sends the held inserts, if any: one statement per at most
+// maxHeldWrites inserts and maxHeldArgs arguments (a mutation can emit
+// thousands of events; PostgreSQL takes at most 65,535 parameters, and
+// every distinct composition is a statement pgx prepares and caches). The
+// first error is kept: the transaction cannot go on after it.
 func (q *Queries) sendHeld(ctx context.Context) error {
 	if q.heldErr != nil {
 		return q.heldErr
 	}
-	if len(q.held) == 0 {
-		return nil
+	for len(q.held) > 0 {
+		n, nargs := 0, 0
+		for n < len(q.held) && n < maxHeldWrites && (n == 0 || nargs+len(q.held[n].args) <= maxHeldArgs) {
+			nargs += len(q.held[n].args)
+			n++
+		}
+		chunk := q.held[:n]
+		q.held = q.held[n:]
+		query, args := chunk[0].query, chunk[0].args
+		if n > 1 {
+			query, args = composeHeld(chunk)
+		}
+		if _, err := q.ex.ExecContext(ctx, q.rebind(query), args...); err != nil {
+			q.held, q.heldErr = nil, mapErr(err)
+			return q.heldErr
+		}
 	}
-	held := q.held
 	q.held = nil
-	query, args := held[0].query, held[0].args
-	if len(held) > 1 {
-		query, args = composeHeld(held)
-	}
-	if _, err := q.ex.ExecContext(ctx, q.rebind(query), args...); err != nil {
-		q.heldErr = mapErr(err)
-		return q.heldErr
-	}
 	return nil
 }
+
+const (
+	maxHeldWrites = 16
+	maxHeldArgs   = 4096
+)
 
 // composeHeld makes one statement of several inserts: all but the last in
 // WITH clauses. Their placeholders keep their order, so rebind numbers them

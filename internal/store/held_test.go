@@ -99,3 +99,40 @@ func TestHeldWrites(t *testing.T) {
 		})
 	})
 }
+
+// A mutation may emit far more rows than one statement can carry: they go
+// in several statements, all of them written.
+func TestHeldWritesMany(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		const rows = 700 // 9,800 arguments: many statements
+		err := db.InTx(ctx, func(q *store.Queries) error {
+			for range rows {
+				if err := q.InsertAudit(ctx, store.AuditEvent{ID: newID(), OccurredAt: time.Now(), ActorType: "system", ActorID: "test",
+					Action: "held.test", ResourceType: "held", ResourceID: "many", Outcome: "success"}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		page := store.Page{Limit: 500}
+		for {
+			evs, next, err := db.Queries().ListAudit(ctx, store.AuditFilter{ResourceType: "held", ResourceID: "many"}, page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += len(evs)
+			if next == "" {
+				break
+			}
+			page.Cursor = next
+		}
+		if got != rows {
+			t.Fatalf("%d audit rows written, want %d", got, rows)
+		}
+	})
+}
