@@ -196,8 +196,8 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 	})
 	if errors.Is(err, store.ErrAlreadyExists) {
 		// A GPU hold collided with a concurrent placement's (the primary key
-		// of allocation_gpus). On PostgreSQL the insert is sent with the
-		// commit (store.Queries.execHeld), so this is where it shows.
+		// of allocation_gpus). On PostgreSQL the insert is held and sent
+		// just before the commit (store held writes): this is where it shows.
 		return store.Allocation{}, errRetry
 	}
 	if errors.Is(err, store.ErrDeadlock) {
