@@ -87,11 +87,16 @@ func (db *DB) Close() error {
 func (db *DB) Ping(ctx context.Context) error { return db.sql.PingContext(ctx) }
 
 // Queries returns the query set bound to the pool (no transaction).
-func (db *DB) Queries() *Queries { return &Queries{ex: db.sql, d: db.dialect, stmts: db.stmts} }
+func (db *DB) Queries() *Queries {
+	return &Queries{ex: sqlExecer{db.sql}, d: db.dialect, stmts: db.stmts}
+}
 
 // InTx runs fn in one transaction, committing when fn returns nil and rolling
 // back otherwise. Every mutation of gpuaas goes through here exactly once.
 func (db *DB) InTx(ctx context.Context, fn func(q *Queries) error) (err error) {
+	if db.dialect == Postgres {
+		return db.inPgxTx(ctx, fn)
+	}
 	tx, err := db.sql.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", mapErr(err))
@@ -105,7 +110,7 @@ func (db *DB) InTx(ctx context.Context, fn func(q *Queries) error) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	q := &Queries{ex: tx, d: db.dialect, stmts: db.stmts, tx: tx}
+	q := &Queries{ex: sqlExecer{tx}, d: db.dialect, stmts: db.stmts, tx: tx, inTx: true}
 	if err = fn(q); err != nil {
 		if q.heldErr != nil {
 			// A held write failed when a later statement sent it; that
@@ -123,11 +128,48 @@ func (db *DB) InTx(ctx context.Context, fn func(q *Queries) error) (err error) {
 	return nil
 }
 
-// execer is what both *sql.DB and *sql.Tx offer.
+// execer runs statements: on the pool or a database/sql transaction
+// (sqlExecer), or on a PostgreSQL transaction driven through pgx itself
+// (pgxTx).
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) row
+}
+
+// rows and row are the parts of *sql.Rows and *sql.Row the queries use.
+type rows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+	Close() error
+}
+
+type row interface{ Scan(dest ...any) error }
+
+// sqlExecer adapts what *sql.DB, *sql.Tx and *sql.Stmt offer to execer.
+type sqlExecer struct {
+	x interface {
+		ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+		QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+		QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	}
+}
+
+func (e sqlExecer) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return e.x.ExecContext(ctx, query, args...)
+}
+
+func (e sqlExecer) QueryContext(ctx context.Context, query string, args ...any) (rows, error) {
+	r, err := e.x.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (e sqlExecer) QueryRowContext(ctx context.Context, query string, args ...any) row {
+	return e.x.QueryRowContext(ctx, query, args...)
 }
 
 // Queries runs the statements of every domain against a pool or a transaction.
@@ -136,7 +178,8 @@ type Queries struct {
 	ex    execer
 	d     Dialect
 	stmts *stmtCache // SQLite: prepared statements
-	tx    *sql.Tx    // set inside a transaction
+	tx    *sql.Tx    // set inside a database/sql (SQLite) transaction
+	inTx  bool       // inside a transaction, of either dialect
 	// held: inserts waiting to go to PostgreSQL in one round trip (see
 	// execHeld); heldErr: the error sending them gave.
 	held    []heldWrite
@@ -158,19 +201,25 @@ func (q *Queries) exec(ctx context.Context, query string, args ...any) (sql.Resu
 	return res, mapErr(err)
 }
 
-func (q *Queries) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+func (q *Queries) query(ctx context.Context, query string, args ...any) (rows, error) {
 	if err := q.sendHeld(ctx); err != nil {
 		return nil, err
 	}
 	if st := q.stmt(ctx, query); st != nil {
-		rows, err := st.QueryContext(ctx, args...)
-		return rows, mapErr(err)
+		r, err := st.QueryContext(ctx, args...)
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		return r, nil
 	}
-	rows, err := q.ex.QueryContext(ctx, q.rebind(query), args...)
-	return rows, mapErr(err)
+	r, err := q.ex.QueryContext(ctx, q.rebind(query), args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return r, nil
 }
 
-func (q *Queries) queryRow(ctx context.Context, query string, args ...any) *sql.Row {
+func (q *Queries) queryRow(ctx context.Context, query string, args ...any) row {
 	// A failed send dooms the transaction, so this row reports an error
 	// too; InTx returns the send's error (heldErr), the one that explains.
 	_ = q.sendHeld(ctx)

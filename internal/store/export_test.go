@@ -32,3 +32,18 @@ func LockWaitersForTest(ctx context.Context, db *DB) (int, error) {
 	err := db.sql.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
 	return n, err
 }
+
+// IdleInTransactionForTest counts this database's sessions left inside a
+// transaction with nothing running (PostgreSQL).
+func IdleInTransactionForTest(ctx context.Context, db *DB) (int, error) {
+	var n int
+	err := db.sql.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&n)
+	return n, err
+}
+
+// SessionsForTest is how many sessions this database has had (PostgreSQL).
+func SessionsForTest(ctx context.Context, db *DB) (int64, error) {
+	var n int64
+	err := db.sql.QueryRowContext(ctx, `SELECT sessions FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
+	return n, err
+}

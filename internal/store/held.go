@@ -13,8 +13,9 @@ import (
 // in those round trips, not in the statements. Inside a PostgreSQL
 // transaction such an insert is held and sent with the other held inserts
 // as one statement (data-modifying WITH clauses) just before the next
-// statement of the transaction or its commit, so every later statement
-// still sees it. Its error surfaces there: InTx returns it.
+// statement of the transaction, so every later statement still sees it, or
+// in the round trip of its COMMIT (pgtx.go). Its error surfaces there:
+// InTx returns it.
 //
 // SQLite runs in-process, with no round trip to save: it executes at once.
 
@@ -26,7 +27,7 @@ type heldWrite struct {
 // execHeld runs an INSERT whose result is not needed: at once outside a
 // PostgreSQL transaction, otherwise held until the next statement.
 func (q *Queries) execHeld(ctx context.Context, query string, args ...any) error {
-	if q.tx == nil || q.d != Postgres {
+	if !q.inTx || q.d != Postgres {
 		_, err := q.exec(ctx, query, args...)
 		return err
 	}
@@ -37,34 +38,44 @@ func (q *Queries) execHeld(ctx context.Context, query string, args ...any) error
 	return nil
 }
 
-// sendHeld sends the held inserts, if any: one statement per at most
-// maxHeldWrites inserts and maxHeldArgs arguments (a mutation can emit
-// thousands of events; PostgreSQL takes at most 65,535 parameters, and
-// every distinct composition is a statement pgx prepares and caches). The
-// first error is kept: the transaction cannot go on after it.
+// sendHeld sends the held inserts, if any. The first error is kept: the
+// transaction cannot go on after it.
 func (q *Queries) sendHeld(ctx context.Context) error {
 	if q.heldErr != nil {
 		return q.heldErr
 	}
-	for len(q.held) > 0 {
-		n, nargs := 0, 0
-		for n < len(q.held) && n < maxHeldWrites && (n == 0 || nargs+len(q.held[n].args) <= maxHeldArgs) {
-			nargs += len(q.held[n].args)
-			n++
-		}
-		chunk := q.held[:n]
-		q.held = q.held[n:]
-		query, args := chunk[0].query, chunk[0].args
-		if n > 1 {
-			query, args = composeHeld(chunk)
-		}
-		if _, err := q.ex.ExecContext(ctx, q.rebind(query), args...); err != nil {
-			q.held, q.heldErr = nil, mapErr(err)
+	for _, h := range q.heldStatements() {
+		if _, err := q.ex.ExecContext(ctx, h.query, h.args...); err != nil {
+			q.heldErr = mapErr(err)
 			return q.heldErr
 		}
 	}
-	q.held = nil
 	return nil
+}
+
+// heldStatements takes the held inserts as statements ready to send: one
+// per at most maxHeldWrites inserts and maxHeldArgs arguments (a mutation
+// can emit thousands of events; PostgreSQL takes at most 65,535
+// parameters, and every distinct composition is a statement pgx prepares
+// and caches).
+func (q *Queries) heldStatements() []heldWrite {
+	held := q.held
+	q.held = nil
+	var out []heldWrite
+	for len(held) > 0 {
+		n, nargs := 0, 0
+		for n < len(held) && n < maxHeldWrites && (n == 0 || nargs+len(held[n].args) <= maxHeldArgs) {
+			nargs += len(held[n].args)
+			n++
+		}
+		query, args := held[0].query, held[0].args
+		if n > 1 {
+			query, args = composeHeld(held[:n])
+		}
+		out = append(out, heldWrite{query: q.rebind(query), args: args})
+		held = held[n:]
+	}
+	return out
 }
 
 const (

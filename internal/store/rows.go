@@ -1,10 +1,8 @@
 package store
 
-import "database/sql"
-
 // collect scans every row with scan, closing rows and surfacing both scan
 // and iteration errors.
-func collect[T any](rows *sql.Rows, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
+func collect[T any](rows rows, scan func(interface{ Scan(...any) error }) (T, error)) ([]T, error) {
 	defer rows.Close()
 	var out []T
 	for rows.Next() {
