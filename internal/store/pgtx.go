@@ -70,7 +70,7 @@ func (db *DB) inPgxTx(ctx context.Context, fn func(q *Queries) error) (err error
 type pgxTx struct {
 	conn  *pgx.Conn
 	begun bool // BEGIN has been sent
-	done  bool // committed, or its commit failed and it was rolled back
+	done  bool // ended: committed, or rolled back
 }
 
 // start returns a batch that opens the transaction first, if it is not
