@@ -110,16 +110,7 @@ func (db *DB) InTx(ctx context.Context, fn func(q *Queries) error) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	q := &Queries{ex: sqlExecer{tx}, d: db.dialect, stmts: db.stmts, tx: tx, inTx: true}
-	if err = fn(q); err != nil {
-		if q.heldErr != nil {
-			// A held write failed when a later statement sent it; that
-			// statement then failed only because the transaction had.
-			return q.heldErr
-		}
-		return err
-	}
-	if err = q.sendHeld(ctx); err != nil {
+	if err = fn(&Queries{ex: sqlExecer{tx}, d: db.dialect, stmts: db.stmts, tx: tx}); err != nil {
 		return err
 	}
 	if err = tx.Commit(); err != nil {
@@ -179,9 +170,10 @@ type Queries struct {
 	d     Dialect
 	stmts *stmtCache // SQLite: prepared statements
 	tx    *sql.Tx    // set inside a database/sql (SQLite) transaction
-	inTx  bool       // inside a transaction, of either dialect
-	// held: inserts waiting to go to PostgreSQL in one round trip (see
-	// execHeld); heldErr: the error sending them gave.
+	// hold is set inside a PostgreSQL transaction: held, inserts waiting
+	// to go in one round trip (execHeld); heldErr, the error sending them
+	// gave.
+	hold    bool
 	held    []heldWrite
 	heldErr error
 }

@@ -27,7 +27,7 @@ type heldWrite struct {
 // execHeld runs an INSERT whose result is not needed: at once outside a
 // PostgreSQL transaction, otherwise held until the next statement.
 func (q *Queries) execHeld(ctx context.Context, query string, args ...any) error {
-	if !q.inTx || q.d != Postgres {
+	if !q.hold {
 		_, err := q.exec(ctx, query, args...)
 		return err
 	}

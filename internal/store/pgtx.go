@@ -47,18 +47,17 @@ func (db *DB) inPgxTx(ctx context.Context, fn func(q *Queries) error) (err error
 				t.rollback()
 			}
 		}()
-		q := &Queries{ex: t, d: db.dialect, stmts: db.stmts, inTx: true}
-		if err = fn(q); err != nil {
-			if q.heldErr != nil {
-				return q.heldErr // see InTx
-			}
-			return err
-		}
+		q := &Queries{ex: t, d: db.dialect, stmts: db.stmts, hold: true}
+		err = fn(q)
 		if q.heldErr != nil {
+			// A held insert failed when a later statement sent it; that
+			// statement then failed only because the transaction had.
 			return q.heldErr
 		}
-		held := q.heldStatements()
-		if err = t.commit(ctx, held); err != nil {
+		if err != nil {
+			return err
+		}
+		if err = t.commit(ctx, q.heldStatements()); err != nil {
 			return fmt.Errorf("commit: %w", mapErr(err))
 		}
 		return nil
@@ -85,6 +84,18 @@ func (t *pgxTx) start() *pgx.Batch {
 	return b
 }
 
+// sendAfterBegin sends query in batch b after its BEGIN, in one round
+// trip, and reads BEGIN's result; the statement's is the caller's to read.
+func (t *pgxTx) sendAfterBegin(ctx context.Context, b *pgx.Batch, query string, args []any) (pgx.BatchResults, error) {
+	b.Queue(query, args...)
+	br := t.conn.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return br, nil
+}
+
 func (t *pgxTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if !t.begun && len(args) == 0 {
 		// A statement without arguments may be several (a migration);
@@ -99,10 +110,8 @@ func (t *pgxTx) ExecContext(ctx context.Context, query string, args ...any) (sql
 		tag, err := t.conn.Exec(ctx, query, args...)
 		return pgxResult(tag), err
 	}
-	b.Queue(query, args...)
-	br := t.conn.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
+	br, err := t.sendAfterBegin(ctx, b, query, args)
+	if err != nil {
 		return nil, err
 	}
 	tag, err := br.Exec()
@@ -121,10 +130,8 @@ func (t *pgxTx) QueryContext(ctx context.Context, query string, args ...any) (ro
 		}
 		return &pgxRows{Rows: r}, nil
 	}
-	b.Queue(query, args...)
-	br := t.conn.SendBatch(ctx, b)
-	if _, err := br.Exec(); err != nil {
-		_ = br.Close()
+	br, err := t.sendAfterBegin(ctx, b, query, args)
+	if err != nil {
 		return nil, err
 	}
 	r, err := br.Query()
