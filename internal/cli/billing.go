@@ -44,7 +44,7 @@ func (f *billingFlags) add(cmd *cobra.Command, grouping bool) {
 
 func (f *billingFlags) query(cmd *cobra.Command, c *client.Client) (client.BillingQuery, error) {
 	var err error
-	if f.org, err = resolveOrg(cmd.Context(), c, flagOrEnv(cmd, "org", envOrg)); err != nil {
+	if f.org, err = orgOf(cmd, c); err != nil {
 		return client.BillingQuery{}, err
 	}
 	// --org alone asks for the whole org: GPUAAS_PROJECT_ID does not narrow it.

@@ -28,6 +28,16 @@ func orgOf(cmd *cobra.Command, c *client.Client) (string, error) {
 	return resolveOrg(cmd.Context(), c, flagOrEnv(cmd, "org", envOrg))
 }
 
+// orgClient is orgOf plus the client it resolved with (as projectClient).
+func orgClient(cmd *cobra.Command) (string, *client.Client, error) {
+	c, err := apiClient(cmd)
+	if err != nil {
+		return "", nil, err
+	}
+	org, err := orgOf(cmd, c)
+	return org, c, err
+}
+
 func newOrgCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "org", Short: "Orgs: the tenants that own projects"}
 	var f pageFlags
@@ -102,11 +112,7 @@ func newProjectCmd() *cobra.Command {
 		Short: "List the projects of --org, or of every org you can see",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(cmd)
-			if err != nil {
-				return err
-			}
-			org, err := orgOf(cmd, c)
+			org, c, err := orgClient(cmd)
 			if err != nil {
 				return err
 			}
@@ -155,11 +161,7 @@ func newProjectCmd() *cobra.Command {
 		Short: "Create a project in an org (org admins)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, err := apiClient(cmd)
-			if err != nil {
-				return err
-			}
-			org, err := orgOf(cmd, c)
+			org, c, err := orgClient(cmd)
 			if err != nil {
 				return err
 			}
