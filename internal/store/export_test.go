@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"sort"
+	"strings"
 	"time"
 )
 
@@ -46,4 +48,81 @@ func SessionsForTest(ctx context.Context, db *DB) (int64, error) {
 	var n int64
 	err := db.sql.QueryRowContext(ctx, `SELECT sessions FROM pg_stat_database WHERE datname = current_database()`).Scan(&n)
 	return n, err
+}
+
+// SchemaShape describes a migrated schema by name only, so the two
+// dialects can be compared: columns per table, indexes (not the ones a
+// primary key or unique constraint makes implicitly), and which row events
+// each table's triggers guard.
+type SchemaShape struct {
+	Columns  map[string][]string // table → sorted column names
+	Indexes  map[string]string   // index name → table
+	Triggers map[string][]string // table → sorted distinct events (UPDATE, DELETE, INSERT)
+}
+
+// SchemaShapeForTest reads the shape of db's migrated schema.
+func SchemaShapeForTest(ctx context.Context, db *DB) (SchemaShape, error) {
+	s := SchemaShape{Columns: map[string][]string{}, Indexes: map[string]string{}, Triggers: map[string][]string{}}
+	var colQ, idxQ, trgQ string
+	if db.dialect == SQLite {
+		colQ = `SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p
+			WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite_%' ORDER BY 1, 2`
+		idxQ = `SELECT name, tbl_name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL`
+		trgQ = `SELECT tbl_name, sql FROM sqlite_master WHERE type = 'trigger'`
+	} else {
+		colQ = `SELECT table_name, column_name FROM information_schema.columns
+			WHERE table_schema = current_schema() ORDER BY 1, 2`
+		idxQ = `SELECT i.indexname, i.tablename FROM pg_indexes i
+			WHERE i.schemaname = current_schema() AND NOT EXISTS (
+				SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname AND c.connamespace = to_regnamespace(current_schema()))`
+		trgQ = `SELECT event_object_table, event_manipulation FROM information_schema.triggers
+			WHERE trigger_schema = current_schema()`
+	}
+	q := db.Queries()
+	pairs := func(query string, add func(a, b string)) error {
+		rows, err := q.query(ctx, query)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var a, b string
+			if err := rows.Scan(&a, &b); err != nil {
+				return err
+			}
+			add(a, b)
+		}
+		return rows.Err()
+	}
+	if err := pairs(colQ, func(t, c string) { s.Columns[t] = append(s.Columns[t], c) }); err != nil {
+		return s, err
+	}
+	if err := pairs(idxQ, func(i, t string) { s.Indexes[i] = t }); err != nil {
+		return s, err
+	}
+	events := map[string]map[string]bool{}
+	if err := pairs(trgQ, func(t, what string) {
+		if events[t] == nil {
+			events[t] = map[string]bool{}
+		}
+		// SQLite gives the trigger's SQL; PostgreSQL one row per event.
+		for _, ev := range []string{"INSERT", "UPDATE", "DELETE"} {
+			if db.dialect == Postgres && what == ev ||
+				db.dialect == SQLite && strings.Contains(strings.ToUpper(what), "BEFORE "+ev) {
+				events[t][ev] = true
+			}
+		}
+	}); err != nil {
+		return s, err
+	}
+	for t, evs := range events {
+		for ev := range evs {
+			s.Triggers[t] = append(s.Triggers[t], ev)
+		}
+		sort.Strings(s.Triggers[t])
+	}
+	for t := range s.Columns {
+		sort.Strings(s.Columns[t])
+	}
+	return s, nil
 }
