@@ -308,7 +308,7 @@ func (s *Service) placement(ctx context.Context, q *store.Queries, p store.Proje
 		if errors.Is(err, store.ErrNotFound) || (err == nil && a.ProjectID != p.ID) {
 			// Another project's allocation is answered like a missing one.
 			return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeNotFound,
-				Message: fmt.Sprintf("project %s has no allocation %q; list them with GET /api/v1/projects/%s/allocations", p.ID, allocationID, p.ID)}})
+				Message: fmt.Sprintf("project %s has no allocation %q; list them with gpuaas allocation list --project %s (GET /api/v1/projects/%s/allocations)", p.ID, allocationID, p.ID, p.ID)}})
 		}
 		if err != nil {
 			return Allocation{}, err
