@@ -113,7 +113,13 @@ func (c *Client) StreamEvents(ctx context.Context, projectID, lastEventID string
 	return c.FollowEvents(ctx, ProjectEventsPath(projectID), EventFilter{}, lastEventID, fn)
 }
 
+// ResumeNow as a lastEventID starts the stream after the newest event:
+// only events from now on. (A reconnect before the first event resumes
+// from the newest event again.)
+const ResumeNow = "now"
+
 // FollowEvents is StreamEvents for any scope's path and filter.
+
 func (c *Client) FollowEvents(ctx context.Context, path string, f EventFilter, lastEventID string, fn func(Event) error) error {
 	hc := *c.HTTP
 	hc.Timeout = 0 // a stream lives as long as ctx

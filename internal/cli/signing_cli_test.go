@@ -198,7 +198,7 @@ func TestArtifactSigningCLI(t *testing.T) {
 	// A verification that ends failed exits 1 with the reason, though HTTP said 200.
 	out, _, err = run("artifact", "verify", unknown.ID)
 	var f failure
-	if !errors.As(err, &f) || !strings.Contains(describeError(err), string(signature.ReasonSignatureInvalid)) {
+	if !errors.As(err, &f) || !strings.Contains(describeError(nil, err), string(signature.ReasonSignatureInvalid)) {
 		t.Fatalf("failed verify must be an error naming the reason: %v", err)
 	}
 	decode(out, &a)

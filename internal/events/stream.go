@@ -94,12 +94,20 @@ func (rd *Reader) List(ctx context.Context, f store.EventFilter, after int64, li
 	return out, next, nil
 }
 
+// ResumeNow as a Last-Event-ID streams only events after the newest one.
+const ResumeNow = "now"
+
 // ResumePoint turns a Last-Event-ID (a sequence, or an event id) into the
-// position to stream after. A point older than retention is 410
-// cursor_expired naming the oldest retained event, never a silent skip.
+// position to stream after; "now" is the newest event, so only later ones
+// stream. A point older than retention is 410 cursor_expired naming the
+// oldest retained event, never a silent skip.
 func (rd *Reader) ResumePoint(ctx context.Context, lastEventID string) (int64, error) {
-	if lastEventID == "" {
+	switch lastEventID {
+	case "":
 		return 0, nil
+	case ResumeNow:
+		_, newest, err := rd.DB.Queries().EventBounds(ctx)
+		return newest, err
 	}
 	if n, err := strconv.ParseInt(lastEventID, 10, 64); err == nil && n >= 0 {
 		return n, rd.CheckRetained(ctx, n)
