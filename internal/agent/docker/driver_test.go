@@ -160,6 +160,23 @@ func TestRunFailures(t *testing.T) {
 	if f := docker.AsFailure(err); f.Reason != nodeapi.ReasonReadinessTimeout {
 		t.Fatalf("timeout: %+v", f)
 	}
+	// command replaces the image's entrypoint: a binary the image lacks
+	// fails the run with container_exited, never a container that runs the
+	// image's entrypoint with the command as its arguments.
+	_, err = e.d.Run(ctx, docker.Owner{TaskID: "t3-" + inst, InstanceID: inst}, nodeapi.ContainerRun{Name: "gpuaas-test-nobin-" + inst, Image: e.pull(t),
+		Command: []string{"/no-such-binary"}, Ports: []nodeapi.PortMapping{{Container: 8082}}, Readiness: &nodeapi.Readiness{Port: 8082, TimeoutSeconds: 20}})
+	if f := docker.AsFailure(err); f.Reason != nodeapi.ReasonContainerExited || !strings.Contains(f.Message, "no-such-binary") {
+		t.Fatalf("missing binary: %+v", f)
+	}
+	// command and args: the entrypoint and its arguments (the port to listen on).
+	out, err := e.d.Run(ctx, docker.Owner{TaskID: "t4-" + inst, InstanceID: inst + "b"}, nodeapi.ContainerRun{Name: "gpuaas-test-args-" + inst, Image: e.pull(t),
+		Command: []string{"/srv"}, Args: []string{"8083"}, Ports: []nodeapi.PortMapping{{Container: 8083}}, Readiness: &nodeapi.Readiness{Port: 8083, TimeoutSeconds: 20}})
+	if err != nil || len(out.ContainerIDs) != 1 {
+		t.Fatalf("command and args: %v %+v", err, out)
+	}
+	if err := e.d.Remove(ctx, nodeapi.ContainerRef{InstanceID: inst + "b"}); err != nil {
+		t.Fatal(err)
+	}
 	p := e.pull(t)
 	p.Digest = "sha256:" + strings.Repeat("0", 64)
 	if _, err := e.d.Pull(ctx, p); docker.AsFailure(err).Reason != nodeapi.ReasonImagePullFailed {
