@@ -76,6 +76,14 @@ func notSignedIn(cmd *cobra.Command) string {
 func detailLines(d map[string]any) string {
 	arts, _ := d["artifacts"].([]any)
 	var b strings.Builder
+	// Field errors: the request field (a JSON pointer), why, and the code.
+	fields, _ := d["fields"].([]any)
+	for _, f := range fields {
+		m, _ := f.(map[string]any)
+		if m != nil {
+			fmt.Fprintf(&b, "\n  %v: %v (%v)", m["field"], m["message"], m["code"])
+		}
+	}
 	for _, a := range arts {
 		m, _ := a.(map[string]any)
 		if m == nil {
