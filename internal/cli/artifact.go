@@ -27,7 +27,7 @@ func newArtifactCmd() *cobra.Command {
 	addClientFlags(cmd)
 	projectFlag(cmd, true)
 	cmd.AddCommand(newArtifactPushCmd(), newArtifactListCmd(), newArtifactGetCmd(),
-		newArtifactKeygenCmd(), newSigningKeyCmd())
+		newArtifactKeygenCmd(), newArtifactSignCmd(), newSigningKeyCmd())
 	for _, a := range []string{"promote", "verify", "revoke", "deprecate", "retire"} {
 		cmd.AddCommand(newArtifactTransitionCmd(a))
 	}
@@ -179,7 +179,7 @@ registered (gpuaas artifact signing-key add).`,
 					if it.SigningKeyID != "" && signer.keyID != "" && signer.keyID != it.SigningKeyID {
 						fmt.Fprintf(errw, "warning: the intent requires signing key %s; %s is key %s\n", it.SigningKeyID, signer.path, signer.keyID)
 					}
-					err := signer.signPushed(ctx, errw, pushedImage{creds: creds, digest: d, insecure: insecure, intent: it, started: started})
+					err := signer.signPushed(ctx, errw, pushedImage{creds: creds, digest: d, insecure: insecure, intent: it, started: started, state: "pushed, not registered"})
 					if err != nil {
 						return err
 					}
