@@ -28,6 +28,9 @@ func describeError(cmd *cobra.Command, err error) string {
 	var apiErr *client.APIError
 	if errors.As(err, &apiErr) {
 		msg := apiErr.Message
+		if fields, _ := apiErr.Details["fields"].([]any); len(fields) > 0 && strings.HasPrefix(msg, "invalid request: ") {
+			msg = "invalid request" // each field follows on its own line
+		}
 		switch {
 		case apiErr.Status == 401 && apiErr.Code == "invalid_credentials":
 			msg = "sign-in failed: " + msg

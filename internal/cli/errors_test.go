@@ -42,6 +42,13 @@ func TestDescribeError(t *testing.T) {
 	if s := describeError(nil, e); !strings.Contains(s, "not signed in") || !strings.Contains(s, "gpuaas login") || !strings.Contains(s, "correlation_id: c-1") {
 		t.Fatalf("401: %s", s)
 	}
+	// Field errors print one per line, not again in the headline.
+	e = &client.APIError{Status: 400, Code: "validation_failed", Message: "invalid request: /resources/gpu_count must be at most 2",
+		Details: map[string]any{"fields": []any{map[string]any{"field": "/resources/gpu_count", "code": "out_of_range", "message": "must be at most 2"}}}}
+	if s := describeError(nil, e); !strings.HasPrefix(s, "invalid request\n") || strings.Count(s, "must be at most 2") != 1 ||
+		!strings.Contains(s, "\n  /resources/gpu_count: must be at most 2 (out_of_range)") {
+		t.Fatalf("fields: %s", s)
+	}
 	// Nothing listens on a closed port.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
