@@ -243,7 +243,13 @@ func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f store.Eve
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	s := &sseFraming{rc: rc, bw: bufio.NewWriterSize(w, 32<<10), timeout: rd.WriteTimeout}
-	if _, err := fmt.Fprintf(s.bw, "retry: 1000\n: stream after %d\n\n", after); err != nil {
+	// The opening names the resume point (the sequence "now" resolved to):
+	// a client that reconnects before the first event resumes there.
+	open := fmt.Sprintf("retry: 1000\n: stream after %d\n\n", after)
+	if after > 0 {
+		open = fmt.Sprintf("retry: 1000\nid: %d\n: stream after %d\n\n", after, after)
+	}
+	if _, err := fmt.Fprint(s.bw, open); err != nil {
 		return err
 	}
 	if err := s.Flush(); err != nil {
