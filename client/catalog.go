@@ -129,6 +129,17 @@ type LaunchEffective struct {
 	Config          json.RawMessage `json:"config,omitempty"`
 	PlacementIntent json.RawMessage `json:"placement_intent,omitempty"`
 	Parameters      json.RawMessage `json:"parameters,omitempty"`
+	// TargetAllocations and LaunchRefusal: which allocations fit, and what
+	// create would answer now (nil: it would accept the launch).
+	TargetAllocations []map[string]any `json:"target_allocations,omitempty"`
+	LaunchRefusal     *LaunchRefusal   `json:"launch_refusal,omitempty"`
+}
+
+// LaunchRefusal is the error an instance create would answer, with its
+// HTTP status.
+type LaunchRefusal struct {
+	Status int `json:"status"`
+	APIError
 }
 
 // CatalogListOptions pages a list.

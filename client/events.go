@@ -113,7 +113,13 @@ func (c *Client) StreamEvents(ctx context.Context, projectID, lastEventID string
 	return c.FollowEvents(ctx, ProjectEventsPath(projectID), EventFilter{}, lastEventID, fn)
 }
 
+// ResumeNow as a lastEventID starts the stream after the newest event:
+// only events from now on. The stream's opening names that event, so a
+// reconnect resumes after it and misses nothing.
+const ResumeNow = "now"
+
 // FollowEvents is StreamEvents for any scope's path and filter.
+
 func (c *Client) FollowEvents(ctx context.Context, path string, f EventFilter, lastEventID string, fn func(Event) error) error {
 	hc := *c.HTTP
 	hc.Timeout = 0 // a stream lives as long as ctx
@@ -177,6 +183,11 @@ func (c *Client) streamOnce(ctx context.Context, hc *http.Client, path string, f
 	}
 	return ReadSSE(resp.Body, func(m SSEMessage) error {
 		if m.Data == "" {
+			// The stream's opening names where it starts ("now" resolved
+			// to a sequence): a reconnect resumes there, not at a later now.
+			if m.ID != "" {
+				*last = m.ID
+			}
 			return nil
 		}
 		var e Event
@@ -199,7 +210,8 @@ type SSEMessage struct {
 }
 
 // ReadSSE parses a text/event-stream body, calling fn for every message
-// (comments and retry hints are skipped). It returns fn's error, the read
+// with data or an id (an id-only message has empty Data; comments and
+// retry hints are skipped). It returns fn's error, the read
 // error, or io.ErrUnexpectedEOF when the stream ends (streams do not end
 // on their own).
 func ReadSSE(r io.Reader, fn func(SSEMessage) error) error {
@@ -211,7 +223,9 @@ func ReadSSE(r io.Reader, fn func(SSEMessage) error) error {
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" {
-			if hasData {
+			// A message with data, or only an id (it moves the resume
+			// point, as it sets an EventSource's lastEventId).
+			if hasData || m.ID != "" {
 				m.Data = data.String()
 				if err := fn(m); err != nil {
 					return err

@@ -40,6 +40,10 @@ type Config struct {
 	// OrphanGrace is how long a labelled container of no known task may live
 	// before the agent removes it (default 10 minutes).
 	OrphanGrace time.Duration
+	// ImagePruneGrace is how long an image the agent pulled may stay unused
+	// by every container (its instances decommissioned) before the agent
+	// removes it (default DefaultImagePruneGrace).
+	ImagePruneGrace time.Duration
 	// PollWait is the long-poll wait in seconds (default 30).
 	PollWait int
 	// Concurrency is how many tasks run at once (default 4); the tasks of
@@ -48,6 +52,9 @@ type Config struct {
 	Version     string
 	Logger      *slog.Logger
 }
+
+// DefaultImagePruneGrace is how long a pulled image no container uses stays.
+const DefaultImagePruneGrace = 5 * time.Minute
 
 // Agent is one running node agent.
 type Agent struct {
@@ -58,6 +65,7 @@ type Agent struct {
 	tok     *tokens
 	drv     *docker.Driver
 	rec     *docker.Reconciler
+	prune   *docker.ImagePruner
 	results results
 	started results // tasks begun: their containers are not orphans
 
@@ -94,6 +102,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.OrphanGrace <= 0 {
 		cfg.OrphanGrace = 10 * time.Minute
+	}
+	if cfg.ImagePruneGrace <= 0 {
+		cfg.ImagePruneGrace = DefaultImagePruneGrace
 	}
 	if cfg.PollWait <= 0 {
 		cfg.PollWait = 30
@@ -164,9 +175,10 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.rec = &docker.Reconciler{D: drv, Grace: a.cfg.OrphanGrace, Known: func(w nodeapi.Workload) bool {
 		return w.TaskID != "" && (a.started.Has(w.TaskID) || a.results.Has(w.TaskID))
 	}}
+	a.prune = &docker.ImagePruner{D: drv, Grace: a.cfg.ImagePruneGrace}
 	a.beat = &worker.Periodic{Name: "agent-heartbeat", Interval: time.Second, Timeout: 30 * time.Second, Logger: a.log, Run: a.heartbeat}
 	a.poll = &worker.Periodic{Name: "agent-tasks", Interval: 10 * time.Millisecond, Jitter: 0.5, Timeout: 24 * time.Hour, Logger: a.log, Run: a.pollOnce}
-	a.reconcile = &worker.Periodic{Name: "agent-reconcile", Interval: max(a.cfg.OrphanGrace/4, time.Second), Timeout: time.Minute, Logger: a.log, Run: a.reconcileOnce}
+	a.reconcile = &worker.Periodic{Name: "agent-reconcile", Interval: max(min(a.cfg.OrphanGrace, a.cfg.ImagePruneGrace)/4, time.Second), Timeout: time.Minute, Logger: a.log, Run: a.reconcileOnce}
 	a.group = worker.Group{a.reconcile, a.beat, a.poll}
 	a.tasks = newRunner(a.cfg.Concurrency, a.handle)
 	a.tasksCtx, a.stopTasks = context.WithCancel(ctx)
@@ -356,7 +368,9 @@ func (a *Agent) reconcileOnce(ctx context.Context) error {
 		a.lastBeat = time.Time{} // report the change at once
 		a.mu.Unlock()
 	}
-	return nil
+	// Images of decommissioned instances go after their grace.
+	_, err = a.prune.Run(ctx)
+	return err
 }
 
 // Reconcile runs one reconcile pass now (tests and dev).

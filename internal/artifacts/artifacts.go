@@ -182,14 +182,14 @@ func (s *Service) Promote(ctx context.Context, g *iam.Grants, projectID, artifac
 	}
 	if !slices.Contains(promotable, to) {
 		return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_state", Code: "invalid",
-			Message: "must be staged, canary or active (use the deprecate and retire endpoints for the rest)"}})
+			Message: "must be staged, canary or active (for the rest: gpuaas artifact deprecate or retire, POST …/deprecate or …/retire)"}})
 	}
 	if !CanTransition(a.LifecycleState, to) {
 		return store.AppArtifact{}, illegal(a, to)
 	}
 	if to == StateActive && a.TrustState != TrustVerified {
 		return store.AppArtifact{}, errdefs.FailedPrecondition("artifact_not_verified",
-			"artifact %s is %s; only a verified artifact can become active — run POST .../app-artifacts/%s/verify first", a.ID, a.TrustState, a.ID)
+			"artifact %s is %s; only a verified artifact can become active — run gpuaas artifact verify %s (POST …/app-artifacts/%s/verify) first", a.ID, a.TrustState, a.ID, a.ID)
 	}
 	return s.transition(ctx, "artifact.promote", in.Reason, a, func(a *store.AppArtifact) { a.LifecycleState = to })
 }

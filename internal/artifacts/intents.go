@@ -181,7 +181,7 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 	if in.SigningKeyID != "" {
 		if !slices.ContainsFunc(keys, func(k store.ArtifactSigningKey) bool { return k.ID == in.SigningKeyID }) {
 			return Intent{}, errdefs.Validation([]errdefs.FieldError{{Field: "/signing_key_id", Code: "unknown",
-				Message: "no signing key with this id is registered in the project; list them at GET /api/v1/projects/{project_id}/artifact-signing-keys"}})
+				Message: "no signing key with this id is registered in the project; list them with gpuaas artifact signing-key list (GET /api/v1/projects/{project_id}/artifact-signing-keys)"}})
 		}
 		it.SigningKeyID = in.SigningKeyID
 		it.SignatureRequired = true
@@ -192,7 +192,7 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 	if it.SignatureRequired {
 		if len(keys) == 0 {
 			return Intent{}, errdefs.FailedPrecondition("no_signing_keys",
-				"signatures are required but the project has no signing key; register one at POST /api/v1/projects/%s/artifact-signing-keys", p.ID)
+				"signatures are required but the project has no signing key; register one with gpuaas artifact signing-key add --project %s (POST /api/v1/projects/%s/artifact-signing-keys)", p.ID, p.ID)
 		}
 		it.SignatureScheme = SignatureSchemeCosignKey
 	}

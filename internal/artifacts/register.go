@@ -84,7 +84,7 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 	}
 	if errors.Is(err, store.ErrNotFound) {
 		return store.AppArtifact{}, errdefs.FailedPrecondition("publish_intent_required",
-			"no publish intent exists for %s %s artifact %q in this project; request one at POST /api/v1/projects/%s/app-artifacts/publish-intents, push, then register",
+			"no publish intent exists for %s %s artifact %q in this project; gpuaas artifact push does all three (request one at POST /api/v1/projects/%s/app-artifacts/publish-intents, push, then register)",
 			in.AppSlug, in.AppVersion, in.ArtifactName, p.ID)
 	}
 	if err != nil {

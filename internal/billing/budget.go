@@ -31,7 +31,7 @@ func (s *Service) GetBudget(ctx context.Context, g *iam.Grants, projectID string
 	b, err := s.DB.Queries().GetBudget(ctx, p.ID)
 	if errors.Is(err, store.ErrNotFound) {
 		return BudgetView{}, errdefs.NotFound("budget_not_found",
-			"project %s has no budget; an org admin sets one with PUT /api/v1/projects/%s/billing/budget", p.ID, p.ID)
+			"project %s has no budget; an org admin sets one with gpuaas billing budget set --project %s (PUT /api/v1/projects/%s/billing/budget)", p.ID, p.ID, p.ID)
 	}
 	if err != nil {
 		return BudgetView{}, err

@@ -36,8 +36,8 @@ func (s *Service) GetEntitlement(ctx context.Context, g *iam.Grants, projectID, 
 	e, err := s.DB.Queries().GetEntitlement(ctx, projectID, appSlug)
 	if errors.Is(err, store.ErrNotFound) {
 		return e, errdefs.NotFound("entitlement_not_found",
-			"project %s has no entitlement to app %q; a project admin can create one with PUT /api/v1/projects/%s/apps/entitlements/%s",
-			projectID, appSlug, projectID, appSlug)
+			"project %s has no entitlement to app %q; a project admin can create one with gpuaas app entitle %s --project %s (PUT /api/v1/projects/%s/apps/entitlements/%s)",
+			projectID, appSlug, appSlug, projectID, projectID, appSlug)
 	}
 	return e, err
 }
@@ -177,8 +177,8 @@ func ResolveForProject(ctx context.Context, q *store.Queries, project store.Proj
 	ent, err := q.GetEntitlement(ctx, project.ID, appSlug)
 	if errors.Is(err, store.ErrNotFound) || (err == nil && !ent.Enabled) {
 		return Effective{}, store.AppVersion{}, errdefs.FailedPrecondition("app_not_entitled",
-			"project %s is not entitled to app %s; ask a project admin to enable it (PUT /api/v1/projects/%s/apps/entitlements/%s)",
-			project.ID, appSlug, project.ID, appSlug)
+			"project %s is not entitled to app %s; ask a project admin to enable it with gpuaas app entitle %s --project %s (PUT /api/v1/projects/%s/apps/entitlements/%s)",
+			project.ID, appSlug, appSlug, project.ID, project.ID, appSlug)
 	}
 	if err != nil {
 		return Effective{}, store.AppVersion{}, err
@@ -192,8 +192,8 @@ func ResolveForProject(ctx context.Context, q *store.Queries, project store.Proj
 	}
 	if v.Status != StatusPublished {
 		return Effective{}, v, errdefs.FailedPrecondition("version_not_launchable",
-			"version %s of app %s is %s; only published versions can be launched, pick a published version from GET /api/v1/projects/%s/apps/catalog",
-			version, appSlug, v.Status, project.ID).WithDetails(map[string]any{"status": v.Status})
+			"version %s of app %s is %s; only published versions can be launched, pick a published version from gpuaas app catalog --project %s (GET /api/v1/projects/%s/apps/catalog)",
+			version, appSlug, v.Status, project.ID, project.ID).WithDetails(map[string]any{"status": v.Status})
 	}
 	mv, err := decodeVersion(v)
 	if err != nil {

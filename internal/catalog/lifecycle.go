@@ -161,11 +161,11 @@ type versionTransitionState struct {
 }
 
 func errVersionNotFound(appSlug, version string) error {
-	return errdefs.NotFound("app_version_not_found", "app %s has no version %q; list its versions with GET /api/v1/apps/catalog/%s/versions", appSlug, version, appSlug)
+	return errdefs.NotFound("app_version_not_found", "app %s has no version %q; list its versions with gpuaas app versions %s (GET /api/v1/apps/catalog/%s/versions)", appSlug, version, appSlug, appSlug)
 }
 
 func errAppNotFound(appSlug string) error {
-	return errdefs.NotFound("app_not_found", "no app %q is in the catalog; list apps with GET /api/v1/apps/catalog", appSlug)
+	return errdefs.NotFound("app_not_found", "no app %q is in the catalog; list apps with gpuaas app list (GET /api/v1/apps/catalog)", appSlug)
 }
 
 // decodeVersion reads a stored version body.

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -275,15 +274,19 @@ func newAppPreviewCmd() *cobra.Command {
 				return err
 			}
 			eff, err := c.PreviewLaunch(cmd.Context(), project, args[0], args[1], req)
-			var apiErr *client.APIError
-			if errors.As(err, &apiErr) && apiErr.Details["fields"] != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), apiErr.Message)
-				return exitCode(1)
-			}
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd, eff)
+			if err := printJSON(cmd, eff); err != nil {
+				return err
+			}
+			// Preview runs create's checks: what create would refuse fails here too.
+			if r := eff.LaunchRefusal; r != nil {
+				e := r.APIError
+				e.Status = r.Status
+				return failure{"a launch with these values would be refused: " + describeError(cmd, &e)}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().StringVar(&req.OperatingMode, "mode", "", "operating mode hint")

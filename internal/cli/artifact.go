@@ -26,8 +26,8 @@ func newArtifactCmd() *cobra.Command {
 	}
 	addClientFlags(cmd)
 	projectFlag(cmd, true)
-	cmd.AddCommand(newArtifactPushCmd(), newArtifactListCmd(), newArtifactShowCmd(),
-		newArtifactKeygenCmd(), newSigningKeyCmd())
+	cmd.AddCommand(newArtifactPushCmd(), newArtifactListCmd(), newArtifactGetCmd(),
+		newArtifactKeygenCmd(), newArtifactSignCmd(), newSigningKeyCmd())
 	for _, a := range []string{"promote", "verify", "revoke", "deprecate", "retire"} {
 		cmd.AddCommand(newArtifactTransitionCmd(a))
 	}
@@ -179,7 +179,7 @@ registered (gpuaas artifact signing-key add).`,
 					if it.SigningKeyID != "" && signer.keyID != "" && signer.keyID != it.SigningKeyID {
 						fmt.Fprintf(errw, "warning: the intent requires signing key %s; %s is key %s\n", it.SigningKeyID, signer.path, signer.keyID)
 					}
-					err := signer.signPushed(ctx, errw, pushedImage{creds: creds, digest: d, insecure: insecure, intent: it, started: started})
+					err := signer.signPushed(ctx, errw, pushedImage{creds: creds, digest: d, insecure: insecure, intent: it, started: started, state: "pushed, not registered"})
 					if err != nil {
 						return err
 					}
@@ -232,11 +232,14 @@ func newArtifactListCmd() *cobra.Command {
 	return c
 }
 
-func newArtifactShowCmd() *cobra.Command {
+// newArtifactGetCmd is `artifact get` like every other noun's get; show
+// stays as an alias.
+func newArtifactGetCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "show ARTIFACT_ID|APP/VERSION/NAME",
-		Short: "Show one artifact",
-		Args:  cobra.ExactArgs(1),
+		Use:     "get ARTIFACT_ID|APP/VERSION/NAME",
+		Aliases: []string{"show"},
+		Short:   "Show one artifact",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			pid, api, err := projectClient(cmd)
 			if err != nil {
@@ -285,7 +288,7 @@ func newArtifactTransitionCmd(action string) *cobra.Command {
 				return err
 			}
 			if action == "verify" && a.TrustState == "failed" {
-				return failure{fmt.Sprintf("verification of %s ended %s: %s %s", a.ID, a.TrustState, a.TrustReason, a.TrustDetail)}
+				return failure{verifyFailure(a)}
 			}
 			return nil
 		},
@@ -352,4 +355,23 @@ func humanBytes(n int64) string {
 		i++
 	}
 	return fmt.Sprintf("%.1f %ciB", v, "KMG"[i])
+}
+
+// verifyFailure says why a verification failed, once (the stored detail
+// repeats the reason), and what to do next.
+func verifyFailure(a client.AppArtifact) string {
+	msg := fmt.Sprintf("verification of %s failed: %s", a.ID, a.TrustReason)
+	detail := strings.TrimPrefix(strings.TrimPrefix(a.TrustDetail, a.TrustReason), ": ")
+	if detail != "" {
+		msg += " (" + detail + ")"
+	}
+	switch a.TrustReason {
+	case "signature_missing":
+		msg += fmt.Sprintf("; sign it with gpuaas artifact sign %s --sign-key KEY, then verify again", a.ID)
+	case "signature_invalid":
+		msg += fmt.Sprintf("; sign it with a key the project registered (gpuaas artifact signing-key list): gpuaas artifact sign %s --sign-key KEY, then verify again", a.ID)
+	case "provenance_missing":
+		msg += fmt.Sprintf("; attach provenance with gpuaas artifact sign %s --sign-key KEY, then verify again", a.ID)
+	}
+	return msg
 }

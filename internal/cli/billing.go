@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -128,13 +129,19 @@ func newUsageCmd() *cobra.Command {
 				}
 				return printOr(cmd, asJSON, g, func(w io.Writer) error {
 					tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-					fmt.Fprintln(tw, strings.ToUpper(strings.Join(append(append([]string(nil), q.GroupBy...), "usage_unit", "quantity", "records"), "\t")))
+					// Quantities add up only within a unit: every group has one,
+					// shown once whether or not --group-by named it.
+					keys := append([]string(nil), q.GroupBy...)
+					if !slices.Contains(keys, "usage_unit") {
+						keys = append(keys, "usage_unit")
+					}
+					fmt.Fprintln(tw, strings.ToUpper(strings.Join(append(keys, "quantity", "records"), "\t")))
 					for _, gr := range g.Groups {
 						var row []string
-						for _, k := range q.GroupBy {
+						for _, k := range keys {
 							row = append(row, gr.Keys[k])
 						}
-						fmt.Fprintf(tw, "%s\t%s\t%d\t%d\n", strings.Join(row, "\t"), gr.Keys["usage_unit"], gr.Quantity, gr.Records)
+						fmt.Fprintf(tw, "%s\t%d\t%d\n", strings.Join(row, "\t"), gr.Quantity, gr.Records)
 					}
 					return tw.Flush()
 				})

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,7 +187,10 @@ func apiClient(cmd *cobra.Command) (*client.Client, error) {
 		return nil, err
 	}
 	u, _ := apiURL(cmd, cache)
-	c := cliClient(u, flagOrEnv(cmd, "token", envToken))
+	c, err := cliClient(u, flagOrEnv(cmd, "token", envToken))
+	if err != nil {
+		return nil, err
+	}
 	if c.Token == "" && cache.AccessToken != "" && cache.APIURL == u {
 		if time.Now().After(cache.ExpiresAt) {
 			return nil, fmt.Errorf("the token of %s expired at %s: run gpuaas login (a person) or gpuaas sa token (a service account) again",
@@ -197,11 +201,17 @@ func apiClient(cmd *cobra.Command) (*client.Client, error) {
 	return c, nil
 }
 
-// cliClient is the CLI's API client of baseURL.
-func cliClient(baseURL, token string) *client.Client {
+// cliClient is the CLI's API client of baseURL, which must be an http or
+// https URL with a host (a bare host:port would otherwise surface later as
+// a URL-parse error from deep inside the HTTP client).
+func cliClient(baseURL, token string) (*client.Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("API URL %q is not an http:// or https:// URL with a host; set --api-url or %s to e.g. %s", baseURL, envAPIURL, defaultAPIURL)
+	}
 	c := client.New(baseURL, token)
 	c.UserAgent = "gpuaas-cli/" + buildinfo.Read().Version
-	return c
+	return c, nil
 }
 
 // cacheToken stores a fresh token in profile (activating it when activate

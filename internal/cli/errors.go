@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -19,16 +20,22 @@ type failure struct{ msg string }
 
 func (f failure) Error() string { return f.msg }
 
-// describeError turns an error into what a person reads: the API's message,
-// the next step when there is an obvious one, and always the correlation id
-// an admin looks the request up by.
-func describeError(err error) string {
+// describeError turns an error of cmd (the command that ran; nil if none
+// did) into what a person reads: the API's message, the next step when
+// there is an obvious one, and always the correlation id an admin looks
+// the request up by.
+func describeError(cmd *cobra.Command, err error) string {
 	var apiErr *client.APIError
 	if errors.As(err, &apiErr) {
 		msg := apiErr.Message
+		if fields, _ := apiErr.Details["fields"].([]any); len(fields) > 0 && strings.HasPrefix(msg, "invalid request: ") {
+			msg = "invalid request" // each field follows on its own line
+		}
 		switch {
+		case apiErr.Status == 401 && apiErr.Code == "invalid_credentials":
+			msg = "sign-in failed: " + msg
 		case apiErr.Status == 401:
-			msg = "not signed in (or the token expired): run gpuaas login, or gpuaas sa token --key-file FILE for a service account — " + msg
+			msg = notSignedIn(cmd) + " — " + msg
 		case apiErr.Status == 403:
 			msg += " (check who you act as with gpuaas auth status; pick another profile with --as)"
 		}
@@ -52,11 +59,34 @@ func describeError(err error) string {
 	return err.Error()
 }
 
+// notSignedIn is the next step after a refused token, naming where the
+// token came from: --token and GPUAAS_TOKEN override the profile's token,
+// so signing in again does not help while one of them is set.
+func notSignedIn(cmd *cobra.Command) string {
+	if cmd != nil {
+		if f := cmd.Flag("token"); f != nil && f.Value.String() != "" {
+			return "the token given with --token was refused (it overrides the profile's token): pass a valid one, or drop --token to use the profile"
+		}
+		if f := cmd.Flag("token"); f != nil && os.Getenv(envToken) != "" {
+			return "the token in " + envToken + " was refused (" + envToken + " overrides the profile's token): unset it to use the profile, or set a fresh token"
+		}
+	}
+	return "not signed in (or the token expired): run gpuaas login, or gpuaas sa token --key-file FILE for a service account"
+}
+
 // detailLines prints the error details an app team acts on: the artifacts
 // the publish gate expected and what is registered.
 func detailLines(d map[string]any) string {
 	arts, _ := d["artifacts"].([]any)
 	var b strings.Builder
+	// Field errors: the request field (a JSON pointer), why, and the code.
+	fields, _ := d["fields"].([]any)
+	for _, f := range fields {
+		m, _ := f.(map[string]any)
+		if m != nil {
+			fmt.Fprintf(&b, "\n  %v: %v (%v)", m["field"], m["message"], m["code"])
+		}
+	}
 	for _, a := range arts {
 		m, _ := a.(map[string]any)
 		if m == nil {
@@ -104,7 +134,7 @@ func requireKnownSubcommands(cmd *cobra.Command) {
 		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
 			msg += "; did you mean " + strings.Join(s, " or ") + "?"
 		}
-		return errors.New(msg + " (run " + cmd.CommandPath() + " --help for its commands)")
+		return usageError{msg + " (run " + cmd.CommandPath() + " --help for its commands)"}
 	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
 }

@@ -24,7 +24,7 @@ func TestUnknownSubcommandIsAnError(t *testing.T) {
 	var out bytes.Buffer
 	root := NewRoot(&out, &out)
 	root.SetArgs([]string{"artifact", "lst"})
-	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "did you mean list") {
+	if err := root.ExecuteContext(context.Background()); err == nil || !strings.Contains(err.Error(), "list?") {
 		t.Fatalf("no suggestion: %v", err)
 	}
 	// Without a subcommand a group prints its help and succeeds.
@@ -39,8 +39,15 @@ func TestUnknownSubcommandIsAnError(t *testing.T) {
 // Errors read as CLI errors with the next step and the correlation id.
 func TestDescribeError(t *testing.T) {
 	e := &client.APIError{Status: 401, Code: "unauthenticated", Message: "missing bearer token", CorrelationID: "c-1"}
-	if s := describeError(e); !strings.Contains(s, "not signed in") || !strings.Contains(s, "gpuaas login") || !strings.Contains(s, "correlation_id: c-1") {
+	if s := describeError(nil, e); !strings.Contains(s, "not signed in") || !strings.Contains(s, "gpuaas login") || !strings.Contains(s, "correlation_id: c-1") {
 		t.Fatalf("401: %s", s)
+	}
+	// Field errors print one per line, not again in the headline.
+	e = &client.APIError{Status: 400, Code: "validation_failed", Message: "invalid request: /resources/gpu_count must be at most 2",
+		Details: map[string]any{"fields": []any{map[string]any{"field": "/resources/gpu_count", "code": "out_of_range", "message": "must be at most 2"}}}}
+	if s := describeError(nil, e); !strings.HasPrefix(s, "invalid request\n") || strings.Count(s, "must be at most 2") != 1 ||
+		!strings.Contains(s, "\n  /resources/gpu_count: must be at most 2 (out_of_range)") {
+		t.Fatalf("fields: %s", s)
 	}
 	// Nothing listens on a closed port.
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -55,7 +62,7 @@ func TestDescribeError(t *testing.T) {
 	root := NewRoot(&out, &errOut)
 	root.SetArgs([]string{"sa", "list", "--project", "p", "--api-url", "http://" + addr})
 	err = root.ExecuteContext(context.Background())
-	if s := describeError(err); !strings.Contains(s, "cannot reach the API at http://"+addr) || !strings.Contains(s, "is gpuaas dev running?") {
+	if s := describeError(nil, err); !strings.Contains(s, "cannot reach the API at http://"+addr) || !strings.Contains(s, "is gpuaas dev running?") {
 		t.Fatalf("unreachable: %s", s)
 	}
 	// A bad -o is refused before anything runs.
@@ -72,7 +79,7 @@ func TestDescribePublishGate(t *testing.T) {
 		Details: map[string]any{"artifacts": []any{map[string]any{"name": "runtime", "expected_repository": "gpuaas/apps/o/p/my-app", "expected_digest": "",
 			"problem":    "a1 is draft and unverified: verify it and promote it to active",
 			"registered": []any{map[string]any{"id": "a1", "lifecycle_state": "draft", "trust_state": "unverified", "digest": "sha256:ab", "repository": "gpuaas/apps/o/p/my-app"}}}}}}
-	s := describeError(e)
+	s := describeError(nil, e)
 	for _, want := range []string{"artifact runtime: expected repository gpuaas/apps/o/p/my-app", "registered a1: state draft, trust unverified, gpuaas/apps/o/p/my-app@sha256:ab", "problem: a1 is draft", "correlation_id: c-2"} {
 		if !strings.Contains(s, want) {
 			t.Fatalf("missing %q in:\n%s", want, s)

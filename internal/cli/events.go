@@ -3,6 +3,9 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"gopkg.in/yaml.v3"
+	"io"
+	"strconv"
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
@@ -100,25 +103,76 @@ func newEventsListCmd() *cobra.Command {
 }
 
 func newEventsWatchCmd() *cobra.Command {
-	var after string
+	var (
+		after   string
+		fromNow bool
+	)
 	cmd := &cobra.Command{
 		Use:   "watch",
-		Short: "Print live events as JSON lines until interrupted (reconnects and resumes by itself)",
-		Long: `Prints one CloudEvents envelope per line. --after resumes after an event
-(its sequence or id): every later event is printed exactly once, in order.
-Without --after the stream starts at the oldest retained event.`,
+		Short: "Print live events until interrupted (reconnects and resumes by itself)",
+		Long: `Prints each event as it happens: one line per event (time, sequence, type,
+subject, actor) on a terminal or with -o table; one CloudEvents envelope per
+line with -o json (the default in a pipe); a YAML document per event with -o yaml.
+--after resumes after an event (its sequence or id): every later event is
+printed exactly once, in order. --from-now skips the retained events and
+starts after the newest one. Without either the stream starts at the oldest
+retained event.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fromNow {
+				if after != "" {
+					return usageError{"--after and --from-now exclude each other: pick where the stream starts"}
+				}
+				after = client.ResumeNow
+			}
+			format, err := outputFormat(cmd)
+			if err != nil {
+				return err
+			}
 			c, path, f, err := eventsScope(cmd)
 			if err != nil {
 				return err
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			return c.FollowEvents(cmd.Context(), path, f, after, func(e client.Event) error { return enc.Encode(e) })
+			print := eventPrinter(cmd.OutOrStdout(), format)
+			return c.FollowEvents(cmd.Context(), path, f, after, print)
 		},
 	}
 	cmd.Flags().StringVar(&after, "after", "", "resume after this event (sequence or event id)")
+	cmd.Flags().BoolVar(&fromNow, "from-now", false, "only events newer than the newest retained one (skip the history)")
 	return cmd
+}
+
+// eventPrinter prints one event at a time as it arrives, in format: a
+// table row (the header before the first), a JSON line, or a YAML document.
+func eventPrinter(w io.Writer, format string) func(client.Event) error {
+	switch format {
+	case outputJSON:
+		enc := json.NewEncoder(w)
+		return func(e client.Event) error { return enc.Encode(e) }
+	case outputYAML:
+		return func(e client.Event) error {
+			g, err := generic(e)
+			if err != nil {
+				return err
+			}
+			b, err := yaml.Marshal(g)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(w, "---\n%s", b)
+			return err
+		}
+	}
+	const row = "%-24s  %-8s  %-36s  %-40s  %s\n"
+	header := false
+	return func(e client.Event) error {
+		if !header {
+			header = true
+			fmt.Fprintf(w, row, "TIME", "SEQUENCE", "TYPE", "SUBJECT", "ACTOR")
+		}
+		_, err := fmt.Fprintf(w, row, e.Time.UTC().Format(time.RFC3339Nano), strconv.FormatInt(e.Sequence, 10), e.Type, cell(e.Subject), cell(e.Actor))
+		return err
+	}
 }
 
 func newEventsRepublishCmd() *cobra.Command {

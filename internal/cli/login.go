@@ -58,7 +58,10 @@ active profile. Automation should use a service account (gpuaas sa token) instea
 				return err
 			}
 			base, _ := apiURL(cmd, cfg.Profiles[profile])
-			c := cliClient(base, "")
+			c, err := cliClient(base, "")
+			if err != nil {
+				return err
+			}
 			t, err := c.Login(cmd.Context(), email, password)
 			if err != nil {
 				return err

@@ -62,7 +62,8 @@ func isTerminal(w io.Writer) bool {
 // For the table format, columns names the JSON fields to show, in order:
 // the columns of a list ({"items": […]} or a bare array, one row per item)
 // or the rows of a single object (FIELD VALUE; all its fields when none are
-// named). Nested values print as compact JSON.
+// named; nested fields as dotted rows, see objectRows). Nested values in a
+// list's cells print as compact JSON.
 func printResult(cmd *cobra.Command, v any, columns ...string) error {
 	format, err := outputFormat(cmd)
 	if err != nil {
@@ -182,7 +183,7 @@ func writeTable(out io.Writer, g any, columns []string) error {
 			keys = sortedKeys(obj)
 		}
 		for _, k := range keys {
-			fmt.Fprintf(tw, "%s:\t%s\n", k, cell(obj[k]))
+			objectRows(tw, k, obj[k])
 		}
 		return tw.Flush()
 	}
@@ -214,6 +215,49 @@ func writeTable(out io.Writer, g any, columns []string) error {
 		fmt.Fprintf(tw, "(more: --cursor %s)\n", cursor)
 	}
 	return tw.Flush()
+}
+
+// objectRows writes the FIELD: VALUE rows of one field of a single object:
+// a nested object as one row per dotted field (effective_values.port), a
+// list of scalars comma-separated, a list of objects as field[i].sub rows,
+// and a multi-line string (a PEM key) one line per row, never as escaped
+// JSON.
+func objectRows(w io.Writer, key string, v any) {
+	switch x := v.(type) {
+	case map[string]any:
+		if len(x) == 0 {
+			break
+		}
+		for _, k := range sortedKeys(x) {
+			objectRows(w, key+"."+k, x[k])
+		}
+		return
+	case []any:
+		parts := make([]string, 0, len(x))
+		for _, e := range x {
+			switch e.(type) {
+			case map[string]any, []any:
+				for i, e := range x {
+					objectRows(w, fmt.Sprintf("%s[%d]", key, i), e)
+				}
+				return
+			}
+			parts = append(parts, cell(e))
+		}
+		if len(parts) > 0 {
+			fmt.Fprintf(w, "%s:\t%s\n", key, strings.Join(parts, ", "))
+			return
+		}
+	case string:
+		if lines := strings.Split(strings.TrimRight(x, "\n"), "\n"); len(lines) > 1 {
+			fmt.Fprintf(w, "%s:\t%s\n", key, lines[0])
+			for _, l := range lines[1:] {
+				fmt.Fprintf(w, "\t%s\n", l)
+			}
+			return
+		}
+	}
+	fmt.Fprintf(w, "%s:\t%s\n", key, cell(v))
 }
 
 // sortedKeys puts id, slug and name first (what people look for), then the rest.

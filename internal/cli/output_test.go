@@ -52,7 +52,7 @@ func TestOutputFormatsAndSlugs(t *testing.T) {
 		root.SetIn(strings.NewReader(s.Creds.AdminPassword + "\n"))
 		root.SetArgs(args)
 		if err := root.ExecuteContext(context.Background()); err != nil {
-			t.Fatalf("gpuaas %s: %v\n%s", strings.Join(args, " "), describeError(err), errOut.String())
+			t.Fatalf("gpuaas %s: %v\n%s", strings.Join(args, " "), describeError(nil, err), errOut.String())
 		}
 		return out.String()
 	}

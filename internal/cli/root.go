@@ -4,6 +4,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -19,15 +20,36 @@ import (
 func Execute() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := NewRoot(os.Stdout, os.Stderr)
-	if err := root.ExecuteContext(ctx); err != nil {
-		if code, ok := err.(exitCode); ok {
-			return int(code)
-		}
-		fmt.Fprintln(os.Stderr, "error:", describeError(err))
-		return 1
+	return Run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+}
+
+// Exit statuses of the command line (docs/cli.md).
+const (
+	exitOK    = 0
+	exitError = 1 // the command ran and failed, or its outcome is a failure
+	exitUsage = 2 // the command line itself is wrong: nothing ran
+)
+
+// Run runs the command line args, reading in and writing to out and errOut, and returns
+// the exit status: exitOK, exitError, or exitUsage for a usage error (an
+// unknown command or flag, a missing argument, no command at all).
+func Run(ctx context.Context, args []string, in io.Reader, out, errOut io.Writer) int {
+	root := NewRoot(out, errOut)
+	root.SetIn(in)
+	root.SetArgs(args)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
 	}
-	return 0
+	if code, ok := err.(exitCode); ok {
+		return int(code)
+	}
+	fmt.Fprintln(errOut, "error:", describeError(cmd, err))
+	var u usageError
+	if errors.As(err, &u) {
+		return exitUsage
+	}
+	return exitError
 }
 
 // exitCode ends a command with a status and no further message.
@@ -40,15 +62,25 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "gpuaas",
 		Short:         "Control plane of a GPU cloud's app platform",
+		Version:       buildinfo.Read().Version,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("gpuaas {{.Version}}\n")
 	root.SetOut(out)
 	root.SetErr(errOut)
 	root.AddCommand(newVersionCmd(), newDevCmd(), newServerCmd(), newMigrateCmd(), newAgentCmd())
 	root.AddCommand(apiCommands()...)
 	addOutputFlag(root)
 	requireKnownSubcommands(root)
+	nameMissingArguments(root)
+	root.SetFlagErrorFunc(suggestFlag)
+	// Bare gpuaas is a usage error: it prints the help to stderr and exits 2.
+	root.RunE = func(cmd *cobra.Command, args []string) error {
+		cmd.SetOut(cmd.ErrOrStderr())
+		_ = cmd.Help()
+		return usageError{"no command given: run gpuaas COMMAND (the commands are listed above)"}
+	}
 	return root
 }
 

@@ -300,7 +300,10 @@ it for an access token. The token is stored (mode 0600) in its own profile —
 			if !explicit && kf.TokenURL != "" {
 				base = strings.TrimSuffix(kf.TokenURL, client.ServiceAccountTokenPath)
 			}
-			c := cliClient(base, "")
+			c, err := cliClient(base, "")
+			if err != nil {
+				return err
+			}
 			t, err := c.ServiceAccountToken(cmd.Context(), kf)
 			if err != nil {
 				return err

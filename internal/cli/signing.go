@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
@@ -229,6 +230,7 @@ type pushedImage struct {
 	insecure bool
 	intent   client.ArtifactIntent
 	started  time.Time
+	state    string // for errors: "pushed, not registered", or the artifact's id
 }
 
 // signPushed signs the pushed digest in its repository with the intent's
@@ -250,22 +252,38 @@ func (s *imageSigner) signPushed(ctx context.Context, w io.Writer, p pushedImage
 	opts := signature.Options{Remote: []remote.Option{
 		remote.WithAuth(&authn.Basic{Username: p.creds.Username, Password: p.creds.Password}),
 	}}
-	att, err := signature.SignImage(ctx, ref, s.signer, s.keyID, opts)
+	// The same digest pushed again (under a new version, or signed before
+	// with artifact sign) may already carry this key's signature, and the
+	// signature tag of a verified digest can no longer be written: a valid
+	// signature by this key is kept, not written again.
+	verifier, err := signature.NewVerifier(signature.PublicKey{ID: s.path, Key: s.signer.Public()})
 	if err != nil {
-		return fmt.Errorf("sign %s (pushed, not registered): %w", ref, err)
+		return err
 	}
-	fmt.Fprintf(w, "signed %s -> %s\n", ref, att.Tag)
+	if _, err := verifier.VerifyImage(ctx, ref, opts); err == nil {
+		fmt.Fprintf(w, "%s already carries a valid signature by %s; not signing it again\n", ref, s.path)
+	} else {
+		att, err := signature.SignImage(ctx, ref, s.signer, s.keyID, opts)
+		if err != nil {
+			return fmt.Errorf("sign %s (%s): %w", ref, p.state, err)
+		}
+		fmt.Fprintf(w, "signed %s -> %s\n", ref, att.Tag)
+	}
 	if !p.intent.ProvenanceRequired {
+		return nil
+	}
+	if _, err := verifier.VerifyProvenance(ctx, ref, opts); err == nil {
+		fmt.Fprintf(w, "%s already carries SLSA provenance signed by %s; not attesting it again\n", ref, s.path)
 		return nil
 	}
 	body, err := provenancePredicate(p.intent, p.creds.Repository, p.started, time.Now())
 	if err != nil {
 		return err
 	}
-	att, err = signature.AttestProvenance(ctx, ref, s.signer,
+	att, err := signature.AttestProvenance(ctx, ref, s.signer,
 		signature.Predicate{Type: signature.PredicateSLSAProvenanceV1, Body: body}, opts)
 	if err != nil {
-		return fmt.Errorf("attest provenance of %s (pushed, not registered): %w", ref, err)
+		return fmt.Errorf("attest provenance of %s (%s): %w", ref, p.state, err)
 	}
 	fmt.Fprintf(w, "attested SLSA provenance -> %s\n", att.Tag)
 	return nil
@@ -293,4 +311,76 @@ func provenancePredicate(it client.ArtifactIntent, repository string, started, f
 			},
 		},
 	})
+}
+
+// newArtifactSignCmd signs a registered OCI artifact: for an image pushed
+// without --sign-key, or signed by a key the project did not register.
+func newArtifactSignCmd() *cobra.Command {
+	var signKey, keyID string
+	c := &cobra.Command{
+		Use:   "sign ARTIFACT_ID|APP/VERSION/NAME --sign-key KEY",
+		Short: "Sign a registered image's digest (and attach SLSA provenance when the artifact requires it)",
+		Long: `Signs the artifact's digest in its repository, in the cosign layout artifact
+verify checks, with a PEM private key (gpuaas artifact keygen); attaches signed
+SLSA provenance when the artifact requires it. Write access to the repository
+comes from a publish intent of the artifact's app, version and name. A valid
+signature by the same key is kept, not written again. Then run gpuaas artifact verify.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if signKey == "" {
+				return usageError{"--sign-key is required: the PEM private key (gpuaas artifact keygen) to sign with"}
+			}
+			signer, err := loadImageSigner(signKey)
+			if err != nil {
+				return err
+			}
+			ctx, errw := cmd.Context(), cmd.ErrOrStderr()
+			pid, api, err := projectClient(cmd)
+			if err != nil {
+				return err
+			}
+			id, err := resolveArtifact(ctx, api, pid, args[0])
+			if err != nil {
+				return err
+			}
+			a, err := api.GetArtifact(ctx, pid, id)
+			if err != nil {
+				return err
+			}
+			if a.ArtifactKind != "oci" {
+				return fmt.Errorf("artifact %s is a %s: only OCI images are signed (blobs are trusted by their sha256 digest)", a.ID, a.ArtifactKind)
+			}
+			d, err := v1.NewHash(a.Digest)
+			if err != nil {
+				return fmt.Errorf("artifact %s has no image digest to sign: %w", a.ID, err)
+			}
+			if cmd.Flags().Changed("key-id") {
+				signer.keyID = keyID
+			} else {
+				signer.resolveKeyID(ctx, errw, api, pid)
+			}
+			it, err := api.CreatePublishIntent(ctx, pid, client.PublishIntentRequest{AppSlug: a.AppSlug, AppVersion: a.AppVersion,
+				ArtifactName: a.ArtifactName, ArtifactKind: a.ArtifactKind, ProvenanceRequired: a.ProvenanceRequired})
+			if err != nil {
+				return err
+			}
+			creds, err := api.Unwrap(ctx, it.WrappedCredentials.WrappingToken)
+			if err != nil {
+				return err
+			}
+			if creds.Repository != a.Repository {
+				return fmt.Errorf("artifact %s is in repository %s, but a publish intent of %s %s writes to %s: it cannot be signed from here", a.ID, a.Repository, a.AppSlug, a.AppVersion, creds.Repository)
+			}
+			err = signer.signPushed(ctx, errw, pushedImage{creds: creds, digest: d, insecure: strings.HasPrefix(api.BaseURL, "http://"),
+				intent: it, started: time.Now(), state: "artifact " + a.ID})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(errw, "next: gpuaas artifact verify %s\n", a.ID)
+			return printResult(cmd, a, artifactFields...)
+		},
+	}
+	c.Flags().StringVar(&signKey, "sign-key", "", "PEM private key (gpuaas artifact keygen) to sign with")
+	c.Flags().StringVar(&keyID, "key-id", "", "key id recorded in the signature (default: the registered key matching --sign-key)")
+	return c
 }

@@ -198,7 +198,7 @@ func TestArtifactSigningCLI(t *testing.T) {
 	// A verification that ends failed exits 1 with the reason, though HTTP said 200.
 	out, _, err = run("artifact", "verify", unknown.ID)
 	var f failure
-	if !errors.As(err, &f) || !strings.Contains(describeError(err), string(signature.ReasonSignatureInvalid)) {
+	if !errors.As(err, &f) || !strings.Contains(describeError(nil, err), string(signature.ReasonSignatureInvalid)) {
 		t.Fatalf("failed verify must be an error naming the reason: %v", err)
 	}
 	decode(out, &a)
@@ -230,5 +230,89 @@ func TestRegisteredKeyID(t *testing.T) {
 		if got, ok := registeredKeyID(keys, signer.Public()); got != want || ok != (want != "") {
 			t.Fatalf("key %d: got %q %v, want %q", i, got, ok, want)
 		}
+	}
+}
+
+// The same image pushed again under a new version with --sign-key keeps the
+// valid signature by that key (the signature tag of a verified digest can
+// no longer be written) and says so; artifact sign signs an image pushed
+// without --sign-key, after which verify passes; artifact get shows it.
+func TestArtifactRepushAndSign(t *testing.T) {
+	s := servertest.Start(t, store.SQLite)
+	run := exitRunner(t, s)
+	t.Setenv("GPUAAS_PROJECT_ID", s.Creds.ProjectID)
+	dir := t.TempDir()
+	must := func(stdin string, args ...string) (string, string) {
+		t.Helper()
+		code, out, errOut := run(stdin, args...)
+		if code != 0 {
+			t.Fatalf("gpuaas %s: exit %d\n%s", strings.Join(args, " "), code, errOut)
+		}
+		return out, errOut
+	}
+	trust := func(out string) string {
+		t.Helper()
+		var a client.AppArtifact
+		if err := json.Unmarshal([]byte(out), &a); err != nil {
+			t.Fatalf("%q: %v", out, err)
+		}
+		return a.TrustState
+	}
+	image := func(file string) string {
+		t.Helper()
+		img, err := random.Image(2048, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, file+".tar")
+		if err := tarball.WriteToFile(p, name.MustParseReference("example.com/hello:local"), img); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	must(s.Creds.AdminPassword+"\n", "login", "--email", s.Creds.AdminEmail, "--password-stdin")
+	key := filepath.Join(dir, "ci")
+	must("", "artifact", "keygen", "--out", key)
+	must("", "artifact", "signing-key", "add", "--name", "ci", "--public-key-file", key+".pub")
+
+	// 1.0.0: pushed, signed, verified (its signature tag is now frozen).
+	img := image("one")
+	out, _ := must("", "artifact", "push", img, "--app", "re", "--version", "1.0.0", "--sign-key", key+".key", "-o", "json")
+	first := jsonField(t, out, "id")
+	if out, _ := must("", "artifact", "verify", first, "-o", "json"); trust(out) != "verified" {
+		t.Fatalf("verify 1.0.0: %s", out)
+	}
+	// 1.0.1: the same image again with the same key.
+	out, errOut := must("", "artifact", "push", img, "--app", "re", "--version", "1.0.1", "--sign-key", key+".key", "-o", "json")
+	second := jsonField(t, out, "id")
+	if !strings.Contains(errOut, "already carries a valid signature by "+key+".key; not signing it again") {
+		t.Fatalf("re-push did not say it kept the signature: %s", errOut)
+	}
+	if out, _ := must("", "artifact", "verify", second, "-o", "json"); trust(out) != "verified" {
+		t.Fatalf("verify 1.0.1: %s", out)
+	}
+
+	// 2.0.0: pushed unsigned; artifact sign signs it, then verify passes.
+	out, _ = must("", "artifact", "push", image("two"), "--app", "re", "--version", "2.0.0", "-o", "json")
+	third := jsonField(t, out, "id")
+	if code, _, errOut := run("", "artifact", "verify", third, "-o", "json"); code != exitError || !strings.Contains(errOut, "gpuaas artifact sign "+third) {
+		t.Fatalf("verify unsigned: %d %s", code, errOut)
+	}
+	if code, _, errOut := run("", "artifact", "sign", third); code != exitUsage || !strings.Contains(errOut, "--sign-key is required") {
+		t.Fatalf("sign without a key: %d %s", code, errOut)
+	}
+	_, errOut = must("", "artifact", "sign", "re/2.0.0/runtime", "--sign-key", key+".key", "-o", "json")
+	if !strings.Contains(errOut, "signed ") || !strings.Contains(errOut, "next: gpuaas artifact verify "+third) {
+		t.Fatalf("sign: %s", errOut)
+	}
+	if out, _ := must("", "artifact", "verify", third, "-o", "json"); trust(out) != "verified" {
+		t.Fatalf("verify after sign: %s", out)
+	}
+	// Signing again with the same key keeps the (now frozen) signature.
+	if _, errOut := must("", "artifact", "sign", third, "--sign-key", key+".key", "-o", "json"); !strings.Contains(errOut, "not signing it again") {
+		t.Fatalf("sign again: %s", errOut)
+	}
+	if out, _ := must("", "artifact", "get", third, "-o", "json"); jsonField(t, out, "id") != third {
+		t.Fatalf("get: %s", out)
 	}
 }

@@ -94,12 +94,20 @@ func (rd *Reader) List(ctx context.Context, f store.EventFilter, after int64, li
 	return out, next, nil
 }
 
+// ResumeNow as a Last-Event-ID streams only events after the newest one.
+const ResumeNow = "now"
+
 // ResumePoint turns a Last-Event-ID (a sequence, or an event id) into the
-// position to stream after. A point older than retention is 410
-// cursor_expired naming the oldest retained event, never a silent skip.
+// position to stream after; "now" is the newest event, so only later ones
+// stream. A point older than retention is 410 cursor_expired naming the
+// oldest retained event, never a silent skip.
 func (rd *Reader) ResumePoint(ctx context.Context, lastEventID string) (int64, error) {
-	if lastEventID == "" {
+	switch lastEventID {
+	case "":
 		return 0, nil
+	case ResumeNow:
+		_, newest, err := rd.DB.Queries().EventBounds(ctx)
+		return newest, err
 	}
 	if n, err := strconv.ParseInt(lastEventID, 10, 64); err == nil && n >= 0 {
 		return n, rd.CheckRetained(ctx, n)
@@ -235,7 +243,13 @@ func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f store.Eve
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	s := &sseFraming{rc: rc, bw: bufio.NewWriterSize(w, 32<<10), timeout: rd.WriteTimeout}
-	if _, err := fmt.Fprintf(s.bw, "retry: 1000\n: stream after %d\n\n", after); err != nil {
+	// The opening names the resume point (the sequence "now" resolved to):
+	// a client that reconnects before the first event resumes there.
+	open := fmt.Sprintf("retry: 1000\n: stream after %d\n\n", after)
+	if after > 0 {
+		open = fmt.Sprintf("retry: 1000\nid: %d\n: stream after %d\n\n", after, after)
+	}
+	if _, err := fmt.Fprint(s.bw, open); err != nil {
 		return err
 	}
 	if err := s.Flush(); err != nil {

@@ -234,7 +234,7 @@ func (a *API) listLedger(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if len(qy.GroupBy) > 0 {
-		return errdefs.Invalid("invalid_group_by", "the ledger lists entries; for grouped totals use GET /api/v1/billing/costs")
+		return errdefs.Invalid("invalid_group_by", "the ledger lists entries; for grouped totals use gpuaas billing costs --group-by (GET /api/v1/billing/costs)")
 	}
 	ctx, g := r.Context(), grantsFrom(r.Context())
 	if wantsCSV(r) {

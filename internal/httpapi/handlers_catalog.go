@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/manifest"
@@ -143,6 +144,17 @@ func (a *API) launchPreview(w http.ResponseWriter, r *http.Request) error {
 	if a.Instances != nil {
 		if out.TargetAllocations, err = a.Instances.Targets(r.Context(), r.PathValue("project_id"), r.PathValue("app_slug"), r.PathValue("version"), eff); err != nil {
 			return err
+		}
+		refusal := a.Instances.LaunchRefusal(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("app_slug"), r.PathValue("version"), in)
+		if e, ok := errdefs.As(refusal); ok && statusOf[e.Kind] >= 400 && statusOf[e.Kind] < 500 {
+			details := e.Details
+			if details == nil {
+				details = map[string]any{}
+			}
+			out.LaunchRefusal = &launchRefusalView{Status: statusOf[e.Kind],
+				envelopeBody: envelopeBody{Code: e.Code, Message: e.Message, CorrelationID: correlation.ID(r.Context()), Details: details}}
+		} else if refusal != nil {
+			return refusal
 		}
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -298,4 +310,14 @@ type projectCatalogEntryView struct {
 type launchPreviewView struct {
 	catalog.Effective
 	TargetAllocations []instances.Target `json:"target_allocations"`
+	// LaunchRefusal is what creating the instance with these values would
+	// answer now (absent when it would be accepted): preview runs create's
+	// checks, placement and launch gate included, read-only.
+	LaunchRefusal *launchRefusalView `json:"launch_refusal,omitempty"`
+}
+
+// launchRefusalView is the error create would answer, with its HTTP status.
+type launchRefusalView struct {
+	Status int `json:"status"`
+	envelopeBody
 }

@@ -35,8 +35,9 @@ type agentProcess struct {
 
 // startRealAgent runs `gpuaas agent` as a child process joined to the
 // server with a bootstrap token, and returns it once its node is ready. It
-// skips (fails under CI) when this build has no agent command.
-func startRealAgent(t testing.TB, s *servertest.Server, admin *servertest.Client, bin, dataDir string) *agentProcess {
+// skips (fails under CI) when this build has no agent command. flags are
+// extra agent flags.
+func startRealAgent(t testing.TB, s *servertest.Server, admin *servertest.Client, bin, dataDir string, flags ...string) *agentProcess {
 	t.Helper()
 	if out, err := exec.Command(bin, "agent", "--help").CombinedOutput(); err != nil {
 		if os.Getenv("CI") == "true" {
@@ -52,7 +53,7 @@ func startRealAgent(t testing.TB, s *servertest.Server, admin *servertest.Client
 			_ = a.cmd.Wait()
 		}
 	})
-	a.start(jt)
+	a.start(jt, flags...)
 	a.waitReady(admin)
 	return a
 }
@@ -128,13 +129,13 @@ func removeInstanceOnExit(t *testing.T, d agenttest.Docker, id string) {
 // withRealAgent starts a real agent for e's server in a fresh data dir and
 // gives the project an allocation on its node; it returns the agent and its
 // data dir.
-func (e *instanceEnv) withRealAgent(t *testing.T, bin string) (*agentProcess, string) {
+func (e *instanceEnv) withRealAgent(t *testing.T, bin string, flags ...string) (*agentProcess, string) {
 	t.Helper()
 	agentDir := filepath.Join(t.TempDir(), "agent")
 	if err := os.MkdirAll(agentDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	a := startRealAgent(t, e.s, e.admin, bin, agentDir)
+	a := startRealAgent(t, e.s, e.admin, bin, agentDir, flags...)
 	e.alloc = e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 0, "sku": "cpu.0x", "node_id": a.nodeID}).Want(t, 201).String("id")
 	return a, agentDir
 }
@@ -209,7 +210,8 @@ func TestInstanceDockerWalk(t *testing.T) {
 	}
 	s := servertest.Start(t, store.SQLite)
 	e := setupInstanceEnv(t, s, "echo", images, echoManifest("echo"), -1)
-	_, agentDir := e.withRealAgent(t, bin)
+	// A short image grace: the images of the decommissioned instance go.
+	_, agentDir := e.withRealAgent(t, bin, "--image-prune-grace", "2s")
 
 	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "walk"}).Want(t, 202)
 	id := cr.String("id")
@@ -259,11 +261,42 @@ func TestInstanceDockerWalk(t *testing.T) {
 		t.Fatalf("rolled back: %q", body)
 	}
 
+	// The image of the running version is kept, whatever the grace.
+	time.Sleep(3 * time.Second)
+	if held := strings.Join(pulledDigests(t, d, e.digests), " "); !strings.Contains(held, "1.0.0") {
+		t.Fatalf("the running version's image was pruned (held: %s)", held)
+	}
 	dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
 	if op := waitOp(t, e.bot, e.pid, dec.String("operation_id")); op.String("state") != "succeeded" {
 		t.Fatalf("decommission: %s", op.Body)
 	}
 	requireTornDown(t, d, id, agentDir)
+	// The agent prunes the images it pulled once no container has used
+	// them for --image-prune-grace.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		held := pulledDigests(t, d, e.digests)
+		if len(held) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after decommission the engine still holds %v", held)
+		}
+		time.Sleep(250 * time.Millisecond) // waiting for the agent's reconcile pass
+	}
+}
+
+// pulledDigests are the digests of versions the local engine holds.
+func pulledDigests(t *testing.T, d agenttest.Docker, digests map[string]string) []string {
+	t.Helper()
+	out := d.Must("", "images", "--digests", "--format", "{{.Digest}}")
+	var held []string
+	for v, dg := range digests {
+		if strings.Contains(out, dg) {
+			held = append(held, v)
+		}
+	}
+	return held
 }
 
 // The curated vllm_openai Compose renderer on a real agent: a stand-in

@@ -489,11 +489,35 @@ func TestInstanceCreateRefusals(t *testing.T) {
 		if f["field"] != field || f["code"] != code {
 			t.Fatalf("%s: got %v %v, want %s %s: %s", name, f["field"], f["code"], field, code, r.Body)
 		}
+		// Launch preview of the same values never passes what create
+		// refused: it refuses too, or its launch_refusal is create's answer.
+		slug, _ := body["app_slug"].(string)
+		if slug == "" || body["target_allocation_id"] != nil {
+			return
+		}
+		req := map[string]any{}
+		for _, k := range []string{"operating_mode", "control_plane_scope", "resources", "config", "placement_intent", "parameters"} {
+			if v, ok := body[k]; ok {
+				req[k] = v
+			}
+		}
+		pv := e.bot.Do("POST", e.path("/apps/catalog/"+slug+"/versions/"+body["version"].(string)+"/launch-preview"), req)
+		if pv.Status != 200 {
+			if pv.Status < 400 || pv.Status >= 500 {
+				t.Fatalf("%s: preview answered %d: %s", name, pv.Status, pv.Body)
+			}
+			return
+		}
+		ref, _ := pv.JSON["launch_refusal"].(map[string]any)
+		pf, _ := ref["details"].(map[string]any)["fields"].([]any)
+		if ref["status"] != float64(400) || ref["code"] != "validation_failed" || len(pf) == 0 || pf[0].(map[string]any)["field"] != field || pf[0].(map[string]any)["code"] != code {
+			t.Fatalf("%s: create refused, preview answered %s", name, pv.Body)
+		}
 	}
 	// Launch preview names the project's allocations and which fit.
 	pv := e.bot.Do("POST", e.path("/apps/catalog/echo/versions/1.0.0/launch-preview"), map[string]any{"resources": map[string]any{"gpu_count": 1}}).Want(t, 200)
 	targets, _ := pv.JSON["target_allocations"].([]any)
-	if len(targets) != 1 || targets[0].(map[string]any)["allocation_id"] != e.alloc || targets[0].(map[string]any)["compatible"] != true {
+	if len(targets) != 1 || targets[0].(map[string]any)["allocation_id"] != e.alloc || targets[0].(map[string]any)["compatible"] != true || pv.JSON["launch_refusal"] != nil {
 		t.Fatalf("preview targets: %s", pv.Body)
 	}
 	check("no slug", with("app_slug", ""), "/app_slug", "required")

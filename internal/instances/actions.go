@@ -23,8 +23,8 @@ func errInstanceNotFound(id string) error {
 
 func errBusy(inst store.AppInstance) error {
 	return errdefs.Conflict(operationInProgressCode,
-		"app instance %s is %s: operation %s is still in progress; poll GET /api/v1/projects/%s/operations/%s and retry when it ends",
-		inst.ID, inst.Status, inst.CurrentOperationID, inst.ProjectID, inst.CurrentOperationID).
+		"app instance %s is %s: operation %s is still in progress; follow it with gpuaas instance get %s --project %s (GET /api/v1/projects/%s/operations/%s) and retry when it ends",
+		inst.ID, inst.Status, inst.CurrentOperationID, inst.ID, inst.ProjectID, inst.ProjectID, inst.CurrentOperationID).
 		WithDetails(map[string]any{"operation_id": inst.CurrentOperationID, "status": inst.Status})
 }
 

@@ -147,6 +147,24 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 	return inst, op, nil
 }
 
+// LaunchRefusal runs create's checks of a launch read-only (entitlement,
+// version, launch values, runtime backend, artifact pins, placement onto
+// one of the project's allocations, the billing launch gate) and returns
+// the error create would answer, or nil when create would accept it.
+// Launch preview answers with it, so a preview never passes what create
+// refuses.
+func (s *Service) LaunchRefusal(ctx context.Context, g *iam.Grants, projectID, appSlug, version string, req catalog.LaunchRequest) error {
+	p, err := s.IAM.Project(ctx, g, projectID, iam.PermInstanceCreate)
+	if err != nil {
+		return err
+	}
+	q := s.DB.Queries()
+	if _, err := s.resolve(ctx, q, p, appSlug, version, req, "", false); err != nil {
+		return err
+	}
+	return s.checkLaunch(ctx, q, p.ID, appSlug)
+}
+
 // resolve decides a launch of appSlug@version in project p onto an
 // allocation (allocationID, or the first compatible one of the project):
 // entitlement, version status, launch parameters, artifacts and target
@@ -308,7 +326,7 @@ func (s *Service) placement(ctx context.Context, q *store.Queries, p store.Proje
 		if errors.Is(err, store.ErrNotFound) || (err == nil && a.ProjectID != p.ID) {
 			// Another project's allocation is answered like a missing one.
 			return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeNotFound,
-				Message: fmt.Sprintf("project %s has no allocation %q; list them with GET /api/v1/projects/%s/allocations", p.ID, allocationID, p.ID)}})
+				Message: fmt.Sprintf("project %s has no allocation %q; list them with gpuaas allocation list --project %s (GET /api/v1/projects/%s/allocations)", p.ID, allocationID, p.ID, p.ID)}})
 		}
 		if err != nil {
 			return Allocation{}, err

@@ -155,13 +155,14 @@ type Metering struct {
 }
 
 // RuntimeProfile is how the node agent runs the version. Kind selects which
-// fields apply: launchable_oci uses ImageRef, Command, Env and Ports;
+// fields apply: launchable_oci uses ImageRef, Command, Args, Env and Ports;
 // docker_compose uses Renderer and Topology. Both use Resources, Readiness
 // and Parameters.
 type RuntimeProfile struct {
 	Kind       string          `json:"kind"`
 	ImageRef   string          `json:"image_ref,omitempty"`
-	Command    []string        `json:"command,omitempty"`
+	Command    []string        `json:"command,omitempty"` // replaces the image's ENTRYPOINT
+	Args       []string        `json:"args,omitempty"`    // replaces the image's CMD
 	Env        []EnvVar        `json:"env,omitempty"`
 	Ports      []Port          `json:"ports,omitempty"`
 	Renderer   string          `json:"renderer,omitempty"`

@@ -194,9 +194,13 @@ type Mount struct {
 
 // ContainerRun starts one container from an image pinned by digest.
 type ContainerRun struct {
-	Name      string            `json:"name"`
-	Image     ImagePull         `json:"image"`
+	Name  string    `json:"name"`
+	Image ImagePull `json:"image"`
+	// Command replaces the image's ENTRYPOINT and Args its CMD, as
+	// Kubernetes' command and args do: with Command alone the image's CMD
+	// is dropped; with Args alone the image's ENTRYPOINT runs them.
 	Command   []string          `json:"command,omitempty"`
+	Args      []string          `json:"args,omitempty"`
 	Env       map[string]string `json:"env,omitempty"`
 	Ports     []PortMapping     `json:"ports,omitempty"`
 	GPUUUIDs  []string          `json:"gpu_uuids,omitempty"` // none = no GPU device request

@@ -219,7 +219,7 @@ func renderContainer(d Deployment, gpus []string) (nodeapi.ContainerRun, error) 
 		e[v.Name] = v.Value
 	}
 	run := nodeapi.ContainerRun{
-		Name: d.Name, Image: img, Command: p.Command, Env: e, GPUUUIDs: gpus,
+		Name: d.Name, Image: img, Command: p.Command, Args: p.Args, Env: e, GPUUUIDs: gpus,
 		CPUCores: float64(d.Resources.CPUCores), MemoryMiB: int64(d.Resources.MemoryGiB) * 1024,
 		Mounts: identityMounts(d), Labels: Labels(d),
 	}

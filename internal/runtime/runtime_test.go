@@ -115,7 +115,7 @@ func TestRenderRefuses(t *testing.T) {
 }
 
 func TestRenderContainer(t *testing.T) {
-	prof := &manifest.RuntimeProfile{Kind: "launchable_oci", ImageRef: "reg/a@" + digestA, Command: []string{"/app", "serve"},
+	prof := &manifest.RuntimeProfile{Kind: "launchable_oci", ImageRef: "reg/a@" + digestA, Command: []string{"/app"}, Args: []string{"serve", "--port", "8888"},
 		Env:       []manifest.EnvVar{{Name: "MODE", Value: "x"}},
 		Ports:     []manifest.Port{{Container: 8888, Expose: "private_host_local"}, {Container: 9000, Expose: "none"}},
 		Readiness: &manifest.Readiness{Type: "tcp", Port: 8888}}
@@ -129,5 +129,9 @@ func TestRenderContainer(t *testing.T) {
 	if run.Image.Digest != digestA || len(run.Ports) != 1 || run.Ports[0].Host != 31001 || run.MemoryMiB != 4096 ||
 		strings.Join(run.GPUUUIDs, ",") != "G0" || run.Env["MODE"] != "x" || run.Labels[nodeapi.LabelInstance] != "i" || run.Readiness.HTTPPath != "" {
 		t.Fatalf("run: %+v", run)
+	}
+	// command replaces the entrypoint, args its arguments (Kubernetes' convention).
+	if strings.Join(run.Command, " ") != "/app" || strings.Join(run.Args, " ") != "serve --port 8888" {
+		t.Fatalf("command %q args %q", run.Command, run.Args)
 	}
 }

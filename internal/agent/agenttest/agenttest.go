@@ -89,8 +89,8 @@ func (d Docker) RemoveImages() {
 	}
 }
 
-// serverSource is a tiny HTTP server: GET / answers "ok"; it listens on $PORT
-// (8080) and exits when $EXIT_AFTER_START is set, to test container_exited.
+// serverSource is a tiny HTTP server: GET / answers "ok"; it listens on its
+// first argument, else $PORT, else 8080, and exits when $EXIT_AFTER_START is set, to test container_exited.
 const serverSource = `package main
 
 import (
@@ -106,6 +106,9 @@ func main() {
 		os.Exit(3)
 	}
 	port := os.Getenv("PORT")
+	if len(os.Args) > 1 {
+		port = os.Args[1]
+	}
 	if port == "" {
 		port = "8080"
 	}

@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/moby/moby/api/types/registry"
@@ -43,8 +44,9 @@ type Config struct {
 
 // Driver runs gpuaas workloads on one Docker engine.
 type Driver struct {
-	C   *client.Client
-	cfg Config
+	C      *client.Client
+	cfg    Config
+	pulled pulled // the images it pulled, for ImagePruner
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST or the
@@ -109,6 +111,7 @@ func (d *Driver) Pull(ctx context.Context, p nodeapi.ImagePull) (string, error) 
 	}
 	ref := p.Repository + "@" + p.Digest
 	if d.hasDigest(ctx, ref) {
+		d.markPulled(ref, false, time.Now())
 		return ref, nil
 	}
 	opts := client.ImagePullOptions{}
@@ -139,6 +142,7 @@ func (d *Driver) Pull(ctx context.Context, p nodeapi.ImagePull) (string, error) 
 	if !d.hasDigest(ctx, ref) {
 		return "", fail(nodeapi.ReasonDigestMismatch, "the engine pulled %s but holds no image with that repo digest", ref)
 	}
+	d.markPulled(ref, true, time.Now())
 	return ref, nil
 }
 

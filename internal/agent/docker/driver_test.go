@@ -26,6 +26,7 @@ type env struct {
 	d     *docker.Driver
 	img   agenttest.Image
 	node  string
+	dir   string // the driver's DataDir
 }
 
 func setup(t *testing.T) env {
@@ -36,7 +37,8 @@ func setup(t *testing.T) env {
 	app := "drv" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 	img := agenttest.PushServerImage(t, dk, s, admin, app)
 	node := "test-node-" + uuid.NewString()[:8]
-	d, err := docker.New(docker.Config{NodeID: node, DataDir: t.TempDir(), Unwrap: func(ctx context.Context, tok string) (docker.Credentials, error) {
+	dir := t.TempDir()
+	d, err := docker.New(docker.Config{NodeID: node, DataDir: dir, Unwrap: func(ctx context.Context, tok string) (docker.Credentials, error) {
 		r := admin.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": tok}).Want(t, 200)
 		return docker.Credentials{Username: r.String("username"), Password: r.String("password"), Registry: r.String("registry")}, nil
 	}})
@@ -52,7 +54,7 @@ func setup(t *testing.T) env {
 		}
 		d.Close()
 	})
-	return env{s: s, admin: admin, d: d, img: img, node: node}
+	return env{s: s, admin: admin, d: d, img: img, node: node, dir: dir}
 }
 
 func (e env) pull(t *testing.T) nodeapi.ImagePull {
@@ -160,6 +162,23 @@ func TestRunFailures(t *testing.T) {
 	if f := docker.AsFailure(err); f.Reason != nodeapi.ReasonReadinessTimeout {
 		t.Fatalf("timeout: %+v", f)
 	}
+	// command replaces the image's entrypoint: a binary the image lacks
+	// fails the run with container_exited, never a container that runs the
+	// image's entrypoint with the command as its arguments.
+	_, err = e.d.Run(ctx, docker.Owner{TaskID: "t3-" + inst, InstanceID: inst}, nodeapi.ContainerRun{Name: "gpuaas-test-nobin-" + inst, Image: e.pull(t),
+		Command: []string{"/no-such-binary"}, Ports: []nodeapi.PortMapping{{Container: 8082}}, Readiness: &nodeapi.Readiness{Port: 8082, TimeoutSeconds: 20}})
+	if f := docker.AsFailure(err); f.Reason != nodeapi.ReasonContainerExited || !strings.Contains(f.Message, "no-such-binary") {
+		t.Fatalf("missing binary: %+v", f)
+	}
+	// command and args: the entrypoint and its arguments (the port to listen on).
+	out, err := e.d.Run(ctx, docker.Owner{TaskID: "t4-" + inst, InstanceID: inst + "b"}, nodeapi.ContainerRun{Name: "gpuaas-test-args-" + inst, Image: e.pull(t),
+		Command: []string{"/srv"}, Args: []string{"8083"}, Ports: []nodeapi.PortMapping{{Container: 8083}}, Readiness: &nodeapi.Readiness{Port: 8083, TimeoutSeconds: 20}})
+	if err != nil || len(out.ContainerIDs) != 1 {
+		t.Fatalf("command and args: %v %+v", err, out)
+	}
+	if err := e.d.Remove(ctx, nodeapi.ContainerRef{InstanceID: inst + "b"}); err != nil {
+		t.Fatal(err)
+	}
 	p := e.pull(t)
 	p.Digest = "sha256:" + strings.Repeat("0", 64)
 	if _, err := e.d.Pull(ctx, p); docker.AsFailure(err).Reason != nodeapi.ReasonImagePullFailed {
@@ -214,5 +233,66 @@ func TestReconcileOrphans(t *testing.T) {
 	}
 	if _, err := e.d.C.ContainerInspect(ctx, orphan, client.ContainerInspectOptions{}); err == nil {
 		t.Fatal("orphan still exists")
+	}
+}
+
+// The images the driver pulled are pruned once no container has used them
+// for the grace (an instance decommissioned), never while a container, even
+// a stopped one, still uses them; the record of what was pulled survives a
+// restart of the driver.
+func TestImagePruner(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	ref, err := e.d.Pull(ctx, e.pull(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := e.d.PulledImages(); !slices.Equal(got, []string{ref}) {
+		t.Fatalf("pulled %v, want [%s]", got, ref)
+	}
+	restarted, err := docker.New(docker.Config{NodeID: e.node, DataDir: e.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restarted.Close()
+	if got := restarted.PulledImages(); !slices.Equal(got, []string{ref}) {
+		t.Fatalf("after a restart the record holds %v", got)
+	}
+	clock := time.Now().Add(time.Minute)
+	p := &docker.ImagePruner{D: e.d, Grace: 5 * time.Minute, Now: func() time.Time { return clock }}
+	inst := "inst" + uuid.NewString()[:8]
+	if _, err := e.d.Run(ctx, docker.Owner{TaskID: "t-" + inst, InstanceID: inst}, nodeapi.ContainerRun{Name: "gpuaas-test-prune-" + inst, Image: e.pull(t)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.Stop(ctx, nodeapi.ContainerRef{InstanceID: inst, TimeoutSec: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// In use by a stopped container, long past the grace: kept.
+	for range 2 {
+		if removed, err := p.Run(ctx); err != nil || len(removed) != 0 {
+			t.Fatalf("pruned an image in use: %v %v", removed, err)
+		}
+		clock = clock.Add(time.Hour)
+	}
+	// Decommissioned: kept within the grace, removed after it.
+	if err := e.d.Remove(ctx, nodeapi.ContainerRef{InstanceID: inst}); err != nil {
+		t.Fatal(err)
+	}
+	if removed, err := p.Run(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("pruned at once: %v %v", removed, err)
+	}
+	clock = clock.Add(4 * time.Minute)
+	if removed, err := p.Run(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("pruned within the grace: %v %v", removed, err)
+	}
+	clock = clock.Add(2 * time.Minute)
+	if removed, err := p.Run(ctx); err != nil || !slices.Equal(removed, []string{ref}) {
+		t.Fatalf("not pruned after the grace: %v %v", removed, err)
+	}
+	if _, err := e.d.C.ImageInspect(ctx, ref); err == nil {
+		t.Fatalf("%s is still on the engine", ref)
+	}
+	if got := e.d.PulledImages(); len(got) != 0 {
+		t.Fatalf("record after pruning: %v", got)
 	}
 }

@@ -170,7 +170,7 @@ func (d *Driver) Run(ctx context.Context, o Owner, r nodeapi.ContainerRun) (node
 		hc := &container.HostConfig{PortBindings: bindings, Mounts: mounts, Resources: container.Resources{
 			Memory: r.MemoryMiB << 20, NanoCPUs: int64(r.CPUCores * 1e9), DeviceRequests: GPURequests(r.GPUUUIDs)}}
 		res, err := d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: r.Name, HostConfig: hc, Config: &container.Config{
-			Image: ref, Cmd: r.Command, Env: env, ExposedPorts: exposed, Labels: d.Labels(o, r.Labels)}})
+			Image: ref, Entrypoint: r.Command, Cmd: r.Args, Env: env, ExposedPorts: exposed, Labels: d.Labels(o, r.Labels)}})
 		if err != nil {
 			return nodeapi.RunOutput{}, fail(nodeapi.ReasonInternal, "create container: %v", err)
 		}

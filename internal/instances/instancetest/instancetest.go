@@ -8,11 +8,14 @@ package instancetest
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,9 +141,20 @@ func Build(t testing.TB, version, mode string) []byte {
 	return bin
 }
 
+// ImageLabel is the label every test image carries, with a value unique to
+// the Image call: the copies an agent pulls into the local Docker engine
+// carry it too, and are removed when the test ends.
+const ImageLabel = "gpuaas.test.instancetest"
+
 // Image packs a binary into an image FROM scratch that runs it as /app.
+// When the test ends, every image in the local Docker engine made from it
+// (pulled by an agent under any tag or digest) is removed.
 func Image(t testing.TB, bin []byte) v1.Image {
 	t.Helper()
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	label := ImageLabel + "=" + hex.EncodeToString(id[:])
+	t.Cleanup(func() { removeLocalImages(label) })
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	if err := tw.WriteHeader(&tar.Header{Name: "app", Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg}); err != nil {
@@ -168,10 +182,24 @@ func Image(t testing.TB, bin []byte) v1.Image {
 	cfg = cfg.DeepCopy()
 	cfg.OS, cfg.Architecture = "linux", runtime.GOARCH
 	cfg.Config.Entrypoint = []string{"/app"}
+	k, v, _ := strings.Cut(label, "=")
+	cfg.Config.Labels = map[string]string{k: v}
 	cfg.Config.ExposedPorts = map[string]struct{}{"8080/tcp": {}}
 	img, err = mutate.ConfigFile(img, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return img
+}
+
+// removeLocalImages removes the local Docker engine's images with label
+// (best effort: without a docker CLI or engine there is nothing to remove).
+func removeLocalImages(label string) {
+	out, err := exec.Command("docker", "images", "-q", "--no-trunc", "--filter", "label="+label).Output()
+	if err != nil {
+		return
+	}
+	for _, id := range strings.Fields(string(out)) {
+		_ = exec.Command("docker", "rmi", "-f", id).Run()
+	}
 }
