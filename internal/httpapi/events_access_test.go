@@ -218,6 +218,57 @@ func TestEventStreamsEndWhenAccessEnds(t *testing.T) {
 	})
 }
 
+// A change made where this replica does not see it (another replica, or
+// the database directly) ends the stream at the next periodic re-check;
+// the Go client returns the reason as an *APIError instead of reconnecting.
+func TestEventStreamsRecheckPeriodically(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		s := servertest.Start(t, db.Dialect(), func(c *config.Config) { c.Events.Reauthorize = 300 * time.Millisecond })
+		admin := s.Admin()
+		proj := s.Creds.ProjectID
+		for _, transport := range []string{"sse", "ws", "client"} {
+			t.Run(transport, func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				uid, c := s.NewUser(admin, "reader-"+uuid.NewString()[:8]+"@example.com")
+				b := admin.Do("POST", "/api/v1/projects/"+proj+"/members", map[string]string{"user_id": uid, "role": "project_viewer"}).Want(t, 201).String("id")
+				var ended <-chan streamEnd
+				clientErr := make(chan error, 1)
+				if transport == "client" {
+					go func() {
+						clientErr <- client.New(s.URL, c.Token).StreamEvents(ctx, proj, "", func(client.Event) error { return nil })
+					}()
+				} else {
+					ended = openStream(t, ctx, s, transport, "/api/v1/projects/"+proj+"/events", c.Token)
+				}
+				time.Sleep(200 * time.Millisecond)
+				// Another replica removed the binding: no local notice.
+				sys := principal.With(ctx, principal.SystemActor)
+				if err := s.DB.Mutate(sys, func(tx *store.Tx) error {
+					if err := tx.DeleteRoleBinding(sys, b); err != nil {
+						return err
+					}
+					return tx.Audit(store.AuditEvent{Action: "role_binding.delete", ResourceType: "role_binding", ResourceID: b}, nil, nil)
+				}); err != nil {
+					t.Fatal(err)
+				}
+				from := time.Now()
+				if transport == "client" {
+					var api *client.APIError
+					if err := <-clientErr; !errors.As(err, &api) || api.Code != events.ReasonAccessRevoked || api.Status != http.StatusForbidden {
+						t.Fatalf("client stream returned %v, want access_revoked (403)", err)
+					}
+				} else if end := <-ended; !end.closed || end.code != events.ReasonAccessRevoked {
+					t.Fatalf("stream ended with %q (%v)", end.code, end.err)
+				}
+				if d := time.Since(from); d > 2*time.Second {
+					t.Fatalf("stream ended %v after the change, want within the 300ms re-check (+ slack)", d)
+				}
+			})
+		}
+	})
+}
+
 // A resume point never reveals another tenant's events: a 410 names only
 // the oldest event retained in the caller's scope, and an event id of
 // another tenant is refused exactly like an id that does not exist, its
