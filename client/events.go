@@ -190,6 +190,9 @@ func (c *Client) streamOnce(ctx context.Context, hc *http.Client, path string, f
 			}
 			return nil
 		}
+		if m.Event == "error" {
+			return streamError(m.Data)
+		}
 		var e Event
 		if err := json.Unmarshal([]byte(m.Data), &e); err != nil {
 			return fmt.Errorf("event stream: bad event %q: %w", m.ID, err)
@@ -202,6 +205,24 @@ func (c *Client) streamOnce(ctx context.Context, hc *http.Client, path string, f
 		}
 		return nil
 	})
+}
+
+// streamError turns the last message of a stream whose reader lost access
+// (event: error, data {"error": {…}}) into an *APIError: 403 for
+// access_revoked, 401 otherwise (token expired or revoked, account disabled
+// or deleted), so FollowEvents returns it rather than reconnecting.
+func streamError(data string) error {
+	var env struct {
+		Error *APIError `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(data), &env); err != nil || env.Error == nil {
+		return fmt.Errorf("event stream: bad error message %q", data)
+	}
+	env.Error.Status = http.StatusUnauthorized
+	if env.Error.Code == "access_revoked" {
+		env.Error.Status = http.StatusForbidden
+	}
+	return env.Error
 }
 
 // SSEMessage is one Server-Sent Events message.

@@ -83,6 +83,7 @@ type Events struct {
 	LeaseTTL        time.Duration // relay lease; a crashed leader is replaced after this
 	KeepAlive       time.Duration // SSE keep-alive comment period
 	WriteTimeout    time.Duration // SSE: a client that does not drain for this long is disconnected
+	Reauthorize     time.Duration // how often an open stream re-checks its reader's access
 	// WebSocketOrigins are the Origin host patterns (path.Match, e.g.
 	// console.example.com or https://*.example.com) allowed to open event
 	// WebSockets besides the server's own host.
@@ -121,7 +122,7 @@ func Defaults() Config {
 		Events: Events{
 			Stream: "GPUAAS_EVENTS", DuplicateWindow: 10 * time.Minute, StreamMaxAge: 7 * 24 * time.Hour,
 			Retention: 7 * 24 * time.Hour, RelayInterval: time.Second, LeaseTTL: 10 * time.Second,
-			KeepAlive: 15 * time.Second, WriteTimeout: 30 * time.Second,
+			KeepAlive: 15 * time.Second, WriteTimeout: 30 * time.Second, Reauthorize: 2 * time.Second,
 		},
 	}
 }
@@ -177,6 +178,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&e.LeaseTTL, "events-lease-ttl", e.LeaseTTL, "relay lease lifetime: a crashed relay's successor takes over after this")
 	fs.DurationVar(&e.KeepAlive, "events-keepalive", e.KeepAlive, "period of keep-alive comments on idle event streams")
 	fs.DurationVar(&e.WriteTimeout, "events-write-timeout", e.WriteTimeout, "an event-stream client that does not drain its connection for this long is disconnected")
+	fs.DurationVar(&e.Reauthorize, "events-reauth-interval", e.Reauthorize, "how often an open event stream re-checks that its reader still has access (token, account, role); at most 5s")
 	fs.StringSliceVar(&e.WebSocketOrigins, "events-websocket-origins", e.WebSocketOrigins, "Origin host patterns (besides this server's host) allowed to open event WebSockets, e.g. console.example.com")
 }
 
@@ -289,6 +291,9 @@ func (e *Events) validate() []error {
 	var errs []error
 	if e.RelayInterval <= 0 || e.KeepAlive <= 0 || e.WriteTimeout <= 0 || e.DuplicateWindow <= 0 {
 		errs = append(errs, errors.New("--events-relay-interval, --events-keepalive, --events-write-timeout and --events-duplicate-window must be positive"))
+	}
+	if e.Reauthorize < 10*time.Millisecond || e.Reauthorize > 5*time.Second {
+		errs = append(errs, errors.New("--events-reauth-interval must be between 10ms and 5s (a reader who lost access is cut off within it)"))
 	}
 	if e.LeaseTTL < 2*e.RelayInterval {
 		errs = append(errs, errors.New("--events-lease-ttl must be at least twice --events-relay-interval (the leader renews it every pass)"))

@@ -8,26 +8,40 @@ import "sync"
 // the news that there may be some, so a missed wake-up costs at most one
 // poll interval, never an event.
 type Hub struct {
-	mu sync.Mutex
-	ch chan struct{}
+	mu     sync.Mutex
+	ch     chan struct{}
+	access chan struct{}
 }
 
 // Wait returns a channel closed at the next Notify.
-func (h *Hub) Wait() <-chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.ch == nil {
-		h.ch = make(chan struct{})
-	}
-	return h.ch
-}
+func (h *Hub) Wait() <-chan struct{} { return h.wait(&h.ch) }
 
 // Notify wakes every stream waiting now.
-func (h *Hub) Notify() {
+func (h *Hub) Notify() { h.notify(&h.ch) }
+
+// AccessWait returns a channel closed at the next AccessChanged.
+func (h *Hub) AccessWait() <-chan struct{} { return h.wait(&h.access) }
+
+// AccessChanged wakes every open stream of this process to re-check its
+// reader's access now (a role binding was removed, an account disabled or
+// deleted). Streams also re-check on their own every Reader.Reauthorize,
+// which covers changes made through another replica.
+func (h *Hub) AccessChanged() { h.notify(&h.access) }
+
+func (h *Hub) wait(ch *chan struct{}) <-chan struct{} {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ch != nil {
-		close(h.ch)
+	if *ch == nil {
+		*ch = make(chan struct{})
 	}
-	h.ch = make(chan struct{})
+	return *ch
+}
+
+func (h *Hub) notify(ch *chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if *ch != nil {
+		close(*ch)
+	}
+	*ch = make(chan struct{})
 }

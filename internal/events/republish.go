@@ -39,12 +39,12 @@ func (rd *Reader) RepublishFrom(ctx context.Context, since string) (int64, error
 			return 0, errdefs.Invalid("invalid_since", "a sequence starts at 1")
 		}
 		if oldest > 1 && n < oldest {
-			return 0, rd.expired(ctx)
+			return 0, rd.expired(ctx, store.EventFilter{})
 		}
 		from = n
 	case uuid.Validate(since) == nil:
 		if from, err = q.EventPosition(ctx, since); errdefs.KindOf(err) == errdefs.KindNotFound {
-			return 0, rd.expired(ctx)
+			return 0, rd.expired(ctx, store.EventFilter{})
 		} else if err != nil {
 			return 0, err
 		}

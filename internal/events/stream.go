@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,6 +28,9 @@ type Reader struct {
 	Hub *Hub
 	// KeepAlive is the period of SSE comment lines on an idle stream.
 	KeepAlive time.Duration
+	// Reauthorize is how often an open stream re-checks that its reader
+	// still has access (Access.Recheck); 0 checks only on access changes.
+	Reauthorize time.Duration
 	// Poll re-reads the outbox when no wake-up arrives (a wake-up lost
 	// with a NATS outage costs at most this much latency).
 	Poll time.Duration
@@ -98,10 +102,13 @@ func (rd *Reader) List(ctx context.Context, f store.EventFilter, after int64, li
 const ResumeNow = "now"
 
 // ResumePoint turns a Last-Event-ID (a sequence, or an event id) into the
-// position to stream after; "now" is the newest event, so only later ones
-// stream. A point older than retention is 410 cursor_expired naming the
-// oldest retained event, never a silent skip.
-func (rd *Reader) ResumePoint(ctx context.Context, lastEventID string) (int64, error) {
+// position to stream after, within the caller's scope f (its org and
+// project; empty for the platform); "now" is the newest event, so only later
+// ones stream. A point older than retention is 410 cursor_expired naming the
+// oldest event retained in that scope, never a silent skip. An event id
+// outside the scope is answered exactly like an unknown one: its position is
+// never revealed.
+func (rd *Reader) ResumePoint(ctx context.Context, f store.EventFilter, lastEventID string) (int64, error) {
 	switch lastEventID {
 	case "":
 		return 0, nil
@@ -110,61 +117,79 @@ func (rd *Reader) ResumePoint(ctx context.Context, lastEventID string) (int64, e
 		return newest, err
 	}
 	if n, err := strconv.ParseInt(lastEventID, 10, 64); err == nil && n >= 0 {
-		return n, rd.CheckRetained(ctx, n)
+		return n, rd.CheckRetained(ctx, f, n)
 	}
 	if _, err := uuid.Parse(lastEventID); err != nil {
 		return 0, errdefs.Invalid("invalid_last_event_id", "Last-Event-ID must be an event's sequence (the SSE id) or its event id")
 	}
 	pos, err := rd.DB.Queries().EventPosition(ctx, lastEventID)
-	if err == nil {
-		return pos, nil
-	}
-	if errdefs.KindOf(err) != errdefs.KindNotFound {
+	if err != nil && errdefs.KindOf(err) != errdefs.KindNotFound {
 		return 0, err
 	}
-	return 0, rd.expired(ctx)
+	if err == nil {
+		// In scope exactly when the scope's first event after pos-1 is it.
+		rows, err := rd.DB.Queries().ListEvents(ctx, scopeOf(f), pos-1, 1)
+		if err != nil {
+			return 0, err
+		}
+		if len(rows) == 1 && rows[0].Position == pos {
+			return pos, nil
+		}
+	}
+	return 0, rd.expired(ctx, f)
+}
+
+// scopeOf keeps only the tenant part of a filter (org, project).
+func scopeOf(f store.EventFilter) store.EventFilter {
+	return store.EventFilter{OrgID: f.OrgID, ProjectID: f.ProjectID}
 }
 
 // CheckRetained refuses a resume point whose successors were deleted.
 // Positions are contiguous and retention deletes a prefix, so position p is
 // resumable exactly when p+1 is still retained (or nothing was deleted).
-func (rd *Reader) CheckRetained(ctx context.Context, after int64) error {
+// The refusal names only events of the caller's scope f.
+func (rd *Reader) CheckRetained(ctx context.Context, f store.EventFilter, after int64) error {
 	oldest, newest, err := rd.DB.Queries().EventBounds(ctx)
 	if err != nil {
 		return err
 	}
 	if after > newest && after > 0 {
-		return errdefs.Invalid("invalid_cursor", "sequence %d is ahead of the newest event (%d)", after, newest)
+		return errdefs.Invalid("invalid_cursor", "sequence %d is ahead of the newest event; resume from an id this stream sent", after)
 	}
 	if oldest > 1 && after+1 < oldest {
-		return rd.expired(ctx)
+		return rd.expired(ctx, f)
 	}
 	return nil
 }
 
-func (rd *Reader) expired(ctx context.Context) error {
-	oldest, _, err := rd.DB.Queries().EventBounds(ctx)
+// expired is the 410 of a resume point past retention: details name the
+// oldest event still retained in the caller's scope (oldest_sequence,
+// oldest_event_id), and are empty when the scope has none.
+func (rd *Reader) expired(ctx context.Context, f store.EventFilter) error {
+	details := map[string]any{}
+	rows, err := rd.DB.Queries().ListEvents(ctx, scopeOf(f), 0, 1)
 	if err != nil {
 		return err
 	}
-	details := map[string]any{"oldest_sequence": oldest}
-	if rows, err := rd.DB.Queries().ListEvents(ctx, store.EventFilter{}, oldest-1, 1); err == nil && len(rows) == 1 {
-		details["oldest_event_id"] = rows[0].ID
+	msg := "the events after this point are past retention and none of this scope's events are retained; stream without a resume point"
+	if len(rows) == 1 {
+		details["oldest_sequence"], details["oldest_event_id"] = rows[0].Position, rows[0].ID
+		msg = fmt.Sprintf("the events after this point are past retention; resume from the oldest retained event (sequence %d) or list from the start", rows[0].Position)
 	}
-	return errdefs.Gone("cursor_expired",
-		"the events after this point are past retention; resume from the oldest retained event (sequence %d) or list from the start", oldest).
-		WithDetails(details)
+	return errdefs.Gone("cursor_expired", "%s", msg).WithDetails(details)
 }
 
 // Framing writes one stream's messages in its wire format: SSE (Stream)
 // or WebSocket (StreamWebSocket). Follow drives it; Event buffers one event,
-// Flush sends what is buffered, Idle marks a quiet period (keep-alive).
+// Flush sends what is buffered, Idle marks a quiet period (keep-alive), End
+// sends the last message of a stream whose reader lost access and closes.
 // Flush and Idle must give up after Reader.WriteTimeout: that is how a
 // consumer that falls too far behind is disconnected.
 type Framing interface {
 	Event(pos int64, typ string, envelope []byte) error
 	Flush() error
 	Idle() error
+	End(r *Revoked) error
 }
 
 // ErrSlowConsumer ends a stream whose client did not take its data within
@@ -172,19 +197,51 @@ type Framing interface {
 var ErrSlowConsumer = errors.New("event stream: the client fell too far behind and was disconnected")
 
 // Follow sends matching events after position `after` through fr until ctx
-// ends, the reader shuts down or a write fails: the one subscription and
-// backlog path of every stream framing. It re-reads the outbox when the hub
-// wakes it (this replica committed or the relay sequenced), or at least every
-// Poll, and calls fr.Idle every KeepAlive on a quiet stream.
-func (rd *Reader) Follow(ctx context.Context, f store.EventFilter, after int64, fr Framing) error {
+// ends, the reader shuts down, a write fails or the reader loses access
+// (acc): the one subscription and backlog path of every stream framing. It
+// re-reads the outbox when the hub wakes it (this replica committed or the
+// relay sequenced), or at least every Poll, and calls fr.Idle every
+// KeepAlive on a quiet stream. It ends the stream at the token's expiry and
+// when acc.Recheck revokes it — checked every Reauthorize, on the hub's
+// AccessChanged and after an iam.* event — with fr.End, returning the
+// *Revoked.
+func (rd *Reader) Follow(ctx context.Context, f store.EventFilter, after int64, fr Framing, acc Access) error {
 	keepAlive := time.NewTicker(rd.KeepAlive)
 	defer keepAlive.Stop()
 	poll := time.NewTimer(rd.Poll)
 	defer poll.Stop()
+	var recheck, expiry <-chan time.Time
+	if acc.Recheck != nil && rd.Reauthorize > 0 {
+		t := time.NewTicker(rd.Reauthorize)
+		defer t.Stop()
+		recheck = t.C
+	}
+	if !acc.Expires.IsZero() {
+		t := time.NewTimer(time.Until(acc.Expires))
+		defer t.Stop()
+		expiry = t.C
+	}
+	end := func(r *Revoked) error {
+		if err := fr.End(r); err != nil {
+			return errors.Join(r, err)
+		}
+		return r
+	}
 	q := rd.DB.Queries()
 	stop := rd.stopCh()
+	check := true // once at the start: access may have changed since the handler checked it
 	for {
+		if acc.expired(time.Now()) {
+			return end(TokenExpired())
+		}
 		wake := rd.Hub.Wait() // before reading, so no notice falls between
+		changed := rd.Hub.AccessWait()
+		if check {
+			if r := acc.recheck(ctx); r != nil {
+				return end(r)
+			}
+			check = false
+		}
 		rows, err := q.ListEvents(ctx, f, after, 500)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -201,14 +258,15 @@ func (rd *Reader) Follow(ctx context.Context, f store.EventFilter, after int64, 
 				return err
 			}
 			after = e.Position
+			check = check || strings.HasPrefix(e.Type, "iam.")
 		}
 		if len(rows) > 0 {
 			if err := fr.Flush(); err != nil {
 				return err
 			}
-			if len(rows) == 500 {
-				continue
-			}
+		}
+		if len(rows) == 500 || check {
+			continue
 		}
 		poll.Reset(rd.Poll)
 		select {
@@ -222,6 +280,12 @@ func (rd *Reader) Follow(ctx context.Context, f store.EventFilter, after int64, 
 			if err := fr.Idle(); err != nil {
 				return err
 			}
+		case <-expiry:
+			return end(TokenExpired())
+		case <-recheck:
+			check = true
+		case <-changed:
+			check = true
 		}
 	}
 }
@@ -230,7 +294,9 @@ func (rd *Reader) Follow(ctx context.Context, f store.EventFilter, after int64, 
 // Events until ctx ends or the client falls behind: `id` is the sequence,
 // `event` the type, `data` the CloudEvents envelope. Validate the resume
 // point (ResumePoint) before calling: once Stream starts, the status is 200.
-func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f store.EventFilter, after int64) error {
+// A reader that loses access (acc) gets one `event: error` message naming
+// the reason, and the stream closes.
+func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f store.EventFilter, after int64, acc Access) error {
 	rc := http.NewResponseController(w)
 	// The server's read and write timeouts are for requests, not streams:
 	// clear them (an expired read deadline would cancel the request's
@@ -242,7 +308,7 @@ func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f store.Eve
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s := &sseFraming{rc: rc, bw: bufio.NewWriterSize(w, 32<<10), timeout: rd.WriteTimeout}
+	s := &sseFraming{ctx: ctx, rc: rc, bw: bufio.NewWriterSize(w, 32<<10), timeout: rd.WriteTimeout}
 	// The opening names the resume point (the sequence "now" resolved to):
 	// a client that reconnects before the first event resumes there.
 	open := fmt.Sprintf("retry: 1000\n: stream after %d\n\n", after)
@@ -255,10 +321,11 @@ func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f store.Eve
 	if err := s.Flush(); err != nil {
 		return err
 	}
-	return rd.Follow(ctx, f, after, s)
+	return rd.Follow(ctx, f, after, s, acc)
 }
 
 type sseFraming struct {
+	ctx     context.Context
 	rc      *http.ResponseController
 	bw      *bufio.Writer
 	timeout time.Duration
@@ -293,6 +360,14 @@ func (s *sseFraming) Flush() error {
 func (s *sseFraming) Idle() error {
 	s.arm()
 	if _, err := s.bw.WriteString(": keep-alive\n\n"); err != nil {
+		return slow(err)
+	}
+	return s.Flush()
+}
+
+func (s *sseFraming) End(r *Revoked) error {
+	s.arm()
+	if _, err := fmt.Fprintf(s.bw, "event: error\ndata: %s\n\n", r.body(s.ctx)); err != nil {
 		return slow(err)
 	}
 	return s.Flush()

@@ -58,13 +58,18 @@ func BearerFromProtocols(header []string) string {
 // accepted WebSocket until the client goes away, the reader shuts down or
 // the client falls behind; it closes the connection with a status that
 // says which.
-func (rd *Reader) StreamWebSocket(ctx context.Context, c *websocket.Conn, f store.EventFilter, after int64) error {
+// A reader that loses access (acc) gets one {"error": …} message naming the
+// reason, then a close with CloseUnauthenticated or CloseAccessRevoked.
+func (rd *Reader) StreamWebSocket(ctx context.Context, c *websocket.Conn, f store.EventFilter, after int64, acc Access) error {
 	c.SetReadLimit(4096) // clients send nothing but control frames
 	// CloseRead answers pings and reads pongs and the close frame; its
 	// context ends when the client goes away.
 	ctx = c.CloseRead(ctx)
-	err := rd.Follow(ctx, f, after, &wsFraming{ctx: ctx, c: c, timeout: rd.WriteTimeout})
+	err := rd.Follow(ctx, f, after, &wsFraming{ctx: ctx, c: c, timeout: rd.WriteTimeout}, acc)
+	var revoked *Revoked
 	switch {
+	case errors.As(err, &revoked):
+		return err // End closed the connection
 	case err == nil && ctx.Err() == nil:
 		_ = c.Close(CloseServerShutdown, "server shutting down; resume with last_event_id")
 		return nil
@@ -83,7 +88,8 @@ func (rd *Reader) StreamWebSocket(ctx context.Context, c *websocket.Conn, f stor
 // RefuseWebSocket ends an accepted WebSocket with an error: one message
 // {"error": …} in the REST error shape, then a close whose code is
 // CloseCursorExpired for cursor_expired (reason
-// "cursor_expired oldest_sequence=N") and 1008 otherwise.
+// "cursor_expired oldest_sequence=N", or "cursor_expired" when the scope
+// retains no event) and 1008 otherwise.
 func RefuseWebSocket(ctx context.Context, c *websocket.Conn, envelope any, err error) {
 	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -92,7 +98,11 @@ func RefuseWebSocket(ctx context.Context, c *websocket.Conn, envelope any, err e
 	}
 	var e *errdefs.Error
 	if errors.As(err, &e) && e.Code == "cursor_expired" {
-		_ = c.Close(CloseCursorExpired, fmt.Sprintf("cursor_expired oldest_sequence=%v", e.Details["oldest_sequence"]))
+		reason := "cursor_expired"
+		if n, ok := e.Details["oldest_sequence"]; ok {
+			reason = fmt.Sprintf("cursor_expired oldest_sequence=%v", n)
+		}
+		_ = c.Close(CloseCursorExpired, reason)
 		return
 	}
 	_ = c.Close(websocket.StatusPolicyViolation, "refused")
@@ -132,6 +142,17 @@ func (w *wsFraming) Flush() error {
 	}
 	w.pending = w.pending[:0]
 	return nil
+}
+
+func (w *wsFraming) End(r *Revoked) error {
+	ctx, cancel := w.deadline()
+	defer cancel()
+	err := w.c.Write(ctx, websocket.MessageText, r.body(w.ctx))
+	if err != nil {
+		_ = w.c.CloseNow()
+		return err
+	}
+	return w.c.Close(r.closeCode(), r.Reason)
 }
 
 func (w *wsFraming) Idle() error {

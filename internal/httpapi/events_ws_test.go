@@ -153,14 +153,11 @@ func TestEventsWebSocket(t *testing.T) {
 		}
 		_ = cb.CloseNow()
 
-		// Past retention: one error message, then close 4410 naming the
-		// oldest retained sequence.
+		// Past retention: one error message, then close 4410. The only
+		// retained event is B's, so nothing is named (TestEventResumeStaysInScope
+		// has the answer naming the scope's oldest event).
 		s.SettleEvents()
 		if _, err := s.DB.Queries().PruneEvents(ctx, time.Now().Add(time.Hour)); err != nil {
-			t.Fatal(err)
-		}
-		oldest, _, err := s.DB.Queries().EventBounds(ctx)
-		if err != nil {
 			t.Fatal(err)
 		}
 		c, _, err = wsDial(ctx, s, pathA+"?last_event_id="+strconv.FormatInt(got[0].Sequence, 10), f.admin.Token, "", nil)
@@ -177,12 +174,12 @@ func TestEventsWebSocket(t *testing.T) {
 				Details map[string]any `json:"details"`
 			} `json:"error"`
 		}
-		if err := json.Unmarshal(b, &msg); err != nil || msg.Error.Code != "cursor_expired" || msg.Error.Details["oldest_sequence"] != float64(oldest) {
+		if err := json.Unmarshal(b, &msg); err != nil || msg.Error.Code != "cursor_expired" || len(msg.Error.Details) != 0 {
 			t.Fatalf("expired resume: %s", b)
 		}
 		_, _, err = c.Read(ctx)
 		var ce websocket.CloseError
-		if !errors.As(err, &ce) || ce.Code != events.CloseCursorExpired || ce.Reason != fmt.Sprintf("cursor_expired oldest_sequence=%d", oldest) {
+		if !errors.As(err, &ce) || ce.Code != events.CloseCursorExpired || ce.Reason != "cursor_expired" {
 			t.Fatalf("expired resume closed with %v", err)
 		}
 	})

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -12,6 +13,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -82,7 +84,7 @@ func (a *API) listEvents(sc eventScope) func(http.ResponseWriter, *http.Request)
 			if after, err = events.ParseCursor(pg.Cursor); err != nil {
 				return err
 			}
-			if err := a.Events.CheckRetained(r.Context(), after); err != nil {
+			if err := a.Events.CheckRetained(r.Context(), f, after); err != nil {
 				return err
 			}
 		}
@@ -112,11 +114,12 @@ func (a *API) streamEvents(sc eventScope) func(http.ResponseWriter, *http.Reques
 		if last == "" {
 			last = r.URL.Query().Get("last_event_id")
 		}
-		after, err := a.Events.ResumePoint(r.Context(), strings.TrimSpace(last))
+		after, err := a.Events.ResumePoint(r.Context(), f, strings.TrimSpace(last))
 		if err != nil {
 			return err
 		}
-		if err := a.Events.Stream(r.Context(), w, f, after); errors.Is(err, events.ErrSlowConsumer) {
+		var revoked *events.Revoked
+		if err := a.Events.Stream(r.Context(), w, f, after, a.streamAccess(r, sc)); errors.Is(err, events.ErrSlowConsumer) || errors.As(err, &revoked) {
 			a.Logger.InfoContext(r.Context(), "event stream ended", "error", err)
 		} else if err != nil {
 			a.Logger.DebugContext(r.Context(), "event stream ended", "error", err)
@@ -143,7 +146,7 @@ func (a *API) streamEventsWS(sc eventScope) func(http.ResponseWriter, *http.Requ
 		if !offersProtocol(r, events.WebSocketProtocol) {
 			return errdefs.Invalid("websocket_protocol_required", "offer the subprotocol %s in Sec-WebSocket-Protocol", events.WebSocketProtocol)
 		}
-		after, resumeErr := a.Events.ResumePoint(r.Context(), strings.TrimSpace(r.URL.Query().Get("last_event_id")))
+		after, resumeErr := a.Events.ResumePoint(r.Context(), f, strings.TrimSpace(r.URL.Query().Get("last_event_id")))
 		if e, ok := errdefs.As(resumeErr); resumeErr != nil && (!ok || e.Code != "cursor_expired") {
 			return resumeErr
 		}
@@ -167,11 +170,63 @@ func (a *API) streamEventsWS(sc eventScope) func(http.ResponseWriter, *http.Requ
 				CorrelationID: correlation.ID(r.Context()), Details: e.Details}, resumeErr)
 			return nil
 		}
-		if err := a.Events.StreamWebSocket(r.Context(), c, f, after); err != nil {
+		if err := a.Events.StreamWebSocket(r.Context(), c, f, after, a.streamAccess(r, sc)); err != nil {
 			a.Logger.InfoContext(r.Context(), "event websocket ended", "error", err)
 		}
 		return nil
 	}
+}
+
+// streamAccess is what an open stream keeps checking (events.Access): it
+// ends at the token's expiry, and Recheck runs the open-time authentication
+// and eventFilter's permission check again — so a revoked or expired token,
+// a disabled or deleted account and a removed role binding all end it.
+func (a *API) streamAccess(r *http.Request, sc eventScope) events.Access {
+	s, _ := r.Context().Value(sessionKey).(session)
+	return events.Access{Expires: s.expires, Recheck: func(ctx context.Context) error {
+		p, err := a.Tokens.Authenticate(ctx, s.token)
+		if err != nil {
+			return revokedBy(err)
+		}
+		g, err := iam.LoadGrants(ctx, a.DB.Queries(), p)
+		if err != nil {
+			return err
+		}
+		ctx = context.WithValue(principal.With(ctx, p), grantsKey, g)
+		if _, err := a.eventFilter(r.WithContext(ctx), sc); err != nil {
+			if k := errdefs.KindOf(err); k == errdefs.KindNotFound || k == errdefs.KindPermissionDenied {
+				return &events.Revoked{Reason: events.ReasonAccessRevoked,
+					Message: "you no longer have events.read on this stream's scope (a role binding was removed)"}
+			}
+			return err
+		}
+		return nil
+	}}
+}
+
+// revokedBy names why a token that authenticated when the stream opened no
+// longer does; an error that is not a refusal (the database) is passed on
+// as transient.
+func revokedBy(err error) error {
+	if errdefs.KindOf(err) != errdefs.KindUnauthenticated {
+		return err
+	}
+	if errors.Is(err, iam.ErrTokenExpired) {
+		return events.TokenExpired()
+	}
+	for _, c := range []struct {
+		why     error
+		reason  string
+		message string
+	}{
+		{iam.ErrAccountDisabled, events.ReasonAccountDisabled, "the account was disabled"},
+		{iam.ErrAccountDeleted, events.ReasonAccountDeleted, "the account no longer exists"},
+	} {
+		if errors.Is(err, c.why) {
+			return &events.Revoked{Reason: c.reason, Message: c.message}
+		}
+	}
+	return &events.Revoked{Reason: events.ReasonTokenRevoked, Message: "the access token was revoked; sign in again"}
 }
 
 func offersProtocol(r *http.Request, want string) bool {

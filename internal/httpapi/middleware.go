@@ -59,7 +59,17 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 type ctxKey int
 
-const grantsKey ctxKey = 0
+const (
+	grantsKey ctxKey = iota
+	sessionKey
+)
+
+// session is the bearer token a request authenticated with and its expiry,
+// for an event stream to re-check while it stays open (streamAccess).
+type session struct {
+	token   string
+	expires time.Time
+}
 
 func grantsFrom(ctx context.Context) *iam.Grants {
 	g, _ := ctx.Value(grantsKey).(*iam.Grants)
@@ -159,11 +169,15 @@ func (a *API) authenticate(r *http.Request, rt route) (context.Context, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
 		return nil, errdefs.Unauthenticated("unauthenticated", "the Authorization header must be 'Bearer <token>'")
 	}
-	p, err := a.Tokens.Authenticate(ctx, tok)
+	p, claims, err := a.Tokens.Claims(ctx, tok)
 	if err != nil {
 		return nil, err
 	}
-	ctx = principal.With(ctx, p)
+	s := session{token: tok}
+	if claims.ExpiresAt != nil {
+		s.expires = claims.ExpiresAt.Time
+	}
+	ctx = context.WithValue(principal.With(ctx, p), sessionKey, s)
 	g, err := iam.LoadGrants(ctx, a.DB.Queries(), p)
 	if err != nil {
 		return nil, err

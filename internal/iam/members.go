@@ -115,7 +115,7 @@ func (s *Service) RemoveMember(ctx context.Context, g *Grants, scopeType, scopeI
 	if err != nil {
 		return err
 	}
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		b, err := tx.GetRoleBinding(ctx, bindingID)
 		if errors.Is(err, store.ErrNotFound) || (err == nil && (b.ScopeType != scopeType || b.ScopeID != scopeID)) {
 			return errdefs.NotFound("binding_not_found", "no role binding %q at this scope", bindingID)
@@ -129,4 +129,8 @@ func (s *Service) RemoveMember(ctx context.Context, g *Grants, scopeType, scopeI
 		return tx.Audit(store.AuditEvent{Action: "role_binding.delete", ResourceType: "role_binding", ResourceID: b.ID,
 			OrgID: orgID, ProjectID: projectOf(scopeType, scopeID)}, b, nil)
 	})
+	if err == nil {
+		s.AccessChanged()
+	}
+	return err
 }

@@ -21,6 +21,10 @@ type Service struct {
 	Tokens *Tokens
 	Logger *slog.Logger
 	Now    func() time.Time
+	// OnAccessChanged, when set, is called after a change that may end
+	// someone's access (a role binding removed, an account disabled or
+	// deleted): open event streams re-check their reader at once.
+	OnAccessChanged func()
 
 	throttleOnce  sync.Once
 	loginThrottle *loginThrottle
@@ -33,6 +37,14 @@ var slugRE = regexp.MustCompile(`^[a-z][a-z0-9-]{1,62}$`)
 
 // ValidSlug reports whether s is a well-formed slug.
 func ValidSlug(s string) bool { return slugRE.MatchString(s) && !strings.HasSuffix(s, "-") }
+
+// AccessChanged reports a committed change that may end someone's access
+// (see OnAccessChanged).
+func (s *Service) AccessChanged() {
+	if s.OnAccessChanged != nil {
+		s.OnAccessChanged()
+	}
+}
 
 func (s *Service) now() time.Time {
 	if s.Now != nil {

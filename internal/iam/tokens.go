@@ -103,10 +103,31 @@ func (t *Tokens) Issue(p principal.Principal, keyID string) (Issued, error) {
 	return Issued{AccessToken: s, TokenType: "Bearer", ExpiresIn: int(ttl.Seconds())}, nil
 }
 
-var errBadToken = errdefs.Unauthenticated("invalid_token", "the access token is invalid, expired or revoked; sign in again")
+// Why a token that verified once no longer does: the cause of the 401 an
+// authentication returns (errors.Is), for an open event stream to name the
+// reason it ends. The REST answer is the same invalid_token for every one.
+var (
+	ErrTokenExpired    = errors.New("token_expired")
+	ErrTokenRevoked    = errors.New("token_revoked")
+	ErrAccountDisabled = errors.New("account_disabled")
+	ErrAccountDeleted  = errors.New("account_deleted")
+)
 
-// Authenticate verifies a bearer token and returns its principal.
-func (t *Tokens) Authenticate(ctx context.Context, raw string) (principal.Principal, error) {
+var errBadToken = BadToken(nil)
+
+// BadToken is the 401 for a token that is invalid, expired or revoked, with
+// why (one of the Err* reasons above, or nil) as its cause.
+func BadToken(why error) error {
+	e := errdefs.Unauthenticated("invalid_token", "the access token is invalid, expired or revoked; sign in again")
+	if why != nil {
+		e = e.WithCause(why)
+	}
+	return e
+}
+
+// Claims verifies a bearer token like Authenticate and also returns its
+// claims (a stream ends at their expiry).
+func (t *Tokens) Claims(ctx context.Context, raw string) (principal.Principal, AccessClaims, error) {
 	var c AccessClaims
 	if _, err := t.parser.ParseWithClaims(raw, &c, t.Ring.Keyfunc); err != nil {
 		if errors.Is(err, jwt.ErrTokenUnverifiable) {
@@ -114,13 +135,24 @@ func (t *Tokens) Authenticate(ctx context.Context, raw string) (principal.Princi
 			// few seconds.
 			if t.Ring.ReloadIfStale(ctx) {
 				if _, err2 := t.parser.ParseWithClaims(raw, &c, t.Ring.Keyfunc); err2 == nil {
-					return t.check(ctx, c)
+					p, err := t.check(ctx, c)
+					return p, c, err
 				}
 			}
 		}
-		return principal.Principal{}, errBadToken
+		if errors.Is(err, jwt.ErrTokenExpired) {
+			return principal.Principal{}, c, BadToken(ErrTokenExpired)
+		}
+		return principal.Principal{}, c, errBadToken
 	}
-	return t.check(ctx, c)
+	p, err := t.check(ctx, c)
+	return p, c, err
+}
+
+// Authenticate verifies a bearer token and returns its principal.
+func (t *Tokens) Authenticate(ctx context.Context, raw string) (principal.Principal, error) {
+	p, _, err := t.Claims(ctx, raw)
+	return p, err
 }
 
 func (t *Tokens) check(ctx context.Context, c AccessClaims) (principal.Principal, error) {
@@ -130,14 +162,17 @@ func (t *Tokens) check(ctx context.Context, c AccessClaims) (principal.Principal
 		u, err := q.GetUser(ctx, c.Subject)
 		if err != nil {
 			if errors.Is(err, store.ErrNotFound) {
-				return principal.Principal{}, errBadToken
+				return principal.Principal{}, BadToken(ErrAccountDeleted)
 			}
 			return principal.Principal{}, err
 		}
+		if u.Status != "active" {
+			return principal.Principal{}, BadToken(ErrAccountDisabled)
+		}
 		// <=: a token minted in the same millisecond as a revocation is
 		// revoked too.
-		if u.Status != "active" || c.IssuedAtMS <= u.TokensValidAfter.UnixMilli() {
-			return principal.Principal{}, errBadToken
+		if c.IssuedAtMS <= u.TokensValidAfter.UnixMilli() {
+			return principal.Principal{}, BadToken(ErrTokenRevoked)
 		}
 		return principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, nil
 	case string(principal.ServiceAccount):

@@ -105,6 +105,9 @@ func (s *Service) SetUserStatus(ctx context.Context, g *Grants, userID, status s
 	if errors.Is(err, store.ErrNotFound) {
 		return store.User{}, errdefs.NotFound("user_not_found", "user %q does not exist", userID)
 	}
+	if err == nil && status == "disabled" {
+		s.AccessChanged()
+	}
 	return after, err
 }
 

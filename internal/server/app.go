@@ -120,6 +120,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if a.events, err = a.newEventParts(ctx); err != nil {
 		return nil, err
 	}
+	// Open event streams re-check their reader at once when access changes.
+	svc.OnAccessChanged = a.events.hub.AccessChanged
 	defer func() {
 		if !ok {
 			a.events.close()

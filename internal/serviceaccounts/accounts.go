@@ -311,6 +311,9 @@ func (s *Service) setStatus(ctx context.Context, g *iam.Grants, projectID, id, s
 		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "service_account", ResourceID: id,
 			OrgID: p.OrgID, ProjectID: p.ID}, before.ServiceAccount, after.ServiceAccount)
 	})
+	if err == nil && status == "disabled" {
+		s.IAM.AccessChanged()
+	}
 	return after, err
 }
 
@@ -396,7 +399,7 @@ func (s *Service) Delete(ctx context.Context, g *iam.Grants, projectID, id strin
 	if err != nil {
 		return err
 	}
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		before, err := s.load(ctx, tx.Queries, p.ID, id)
 		if err != nil {
 			return err
@@ -413,4 +416,8 @@ func (s *Service) Delete(ctx context.Context, g *iam.Grants, projectID, id strin
 		return tx.Audit(store.AuditEvent{Action: "service_account.delete", ResourceType: "service_account", ResourceID: id,
 			OrgID: p.OrgID, ProjectID: p.ID}, before, nil)
 	})
+	if err == nil {
+		s.IAM.AccessChanged()
+	}
+	return err
 }

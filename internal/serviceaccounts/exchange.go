@@ -128,8 +128,12 @@ func (s *Service) purgeUsedAssertions(ctx context.Context, q *store.Queries) {
 	}
 }
 
-var errTokenRevoked = errdefs.Unauthenticated("invalid_token",
-	"this service-account token is no longer valid: the account was disabled or deleted, or its key was revoked; exchange a new assertion")
+// errTokenRevoked is the 401 of a service-account token that no longer
+// holds; why (iam.ErrAccountDeleted, …) is its cause.
+func errTokenRevoked(why error) error {
+	return errdefs.Unauthenticated("invalid_token",
+		"this service-account token is no longer valid: the account was disabled or deleted, or its key was revoked; exchange a new assertion").WithCause(why)
+}
 
 // CheckServiceAccountToken is consulted on every request carrying a
 // service-account token: the account must exist and be enabled, the token
@@ -137,15 +141,18 @@ var errTokenRevoked = errdefs.Unauthenticated("invalid_token",
 func (s *Service) CheckServiceAccountToken(ctx context.Context, q *store.Queries, c iam.AccessClaims) (principal.Principal, error) {
 	a, k, err := q.ServiceAccountWithKey(ctx, c.Subject, c.KeyID)
 	if errors.Is(err, store.ErrNotFound) {
-		return principal.Principal{}, errTokenRevoked
+		return principal.Principal{}, errTokenRevoked(iam.ErrAccountDeleted)
 	}
 	if err != nil {
 		return principal.Principal{}, err
 	}
 	// <=: a token minted in the same millisecond as a revocation is revoked
 	// too; erring that way costs a retry, the other way a live token.
-	if a.Status != "active" || c.IssuedAtMS <= a.TokensValidAfter.UnixMilli() || !k.ActiveAt(s.Now()) {
-		return principal.Principal{}, errTokenRevoked
+	if a.Status != "active" {
+		return principal.Principal{}, errTokenRevoked(iam.ErrAccountDisabled)
+	}
+	if c.IssuedAtMS <= a.TokensValidAfter.UnixMilli() || !k.ActiveAt(s.Now()) {
+		return principal.Principal{}, errTokenRevoked(iam.ErrTokenRevoked)
 	}
 	return principal.Principal{Type: principal.ServiceAccount, ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID}, nil
 }
