@@ -59,7 +59,7 @@ gpuaas app entitle my-app --mode tenant_dedicated --scope project >/dev/null
 
 echo "== 7. as the service account: what would a launch get?"
 gpuaas app catalog --as "$SA" -o table
-gpuaas app preview my-app "$VERSION" --gpus 2 --as "$SA"
+gpuaas app preview my-app "$VERSION" --gpus 0 --as "$SA"
 if gpuaas app preview my-app "$VERSION" --gpus 5 --as "$SA" 2>/dev/null; then
   echo "a launch outside the GPU bounds was accepted" >&2; exit 1
 fi
