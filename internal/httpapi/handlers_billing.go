@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/csv"
 	"io"
+	"math/big"
 	"mime"
 	"net/http"
 	"strconv"
@@ -114,7 +115,7 @@ func checkFormat(r *http.Request) error {
 
 type usageGroupView struct {
 	Keys     map[string]string `json:"keys"`
-	Quantity int64             `json:"quantity"`
+	Quantity *big.Int          `json:"quantity"` // exact, may exceed 64 bits
 	Records  int64             `json:"records"`
 }
 
@@ -153,7 +154,7 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
 					for _, c := range qy.GroupBy {
 						row = append(row, gr.Keys[c])
 					}
-					row = append(row, gr.Keys["usage_unit"], itoa64(gr.Quantity), itoa64(gr.Records))
+					row = append(row, gr.Keys["usage_unit"], gr.Quantity.String(), itoa64(gr.Records))
 					if err := emit(row); err != nil {
 						return err
 					}
@@ -207,10 +208,12 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// Totals are exact: a sum of many entries may exceed 64 bits, and JSON
+// numbers have no such limit.
 type ledgerTotalView struct {
-	Currency     string `json:"currency"`
-	AmountMicros int64  `json:"amount_micros"`
-	Entries      int64  `json:"entries"`
+	Currency     string   `json:"currency"`
+	AmountMicros *big.Int `json:"amount_micros"`
+	Entries      int64    `json:"entries"`
 }
 
 type ledgerListView struct {
@@ -297,7 +300,7 @@ func viewTotals(gs []store.LedgerGroup) []ledgerTotalView {
 type costGroupView struct {
 	Keys         map[string]string `json:"keys"`
 	Currency     string            `json:"currency"`
-	AmountMicros int64             `json:"amount_micros"`
+	AmountMicros *big.Int          `json:"amount_micros"`
 	Entries      int64             `json:"entries"`
 }
 
@@ -333,11 +336,11 @@ func (a *API) billingCosts(w http.ResponseWriter, r *http.Request) error {
 	for _, g := range groups {
 		t := sums[g.Currency]
 		if t == nil {
-			out.Totals = append(out.Totals, ledgerTotalView{Currency: g.Currency})
+			out.Totals = append(out.Totals, ledgerTotalView{Currency: g.Currency, AmountMicros: new(big.Int)})
 			t = &out.Totals[len(out.Totals)-1]
 			sums[g.Currency] = t
 		}
-		t.AmountMicros += g.AmountMicros
+		t.AmountMicros.Add(t.AmountMicros, g.AmountMicros)
 		t.Entries += g.Entries
 		if len(qy.GroupBy) > 0 {
 			out.Groups = append(out.Groups, costGroupView{Keys: g.Keys, Currency: g.Currency, AmountMicros: g.AmountMicros, Entries: g.Entries})
@@ -348,7 +351,7 @@ func (a *API) billingCosts(w http.ResponseWriter, r *http.Request) error {
 		return writeCSV(w, cols, func(emit func([]string) error) error {
 			if len(qy.GroupBy) == 0 {
 				for _, t := range out.Totals {
-					if err := emit([]string{t.Currency, itoa64(t.AmountMicros), itoa64(t.Entries)}); err != nil {
+					if err := emit([]string{t.Currency, t.AmountMicros.String(), itoa64(t.Entries)}); err != nil {
 						return err
 					}
 				}
@@ -359,7 +362,7 @@ func (a *API) billingCosts(w http.ResponseWriter, r *http.Request) error {
 				for _, c := range qy.GroupBy {
 					row = append(row, g.Keys[c])
 				}
-				if err := emit(append(row, g.Currency, itoa64(g.AmountMicros), itoa64(g.Entries))); err != nil {
+				if err := emit(append(row, g.Currency, g.AmountMicros.String(), itoa64(g.Entries))); err != nil {
 					return err
 				}
 			}

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"math/big"
 	"slices"
 	"strconv"
 	"strings"
@@ -258,7 +259,7 @@ var LedgerGroupColumns = []string{"project_id", "app_instance_id", "usage_source
 // UsageGroup is one row of a grouped usage total.
 type UsageGroup struct {
 	Keys     map[string]string
-	Quantity int64
+	Quantity *big.Int // exact: sums of many records exceed 64 bits
 	Records  int64
 }
 
@@ -269,7 +270,7 @@ func (q *Queries) GroupUsage(ctx context.Context, f UsageFilter, by []string) ([
 	by = withColumn(by, "usage_unit")
 	cols := strings.Join(by, ", ")
 	where, args := f.where("start_time")
-	rows, err := q.query(ctx, `SELECT `+cols+`, COALESCE(SUM(quantity), 0), COUNT(*) FROM usage_records`+where+
+	rows, err := q.query(ctx, `SELECT `+cols+`, `+exactSum("quantity")+`, COUNT(*) FROM usage_records`+where+
 		` GROUP BY `+cols+` ORDER BY `+cols, args...)
 	if err != nil {
 		return nil, err
@@ -280,11 +281,15 @@ func (q *Queries) GroupUsage(ctx context.Context, f UsageFilter, by []string) ([
 		for i := range vals {
 			dst = append(dst, &vals[i])
 		}
-		var g UsageGroup
-		dst = append(dst, &g.Quantity, &g.Records)
+		var (
+			g   UsageGroup
+			sum bigSum
+		)
+		dst = append(append(dst, sum.dests()...), &g.Records)
 		if err := s.Scan(dst...); err != nil {
 			return g, err
 		}
+		g.Quantity = sum.value()
 		g.Keys = make(map[string]string, len(by))
 		for i, c := range by {
 			g.Keys[c] = vals[i]
@@ -597,7 +602,7 @@ func (q *Queries) ListLedger(ctx context.Context, f UsageFilter, p Page) ([]Ledg
 type LedgerGroup struct {
 	Keys         map[string]string
 	Currency     string
-	AmountMicros int64
+	AmountMicros *big.Int // exact: sums of many entries exceed 64 bits
 	Entries      int64
 }
 
@@ -608,7 +613,7 @@ func (q *Queries) GroupLedger(ctx context.Context, f UsageFilter, by []string) (
 	by = withColumn(by, "currency")
 	cols := strings.Join(by, ", ")
 	where, args := f.where("usage_time")
-	rows, err := q.query(ctx, `SELECT `+cols+`, COALESCE(SUM(amount_micros), 0), COUNT(*) FROM ledger_entries`+where+
+	rows, err := q.query(ctx, `SELECT `+cols+`, `+exactSum("amount_micros")+`, COUNT(*) FROM ledger_entries`+where+
 		` GROUP BY `+cols+` ORDER BY `+cols, args...)
 	if err != nil {
 		return nil, err
@@ -619,11 +624,15 @@ func (q *Queries) GroupLedger(ctx context.Context, f UsageFilter, by []string) (
 		for i := range vals {
 			dst = append(dst, &vals[i])
 		}
-		var g LedgerGroup
-		dst = append(dst, &g.AmountMicros, &g.Entries)
+		var (
+			g   LedgerGroup
+			sum bigSum
+		)
+		dst = append(append(dst, sum.dests()...), &g.Entries)
 		if err := s.Scan(dst...); err != nil {
 			return g, err
 		}
+		g.AmountMicros = sum.value()
 		g.Keys = make(map[string]string, len(by))
 		for i, c := range by {
 			if c == "currency" {
@@ -636,12 +645,13 @@ func (q *Queries) GroupLedger(ctx context.Context, f UsageFilter, by []string) (
 	})
 }
 
-// ProjectSpend sums the ledger of a project over [from, to).
+// ProjectSpend sums the ledger of a project over [from, to), clamped to
+// the int64 range (a spend beyond it is over any budget).
 func (q *Queries) ProjectSpend(ctx context.Context, projectID string, from, to time.Time) (int64, error) {
-	var sum int64
-	err := q.queryRow(ctx, `SELECT COALESCE(SUM(amount_micros), 0) FROM ledger_entries WHERE project_id = ? AND usage_time >= ? AND usage_time < ?`,
-		projectID, ts(from), ts(to)).Scan(&sum)
-	return sum, mapErr(err)
+	var sum bigSum
+	err := q.queryRow(ctx, `SELECT `+exactSum("amount_micros")+` FROM ledger_entries WHERE project_id = ? AND usage_time >= ? AND usage_time < ?`,
+		projectID, ts(from), ts(to)).Scan(sum.dests()...)
+	return Saturate(sum.value()), mapErr(err)
 }
 
 // Budget is a project's cost controls. A nil limit means none.
