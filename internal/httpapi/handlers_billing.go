@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/csv"
 	"io"
 	"math/big"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -468,4 +471,72 @@ func (a *API) correctLedgerEntry(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusCreated, billing.ViewEntry(e))
 	return nil
+}
+
+type unratedUsageView struct {
+	UsageRecord billing.UsageRecordView `json:"usage_record"`
+	Reason      string                  `json:"reason"`
+	Detail      string                  `json:"detail"`
+	ParkedAt    string                  `json:"parked_at,omitempty"`
+}
+
+type unratedUsageListView struct {
+	Items      []unratedUsageView `json:"items"`
+	NextCursor string             `json:"next_cursor"`
+	// Counts: unrated records by reason (parked ones, and those the last
+	// rating run left waiting for a price).
+	Counts map[string]int64 `json:"counts"`
+}
+
+// listUnratedUsage: usage records with no charge and why (operators).
+func (a *API) listUnratedUsage(w http.ResponseWriter, r *http.Request) error {
+	svc, err := a.billingService()
+	if err != nil {
+		return err
+	}
+	p, err := page(r)
+	if err != nil {
+		return err
+	}
+	rs, next, err := svc.ListUnrated(r.Context(), grantsFrom(r.Context()), p)
+	if err != nil {
+		return err
+	}
+	counts, err := svc.UnratedCounts(r.Context())
+	if err != nil {
+		return err
+	}
+	out := unratedUsageListView{Items: make([]unratedUsageView, 0, len(rs)), NextCursor: next, Counts: counts}
+	for _, u := range rs {
+		v := unratedUsageView{UsageRecord: billing.ViewUsage(u.Record), Reason: u.Reason, Detail: u.Detail}
+		if !u.ParkedAt.IsZero() {
+			v.ParkedAt = u.ParkedAt.UTC().Format(time.RFC3339Nano)
+		}
+		out.Items = append(out.Items, v)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// unratedCollector exports the unrated usage counts at each scrape as
+// gpuaas_billing_unrated_usage_records{reason}.
+type unratedCollector struct{ svc *billing.Service }
+
+var unratedDesc = prometheus.NewDesc("gpuaas_billing_unrated_usage_records",
+	"Usage records with no charge, by reason: no_price (waiting for a price), amount_overflow and rating_failed (parked).",
+	[]string{"reason"}, nil)
+
+func (c unratedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- unratedDesc }
+
+func (c unratedCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.svc.UnratedCounts(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(unratedDesc, err)
+		return
+	}
+	for reason, n := range counts {
+		ch <- prometheus.MustNewConstMetric(unratedDesc, prometheus.GaugeValue, float64(n), reason)
+	}
 }
