@@ -203,9 +203,9 @@ func TestUsageWindowAndPriceEffectivity(t *testing.T) {
 
 		old := usageEvent("old", source, "requests", 5, now)
 		old["data"].(map[string]any)["start_time"] = now.Add(-100 * time.Hour).Format(time.RFC3339)
-		r := wl.Bot.Do("POST", path, old, "Content-Type", billing.MediaTypeEvent).Want(t, 400)
-		if r.ErrorCode() != "usage_event_out_of_window" || !strings.Contains(string(r.Body), "/data/start_time") {
-			t.Fatalf("backdated start_time: %s", r.Body)
+		r := wl.Bot.Do("POST", path, old, "Content-Type", billing.MediaTypeEvent)
+		if r.Status != http.StatusBadRequest || r.ErrorCode() != "usage_event_out_of_window" || !strings.Contains(string(r.Body), "/data/start_time") {
+			t.Errorf("backdated start_time: %s", r.Body)
 		}
 
 		nul := usageEvent("a\x00b", source, "requests", 1, now)
@@ -213,14 +213,14 @@ func TestUsageWindowAndPriceEffectivity(t *testing.T) {
 		quoted["data"].(map[string]any)["quantity"] = "5"
 		huge := usageEvent("huge", source, "requests", billing.MaxQuantity+1, now)
 		for name, ev := range map[string]map[string]any{"/id": nul, "/data/quantity": quoted, "/data/quantity ": huge} {
-			r := wl.Bot.Do("POST", path, ev, "Content-Type", billing.MediaTypeEvent).Want(t, 400)
-			if r.ErrorCode() != "invalid_usage_event" || !strings.Contains(string(r.Body), strings.TrimSpace(name)) {
+			r := wl.Bot.Do("POST", path, ev, "Content-Type", billing.MediaTypeEvent)
+			if r.Status != http.StatusBadRequest || r.ErrorCode() != "invalid_usage_event" || !strings.Contains(string(r.Body), strings.TrimSpace(name)) {
 				t.Errorf("%s: %s", name, r.Body)
 			}
 		}
-		r = admin.Do("POST", "/api/v1/admin/billing/prices", map[string]any{"usage_source": "app_runtime", "meter": "req-app/requests",
-			"unit_price_micros": billing.MaxMicrosPerUnit + 1}).Want(t, 400)
-		if !strings.Contains(string(r.Body), "/unit_price_micros") {
+		r = admin.Do("POST", "/api/v1/admin/billing/prices", map[string]any{"usage_source": "app_runtime", "meter": "other-app/requests",
+			"unit_price_micros": billing.MaxMicrosPerUnit + 1})
+		if r.Status != http.StatusBadRequest || !strings.Contains(string(r.Body), "/unit_price_micros") {
 			t.Errorf("an unratable price: %s", r.Body)
 		}
 
@@ -230,7 +230,7 @@ func TestUsageWindowAndPriceEffectivity(t *testing.T) {
 		p := admin.Do("POST", "/api/v1/admin/billing/prices", map[string]any{"usage_source": "app_runtime", "meter": "req-app/requests",
 			"unit_price_micros": 7}).Want(t, 201)
 		if eff, err := time.Parse(time.RFC3339Nano, p.String("effective_from")); err != nil || eff.Nanosecond() != 0 || !strings.HasPrefix(p.String("created_by"), "user:") {
-			t.Fatalf("price (want whole-second effect, created by the admin): %s", p.Body)
+			t.Errorf("price (want whole-second effect, created by the admin): %s", p.Body)
 		}
 		stamp := time.Now().UTC().Truncate(time.Second)
 		wl.Bot.Do("POST", path, usageEvent("whole-second", source, "requests", 3, stamp), "Content-Type", billing.MediaTypeEvent).Want(t, 200)
