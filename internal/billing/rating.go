@@ -16,8 +16,8 @@ import (
 // rateBatch is how many usage records one rating transaction takes.
 const rateBatch = 500
 
-// errNothingToPost rolls back a rating transaction that posted nothing, so
-// an idle run leaves no audit row behind.
+// errNothingToPost rolls back a rating transaction that posted nothing (or
+// a park another rater already made), so it leaves no audit row behind.
 var errNothingToPost = errors.New("billing: nothing to post")
 
 // Amount is quantity × unitPrice / perQuantity in micro-units, rounded half
@@ -56,6 +56,8 @@ const (
 	UnratedAmountOverflow = "amount_overflow"
 	// UnratedRatingFailed: posting its charge failed on its own; parked.
 	UnratedRatingFailed = "rating_failed"
+	// UnratedPending: priced, not parked; the next rating run charges it.
+	UnratedPending = "pending"
 )
 
 // Rate posts a charge for every usage record that has none yet and whose
@@ -153,13 +155,21 @@ func (s *Service) park(ctx context.Context, r store.UsageRecord, reason, detail 
 		"reason", reason, "detail", detail)
 	p := store.ParkedUsage{UsageRecordID: r.ID, OrgID: r.OrgID, ProjectID: r.ProjectID, Reason: reason, Detail: detail,
 		ParkedAt: s.Now().UTC()}
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		if _, err := tx.ParkUsage(ctx, p); err != nil {
+	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		parked, err := tx.ParkUsage(ctx, p)
+		if err != nil {
 			return err
+		}
+		if !parked {
+			return errNothingToPost // another rater parked it: no second audit row
 		}
 		return tx.Audit(store.AuditEvent{Action: "billing.usage.park", ResourceType: "usage_record", ResourceID: r.ID,
 			OrgID: r.OrgID, ProjectID: r.ProjectID, Reason: reason}, nil, map[string]string{"reason": reason, "detail": detail})
 	})
+	if errors.Is(err, errNothingToPost) {
+		return nil
+	}
+	return err
 }
 
 // post charges cs in one transaction.

@@ -51,7 +51,7 @@ func (s *Service) ListUnrated(ctx context.Context, g *iam.Grants, page store.Pag
 	for _, r := range rs {
 		u := UnratedRecord{Record: r.Record, Reason: r.Parked.Reason, Detail: r.Parked.Detail, ParkedAt: r.Parked.ParkedAt}
 		if u.Reason == "" {
-			u.Reason = "pending"
+			u.Reason = UnratedPending
 			if _, err := s.priceFor(ctx, q, r.Record); errors.Is(err, store.ErrNotFound) {
 				u.Reason = UnratedNoPrice
 			} else if err != nil {
