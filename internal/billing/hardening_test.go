@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/servertest"
@@ -153,6 +154,11 @@ func TestLedgerSumsBeyond64Bits(t *testing.T) {
 			if tot := costs["totals"].([]any)[0].(map[string]any); tot["amount_micros"].(json.Number).String() != want.String() {
 				t.Fatalf("costs%s totals %v, want %s", q, tot, want)
 			}
+		}
+		// The Go client (and so the CLI) reads them too.
+		cc, err := client.New(s.URL, admin.Token).Costs(ctx, client.BillingQuery{ProjectID: pid})
+		if err != nil || len(cc.Totals) != 1 || cc.Totals[0].AmountMicros.Cmp(want) != 0 {
+			t.Fatalf("client costs: %+v %v", cc, err)
 		}
 		csv := admin.Do("GET", "/api/v1/billing/costs?project_id="+pid+"&format=csv", nil).Want(t, 200)
 		if !strings.Contains(string(csv.Body), want.String()) {
