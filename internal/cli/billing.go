@@ -3,7 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"math/big"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -75,17 +74,6 @@ func (f *billingFlags) query(cmd *cobra.Command, c *client.Client) (client.Billi
 		q.GroupBy = strings.Split(f.groupBy, ",")
 	}
 	return q, nil
-}
-
-// money renders micro-units as a decimal amount.
-func money(micros *big.Int, currency string) string {
-	sign, m := "", new(big.Int).Set(micros)
-	if m.Sign() < 0 {
-		sign = "-"
-		m.Neg(m)
-	}
-	units, frac := m.QuoRem(m, big.NewInt(1_000_000), new(big.Int))
-	return fmt.Sprintf("%s%s.%06d %s", sign, units, frac.Int64(), currency)
 }
 
 // billingRead is the body of a billing read: the shared filters resolved
@@ -182,7 +170,7 @@ func newBillingLedgerCmd() *cobra.Command {
 				fmt.Fprintln(tw, "ID\tTYPE\tUSAGE TIME\tSOURCE\tUNIT\tQUANTITY\tAMOUNT\tCORRECTS")
 				for _, e := range page.Items {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.EntryType, e.UsageTime, e.UsageSource, e.UsageUnit,
-						e.Quantity, money(big.NewInt(e.AmountMicros), e.Currency), e.CorrectsEntryID)
+						e.Quantity, money64(e.AmountMicros, e.Currency), e.CorrectsEntryID)
 				}
 				for _, b := range page.Balance {
 					fmt.Fprintf(tw, "BALANCE\t\t\t\t\t\t%s\t(%d entries)\n", money(b.AmountMicros, b.Currency), b.Entries)
@@ -317,7 +305,7 @@ func newBillingPriceCmd() *cobra.Command {
 				return err
 			}
 			return printPage(cmd, &f, client.CatalogPage[client.Price](page), "SKU/METER\tVERSION\tPRICE\tPER\tEFFECTIVE FROM", func(p client.Price) string {
-				return fmt.Sprintf("%s\t%d\t%s\t%d %s\t%s", p.SKU+p.Meter, p.Version, money(big.NewInt(p.UnitPriceMicros), p.Currency), p.PerQuantity, p.UsageUnit, p.EffectiveFrom)
+				return fmt.Sprintf("%s\t%d\t%s\t%d %s\t%s", p.SKU+p.Meter, p.Version, money64(p.UnitPriceMicros, p.Currency), p.PerQuantity, p.UsageUnit, p.EffectiveFrom)
 			})
 		},
 	}
