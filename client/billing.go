@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -42,7 +43,7 @@ type UsageGroups struct {
 	GroupBy []string `json:"group_by"`
 	Groups  []struct {
 		Keys     map[string]string `json:"keys"`
-		Quantity int64             `json:"quantity"`
+		Quantity *big.Int          `json:"quantity"` // exact: may exceed 64 bits
 		Records  int64             `json:"records"`
 	} `json:"groups"`
 }
@@ -74,9 +75,9 @@ type LedgerEntry struct {
 
 // BillingTotal is a sum of ledger entries in one currency.
 type BillingTotal struct {
-	Currency     string `json:"currency"`
-	AmountMicros int64  `json:"amount_micros"`
-	Entries      int64  `json:"entries"`
+	Currency     string   `json:"currency"`
+	AmountMicros *big.Int `json:"amount_micros"` // exact: may exceed 64 bits
+	Entries      int64    `json:"entries"`
 }
 
 // LedgerPage is a page of entries and the balance of all matching entries.
@@ -93,7 +94,7 @@ type BillingCosts struct {
 	Groups  []struct {
 		Keys         map[string]string `json:"keys"`
 		Currency     string            `json:"currency"`
-		AmountMicros int64             `json:"amount_micros"`
+		AmountMicros *big.Int          `json:"amount_micros"` // exact: may exceed 64 bits
 		Entries      int64             `json:"entries"`
 	} `json:"groups"`
 }

@@ -348,7 +348,7 @@ func TestUsageIngest(t *testing.T) {
 		}
 
 		total, err := s.DB.Queries().GroupUsage(ctx, store.UsageFilter{AppInstanceID: wl.ID}, nil)
-		if err != nil || len(total) != 1 || total[0].Records != 11 || total[0].Quantity != 1234+1000 {
+		if err != nil || len(total) != 1 || total[0].Records != 11 || total[0].Quantity.Int64() != 1234+1000 {
 			t.Fatalf("after refusals: %+v %v", total, err)
 		}
 	})

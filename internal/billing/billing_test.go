@@ -79,6 +79,11 @@ func TestParseUsageEvents(t *testing.T) {
 		{`{"specversion":"1.0","id":"e","source":"s","type":"t","data":{"quantity":1}}`, "/data/usage_unit"},
 		{`{"specversion":"1.0","id":"e","source":"s","type":"t","time":"yesterday","data":{"usage_unit":"tokens","quantity":1}}`, "/time"},
 		{`{"specversion":"1.0","id":"e","source":"s","type":"t","data":"tokens"}`, "/data"},
+		{`{"specversion":"1.0","id":"e\u0000","source":"s","type":"t","data":{"usage_unit":"tokens","quantity":1}}`, "/id"},
+		{`{"specversion":"1.0","id":"e","source":"s\n","type":"t","data":{"usage_unit":"tokens","quantity":1}}`, "/source"},
+		{`{"specversion":"1.0","id":"e","source":"s","type":"t","data":{"usage_unit":"tokens","quantity":"1"}}`, "/data/quantity"},
+		{`{"specversion":"1.0","id":"e","source":"s","type":"t","data":{"usage_unit":"tokens","quantity":1000000000001}}`, "/data/quantity"},
+		{`{"specversion":"1.0","id":"e","source":"s","type":"t","data":{"usage_unit":"tokens","quantity":99999999999999999999}}`, "/data/quantity"},
 	}
 	for _, b := range bad {
 		_, err := ParseUsageEvents([]byte(b.body), false, now)
@@ -99,6 +104,7 @@ func FuzzParseUsageEvents(f *testing.F) {
 	f.Add([]byte(`[{"specversion":"1.0","id":"e1","source":"s","type":"t","data":{"usage_unit":"requests","quantity":9,"start_time":"2026-01-01T00:00:00Z"}}]`), true)
 	f.Add([]byte(`[]`), true)
 	f.Add([]byte(`{"data":{"quantity":1e400}}`), false)
+	f.Add([]byte(`{"specversion":"1.0","id":"e\u0000","source":"s","type":"t","data":{"usage_unit":"tokens","quantity":"7"}}`), false)
 	now := time.Now()
 	f.Fuzz(func(t *testing.T, body []byte, batch bool) {
 		evs, err := ParseUsageEvents(body, batch, now)
@@ -109,7 +115,8 @@ func FuzzParseUsageEvents(f *testing.F) {
 			return
 		}
 		for _, ev := range evs {
-			if ev.ID == "" || ev.Source == "" || ev.UsageUnit == "" || ev.Quantity < 0 || ev.StartTime.After(ev.Time) {
+			if ev.ID == "" || ev.Source == "" || ev.UsageUnit == "" || ev.Quantity < 0 || ev.Quantity > MaxQuantity ||
+				ev.StartTime.After(ev.Time) || !printable(ev.ID) || !printable(ev.Source) {
 				t.Fatalf("accepted an invalid event %+v", ev)
 			}
 		}

@@ -3,10 +3,13 @@ package billing
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 )
@@ -47,17 +50,34 @@ type wireEvent struct {
 }
 
 type wireUsage struct {
-	UsageUnit string      `json:"usage_unit"`
-	Quantity  json.Number `json:"quantity"`
-	StartTime string      `json:"start_time"`
+	UsageUnit string          `json:"usage_unit"`
+	Quantity  json.RawMessage `json:"quantity"`
+	StartTime string          `json:"start_time"`
 }
 
-// Limits on one event's fields, so a dedupe key stays small.
+// Limits on one event's fields, so a dedupe key stays small and every
+// accepted quantity can be rated: MaxQuantity × any price the platform
+// accepts (MaxUnitPriceMicros) still fits in 64 bits.
 const (
 	maxIDLen     = 256
 	maxSourceLen = 1024
-	maxQuantity  = 1_000_000_000_000_000 // 10^15 of any unit in one event
+	// MaxQuantity is the most units one usage event may carry (10^12).
+	MaxQuantity = 1_000_000_000_000
 )
+
+// printable reports whether s is valid UTF-8 with no control characters
+// (NUL included): the same text on both dialects, and one a person can read.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
 
 // ParseUsageEvents reads a structured-mode body: one event (batch false) or
 // a JSON array of events (batch true). now is the receive time, used when an
@@ -124,11 +144,17 @@ func parseOne(raw json.RawMessage, prefix string, now time.Time) (UsageEvent, []
 	if w.SpecVersion != "1.0" {
 		bad("specversion", "unsupported", "must be \"1.0\"")
 	}
-	if w.ID == "" || len(w.ID) > maxIDLen {
+	switch {
+	case w.ID == "" || len(w.ID) > maxIDLen:
 		bad("id", "required", "is required: 1 to %d characters, unique per source", maxIDLen)
+	case !printable(w.ID):
+		bad("id", "invalid", "must be UTF-8 text without control characters (NUL, newlines, …)")
 	}
-	if w.Source == "" || len(w.Source) > maxSourceLen {
+	switch {
+	case w.Source == "" || len(w.Source) > maxSourceLen:
 		bad("source", "required", "is required: a URI reference of at most %d characters", maxSourceLen)
+	case !printable(w.Source):
+		bad("source", "invalid", "must be UTF-8 text without control characters (NUL, newlines, …)")
 	}
 	if w.Type == "" {
 		bad("type", "required", "is required (for example \"gpuaas.usage.v1\")")
@@ -160,14 +186,20 @@ func parseOne(raw json.RawMessage, prefix string, now time.Time) (UsageEvent, []
 	if d.UsageUnit == "" {
 		bad("data/usage_unit", "required", "is required: the unit the app's manifest declares in metering.kind")
 	}
-	q, err := strconv.ParseInt(d.Quantity.String(), 10, 64)
+	// A JSON number only: a quoted "42" is a string, not a quantity.
+	lit := string(bytes.TrimSpace(d.Quantity))
+	q, err := strconv.ParseInt(lit, 10, 64)
 	switch {
-	case d.Quantity == "":
+	case lit == "" || lit == "null":
 		bad("data/quantity", "required", "is required: a whole number of units")
+	case lit[0] == '"':
+		bad("data/quantity", "invalid", "must be a JSON number, not a string: a whole number of units")
+	case err != nil && errors.Is(err, strconv.ErrRange) && lit[0] != '-':
+		bad("data/quantity", "out_of_range", "must be between 0 and %d", int64(MaxQuantity))
 	case err != nil:
 		bad("data/quantity", "invalid", "must be a whole number of units (no fractions, no exponent)")
-	case q < 0 || q > maxQuantity:
-		bad("data/quantity", "out_of_range", "must be between 0 and %d", int64(maxQuantity))
+	case q < 0 || q > MaxQuantity:
+		bad("data/quantity", "out_of_range", "must be between 0 and %d", int64(MaxQuantity))
 	}
 	ev.Quantity = q
 	ev.StartTime = ev.Time

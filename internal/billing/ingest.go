@@ -128,6 +128,11 @@ func (s *Service) checkEvents(inst Instance, events []UsageEvent) error {
 		case ev.Time.After(now.Add(s.Config.MaxClockSkew)):
 			fe = append(fe, errdefs.FieldError{Field: at + "/time", Code: "in_future",
 				Message: "is in the future; usage is reported after it happened (check the workload's clock)"})
+		case ev.StartTime.Before(now.Add(-s.Config.MaxEventAge)):
+			// The interval's start is held to the same window as its end:
+			// usage cannot be backdated to before any price existed.
+			fe = append(fe, errdefs.FieldError{Field: at + "/data/start_time", Code: "too_old",
+				Message: "is older than the " + s.Config.MaxEventAge.String() + " a late event may be; report long usage as several events, each within the window"})
 		}
 	}
 	if fe != nil {
@@ -155,7 +160,7 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 			EventSource: ev.Source, EventID: ev.ID, RecordedAt: now}
 	}
 	var res IngestResult
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.mutateRetryingDeadlocks(ctx, func(tx *store.Tx) error {
 		stored, err := tx.InsertUsageRecords(ctx, recs)
 		if err != nil {
 			return err
@@ -193,6 +198,27 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 		s.usageRecorded()
 	}
 	return res, nil
+}
+
+// maxDeadlockRetries bounds how often a usage write that PostgreSQL aborted
+// to break a lock cycle is tried again (as placements do).
+const maxDeadlockRetries = 16
+
+// mutateRetryingDeadlocks runs fn in one transaction, again when
+// PostgreSQL aborted it as a deadlock victim (it then holds nothing, so
+// trying again is safe). Usage inserts take their keys in dedupe-key order,
+// which leaves few cycles to break; this covers the rest.
+func (s *Service) mutateRetryingDeadlocks(ctx context.Context, fn func(tx *store.Tx) error) error {
+	for i := 0; ; i++ {
+		err := s.DB.Mutate(ctx, fn)
+		if !errors.Is(err, store.ErrDeadlock) {
+			return err
+		}
+		if i == maxDeadlockRetries {
+			return errdefs.Conflict("usage_write_contended",
+				"recording usage kept deadlocking with concurrent batches; retry the request (duplicates are not stored twice)")
+		}
+	}
 }
 
 // MeterOf names an app's meter: the app and its unit, e.g. "vllm/tokens".

@@ -3,6 +3,8 @@ package billing
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/big"
 	"slices"
 	"strings"
 	"time"
@@ -12,6 +14,12 @@ import (
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
+
+// MaxMicrosPerUnit bounds a price: unit_price_micros / per_quantity, the
+// price of one unit, is at most 9 currency units. With MaxQuantity this
+// keeps every accepted event's amount (at most 9×10^18 micro-units) within
+// 64 bits, so what ingest accepts can always be rated.
+const MaxMicrosPerUnit = 9_000_000
 
 // PriceInput is the body of POST /api/v1/admin/billing/prices: a new
 // version of the price of a SKU (allocation GPU-seconds) or of a meter
@@ -41,6 +49,7 @@ func (s *Service) CreatePrice(ctx context.Context, g *iam.Grants, in PriceInput)
 	if err != nil {
 		return store.Price{}, err
 	}
+	p.CreatedBy = principal.From(ctx).Key()
 	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		v, err := tx.LatestPriceVersion(ctx, p.UsageSource, p.SKU, p.Meter)
 		if err != nil {
@@ -109,9 +118,12 @@ func (s *Service) checkPrice(in PriceInput) (store.Price, error) {
 	default:
 		bad("/usage_source", "invalid", "must be allocation or app_runtime")
 	}
-	if in.UnitPriceMicros == nil || *in.UnitPriceMicros < 0 {
+	switch {
+	case in.UnitPriceMicros == nil || *in.UnitPriceMicros < 0:
 		bad("/unit_price_micros", "required", "is required: a whole number of micro-units of the currency, 0 or more")
-	} else {
+	case p.PerQuantity > 0 && new(big.Int).Mul(big.NewInt(MaxMicrosPerUnit), big.NewInt(p.PerQuantity)).Cmp(big.NewInt(*in.UnitPriceMicros)) < 0:
+		bad("/unit_price_micros", "out_of_range", fmt.Sprintf("must be at most %d × per_quantity: one unit may cost at most %d micro-units", MaxMicrosPerUnit, MaxMicrosPerUnit))
+	default:
 		p.UnitPriceMicros = *in.UnitPriceMicros
 	}
 	if p.PerQuantity <= 0 {
@@ -126,6 +138,9 @@ func (s *Service) checkPrice(in PriceInput) (store.Price, error) {
 	if p.EffectiveFrom.IsZero() {
 		p.EffectiveFrom = now
 	}
+	// Whole seconds: usage timestamps are often whole seconds, and usage
+	// sent the second a price was created must find it.
+	p.EffectiveFrom = p.EffectiveFrom.Truncate(time.Second)
 	if fe != nil {
 		return p, errdefs.Validation(fe)
 	}

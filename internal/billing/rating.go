@@ -16,8 +16,8 @@ import (
 // rateBatch is how many usage records one rating transaction takes.
 const rateBatch = 500
 
-// errNothingToPost rolls back a rating transaction that posted nothing, so
-// an idle run leaves no audit row behind.
+// errNothingToPost rolls back a rating transaction that posted nothing (or
+// a park another rater already made), so it leaves no audit row behind.
 var errNothingToPost = errors.New("billing: nothing to post")
 
 // Amount is quantity × unitPrice / perQuantity in micro-units, rounded half
@@ -46,56 +46,148 @@ func systemContext(ctx context.Context) context.Context {
 	return ctx
 }
 
+// Reasons a usage record is unrated, as operators see them.
+const (
+	// UnratedNoPrice: no price is in effect at the record's start; it is
+	// rated once an admin adds one that covers it.
+	UnratedNoPrice = "no_price"
+	// UnratedAmountOverflow: quantity × price does not fit in 64 bits;
+	// the record is parked.
+	UnratedAmountOverflow = "amount_overflow"
+	// UnratedRatingFailed: posting its charge failed on its own; parked.
+	UnratedRatingFailed = "rating_failed"
+	// UnratedPending: priced, not parked; the next rating run charges it.
+	UnratedPending = "pending"
+)
+
 // Rate posts a charge for every usage record that has none yet and whose
 // price is known, and reports how many it posted. Records with no price in
 // effect wait, unrated, until an admin adds one. Rating is idempotent: the
 // ledger holds at most one charge per usage record, so concurrent or
-// repeated runs never charge twice.
+// repeated runs never charge twice. Each record is rated in isolation: one
+// that cannot be rated is parked with its reason (see UnratedUsage) and the
+// others are charged all the same.
 func (s *Service) Rate(ctx context.Context) (int, error) {
 	ctx = systemContext(ctx)
-	after, total := "", 0
+	after, total, unpriced := "", 0, int64(0)
 	for {
 		recs, err := s.DB.Queries().UnratedUsage(ctx, after, rateBatch)
 		if err != nil {
 			return total, err
 		}
 		if len(recs) == 0 {
-			return total, nil
+			break
 		}
 		after = recs[len(recs)-1].ID
-		n, err := s.rate(ctx, recs)
-		total += n
+		n, np, err := s.rate(ctx, recs)
+		total, unpriced = total+n, unpriced+np
 		if err != nil {
 			return total, err
 		}
 		if len(recs) < rateBatch {
-			return total, nil
+			break
 		}
 	}
+	s.unpriced.Store(unpriced)
+	return total, nil
 }
 
-func (s *Service) rate(ctx context.Context, recs []store.UsageRecord) (int, error) {
+// charge is one record ready to post.
+type charge struct {
+	rec    store.UsageRecord
+	price  store.Price
+	amount int64
+}
+
+// rate prices recs, parks those whose amount cannot be computed, and posts
+// the rest in one transaction; should that fail, it posts them one by one
+// and parks each that fails alone. It reports the charges posted and the
+// records left waiting for a price.
+func (s *Service) rate(ctx context.Context, recs []store.UsageRecord) (posted int, unpriced int64, err error) {
+	q := s.DB.Queries()
+	var cs []charge
+	for _, r := range recs {
+		p, err := s.priceFor(ctx, q, r)
+		if errors.Is(err, store.ErrNotFound) {
+			unpriced++
+			continue
+		}
+		if err != nil {
+			return 0, unpriced, err
+		}
+		amount, err := Amount(r.Quantity, p.UnitPriceMicros, p.PerQuantity)
+		if err != nil {
+			if err := s.park(ctx, r, UnratedAmountOverflow, err.Error()); err != nil {
+				return 0, unpriced, err
+			}
+			continue
+		}
+		cs = append(cs, charge{rec: r, price: p, amount: amount})
+	}
+	n, err := s.post(ctx, cs)
+	if err == nil {
+		return n, unpriced, nil
+	}
+	if ctx.Err() != nil || errors.Is(err, store.ErrDeadlock) {
+		return 0, unpriced, err // transient: the next run tries again
+	}
+	s.Logger.WarnContext(ctx, "billing: a rating batch failed; rating its records one by one", "records", len(cs), "error", err)
+	for _, c := range cs {
+		n, err := s.post(ctx, []charge{c})
+		if err == nil {
+			posted += n
+			continue
+		}
+		if ctx.Err() != nil || errors.Is(err, store.ErrDeadlock) {
+			return posted, unpriced, err // transient: the next run tries again
+		}
+		if err := s.park(ctx, c.rec, UnratedRatingFailed, err.Error()); err != nil {
+			return posted, unpriced, err
+		}
+	}
+	return posted, unpriced, nil
+}
+
+// park sets a record that cannot be rated aside, audited, so rating runs
+// go on past it; operators see it with its reason.
+func (s *Service) park(ctx context.Context, r store.UsageRecord, reason, detail string) error {
+	s.Logger.WarnContext(ctx, "billing: usage record parked unrated", "usage_record_id", r.ID, "project_id", r.ProjectID,
+		"reason", reason, "detail", detail)
+	p := store.ParkedUsage{UsageRecordID: r.ID, OrgID: r.OrgID, ProjectID: r.ProjectID, Reason: reason, Detail: detail,
+		ParkedAt: s.Now().UTC()}
+	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		parked, err := tx.ParkUsage(ctx, p)
+		if err != nil {
+			return err
+		}
+		if !parked {
+			return errNothingToPost // another rater parked it: no second audit row
+		}
+		return tx.Audit(store.AuditEvent{Action: "billing.usage.park", ResourceType: "usage_record", ResourceID: r.ID,
+			OrgID: r.OrgID, ProjectID: r.ProjectID, Reason: reason}, nil, map[string]string{"reason": reason, "detail": detail})
+	})
+	if errors.Is(err, errNothingToPost) {
+		return nil
+	}
+	return err
+}
+
+// post charges cs in one transaction.
+func (s *Service) post(ctx context.Context, cs []charge) (int, error) {
+	if len(cs) == 0 {
+		return 0, nil
+	}
 	now := s.Now().UTC()
 	posted := 0
 	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		posted = 0
 		touched := map[string]bool{}
-		for _, r := range recs {
-			p, err := s.priceFor(ctx, tx.Queries, r)
-			if errors.Is(err, store.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
-			amount, err := Amount(r.Quantity, p.UnitPriceMicros, p.PerQuantity)
-			if err != nil {
-				return err
-			}
+		for _, c := range cs {
+			r, p := c.rec, c.price
 			e := store.LedgerEntry{ID: iam.NewID(), OrgID: r.OrgID, ProjectID: r.ProjectID, EntryType: store.EntryCharge,
 				UsageRecordID: r.ID, AppInstanceID: r.AppInstanceID, UsageSource: r.UsageSource, UsageUnit: r.UsageUnit,
 				SKU: r.SKU, Meter: r.Meter, Quantity: r.Quantity, PriceID: p.ID, UnitPriceMicros: p.UnitPriceMicros,
-				PerQuantity: p.PerQuantity, AmountMicros: amount, Currency: p.Currency, UsageTime: r.StartTime,
+				PerQuantity: p.PerQuantity, AmountMicros: c.amount, Currency: p.Currency, UsageTime: r.StartTime,
 				CreatedBy: principal.SystemActor.Key(), CreatedAt: now}
 			ok, err := tx.InsertCharge(ctx, e)
 			if err != nil {

@@ -152,6 +152,9 @@ type Service struct {
 	// rated is called after usage is recorded, to rate it soon (the
 	// server wires the rating worker's Kick here).
 	rated atomic.Pointer[func()]
+	// unpriced is how many records the last complete rating run left
+	// waiting for a price.
+	unpriced atomic.Int64
 }
 
 // New builds the service.

@@ -77,15 +77,6 @@ func (f *billingFlags) query(cmd *cobra.Command, c *client.Client) (client.Billi
 	return q, nil
 }
 
-// money renders micro-units as a decimal amount.
-func money(micros int64, currency string) string {
-	sign := ""
-	if micros < 0 {
-		sign, micros = "-", -micros
-	}
-	return fmt.Sprintf("%s%d.%06d %s", sign, micros/1_000_000, micros%1_000_000, currency)
-}
-
 // billingRead is the body of a billing read: the shared filters resolved
 // into q, and whether -o/--json asked for a document.
 type billingRead func(cmd *cobra.Command, c *client.Client, q client.BillingQuery, asJSON bool) error
@@ -186,7 +177,7 @@ func newBillingLedgerCmd() *cobra.Command {
 				fmt.Fprintln(tw, "ID\tTYPE\tUSAGE TIME\tSOURCE\tUNIT\tQUANTITY\tAMOUNT\tCORRECTS")
 				for _, e := range page.Items {
 					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", e.ID, e.EntryType, e.UsageTime, e.UsageSource, e.UsageUnit,
-						e.Quantity, money(e.AmountMicros, e.Currency), e.CorrectsEntryID)
+						e.Quantity, money64(e.AmountMicros, e.Currency), e.CorrectsEntryID)
 				}
 				for _, b := range page.Balance {
 					fmt.Fprintf(tw, "BALANCE\t\t\t\t\t\t%s\t(%d entries)\n", money(b.AmountMicros, b.Currency), b.Entries)
@@ -321,7 +312,7 @@ func newBillingPriceCmd() *cobra.Command {
 				return err
 			}
 			return printPage(cmd, &f, client.CatalogPage[client.Price](page), "SKU/METER\tVERSION\tPRICE\tPER\tEFFECTIVE FROM", func(p client.Price) string {
-				return fmt.Sprintf("%s\t%d\t%s\t%d %s\t%s", p.SKU+p.Meter, p.Version, money(p.UnitPriceMicros, p.Currency), p.PerQuantity, p.UsageUnit, p.EffectiveFrom)
+				return fmt.Sprintf("%s\t%d\t%s\t%d %s\t%s", p.SKU+p.Meter, p.Version, money64(p.UnitPriceMicros, p.Currency), p.PerQuantity, p.UsageUnit, p.EffectiveFrom)
 			})
 		},
 	}

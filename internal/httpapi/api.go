@@ -153,6 +153,9 @@ func (a *API) Handler() http.Handler {
 		a.Logger = slog.New(slog.DiscardHandler)
 	}
 	a.metrics = newMetrics()
+	if a.Billing != nil {
+		a.metrics.reg.MustRegister(unratedCollector{a.Billing})
+	}
 	a.limiter = newClientLimiter(a.CredentialRate, a.CredentialBurst)
 	mux := http.NewServeMux()
 	for _, rt := range a.routes() {

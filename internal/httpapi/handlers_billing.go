@@ -1,13 +1,17 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/csv"
 	"io"
+	"math/big"
 	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -114,7 +118,7 @@ func checkFormat(r *http.Request) error {
 
 type usageGroupView struct {
 	Keys     map[string]string `json:"keys"`
-	Quantity int64             `json:"quantity"`
+	Quantity *big.Int          `json:"quantity"` // exact, may exceed 64 bits
 	Records  int64             `json:"records"`
 }
 
@@ -153,7 +157,7 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
 					for _, c := range qy.GroupBy {
 						row = append(row, gr.Keys[c])
 					}
-					row = append(row, gr.Keys["usage_unit"], itoa64(gr.Quantity), itoa64(gr.Records))
+					row = append(row, gr.Keys["usage_unit"], gr.Quantity.String(), itoa64(gr.Records))
 					if err := emit(row); err != nil {
 						return err
 					}
@@ -207,10 +211,12 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// Totals are exact: a sum of many entries may exceed 64 bits, and JSON
+// numbers have no such limit.
 type ledgerTotalView struct {
-	Currency     string `json:"currency"`
-	AmountMicros int64  `json:"amount_micros"`
-	Entries      int64  `json:"entries"`
+	Currency     string   `json:"currency"`
+	AmountMicros *big.Int `json:"amount_micros"`
+	Entries      int64    `json:"entries"`
 }
 
 type ledgerListView struct {
@@ -297,7 +303,7 @@ func viewTotals(gs []store.LedgerGroup) []ledgerTotalView {
 type costGroupView struct {
 	Keys         map[string]string `json:"keys"`
 	Currency     string            `json:"currency"`
-	AmountMicros int64             `json:"amount_micros"`
+	AmountMicros *big.Int          `json:"amount_micros"`
 	Entries      int64             `json:"entries"`
 }
 
@@ -333,11 +339,11 @@ func (a *API) billingCosts(w http.ResponseWriter, r *http.Request) error {
 	for _, g := range groups {
 		t := sums[g.Currency]
 		if t == nil {
-			out.Totals = append(out.Totals, ledgerTotalView{Currency: g.Currency})
+			out.Totals = append(out.Totals, ledgerTotalView{Currency: g.Currency, AmountMicros: new(big.Int)})
 			t = &out.Totals[len(out.Totals)-1]
 			sums[g.Currency] = t
 		}
-		t.AmountMicros += g.AmountMicros
+		t.AmountMicros.Add(t.AmountMicros, g.AmountMicros)
 		t.Entries += g.Entries
 		if len(qy.GroupBy) > 0 {
 			out.Groups = append(out.Groups, costGroupView{Keys: g.Keys, Currency: g.Currency, AmountMicros: g.AmountMicros, Entries: g.Entries})
@@ -348,7 +354,7 @@ func (a *API) billingCosts(w http.ResponseWriter, r *http.Request) error {
 		return writeCSV(w, cols, func(emit func([]string) error) error {
 			if len(qy.GroupBy) == 0 {
 				for _, t := range out.Totals {
-					if err := emit([]string{t.Currency, itoa64(t.AmountMicros), itoa64(t.Entries)}); err != nil {
+					if err := emit([]string{t.Currency, t.AmountMicros.String(), itoa64(t.Entries)}); err != nil {
 						return err
 					}
 				}
@@ -359,7 +365,7 @@ func (a *API) billingCosts(w http.ResponseWriter, r *http.Request) error {
 				for _, c := range qy.GroupBy {
 					row = append(row, g.Keys[c])
 				}
-				if err := emit(append(row, g.Currency, itoa64(g.AmountMicros), itoa64(g.Entries))); err != nil {
+				if err := emit(append(row, g.Currency, g.AmountMicros.String(), itoa64(g.Entries))); err != nil {
 					return err
 				}
 			}
@@ -465,4 +471,72 @@ func (a *API) correctLedgerEntry(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusCreated, billing.ViewEntry(e))
 	return nil
+}
+
+type unratedUsageView struct {
+	UsageRecord billing.UsageRecordView `json:"usage_record"`
+	Reason      string                  `json:"reason"`
+	Detail      string                  `json:"detail"`
+	ParkedAt    string                  `json:"parked_at,omitempty"`
+}
+
+type unratedUsageListView struct {
+	Items      []unratedUsageView `json:"items"`
+	NextCursor string             `json:"next_cursor"`
+	// Counts: unrated records by reason (parked ones, and those the last
+	// rating run left waiting for a price).
+	Counts map[string]int64 `json:"counts"`
+}
+
+// listUnratedUsage: usage records with no charge and why (operators).
+func (a *API) listUnratedUsage(w http.ResponseWriter, r *http.Request) error {
+	svc, err := a.billingService()
+	if err != nil {
+		return err
+	}
+	p, err := page(r)
+	if err != nil {
+		return err
+	}
+	rs, next, err := svc.ListUnrated(r.Context(), grantsFrom(r.Context()), p)
+	if err != nil {
+		return err
+	}
+	counts, err := svc.UnratedCounts(r.Context())
+	if err != nil {
+		return err
+	}
+	out := unratedUsageListView{Items: make([]unratedUsageView, 0, len(rs)), NextCursor: next, Counts: counts}
+	for _, u := range rs {
+		v := unratedUsageView{UsageRecord: billing.ViewUsage(u.Record), Reason: u.Reason, Detail: u.Detail}
+		if !u.ParkedAt.IsZero() {
+			v.ParkedAt = u.ParkedAt.UTC().Format(time.RFC3339Nano)
+		}
+		out.Items = append(out.Items, v)
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// unratedCollector exports the unrated usage counts at each scrape as
+// gpuaas_billing_unrated_usage_records{reason}.
+type unratedCollector struct{ svc *billing.Service }
+
+var unratedDesc = prometheus.NewDesc("gpuaas_billing_unrated_usage_records",
+	"Usage records with no charge, by reason: no_price (waiting for a price), amount_overflow and rating_failed (parked).",
+	[]string{"reason"}, nil)
+
+func (c unratedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- unratedDesc }
+
+func (c unratedCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.svc.UnratedCounts(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(unratedDesc, err)
+		return
+	}
+	for reason, n := range counts {
+		ch <- prometheus.MustNewConstMetric(unratedDesc, prometheus.GaugeValue, float64(n), reason)
+	}
 }

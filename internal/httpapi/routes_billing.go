@@ -13,5 +13,6 @@ func (a *API) billingRoutes() []route {
 		{method: "POST", path: "/api/v1/admin/billing/prices", handler: a.createPrice},
 		{method: "GET", path: "/api/v1/admin/billing/prices", handler: a.listPrices},
 		{method: "POST", path: "/api/v1/admin/billing/ledger/{entry_id}/corrections", handler: a.correctLedgerEntry},
+		{method: "GET", path: "/api/v1/admin/billing/unrated-usage", handler: a.listUnratedUsage},
 	}
 }

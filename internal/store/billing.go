@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -49,11 +51,16 @@ const usageColCount = 21
 
 func scanUsage(s interface{ Scan(...any) error }) (UsageRecord, error) {
 	var u UsageRecord
-	err := s.Scan(&u.ID, &u.DedupeKey, &u.OrgID, &u.ProjectID, &u.AppInstanceID, &u.AllocationID, &u.AppSlug,
+	err := s.Scan(usageDests(&u)...)
+	return u, err
+}
+
+// usageDests are the scan destinations of usageCols, in order.
+func usageDests(u *UsageRecord) []any {
+	return []any{&u.ID, &u.DedupeKey, &u.OrgID, &u.ProjectID, &u.AppInstanceID, &u.AllocationID, &u.AppSlug,
 		&u.OperatingMode, &u.ControlPlaneScope, &u.RuntimeBackend, &u.CorrelationID, &u.UsageSource, &u.UsageUnit,
 		&u.Quantity, &u.SKU, &u.Meter, scanTime(&u.StartTime), scanTime(&u.EndTime), &u.EventSource, &u.EventID,
-		scanTime(&u.RecordedAt))
-	return u, err
+		scanTime(&u.RecordedAt)}
 }
 
 func usageArgs(u UsageRecord) []any {
@@ -72,7 +79,13 @@ const usageInsertChunk = 500
 // a few multi-row statements, not one per record, so a batch of events costs
 // about as much as a batch of plain inserts. The ids must be fresh: when a
 // chunk had duplicates, the stored ones are found by id.
+//
+// Rows are inserted in dedupe-key order: concurrent batches with keys in
+// common then take the unique index's keys in the same order and wait on
+// each other instead of deadlocking (PostgreSQL).
 func (q *Queries) InsertUsageRecords(ctx context.Context, recs []UsageRecord) (map[string]bool, error) {
+	recs = slices.Clone(recs)
+	slices.SortStableFunc(recs, func(a, b UsageRecord) int { return strings.Compare(a.DedupeKey, b.DedupeKey) })
 	stored := make(map[string]bool, len(recs))
 	for start := 0; start < len(recs); start += usageInsertChunk {
 		chunk := recs[start:min(start+usageInsertChunk, len(recs))]
@@ -246,7 +259,7 @@ var LedgerGroupColumns = []string{"project_id", "app_instance_id", "usage_source
 // UsageGroup is one row of a grouped usage total.
 type UsageGroup struct {
 	Keys     map[string]string
-	Quantity int64
+	Quantity *big.Int // exact: sums of many records exceed 64 bits
 	Records  int64
 }
 
@@ -257,7 +270,7 @@ func (q *Queries) GroupUsage(ctx context.Context, f UsageFilter, by []string) ([
 	by = withColumn(by, "usage_unit")
 	cols := strings.Join(by, ", ")
 	where, args := f.where("start_time")
-	rows, err := q.query(ctx, `SELECT `+cols+`, COALESCE(SUM(quantity), 0), COUNT(*) FROM usage_records`+where+
+	rows, err := q.query(ctx, `SELECT `+cols+`, `+exactSum("quantity")+`, COUNT(*) FROM usage_records`+where+
 		` GROUP BY `+cols+` ORDER BY `+cols, args...)
 	if err != nil {
 		return nil, err
@@ -268,11 +281,15 @@ func (q *Queries) GroupUsage(ctx context.Context, f UsageFilter, by []string) ([
 		for i := range vals {
 			dst = append(dst, &vals[i])
 		}
-		var g UsageGroup
-		dst = append(dst, &g.Quantity, &g.Records)
+		var (
+			g   UsageGroup
+			sum bigSum
+		)
+		dst = append(append(dst, sum.dests()...), &g.Records)
 		if err := s.Scan(dst...); err != nil {
 			return g, err
 		}
+		g.Quantity = sum.value()
 		g.Keys = make(map[string]string, len(by))
 		for i, c := range by {
 			g.Keys[c] = vals[i]
@@ -290,16 +307,99 @@ func withColumn(by []string, col string) []string {
 	return append(append([]string(nil), by...), col)
 }
 
+const unratedWhere = ` NOT EXISTS (SELECT 1 FROM ledger_entries l WHERE l.usage_record_id = u.id AND l.entry_type = 'charge')`
+
 // UnratedUsage returns up to limit usage records after afterID (in id
-// order) that have no charge in the ledger yet.
+// order) that have no charge in the ledger yet and are not parked.
 func (q *Queries) UnratedUsage(ctx context.Context, afterID string, limit int) ([]UsageRecord, error) {
 	rows, err := q.query(ctx, `SELECT `+prefixed("u.", usageCols)+` FROM usage_records u
- WHERE u.id > ? AND NOT EXISTS (SELECT 1 FROM ledger_entries l WHERE l.usage_record_id = u.id AND l.entry_type = 'charge')
+ WHERE u.id > ? AND`+unratedWhere+`
+ AND NOT EXISTS (SELECT 1 FROM billing_parked_usage p WHERE p.usage_record_id = u.id)
  ORDER BY u.id LIMIT `+strconv.Itoa(limit), afterID)
 	if err != nil {
 		return nil, err
 	}
 	return collect(rows, scanUsage)
+}
+
+// ParkedUsage says why rating set a usage record aside.
+type ParkedUsage struct {
+	UsageRecordID string
+	OrgID         string
+	ProjectID     string
+	Reason        string
+	Detail        string
+	ParkedAt      time.Time
+}
+
+// ParkUsage sets a usage record aside so rating skips it, and reports
+// whether this call parked it (a record is parked once).
+func (q *Queries) ParkUsage(ctx context.Context, p ParkedUsage) (bool, error) {
+	res, err := q.exec(ctx, `INSERT INTO billing_parked_usage (usage_record_id, org_id, project_id, reason, detail, parked_at)
+ VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (usage_record_id) DO NOTHING`,
+		p.UsageRecordID, p.OrgID, p.ProjectID, p.Reason, p.Detail, ts(p.ParkedAt))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// UnratedRecord is a usage record with no charge, and why it was parked
+// (Parked.Reason is empty when it was not).
+type UnratedRecord struct {
+	Record UsageRecord
+	Parked ParkedUsage
+}
+
+// ListUnratedUsage pages through every usage record that has no charge,
+// parked or not, in id order.
+func (q *Queries) ListUnratedUsage(ctx context.Context, p Page) ([]UnratedRecord, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := q.query(ctx, `SELECT `+prefixed("u.", usageCols)+`, COALESCE(p.reason, ''), COALESCE(p.detail, ''), p.parked_at
+ FROM usage_records u LEFT JOIN billing_parked_usage p ON p.usage_record_id = u.id
+ WHERE u.id > ? AND`+unratedWhere+` ORDER BY u.id`+limitClause(limit), after)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, func(s interface{ Scan(...any) error }) (UnratedRecord, error) {
+		var r UnratedRecord
+		u := &r.Record
+		err := s.Scan(append(usageDests(u), &r.Parked.Reason, &r.Parked.Detail, scanTime(&r.Parked.ParkedAt))...)
+		if r.Parked.Reason != "" {
+			r.Parked.UsageRecordID, r.Parked.OrgID, r.Parked.ProjectID = u.ID, u.OrgID, u.ProjectID
+		}
+		return r, err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(r UnratedRecord) string { return r.Record.ID })
+	return out, next, nil
+}
+
+// CountParkedUsage counts parked usage records by reason.
+func (q *Queries) CountParkedUsage(ctx context.Context) (map[string]int64, error) {
+	rows, err := q.query(ctx, `SELECT reason, COUNT(*) FROM billing_parked_usage GROUP BY reason`)
+	if err != nil {
+		return nil, err
+	}
+	type row struct {
+		reason string
+		n      int64
+	}
+	rs, err := collect(rows, func(s interface{ Scan(...any) error }) (row, error) {
+		var r row
+		return r, s.Scan(&r.reason, &r.n)
+	})
+	out := make(map[string]int64, len(rs))
+	for _, r := range rs {
+		out[r.reason] = r.n
+	}
+	return out, err
 }
 
 func prefixed(p, cols string) string {
@@ -502,7 +602,7 @@ func (q *Queries) ListLedger(ctx context.Context, f UsageFilter, p Page) ([]Ledg
 type LedgerGroup struct {
 	Keys         map[string]string
 	Currency     string
-	AmountMicros int64
+	AmountMicros *big.Int // exact: sums of many entries exceed 64 bits
 	Entries      int64
 }
 
@@ -513,7 +613,7 @@ func (q *Queries) GroupLedger(ctx context.Context, f UsageFilter, by []string) (
 	by = withColumn(by, "currency")
 	cols := strings.Join(by, ", ")
 	where, args := f.where("usage_time")
-	rows, err := q.query(ctx, `SELECT `+cols+`, COALESCE(SUM(amount_micros), 0), COUNT(*) FROM ledger_entries`+where+
+	rows, err := q.query(ctx, `SELECT `+cols+`, `+exactSum("amount_micros")+`, COUNT(*) FROM ledger_entries`+where+
 		` GROUP BY `+cols+` ORDER BY `+cols, args...)
 	if err != nil {
 		return nil, err
@@ -524,11 +624,15 @@ func (q *Queries) GroupLedger(ctx context.Context, f UsageFilter, by []string) (
 		for i := range vals {
 			dst = append(dst, &vals[i])
 		}
-		var g LedgerGroup
-		dst = append(dst, &g.AmountMicros, &g.Entries)
+		var (
+			g   LedgerGroup
+			sum bigSum
+		)
+		dst = append(append(dst, sum.dests()...), &g.Entries)
 		if err := s.Scan(dst...); err != nil {
 			return g, err
 		}
+		g.AmountMicros = sum.value()
 		g.Keys = make(map[string]string, len(by))
 		for i, c := range by {
 			if c == "currency" {
@@ -541,12 +645,13 @@ func (q *Queries) GroupLedger(ctx context.Context, f UsageFilter, by []string) (
 	})
 }
 
-// ProjectSpend sums the ledger of a project over [from, to).
+// ProjectSpend sums the ledger of a project over [from, to), clamped to
+// the int64 range (a spend beyond it is over any budget).
 func (q *Queries) ProjectSpend(ctx context.Context, projectID string, from, to time.Time) (int64, error) {
-	var sum int64
-	err := q.queryRow(ctx, `SELECT COALESCE(SUM(amount_micros), 0) FROM ledger_entries WHERE project_id = ? AND usage_time >= ? AND usage_time < ?`,
-		projectID, ts(from), ts(to)).Scan(&sum)
-	return sum, mapErr(err)
+	var sum bigSum
+	err := q.queryRow(ctx, `SELECT `+exactSum("amount_micros")+` FROM ledger_entries WHERE project_id = ? AND usage_time >= ? AND usage_time < ?`,
+		projectID, ts(from), ts(to)).Scan(sum.dests()...)
+	return Saturate(sum.value()), mapErr(err)
 }
 
 // Budget is a project's cost controls. A nil limit means none.

@@ -66,7 +66,7 @@ func testUsageDedupe(t *testing.T, db *store.DB) {
 		}
 	}
 	groups, err := db.Queries().GroupUsage(ctx, store.UsageFilter{ProjectID: "p1"}, nil)
-	if err != nil || len(groups) != 1 || groups[0].Quantity != 1005 || groups[0].Records != 1001 {
+	if err != nil || len(groups) != 1 || groups[0].Quantity.Int64() != 1005 || groups[0].Records != 1001 {
 		t.Fatalf("totals after duplicates: %+v %v", groups, err)
 	}
 }
