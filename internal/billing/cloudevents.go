@@ -61,8 +61,10 @@ type wireUsage struct {
 const (
 	maxIDLen     = 256
 	maxSourceLen = 1024
-	// MaxQuantity is the most units one usage event may carry (10^12).
-	MaxQuantity = 1_000_000_000_000
+	// MaxQuantity is the most units one usage event may carry (10^9: a
+	// billion tokens or 31 years of GPU-seconds; report more as several
+	// events).
+	MaxQuantity = 1_000_000_000
 )
 
 // printable reports whether s is valid UTF-8 with no control characters

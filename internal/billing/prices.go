@@ -16,10 +16,11 @@ import (
 )
 
 // MaxMicrosPerUnit bounds a price: unit_price_micros / per_quantity, the
-// price of one unit, is at most 9 currency units. With MaxQuantity this
+// price of one unit, is at most 9,000 currency units (a job or a request
+// may be dear; a token or a GPU-second is far below). With MaxQuantity this
 // keeps every accepted event's amount (at most 9×10^18 micro-units) within
 // 64 bits, so what ingest accepts can always be rated.
-const MaxMicrosPerUnit = 9_000_000
+const MaxMicrosPerUnit = 9_000_000_000
 
 // PriceInput is the body of POST /api/v1/admin/billing/prices: a new
 // version of the price of a SKU (allocation GPU-seconds) or of a meter
