@@ -288,8 +288,14 @@ func okResult(task nodeapi.Task) nodeapi.TaskResult {
 		if len(run.Ports) > 0 && run.Ports[0].Host > 0 {
 			host = run.Ports[0].Host
 		}
+		digests, _ := nodeapi.PinnedDigests(task.Kind, task.Payload)
 		out, _ := json.Marshal(nodeapi.RunOutput{ContainerIDs: []string{"c-" + task.ID[:8]}, Ports: []nodeapi.PortMapping{{Container: 8080, Host: host}},
-			HostAddress: "10.1.2.3", ImageDigest: run.Image.Digest})
+			HostAddress: "10.1.2.3", ImageDigest: run.Image.Digest, ImageDigests: digests})
+		return nodeapi.TaskResult{State: nodeapi.ResultSucceeded, Output: out}
+	case nodeapi.KindComposeUp:
+		digests, _ := nodeapi.PinnedDigests(task.Kind, task.Payload)
+		out, _ := json.Marshal(nodeapi.RunOutput{ContainerIDs: []string{"c-" + task.ID[:8]}, Ports: []nodeapi.PortMapping{},
+			HostAddress: "10.1.2.3", ImageDigests: digests})
 		return nodeapi.TaskResult{State: nodeapi.ResultSucceeded, Output: out}
 	case nodeapi.KindTeardownVerify:
 		out, _ := json.Marshal(nodeapi.VerifyOutput{Remaining: []string{}})

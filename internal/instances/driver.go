@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -138,6 +139,18 @@ func (s *Service) start(ctx context.Context, inst store.AppInstance, op store.In
 // resume acts on the result of the tasks a phase waited on.
 func (s *Service) resume(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, res nodeapi.TaskResult) error {
 	ok := res.State == nodeapi.ResultSucceeded
+	if ok && (op.Phase == phaseRun || op.Phase == phaseRevertRun) {
+		// Digest is truth: a node that reports another image than the
+		// ones pinned has failed the step, whatever else it says.
+		msg, err := s.digestMismatch(ctx, inst, res)
+		if err != nil {
+			return err
+		}
+		if msg != "" {
+			res = nodeapi.TaskResult{State: nodeapi.ResultFailed, ReasonCode: nodeapi.ReasonDigestMismatch, Message: msg, LogTail: res.LogTail}
+			ok = false
+		}
+	}
 	switch op.Phase {
 	case phaseRemoveOld:
 		if !ok && res.ReasonCode != nodeapi.ReasonNotFound {
@@ -182,6 +195,38 @@ func (s *Service) resume(ctx context.Context, inst store.AppInstance, op store.I
 		return s.teardownThen(ctx, inst, op, phaseTeardown, inst.Status, desc)
 	}
 	return fmt.Errorf("operation %s: unknown phase %q", op.ID, op.Phase)
+}
+
+// digestMismatch compares the image digests the node reports running for
+// the current workload with the digests its members pinned; it says how
+// they differ, or "" when they are the same set.
+func (s *Service) digestMismatch(ctx context.Context, inst store.AppInstance, res nodeapi.TaskResult) (string, error) {
+	var out nodeapi.RunOutput
+	if err := json.Unmarshal(res.Output, &out); err != nil {
+		return "the node's run report is unreadable: " + err.Error(), nil
+	}
+	members, _, err := s.DB.Queries().ListInstanceMembers(ctx, inst.ID, store.Page{Limit: store.MaxPageLimit})
+	if err != nil {
+		return "", err
+	}
+	current := workloadName(inst.ID, inst.DeploySeq)
+	var pinned []string
+	for _, m := range members {
+		if m.WorkloadName == current && !slices.Contains(pinned, m.Digest) {
+			pinned = append(pinned, m.Digest)
+		}
+	}
+	reported := slices.Clone(out.ImageDigests)
+	slices.Sort(pinned)
+	slices.Sort(reported)
+	reported = slices.Compact(reported)
+	if slices.Equal(pinned, reported) {
+		return "", nil
+	}
+	if len(reported) == 0 {
+		return fmt.Sprintf("the node reported success without the image digests it runs; pinned %s", strings.Join(pinned, ", ")), nil
+	}
+	return fmt.Sprintf("the node runs %s; the version pins %s", strings.Join(reported, ", "), strings.Join(pinned, ", ")), nil
 }
 
 func reasonOf(res nodeapi.TaskResult) string {

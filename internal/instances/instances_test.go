@@ -90,7 +90,10 @@ func (f *fakeQueue) complete(t *testing.T, run nodeapi.TaskResult) []string {
 		case nodeapi.KindContainerRun, nodeapi.KindComposeUp:
 			task.result = run
 			if run.State == "" {
-				out, _ := json.Marshal(nodeapi.RunOutput{ContainerIDs: []string{"c-" + task.id}, Ports: []nodeapi.PortMapping{{Container: 8080, Host: 31000}}, HostAddress: "10.0.0.7"})
+				payload, _ := json.Marshal(task.payload)
+				digests, _ := nodeapi.PinnedDigests(task.kind, payload)
+				out, _ := json.Marshal(nodeapi.RunOutput{ContainerIDs: []string{"c-" + task.id}, Ports: []nodeapi.PortMapping{{Container: 8080, Host: 31000}},
+					HostAddress: "10.0.0.7", ImageDigests: digests})
 				task.result = nodeapi.TaskResult{State: nodeapi.ResultSucceeded, Output: out}
 			}
 		case nodeapi.KindTeardownVerify:
@@ -590,5 +593,66 @@ func TestNodeLossAndReturn(t *testing.T) {
 	}
 	if got := f.get(t, inst.ID); got.Status != instances.StatusDecommissioned {
 		t.Fatalf("after verify: %+v", got)
+	}
+}
+
+// A node that reports success while running another image than the one
+// pinned has failed the step: create fails with digest_mismatch, and an
+// upgrade whose node runs the wrong image reverts to the version before.
+func TestNodeReportedDigestIsChecked(t *testing.T) {
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) { testNodeReportedDigestIsChecked(t, d) })
+	}
+}
+
+func testNodeReportedDigestIsChecked(t *testing.T, d store.Dialect) {
+	f := newFixture(t, d)
+	other := "sha256:" + strings.Repeat("e", 64)
+	runs := func(digests ...string) nodeapi.TaskResult {
+		out, _ := json.Marshal(nodeapi.RunOutput{ContainerIDs: []string{"c-x"}, Ports: []nodeapi.PortMapping{{Container: 8080, Host: 31000}},
+			HostAddress: "10.0.0.7", ImageDigest: digestV1, ImageDigests: digests})
+		return nodeapi.TaskResult{State: nodeapi.ResultSucceeded, Output: out}
+	}
+	for name, res := range map[string]nodeapi.TaskResult{"another digest": runs(other), "no digest": runs(), "one too many": runs(digestV1, other)} {
+		inst, op, err := f.svc.Create(f.ctx, f.g, f.project.ID, instances.CreateInput{AppSlug: "echo", Version: "1.0.0", DisplayName: name})
+		must(t, err)
+		f.drive(t)
+		f.q.complete(t, res)
+		f.drive(t)
+		got := f.get(t, inst.ID)
+		if got.Status != instances.StatusFailed || got.ReasonCode != nodeapi.ReasonDigestMismatch || !strings.Contains(got.ReasonMessage, digestV1) {
+			t.Fatalf("%s: %s %s %q", name, got.Status, got.ReasonCode, got.ReasonMessage)
+		}
+		if o, _ := f.svc.Operation(f.ctx, f.g, f.project.ID, op.ID); o.State != instances.OpFailed || o.ReasonCode != nodeapi.ReasonDigestMismatch {
+			t.Fatalf("%s: op %+v", name, o)
+		}
+	}
+
+	// The right digest runs; an upgrade whose node runs another image reverts.
+	inst, _, err := f.svc.Create(f.ctx, f.g, f.project.ID, instances.CreateInput{AppSlug: "echo", Version: "1.0.0", DisplayName: "good"})
+	must(t, err)
+	f.drive(t)
+	f.q.complete(t, runs(digestV1))
+	f.drive(t)
+	if got := f.get(t, inst.ID); got.Status != instances.StatusRunning {
+		t.Fatalf("right digest: %s %s", got.Status, got.ReasonMessage)
+	}
+	_, up, err := f.svc.Upgrade(f.ctx, f.g, f.project.ID, inst.ID, instances.VersionInput{TargetVersion: "2.0.0"})
+	must(t, err)
+	f.drive(t)                            // remove 1.0.0
+	f.q.complete(t, nodeapi.TaskResult{}) // removed
+	f.drive(t)                            // run 2.0.0
+	f.q.complete(t, runs(other))          // …but the node runs another image
+	for range 3 {
+		f.drive(t)
+		f.q.complete(t, nodeapi.TaskResult{})
+	}
+	f.drive(t)
+	got := f.get(t, inst.ID)
+	if got.Status != instances.StatusRunning || got.Version != "1.0.0" || got.ReasonCode != instances.ReasonUpgradeReverted {
+		t.Fatalf("after a wrong image on upgrade: %s %s %s", got.Status, got.Version, got.ReasonCode)
+	}
+	if o, _ := f.svc.Operation(f.ctx, f.g, f.project.ID, up.ID); o.State != instances.OpFailed || o.ReasonCode != nodeapi.ReasonDigestMismatch {
+		t.Fatalf("upgrade op: %+v", o)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"time"
 )
 
@@ -285,6 +286,37 @@ type RunOutput struct {
 	Ports        []PortMapping `json:"ports"` // host ports actually bound
 	HostAddress  string        `json:"host_address"`
 	ImageDigest  string        `json:"image_digest"`
+	// ImageDigests are the repo digests of the images the started
+	// containers were created from, read back from the engine: the server
+	// compares them with the digests it pinned (digest_mismatch).
+	ImageDigests []string `json:"image_digests,omitempty"`
+}
+
+// PinnedDigests returns the image digests a container.run or compose.up
+// payload pins, sorted and distinct: what a node that ran it reports in
+// RunOutput.ImageDigests.
+func PinnedDigests(kind string, payload []byte) ([]string, error) {
+	var images []ImagePull
+	switch kind {
+	case KindContainerRun:
+		var r ContainerRun
+		if err := json.Unmarshal(payload, &r); err != nil {
+			return nil, err
+		}
+		images = []ImagePull{r.Image}
+	case KindComposeUp:
+		var u ComposeUp
+		if err := json.Unmarshal(payload, &u); err != nil {
+			return nil, err
+		}
+		images = u.Images
+	}
+	out := make([]string, 0, len(images))
+	for _, im := range images {
+		out = append(out, im.Digest)
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
 }
 
 // VerifyOutput is what teardown.verify reports.

@@ -148,6 +148,9 @@ func Up(ctx context.Context, d *docker.Driver, o docker.Owner, u nodeapi.Compose
 	if err != nil {
 		return out, err
 	}
+	if out.ImageDigests, err = d.RunningDigests(ctx, out.ContainerIDs); err != nil {
+		return out, err
+	}
 	if readyID != "" {
 		ports, err := d.BoundPorts(ctx, readyID)
 		if err != nil {

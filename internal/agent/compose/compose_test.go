@@ -80,7 +80,7 @@ volumes:
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
-	if len(out.ContainerIDs) != 2 || len(out.Ports) != 1 || out.Ports[0].Host == 0 {
+	if len(out.ContainerIDs) != 2 || len(out.Ports) != 1 || out.Ports[0].Host == 0 || len(out.ImageDigests) != 1 || out.ImageDigests[0] != img.Digest {
 		t.Fatalf("output %+v", out)
 	}
 	// db started first (depends_on order).

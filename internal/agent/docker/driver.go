@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -169,6 +170,32 @@ func (d *Driver) hasDigest(ctx context.Context, ref string) bool {
 		}
 	}
 	return false
+}
+
+// RunningDigests returns the repo digests (sha256:…) of the images the
+// containers ids were created from, as the engine records them: what the
+// node really runs, not what the task asked for.
+func (d *Driver) RunningDigests(ctx context.Context, ids []string) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range ids {
+		c, err := d.C.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if err != nil {
+			return nil, fail(nodeapi.ReasonInternal, "inspect container %s: %v", id, err)
+		}
+		img, err := d.C.ImageInspect(ctx, c.Container.Image)
+		if err != nil {
+			return nil, fail(nodeapi.ReasonInternal, "inspect image of %s: %v", id, err)
+		}
+		for _, rd := range img.RepoDigests {
+			if _, dg, ok := strings.Cut(rd, "@"); ok && !seen[dg] {
+				seen[dg] = true
+				out = append(out, dg)
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // LogTail returns the last n lines a container wrote (stdout and stderr).

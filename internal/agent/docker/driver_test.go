@@ -79,7 +79,8 @@ func TestRunPullReadinessStopRemove(t *testing.T) {
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}
-	if len(out.ContainerIDs) != 1 || out.HostAddress != "127.0.0.1" || len(out.Ports) != 1 || out.Ports[0].Host == 0 || out.ImageDigest != e.img.Digest {
+	if len(out.ContainerIDs) != 1 || out.HostAddress != "127.0.0.1" || len(out.Ports) != 1 || out.Ports[0].Host == 0 || out.ImageDigest != e.img.Digest ||
+		!slices.Equal(out.ImageDigests, []string{e.img.Digest}) {
 		t.Fatalf("output %+v", out)
 	}
 	id := out.ContainerIDs[0]

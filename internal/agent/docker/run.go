@@ -180,6 +180,9 @@ func (d *Driver) Run(ctx context.Context, o Owner, r nodeapi.ContainerRun) (node
 		return nodeapi.RunOutput{}, &Failure{Reason: nodeapi.ReasonContainerExited, Message: "start: " + err.Error(), LogTail: d.LogTail(ctx, id, 50)}
 	}
 	out := nodeapi.RunOutput{ContainerIDs: []string{id}, HostAddress: d.cfg.HostAddress, ImageDigest: r.Image.Digest, Ports: []nodeapi.PortMapping{}}
+	if out.ImageDigests, err = d.RunningDigests(ctx, out.ContainerIDs); err != nil {
+		return out, err
+	}
 	ports, err := d.BoundPorts(ctx, id)
 	if err != nil {
 		return out, err
