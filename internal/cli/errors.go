@@ -34,7 +34,7 @@ func describeError(cmd *cobra.Command, err error) string {
 		switch {
 		case apiErr.Status == 401 && apiErr.Code == "invalid_credentials":
 			msg = "sign-in failed: " + msg
-		case apiErr.Status == 401:
+		case apiErr.Status == 401 && signsInWithProfile(cmd):
 			msg = notSignedIn(cmd) + " — " + msg
 		case apiErr.Status == 403:
 			msg += " (check who you act as with gpuaas auth status; pick another profile with --as)"
@@ -57,6 +57,14 @@ func describeError(cmd *cobra.Command, err error) string {
 		return fmt.Sprintf("cannot reach the API at %s: is gpuaas dev running? (or set --api-url / GPUAAS_API_URL) — %v", base, operr.Err)
 	}
 	return err.Error()
+}
+
+// signsInWithProfile reports whether cmd acts with a profile's or a given
+// token (the API nouns' client flags). Others, such as the node agent with
+// its join token and node key, have credentials of their own: the server's
+// message is their whole story, and sign-in advice would mislead.
+func signsInWithProfile(cmd *cobra.Command) bool {
+	return cmd == nil || cmd.Flag("token") != nil
 }
 
 // notSignedIn is the next step after a refused token, naming where the

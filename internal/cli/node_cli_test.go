@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -37,5 +39,24 @@ func TestNodeAndAllocationCommands(t *testing.T) {
 	}
 	if out, _, err := run("", "allocation", "list", "--project", s.Creds.ProjectID); err != nil || !strings.Contains(out, `"items": []`) {
 		t.Fatalf("allocation list: %v %s", err, out)
+	}
+}
+
+// A refused join speaks of the join token only: the agent has no profile,
+// so the CLI's sign-in advice must not precede the server's message.
+func TestAgentRefusedJoinNamesTheJoinTokenOnly(t *testing.T) {
+	s := servertest.Start(t, store.SQLite)
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"agent", "--server", s.URL, "--join-token", "gpjt_not-a-real-token",
+		"--data-dir", t.TempDir(), "--name", "refused"}, strings.NewReader(""), &out, &errOut)
+	msg := errOut.String()
+	if code != exitError || !strings.Contains(msg, "join token is unknown, expired or already used") ||
+		!strings.Contains(msg, "invalid_join_token") {
+		t.Fatalf("exit %d, stderr %q", code, msg)
+	}
+	for _, wrong := range []string{"gpuaas login", "not signed in", "sa token"} {
+		if strings.Contains(msg, wrong) {
+			t.Fatalf("the agent's refusal mentions %q: %q", wrong, msg)
+		}
 	}
 }
