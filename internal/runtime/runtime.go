@@ -171,7 +171,7 @@ func identityMounts(d Deployment) []nodeapi.Mount {
 	if d.Identity == nil {
 		return nil
 	}
-	return []nodeapi.Mount{{Kind: "file", Target: IdentityPath, Content: d.Identity.keyFile(), Mode: 0o444, ReadOnly: true}}
+	return []nodeapi.Mount{{Kind: "file", Target: IdentityPath, Content: d.Identity.keyFile(), Mode: 0o440, ReadOnly: true}}
 }
 
 // readiness turns the profile's probe into the agent's, with the deploy

@@ -144,11 +144,22 @@ var digestRE = regexp.MustCompile(`: digest: (sha256:[0-9a-f]{64}) size: \d+`)
 // fetch it). app names the app slug (unique per test).
 func PushServerImage(t testing.TB, d Docker, s *servertest.Server, admin *servertest.Client, app string) Image {
 	t.Helper()
+	return PushServerImageAs(t, d, s, admin, app, "")
+}
+
+// PushServerImageAs is PushServerImage with the image's USER set (empty:
+// root), for tests of what a non-root workload may read.
+func PushServerImageAs(t testing.TB, d Docker, s *servertest.Server, admin *servertest.Client, app, user string) Image {
+	t.Helper()
+	userLine := ""
+	if user != "" {
+		userLine = "USER " + user + "\n"
+	}
 	dir := t.TempDir()
 	files := map[string]string{
 		"go.mod":     "module srv\n\ngo 1.21\n",
 		"main.go":    serverSource,
-		"Dockerfile": "FROM scratch\nLABEL " + d.Label() + "\nCOPY srv /srv\nEXPOSE 8080\nENTRYPOINT [\"/srv\"]\n",
+		"Dockerfile": "FROM scratch\nLABEL " + d.Label() + "\nCOPY srv /srv\n" + userLine + "EXPOSE 8080\nENTRYPOINT [\"/srv\"]\n",
 	}
 	for n, body := range files {
 		if err := os.WriteFile(filepath.Join(dir, n), []byte(body), 0o644); err != nil {

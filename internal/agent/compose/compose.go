@@ -135,7 +135,7 @@ func Up(ctx context.Context, d *docker.Driver, o docker.Owner, u nodeapi.Compose
 	out := nodeapi.RunOutput{ContainerIDs: []string{}, Ports: []nodeapi.PortMapping{}, HostAddress: d.HostIP()}
 	var readyID string
 	err = graph.InDependencyOrder(ctx, p, func(ctx context.Context, name string, s types.ServiceConfig) error {
-		id, err := startService(ctx, d, p, s, base, netName, u.GPUUUIDs, files[name])
+		id, err := startService(ctx, d, p, s, base, netName, u.GPUUUIDs, o.InstanceID, files[name])
 		if err != nil {
 			return err
 		}
@@ -195,7 +195,7 @@ func serviceMounts(d *docker.Driver, o docker.Owner, p *types.Project, ms []node
 }
 
 func startService(ctx context.Context, d *docker.Driver, p *types.Project, s types.ServiceConfig, base func(map[string]string) map[string]string,
-	netName string, gpus []string, files []mount.Mount) (string, error) {
+	netName string, gpus []string, instanceID string, files []mount.Mount) (string, error) {
 	name := p.Name + "-" + s.Name + "-1"
 	if ex, err := d.C.ContainerInspect(ctx, name, client.ContainerInspectOptions{}); err == nil {
 		if ex.Container.Config.Labels[nodeapi.LabelManaged] != "true" || ex.Container.Config.Labels[LabelProject] != p.Name {
@@ -240,7 +240,7 @@ func startService(ctx context.Context, d *docker.Driver, p *types.Project, s typ
 		cfg.Entrypoint = s.Entrypoint
 	}
 	r, err := d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg,
-		HostConfig:       &container.HostConfig{PortBindings: bindings, Mounts: mounts, Resources: res},
+		HostConfig:       &container.HostConfig{PortBindings: bindings, Mounts: mounts, GroupAdd: docker.GroupAdd(instanceID, files), Resources: res},
 		NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netName: {Aliases: []string{s.Name}}}}})
 	if err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)

@@ -4,9 +4,11 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 )
 
@@ -295,5 +298,85 @@ func TestImagePruner(t *testing.T) {
 	}
 	if got := e.d.PulledImages(); len(got) != 0 {
 		t.Fatalf("record after pruning: %v", got)
+	}
+}
+
+// The instance's identity file is readable by its workload whatever user
+// the image runs as, and by no other user on the host: root:FileGroup,
+// mode 0440, and only the instance's containers join that group.
+func TestIdentityFileReadableByTheWorkloadOnly(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	dk := agenttest.RequireDocker(t)
+	t.Cleanup(dk.RemoveImages)
+	app := "nr" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	img := agenttest.PushServerImageAs(t, dk, e.s, e.admin, app, "65534:65534")
+	pull := nodeapi.ImagePull{Repository: img.Repository, Digest: img.Digest, WrappingToken: agenttest.PullToken(t, e.s, e.admin, img.ArtifactID)}
+	inst := "inst" + uuid.NewString()[:8]
+	const target = "/var/run/gpuaas/identity.json"
+	secret := `{"private_key":"s3cret-` + inst + `"}`
+	out, err := e.d.Run(ctx, docker.Owner{TaskID: "t-" + inst, InstanceID: inst}, nodeapi.ContainerRun{Name: "gpuaas-test-ident-" + inst, Image: pull,
+		Ports: []nodeapi.PortMapping{{Container: 8080}}, Readiness: &nodeapi.Readiness{Port: 8080, TimeoutSeconds: 30},
+		Mounts: []nodeapi.Mount{{Kind: "file", Target: target, Content: []byte(secret), Mode: 0o444, ReadOnly: true}}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	t.Cleanup(func() { _ = e.d.Remove(context.Background(), nodeapi.ContainerRef{InstanceID: inst}) })
+	read := func(port uint16) (int, string) {
+		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(int(port)) + "/file?path=" + target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := read(uint16(out.Ports[0].Host)); code != 200 || body != secret {
+		t.Fatalf("the non-root workload cannot read its identity: %d %q", code, body)
+	}
+	ins, err := e.d.C.ContainerInspect(ctx, out.ContainerIDs[0], client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := strconv.Itoa(docker.FileGroup(inst))
+	if !slices.Equal(ins.Container.HostConfig.GroupAdd, []string{group}) {
+		t.Fatalf("group_add %v, want [%s]", ins.Container.HostConfig.GroupAdd, group)
+	}
+	var src string
+	for _, m := range ins.Container.Mounts {
+		if m.Destination == target {
+			src = m.Source
+		}
+	}
+	st, err := os.Stat(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sys := st.Sys().(*syscall.Stat_t)
+	// The task asked for 0444: the agent never lets other host users read it.
+	if st.Mode().Perm() != 0o440 || strconv.Itoa(int(sys.Gid)) != group {
+		t.Fatalf("host file %s: mode %v gid %d, want 0440 gid %s", src, st.Mode().Perm(), sys.Gid, group)
+	}
+	// Another container of the same user, outside the group, is refused.
+	res, err := e.d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: "gpuaas-test-ident-other-" + inst,
+		Config: &container.Config{Image: img.Repository + "@" + img.Digest, Labels: map[string]string{nodeapi.LabelNode: e.node}, Cmd: []string{"8080"}},
+		HostConfig: &container.HostConfig{PublishAllPorts: true,
+			Mounts: []mount.Mount{{Type: mount.TypeBind, Source: src, Target: target, ReadOnly: true}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.C.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ports, err := e.d.BoundPorts(ctx, res.ID)
+	if err != nil || len(ports) == 0 {
+		t.Fatalf("ports of the other container: %v %v", err, ports)
+	}
+	if err := e.d.WaitReady(ctx, res.ID, ports, &nodeapi.Readiness{Port: 8080, HTTPPath: "/", TimeoutSeconds: 20}); err != nil {
+		t.Fatalf("the other container: %v", err)
+	}
+	code, body := read(uint16(ports[0].Host))
+	if code == 200 || !strings.Contains(body, "permission denied") {
+		t.Fatalf("a container outside the group read the identity: %d %q", code, body)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"net/http"
 	"net/netip"
@@ -59,8 +60,31 @@ func GPURequests(uuids []string) []container.DeviceRequest {
 	return []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: uuids, Capabilities: [][]string{{"gpu"}}}}
 }
 
+// FileGroup is the group id that owns an instance's platform files (its
+// identity key) and that the instance's containers join as a supplementary
+// group: the workload reads its key whatever user its image runs as, and
+// no other user on the host can (mode 0440, root:FileGroup). It is derived
+// from the instance id, in a range host accounts do not use.
+func FileGroup(instanceID string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(instanceID))
+	return fileGroupBase + int(h.Sum32()%fileGroupSpan)
+}
+
+const fileGroupBase, fileGroupSpan = 2_000_000_000, 100_000_000 // below 2^31 for every runtime
+
+// GroupAdd is the supplementary group of a container that mounts the
+// instance's platform files (none when it mounts none).
+func GroupAdd(instanceID string, files []mount.Mount) []string {
+	if len(files) == 0 {
+		return nil
+	}
+	return []string{strconv.Itoa(FileGroup(instanceID))}
+}
+
 // Mounts writes platform-owned files under the instance's scratch path and
-// returns the bind mounts for them (files read-only).
+// returns the bind mounts for them (files read-only, readable by the
+// instance's FileGroup only).
 func (d *Driver) Mounts(instanceID string, ms []nodeapi.Mount) ([]mount.Mount, error) {
 	if len(ms) == 0 {
 		return nil, nil
@@ -80,14 +104,20 @@ func (d *Driver) Mounts(instanceID string, ms []nodeapi.Mount) ([]mount.Mount, e
 			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
 				return nil, err
 			}
-			mode := os.FileMode(m.Mode)
+			// Never readable by other host users, whatever the task asks.
+			mode := os.FileMode(m.Mode) & 0o770
 			if mode == 0 {
-				mode = 0o444
+				mode = 0o440
 			}
 			if err := os.WriteFile(p, m.Content, 0o600); err != nil {
 				return nil, err
 			}
-			if err := os.Chmod(p, mode&0o777); err != nil {
+			if err := os.Chown(p, -1, FileGroup(instanceID)); err != nil {
+				// Only root may give a file to a group it is not in; an
+				// agent that is not root cannot keep the file from others.
+				return nil, fail(nodeapi.ReasonInternal, "give %s to the workload's group: %v (run the agent as root)", m.Target, err)
+			}
+			if err := os.Chmod(p, mode); err != nil {
 				return nil, err
 			}
 			out = append(out, mount.Mount{Type: mount.TypeBind, Source: p, Target: m.Target, ReadOnly: true})
@@ -167,7 +197,7 @@ func (d *Driver) Run(ctx context.Context, o Owner, r nodeapi.ContainerRun) (node
 		for k, v := range r.Env {
 			env = append(env, k+"="+v)
 		}
-		hc := &container.HostConfig{PortBindings: bindings, Mounts: mounts, Resources: container.Resources{
+		hc := &container.HostConfig{PortBindings: bindings, Mounts: mounts, GroupAdd: GroupAdd(o.InstanceID, mounts), Resources: container.Resources{
 			Memory: r.MemoryMiB << 20, NanoCPUs: int64(r.CPUCores * 1e9), DeviceRequests: GPURequests(r.GPUUUIDs)}}
 		res, err := d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: r.Name, HostConfig: hc, Config: &container.Config{
 			Image: ref, Entrypoint: r.Command, Cmd: r.Args, Env: env, ExposedPorts: exposed, Labels: d.Labels(o, r.Labels)}})
