@@ -23,6 +23,21 @@ func Bind(ctx context.Context, tx *store.Tx, principalType principal.Type, princ
 		return store.RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
 			Message: "unknown role; use one of " + joinRoles()}})
 	}
+	return bind(ctx, tx, principalType, principalID, role, scopeType, scopeID, orgID)
+}
+
+// BindWorkload binds the platform's own instance_workload role to an app
+// instance's service account in its project: the one way that role is
+// granted.
+func BindWorkload(ctx context.Context, tx *store.Tx, serviceAccountID, projectID, orgID string) (store.RoleBinding, error) {
+	return bind(ctx, tx, principal.ServiceAccount, serviceAccountID, RoleInstanceWorkload, ScopeProject, projectID, orgID)
+}
+
+func bind(ctx context.Context, tx *store.Tx, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (store.RoleBinding, error) {
+	if _, ok := roles[role]; !ok {
+		return store.RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
+			Message: "unknown role; use one of " + joinRoles()}})
+	}
 	if !RoleBindableAt(role, scopeType) {
 		return store.RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "role_not_bindable_here",
 			Message: "role " + role + " cannot be granted at " + scopeType + " scope"}})

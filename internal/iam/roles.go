@@ -51,6 +51,9 @@ const (
 	PermBillingBreakdownRead = "billing.breakdown.read" // operators: cost by source and meter
 	PermBillingPricesWrite   = "billing.prices.write"
 	PermBillingLedgerCorrect = "billing.ledger.correct"
+	// PermInstanceSelfRead lets an app instance's own identity read that
+	// one instance (whose service_account_id is the caller), nothing else.
+	PermInstanceSelfRead = "apps.instance.self.read"
 )
 
 // Role names of the built-in roles.
@@ -61,7 +64,11 @@ const (
 	RoleProjectMember  = "project_member"
 	RoleProjectViewer  = "project_viewer"
 	RoleAppOperator    = "app_operator"
-	permissionWildcard = "*"
+	// RoleInstanceWorkload is the role of an app instance's own identity:
+	// read its own instance and report its own usage. The platform binds it
+	// when it provisions the identity; nobody can grant it (KnownRole).
+	RoleInstanceWorkload = "instance_workload"
+	permissionWildcard   = "*"
 )
 
 var viewerPerms = []string{
@@ -90,7 +97,13 @@ var roles = map[string][]string{
 	RoleProjectMember: memberPerms,
 	RoleProjectViewer: viewerPerms,
 	RoleAppOperator:   operatorPerms,
+	// Usage reporting is further bound to the instance (billing checks the
+	// caller is the instance's own account).
+	RoleInstanceWorkload: {PermInstanceSelfRead, PermBillingUsageReport},
 }
+
+// platformRoles are bound by the platform itself, never through the API.
+var platformRoles = map[string]bool{RoleInstanceWorkload: true}
 
 // scopesOfRole says where a role may be bound: project roles at a project
 // (or an org, applying to all its projects), org_admin at an org, and
@@ -102,6 +115,7 @@ var scopesOfRole = map[string][]string{
 	RoleProjectMember: {ScopeOrg, ScopeProject},
 	RoleProjectViewer: {ScopeOrg, ScopeProject},
 	RoleAppOperator:   {ScopeOrg, ScopeProject},
+	RoleInstanceWorkload: {ScopeProject},
 }
 
 // Scope types of a role binding.
@@ -111,8 +125,9 @@ const (
 	ScopeProject  = "project"
 )
 
-// KnownRole reports whether name is a built-in role.
-func KnownRole(name string) bool { _, ok := roles[name]; return ok }
+// KnownRole reports whether name is a built-in role a person or a service
+// account may be granted (the platform's own roles are not).
+func KnownRole(name string) bool { _, ok := roles[name]; return ok && !platformRoles[name] }
 
 // RoleBindableAt reports whether role may be bound at scopeType.
 func RoleBindableAt(role, scopeType string) bool {
@@ -135,6 +150,9 @@ func RolePermissions(role string) []string {
 func RoleNames() []string {
 	out := make([]string, 0, len(roles))
 	for r := range roles {
+		if platformRoles[r] {
+			continue
+		}
 		out = append(out, r)
 	}
 	sort.Strings(out)

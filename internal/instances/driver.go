@@ -436,7 +436,7 @@ func (s *Service) identity(ctx context.Context, tx *store.Tx, p store.Project, i
 		id, keyID, alg, priv, url string
 	}
 	if inst.ServiceAccountID == "" {
-		issued, e := s.SA.ProvisionWorkload(ctx, tx, p, "app-"+inst.ID, "app instance "+inst.DisplayName, s.WorkloadRole)
+		issued, e := s.SA.ProvisionWorkload(ctx, tx, p, "app-"+inst.ID, "app instance "+inst.DisplayName)
 		err = e
 		k.id, k.keyID, k.alg, k.priv, k.url = issued.Account.ID, issued.Key.ID, issued.Key.Algorithm, issued.PrivateKeyPEM, issued.TokenURL
 	} else {

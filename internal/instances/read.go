@@ -14,6 +14,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -58,7 +59,19 @@ func (s *Service) access(inst store.AppInstance, out nodeapi.RunOutput, nodeAddr
 }
 
 // Get returns one instance.
+// An instance's own identity (instance_workload) reads that instance only;
+// any other id answers as missing.
 func (s *Service) Get(ctx context.Context, g *iam.Grants, projectID, id string) (store.AppInstance, error) {
+	if p, err := s.IAM.Project(ctx, g, projectID, ""); err == nil {
+		sc := iam.Scope{OrgID: p.OrgID, ProjectID: p.ID}
+		if !g.Can(iam.PermInstanceRead, sc) && g.Can(iam.PermInstanceSelfRead, sc) {
+			inst, err := s.DB.Queries().GetAppInstance(ctx, p.ID, id)
+			if errors.Is(err, store.ErrNotFound) || (err == nil && (g.P.Type != principal.ServiceAccount || inst.ServiceAccountID != g.P.ID)) {
+				return store.AppInstance{}, errInstanceNotFound(id)
+			}
+			return inst, err
+		}
+	}
 	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
 	return inst, err
 }

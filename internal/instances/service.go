@@ -90,8 +90,6 @@ type Deps struct {
 	ReadinessTimeout time.Duration
 	// Kick, when set, asks the driver to run now (after a request queued work).
 	Kick func()
-	// WorkloadRole is the role of each instance's own service account.
-	WorkloadRole string
 }
 
 // Service is the app-instance domain.
@@ -113,9 +111,6 @@ func New(d Deps) *Service {
 	}
 	if d.APIBaseURL == nil {
 		d.APIBaseURL = func() string { return "" }
-	}
-	if d.WorkloadRole == "" {
-		d.WorkloadRole = iam.RoleProjectViewer
 	}
 	return &Service{Deps: d}
 }

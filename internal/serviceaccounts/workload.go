@@ -16,10 +16,11 @@ import (
 // checked — the platform acts, on behalf of a request that was authorised
 // when it was accepted.
 
-// ProvisionWorkload creates a project service account bound to role with a
-// fresh server-generated key, inside tx. The private key is returned once
-// and never stored.
-func (s *Service) ProvisionWorkload(ctx context.Context, tx *store.Tx, p store.Project, slug, name, role string) (IssuedKey, error) {
+// ProvisionWorkload creates a project service account bound to the
+// platform's instance_workload role (its own instance and its own usage,
+// nothing else) with a fresh server-generated key, inside tx. The private
+// key is returned once and never stored.
+func (s *Service) ProvisionWorkload(ctx context.Context, tx *store.Tx, p store.Project, slug, name string) (IssuedKey, error) {
 	now := s.Now()
 	key, priv, err := s.newKey("", "", now)
 	if err != nil {
@@ -34,10 +35,10 @@ func (s *Service) ProvisionWorkload(ctx context.Context, tx *store.Tx, p store.P
 	if err := tx.CreateServiceAccountKey(ctx, key); err != nil {
 		return IssuedKey{}, err
 	}
-	if _, err := iam.Bind(ctx, tx, principal.ServiceAccount, a.ID, role, iam.ScopeProject, p.ID, p.OrgID); err != nil {
+	if _, err := iam.BindWorkload(ctx, tx, a.ID, p.ID, p.OrgID); err != nil {
 		return IssuedKey{}, err
 	}
-	return IssuedKey{Account: Account{ServiceAccount: a, Roles: []string{role}, Keys: []store.ServiceAccountKey{key}},
+	return IssuedKey{Account: Account{ServiceAccount: a, Roles: []string{iam.RoleInstanceWorkload}, Keys: []store.ServiceAccountKey{key}},
 		Key: key, PrivateKeyPEM: priv, TokenURL: s.TokenURL()}, nil
 }
 
