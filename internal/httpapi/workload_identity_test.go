@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
-	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
 
 // An app instance's own identity (the key the node mounts into it) reads

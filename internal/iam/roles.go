@@ -58,12 +58,12 @@ const (
 
 // Role names of the built-in roles.
 const (
-	RolePlatformAdmin  = "platform_admin"
-	RoleOrgAdmin       = "org_admin"
-	RoleProjectAdmin   = "project_admin"
-	RoleProjectMember  = "project_member"
-	RoleProjectViewer  = "project_viewer"
-	RoleAppOperator    = "app_operator"
+	RolePlatformAdmin = "platform_admin"
+	RoleOrgAdmin      = "org_admin"
+	RoleProjectAdmin  = "project_admin"
+	RoleProjectMember = "project_member"
+	RoleProjectViewer = "project_viewer"
+	RoleAppOperator   = "app_operator"
 	// RoleInstanceWorkload is the role of an app instance's own identity:
 	// read its own instance and report its own usage. The platform binds it
 	// when it provisions the identity; nobody can grant it (KnownRole).
@@ -109,12 +109,12 @@ var platformRoles = map[string]bool{RoleInstanceWorkload: true}
 // (or an org, applying to all its projects), org_admin at an org, and
 // platform_admin only at the platform.
 var scopesOfRole = map[string][]string{
-	RolePlatformAdmin: {ScopePlatform},
-	RoleOrgAdmin:      {ScopeOrg},
-	RoleProjectAdmin:  {ScopeOrg, ScopeProject},
-	RoleProjectMember: {ScopeOrg, ScopeProject},
-	RoleProjectViewer: {ScopeOrg, ScopeProject},
-	RoleAppOperator:   {ScopeOrg, ScopeProject},
+	RolePlatformAdmin:    {ScopePlatform},
+	RoleOrgAdmin:         {ScopeOrg},
+	RoleProjectAdmin:     {ScopeOrg, ScopeProject},
+	RoleProjectMember:    {ScopeOrg, ScopeProject},
+	RoleProjectViewer:    {ScopeOrg, ScopeProject},
+	RoleAppOperator:      {ScopeOrg, ScopeProject},
 	RoleInstanceWorkload: {ScopeProject},
 }
 
