@@ -35,6 +35,9 @@ var (
 	ErrNotFound      = errors.New("not found")
 	ErrAlreadyExists = errors.New("already exists")
 	ErrConflict      = errors.New("conflict")
+	// ErrUnavailable: the database (or another dependency) could not be
+	// reached or went away mid-request; the request may be retried.
+	ErrUnavailable = errors.New("unavailable")
 )
 
 // Error is a classified, client-safe error.
@@ -145,6 +148,8 @@ func KindOf(err error) Kind {
 		return KindAlreadyExists
 	case errors.Is(err, ErrConflict):
 		return KindConflict
+	case errors.Is(err, ErrUnavailable):
+		return KindUnavailable
 	}
 	return KindInternal
 }

@@ -27,6 +27,10 @@ var statusOf = map[errdefs.Kind]int{
 	errdefs.KindGone:               http.StatusGone,
 }
 
+// unavailableRetrySeconds is the Retry-After of a 503 while the database is
+// away: a PostgreSQL restart or failover takes seconds.
+const unavailableRetrySeconds = 2
+
 // envelope is the canonical error body of every gpuaas error response.
 type envelope struct {
 	Error envelopeBody `json:"error"`
@@ -51,6 +55,13 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 			e = errdefs.NotFound("not_found", "the resource does not exist")
 		case errdefs.KindAlreadyExists, errdefs.KindConflict:
 			e = errdefs.Conflict("conflict", "the request conflicts with the current state; reload and retry")
+		case errdefs.KindUnavailable:
+			// The database is away (restart, failover, no connections):
+			// nothing is wrong with the request. A mutation either
+			// committed or did not; retry it with the same idempotency key.
+			e = &errdefs.Error{Kind: errdefs.KindUnavailable, Code: "unavailable",
+				Message: "the database is unavailable for a moment; retry the request (with the same X-Idempotency-Key for a change)",
+				Details: map[string]any{"retry_after_seconds": unavailableRetrySeconds}}
 		default:
 			e = &errdefs.Error{Kind: errdefs.KindInternal, Code: "internal_error",
 				Message: "the server failed to handle the request; retry, and report the correlation_id if it persists"}
@@ -73,7 +84,7 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gpuaas"`)
 	}
-	if secs, ok := details["retry_after_seconds"].(int); ok && status == http.StatusTooManyRequests {
+	if secs, ok := details["retry_after_seconds"].(int); ok && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	writeJSON(w, status, envelope{Error: envelopeBody{Code: e.Code, Message: e.Message, CorrelationID: correlation.ID(ctx), Details: details}})

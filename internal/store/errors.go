@@ -1,7 +1,13 @@
 package store
 
 import (
+	"database/sql"
+	"database/sql/driver"
 	"errors"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,6 +21,7 @@ var (
 	ErrNotFound      = errdefs.ErrNotFound
 	ErrAlreadyExists = errdefs.ErrAlreadyExists
 	ErrConflict      = errdefs.ErrConflict
+	ErrUnavailable   = errdefs.ErrUnavailable
 	// ErrDeadlock: PostgreSQL broke a lock cycle by aborting this
 	// transaction. Nothing it did is kept; running it again is safe.
 	ErrDeadlock = errors.New("deadlock detected: the transaction was rolled back and may be retried")
@@ -25,6 +32,9 @@ var (
 func mapErr(err error) error {
 	if err == nil {
 		return nil
+	}
+	if unreachable(err) {
+		return wrap(ErrUnavailable, err)
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -52,6 +62,33 @@ func mapErr(err error) error {
 		}
 	}
 	return err
+}
+
+// unreachable reports connection-class failures: the database refused or
+// dropped the connection, is shutting down or starting, or is out of
+// connections. Nothing about the request is wrong; it may be retried.
+func unreachable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return strings.HasPrefix(pgErr.Code, "08") || // connection_exception
+			pgErr.Code == "57P01" || pgErr.Code == "57P02" || pgErr.Code == "57P03" || // admin/crash shutdown, cannot connect now
+			pgErr.Code == "53300" // too_many_connections
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	var sqErr *sqlite.Error
+	switch {
+	case errors.As(err, &connectErr), errors.As(err, &netErr),
+		errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return true
+	case errors.As(err, &sqErr):
+		c := sqErr.Code() & 0xff // primary code: SQLITE_BUSY_* are busy too
+		return c == sqlite3.SQLITE_BUSY || c == sqlite3.SQLITE_LOCKED
+	}
+	// pgx reports a connection it closed after a failure by text only.
+	return pgconn.SafeToRetry(err) || strings.Contains(err.Error(), "conn closed")
 }
 
 type sentinelErr struct {
