@@ -31,6 +31,7 @@ type devProcess struct {
 	dataDir string
 	listen  string
 	cmd     *exec.Cmd
+	env     []string // added to the environment of the next start
 }
 
 var (
@@ -81,6 +82,9 @@ func (p *devProcess) start() {
 		p.t.Fatal(err)
 	}
 	p.cmd.Stdout, p.cmd.Stderr = log, log
+	if len(p.env) > 0 {
+		p.cmd.Env = append(os.Environ(), p.env...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}

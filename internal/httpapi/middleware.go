@@ -9,11 +9,13 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/events"
@@ -192,6 +194,12 @@ func idempotencyKey(r *http.Request) string {
 	return r.Header.Get("Idempotency-Key")
 }
 
+// faultExitAfterServe makes the process exit right after a keyed request's
+// handler returned and before its answer is recorded: the crash window the
+// in-transaction commit record closes. Set only by tests that kill and
+// restart a real server (GPUAAS_FAULT_EXIT_AFTER_SERVE=1).
+var faultExitAfterServe = os.Getenv("GPUAAS_FAULT_EXIT_AFTER_SERVE") == "1"
+
 // idempotent runs a keyed mutation at most once per principal and key: a
 // retry with the same request gets the stored response; the same key with a
 // different request is refused; a retry while the first still runs gets 409.
@@ -208,22 +216,31 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	hash := RequestHash(r.Method, r.URL.Path, body)
-	who := principal.From(ctx).Key()
+	claim := store.IdempotencyClaim{Principal: principal.From(ctx).Key(), Key: key, ClaimID: uuid.NewString()}
 	now := time.Now()
 	q := a.DB.Queries()
-	err = q.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{Principal: who, Key: key, Method: r.Method, Path: r.URL.Path,
-		RequestHash: hash, CreatedAt: now, ExpiresAt: now.Add(a.IdempotencyTTL)})
+	err = q.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{Principal: claim.Principal, Key: key, Method: r.Method, Path: r.URL.Path,
+		RequestHash: hash, CreatedAt: now, ExpiresAt: now.Add(a.IdempotencyTTL), ClaimID: claim.ClaimID})
 	if errors.Is(err, store.ErrAlreadyExists) {
-		prev, gerr := q.GetIdempotencyRecord(ctx, who, key)
+		prev, gerr := q.GetIdempotencyRecord(ctx, claim.Principal, key)
 		switch {
 		case gerr != nil:
 			writeError(w, r, a.Logger, gerr)
 		case prev.RequestHash != hash:
 			writeError(w, r, a.Logger, errdefs.Unprocessable("idempotency_key_reused",
 				"this idempotency key was already used for a different request; use a new key for a new request"))
+		case prev.State != "complete" && !prev.CommittedAt.IsZero():
+			// The change committed but its answer was lost (the server
+			// stopped, or failed after the commit): it is never run again.
+			writeError(w, r, a.Logger, errdefs.Conflict("idempotency_key_committed",
+				"the request with this idempotency key already took effect, but its answer was lost; read %s %s instead of retrying",
+				prev.ResourceType, prev.ResourceID).WithDetails(map[string]any{"resource_type": prev.ResourceType,
+				"resource_id": prev.ResourceID, "committed_at": prev.CommittedAt}))
 		case prev.State != "complete":
+			w.Header().Set("Retry-After", "1")
 			writeError(w, r, a.Logger, errdefs.Conflict("idempotency_key_in_flight",
-				"a request with this idempotency key is still being processed; retry shortly"))
+				"a request with this idempotency key is still being processed; retry shortly (a claim whose change never committed is given up after %s)",
+				store.AbandonedAfter))
 		default:
 			w.Header().Set("Idempotent-Replayed", "true")
 			if prev.ContentType != "" {
@@ -239,16 +256,20 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 		return
 	}
 	w.capture = true
-	a.serve(w, r, rt)
-	// The key is released on server errors so a retry runs for real; any
-	// other outcome, success or client error, is what every retry will see.
-	// A background context: the client may have gone, the record must not.
+	a.serve(w, r.WithContext(store.WithIdempotencyClaim(ctx, claim)), rt)
+	if faultExitAfterServe && w.status < 500 {
+		os.Exit(137) // test-only fault injection: a crash between commit and recording the answer
+	}
+	// On a server error the claim is released, unless its change committed,
+	// so a retry runs for real; any other outcome, success or client
+	// error, is what every retry will see. A background context: the
+	// client may have gone, the record must not.
 	bg := context.WithoutCancel(ctx)
 	if w.status >= 500 || w.status == 0 {
-		_ = q.ReleaseIdempotencyKey(bg, who, key)
+		_ = q.ReleaseIdempotencyKey(bg, claim)
 		return
 	}
-	if err := q.CompleteIdempotencyKey(bg, who, key, w.status, w.body.Bytes(), w.Header().Get("Content-Type")); err != nil {
+	if err := q.CompleteIdempotencyKey(bg, claim, w.status, w.body.Bytes(), w.Header().Get("Content-Type")); err != nil {
 		a.Logger.ErrorContext(ctx, "could not store idempotent response", "err", err)
 	}
 }

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
 )
 
 // IdempotencyRecord remembers the outcome of one keyed request so a retry
@@ -19,26 +21,58 @@ type IdempotencyRecord struct {
 	ContentType string
 	CreatedAt   time.Time
 	ExpiresAt   time.Time
+	// ClaimID names the request that holds the key; only its transaction
+	// may commit under the key.
+	ClaimID string
+	// CommittedAt is set, in the mutation's own transaction, when the
+	// request's change committed: from then on the change is never run
+	// again for this key, even if the answer was lost.
+	CommittedAt time.Time
+	// ResourceType and ResourceID are what the committed change audited.
+	ResourceType string
+	ResourceID   string
 }
 
-const idemCols = `principal, idem_key, method, path, request_hash, state, status_code, response_body, content_type, created_at, expires_at`
+const idemCols = `principal, idem_key, method, path, request_hash, state, status_code, response_body, content_type, created_at, expires_at,
+	claim_id, committed_at, resource_type, resource_id`
 
-// AbandonedAfter is how long an in-flight claim may stand before it is taken
-// as abandoned — the replica serving it died mid-request — and a retry may
-// claim the key again instead of getting 409 until the key expires.
-const AbandonedAfter = 5 * time.Minute
+// AbandonedAfter is how long an in-flight claim whose transaction has not
+// committed may stand before it is taken as abandoned — the replica serving
+// it died or lost its database — and a retry may claim the key again. Safe
+// to keep short: a taken-over request can no longer commit (CommitIdempotencyClaim).
+const AbandonedAfter = time.Minute
+
+// IdempotencyClaim is the key a request holds, carried in its context so
+// that Mutate can record the commit in the mutation's transaction.
+type IdempotencyClaim struct {
+	Principal, Key, ClaimID string
+}
+
+type idemClaimKey struct{}
+
+// WithIdempotencyClaim returns ctx carrying c.
+func WithIdempotencyClaim(ctx context.Context, c IdempotencyClaim) context.Context {
+	return context.WithValue(ctx, idemClaimKey{}, c)
+}
+
+func idempotencyClaimFrom(ctx context.Context) (IdempotencyClaim, bool) {
+	c, ok := ctx.Value(idemClaimKey{}).(IdempotencyClaim)
+	return c, ok
+}
 
 // ClaimIdempotencyKey inserts an in-flight record. ErrAlreadyExists means the
 // key is taken: read it with GetIdempotencyRecord. An expired record, or an
-// in-flight one older than AbandonedAfter, is replaced.
+// in-flight one older than AbandonedAfter whose change never committed, is
+// replaced.
 func (q *Queries) ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord) error {
 	if _, err := q.exec(ctx, `DELETE FROM idempotency_keys WHERE principal = ? AND idem_key = ?
-		AND (expires_at <= ? OR (state = 'in_flight' AND created_at <= ?))`,
+		AND (expires_at <= ? OR (state = 'in_flight' AND committed_at IS NULL AND created_at <= ?))`,
 		r.Principal, r.Key, ts(r.CreatedAt), ts(r.CreatedAt.Add(-AbandonedAfter))); err != nil {
 		return err
 	}
-	_, err := q.exec(ctx, `INSERT INTO idempotency_keys (`+idemCols+`) VALUES (?, ?, ?, ?, ?, 'in_flight', 0, NULL, '', ?, ?)`,
-		r.Principal, r.Key, r.Method, r.Path, r.RequestHash, ts(r.CreatedAt), ts(r.ExpiresAt))
+	_, err := q.exec(ctx, `INSERT INTO idempotency_keys (principal, idem_key, method, path, request_hash, state, status_code, response_body,
+		content_type, created_at, expires_at, claim_id) VALUES (?, ?, ?, ?, ?, 'in_flight', 0, NULL, '', ?, ?, ?)`,
+		r.Principal, r.Key, r.Method, r.Path, r.RequestHash, ts(r.CreatedAt), ts(r.ExpiresAt), r.ClaimID)
 	return err
 }
 
@@ -46,20 +80,52 @@ func (q *Queries) GetIdempotencyRecord(ctx context.Context, principal, key strin
 	var r IdempotencyRecord
 	err := q.queryRow(ctx, `SELECT `+idemCols+` FROM idempotency_keys WHERE principal = ? AND idem_key = ?`, principal, key).Scan(
 		&r.Principal, &r.Key, &r.Method, &r.Path, &r.RequestHash, &r.State, &r.StatusCode, &r.Body, &r.ContentType,
-		scanTime(&r.CreatedAt), scanTime(&r.ExpiresAt))
+		scanTime(&r.CreatedAt), scanTime(&r.ExpiresAt), &r.ClaimID, scanTime(&r.CommittedAt), &r.ResourceType, &r.ResourceID)
 	return r, scanOne(err)
 }
 
-// CompleteIdempotencyKey stores the response of a finished request.
-func (q *Queries) CompleteIdempotencyKey(ctx context.Context, principal, key string, status int, body []byte, contentType string) error {
-	return q.execOne(ctx, `UPDATE idempotency_keys SET state = 'complete', status_code = ?, response_body = ?, content_type = ? WHERE principal = ? AND idem_key = ?`,
-		status, body, contentType, principal, key)
+// commitIdempotencyClaim records, inside the mutation's transaction, that
+// the claim's change committed and what it changed. A claim that was taken
+// over (its request was given up as abandoned and a retry claimed the key)
+// refuses: the retry's outcome stands, and this change rolls back.
+func (q *Queries) commitIdempotencyClaim(ctx context.Context, c IdempotencyClaim, at time.Time, resourceType, resourceID string) error {
+	res, err := q.exec(ctx, `UPDATE idempotency_keys SET committed_at = ?, resource_type = ?, resource_id = ?
+		WHERE principal = ? AND idem_key = ? AND claim_id = ? AND committed_at IS NULL`,
+		ts(at), resourceType, resourceID, c.Principal, c.Key, c.ClaimID)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 1 {
+		return err
+	}
+	// Not ours to mark: a second mutation of the same request (already
+	// marked), or the claim was taken over.
+	var n int
+	if err := q.queryRow(ctx, `SELECT COUNT(*) FROM idempotency_keys WHERE principal = ? AND idem_key = ? AND claim_id = ?`,
+		c.Principal, c.Key, c.ClaimID).Scan(&n); err != nil {
+		return err
+	}
+	if n == 0 {
+		return errdefs.Conflict("idempotency_claim_lost",
+			"this request was given up as abandoned and its idempotency key was claimed by a retry; the retry's outcome stands")
+	}
+	return nil
 }
 
-// ReleaseIdempotencyKey forgets a key whose request failed in a way worth
-// retrying (a server error), so the retry runs for real.
-func (q *Queries) ReleaseIdempotencyKey(ctx context.Context, principal, key string) error {
-	_, err := q.exec(ctx, `DELETE FROM idempotency_keys WHERE principal = ? AND idem_key = ?`, principal, key)
+// CompleteIdempotencyKey stores the response of a finished request under
+// its claim.
+func (q *Queries) CompleteIdempotencyKey(ctx context.Context, c IdempotencyClaim, status int, body []byte, contentType string) error {
+	return q.execOne(ctx, `UPDATE idempotency_keys SET state = 'complete', status_code = ?, response_body = ?, content_type = ?
+		WHERE principal = ? AND idem_key = ? AND claim_id = ?`,
+		status, body, contentType, c.Principal, c.Key, c.ClaimID)
+}
+
+// ReleaseIdempotencyKey forgets a claim whose request failed before its
+// change committed (a server error), so the retry runs for real. A claim
+// whose change committed is kept: running it again would do it twice.
+func (q *Queries) ReleaseIdempotencyKey(ctx context.Context, c IdempotencyClaim) error {
+	_, err := q.exec(ctx, `DELETE FROM idempotency_keys WHERE principal = ? AND idem_key = ? AND claim_id = ? AND committed_at IS NULL`,
+		c.Principal, c.Key, c.ClaimID)
 	return err
 }
 

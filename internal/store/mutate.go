@@ -74,6 +74,13 @@ func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 		if len(tx.audits) == 0 {
 			return ErrNoAudit
 		}
+		// A keyed request's commit is recorded with its change: a retry
+		// after a crash between here and the answer never runs it again.
+		if c, ok := idempotencyClaimFrom(ctx); ok {
+			if err := q.commitIdempotencyClaim(ctx, c, time.Now(), tx.audits[0].ResourceType, tx.audits[0].ResourceID); err != nil {
+				return err
+			}
+		}
 		if err := tx.flush(ctx, "success"); err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
@@ -35,6 +36,7 @@ func TestConformance(t *testing.T) {
 		t.Run("pagination", func(t *testing.T) { testPagination(t, db) })
 		t.Run("mutate_audit", func(t *testing.T) { testMutateAudit(t, db) })
 		t.Run("idempotency", func(t *testing.T) { testIdempotency(t, db) })
+		t.Run("idempotency_commit", func(t *testing.T) { testIdempotencyCommit(t, db) })
 		t.Run("audit_filters", func(t *testing.T) { testAuditFilters(t, db) })
 		t.Run("concurrent_writers", func(t *testing.T) { testConcurrentWriters(t, db) })
 		t.Run("schema_version", func(t *testing.T) { testSchemaVersion(t, db) })
@@ -193,7 +195,7 @@ func testIdempotency(t *testing.T, db *store.DB) {
 	ctx := context.Background()
 	q := db.Queries()
 	now := time.Now()
-	rec := store.IdempotencyRecord{Principal: "user:1", Key: "k1", Method: "POST", Path: "/x", RequestHash: "h1", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+	rec := store.IdempotencyRecord{Principal: "user:1", Key: "k1", Method: "POST", Path: "/x", RequestHash: "h1", CreatedAt: now, ExpiresAt: now.Add(time.Hour), ClaimID: "c1"}
 	if err := q.ClaimIdempotencyKey(ctx, rec); err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +208,10 @@ func testIdempotency(t *testing.T, db *store.DB) {
 	if err := q.ClaimIdempotencyKey(ctx, other); err != nil {
 		t.Fatalf("other principal: %v", err)
 	}
-	if err := q.CompleteIdempotencyKey(ctx, "user:1", "k1", 201, []byte(`{"a":1}`), "application/json"); err != nil {
+	if err := q.CompleteIdempotencyKey(ctx, store.IdempotencyClaim{Principal: "user:1", Key: "k1", ClaimID: "other-claim"}, 201, nil, ""); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("completed under another claim: %v", err)
+	}
+	if err := q.CompleteIdempotencyKey(ctx, store.IdempotencyClaim{Principal: "user:1", Key: "k1", ClaimID: "c1"}, 201, []byte(`{"a":1}`), "application/json"); err != nil {
 		t.Fatal(err)
 	}
 	got, err := q.GetIdempotencyRecord(ctx, "user:1", "k1")
@@ -243,6 +248,69 @@ func testIdempotency(t *testing.T, db *store.DB) {
 	n, err := q.PurgeExpiredIdempotencyKeys(ctx, now.Add(2*time.Hour))
 	if err != nil || n != 4 {
 		t.Fatalf("purge = %d, %v", n, err)
+	}
+}
+
+// A keyed request's commit is recorded in its mutation's transaction: once
+// committed, the key is never handed to a retry (not when stale, not when
+// the request answered 500), and a request whose claim was taken over
+// cannot commit at all.
+func testIdempotencyCommit(t *testing.T, db *store.DB) {
+	q := db.Queries()
+	now := time.Now()
+	claimed := func(key, claimID string, created time.Time) store.IdempotencyClaim {
+		t.Helper()
+		rec := store.IdempotencyRecord{Principal: "user:c", Key: key, Method: "POST", Path: "/x", RequestHash: "h", CreatedAt: created,
+			ExpiresAt: now.Add(time.Hour), ClaimID: claimID}
+		if err := q.ClaimIdempotencyKey(context.Background(), rec); err != nil {
+			t.Fatalf("claim %s/%s: %v", key, claimID, err)
+		}
+		return store.IdempotencyClaim{Principal: "user:c", Key: key, ClaimID: claimID}
+	}
+	createOrg := func(c store.IdempotencyClaim, slug string) error {
+		ctx := store.WithIdempotencyClaim(context.Background(), c)
+		return db.Mutate(ctx, func(tx *store.Tx) error {
+			o := store.Org{ID: newID(), Slug: slug, Name: slug, CreatedAt: time.Now()}
+			if err := tx.CreateOrg(ctx, o); err != nil {
+				return err
+			}
+			return tx.Audit(store.AuditEvent{Action: "org.create", ResourceType: "org", ResourceID: o.ID}, nil, o)
+		})
+	}
+	// Committed, then the server died before answering: stale but kept.
+	c := claimed("kc", "first", now.Add(-store.AbandonedAfter-time.Minute))
+	if err := createOrg(c, "idem-commit-a"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := q.GetIdempotencyRecord(context.Background(), "user:c", "kc")
+	if err != nil || got.CommittedAt.IsZero() || got.ResourceType != "org" || got.ResourceID == "" || got.State != "in_flight" {
+		t.Fatalf("after commit: %+v %v", got, err)
+	}
+	if err := q.ReleaseIdempotencyKey(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	retry := store.IdempotencyRecord{Principal: "user:c", Key: "kc", Method: "POST", Path: "/x", RequestHash: "h", CreatedAt: now,
+		ExpiresAt: now.Add(time.Hour), ClaimID: "retry"}
+	if err := q.ClaimIdempotencyKey(context.Background(), retry); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("a committed key was handed to a retry: %v", err)
+	}
+	// Stale and never committed: a retry takes it over, and the original
+	// request can then no longer commit (nothing of it is written).
+	old := claimed("kt", "original", now.Add(-store.AbandonedAfter-time.Second))
+	took := claimed("kt", "retry", now)
+	err = createOrg(old, "idem-commit-lost")
+	if e, ok := errdefs.As(err); !ok || e.Code != "idempotency_claim_lost" {
+		t.Fatalf("a taken-over claim committed: %v", err)
+	}
+	if _, err := q.GetOrgBySlug(context.Background(), "idem-commit-lost"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the refused change was written: %v", err)
+	}
+	if err := createOrg(took, "idem-commit-won"); err != nil {
+		t.Fatalf("the retry's claim: %v", err)
+	}
+	// A second mutation of the same request under its claim is fine.
+	if err := createOrg(took, "idem-commit-won-2"); err != nil {
+		t.Fatalf("second mutation of one request: %v", err)
 	}
 }
 
