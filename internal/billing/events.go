@@ -48,9 +48,15 @@ func rfc(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// reportedBatch is the data of the billing.usage.recorded event of one
-// usage post: the attribution once, then each new record compactly (one
-// post holds one instance's events in one unit). Duplicates are not in it.
+// maxRecordsPerEvent bounds one billing.usage.recorded event of a usage
+// post: a record is at most ~1.4 KB (ids and source are bounded at
+// ingest), so an event stays well inside store.MaxEventDataBytes.
+const maxRecordsPerEvent = 100
+
+// reportedBatch is the data of a billing.usage.recorded event of one usage
+// post: the attribution once, then up to maxRecordsPerEvent new records
+// compactly (one post holds one instance's events in one unit; a larger
+// post emits several events). Duplicates are not in it.
 type reportedBatch struct {
 	UsageSource       string           `json:"usage_source"`
 	UsageUnit         string           `json:"usage_unit"`

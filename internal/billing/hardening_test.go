@@ -298,3 +298,59 @@ func TestOverlappingUsageBatches(t *testing.T) {
 		}
 	})
 }
+
+// A usage post of 10,000 events (the batch limit) no longer becomes one
+// 2.6 MB event over the bus's message limit: it emits one
+// billing.usage.recorded event per 100 new records, each small.
+func TestLargeUsagePostEmitsBoundedEvents(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+		s := servertest.Start(t, d, quietWorkers)
+		admin := s.Admin()
+		pid := s.Creds.ProjectID
+		now := time.Now().UTC()
+		wl := newWorkload(t, s, admin, pid, "big-app", "tokens", "", now.Add(-time.Hour), time.Time{})
+		source := "//big-app/" + wl.ID
+		evs := make([]any, 10000)
+		for i := range evs {
+			evs[i] = usageEvent(fmt.Sprintf("evt-%05d", i), source, "tokens", 1, now.Add(-time.Minute))
+		}
+		r := wl.Bot.Do("POST", usagePath(pid, wl.ID), evs, "Content-Type", billing.MediaTypeBatch).Want(t, http.StatusOK)
+		if r.JSON["recorded"] != float64(10000) {
+			t.Fatalf("recorded %v", r.JSON["recorded"])
+		}
+		// The relay sequences what the post committed; lists show sequenced events.
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			pending, err := s.DB.Queries().HasUnsequencedEvents(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !pending {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the relay did not sequence the post's events")
+			}
+		}
+		var events, records int
+		cursor := ""
+		for {
+			page := admin.Do("GET", "/api/v1/projects/"+pid+"/events?type=billing.usage.recorded&limit=500"+cursor, nil).Want(t, 200)
+			for _, e := range page.Items() {
+				b, _ := json.Marshal(e["data"])
+				if len(b) > store.MaxEventDataBytes/2 {
+					t.Fatalf("an event of %d bytes", len(b))
+				}
+				events++
+				records += len(e["data"].(map[string]any)["records"].([]any))
+			}
+			next, _ := page.JSON["next_cursor"].(string)
+			if next == "" {
+				break
+			}
+			cursor = "&cursor=" + next
+		}
+		if events != 100 || records != 10000 {
+			t.Fatalf("%d events carrying %d records, want 100 carrying 10000", events, records)
+		}
+	})
+}

@@ -179,12 +179,14 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 			}
 			res.Results[i] = out
 		}
-		if len(fresh) > 0 {
+		// One event per maxRecordsPerEvent new records: however large the
+		// post, each event stays far below the bus's message limit.
+		for chunk := range slices.Chunk(fresh, maxRecordsPerEvent) {
 			if err := tx.Emit(store.Event{Type: EventUsageRecorded, Subject: "app-instances/" + inst.ID,
 				OrgID: inst.OrgID, ProjectID: inst.ProjectID}, reportedBatch{UsageSource: store.UsageSourceAppRuntime,
 				UsageUnit: recs[0].UsageUnit, Meter: recs[0].Meter, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
 				OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
-				Records: fresh}); err != nil {
+				Records: chunk}); err != nil {
 				return err
 			}
 		}

@@ -99,7 +99,7 @@ func (b *Bus) Publish(ctx context.Context, envs []Envelope) (int, error) {
 		msg.Header.Set("Content-Type", "application/cloudevents+json")
 		f, err := b.JS.PublishMsgAsync(msg, jetstream.WithMsgID(e.ID))
 		if err != nil {
-			sendErr = err
+			sendErr = refusal(len(futures), err)
 			break
 		}
 		futures = append(futures, f)
@@ -108,15 +108,52 @@ func (b *Bus) Publish(ctx context.Context, envs []Envelope) (int, error) {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
+			if r := refusal(i, err); r != err {
+				return i, r
+			}
 			return i, fmt.Errorf("nats: publish %s: %w", envs[i].ID, err)
 		case <-ctx.Done():
 			return i, ctx.Err()
 		}
 	}
 	if sendErr != nil {
+		var r *RefusedError
+		if errors.As(sendErr, &r) {
+			return len(futures), sendErr
+		}
 		return len(futures), fmt.Errorf("nats: publish: %w", sendErr)
 	}
 	return len(futures), nil
+}
+
+// RefusedError says the bus will never take envs[Index] (the events before
+// it were acknowledged): retrying cannot help, so the relay parks it.
+type RefusedError struct {
+	Index  int
+	Reason string // payload_too_large | invalid_subject | refused
+	Err    error
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("the bus refuses event %d for good (%s): %v", e.Index, e.Reason, e.Err)
+}
+
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// refusal wraps err as a RefusedError when it is permanent for that one
+// message (its size or subject), and returns it unchanged when it is about
+// the bus (an outage, a timeout), which a retry may get past.
+func refusal(index int, err error) error {
+	var reason string
+	switch {
+	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
+		reason = "payload_too_large"
+	case errors.Is(err, nats.ErrBadSubject):
+		reason = "invalid_subject"
+	default:
+		return err
+	}
+	return &RefusedError{Index: index, Reason: reason, Err: err}
 }
 
 // NotifyCommitted tells the relay (wherever it runs) that events were

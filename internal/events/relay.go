@@ -204,6 +204,18 @@ func (r *Relay) publishAll(ctx context.Context) error {
 				return err
 			}
 		}
+		var refused *RefusedError
+		if errors.As(perr, &refused) && refused.Index < len(rows) {
+			// One message the bus will never take must not hold up every
+			// tenant's events behind it: park it, visibly, and go on.
+			bad := rows[refused.Index]
+			if err := q.ParkEvent(ctx, bad.Position, refused.Reason, time.Now()); err != nil {
+				return err
+			}
+			r.Logger.ErrorContext(ctx, "event parked: the bus refuses it", "event_id", bad.ID, "type", bad.Type,
+				"position", bad.Position, "reason", refused.Reason, "error", refused.Err)
+			continue
+		}
 		if perr != nil {
 			return perr
 		}
@@ -250,4 +262,25 @@ func (c *Cleaner) run(ctx context.Context) error {
 	}
 	_, err := c.DB.Queries().PruneEvents(ctx, time.Now().Add(-c.Retention))
 	return err
+}
+
+// Parked is an event the bus refused for good: the relay marked it handled
+// with the reason and went on (docs/events.md).
+type Parked struct {
+	Event    Envelope  `json:"event"`
+	Reason   string    `json:"reason"`
+	ParkedAt time.Time `json:"parked_at"`
+}
+
+// ListParked pages through the parked events, oldest first.
+func ListParked(ctx context.Context, db *store.DB, p store.Page) ([]Parked, string, error) {
+	rows, next, err := db.Queries().ListParkedEvents(ctx, p)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]Parked, len(rows))
+	for i, r := range rows {
+		out[i] = Parked{Event: FromStore(r.Event), Reason: r.Reason, ParkedAt: r.ParkedAt}
+	}
+	return out, next, nil
 }

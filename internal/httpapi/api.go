@@ -154,8 +154,9 @@ func (a *API) Handler() http.Handler {
 	}
 	a.metrics = newMetrics()
 	if a.Billing != nil {
-		a.metrics.reg.MustRegister(unratedCollector{a.Billing})
+		a.metrics.reg.MustRegister(countsCollector{unratedDesc, a.Billing.UnratedCounts})
 	}
+	a.metrics.reg.MustRegister(countsCollector{parkedDesc, a.DB.Queries().ParkedEventCounts})
 	a.limiter = newClientLimiter(a.CredentialRate, a.CredentialBurst)
 	mux := http.NewServeMux()
 	for _, rt := range a.routes() {

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/csv"
 	"io"
 	"math/big"
@@ -518,25 +517,7 @@ func (a *API) listUnratedUsage(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// unratedCollector exports the unrated usage counts at each scrape as
-// gpuaas_billing_unrated_usage_records{reason}.
-type unratedCollector struct{ svc *billing.Service }
-
+// unratedDesc is gpuaas_billing_unrated_usage_records{reason}.
 var unratedDesc = prometheus.NewDesc("gpuaas_billing_unrated_usage_records",
 	"Usage records with no charge, by reason: no_price (waiting for a price), amount_overflow and rating_failed (parked).",
 	[]string{"reason"}, nil)
-
-func (c unratedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- unratedDesc }
-
-func (c unratedCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	counts, err := c.svc.UnratedCounts(ctx)
-	if err != nil {
-		ch <- prometheus.NewInvalidMetric(unratedDesc, err)
-		return
-	}
-	for reason, n := range counts {
-		ch <- prometheus.MustNewConstMetric(unratedDesc, prometheus.GaugeValue, float64(n), reason)
-	}
-}

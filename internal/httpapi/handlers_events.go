@@ -289,3 +289,29 @@ func (a *API) asyncapi(w http.ResponseWriter, _ *http.Request) error {
 	_, err := w.Write(a.AsyncAPI)
 	return err
 }
+
+// listParkedEvents shows operators the events the bus refused for good
+// (platform admins), with counts by reason.
+func (a *API) listParkedEvents(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := a.IAM.RequirePlatform(ctx, grantsFrom(ctx), iam.PermEventsRead, "event"); err != nil {
+		return err
+	}
+	pg, err := page(r)
+	if err != nil {
+		return err
+	}
+	items, next, err := events.ListParked(ctx, a.DB, pg)
+	if err != nil {
+		return err
+	}
+	counts, err := a.DB.Queries().ParkedEventCounts(ctx)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, struct {
+		list[events.Parked]
+		Counts map[string]int64 `json:"counts"`
+	}{list[events.Parked]{Items: items, NextCursor: next}, counts})
+	return nil
+}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 	"strconv"
 	"time"
@@ -39,3 +40,30 @@ func (m *metrics) observe(method, route string, status int, d time.Duration) {
 }
 
 func (m *metrics) handler() http.Handler { return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}) }
+
+// countsCollector exports counts by reason, read at each scrape, as one
+// gauge: what the database holds is the same on every replica.
+type countsCollector struct {
+	desc   *prometheus.Desc
+	counts func(ctx context.Context) (map[string]int64, error)
+}
+
+func (c countsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c countsCollector) Collect(ch chan<- prometheus.Metric) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	counts, err := c.counts(ctx)
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for reason, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(n), reason)
+	}
+}
+
+// parkedDesc is gpuaas_events_parked{reason}.
+var parkedDesc = prometheus.NewDesc("gpuaas_events_parked",
+	"Events the bus refused for good and the relay parked, by reason (payload_too_large, invalid_subject); see GET /api/v1/admin/events/parked.",
+	[]string{"reason"}, nil)

@@ -14,6 +14,7 @@ func (a *API) eventRoutes() []route {
 		{method: "GET", path: "/api/v1/admin/events/stream", handler: a.streamEvents(scopePlatform)},
 		{method: "GET", path: "/api/v1/admin/events/ws", handler: a.streamEventsWS(scopePlatform), websocket: true, eventStream: true},
 		{method: "POST", path: "/api/v1/admin/events/republish", handler: a.republishEvents},
+		{method: "GET", path: "/api/v1/admin/events/parked", handler: a.listParkedEvents},
 		{method: "GET", path: "/api/asyncapi.yaml", handler: a.asyncapi, public: true},
 	}
 }

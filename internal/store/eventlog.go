@@ -120,18 +120,78 @@ func (q *Queries) MarkPublished(ctx context.Context, upTo int64, at time.Time) e
 // leader (or an embedded NATS with it) died is restored, and what it did
 // keep is dropped by JetStream's duplicate window (same Nats-Msg-Id).
 func (q *Queries) UnmarkPublished(ctx context.Context, since time.Time) (int64, error) {
-	res, err := q.exec(ctx, `UPDATE outbox_events SET published_at = NULL WHERE published_at >= ?`, ts(since))
+	res, err := q.exec(ctx, `UPDATE outbox_events SET published_at = NULL WHERE published_at >= ? AND parked_reason = ''`, ts(since))
 	if err != nil {
 		return 0, err
 	}
 	return res.RowsAffected()
 }
 
+// ParkEvent marks the unpublished row at position as handled without the
+// bus, with the reason the bus refused it: the relay goes on behind it.
+// Parked rows are never requeued; retention prunes them like the rest.
+func (q *Queries) ParkEvent(ctx context.Context, position int64, reason string, at time.Time) error {
+	return q.execOne(ctx, `UPDATE outbox_events SET published_at = ?, parked_reason = ?
+		WHERE position = ? AND published_at IS NULL`, ts(at), reason, position)
+}
+
+// ParkedEvent is an event the bus refused, with the reason.
+type ParkedEvent struct {
+	Event
+	Reason   string
+	ParkedAt time.Time
+}
+
+// ListParkedEvents pages through parked events, oldest first.
+func (q *Queries) ListParkedEvents(ctx context.Context, p Page) ([]ParkedEvent, string, error) {
+	after, limit, err := p.afterID()
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := q.query(ctx, `SELECT `+eventReadCols+`, parked_reason, published_at FROM outbox_events
+		WHERE parked_reason <> '' AND id > ? ORDER BY id`+limitClause(limit), after)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, func(r interface{ Scan(...any) error }) (ParkedEvent, error) {
+		var e ParkedEvent
+		var pos sql.NullInt64
+		err := r.Scan(&e.ID, &e.Source, &e.Type, &e.Subject, scanTime(&e.Time), &e.OrgID, &e.ProjectID, &e.Actor,
+			&e.CorrelationID, scanJSON(&e.Data), &pos, &e.Reason, scanTime(&e.ParkedAt))
+		e.Position = pos.Int64
+		return e, err
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(e ParkedEvent) string { return e.ID })
+	return out, next, nil
+}
+
+// ParkedEventCounts counts parked events by reason.
+func (q *Queries) ParkedEventCounts(ctx context.Context) (map[string]int64, error) {
+	rows, err := q.query(ctx, `SELECT parked_reason, COUNT(*) FROM outbox_events WHERE parked_reason <> '' GROUP BY parked_reason`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var reason string
+		var n int64
+		if err := rows.Scan(&reason, &n); err != nil {
+			return nil, err
+		}
+		out[reason] = n
+	}
+	return out, rows.Err()
+}
+
 // RequeueEvents marks the published rows at positions >= from unpublished,
 // so the relay sends them to the bus again, in order, with their ids as
 // Nats-Msg-Id (the operator's republish; docs/events.md). Returns how many.
 func (q *Queries) RequeueEvents(ctx context.Context, from int64) (int64, error) {
-	res, err := q.exec(ctx, `UPDATE outbox_events SET published_at = NULL WHERE position >= ? AND published_at IS NOT NULL`, from)
+	res, err := q.exec(ctx, `UPDATE outbox_events SET published_at = NULL WHERE position >= ? AND published_at IS NOT NULL AND parked_reason = ''`, from)
 	if err != nil {
 		return 0, err
 	}

@@ -53,9 +53,19 @@ func (t *Tx) Emit(e Event, data any) error {
 		}
 		e.Data = b
 	}
+	if len(e.Data) > MaxEventDataBytes {
+		// A bug of the emitter, refused here so it can never reach the
+		// relay: the bus takes messages of 1 MiB at most.
+		return fmt.Errorf("store: event %s data is %d bytes, over the %d-byte limit: emit smaller events", e.Type, len(e.Data), MaxEventDataBytes)
+	}
 	t.events = append(t.events, e)
 	return nil
 }
+
+// MaxEventDataBytes bounds one event's data, far below NATS's default
+// 1 MiB payload limit so the envelope around it fits too. A variable only
+// so a test can write the oversized row an older binary might have left.
+var MaxEventDataBytes = 256 << 10
 
 func (t *Tx) flushEvents(ctx context.Context) error {
 	actor := principal.From(ctx)
