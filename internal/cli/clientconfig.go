@@ -50,6 +50,10 @@ type cachedCredentials struct {
 	AccessToken string    `json:"access_token"`
 	ExpiresAt   time.Time `json:"expires_at"`
 	Principal   string    `json:"principal"` // user:<email> | service_account:<id>
+	// KeyFile is the service-account key file the token was minted from
+	// (gpuaas sa token): an expired token is minted again from it, as
+	// cloud CLIs do with key files. Empty for a person's login.
+	KeyFile string `json:"key_file,omitempty"`
 }
 
 // clientConfig is the whole config file: named profiles and the active one.
@@ -192,6 +196,13 @@ func apiClient(cmd *cobra.Command) (*client.Client, error) {
 		return nil, err
 	}
 	if c.Token == "" && cache.AccessToken != "" && cache.APIURL == u {
+		// A key-file profile mints a new token shortly before the old one
+		// expires, so a long session never stops on an expired token.
+		if cache.KeyFile != "" && time.Until(cache.ExpiresAt) < remintMargin {
+			if cache, err = remint(cmd, cache); err != nil {
+				return nil, err
+			}
+		}
 		if time.Now().After(cache.ExpiresAt) {
 			return nil, fmt.Errorf("the token of %s expired at %s: run gpuaas login (a person) or gpuaas sa token (a service account) again",
 				cache.Principal, cache.ExpiresAt.Local().Format(time.RFC3339))
@@ -199,6 +210,38 @@ func apiClient(cmd *cobra.Command) (*client.Client, error) {
 		c.Token = cache.AccessToken
 	}
 	return c, nil
+}
+
+// remintMargin: a key-file profile's token this close to expiry is
+// replaced before use, so it cannot expire in flight.
+const remintMargin = 30 * time.Second
+
+// remint mints a new token for the profile cmd acts as from the key file
+// it was made from, stores it, and says so on stderr.
+func remint(cmd *cobra.Command, cache cachedCredentials) (cachedCredentials, error) {
+	cfg, err := loadConfig()
+	if err != nil {
+		return cache, err
+	}
+	name := profileName(cmd, cfg)
+	kf, err := loadKey(cache.KeyFile, "", "")
+	if err != nil {
+		return cache, fmt.Errorf("the token of profile %q expired and its key file could not be read (%v): run gpuaas sa token --key-file FILE again", name, err)
+	}
+	c, err := cliClient(cache.APIURL, "")
+	if err != nil {
+		return cache, err
+	}
+	t, err := c.ServiceAccountToken(cmd.Context(), kf)
+	if err != nil {
+		return cache, fmt.Errorf("the token of profile %q expired; minting a new one from %s failed: %w", name, cache.KeyFile, err)
+	}
+	if _, err := cacheToken(name, false, cache.APIURL, cache.Principal, cache.KeyFile, t); err != nil {
+		return cache, err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "The token of profile %q expired; minted a new one from %s (valid %ds).\n", name, cache.KeyFile, t.ExpiresIn)
+	cache.AccessToken, cache.ExpiresAt = t.AccessToken, time.Now().Add(time.Duration(t.ExpiresIn)*time.Second)
+	return cache, nil
 }
 
 // cliClient is the CLI's API client of baseURL, which must be an http or
@@ -216,13 +259,15 @@ func cliClient(baseURL, token string) (*client.Client, error) {
 
 // cacheToken stores a fresh token in profile (activating it when activate
 // is set or no profile is active yet) and returns the config's path.
-func cacheToken(profile string, activate bool, baseURL, principal string, t client.Token) (string, error) {
+// keyFile is the service-account key file it was minted from ("" for a
+// person's login).
+func cacheToken(profile string, activate bool, baseURL, principal, keyFile string, t client.Token) (string, error) {
 	c, err := loadConfig()
 	if err != nil {
 		return "", err
 	}
 	c.Profiles[profile] = cachedCredentials{APIURL: baseURL, AccessToken: t.AccessToken,
-		ExpiresAt: time.Now().Add(time.Duration(t.ExpiresIn) * time.Second), Principal: principal}
+		ExpiresAt: time.Now().Add(time.Duration(t.ExpiresIn) * time.Second), Principal: principal, KeyFile: keyFile}
 	if activate || c.Active == "" || c.Profiles[c.Active].AccessToken == "" {
 		c.Active = profile
 	}

@@ -66,7 +66,7 @@ active profile. Automation should use a service account (gpuaas sa token) instea
 			if err != nil {
 				return err
 			}
-			path, err := cacheToken(profile, true, c.BaseURL, "user:"+email, t)
+			path, err := cacheToken(profile, true, c.BaseURL, "user:"+email, "", t)
 			if err != nil {
 				return fmt.Errorf("signed in, but could not cache the token: %w", err)
 			}

@@ -312,7 +312,15 @@ it for an access token. The token is stored (mode 0600) in its own profile —
 				fmt.Fprintln(cmd.OutOrStdout(), t.AccessToken)
 				return nil
 			}
-			path, err := cacheToken(profile, activate, c.BaseURL, "service_account:"+kf.ServiceAccountID, t)
+			// A JSON key file names its account and key: remember it so
+			// an expired token is minted again (a bare PEM needs the ids).
+			remember := ""
+			if saID == "" && keyID == "" {
+				if remember, err = filepath.Abs(keyFile); err != nil {
+					return err
+				}
+			}
+			path, err := cacheToken(profile, activate, c.BaseURL, "service_account:"+kf.ServiceAccountID, remember, t)
 			if err != nil {
 				return err
 			}

@@ -147,3 +147,54 @@ func TestLoginOverExpiredCachedToken(t *testing.T) {
 		t.Fatalf("after logout: %+v %v", c, err)
 	}
 }
+
+// A profile made from a key file outlives its token: an expired token is
+// minted again from the key file, the CLI says so, and the command runs.
+// A person's expired login is not re-minted (there is no key to mint from).
+func TestKeyFileProfileRemintsExpiredToken(t *testing.T) {
+	s := servertest.Start(t, store.SQLite)
+	run := cliAgainst(t, s)
+	if _, _, err := run(s.Creds.AdminPassword+"\n", "login", "--email", s.Creds.AdminEmail, "--password-stdin"); err != nil {
+		t.Fatal(err)
+	}
+	keyFile := filepath.Join(t.TempDir(), "reader.json")
+	if _, _, err := run("", "sa", "create", "--project", s.Creds.ProjectID, "--name", "reader", "--slug", "reader", "--key-file", keyFile); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := run("", "sa", "token", "--key-file", keyFile); err != nil {
+		t.Fatal(err)
+	}
+	expire := func(profile string) string {
+		cfg, err := loadConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := cfg.Profiles[profile]
+		p.ExpiresAt = time.Now().Add(-time.Minute)
+		cfg.Profiles[profile] = p
+		if _, err := saveConfig(cfg); err != nil {
+			t.Fatal(err)
+		}
+		return p.AccessToken
+	}
+	old := expire("reader")
+	out, stderr, err := run("", "whoami", "--as", "reader", "-o", "json")
+	if err != nil || !strings.Contains(out, "service_account") {
+		t.Fatalf("whoami after expiry: %v %s %s", err, out, stderr)
+	}
+	if !strings.Contains(stderr, `The token of profile "reader" expired; minted a new one from `+keyFile) {
+		t.Fatalf("the CLI did not say it minted a new token: %q", stderr)
+	}
+	cfg, _ := loadConfig()
+	if p := cfg.Profiles["reader"]; p.AccessToken == old || time.Until(p.ExpiresAt) < time.Minute || p.KeyFile != keyFile {
+		t.Fatalf("profile after the new token: expires %v, key file %q", p.ExpiresAt, p.KeyFile)
+	}
+	// The next command uses the stored token quietly.
+	if _, stderr, err := run("", "whoami", "--as", "reader", "-o", "json"); err != nil || strings.Contains(stderr, "minted") {
+		t.Fatalf("second whoami: %v %q", err, stderr)
+	}
+	expire("default")
+	if _, _, err := run("", "whoami"); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("a person's expired login: %v", err)
+	}
+}
