@@ -108,9 +108,9 @@ func newBillingReadCmd(use, short, example, csvKind string, grouping bool, show 
 
 func newUsageCmd() *cobra.Command {
 	cmd := newBillingReadCmd("usage", "Usage records: allocation GPU-seconds and app runtime units (billing.usage.read)",
-		`  gpuaas usage --instance $APP_INSTANCE_ID --source app_runtime
-  gpuaas usage --project $PROJECT_ID --group-by usage_source,usage_unit
-  gpuaas usage --project $PROJECT_ID --from 2026-11-01T00:00:00Z --csv > usage.csv`, "usage", true,
+		`  gpuaas usage --instance "$INSTANCE_ID" --source app_runtime
+  gpuaas usage --group-by usage_source,usage_unit
+  gpuaas usage --from 2026-11-01T00:00:00Z --csv > usage.csv`, "usage", true,
 		func(cmd *cobra.Command, c *client.Client, q client.BillingQuery, asJSON bool) error {
 			ctx := cmd.Context()
 			if len(q.GroupBy) > 0 {

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -157,7 +159,10 @@ func copyTree(t *testing.T, src, dst string) {
 
 // The docs are tests: every sh block of docs/quickstart.md, in order, in one
 // bash, from a directory holding what the doc uses of the repository
-// (examples/my-app), against the gpuaas dev the doc itself starts.
+// (examples/my-app), against a gpuaas dev started first as the README says
+// (the walk must find and use it, not start another). Service-account
+// tokens live one minute and the walk pauses past that once, as a reader
+// would: the CLI mints new tokens from the key files by itself.
 func TestQuickstartDoc(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds gpuaas and a Docker image")
@@ -165,25 +170,86 @@ func TestQuickstartDoc(t *testing.T) {
 	requireTools(t)
 	root := repoRoot(t)
 	blocks := shBlocks(t, filepath.Join(root, "docs", "quickstart.md"))
-	if len(blocks) < 11 {
+	if len(blocks) < 12 {
 		t.Fatalf("docs/quickstart.md has %d sh blocks; the walk needs all of them", len(blocks))
 	}
 	work := t.TempDir()
 	copyTree(t, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
-	env := shellEnv(t, buildGpuaas(t), "GPUAAS_LISTEN="+freePort(t))
-	script := strings.Join(blocks, "\n")
+	image := fmt.Sprintf("gpuaas-doctest-%d", time.Now().UnixNano())
+	bin := buildGpuaas(t)
+	env := shellEnv(t, bin, "GPUAAS_LISTEN="+freePort(t), "IMAGE="+image,
+		"GPUAAS_SERVICE_ACCOUNT_TOKEN_TTL=1m", "GPUAAS_BILLING_METER_INTERVAL=2s")
+	t.Cleanup(func() { removeImages(t, image) })
 	t.Cleanup(func() { removeProjectContainers(t, filepath.Join(work, ".gpuaas")) })
-	out := runBash(t, work, env, script)
-	for _, want := range []string{"pushed ", `"trust_state": "verified"`, `"lifecycle_state": "active"`, `"status": "published"`,
-		`"tenant_boundary_mode": "project_isolated"`, `Active profile: "default"`, `"status": "running"`,
-		"hello from my-app 1.0.0", "hello from my-app 2.0.0", "apps.instance.upgraded", "apps.instance.rolled_back",
-		"decommissioned", "no container left"} {
+	startDevLikeTheReadme(t, bin, work, env)
+
+	var parts []string
+	for _, b := range blocks {
+		parts = append(parts, b)
+		if strings.Contains(b, "gpuaas instance create") {
+			parts = append(parts, "sleep 65   # reading pace: every service-account token expires here")
+		}
+	}
+	out := runBash(t, work, env, strings.Join(parts, "\n"))
+	for _, want := range []string{"using the gpuaas dev already running here", "pushed ", `"trust_state": "verified"`,
+		`"lifecycle_state": "active"`, `"status": "published"`, `"tenant_boundary_mode": "project_isolated"`,
+		`Active profile: "default"`, `"status": "running"`, "hello from my-app 1.0.0", "hello from my-app 2.0.0",
+		`The token of profile "publisher" expired; minted a new one`, "apps.instance.upgraded", "apps.instance.rolled_back",
+		"decommissioned", "no container left", "session_seconds", "my-app/session_seconds"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the walk's output lacks %q", want)
 		}
 	}
+	for _, leaked := range []string{"publisher.json", "operator.json", "cosign.key", "my-app.yaml"} {
+		if _, err := os.Stat(filepath.Join(work, leaked)); err == nil {
+			t.Errorf("the walk wrote %s outside .quickstart/", leaked)
+		}
+	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("output:\n%s", out)
+	}
+}
+
+// startDevLikeTheReadme runs `gpuaas dev` in dir, as the README's first
+// command does, and waits until it is ready; it stops with the test.
+func startDevLikeTheReadme(t *testing.T, bin, dir string, env []string) {
+	t.Helper()
+	dev := exec.Command(filepath.Join(bin, "gpuaas"), "dev")
+	dev.Env, dev.Dir = env, dir
+	var devOut bytes.Buffer
+	dev.Stdout, dev.Stderr = &devOut, &devOut
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dev.Process.Signal(syscall.SIGTERM); _ = dev.Wait() })
+	creds := filepath.Join(dir, ".gpuaas", "dev-credentials.json")
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if b, err := os.ReadFile(creds); err == nil {
+			var c struct {
+				APIURL string `json:"api_url"`
+			}
+			if json.Unmarshal(b, &c) == nil && c.APIURL != "" {
+				if r, err := http.Get(c.APIURL + "/readyz"); err == nil {
+					r.Body.Close()
+					if r.StatusCode == http.StatusOK {
+						return
+					}
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gpuaas dev did not become ready:\n%s", devOut.String())
+		}
+		time.Sleep(100 * time.Millisecond) // another process; nothing to subscribe to
+	}
+}
+
+// removeImages removes the local images the walk built (every tag of the
+// test's own image name): the engine is shared with the rest of the suite.
+func removeImages(t *testing.T, name string) {
+	out, _ := exec.Command("docker", "images", "-q", name).Output()
+	if ids := strings.Fields(string(out)); len(ids) > 0 {
+		_ = exec.Command("docker", append([]string{"rmi", "-f"}, ids...)...).Run()
 	}
 }
 
