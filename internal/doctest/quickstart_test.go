@@ -284,7 +284,7 @@ func TestQuickstartScriptTwice(t *testing.T) {
 	root := repoRoot(t)
 	bin := buildGpuaas(t)
 	data := t.TempDir()
-	env := shellEnv(t, bin, "GPUAAS_LISTEN="+freePort(t), "GPUAAS_DATA_DIR="+data, "DATA_DIR="+data)
+	env := shellEnv(t, bin, "GPUAAS_LISTEN="+freePort(t), "GPUAAS_DATA_DIR="+data, "DATA_DIR="+data, "GPUAAS_BILLING_METER_INTERVAL=2s")
 	// One gpuaas dev for both runs, stopped with the test.
 	dev := exec.Command(filepath.Join(bin, "gpuaas"), "dev")
 	dev.Env, dev.Dir = env, t.TempDir()
@@ -307,8 +307,24 @@ func TestQuickstartScriptTwice(t *testing.T) {
 	script := filepath.Join(root, "examples", "quickstart", "quickstart.sh")
 	for i := 1; i <= 2; i++ {
 		out := runBash(t, t.TempDir(), env, `"$@"`, script)
-		if !strings.Contains(out, "== done") {
-			t.Fatalf("run %d did not finish:\n%s", i, out)
+		for _, want := range []string{"hello from my-app 1.", "apps.instance.upgraded", "apps.instance.rolled_back", "no container left",
+			"my-app/session_seconds", "== done"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("run %d lacks %q:\n%s", i, want, out)
+			}
+		}
+	}
+	// Each run cleaned up after itself: no version left launchable, no
+	// service account left, no image left on the engine.
+	out := runBash(t, t.TempDir(), env, `jq -er .admin_password "$DATA_DIR/dev-credentials.json" |
+  gpuaas login --email "$(jq -er .admin_email "$DATA_DIR/dev-credentials.json")" --password-stdin --api-url "$(jq -er .api_url "$DATA_DIR/dev-credentials.json")" >/dev/null
+export GPUAAS_API_URL=$(jq -er .api_url "$DATA_DIR/dev-credentials.json") GPUAAS_PROJECT_ID=dev
+echo "published: $(gpuaas app versions my-app -o json | jq '[.items[] | select(.status == "published")] | length')"
+echo "accounts: $(gpuaas sa list -o json | jq '[.items[] | select(.slug | test("^(publisher|operator)-"))] | length')"
+echo "images: $(docker images -q my-app-qs | wc -l)"`)
+	for _, want := range []string{"published: 0", "accounts: 0", "images: 0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("after two runs: %q not in\n%s", want, out)
 		}
 	}
 }
