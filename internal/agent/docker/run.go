@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/netip"
@@ -112,10 +113,15 @@ func (d *Driver) Mounts(instanceID string, ms []nodeapi.Mount) ([]mount.Mount, e
 			if err := os.WriteFile(p, m.Content, 0o600); err != nil {
 				return nil, err
 			}
-			if err := os.Chown(p, -1, FileGroup(instanceID)); err != nil {
-				// Only root may give a file to a group it is not in; an
-				// agent that is not root cannot keep the file from others.
-				return nil, fail(nodeapi.ReasonInternal, "give %s to the workload's group: %v (run the agent as root)", m.Target, err)
+			if err := os.Chown(p, -1, FileGroup(instanceID)); errors.Is(err, fs.ErrPermission) {
+				// Only root may give a file to a group it is not in. An
+				// agent that is not root (gpuaas dev on a laptop, as a
+				// member of the docker group) cannot keep the file from
+				// other users; it says so and keeps the workload working.
+				d.cfg.Logger.Warn("the agent is not root: an instance's identity file stays readable by every local user", "path", p)
+				mode = 0o444
+			} else if err != nil {
+				return nil, fail(nodeapi.ReasonInternal, "give %s to the workload's group: %v", m.Target, err)
 			}
 			if err := os.Chmod(p, mode); err != nil {
 				return nil, err
