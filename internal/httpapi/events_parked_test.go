@@ -63,12 +63,14 @@ func TestRelayParksWhatTheBusRefuses(t *testing.T) {
 			}
 			deadline := time.Now().Add(30 * time.Second)
 			for {
+				// In the pipeline's order: a row is unsequenced, then
+				// unpublished, then published (or parked).
 				q := s.DB.Queries()
-				un, err := q.UnpublishedEvents(ctx, 100)
+				pending, err := q.HasUnsequencedEvents(ctx)
 				if err != nil {
 					t.Fatal(err)
 				}
-				pending, err := q.HasUnsequencedEvents(ctx)
+				un, err := q.UnpublishedEvents(ctx, 100)
 				if err != nil {
 					t.Fatal(err)
 				}
