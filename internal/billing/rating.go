@@ -128,8 +128,8 @@ func (s *Service) rate(ctx context.Context, recs []store.UsageRecord) (posted in
 	if err == nil {
 		return n, unpriced, nil
 	}
-	if ctx.Err() != nil || errors.Is(err, store.ErrDeadlock) {
-		return 0, unpriced, err // transient: the next run tries again
+	if transient(ctx, err) {
+		return 0, unpriced, err // the next run tries again
 	}
 	s.Logger.WarnContext(ctx, "billing: a rating batch failed; rating its records one by one", "records", len(cs), "error", err)
 	for _, c := range cs {
@@ -138,14 +138,21 @@ func (s *Service) rate(ctx context.Context, recs []store.UsageRecord) (posted in
 			posted += n
 			continue
 		}
-		if ctx.Err() != nil || errors.Is(err, store.ErrDeadlock) {
-			return posted, unpriced, err // transient: the next run tries again
+		if transient(ctx, err) {
+			return posted, unpriced, err // the next run tries again
 		}
 		if err := s.park(ctx, c.rec, UnratedRatingFailed, err.Error()); err != nil {
 			return posted, unpriced, err
 		}
 	}
 	return posted, unpriced, nil
+}
+
+// transient reports a failure that says nothing about the records: the run
+// was cancelled, a deadlock was broken, or the database went away. Such a
+// batch is retried next run, never parked.
+func transient(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errors.Is(err, store.ErrDeadlock) || errors.Is(err, store.ErrUnavailable)
 }
 
 // park sets a record that cannot be rated aside, audited, so rating runs
