@@ -89,12 +89,7 @@ func newWorkload(t *testing.T, s *servertest.Server, admin *servertest.Client, p
 		map[string]any{"name": "workload " + slug, "slug": "wl-" + slug + "-" + uuid.NewString()[:6]}).Want(t, 201)
 	key := client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
 		PrivateKeyPEM: sa.String("private_key_pem"), TokenURL: sa.String("token_url")}
-	assertion, err := client.SignAssertion(key, key.TokenURL, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok := s.Anonymous().Do("POST", "/api/v1/auth/service-account/token",
-		map[string]string{"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion}).Want(t, 200)
+	bot := s.AsServiceAccount(key)
 	p, err := s.DB.Queries().GetProject(ctx, projectID)
 	if err != nil {
 		t.Fatal(err)
@@ -129,7 +124,7 @@ func newWorkload(t *testing.T, s *servertest.Server, admin *servertest.Client, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	return workload{ID: inst.ID, SAID: key.ServiceAccountID, Bot: s.As(tok.String("access_token")), Inst: inst}
+	return workload{ID: inst.ID, SAID: key.ServiceAccountID, Bot: bot, Inst: inst}
 }
 
 // usageEvent is one CloudEvents usage event.

@@ -187,12 +187,7 @@ func testBillingIdentity(t *testing.T, d store.Dialect) {
 		if !ok {
 			t.Fatalf("instance %s got no identity file", id)
 		}
-		assertion, err := client.SignAssertion(k, k.TokenURL, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return e.s.As(e.s.Anonymous().Do("POST", "/api/v1/auth/service-account/token",
-			map[string]string{"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion}).Want(t, 200).String("access_token"))
+		return e.s.AsServiceAccount(k)
 	}
 	wlA, wlB := workload(ids[0]), workload(ids[1])
 	path := e.path("/app-instances/" + ids[0] + "/usage")

@@ -63,13 +63,7 @@ func setupInstanceEnv(t testing.TB, s *servertest.Server, slug string, images ma
 	sa := e.admin.Do("POST", e.path("/service-accounts"), map[string]any{"name": "operator", "slug": "operator", "roles": []string{"app_operator"}}).Want(t, 201)
 	e.botKey = client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
 		PrivateKeyPEM: sa.String("private_key_pem"), TokenURL: sa.String("token_url")}
-	assertion, err := client.SignAssertion(e.botKey, e.botKey.TokenURL, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok := s.Anonymous().Do("POST", "/api/v1/auth/service-account/token",
-		map[string]string{"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion}).Want(t, 200)
-	e.bot = s.As(tok.String("access_token"))
+	e.bot = s.AsServiceAccount(e.botKey)
 	versions := make([]string, 0, len(images))
 	for v := range images {
 		versions = append(versions, v)
@@ -78,6 +72,7 @@ func setupInstanceEnv(t testing.TB, s *servertest.Server, slug string, images ma
 	for _, v := range versions {
 		img := images[v]
 		if img == nil {
+			var err error
 			if img, err = random.Image(512, 1); err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/client"
@@ -95,12 +94,7 @@ func TestOrgMemberSeesNothingOfAnotherOrg(t *testing.T) {
 				map[string]any{"name": "bot", "slug": "bot", "roles": []string{"project_admin"}}).Want(t, 201)
 			key := client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
 				PrivateKeyPEM: sa.String("private_key_pem"), TokenURL: sa.String("token_url")}
-			assertion, err := client.SignAssertion(key, key.TokenURL, time.Now())
-			if err != nil {
-				t.Fatal(err)
-			}
-			bot := f.s.As(f.s.Anonymous().Do("POST", "/api/v1/auth/service-account/token",
-				map[string]string{"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion}).Want(t, 200).String("access_token"))
+			bot := f.s.AsServiceAccount(key)
 			for _, who := range []struct {
 				name string
 				c    *servertest.Client

@@ -96,13 +96,7 @@ func workloadClient(t *testing.T, e *instanceEnv, id string) *servertest.Client 
 		if err := json.Unmarshal(run.Mounts[0].Content, &key); err != nil {
 			t.Fatal(err)
 		}
-		assertion, err := client.SignAssertion(key, key.TokenURL, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		tok := e.s.Anonymous().Do("POST", "/api/v1/auth/service-account/token",
-			map[string]string{"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion}).Want(t, 200)
-		return e.s.As(tok.String("access_token"))
+		return e.s.AsServiceAccount(key)
 	}
 	t.Fatalf("no run task for instance %s", id)
 	return nil

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/httpapi"
 	"github.com/gpuaas/gpuaas/internal/principal"
@@ -181,6 +182,21 @@ func (s *Server) Anonymous() *Client {
 }
 
 // As returns a client using token.
+// AsServiceAccount signs an assertion with key, exchanges it at the token
+// endpoint as a workload or CI job would, and returns a client acting with
+// the token it got.
+func (s *Server) AsServiceAccount(key client.KeyFile) *Client {
+	s.T.Helper()
+	assertion, err := client.SignAssertion(key, key.TokenURL, time.Now())
+	if err != nil {
+		s.T.Fatal(err)
+	}
+	r := s.Anonymous().Do("POST", "/api/v1/auth/service-account/token",
+		map[string]string{"grant_type": client.GrantTypeJWTBearer, "assertion": assertion})
+	r.Want(s.T, http.StatusOK)
+	return s.As(r.String("access_token"))
+}
+
 func (s *Server) As(token string) *Client {
 	c := s.Anonymous()
 	c.Token = token
