@@ -65,6 +65,13 @@ type Config struct {
 	BillingMeterInterval time.Duration // how often intervals are metered and usage rated
 
 	Events Events // the event bus, relay and streams (docs/events.md)
+
+	// Web console and UI gateway (docs/console.md).
+	AppsDomain         string        // instance UIs at <id>.<AppsDomain>; empty turns the gateway off
+	AppsPathMode       bool          // also serve UIs at /apps/instances/<id>/ui/ on the console's origin
+	AppTokenTTL        time.Duration // gateway app token lifetime: how long a revoked role keeps app access at most
+	ConsoleIdleTimeout time.Duration // a console session unused this long ends
+	ConsoleMaxAge      time.Duration // every console session ends this long after sign-in
 }
 
 // Events configures NATS, the outbox relay and the event streams.
@@ -119,6 +126,9 @@ func Defaults() Config {
 		NodeHeartbeatGrace:     5 * time.Second,
 		NodeTokenTTL:           15 * time.Minute,
 		NodeTaskLease:          2 * time.Minute,
+		AppTokenTTL:            5 * time.Minute,
+		ConsoleIdleTimeout:     30 * time.Minute,
+		ConsoleMaxAge:          12 * time.Hour,
 		Events: Events{
 			Stream: "GPUAAS_EVENTS", DuplicateWindow: 10 * time.Minute, StreamMaxAge: 7 * 24 * time.Hour,
 			Retention: 7 * 24 * time.Hour, RelayInterval: time.Second, LeaseTTL: 10 * time.Second,
@@ -165,6 +175,11 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.NodeTaskLease, "node-task-lease", c.NodeTaskLease, "how long a delivered task waits for its result before it is delivered again")
 	fs.DurationVar(&c.InstanceDeployTimeout, "instance-deploy-timeout", c.InstanceDeployTimeout, "how long a deploy waits for an app instance to become ready (0: the version's readiness probe budget)")
 	e := &c.Events
+	fs.StringVar(&c.AppsDomain, "apps-domain", c.AppsDomain, "UI gateway: serve each instance's UI at <instance-id>.<apps-domain> (needs wildcard DNS to this server; gpuaas dev uses apps.localhost); empty turns the gateway off")
+	fs.BoolVar(&c.AppsPathMode, "apps-path-mode", c.AppsPathMode, "UI gateway: also serve UIs at /apps/instances/<id>/ui/ on the console's own origin (apps then share its origin; see docs/console.md)")
+	fs.DurationVar(&c.AppTokenTTL, "app-token-ttl", c.AppTokenTTL, "UI gateway: lifetime of the app token cookie, the longest a revoked role keeps access to an app's UI")
+	fs.DurationVar(&c.ConsoleIdleTimeout, "console-idle-timeout", c.ConsoleIdleTimeout, "web console: a session nobody used for this long ends")
+	fs.DurationVar(&c.ConsoleMaxAge, "console-max-age", c.ConsoleMaxAge, "web console: every session ends this long after sign-in")
 	fs.StringVar(&e.NATSURL, "nats-url", e.NATSURL, "external NATS JetStream servers (nats://host:4222,…); empty embeds NATS under the data dir")
 	fs.StringVar(&e.NATSCredsFile, "nats-creds", e.NATSCredsFile, "external NATS: credentials (.creds) file")
 	fs.StringVar(&e.NATSNKeyFile, "nats-nkey", e.NATSNKeyFile, "external NATS: nkey seed file")
@@ -232,6 +247,18 @@ func (c *Config) Validate() error {
 	}
 	if c.NodeTaskLease < time.Second || c.NodeTaskLease > time.Hour {
 		errs = append(errs, errors.New("--node-task-lease must be between 1s and 1h"))
+	}
+	if c.AppTokenTTL < 30*time.Second || c.AppTokenTTL > 5*time.Minute {
+		errs = append(errs, errors.New("--app-token-ttl must be between 30s and 5m: it bounds how long a revoked role keeps an app's UI open"))
+	}
+	if c.ConsoleIdleTimeout < time.Minute || c.ConsoleIdleTimeout > 24*time.Hour {
+		errs = append(errs, errors.New("--console-idle-timeout must be between 1m and 24h"))
+	}
+	if c.ConsoleMaxAge < 10*time.Minute || c.ConsoleMaxAge > 7*24*time.Hour {
+		errs = append(errs, errors.New("--console-max-age must be between 10m and 168h"))
+	}
+	if d := c.AppsDomain; d != "" && (strings.ContainsAny(d, ":/ *") || strings.HasPrefix(d, ".") || !strings.Contains(d, ".") && d != "localhost") {
+		errs = append(errs, fmt.Errorf("--apps-domain %q: want a DNS name like apps.example.com (no scheme, port or wildcard)", d))
 	}
 	if c.InstanceDeployTimeout < 0 || c.InstanceDeployTimeout > 2*time.Hour {
 		errs = append(errs, errors.New("--instance-deploy-timeout must be between 0 and 2h"))

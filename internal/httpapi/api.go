@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
@@ -55,9 +56,18 @@ type API struct {
 	// StreamTimeout is the read/write deadline of streaming routes (blob
 	// uploads, the registry), which the server's shorter timeouts would cut.
 	StreamTimeout time.Duration
+	// UIOpenURL builds the gateway link that redeems a one-time UI code
+	// (nil: no gateway, the ui-open route refuses).
+	UIOpenURL func(instanceID, path, code string) string
+
+	// Fallback serves paths outside the API (the web console at /); nil
+	// answers them with the API's 404 envelope.
+	Fallback http.Handler
 
 	metrics *metrics
 	limiter *clientLimiter
+	once    sync.Once
+	handler http.Handler
 }
 
 // route is one row of the route table.
@@ -141,8 +151,24 @@ func (a *API) Routes() []RouteInfo {
 	return out
 }
 
-// Handler builds the HTTP handler of the whole API.
+// Handler returns the HTTP handler of the whole API, built once.
 func (a *API) Handler() http.Handler {
+	a.once.Do(func() { a.handler = a.build() })
+	return a.handler
+}
+
+// isAPIPath: paths the API answers itself, route or not (a 404 there is
+// the API's JSON envelope, never a console page).
+func isAPIPath(p string) bool {
+	for _, pre := range []string{"/api/", "/v2/", "/.well-known/"} {
+		if strings.HasPrefix(p, pre) {
+			return true
+		}
+	}
+	return p == "/healthz" || p == "/readyz" || p == "/metrics"
+}
+
+func (a *API) build() http.Handler {
 	if a.MaxBodyBytes == 0 {
 		a.MaxBodyBytes = 1 << 20
 	}
@@ -170,6 +196,10 @@ func (a *API) Handler() http.Handler {
 		h, pattern := mux.Handler(r)
 		if pattern != "" {
 			mux.ServeHTTP(w, r) // ServeHTTP, not h: it sets the path values
+			return
+		}
+		if a.Fallback != nil && !isAPIPath(r.URL.Path) {
+			a.Fallback.ServeHTTP(w, r)
 			return
 		}
 		// No route matched: learn from the mux whether the path exists with

@@ -297,3 +297,32 @@ func (a *API) getOperation(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, viewOperation(op))
 	return nil
 }
+
+type uiOpenView struct {
+	Code       string `json:"code"`
+	InstanceID string `json:"app_instance_id"`
+	URL        string `json:"url"`
+	ExpiresAt  string `json:"expires_at"`
+}
+
+// openInstanceUI hands a person a one-time link that opens the instance's
+// embedded UI through the gateway (the console's "Open app").
+func (a *API) openInstanceUI(w http.ResponseWriter, r *http.Request) error {
+	svc, err := a.instancesService()
+	if err != nil {
+		return err
+	}
+	if a.UIOpenURL == nil {
+		return errdefs.FailedPrecondition("ui_gateway_off", "this server runs no UI gateway (set --apps-domain)")
+	}
+	o, err := svc.OpenUI(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("app_instance_id"))
+	if err != nil {
+		return err
+	}
+	v := uiOpenView{Code: o.Code, InstanceID: o.InstanceID, URL: a.UIOpenURL(o.InstanceID, o.Path, o.Code), ExpiresAt: rfc3339(o.ExpiresAt)}
+	// The code is a credential: shown once, never replayed by idempotency.
+	redacted := v
+	redacted.Code, redacted.URL = "", "(withheld: the one-time link is shown once; open the app again)"
+	writeSecretJSON(w, http.StatusCreated, v, redacted)
+	return nil
+}

@@ -29,6 +29,10 @@ type Access struct {
 	LocalURL     string `json:"local_url"`
 	SSHTunnel    string `json:"ssh_tunnel,omitempty"`
 	Instructions string `json:"instructions"`
+	// BindAddress and Ports: every port the node bound, on which address
+	// (the UI gateway finds the embedded UI's port among them).
+	BindAddress string                `json:"bind_address,omitempty"`
+	Ports       []nodeapi.PortMapping `json:"ports,omitempty"`
 }
 
 // access builds the access instructions from a run's output: the port is
@@ -44,7 +48,7 @@ func (s *Service) access(inst store.AppInstance, out nodeapi.RunOutput, nodeAddr
 		bind = "127.0.0.1"
 	}
 	a := Access{Exposure: "private_host_local", NodeID: inst.NodeID, NodeAddress: nodeAddress, HostPort: port,
-		LocalURL: fmt.Sprintf("http://127.0.0.1:%d/", port)}
+		LocalURL: fmt.Sprintf("http://127.0.0.1:%d/", port), BindAddress: out.HostAddress, Ports: out.Ports}
 	// A node that advertises a loopback address (gpuaas dev, a
 	// single-machine install) is this machine: no tunnel to open.
 	if ip := net.ParseIP(nodeAddress); nodeAddress == "" || nodeAddress == "localhost" || (ip != nil && ip.IsLoopback()) {

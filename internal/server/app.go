@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpuaas/gpuaas/internal/gateway"
 	"log/slog"
 	"net"
 	"net/http"
@@ -43,8 +44,9 @@ type App struct {
 	Workers worker.Group
 	// Instances is the app-instance domain; its driver is one of Workers.
 	Instances *instances.Service
-	events    *eventParts   // NATS, outbox relay, event streams (issue 10)
-	billing   *billingParts // usage, ledger, budgets (issue 13)
+	events    *eventParts      // NATS, outbox relay, event streams (issue 10)
+	billing   *billingParts    // usage, ledger, budgets (issue 13)
+	gateway   *gateway.Gateway // instance UIs on their own origins (issue 20)
 }
 
 // NewLogger builds the process logger from the config.
@@ -159,6 +161,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, RelayKick: func() { a.events.relay.Kick(); a.events.bus.NotifyCommitted() }, WebSocketOrigins: cfg.Events.WebSocketOrigins, Billing: a.billing.svc,
 		PublicURL: func() string { return a.Config.PublicURL },
 	}
+	if err := a.webParts(key); err != nil {
+		return nil, err
+	}
 	ok = true
 	return a, nil
 }
@@ -199,7 +204,7 @@ func (a *App) Serve(ctx context.Context) error {
 		}
 	}
 	a.http = &http.Server{
-		Handler:           a.API.Handler(),
+		Handler:           a.handler(),
 		ReadHeaderTimeout: min(10*time.Second, a.Config.ReadTimeout),
 		ReadTimeout:       a.Config.ReadTimeout,
 		WriteTimeout:      a.Config.WriteTimeout,

@@ -42,6 +42,11 @@ func DevConfig(cfg config.Config) (config.Config, error) {
 	if cfg.DatabaseURL == "" {
 		cfg.DatabaseURL = "sqlite://" + filepath.Join(dir, "gpuaas.db")
 	}
+	// Instance UIs on their own origins with no DNS to set up: browsers
+	// resolve every *.localhost name to this machine.
+	if cfg.AppsDomain == "" {
+		cfg.AppsDomain = "apps.localhost"
+	}
 	if cfg.SecretKey == "" && cfg.SecretKeyFile == "" {
 		key, err := sealer.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))
 		if err != nil {

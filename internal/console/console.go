@@ -1,0 +1,308 @@
+// Package console is gpuaas's web console: server-rendered pages (no build
+// step, a little hand-written JS for live updates) for what the CLI does.
+//
+// The console holds no business rule and checks no permission itself: every
+// read and change is a call of the REST API, in process, with an access
+// token minted for the signed-in person. So a page shows exactly what the
+// API would answer that person, refusals included, with the same audit,
+// idempotency and events. The console's own state is the browser session
+// (a server-side row; the cookie is a random id) and its CSRF token.
+package console
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+//go:embed templates/*.html static/*
+var assets embed.FS
+
+// SessionCookie is the console's session cookie: host-only, HttpOnly.
+const SessionCookie = "gpuaas_session"
+
+// loginCSRFCookie carries the CSRF token of the sign-in form (there is no
+// session yet to hold it).
+const loginCSRFCookie = "gpuaas_login_csrf"
+
+// Sessions is the storage the console's sessions live in.
+type Sessions interface {
+	InsertConsoleSession(ctx context.Context, s store.ConsoleSession) error
+	GetConsoleSession(ctx context.Context, idHash string) (store.ConsoleSession, error)
+	TouchConsoleSession(ctx context.Context, idHash string, at time.Time) error
+	SetConsoleSessionProject(ctx context.Context, idHash, projectID string) error
+	EndConsoleSession(ctx context.Context, idHash string, at time.Time) error
+}
+
+// Config wires a console.
+type Config struct {
+	// API is the REST API's handler; the console calls it in process.
+	API      http.Handler
+	Sessions Sessions
+	// Mint issues an access token for a person, for the console's calls.
+	Mint func(ctx context.Context, userID string) (token string, expires time.Time, err error)
+	// Grants loads a person's role grants (to show only the buttons their
+	// roles allow; the API still decides).
+	Grants func(ctx context.Context, userID string) (*iam.Grants, error)
+	// ProjectOf finds an instance's project, so links by instance id work
+	// whatever project the session is in (the API still checks access).
+	ProjectOf func(ctx context.Context, instanceID string) (string, error)
+	// PublicURL is the server's base URL: https there makes cookies Secure.
+	PublicURL func() string
+	// IdleTimeout ends a session nobody used for this long; MaxAge ends
+	// every session this long after sign-in.
+	IdleTimeout, MaxAge time.Duration
+	Logger              *slog.Logger
+	Now                 func() time.Time
+}
+
+// Console serves the pages.
+type Console struct {
+	cfg    Config
+	pages  map[string]*template.Template
+	tokens sync.Map // session id hash -> mintedToken
+	mux    *http.ServeMux
+}
+
+type mintedToken struct {
+	token   string
+	expires time.Time
+}
+
+// New builds a console.
+func New(cfg Config) (*Console, error) {
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 30 * time.Minute
+	}
+	if cfg.MaxAge <= 0 {
+		cfg.MaxAge = 12 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	c := &Console{cfg: cfg, pages: map[string]*template.Template{}}
+	if err := c.parse(); err != nil {
+		return nil, err
+	}
+	c.routes()
+	return c, nil
+}
+
+func (c *Console) parse() error {
+	layout, err := template.New("layout.html").Funcs(funcs).ParseFS(assets, "templates/layout.html")
+	if err != nil {
+		return err
+	}
+	names, err := fs.Glob(assets, "templates/*.html")
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		name := strings.TrimSuffix(strings.TrimPrefix(n, "templates/"), ".html")
+		if name == "layout" {
+			continue
+		}
+		t, err := template.Must(layout.Clone()).ParseFS(assets, n)
+		if err != nil {
+			return err
+		}
+		c.pages[name] = t
+	}
+	return nil
+}
+
+// ServeHTTP serves the console.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+
+// page is what every page template gets.
+type page struct {
+	Title   string
+	Session *sessionView
+	Flash   string
+	Error   *client.APIError
+	Data    any
+	Path    string
+}
+
+type sessionView struct {
+	Email       string
+	UserID      string
+	CSRF        string
+	ProjectID   string
+	Project     *client.Project
+	Projects    []projectChoice
+	IsAdmin     bool
+	grants      *iam.Grants
+	orgOfActive string
+}
+
+type projectChoice struct {
+	ID, Label string
+	Selected  bool
+}
+
+// Can reports whether the person's roles allow perm in the current project.
+func (s *sessionView) Can(perm string) bool {
+	if s == nil || s.grants == nil {
+		return false
+	}
+	return s.grants.Can(perm, iam.Scope{OrgID: s.orgOfActive, ProjectID: s.ProjectID})
+}
+
+// render writes a page with status.
+func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	t, ok := c.pages[name]
+	if !ok {
+		http.Error(w, "no page "+name, http.StatusInternalServerError)
+		return
+	}
+	p.Path = r.URL.Path
+	securityHeaders(w)
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	tmpl := "layout.html"
+	if r.URL.Query().Get("fragment") != "" {
+		tmpl = "content"
+	}
+	if err := t.ExecuteTemplate(w, tmpl, p); err != nil {
+		c.cfg.Logger.ErrorContext(r.Context(), "console: render", "page", name, "err", err)
+	}
+}
+
+// securityHeaders: the console frames only itself and loads only its own
+// scripts.
+func securityHeaders(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-src http: https:; frame-ancestors 'self'; form-action 'self'")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+}
+
+func (c *Console) secure() bool {
+	u, err := url.Parse(c.cfg.PublicURL())
+	return err == nil && u.Scheme == "https"
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func hashID(id string) string {
+	s := sha256.Sum256([]byte(id))
+	return hex.EncodeToString(s[:])
+}
+
+// apiClient calls the API in process as the person of a session.
+func (c *Console) apiClient(r *http.Request, token string) *client.Client {
+	cl := client.New("http://console.internal", token)
+	cl.UserAgent = "gpuaas-console"
+	cl.HTTP = &http.Client{Transport: inProcess{h: c.cfg.API, remote: r.RemoteAddr, fwd: r.Header.Get("X-Forwarded-For")}}
+	return cl
+}
+
+// inProcess is an http.RoundTripper that serves a request with the API's
+// handler directly: no socket, same middleware.
+type inProcess struct {
+	h      http.Handler
+	remote string
+	fwd    string
+}
+
+func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
+	req.RemoteAddr = t.remote
+	if t.fwd != "" {
+		req.Header.Set("X-Forwarded-For", t.fwd)
+	}
+	req.RequestURI = req.URL.RequestURI()
+	rec := httptest.NewRecorder()
+	t.h.ServeHTTP(rec, req)
+	return rec.Result(), nil
+}
+
+// token returns a live access token for the session, minting one when the
+// cached one is near its end.
+func (c *Console) token(ctx context.Context, s store.ConsoleSession) (string, error) {
+	if v, ok := c.tokens.Load(s.IDHash); ok {
+		m := v.(mintedToken)
+		if c.cfg.Now().Add(time.Minute).Before(m.expires) {
+			return m.token, nil
+		}
+	}
+	tok, exp, err := c.cfg.Mint(ctx, s.UserID)
+	if err != nil {
+		return "", err
+	}
+	c.tokens.Store(s.IDHash, mintedToken{token: tok, expires: exp})
+	return tok, nil
+}
+
+// errNoSession: the request carries no live session.
+var errNoSession = errors.New("no session")
+
+// session resolves the request's live session, sliding its idle expiry.
+func (c *Console) session(r *http.Request) (store.ConsoleSession, error) {
+	ck, err := r.Cookie(SessionCookie)
+	if err != nil || ck.Value == "" {
+		return store.ConsoleSession{}, errNoSession
+	}
+	s, err := c.cfg.Sessions.GetConsoleSession(r.Context(), hashID(ck.Value))
+	if errors.Is(err, store.ErrNotFound) {
+		return s, errNoSession
+	}
+	if err != nil {
+		return s, err
+	}
+	now := c.cfg.Now()
+	if !s.EndedAt.IsZero() || !now.Before(s.ExpiresAt) || now.Sub(s.LastSeenAt) >= c.cfg.IdleTimeout {
+		return s, errNoSession
+	}
+	// Writing last-seen on every request would make each page a write;
+	// once a minute is exact enough for a 30-minute idle limit.
+	if now.Sub(s.LastSeenAt) > time.Minute {
+		if err := c.cfg.Sessions.TouchConsoleSession(r.Context(), s.IDHash, now); err != nil {
+			return s, err
+		}
+	}
+	return s, nil
+}
+
+// checkCSRF compares a form's token with the session's, in constant time.
+func checkCSRF(r *http.Request, want string) bool {
+	got := r.PostFormValue("csrf_token")
+	if got == "" {
+		got = r.Header.Get("X-CSRF-Token")
+	}
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// safeNext keeps a post-sign-in redirect on this site.
+func safeNext(p string) string {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.Contains(p, "\\") {
+		return "/"
+	}
+	return p
+}

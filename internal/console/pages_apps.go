@@ -1,0 +1,401 @@
+package console
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+)
+
+type catalogData struct {
+	Entries  []client.ProjectCatalogEntry
+	Apps     []client.CatalogApp // the raw catalog (platform admins)
+	AllView  bool
+	NextPage string
+}
+
+// catalog is the project's entitlement-filtered catalog; platform admins
+// may switch to the raw catalog.
+func (c *Console) catalog(w http.ResponseWriter, r *http.Request, q *req) {
+	d := catalogData{AllView: q.view.IsAdmin && r.URL.Query().Get("view") == "all"}
+	if d.AllView {
+		apps, err := q.api.ListCatalog(r.Context(), client.CatalogListOptions{Limit: 100, Cursor: r.URL.Query().Get("cursor")})
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		d.Apps, d.NextPage = apps.Items, apps.NextCursor
+	} else {
+		if c.needProject(w, r, q) {
+			return
+		}
+		es, err := q.api.ProjectCatalog(r.Context(), q.view.ProjectID, client.CatalogListOptions{Limit: 100, Cursor: r.URL.Query().Get("cursor")})
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		d.Entries, d.NextPage = es.Items, es.NextCursor
+	}
+	c.render(w, r, http.StatusOK, "catalog", page{Title: "Catalog", Session: q.view, Data: d})
+}
+
+type versionDetail struct {
+	client.AppVersion
+	Spec         manifest.Version
+	Launchable   bool
+	EmbeddedUI   bool
+	ManifestJSON string
+}
+
+type appData struct {
+	App      client.CatalogApp
+	Versions []versionDetail
+}
+
+// projectEntry finds an app in the project's catalog (the versions this
+// project may launch), or nil.
+func (c *Console) projectEntry(r *http.Request, q *req, slug string) (*client.ProjectCatalogEntry, error) {
+	cursor := ""
+	for {
+		es, err := q.api.ProjectCatalog(r.Context(), q.view.ProjectID, client.CatalogListOptions{Limit: 100, Cursor: cursor})
+		if err != nil {
+			return nil, err
+		}
+		for i := range es.Items {
+			if es.Items[i].App.Slug == slug {
+				return &es.Items[i], nil
+			}
+		}
+		if cursor = es.NextCursor; cursor == "" {
+			return nil, nil
+		}
+	}
+}
+
+func detail(v client.AppVersion, launchable bool) versionDetail {
+	d := versionDetail{AppVersion: v, Launchable: launchable}
+	_ = json.Unmarshal(v.Manifest, &d.Spec)
+	_, d.EmbeddedUI = instances.UIOf(d.Spec)
+	if b, err := json.MarshalIndent(json.RawMessage(v.Manifest), "", "  "); err == nil {
+		d.ManifestJSON = string(b)
+	}
+	return d
+}
+
+func (c *Console) catalogApp(w http.ResponseWriter, r *http.Request, q *req) {
+	slug := r.PathValue("slug")
+	d := appData{}
+	if q.view.Project != nil {
+		e, err := c.projectEntry(r, q, slug)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		if e != nil {
+			d.App = e.App
+			for _, v := range e.Versions {
+				d.Versions = append(d.Versions, detail(v, q.view.Can(iam.PermInstanceCreate)))
+			}
+		}
+	}
+	if d.App.Slug == "" {
+		// Not entitled here: the raw catalog, for those who may read it.
+		app, err := q.api.GetCatalogApp(r.Context(), slug)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		vs, err := q.api.ListAppVersions(r.Context(), slug, "", client.CatalogListOptions{Limit: 100})
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		d.App = app
+		for _, v := range vs.Items {
+			d.Versions = append(d.Versions, detail(v, false))
+		}
+	}
+	c.render(w, r, http.StatusOK, "app", page{Title: d.App.DisplayName, Session: q.view, Data: d})
+}
+
+type launchData struct {
+	App         client.CatalogApp
+	Version     versionDetail
+	Fields      []field
+	DisplayName string
+	Allocation  string
+	Targets     []map[string]any
+	Effective   *client.LaunchEffective
+	EffJSON     string
+	Problems    map[string]string
+}
+
+// launchVersion finds the entitled version a launch is for.
+func (c *Console) launchVersion(w http.ResponseWriter, r *http.Request, q *req) (*launchData, bool) {
+	if c.needProject(w, r, q) {
+		return nil, false
+	}
+	e, err := c.projectEntry(r, q, r.PathValue("slug"))
+	if err != nil {
+		c.fail(w, r, err)
+		return nil, false
+	}
+	if e != nil {
+		for _, v := range e.Versions {
+			if v.Version == r.PathValue("version") {
+				d := &launchData{App: e.App, Version: detail(v, true)}
+				d.Fields = wizardFields(d.Version.Spec)
+				return d, true
+			}
+		}
+	}
+	c.render(w, r, http.StatusNotFound, "notfound", page{Title: "Not found", Session: q.view,
+		Flash: "This version is not in this project's catalog: it is not published, or the project is not entitled to it."})
+	return nil, false
+}
+
+func (c *Console) launchForm(w http.ResponseWriter, r *http.Request, q *req) {
+	d, ok := c.launchVersion(w, r, q)
+	if !ok {
+		return
+	}
+	lr, _ := launchRequest(d.Version.Spec, d.Fields)
+	c.preview(w, r, q, d, lr)
+}
+
+// preview asks the server for the effective launch and shows it, or each
+// field's error next to it.
+func (c *Console) preview(w http.ResponseWriter, r *http.Request, q *req, d *launchData, lr client.LaunchRequest) {
+	eff, err := q.api.PreviewLaunch(r.Context(), q.view.ProjectID, d.App.Slug, d.Version.Version, lr)
+	status := http.StatusOK
+	if err != nil {
+		ae, fields := errorFor(err)
+		if ae == nil || ae.Status >= 500 || ae.Status == http.StatusNotFound {
+			c.fail(w, r, err)
+			return
+		}
+		d.Problems = markErrors(d.Fields, fields)
+		if len(fields) == 0 {
+			d.Problems = map[string]string{"": ae.Message}
+		}
+		status = http.StatusUnprocessableEntity
+	} else {
+		d.Effective, d.Targets = &eff, eff.TargetAllocations
+		if b, err := json.MarshalIndent(struct {
+			OperatingMode     string          `json:"operating_mode"`
+			ControlPlaneScope string          `json:"control_plane_scope"`
+			Resources         any             `json:"resources"`
+			Config            json.RawMessage `json:"config,omitempty"`
+			Parameters        json.RawMessage `json:"parameters,omitempty"`
+		}{eff.OperatingMode, eff.ControlPlaneScope, eff.Resources, eff.Config, eff.Parameters}, "", "  "); err == nil {
+			d.EffJSON = string(b)
+		}
+	}
+	c.render(w, r, status, "launch", page{Title: "Launch " + d.App.DisplayName, Session: q.view, Data: d})
+}
+
+func (c *Console) launch(w http.ResponseWriter, r *http.Request, q *req) {
+	d, ok := c.launchVersion(w, r, q)
+	if !ok {
+		return
+	}
+	fill(d.Fields, r.PostForm)
+	d.DisplayName, d.Allocation = strings.TrimSpace(r.PostFormValue("display_name")), r.PostFormValue("target_allocation_id")
+	lr, err := launchRequest(d.Version.Spec, d.Fields)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if r.PostFormValue("action") != "launch" {
+		c.preview(w, r, q, d, lr)
+		return
+	}
+	res := (*client.LaunchResources)(nil)
+	if lr.Resources != nil {
+		res = &client.LaunchResources{GPUCount: lr.Resources.GPUCount, CPUCores: lr.Resources.CPUCores, MemoryGiB: lr.Resources.MemoryGiB}
+	}
+	name := d.DisplayName
+	if name == "" {
+		name = d.App.Slug
+	}
+	inst, err := q.api.CreateAppInstance(r.Context(), q.view.ProjectID, client.AppInstanceRequest{AppSlug: d.App.Slug, Version: d.Version.Version,
+		DisplayName: name, Config: lr.Config, Parameters: lr.Parameters, Resources: res, TargetAllocationID: d.Allocation})
+	if err != nil {
+		ae, fields := errorFor(err)
+		if ae == nil || ae.Status >= 500 {
+			c.fail(w, r, err)
+			return
+		}
+		d.Problems = markErrors(d.Fields, fields)
+		if len(fields) == 0 {
+			d.Problems = map[string]string{"": ae.Message}
+		}
+		c.render(w, r, ae.Status, "launch", page{Title: "Launch " + d.App.DisplayName, Session: q.view, Data: d})
+		return
+	}
+	http.Redirect(w, r, "/workloads/instance/"+url.PathEscape(inst.ID), http.StatusSeeOther)
+}
+
+type listData struct {
+	Items    []client.AppInstance
+	Status   string
+	Next     string
+	Statuses []string
+}
+
+func (c *Console) instanceList(w http.ResponseWriter, r *http.Request, q *req) {
+	if c.needProject(w, r, q) {
+		return
+	}
+	d := listData{Status: r.URL.Query().Get("status"), Statuses: instances.Statuses}
+	l, err := q.api.ListAppInstances(r.Context(), q.view.ProjectID, d.Status, 50, r.URL.Query().Get("cursor"))
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d.Items, d.Next = l.Items, l.NextCursor
+	c.render(w, r, http.StatusOK, "instances", page{Title: "Instances", Session: q.view, Data: d})
+}
+
+type instanceData struct {
+	Inst      client.AppInstance
+	Timeline  []client.AppInstanceEvent
+	Logs      []string
+	Versions  []string // versions it may move to
+	Embedded  bool
+	Terminal  bool
+	CanUpdate bool
+	CanDelete bool
+}
+
+// instanceProject resolves the project an instance link is in.
+func (c *Console) instanceProject(r *http.Request, q *req, id string) string {
+	if c.cfg.ProjectOf != nil {
+		if p, err := c.cfg.ProjectOf(r.Context(), id); err == nil {
+			return p
+		}
+	}
+	return q.view.ProjectID
+}
+
+func (c *Console) instancePage(w http.ResponseWriter, r *http.Request, q *req) {
+	id := r.PathValue("id")
+	project := c.instanceProject(r, q, id)
+	inst, err := q.api.GetAppInstance(r.Context(), project, id)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	d := instanceData{Inst: inst, Terminal: inst.Status == "decommissioned"}
+	sc := iam.Scope{OrgID: inst.OrgID, ProjectID: inst.ProjectID}
+	d.CanUpdate = q.view.grants.Can(iam.PermInstanceUpdate, sc)
+	d.CanDelete = q.view.grants.Can(iam.PermInstanceDelete, sc)
+	if tl, err := q.api.AppInstanceEvents(r.Context(), project, id, 20, ""); err == nil {
+		d.Timeline = tl.Items
+	}
+	if inst.ReasonCode != "" || inst.Status == "failed" {
+		if l, err := q.api.AppInstanceLogs(r.Context(), project, id); err == nil {
+			d.Logs = l.Lines
+		}
+	}
+	if vs, err := q.api.ListAppVersions(r.Context(), inst.AppSlug, "", client.CatalogListOptions{Limit: 100}); err == nil {
+		for _, v := range vs.Items {
+			if v.Version == inst.Version {
+				d.Embedded = detail(v, false).EmbeddedUI
+			} else if v.Status == "published" || v.Status == "deprecated" {
+				d.Versions = append(d.Versions, v.Version)
+			}
+		}
+	}
+	c.render(w, r, http.StatusOK, "instance", page{Title: inst.DisplayName, Session: q.view, Data: d})
+}
+
+// instanceAction runs upgrade, rollback or decommission from the page's
+// confirmed forms.
+func (c *Console) instanceAction(w http.ResponseWriter, r *http.Request, q *req) {
+	id := r.PathValue("id")
+	project := c.instanceProject(r, q, id)
+	if r.PostFormValue("confirm") != "yes" {
+		c.render(w, r, http.StatusUnprocessableEntity, "error", page{Title: "Not confirmed", Session: q.view,
+			Flash: "Tick the confirmation box next to the button to " + r.PathValue("action") + " this instance."})
+		return
+	}
+	var err error
+	switch r.PathValue("action") {
+	case "upgrade":
+		_, err = q.api.UpgradeAppInstance(r.Context(), project, id, r.PostFormValue("version"))
+	case "rollback":
+		_, err = q.api.RollbackAppInstance(r.Context(), project, id, r.PostFormValue("version"))
+	case "decommission":
+		_, err = q.api.DecommissionAppInstance(r.Context(), project, id)
+	default:
+		c.render(w, r, http.StatusNotFound, "notfound", page{Title: "Not found", Session: q.view})
+		return
+	}
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	http.Redirect(w, r, "/workloads/instance/"+url.PathEscape(id), http.StatusSeeOther)
+}
+
+// openApp hands the browser a one-time link to the instance's UI on its
+// own origin (the gateway also sends people here when their app token
+// expired).
+func (c *Console) openApp(w http.ResponseWriter, r *http.Request, q *req) {
+	id := r.PathValue("id")
+	var out struct {
+		URL string `json:"url"`
+	}
+	err := q.api.Do(r.Context(), http.MethodPost, "/api/v1/projects/"+url.PathEscape(c.instanceProject(r, q, id))+"/app-instances/"+url.PathEscape(id)+"/ui-open", nil, nil, &out)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	target, err := url.Parse(out.URL)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	if p := r.URL.Query().Get("path"); strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") {
+		qv := target.Query()
+		qv.Set("path", p)
+		target.RawQuery = qv.Encode()
+	}
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	http.Redirect(w, r, target.String(), http.StatusSeeOther)
+}
+
+// eventStream relays the project's event stream to the page's
+// EventSource, as the signed-in person: the API's own stream (access
+// re-checks, exact resume from Last-Event-ID) behind the session cookie.
+func (c *Console) eventStream(w http.ResponseWriter, r *http.Request, q *req) {
+	project := r.URL.Query().Get("project")
+	if project == "" {
+		project = q.view.ProjectID
+	}
+	tok, err := c.token(r.Context(), q.s)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	in, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "/api/v1/projects/"+url.PathEscape(project)+"/events/stream", nil)
+	if err != nil {
+		c.fail(w, r, err)
+		return
+	}
+	in.RemoteAddr, in.RequestURI = r.RemoteAddr, in.URL.RequestURI()
+	in.Header.Set("Authorization", "Bearer "+tok)
+	in.Header.Set("Accept", "text/event-stream")
+	if id := r.Header.Get("Last-Event-ID"); id != "" {
+		in.Header.Set("Last-Event-ID", id)
+	} else {
+		in.Header.Set("Last-Event-ID", "now")
+	}
+	c.cfg.API.ServeHTTP(w, in)
+}

@@ -1,0 +1,479 @@
+// Package gateway is the platform's UI gateway: a reverse proxy that puts a
+// running instance's own web UI on its own origin
+// (https://<instance-id>.<apps domain>/) behind the platform's sign-in, so an
+// app never runs a user session of its own.
+//
+// The gateway owns authentication on that origin: a one-time code from the
+// console is traded for a short-lived app token in a host-only cookie, and
+// every request must carry it. What reaches the app is the person's request
+// without any platform credential: the gateway's cookie and the console's
+// session cookie are taken out, an Authorization header that is a platform
+// token is dropped, and the app's own cookies and bearer keys pass untouched.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"html/template"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/instances"
+)
+
+// Backend is what the gateway asks of the instances domain.
+type Backend interface {
+	RedeemUI(ctx context.Context, code, instanceID string) (instances.UIGrant, error)
+	UIUpstreamOf(ctx context.Context, instanceID string) (instances.UIUpstream, error)
+}
+
+// Config sets a gateway up.
+type Config struct {
+	// Domain is the apps domain: instance UIs live at <id>.<Domain>.
+	// gpuaas dev uses apps.localhost, which browsers resolve to loopback.
+	Domain string
+	// PathMode also serves UIs at /apps/instances/<id>/ui/ on the console's
+	// own origin. Off by default: there the app shares the console's
+	// origin (docs/console.md).
+	PathMode bool
+	// PublicURL is the console's base URL (scheme and port of app origins,
+	// the only origin allowed to frame an app).
+	PublicURL func() string
+	// Key signs app tokens (HMAC-SHA256); every replica needs the same.
+	Key []byte
+	// TokenTTL is an app token's lifetime: how long access outlives a
+	// revoked role at most. Default 5 minutes.
+	TokenTTL time.Duration
+	// IsPlatformToken says whether a bearer token is one the platform
+	// issued; such a header never reaches an app.
+	IsPlatformToken func(ctx context.Context, token string) bool
+	// StripCookies are further cookie names never forwarded (the console's
+	// session cookie).
+	StripCookies []string
+	Backend      Backend
+	Logger       *slog.Logger
+	Now          func() time.Time
+	// Transport reaches the instances (default: a pooled http.Transport).
+	Transport http.RoundTripper
+}
+
+// Gateway serves instance UIs.
+type Gateway struct {
+	cfg   Config
+	proxy *httputil.ReverseProxy
+	mu    sync.Mutex
+	cache map[string]cachedUpstream
+}
+
+type cachedUpstream struct {
+	up      instances.UIUpstream
+	err     error
+	expires time.Time
+}
+
+// upstreamCacheTTL bounds how stale the gateway's view of an instance's
+// address and state may be.
+const upstreamCacheTTL = 2 * time.Second
+
+// OpenPath is the gateway path that redeems a one-time code.
+const OpenPath = "/__gpuaas/open"
+
+// New builds a gateway.
+func New(cfg Config) *Gateway {
+	if cfg.TokenTTL <= 0 {
+		cfg.TokenTTL = 5 * time.Minute
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.Domain = strings.ToLower(strings.Trim(cfg.Domain, "."))
+	if cfg.Transport == nil {
+		cfg.Transport = &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+		}
+	}
+	g := &Gateway{cfg: cfg, cache: map[string]cachedUpstream{}}
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        g.rewrite,
+		Transport:      cfg.Transport,
+		ModifyResponse: g.modifyResponse,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			g.cfg.Logger.WarnContext(r.Context(), "ui gateway: upstream failed", "err", err, "host", r.Host)
+			g.page(w, http.StatusBadGateway, "The app did not answer",
+				"The instance is running but its UI did not answer ("+err.Error()+"). Try again in a moment, or look at its logs in the console.", "")
+		},
+	}
+	return g
+}
+
+// Enabled reports whether the gateway serves anything.
+func (g *Gateway) Enabled() bool { return g != nil && g.cfg.Domain != "" }
+
+// target is the instance a request is for and the path prefix its UI is
+// mounted at ("" on the instance's own origin).
+type target struct {
+	instanceID string
+	prefix     string
+	origin     string // scheme://host[:port] the browser sees
+}
+
+// match decides whether r is for an instance UI.
+func (g *Gateway) match(r *http.Request) (target, bool) {
+	if !g.Enabled() {
+		return target{}, false
+	}
+	host := strings.ToLower(r.Host)
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if label, ok := strings.CutSuffix(host, "."+g.cfg.Domain); ok && label != "" && !strings.Contains(label, ".") {
+		return target{instanceID: label, origin: g.scheme() + "://" + strings.ToLower(r.Host)}, true
+	}
+	if g.cfg.PathMode {
+		if rest, ok := strings.CutPrefix(r.URL.Path, "/apps/instances/"); ok {
+			id, _, _ := strings.Cut(rest, "/")
+			if id != "" {
+				return target{instanceID: id, prefix: "/apps/instances/" + id + "/ui", origin: g.scheme() + "://" + r.Host}, true
+			}
+		}
+	}
+	return target{}, false
+}
+
+func (g *Gateway) scheme() string {
+	if u, err := url.Parse(g.cfg.PublicURL()); err == nil && u.Scheme == "https" {
+		return "https"
+	}
+	return "http"
+}
+
+// OpenURL is the link that redeems code for instanceID and lands on path.
+func (g *Gateway) OpenURL(instanceID, path, code string) string {
+	pub, err := url.Parse(g.cfg.PublicURL())
+	if err != nil {
+		return ""
+	}
+	q := url.Values{"code": {code}, "path": {path}}
+	if g.cfg.PathMode {
+		return strings.TrimSuffix(g.cfg.PublicURL(), "/") + "/apps/instances/" + instanceID + "/ui" + OpenPath + "?" + q.Encode()
+	}
+	host := instanceID + "." + g.cfg.Domain
+	if p := pub.Port(); p != "" {
+		host = net.JoinHostPort(host, p)
+	}
+	return (&url.URL{Scheme: g.scheme(), Host: host, Path: OpenPath, RawQuery: q.Encode()}).String()
+}
+
+// Wrap serves instance UIs and hands every other request to next.
+func (g *Gateway) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t, ok := g.match(r)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		g.serve(w, r, t)
+	})
+}
+
+func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
+	w.Header().Set("Content-Security-Policy", "frame-ancestors "+g.consoleOrigin())
+	path := strings.TrimPrefix(r.URL.Path, t.prefix)
+	if path == OpenPath {
+		g.open(w, r, t)
+		return
+	}
+	claims, err := g.verify(r, t)
+	if err != nil {
+		g.signIn(w, r, t, path)
+		return
+	}
+	up, err := g.upstream(r.Context(), t.instanceID)
+	var e *errdefs.Error
+	switch {
+	case errors.As(err, &e) && e.Kind == errdefs.KindNotFound, err == nil && (!up.Embedded || up.InstanceID != claims.Instance):
+		g.page(w, http.StatusNotFound, "Not found", "There is no app UI here, or you may not open it.", "")
+		return
+	case err != nil:
+		g.cfg.Logger.ErrorContext(r.Context(), "ui gateway: resolve instance", "err", err)
+		g.page(w, http.StatusServiceUnavailable, "Try again", "The platform could not look the instance up just now. Reload in a few seconds.", "")
+		return
+	case up.Addr == "":
+		msg := fmt.Sprintf("This instance is %s, so its UI is not available.", up.Status)
+		if up.ReasonMessage != "" {
+			msg += " " + up.ReasonMessage
+		}
+		w.Header().Set("Retry-After", "5")
+		g.page(w, http.StatusServiceUnavailable, "The app is not running", msg+" Its page in the console shows what to do next.",
+			g.consoleURL("/workloads/instance/"+up.InstanceID))
+		return
+	}
+	if isWebSocket(r) {
+		if o := r.Header.Get("Origin"); !strings.EqualFold(o, t.origin) {
+			http.Error(w, "the WebSocket's Origin is not this app's origin", http.StatusForbidden)
+			return
+		}
+	}
+	r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, proxied{up: up, prefix: t.prefix}))
+	g.proxy.ServeHTTP(w, r)
+}
+
+type upstreamKey struct{}
+
+// proxied rides in a proxied request's context, for rewrite.
+type proxied struct {
+	up     instances.UIUpstream
+	prefix string
+}
+
+func isWebSocket(r *http.Request) bool {
+	return strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}
+
+// open redeems a one-time code: the app token goes into the origin's
+// cookie and the browser is sent on without the code in its address.
+func (g *Gateway) open(w http.ResponseWriter, r *http.Request, t target) {
+	code := r.URL.Query().Get("code")
+	grant, err := g.cfg.Backend.RedeemUI(r.Context(), code, t.instanceID)
+	if err != nil {
+		var e *errdefs.Error
+		if errors.As(err, &e) && e.Kind == errdefs.KindNotFound {
+			g.page(w, http.StatusNotFound, "This link has expired", e.Message, g.consoleURL("/workloads/instance/"+t.instanceID))
+			return
+		}
+		g.cfg.Logger.ErrorContext(r.Context(), "ui gateway: redeem", "err", err)
+		g.page(w, http.StatusServiceUnavailable, "Try again", "The platform could not check this link just now.", "")
+		return
+	}
+	tok, err := g.sign(grant)
+	if err != nil {
+		g.page(w, http.StatusInternalServerError, "Try again", "The platform could not sign you in to the app.", "")
+		return
+	}
+	http.SetCookie(w, g.cookie(t, tok, int(g.cfg.TokenTTL.Seconds())))
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	http.Redirect(w, r, t.prefix+safePath(r.URL.Query().Get("path")), http.StatusSeeOther)
+}
+
+// safePath keeps a redirect on the same origin: a path, never a URL.
+func safePath(p string) string {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.Contains(p, "\\") {
+		return "/"
+	}
+	return p
+}
+
+// signIn answers a request without a valid app token: a page load goes
+// through the console (sign in there, then come back with a fresh code);
+// anything else gets a plain 401.
+func (g *Gateway) signIn(w http.ResponseWriter, r *http.Request, t target, path string) {
+	if r.Method != http.MethodGet || isWebSocket(r) || !strings.Contains(r.Header.Get("Accept"), "text/html") {
+		w.Header().Set("Cache-Control", "no-store")
+		http.Error(w, "sign in through the platform console to use this app", http.StatusUnauthorized)
+		return
+	}
+	next := path
+	if r.URL.RawQuery != "" {
+		next += "?" + r.URL.RawQuery
+	}
+	http.Redirect(w, r, g.consoleURL("/workloads/instance/"+url.PathEscape(t.instanceID)+"/open?"+url.Values{"path": {next}}.Encode()), http.StatusSeeOther)
+}
+
+func (g *Gateway) consoleOrigin() string {
+	u, err := url.Parse(g.cfg.PublicURL())
+	if err != nil {
+		return "'none'"
+	}
+	return u.Scheme + "://" + u.Host
+}
+
+func (g *Gateway) consoleURL(path string) string {
+	return strings.TrimSuffix(g.cfg.PublicURL(), "/") + path
+}
+
+// upstream resolves an instance's UI address, cached briefly: the gateway
+// sits on every request of an app's UI.
+func (g *Gateway) upstream(ctx context.Context, id string) (instances.UIUpstream, error) {
+	now := g.cfg.Now()
+	g.mu.Lock()
+	c, ok := g.cache[id]
+	g.mu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.up, c.err
+	}
+	up, err := g.cfg.Backend.UIUpstreamOf(ctx, id)
+	var e *errdefs.Error
+	if err == nil || (errors.As(err, &e) && e.Kind == errdefs.KindNotFound) {
+		g.mu.Lock()
+		if len(g.cache) > 10000 {
+			clear(g.cache)
+		}
+		g.cache[id] = cachedUpstream{up: up, err: err, expires: now.Add(upstreamCacheTTL)}
+		g.mu.Unlock()
+	}
+	return up, err
+}
+
+var pageTmpl = template.Must(template.New("page").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{{.Title}} · gpuaas</title>
+<style>body{font:16px system-ui,sans-serif;max-width:40rem;margin:4rem auto;padding:0 1rem;color:#1d2433}a{color:#2356d8}</style></head>
+<body><h1>{{.Title}}</h1><p>{{.Message}}</p>{{if .Link}}<p><a href="{{.Link}}">Open the console</a></p>{{end}}</body></html>`))
+
+// page answers with a short page a person can act on.
+func (g *Gateway) page(w http.ResponseWriter, status int, title, msg, link string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = pageTmpl.Execute(w, map[string]string{"Title": title, "Message": msg, "Link": link})
+}
+
+// appClaims is an app token: one person, one instance, one UI port.
+type appClaims struct {
+	jwt.RegisteredClaims
+	Instance string `json:"inst"`
+	Port     int    `json:"port"`
+}
+
+const tokenAudience = "gpuaas-ui-gateway"
+
+func (g *Gateway) sign(gr instances.UIGrant) (string, error) {
+	now := g.cfg.Now()
+	c := appClaims{RegisteredClaims: jwt.RegisteredClaims{Subject: gr.UserID, Audience: jwt.ClaimStrings{tokenAudience},
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(g.cfg.TokenTTL))},
+		Instance: gr.InstanceID, Port: gr.Port}
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(g.cfg.Key)
+}
+
+var errNoToken = errors.New("no app token")
+
+func (g *Gateway) verify(r *http.Request, t target) (appClaims, error) {
+	ck, err := r.Cookie(g.cookieName(t))
+	if err != nil {
+		return appClaims{}, errNoToken
+	}
+	var c appClaims
+	_, err = jwt.ParseWithClaims(ck.Value, &c, func(*jwt.Token) (any, error) { return g.cfg.Key, nil },
+		jwt.WithValidMethods([]string{"HS256"}), jwt.WithAudience(tokenAudience), jwt.WithExpirationRequired(),
+		jwt.WithTimeFunc(g.cfg.Now))
+	if err != nil {
+		return appClaims{}, err
+	}
+	if c.Instance != t.instanceID {
+		return appClaims{}, errNoToken
+	}
+	return c, nil
+}
+
+// cookieName: on an instance's own origin the cookie is __Host- (host-only,
+// Secure, Path=/: no other origin can set or read it). Browsers treat
+// http://*.localhost as secure, so gpuaas dev gets the same cookie. In path
+// mode the origin is shared, so the name carries the instance.
+func (g *Gateway) cookieName(t target) string {
+	if t.prefix != "" {
+		return "gpuaas_app_" + t.instanceID
+	}
+	return "__Host-gpuaas_app"
+}
+
+func (g *Gateway) cookie(t target, value string, maxAge int) *http.Cookie {
+	c := &http.Cookie{Name: g.cookieName(t), Value: value, Path: "/", HttpOnly: true, Secure: true,
+		SameSite: http.SameSiteLaxMode, MaxAge: maxAge}
+	if t.prefix != "" {
+		c.Path = t.prefix + "/"
+		c.Secure = g.scheme() == "https"
+	}
+	return c
+}
+
+// ours reports whether a cookie belongs to the platform, not the app.
+func (g *Gateway) ours(name string) bool {
+	if name == "__Host-gpuaas_app" || strings.HasPrefix(name, "gpuaas_app_") {
+		return true
+	}
+	for _, n := range g.cfg.StripCookies {
+		if name == n {
+			return true
+		}
+	}
+	return false
+}
+
+// wsHeaders are the WebSocket handshake headers in their RFC 6455 casing:
+// Go canonicalises Sec-WebSocket-Key to Sec-Websocket-Key, and some servers
+// compare names case-sensitively.
+var wsHeaders = []string{"Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Protocol",
+	"Sec-WebSocket-Extensions", "Sec-WebSocket-Accept"}
+
+func exactWebSocketCasing(h http.Header) {
+	for _, name := range wsHeaders {
+		canon := http.CanonicalHeaderKey(name)
+		if v, ok := h[canon]; ok && canon != name {
+			delete(h, canon)
+			h[name] = v
+		}
+	}
+}
+
+func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+	p, _ := pr.In.Context().Value(upstreamKey{}).(proxied)
+	pr.SetURL(&url.URL{Scheme: "http", Host: p.up.Addr})
+	pr.Out.Host = pr.In.Host
+	// Only the app's own cookies go on.
+	var keep []string
+	for _, c := range pr.In.Cookies() {
+		if !g.ours(c.Name) {
+			keep = append(keep, c.Name+"="+c.Value)
+		}
+	}
+	pr.Out.Header.Del("Cookie")
+	if len(keep) > 0 {
+		pr.Out.Header.Set("Cookie", strings.Join(keep, "; "))
+	}
+	// A platform token never reaches the app; the app's own key does.
+	if h := pr.In.Header.Get("Authorization"); h != "" && g.cfg.IsPlatformToken != nil {
+		if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") && g.cfg.IsPlatformToken(pr.In.Context(), tok) {
+			pr.Out.Header.Del("Authorization")
+		}
+	}
+	pr.Out.Header.Del("Forwarded")
+	pr.SetXForwarded()
+	if pr.In.TLS == nil && g.scheme() == "https" {
+		pr.Out.Header.Set("X-Forwarded-Proto", "https")
+	}
+	if p.prefix != "" {
+		pr.Out.Header.Set("X-Forwarded-Prefix", p.prefix)
+	}
+	exactWebSocketCasing(pr.Out.Header)
+}
+
+func (g *Gateway) modifyResponse(res *http.Response) error {
+	// The app cannot set or clear the platform's cookies on this origin.
+	if sc := res.Header.Values("Set-Cookie"); len(sc) > 0 {
+		res.Header.Del("Set-Cookie")
+		for _, line := range sc {
+			if c, err := http.ParseSetCookie(line); err == nil && g.ours(c.Name) {
+				continue
+			}
+			res.Header.Add("Set-Cookie", line)
+		}
+	}
+	exactWebSocketCasing(res.Header)
+	return nil
+}

@@ -1,0 +1,72 @@
+package server
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"net/http"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+	"github.com/gpuaas/gpuaas/internal/console"
+	"github.com/gpuaas/gpuaas/internal/gateway"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/principal"
+)
+
+// webParts builds the web console and the UI gateway around the API: the
+// gateway takes requests for instance origins, the API its own routes, and
+// the console every other path. masterKey derives the gateway's signing key,
+// so every replica signs and checks app tokens alike.
+func (a *App) webParts(masterKey []byte) error {
+	cfg := a.Config
+	mac := hmac.New(sha256.New, masterKey)
+	mac.Write([]byte("gpuaas/ui-gateway/app-token/v1"))
+	parser := jwt.NewParser(jwt.WithoutClaimsValidation(), jwt.WithValidMethods([]string{"EdDSA"}))
+	a.gateway = gateway.New(gateway.Config{
+		Domain: cfg.AppsDomain, PathMode: cfg.AppsPathMode, TokenTTL: cfg.AppTokenTTL, Key: mac.Sum(nil),
+		PublicURL: func() string { return a.Config.PublicURL },
+		// Any token the platform signed, expired or not, stays out of apps.
+		IsPlatformToken: func(_ context.Context, tok string) bool {
+			_, err := parser.Parse(tok, a.Tokens.Ring.Keyfunc)
+			return err == nil
+		},
+		StripCookies: []string{console.SessionCookie},
+		Backend:      a.Instances, Logger: a.Logger,
+	})
+	if a.gateway.Enabled() {
+		a.API.UIOpenURL = a.gateway.OpenURL
+	}
+	q := a.DB.Queries()
+	con, err := console.New(console.Config{
+		// The console calls the API in process, through the very handler
+		// the server serves (built once).
+		API:      http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { a.API.Handler().ServeHTTP(w, r) }),
+		Sessions: q,
+		Mint: func(ctx context.Context, userID string) (string, time.Time, error) {
+			u, err := q.GetUser(ctx, userID)
+			if err != nil {
+				return "", time.Time{}, err
+			}
+			iss, err := a.Tokens.Issue(principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, "")
+			return iss.AccessToken, time.Now().Add(time.Duration(iss.ExpiresIn) * time.Second), err
+		},
+		Grants: func(ctx context.Context, userID string) (*iam.Grants, error) {
+			return iam.LoadGrants(ctx, q, principal.Principal{Type: principal.User, ID: userID})
+		},
+		ProjectOf: func(ctx context.Context, instanceID string) (string, error) {
+			inst, err := q.GetAppInstanceByID(ctx, instanceID)
+			return inst.ProjectID, err
+		},
+		PublicURL:   func() string { return a.Config.PublicURL },
+		IdleTimeout: cfg.ConsoleIdleTimeout, MaxAge: cfg.ConsoleMaxAge, Logger: a.Logger,
+	})
+	if err != nil {
+		return err
+	}
+	a.API.Fallback = con
+	return nil
+}
+
+// handler is what the listener serves.
+func (a *App) handler() http.Handler { return a.gateway.Wrap(a.API.Handler()) }

@@ -1,0 +1,104 @@
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// ConsoleSession is one signed-in browser of the web console. IDHash is the
+// SHA-256 of the cookie's value; the value itself is never stored.
+type ConsoleSession struct {
+	IDHash     string
+	UserID     string
+	CSRFToken  string
+	ProjectID  string // the project the person works in
+	CreatedAt  time.Time
+	LastSeenAt time.Time
+	ExpiresAt  time.Time // absolute end
+	EndedAt    time.Time // zero while the session lives
+}
+
+const consoleSessionCols = `id_hash, user_id, csrf_token, project_id, created_at, last_seen_at, expires_at, ended_at`
+
+func (q *Queries) InsertConsoleSession(ctx context.Context, s ConsoleSession) error {
+	_, err := q.exec(ctx, `INSERT INTO console_sessions (`+consoleSessionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)`,
+		s.IDHash, s.UserID, s.CSRFToken, s.ProjectID, ts(s.CreatedAt), ts(s.LastSeenAt), ts(s.ExpiresAt))
+	return err
+}
+
+func (q *Queries) GetConsoleSession(ctx context.Context, idHash string) (ConsoleSession, error) {
+	var s ConsoleSession
+	err := q.queryRow(ctx, `SELECT `+consoleSessionCols+` FROM console_sessions WHERE id_hash = ?`, idHash).Scan(
+		&s.IDHash, &s.UserID, &s.CSRFToken, &s.ProjectID, scanTime(&s.CreatedAt), scanTime(&s.LastSeenAt), scanTime(&s.ExpiresAt), scanTime(&s.EndedAt))
+	return s, scanOne(err)
+}
+
+// TouchConsoleSession moves a live session's last-seen time forward.
+func (q *Queries) TouchConsoleSession(ctx context.Context, idHash string, at time.Time) error {
+	_, err := q.exec(ctx, `UPDATE console_sessions SET last_seen_at = ? WHERE id_hash = ? AND ended_at IS NULL`, ts(at), idHash)
+	return err
+}
+
+// SetConsoleSessionProject switches the project a session works in.
+func (q *Queries) SetConsoleSessionProject(ctx context.Context, idHash, projectID string) error {
+	_, err := q.exec(ctx, `UPDATE console_sessions SET project_id = ? WHERE id_hash = ? AND ended_at IS NULL`, projectID, idHash)
+	return err
+}
+
+// EndConsoleSession ends a session for good (sign-out).
+func (q *Queries) EndConsoleSession(ctx context.Context, idHash string, at time.Time) error {
+	_, err := q.exec(ctx, `UPDATE console_sessions SET ended_at = ? WHERE id_hash = ? AND ended_at IS NULL`, ts(at), idHash)
+	return err
+}
+
+// PruneConsoleSessions deletes sessions that ended or expired before cutoff.
+func (q *Queries) PruneConsoleSessions(ctx context.Context, cutoff time.Time) error {
+	_, err := q.exec(ctx, `DELETE FROM console_sessions WHERE expires_at < ? OR ended_at < ?`, ts(cutoff), ts(cutoff))
+	return err
+}
+
+// UIOpenCode is a one-time code that opens an instance's UI through the
+// gateway. CodeHash is the SHA-256 of the code.
+type UIOpenCode struct {
+	CodeHash   string
+	UserID     string
+	OrgID      string
+	ProjectID  string
+	InstanceID string
+	Port       int
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+	UsedAt     time.Time
+}
+
+func (q *Queries) InsertUIOpenCode(ctx context.Context, c UIOpenCode) error {
+	if _, err := q.exec(ctx, `DELETE FROM ui_open_codes WHERE expires_at < ?`, ts(c.CreatedAt.Add(-time.Hour))); err != nil {
+		return err
+	}
+	_, err := q.exec(ctx, `INSERT INTO ui_open_codes (code_hash, user_id, org_id, project_id, instance_id, port, created_at, expires_at, used_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, NULL)`,
+		c.CodeHash, c.UserID, c.OrgID, c.ProjectID, c.InstanceID, c.Port, ts(c.CreatedAt), ts(c.ExpiresAt))
+	return err
+}
+
+// RedeemUIOpenCode marks an unexpired, unused code used and returns it, in
+// one statement: of two redemptions racing, one wins. ErrNotFound for a
+// code that is unknown, expired, already used or for another instance.
+func (q *Queries) RedeemUIOpenCode(ctx context.Context, codeHash, instanceID string, at time.Time) (UIOpenCode, error) {
+	res, err := q.exec(ctx, `UPDATE ui_open_codes SET used_at = ? WHERE code_hash = ? AND instance_id = ? AND used_at IS NULL AND expires_at > ?`,
+		ts(at), codeHash, instanceID, ts(at))
+	if err != nil {
+		return UIOpenCode{}, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		if err == nil {
+			err = ErrNotFound
+		}
+		return UIOpenCode{}, err
+	}
+	var c UIOpenCode
+	err = q.queryRow(ctx, `SELECT code_hash, user_id, org_id, project_id, instance_id, port, created_at, expires_at, used_at
+		FROM ui_open_codes WHERE code_hash = ?`, codeHash).Scan(&c.CodeHash, &c.UserID, &c.OrgID, &c.ProjectID, &c.InstanceID,
+		&c.Port, scanTime(&c.CreatedAt), scanTime(&c.ExpiresAt), scanTime(&c.UsedAt))
+	return c, scanOne(err)
+}
