@@ -238,6 +238,9 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Header.Set("X-Forwarded-For", t.fwd)
 	}
 	req.RequestURI = req.URL.RequestURI()
+	if req.Body == nil {
+		req.Body = http.NoBody // a server request always has a body
+	}
 	rec := httptest.NewRecorder()
 	t.h.ServeHTTP(rec, req)
 	return rec.Result(), nil

@@ -13,7 +13,7 @@ var liveEventTypes = strings.Join([]string{instances.EventRequested, instances.E
 	instances.EventDecommissionRequested, instances.EventDecommissioned, instances.EventFailed}, ",")
 
 var funcs = template.FuncMap{
-	"list": func(v ...string) []string { return v },
+	"list":       func(v ...string) []string { return v },
 	"eventTypes": func() string { return liveEventTypes },
 	// short abbreviates ids and digests for tables (the full value is
 	// on the detail page).

@@ -1,0 +1,328 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/instances"
+)
+
+// fakeBackend stands in for the instances domain: this tests the gateway
+// alone (the real path runs in internal/doctest's browser test).
+type fakeBackend struct {
+	mu    sync.Mutex
+	codes map[string]instances.UIGrant
+	up    map[string]instances.UIUpstream
+}
+
+func (f *fakeBackend) RedeemUI(_ context.Context, code, instanceID string) (instances.UIGrant, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	g, ok := f.codes[code]
+	if !ok || g.InstanceID != instanceID {
+		return instances.UIGrant{}, errdefs.NotFound("ui_code_invalid", "expired or used")
+	}
+	delete(f.codes, code)
+	return g, nil
+}
+
+func (f *fakeBackend) UIUpstreamOf(_ context.Context, id string) (instances.UIUpstream, error) {
+	up, ok := f.up[id]
+	if !ok {
+		return up, errdefs.NotFound("app_instance_not_found", "no")
+	}
+	return up, nil
+}
+
+const inst = "0193aaaa-bbbb-7ccc-8ddd-eeeeffff0000"
+
+type rig struct {
+	gw      *Gateway
+	front   *httptest.Server
+	backend *fakeBackend
+	now     time.Time
+	mu      sync.Mutex
+}
+
+// newRig runs a gateway in front of upstream, with the console at
+// http://console.test and apps under apps.test.
+func newRig(t *testing.T, upstream string) *rig {
+	r := &rig{backend: &fakeBackend{codes: map[string]instances.UIGrant{}, up: map[string]instances.UIUpstream{
+		inst: {InstanceID: inst, Status: "running", Embedded: true, ContainerPort: 8080, Path: "/ui/", Addr: upstream},
+		"0193aaaa-bbbb-7ccc-8ddd-000000000001": {InstanceID: "0193aaaa-bbbb-7ccc-8ddd-000000000001", Status: "deploying", Embedded: true},
+	}}, now: time.Now()}
+	r.gw = New(Config{Domain: "apps.test", PublicURL: func() string { return "http://console.test:8080" }, Key: []byte("k"),
+		Backend: r.backend, StripCookies: []string{"gpuaas_session"},
+		IsPlatformToken: func(_ context.Context, tok string) bool { return strings.HasPrefix(tok, "platform.") },
+		Now:             func() time.Time { r.mu.Lock(); defer r.mu.Unlock(); return r.now }})
+	r.front = httptest.NewServer(r.gw.Wrap(http.NotFoundHandler()))
+	t.Cleanup(r.front.Close)
+	return r
+}
+
+// client reaches any host on the rig's listener and follows no redirect.
+func (r *rig) client() *http.Client {
+	addr := r.front.Listener.Addr().String()
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, n, addr)
+	}}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+// open redeems a fresh code and returns the app cookie.
+func (r *rig) open(t *testing.T) *http.Cookie {
+	t.Helper()
+	r.backend.mu.Lock()
+	r.backend.codes["c1"] = instances.UIGrant{UserID: "u", InstanceID: inst, Port: 8080}
+	r.backend.mu.Unlock()
+	resp, err := r.client().Get("http://" + inst + ".apps.test:8080/__gpuaas/open?code=c1&path=%2Fui%2F")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/" {
+		t.Fatalf("open: %d → %q", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	for _, c := range resp.Cookies() {
+		if c.Name == "__Host-gpuaas_app" && c.Secure && c.HttpOnly && c.Path == "/" && c.Domain == "" {
+			return c
+		}
+	}
+	t.Fatalf("no __Host- app cookie: %v", resp.Header["Set-Cookie"])
+	return nil
+}
+
+func echoUpstream(t *testing.T) *httptest.Server {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.SetCookie(w, &http.Cookie{Name: "__Host-gpuaas_app", Value: "forged"})
+		http.SetCookie(w, &http.Cookie{Name: "app_state", Value: "1"})
+		w.Header().Set("X-Seen-Cookie", r.Header.Get("Cookie"))
+		w.Header().Set("X-Seen-Authorization", r.Header.Get("Authorization"))
+		w.Header().Set("X-Seen-Host", r.Host)
+		io.WriteString(w, "app "+r.URL.Path)
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+func TestGatewayStripsPlatformCredentials(t *testing.T) {
+	up := echoUpstream(t)
+	r := newRig(t, up.Listener.Addr().String())
+	app := r.open(t)
+	for _, tc := range []struct{ auth, want string }{
+		{"Bearer platform.jwt", ""},
+		{"Bearer sk-own-key", "Bearer sk-own-key"},
+	} {
+		req, _ := http.NewRequest("GET", "http://"+inst+".apps.test:8080/ui/x", nil)
+		req.Header.Set("Cookie", "__Host-gpuaas_app="+app.Value+"; gpuaas_session=s; theme=dark")
+		req.Header.Set("Authorization", tc.auth)
+		resp, err := r.client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("proxied: %d", resp.StatusCode)
+		}
+		if got := resp.Header.Get("X-Seen-Cookie"); got != "theme=dark" {
+			t.Errorf("the app saw Cookie %q", got)
+		}
+		if got := resp.Header.Get("X-Seen-Authorization"); got != tc.want {
+			t.Errorf("Authorization %q reached the app as %q; want %q", tc.auth, got, tc.want)
+		}
+		if got := resp.Header.Get("X-Seen-Host"); got != inst+".apps.test:8080" {
+			t.Errorf("the app saw Host %q", got)
+		}
+		for _, sc := range resp.Header.Values("Set-Cookie") {
+			if strings.HasPrefix(sc, "__Host-gpuaas_app") {
+				t.Errorf("the app set the platform's cookie: %s", sc)
+			}
+		}
+		if len(resp.Header.Values("Set-Cookie")) != 1 {
+			t.Errorf("the app's own cookie did not pass: %v", resp.Header.Values("Set-Cookie"))
+		}
+		if csp := resp.Header.Get("Content-Security-Policy"); csp != "frame-ancestors http://console.test:8080" {
+			t.Errorf("CSP %q", csp)
+		}
+	}
+}
+
+func TestGatewayRefusals(t *testing.T) {
+	up := echoUpstream(t)
+	r := newRig(t, up.Listener.Addr().String())
+	app := r.open(t)
+	do := func(host, path string, h map[string]string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest("GET", "http://"+host+":8080"+path, nil)
+		for k, v := range h {
+			req.Header.Set(k, v)
+		}
+		resp, err := r.client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	// No token: a page load goes to the console to sign in and come back.
+	resp := do(inst+".apps.test", "/ui/?tab=1", map[string]string{"Accept": "text/html"})
+	if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther ||
+		loc != "http://console.test:8080/workloads/instance/"+inst+"/open?path=%2Fui%2F%3Ftab%3D1" {
+		t.Errorf("no token, page load: %d → %q", resp.StatusCode, loc)
+	}
+	if resp := do(inst+".apps.test", "/ui/api", nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no token, API call: %d", resp.StatusCode)
+	}
+	// The app token of one instance opens no other.
+	other := "0193aaaa-bbbb-7ccc-8ddd-000000000001"
+	if resp := do(other+".apps.test", "/", map[string]string{"Cookie": "__Host-gpuaas_app=" + app.Value}); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("another instance's token: %d", resp.StatusCode)
+	}
+	// A code is redeemed once.
+	if resp := do(inst+".apps.test", "/__gpuaas/open?code=c1", nil); resp.StatusCode != http.StatusNotFound {
+		t.Errorf("replayed code: %d", resp.StatusCode)
+	}
+	// The token expires.
+	r.mu.Lock()
+	r.now = r.now.Add(5*time.Minute + time.Second)
+	r.mu.Unlock()
+	if resp := do(inst+".apps.test", "/ui/api", map[string]string{"Cookie": "__Host-gpuaas_app=" + app.Value}); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("expired token: %d", resp.StatusCode)
+	}
+	// A tampered token fails its signature.
+	r.mu.Lock()
+	r.now = time.Now()
+	r.mu.Unlock()
+	tampered := app.Value[:len(app.Value)-2] + "xx"
+	if resp := do(inst+".apps.test", "/ui/api", map[string]string{"Cookie": "__Host-gpuaas_app=" + tampered}); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("tampered token: %d", resp.StatusCode)
+	}
+	// Redirects after the code stay on the app's origin.
+	for _, p := range []string{"//evil.example/", "https://evil.example/", `/\evil.example`} {
+		if got := safePath(p); got != "/" {
+			t.Errorf("safePath(%q) = %q", p, got)
+		}
+	}
+}
+
+func TestGatewayExplainsAnInstanceThatIsNotRunning(t *testing.T) {
+	r := newRig(t, "127.0.0.1:1")
+	other := "0193aaaa-bbbb-7ccc-8ddd-000000000001"
+	r.backend.codes["c2"] = instances.UIGrant{UserID: "u", InstanceID: other, Port: 8080}
+	hc := r.client()
+	resp, err := hc.Get("http://" + other + ".apps.test:8080/__gpuaas/open?code=c2&path=/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var ck *http.Cookie
+	for _, c := range resp.Cookies() {
+		ck = c
+	}
+	req, _ := http.NewRequest("GET", "http://"+other+".apps.test:8080/", nil)
+	req.AddCookie(ck)
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "deploying") ||
+		!strings.Contains(string(body), "/workloads/instance/"+other) {
+		t.Errorf("not running: %d %s", resp.StatusCode, body)
+	}
+}
+
+// The upgrade reaches the app with the handshake headers spelled as RFC
+// 6455 spells them, and only from the app's own origin.
+func TestGatewayWebSocketUpgrade(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	lines := make(chan []string, 1)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		var got []string
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil || line == "\r\n" {
+				break
+			}
+			got = append(got, strings.TrimRight(line, "\r\n"))
+		}
+		lines <- got
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: abc\r\n\r\n")
+		io.WriteString(c, "raw-after-upgrade")
+	}()
+	r := newRig(t, l.Addr().String())
+	app := r.open(t)
+	dial := func(origin string) (*http.Response, net.Conn) {
+		c, err := net.Dial("tcp", r.front.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := "GET /ui/echo HTTP/1.1\r\nHost: " + inst + ".apps.test:8080\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: " + origin +
+			"\r\nCookie: __Host-gpuaas_app=" + app.Value + "\r\n\r\n"
+		io.WriteString(c, req)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp, c
+	}
+	resp, c := dial("http://evil.example")
+	c.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("foreign origin: %d", resp.StatusCode)
+	}
+	resp, c = dial("http://" + inst + ".apps.test:8080")
+	defer c.Close()
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %d", resp.StatusCode)
+	}
+	got := <-lines
+	for _, want := range []string{"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13"} {
+		found := false
+		for _, l := range got {
+			found = found || l == want
+		}
+		if !found {
+			t.Errorf("the app did not get %q exactly; it got %q", want, got)
+		}
+	}
+	for _, l := range got {
+		if strings.HasPrefix(strings.ToLower(l), "cookie:") {
+			t.Errorf("the platform cookie reached the app: %s", l)
+		}
+	}
+}
+
+func TestOpenURL(t *testing.T) {
+	g := New(Config{Domain: "apps.example.com", PublicURL: func() string { return "https://console.example.com" }, Backend: &fakeBackend{}})
+	u, err := url.Parse(g.OpenURL(inst, "/lab", "abc"))
+	if err != nil || u.Scheme != "https" || u.Host != inst+".apps.example.com" || u.Path != OpenPath ||
+		u.Query().Get("code") != "abc" || u.Query().Get("path") != "/lab" {
+		t.Errorf("OpenURL: %v %v", u, err)
+	}
+	g = New(Config{Domain: "apps.example.com", PathMode: true, PublicURL: func() string { return "https://console.example.com" }, Backend: &fakeBackend{}})
+	if got := g.OpenURL(inst, "/", "abc"); !strings.HasPrefix(got, "https://console.example.com/apps/instances/"+inst+"/ui"+OpenPath+"?") {
+		t.Errorf("path mode OpenURL: %s", got)
+	}
+}
