@@ -58,7 +58,7 @@ type rig struct {
 // http://console.test and apps under apps.test.
 func newRig(t *testing.T, upstream string) *rig {
 	r := &rig{backend: &fakeBackend{codes: map[string]instances.UIGrant{}, up: map[string]instances.UIUpstream{
-		inst: {InstanceID: inst, Status: "running", Embedded: true, ContainerPort: 8080, Path: "/ui/", Addr: upstream},
+		inst:                                   {InstanceID: inst, Status: "running", Embedded: true, ContainerPort: 8080, Path: "/ui/", Addr: upstream},
 		"0193aaaa-bbbb-7ccc-8ddd-000000000001": {InstanceID: "0193aaaa-bbbb-7ccc-8ddd-000000000001", Status: "deploying", Embedded: true},
 	}}, now: time.Now()}
 	r.gw = New(Config{Domain: "apps.test", PublicURL: func() string { return "http://console.test:8080" }, Key: []byte("k"),
