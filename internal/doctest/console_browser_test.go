@@ -79,7 +79,7 @@ func screenshotDir(t *testing.T) string {
 }
 
 // chromium finds the browser, or skips loudly (fails on CI).
-func chromium(t *testing.T) string {
+func chromium(t testing.TB) string {
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(name); err == nil {
 			return p
@@ -309,7 +309,7 @@ func gatewayClient(base string) *http.Client {
 
 // consoleLogin signs in through the console's form as a browser would and
 // returns the session cookie and the CSRF token of its pages.
-func consoleLogin(t *testing.T, hc *http.Client, base, email, password string) (session, csrf string) {
+func consoleLogin(t testing.TB, hc *http.Client, base, email, password string) (session, csrf string) {
 	t.Helper()
 	resp, err := hc.Get(base + "/login")
 	if err != nil {
@@ -355,13 +355,13 @@ func consoleLogin(t *testing.T, hc *http.Client, base, email, password string) (
 	return session, m[1]
 }
 
-func get(t *testing.T, hc *http.Client, u, session string) string {
+func get(t testing.TB, hc *http.Client, u, session string) string {
 	t.Helper()
 	_, body := getStatus(t, hc, u, session)
 	return body
 }
 
-func getStatus(t *testing.T, hc *http.Client, u, session string) (int, string) {
+func getStatus(t testing.TB, hc *http.Client, u, session string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", u, nil)
 	req.Header.Set("Accept", "text/html")
@@ -392,7 +392,7 @@ func postForm(t *testing.T, hc *http.Client, u, session string, form url.Values)
 
 // openCode asks the console for the instance's gateway link as the
 // session's person and returns the link.
-func openLink(t *testing.T, hc *http.Client, base, instanceID, session string) (int, string) {
+func openLink(t testing.TB, hc *http.Client, base, instanceID, session string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest("GET", base+"/workloads/instance/"+instanceID+"/open", nil)
 	req.AddCookie(&http.Cookie{Name: "gpuaas_session", Value: session})
@@ -405,7 +405,7 @@ func openLink(t *testing.T, hc *http.Client, base, instanceID, session string) (
 }
 
 // redeem follows a gateway link and returns the app cookie it sets.
-func redeem(t *testing.T, hc *http.Client, link string) (int, *http.Cookie) {
+func redeem(t testing.TB, hc *http.Client, link string) (int, *http.Cookie) {
 	t.Helper()
 	resp, err := hc.Get(link)
 	if err != nil {
@@ -551,7 +551,7 @@ func headersSeen(t *testing.T, hc *http.Client, req *http.Request) http.Header {
 	return seen.Headers
 }
 
-func adminToken(t *testing.T, base string, creds devCreds) string {
+func adminToken(t testing.TB, base string, creds devCreds) string {
 	t.Helper()
 	b, _ := json.Marshal(map[string]string{"email": creds.AdminEmail, "password": creds.AdminPassword})
 	resp, err := http.Post(base+"/api/v1/auth/login", "application/json", strings.NewReader(string(b)))

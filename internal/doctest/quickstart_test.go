@@ -18,14 +18,14 @@ import (
 )
 
 // repoRoot is the repository this test file lives in.
-func repoRoot(t *testing.T) string {
+func repoRoot(t testing.TB) string {
 	_, file, _, _ := runtime.Caller(0)
 	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
 }
 
 // requireTools skips when Docker or jq is missing, loudly, and fails on CI:
 // the quickstart needs both.
-func requireTools(t *testing.T) {
+func requireTools(t testing.TB) {
 	t.Helper()
 	for _, tool := range []string{"docker", "jq"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -37,7 +37,7 @@ func requireTools(t *testing.T) {
 	}
 }
 
-func missing(t *testing.T, why string) {
+func missing(t testing.TB, why string) {
 	t.Helper()
 	if os.Getenv("CI") == "true" {
 		t.Fatalf("CI=true: %s", why)
@@ -46,7 +46,7 @@ func missing(t *testing.T, why string) {
 }
 
 // buildGpuaas builds the CLI into a fresh bin dir and returns that dir.
-func buildGpuaas(t *testing.T) string {
+func buildGpuaas(t testing.TB) string {
 	t.Helper()
 	bin := t.TempDir()
 	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "gpuaas"), "./cmd/gpuaas")
@@ -57,7 +57,7 @@ func buildGpuaas(t *testing.T) string {
 	return bin
 }
 
-func freePort(t *testing.T) string {
+func freePort(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -70,7 +70,7 @@ func freePort(t *testing.T) string {
 // shellEnv is a clean environment for a walk: the built gpuaas first on
 // PATH, its own CLI config dir, nothing inherited that would pick another
 // server, profile or project.
-func shellEnv(t *testing.T, bin string, extra ...string) []string {
+func shellEnv(t testing.TB, bin string, extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -86,7 +86,7 @@ func shellEnv(t *testing.T, bin string, extra ...string) []string {
 
 // runBash runs script with bash -euo pipefail in dir, in its own process
 // group so that anything it leaves running (gpuaas dev) is stopped after.
-func runBash(t *testing.T, dir string, env []string, script string, args ...string) string {
+func runBash(t testing.TB, dir string, env []string, script string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command("bash", append([]string{"-euo", "pipefail", "-c", script, "walk"}, args...)...)
 	cmd.Dir, cmd.Env = dir, env
@@ -135,7 +135,7 @@ func shBlocks(t *testing.T, path string) []string {
 
 // copyTree copies the files under src (one level of directories deep is
 // enough for examples/) into dst.
-func copyTree(t *testing.T, src, dst string) {
+func copyTree(t testing.TB, src, dst string) {
 	t.Helper()
 	err := filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
 		if err != nil {
@@ -212,7 +212,7 @@ func TestQuickstartDoc(t *testing.T) {
 
 // startDevLikeTheReadme runs `gpuaas dev` in dir, as the README's first
 // command does, and waits until it is ready; it stops with the test.
-func startDevLikeTheReadme(t *testing.T, bin, dir string, env []string) {
+func startDevLikeTheReadme(t testing.TB, bin, dir string, env []string) {
 	t.Helper()
 	dev := exec.Command(filepath.Join(bin, "gpuaas"), "dev")
 	dev.Env, dev.Dir = env, dir
@@ -246,7 +246,7 @@ func startDevLikeTheReadme(t *testing.T, bin, dir string, env []string) {
 
 // removeImages removes the local images the walk built (every tag of the
 // test's own image name): the engine is shared with the rest of the suite.
-func removeImages(t *testing.T, name string) {
+func removeImages(t testing.TB, name string) {
 	out, _ := exec.Command("docker", "images", "-q", name).Output()
 	if ids := strings.Fields(string(out)); len(ids) > 0 {
 		_ = exec.Command("docker", append([]string{"rmi", "-f"}, ids...)...).Run()
@@ -256,7 +256,7 @@ func removeImages(t *testing.T, name string) {
 // removeProjectContainers removes what a failed walk left running for the
 // dev project of dataDir (a passing walk leaves nothing: it checks that
 // itself). Only that project's containers: other tests share the engine.
-func removeProjectContainers(t *testing.T, dataDir string) {
+func removeProjectContainers(t testing.TB, dataDir string) {
 	b, err := os.ReadFile(filepath.Join(dataDir, "dev-credentials.json"))
 	if err != nil {
 		return

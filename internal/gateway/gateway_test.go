@@ -56,7 +56,7 @@ type rig struct {
 
 // newRig runs a gateway in front of upstream, with the console at
 // http://console.test and apps under apps.test.
-func newRig(t *testing.T, upstream string) *rig {
+func newRig(t testing.TB, upstream string) *rig {
 	r := &rig{backend: &fakeBackend{codes: map[string]instances.UIGrant{}, up: map[string]instances.UIUpstream{
 		inst:                                   {InstanceID: inst, Status: "running", Embedded: true, ContainerPort: 8080, Path: "/ui/", Addr: upstream},
 		"0193aaaa-bbbb-7ccc-8ddd-000000000001": {InstanceID: "0193aaaa-bbbb-7ccc-8ddd-000000000001", Status: "deploying", Embedded: true},
@@ -79,7 +79,7 @@ func (r *rig) client() *http.Client {
 }
 
 // open redeems a fresh code and returns the app cookie.
-func (r *rig) open(t *testing.T) *http.Cookie {
+func (r *rig) open(t testing.TB) *http.Cookie {
 	t.Helper()
 	r.backend.mu.Lock()
 	r.backend.codes["c1"] = instances.UIGrant{UserID: "u", InstanceID: inst, Port: 8080}

@@ -209,18 +209,31 @@ func (s *Service) upstream(ctx context.Context, inst store.AppInstance) (UIUpstr
 	}
 	for _, p := range a.Ports {
 		if p.Container == ui.ContainerPort && p.Host > 0 {
-			host := a.BindAddress
-			if host == "" {
-				host = "127.0.0.1"
-			}
-			// A node elsewhere is reached at its advertised address: its
-			// agent must bind UI ports where the control plane can reach
-			// them (docs/console.md).
-			if ip := net.ParseIP(a.NodeAddress); a.NodeAddress != "" && a.NodeAddress != "localhost" && (ip == nil || !ip.IsLoopback()) {
-				host = a.NodeAddress
-			}
-			up.Addr = net.JoinHostPort(host, strconv.Itoa(p.Host))
+			up.Addr = net.JoinHostPort(uiHost(a), strconv.Itoa(p.Host))
 		}
 	}
 	return up, nil
+}
+
+// uiHost is where the control plane reaches a node's published ports: the
+// address the agent binds them on (--host-address), unless that is the
+// node's loopback or every address, in which case the node's advertised
+// address (a node on this machine: loopback). A multi-host install must
+// publish UI ports where the control plane can reach them
+// (docs/console.md).
+func uiHost(a *Access) string {
+	bind := net.ParseIP(a.BindAddress)
+	node := net.ParseIP(a.NodeAddress)
+	local := a.NodeAddress == "" || a.NodeAddress == "localhost" || (node != nil && node.IsLoopback())
+	switch {
+	case bind != nil && !bind.IsLoopback() && !bind.IsUnspecified():
+		return a.BindAddress
+	case local:
+		if bind != nil && bind.IsLoopback() {
+			return a.BindAddress
+		}
+		return "127.0.0.1"
+	default:
+		return a.NodeAddress
+	}
 }

@@ -1,0 +1,148 @@
+package doctest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// BenchmarkUIGateway compares the example app reached through the UI
+// gateway with the same app reached straight at its container's port, side
+// by side in one run: GETs at 16 concurrent requests, and WebSocket echo
+// round trips. Real binary, real container.
+//
+//	go test ./internal/doctest -run '^$' -bench BenchmarkUIGateway -benchtime 5000x
+func BenchmarkUIGateway(b *testing.B) {
+	requireTools(b)
+	root := repoRoot(b)
+	work := b.TempDir()
+	copyTree(b, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
+	image := fmt.Sprintf("gpuaas-gatewaybench-%d", time.Now().UnixNano())
+	bin := buildGpuaas(b)
+	env := shellEnv(b, bin, "GPUAAS_LISTEN="+freePort(b), "IMAGE="+image)
+	b.Cleanup(func() { removeImages(b, image) })
+	b.Cleanup(func() { removeProjectContainers(b, filepath.Join(work, ".gpuaas")) })
+	startDevLikeTheReadme(b, bin, work, env)
+	runBash(b, work, env, shipScript, "1.0.0")
+	out := runBash(b, work, env, `export GPUAAS_API_URL="$(jq -er .api_url .gpuaas/dev-credentials.json)" GPUAAS_PROJECT_ID="$(jq -er .project_id .gpuaas/dev-credentials.json)"
+gpuaas instance create my-app 1.0.0 --name bench --wait -o json > instance.json`)
+	var inst struct {
+		ID     string `json:"id"`
+		Access struct {
+			LocalURL string `json:"local_url"`
+		} `json:"access"`
+	}
+	raw, _ := os.ReadFile(filepath.Join(work, "instance.json"))
+	if err := json.Unmarshal(raw, &inst); err != nil || inst.Access.LocalURL == "" {
+		b.Fatalf("instance: %v\n%s\n%s", err, raw, out)
+	}
+	var creds devCreds
+	raw, _ = os.ReadFile(filepath.Join(work, ".gpuaas", "dev-credentials.json"))
+	_ = json.Unmarshal(raw, &creds)
+	hc := gatewayClient(creds.APIURL)
+	session, _ := consoleLogin(b, hc, creds.APIURL, creds.AdminEmail, creds.AdminPassword)
+	_, link := openLink(b, hc, creds.APIURL, inst.ID, session)
+	_, app := redeem(b, hc, link)
+	if app == nil {
+		b.Fatal("no app cookie")
+	}
+	pub, _ := url.Parse(creds.APIURL)
+	gwOrigin := "http://" + inst.ID + ".apps.localhost:" + pub.Port()
+	direct := strings.TrimSuffix(inst.Access.LocalURL, "/")
+	pool := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DialContext: hc.Transport.(*http.Transport).DialContext}}
+	directPool := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+
+	get := func(b *testing.B, c *http.Client, u string, cookie bool, inFlight int) {
+		var mu sync.Mutex
+		var lat []time.Duration
+		if inFlight > 1 {
+			b.SetParallelism(max(1, inFlight/runtime.GOMAXPROCS(0)))
+		}
+		start := time.Now()
+		b.ResetTimer()
+		one := func(next func() bool) {
+			var mine []time.Duration
+			for next() {
+				req, _ := http.NewRequest("GET", u, nil)
+				if cookie {
+					req.Header.Set("Cookie", "__Host-gpuaas_app="+app.Value)
+				}
+				t0 := time.Now()
+				resp, err := c.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Errorf("GET %s: %d", u, resp.StatusCode)
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		}
+		if inFlight > 1 {
+			b.RunParallel(func(pb *testing.PB) { one(pb.Next) })
+		} else {
+			one(b.Loop)
+		}
+		elapsed := time.Since(start)
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+		b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "req/s")
+	}
+	b.Run("GET-16/direct", func(b *testing.B) { get(b, directPool, direct+"/", false, 16) })
+	b.Run("GET-16/gateway", func(b *testing.B) { get(b, pool, gwOrigin+"/", true, 16) })
+	b.Run("GET-1/direct", func(b *testing.B) { get(b, directPool, direct+"/", false, 1) })
+	b.Run("GET-1/gateway", func(b *testing.B) { get(b, pool, gwOrigin+"/", true, 1) })
+
+	echo := func(b *testing.B, c *http.Client, u, origin string, cookie bool) {
+		h := http.Header{"Origin": {origin}}
+		if cookie {
+			h.Set("Cookie", "__Host-gpuaas_app="+app.Value)
+		}
+		ctx := context.Background()
+		ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPClient: c, HTTPHeader: h})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer ws.CloseNow()
+		var lat []time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			if err := ws.Write(ctx, websocket.MessageText, []byte("ping")); err != nil {
+				b.Fatal(err)
+			}
+			if _, _, err := ws.Read(ctx); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		slices.Sort(lat)
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	}
+	directURL, _ := url.Parse(direct)
+	b.Run("WebSocket/direct", func(b *testing.B) {
+		echo(b, http.DefaultClient, "ws://"+directURL.Host+"/ui/echo", "http://"+directURL.Host, false)
+	})
+	b.Run("WebSocket/gateway", func(b *testing.B) {
+		echo(b, hc, "ws://"+inst.ID+".apps.localhost:"+pub.Port()+"/ui/echo", gwOrigin, true)
+	})
+}
