@@ -154,8 +154,8 @@ func (g *Gateway) match(r *http.Request) (target, bool) {
 	if g.cfg.PathMode {
 		if rest, ok := strings.CutPrefix(r.URL.Path, "/apps/instances/"); ok {
 			id, _, _ := strings.Cut(rest, "/")
-			if id != "" {
-				return target{instanceID: id, prefix: "/apps/instances/" + id + "/ui", origin: g.scheme() + "://" + r.Host}, true
+			if id != "" && strings.HasPrefix(r.URL.Path, PathBase(id)+"/") {
+				return target{instanceID: id, prefix: PathBase(id), origin: g.scheme() + "://" + r.Host}, true
 			}
 		}
 	}
@@ -169,6 +169,10 @@ func (g *Gateway) scheme() string {
 	return "http"
 }
 
+// PathBase is the path an instance's UI is served under on the console's
+// origin in path mode.
+func PathBase(instanceID string) string { return "/apps/instances/" + instanceID + "/ui" }
+
 // OpenURL is the link that redeems code for instanceID and lands on path.
 func (g *Gateway) OpenURL(instanceID, path, code string) string {
 	pub, err := url.Parse(g.cfg.PublicURL())
@@ -177,7 +181,7 @@ func (g *Gateway) OpenURL(instanceID, path, code string) string {
 	}
 	q := url.Values{"code": {code}, "path": {path}}
 	if g.cfg.PathMode {
-		return strings.TrimSuffix(g.cfg.PublicURL(), "/") + "/apps/instances/" + instanceID + "/ui" + OpenPath + "?" + q.Encode()
+		return strings.TrimSuffix(g.cfg.PublicURL(), "/") + PathBase(instanceID) + OpenPath + "?" + q.Encode()
 	}
 	host := instanceID + "." + g.cfg.Domain
 	if p := pub.Port(); p != "" {

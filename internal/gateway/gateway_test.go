@@ -326,3 +326,49 @@ func TestOpenURL(t *testing.T) {
 		t.Errorf("path mode OpenURL: %s", got)
 	}
 }
+
+// Path mode: the UI under /apps/instances/<id>/ui/ on the console's origin,
+// its own cookie scoped to that path, the prefix forwarded.
+func TestGatewayPathMode(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Seen-Prefix", r.Header.Get("X-Forwarded-Prefix"))
+		w.Header().Set("X-Seen-Cookie", r.Header.Get("Cookie"))
+		io.WriteString(w, r.URL.Path)
+	}))
+	defer up.Close()
+	backend := &fakeBackend{codes: map[string]instances.UIGrant{"c": {UserID: "u", InstanceID: inst, Port: 8080}},
+		up: map[string]instances.UIUpstream{inst: {InstanceID: inst, Status: "running", Embedded: true, Addr: up.Listener.Addr().String()}}}
+	g := New(Config{Domain: "apps.test", PathMode: true, PublicURL: func() string { return "http://console.test" }, Key: []byte("k"), Backend: backend})
+	front := httptest.NewServer(g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "console") })))
+	defer front.Close()
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	base := PathBase(inst)
+	resp, err := hc.Get(front.URL + base + OpenPath + "?code=c&path=/lab/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	cks := resp.Cookies()
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != base+"/lab/" || len(cks) != 1 ||
+		cks[0].Name != "gpuaas_app_"+inst || cks[0].Path != base+"/" {
+		t.Fatalf("open: %d %q %v", resp.StatusCode, resp.Header.Get("Location"), cks)
+	}
+	req, _ := http.NewRequest("GET", front.URL+base+"/lab/", nil)
+	req.AddCookie(cks[0])
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != base+"/lab/" || resp.Header.Get("X-Seen-Prefix") != base || resp.Header.Get("X-Seen-Cookie") != "" {
+		t.Errorf("path mode proxy: %q prefix %q cookie %q", body, resp.Header.Get("X-Seen-Prefix"), resp.Header.Get("X-Seen-Cookie"))
+	}
+	// Outside an instance's UI prefix, the console answers.
+	resp, _ = hc.Get(front.URL + "/apps/instances/" + inst + "/other")
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "console" {
+		t.Errorf("a path outside the UI prefix went to the gateway: %q", body)
+	}
+}

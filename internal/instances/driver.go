@@ -371,6 +371,9 @@ func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op sto
 			AppSlug: inst.AppSlug, Version: version, Name: name, Profile: t.manifest.RuntimeProfile, Images: images,
 			Resources: t.effective.Resources, Parameters: t.effective.Parameters, GPUUUIDs: t.allocation.GPUUUIDs,
 			HostPort: inst.HostPort, Identity: id, ReadinessTimeoutSeconds: int(s.ReadinessTimeout.Seconds())}
+		if _, ok := UIOf(t.manifest); ok && s.UIBasePath != nil {
+			d.UIBasePath = s.UIBasePath(inst.ID)
+		}
 		task, err := runtime.Render(d)
 		if err != nil {
 			return errdefs.FailedPrecondition(ReasonRenderFailed, "render %s %s: %v", inst.AppSlug, version, err)

@@ -90,6 +90,10 @@ type Deps struct {
 	ReadinessTimeout time.Duration
 	// Kick, when set, asks the driver to run now (after a request queued work).
 	Kick func()
+	// UIBasePath, when set, says under which path the UI gateway serves an
+	// instance's UI on a shared origin (path mode); workloads with an
+	// embedded UI get it as GPUAAS_UI_BASE_PATH.
+	UIBasePath func(instanceID string) string
 }
 
 // Service is the app-instance domain.

@@ -71,6 +71,10 @@ type Deployment struct {
 	Identity *Identity
 	// ReadinessTimeoutSeconds overrides the profile-derived deploy timeout.
 	ReadinessTimeoutSeconds int
+	// UIBasePath is the path the UI gateway serves the app's UI under
+	// (path mode), handed to the app as GPUAAS_UI_BASE_PATH; "" when the
+	// UI has its own origin.
+	UIBasePath string
 }
 
 // LaunchImage is the Images key of a launchable_oci profile's image.
@@ -158,6 +162,9 @@ func env(d Deployment) map[string]string {
 		"GPUAAS_PROJECT_ID":      d.ProjectID,
 		"GPUAAS_APP_SLUG":        d.AppSlug,
 		"GPUAAS_APP_VERSION":     d.Version,
+	}
+	if d.UIBasePath != "" {
+		e["GPUAAS_UI_BASE_PATH"] = d.UIBasePath
 	}
 	if d.Identity != nil {
 		e["GPUAAS_IDENTITY_FILE"] = IdentityPath

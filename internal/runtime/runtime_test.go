@@ -134,4 +134,16 @@ func TestRenderContainer(t *testing.T) {
 	if strings.Join(run.Command, " ") != "/app" || strings.Join(run.Args, " ") != "serve --port 8888" {
 		t.Fatalf("command %q args %q", run.Command, run.Args)
 	}
+	if _, ok := run.Env["GPUAAS_UI_BASE_PATH"]; ok {
+		t.Errorf("a UI on its own origin was handed a base path: %v", run.Env)
+	}
+	// In the gateway's path mode the workload is told where its UI lives.
+	task, err = runtime.Render(runtime.Deployment{InstanceID: "i", Name: "n", Profile: prof, UIBasePath: "/apps/instances/i/ui",
+		Images: map[string]nodeapi.ImagePull{runtime.LaunchImage: {Repository: "reg/a", Digest: digestA}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := task.Payload.(nodeapi.ContainerRun).Env["GPUAAS_UI_BASE_PATH"]; got != "/apps/instances/i/ui" {
+		t.Errorf("GPUAAS_UI_BASE_PATH = %q", got)
+	}
 }

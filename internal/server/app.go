@@ -143,7 +143,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	link := instances.NodesLink{Nodes: a.Nodes}
 	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger, Allocations: link, Tasks: link, Pulls: instances.ArtifactPulls{Artifacts: arts},
 		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
-		ReadinessTimeout: cfg.InstanceDeployTimeout})
+		ReadinessTimeout: cfg.InstanceDeployTimeout, UIBasePath: uiBasePath(cfg)})
 	drv := a.Instances.Worker()
 	a.Instances.Kick = drv.Kick
 	link.Attach(a.Instances)

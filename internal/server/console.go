@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/console"
 	"github.com/gpuaas/gpuaas/internal/gateway"
 	"github.com/gpuaas/gpuaas/internal/iam"
@@ -66,6 +67,15 @@ func (a *App) webParts(masterKey []byte) error {
 	}
 	a.API.Fallback = con
 	return nil
+}
+
+// uiBasePath: in path mode, the path each instance's UI is served under,
+// which its workload is told (GPUAAS_UI_BASE_PATH).
+func uiBasePath(cfg config.Config) func(string) string {
+	if cfg.AppsDomain == "" || !cfg.AppsPathMode {
+		return nil
+	}
+	return gateway.PathBase
 }
 
 // handler is what the listener serves.
