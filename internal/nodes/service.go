@@ -19,6 +19,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 )
 
 // Node states.
@@ -70,9 +71,12 @@ const (
 	MaxAssertionLifetime = time.Hour
 	// ClockSkew is the tolerance on iat and exp of node assertions.
 	ClockSkew = 60 * time.Second
-	// pollFallback bounds how long a long poll sleeps without a wake-up:
-	// enqueues on another replica are seen at least this often.
-	pollFallback = time.Second
+	// DefaultSlowPoll bounds how long a long poll waits without a wake-up
+	// before it looks again. Wake-ups reach every replica (Deps.Wake linked
+	// to NATS), so the slow look only covers a lost hint or a lease that
+	// ran out on another replica: an idle agent polling with MaxWait costs
+	// one look per poll, one database query a minute.
+	DefaultSlowPoll = MaxWait
 )
 
 // Hooks are the consequences other domains attach to node lifecycle
@@ -116,6 +120,12 @@ type Deps struct {
 	HeartbeatTTL   time.Duration
 	HeartbeatGrace time.Duration
 	TaskLease      time.Duration
+	// Wake carries "tasks queued for node N" to the long polls of every
+	// replica (nil: this process only).
+	Wake *wakeup.Hub
+	// SlowPoll is the fallback look period of a waiting long poll
+	// (default DefaultSlowPoll).
+	SlowPoll time.Duration
 }
 
 // Service is the nodes domain.
@@ -124,7 +134,11 @@ type Service struct {
 	hooksMu  sync.RWMutex
 	hooks    []Hooks
 	handlers map[string][]ResultHandler
-	notify   *notifier
+	// leases: when the earliest task lease this replica granted per node
+	// runs out, so that node's poll looks again then (redelivery) without
+	// looking every second in between.
+	leaseMu sync.Mutex
+	leases  map[string][]time.Time
 	// closing ends every long poll at once when the server shuts down.
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -152,7 +166,13 @@ func New(d Deps) *Service {
 	if d.TaskLease <= 0 {
 		d.TaskLease = DefaultTaskLease
 	}
-	return &Service{Deps: d, handlers: map[string][]ResultHandler{}, notify: newNotifier(), closing: make(chan struct{})}
+	if d.Wake == nil {
+		d.Wake = wakeup.New()
+	}
+	if d.SlowPoll <= 0 {
+		d.SlowPoll = DefaultSlowPoll
+	}
+	return &Service{Deps: d, handlers: map[string][]ResultHandler{}, leases: map[string][]time.Time{}, closing: make(chan struct{})}
 }
 
 // EndPolls answers every waiting long poll now (with what is there) and

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -14,6 +13,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 )
 
 // Task states.
@@ -50,35 +50,6 @@ func knownKind(k string) bool {
 type Task struct {
 	store.NodeTask
 	PayloadJSON json.RawMessage
-}
-
-// notifier wakes long polls of a node when a task is queued for it in
-// this process. Other replicas' enqueues are found by the poll fallback.
-type notifier struct {
-	mu sync.Mutex
-	ch map[string]chan struct{}
-}
-
-func newNotifier() *notifier { return &notifier{ch: map[string]chan struct{}{}} }
-
-func (n *notifier) wait(nodeID string) <-chan struct{} {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	c, ok := n.ch[nodeID]
-	if !ok {
-		c = make(chan struct{})
-		n.ch[nodeID] = c
-	}
-	return c
-}
-
-func (n *notifier) wake(nodeID string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if c, ok := n.ch[nodeID]; ok {
-		close(c)
-		delete(n.ch, nodeID)
-	}
 }
 
 // EnqueueTask queues a task for a node inside the caller's transaction, so
@@ -123,7 +94,7 @@ func (s *Service) EnqueueTask(ctx context.Context, tx *store.Tx, nodeID, kind st
 			}
 			return err
 		}
-		tx.AfterCommit(func() { s.notify.wake(nodeID) })
+		tx.AfterCommit(func() { s.Wake.Notify(wakeup.NodeTasks(nodeID)) })
 		return nil
 	}
 	if tx != nil {
@@ -179,7 +150,7 @@ func (s *Service) PollTasks(ctx context.Context, nodeID string, wait time.Durati
 	for {
 		// Take the wake-up channel before looking, so an enqueue between
 		// the look and the wait is not missed.
-		woken := s.notify.wait(nodeID)
+		woken := s.Wake.Wait(wakeup.NodeTasks(nodeID))
 		tasks, err := s.lease(ctx, nodeID, maxTasks)
 		if err != nil || len(tasks) > 0 {
 			return tasks, err
@@ -188,7 +159,7 @@ func (s *Service) PollTasks(ctx context.Context, nodeID string, wait time.Durati
 		if left <= 0 {
 			return []nodeapi.Task{}, nil
 		}
-		timer := time.NewTimer(min(left, pollFallback))
+		timer := time.NewTimer(min(left, s.lookAgainIn(nodeID)))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -232,7 +203,36 @@ func (s *Service) lease(ctx context.Context, nodeID string, maxTasks int) ([]nod
 	if err != nil {
 		return nil, err
 	}
+	if len(out) > 0 {
+		s.leaseMu.Lock()
+		s.leases[nodeID] = append(s.leases[nodeID], expires)
+		s.leaseMu.Unlock()
+	}
 	return out, nil
+}
+
+// lookAgainIn is how long a poll of nodeID may wait without a wake-up: the
+// slow fallback, or less when a lease this replica granted to the node runs
+// out sooner (its task is then delivered again, and no one notifies that).
+func (s *Service) lookAgainIn(nodeID string) time.Duration {
+	wait := s.SlowPoll
+	now := s.Now()
+	s.leaseMu.Lock()
+	defer s.leaseMu.Unlock()
+	// Expiries already past were covered by the look that follows them.
+	kept := s.leases[nodeID][:0]
+	for _, t := range s.leases[nodeID] {
+		if d := t.Sub(now) + 10*time.Millisecond; d > 0 {
+			kept = append(kept, t)
+			wait = min(wait, d)
+		}
+	}
+	if len(kept) == 0 {
+		delete(s.leases, nodeID)
+	} else {
+		s.leases[nodeID] = kept
+	}
+	return wait
 }
 
 var reasonRE = regexp.MustCompile(`^[a-z][a-z0-9_]{0,63}$`)

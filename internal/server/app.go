@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/gpuaas/gpuaas/internal/gateway"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"log/slog"
 	"net"
 	"net/http"
@@ -135,7 +136,14 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	}
 	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota})
 	cat.SetArtifactGate(arts)
-	a.Nodes = nodes.New(nodes.Deps{DB: db, IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger,
+	// Wake-ups ("tasks queued for node N") reach the long polls of every
+	// replica over this replica's NATS connection; the subscription ends
+	// with the connection.
+	wake, _, err := wakeup.NewNATS(a.events.conn.NC)
+	if err != nil {
+		return nil, fmt.Errorf("wake-ups over NATS: %w", err)
+	}
+	a.Nodes = nodes.New(nodes.Deps{DB: db, IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake,
 		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },
 		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
 	tokens.Node, tokens.NodeTTL = a.Nodes, cfg.NodeTokenTTL

@@ -35,7 +35,13 @@ type DB struct {
 	eventHook atomic.Pointer[func()]
 	// stmts: prepared statements (SQLite only; nil on PostgreSQL).
 	stmts *stmtCache
+	// statements counts the statements run through this DB (Statements).
+	statements atomic.Int64
 }
+
+// Statements is how many statements this DB has run: what benchmarks count
+// when they say what a request or an idle agent costs the database.
+func (db *DB) Statements() int64 { return db.statements.Load() }
 
 // Open connects to url: postgres://… / postgresql://… for PostgreSQL,
 // sqlite://PATH or a plain file path for SQLite.
@@ -88,7 +94,7 @@ func (db *DB) Ping(ctx context.Context) error { return db.sql.PingContext(ctx) }
 
 // Queries returns the query set bound to the pool (no transaction).
 func (db *DB) Queries() *Queries {
-	return &Queries{ex: sqlExecer{db.sql}, d: db.dialect, stmts: db.stmts}
+	return &Queries{ex: sqlExecer{db.sql}, d: db.dialect, stmts: db.stmts, count: &db.statements}
 }
 
 // InTx runs fn in one transaction, committing when fn returns nil and rolling
@@ -110,7 +116,7 @@ func (db *DB) InTx(ctx context.Context, fn func(q *Queries) error) (err error) {
 			_ = tx.Rollback()
 		}
 	}()
-	if err = fn(&Queries{ex: sqlExecer{tx}, d: db.dialect, stmts: db.stmts, tx: tx}); err != nil {
+	if err = fn(&Queries{ex: sqlExecer{tx}, d: db.dialect, stmts: db.stmts, tx: tx, count: &db.statements}); err != nil {
 		return err
 	}
 	if err = tx.Commit(); err != nil {
@@ -170,6 +176,7 @@ type Queries struct {
 	d     Dialect
 	stmts *stmtCache // SQLite: prepared statements
 	tx    *sql.Tx    // set inside a database/sql (SQLite) transaction
+	count *atomic.Int64
 	// hold is set inside a PostgreSQL transaction: held, inserts waiting
 	// to go in one round trip (execHeld); heldErr, the error sending them
 	// gave.
@@ -178,10 +185,17 @@ type Queries struct {
 	heldErr error
 }
 
+func (q *Queries) counted() {
+	if q.count != nil {
+		q.count.Add(1)
+	}
+}
+
 // Dialect reports the engine the queries run on.
 func (q *Queries) Dialect() Dialect { return q.d }
 
 func (q *Queries) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	q.counted()
 	if err := q.sendHeld(ctx); err != nil {
 		return nil, err
 	}
@@ -194,6 +208,7 @@ func (q *Queries) exec(ctx context.Context, query string, args ...any) (sql.Resu
 }
 
 func (q *Queries) query(ctx context.Context, query string, args ...any) (rows, error) {
+	q.counted()
 	if err := q.sendHeld(ctx); err != nil {
 		return nil, err
 	}
@@ -212,6 +227,7 @@ func (q *Queries) query(ctx context.Context, query string, args ...any) (rows, e
 }
 
 func (q *Queries) queryRow(ctx context.Context, query string, args ...any) row {
+	q.counted()
 	// A failed send dooms the transaction, so this row reports an error
 	// too; InTx returns the send's error (heldErr), the one that explains.
 	_ = q.sendHeld(ctx)

@@ -47,7 +47,7 @@ func (db *DB) inPgxTx(ctx context.Context, fn func(q *Queries) error) (err error
 				t.rollback()
 			}
 		}()
-		q := &Queries{ex: t, d: db.dialect, stmts: db.stmts, hold: true}
+		q := &Queries{ex: t, d: db.dialect, stmts: db.stmts, hold: true, count: &db.statements}
 		err = fn(q)
 		if q.heldErr != nil {
 			// A held insert failed when a later statement sent it; that

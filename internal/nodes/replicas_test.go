@@ -1,0 +1,155 @@
+package nodes_test
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// startNATS runs one NATS server with JetStream for replicas to share.
+func startNATS(t testing.TB) string {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("NATS did not start")
+	}
+	return ns.ClientURL()
+}
+
+// twoReplicas starts two servers over one PostgreSQL database and one NATS.
+func twoReplicas(t testing.TB) (a, b *servertest.Server) {
+	t.Helper()
+	dbURL := storetest.URL(t, store.Postgres)
+	natsURL := startNATS(t)
+	shared := func(c *config.Config) { c.DatabaseURL, c.Events.NATSURL = dbURL, natsURL }
+	a = servertest.Start(t, store.Postgres, shared)
+	b = servertest.Start(t, store.Postgres, shared)
+	return a, b
+}
+
+// waitPolling returns once n long polls wait on srv's wake-ups (what an
+// agent's poll does right after its one look found nothing).
+func waitPolling(t testing.TB, srv *servertest.Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.App.Nodes.Wake.Waiting() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d polls waiting, want %d", srv.App.Nodes.Wake.Waiting(), n)
+		}
+		time.Sleep(time.Millisecond) // another goroutine's HTTP request; no hook to wait on
+	}
+}
+
+// A task queued through replica A wakes the agent's long poll held by
+// replica B at once: the wake-up travels over NATS, not through B's slow
+// fallback look (60 s).
+func TestTaskQueuedOnOneReplicaWakesAPollOnAnother(t *testing.T) {
+	a, b := twoReplicas(t)
+	admin := b.Admin() // the second replica's seeding reset the admin's password: its credentials are current
+	ag := join(t, a, admin, "gpu-1", 0)
+	poller := client.New(b.URL, ag.token(t))
+	poller.HTTP.Timeout = 0
+	ctx := context.Background()
+	var lat []time.Duration
+	for i := range 50 {
+		got := make(chan []nodeapi.Task, 1)
+		go func() {
+			tasks, err := poller.PollNodeTasks(ctx, ag.id, 55)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- tasks
+		}()
+		waitPolling(t, b, 1)
+		start := time.Now()
+		if _, err := a.App.Nodes.EnqueueTask(ctx, nil, ag.id, nodeapi.KindWorkloadInspect, map[string]any{"instance_id": "x"}, "", a.Creds.ProjectID); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case tasks := <-got:
+			lat = append(lat, time.Since(start))
+			if len(tasks) != 1 {
+				t.Fatalf("poll %d on replica B got %d tasks", i, len(tasks))
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("poll %d on replica B did not wake within 10 s of a task queued on replica A", i)
+		}
+	}
+	slices.Sort(lat)
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	t.Logf("queue on A → poll on B returns: p50 %v, p99 %v (%d tasks)", p50, p99, len(lat))
+	if p99 > 100*time.Millisecond {
+		t.Errorf("p99 %v; want ≤ 100 ms", p99)
+	}
+}
+
+// BenchmarkIdleAgents: 1,000 simulated agents long-poll one server with
+// the agent's wait (60 s) and nothing queued; the benchmark counts the
+// statements the database runs meanwhile, per agent per minute, with the
+// wake-up path (slow fallback 60 s) and with the old one-second fallback
+// side by side.
+//
+//	GPUAAS_TEST_DATABASE_URL=… go test ./internal/nodes -run '^$' -bench BenchmarkIdleAgents -benchtime 1x
+func BenchmarkIdleAgents(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		slow time.Duration
+	}{{"wakeup-60s-fallback", 0}, {"old-1s-fallback", time.Second}} {
+		b.Run(bc.name, func(b *testing.B) {
+			s := servertest.Start(b, store.Postgres)
+			if bc.slow > 0 {
+				s.App.Nodes.SlowPoll = bc.slow
+			}
+			ids := seedNodes(b, s.DB, 1000, 1)
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			var polls atomic.Int64
+			for _, id := range ids {
+				tok, err := s.App.Tokens.Issue(principal.Principal{Type: principal.Node, ID: id}, "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				c := client.New(s.URL, tok.AccessToken)
+				c.HTTP.Timeout = 0
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for ctx.Err() == nil {
+						if _, err := c.PollNodeTasks(ctx, id, int(wakeup60.Seconds())); err == nil {
+							polls.Add(1)
+						}
+					}
+				}()
+			}
+			waitPolling(b, s, len(ids))
+			const window = 30 * time.Second
+			for b.Loop() {
+				q0 := s.DB.Statements()
+				time.Sleep(window) // the measurement is what an idle minute costs
+				perAgentMinute := float64(s.DB.Statements()-q0) / float64(len(ids)) / window.Minutes()
+				b.ReportMetric(perAgentMinute, "queries/agent/min")
+			}
+			cancel()
+			wg.Wait()
+		})
+	}
+}
+
+const wakeup60 = 60 * time.Second

@@ -1,0 +1,97 @@
+// Package wakeup is how a waiter in gpuaas learns that what it waits for
+// may have changed: "a task was queued for node N", and the like. A waiter
+// takes a channel for its topic before it looks, looks, and if there is
+// nothing, waits for the channel or its slow fallback timer; a writer
+// notifies the topic once its transaction committed.
+//
+// A Hub wakes waiters in this process. Linked to NATS (NewNATS), a notify on
+// any replica wakes the waiters of every replica, so a long poll held by
+// replica B hears of a task queued through replica A at once instead of at
+// its next fallback look. Notifications are hints, never data: one that is
+// lost costs a waiter its fallback delay, nothing more.
+package wakeup
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strings"
+	"sync"
+
+	"github.com/nats-io/nats.go"
+)
+
+// Hub holds the waiters of one process, by topic.
+type Hub struct {
+	mu      sync.Mutex
+	waiters map[string]chan struct{}
+	publish func(topic string) // to the other replicas; nil: this process only
+}
+
+// New returns a hub for this process only.
+func New() *Hub { return &Hub{waiters: map[string]chan struct{}{}} }
+
+// Wait returns a channel that is closed by the next Notify of topic. Take
+// it before looking, so a notify between the look and the wait is not
+// missed.
+func (h *Hub) Wait(topic string) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, ok := h.waiters[topic]
+	if !ok {
+		c = make(chan struct{})
+		h.waiters[topic] = c
+	}
+	return c
+}
+
+// Notify wakes topic's waiters here and, when linked, on every replica.
+func (h *Hub) Notify(topic string) {
+	h.deliver(topic)
+	if h.publish != nil {
+		h.publish(topic)
+	}
+}
+
+func (h *Hub) deliver(topic string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if c, ok := h.waiters[topic]; ok {
+		close(c)
+		delete(h.waiters, topic)
+	}
+}
+
+// Waiting reports how many topics have waiters (tests, metrics).
+func (h *Hub) Waiting() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.waiters)
+}
+
+// Subject is the NATS subject prefix of notifications.
+const Subject = "gpuaas.wake."
+
+// NewNATS returns a hub linked to every replica connected to nc: a Notify
+// is published on Subject+topic (core NATS, no JetStream: a hint needs no
+// storage), and a notification from another replica wakes this one's
+// waiters. The returned stop unsubscribes.
+func NewNATS(nc *nats.Conn) (*Hub, func(), error) {
+	h := New()
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	self := hex.EncodeToString(b)
+	sub, err := nc.Subscribe(Subject+">", func(m *nats.Msg) {
+		if string(m.Data) == self {
+			return // our own notify: already delivered here
+		}
+		h.deliver(strings.TrimPrefix(m.Subject, Subject))
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	h.publish = func(topic string) { _ = nc.Publish(Subject+topic, []byte(self)) }
+	return h, func() { _ = sub.Unsubscribe() }, nil
+}
+
+// NodeTasks is the topic of the tasks queued for one node.
+func NodeTasks(nodeID string) string { return "node-tasks." + nodeID }
