@@ -31,8 +31,8 @@ type DB struct {
 	sql     *sql.DB
 	dialect Dialect
 	logger  *slog.Logger
-	// eventHook runs after a mutation that emitted events commits.
-	eventHook atomic.Pointer[func()]
+	// eventHooks run after a mutation that emitted events commits.
+	eventHooks atomic.Pointer[[]func()]
 	// stmts: prepared statements (SQLite only; nil on PostgreSQL).
 	stmts *stmtCache
 	// statements counts the statements run through this DB (Statements).

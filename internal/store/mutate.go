@@ -92,17 +92,32 @@ func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 		}
 	}
 	if err == nil && emitted {
-		if hook := db.eventHook.Load(); hook != nil {
-			(*hook)()
+		if hooks := db.eventHooks.Load(); hooks != nil {
+			for _, f := range *hooks {
+				f()
+			}
 		}
 	}
 	return err
 }
 
-// OnEventsCommitted registers f to be called after every committed
-// mutation that emitted events: the relay's wake-up, so an event reaches
-// its consumers without waiting for the next poll. f must not block.
-func (db *DB) OnEventsCommitted(f func()) { db.eventHook.Store(&f) }
+// OnEventsCommitted adds f to the functions called after every committed
+// mutation that emitted events (the relay's wake-up, so an event reaches
+// its consumers without waiting for the next poll). Every registration
+// stays: a second one never replaces the first. f must not block.
+func (db *DB) OnEventsCommitted(f func()) {
+	for {
+		old := db.eventHooks.Load()
+		var next []func()
+		if old != nil {
+			next = append(next, *old...)
+		}
+		next = append(next, f)
+		if db.eventHooks.CompareAndSwap(old, &next) {
+			return
+		}
+	}
+}
 
 func (t *Tx) flush(ctx context.Context, outcome string) error {
 	actor := principal.From(ctx)

@@ -408,3 +408,24 @@ func TestRefusesNewerSchema(t *testing.T) {
 		})
 	}
 }
+
+// Every OnEventsCommitted registration runs: a second one does not replace
+// the first (a single slot did, silently).
+func TestEventsCommittedHooksAllRun(t *testing.T) {
+	db := storetest.Open(t, store.SQLite)
+	var first, second int
+	db.OnEventsCommitted(func() { first++ })
+	db.OnEventsCommitted(func() { second++ })
+	err := db.Mutate(context.Background(), func(tx *store.Tx) error {
+		if err := tx.Emit(store.Event{Type: "test.hooks"}, nil); err != nil {
+			return err
+		}
+		return tx.Audit(store.AuditEvent{Action: "test.hooks", ResourceType: "test"}, nil, nil)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != 1 || second != 1 {
+		t.Errorf("hooks ran %d and %d times; want 1 and 1", first, second)
+	}
+}
