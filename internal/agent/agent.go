@@ -44,7 +44,9 @@ type Config struct {
 	// by every container (its instances decommissioned) before the agent
 	// removes it (default DefaultImagePruneGrace).
 	ImagePruneGrace time.Duration
-	// PollWait is the long-poll wait in seconds (default 30).
+	// PollWait is the long-poll wait in seconds (default 60, the server's
+	// longest): a queued task wakes the poll at once, so an idle agent
+	// costs the control plane one look a minute.
 	PollWait int
 	// Concurrency is how many tasks run at once (default 4); the tasks of
 	// one instance always run one at a time, in order.
@@ -107,7 +109,7 @@ func New(cfg Config) (*Agent, error) {
 		cfg.ImagePruneGrace = DefaultImagePruneGrace
 	}
 	if cfg.PollWait <= 0 {
-		cfg.PollWait = 30
+		cfg.PollWait = 60
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency

@@ -219,6 +219,9 @@ func (a *API) pollNodeTasks(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
+	// A long poll may wait as long as the server's write timeout: its
+	// answer gets its own time to be written after the wait.
+	ExtendDeadlines(w, wait+30*time.Second)
 	ts, err := a.Nodes.PollTasks(r.Context(), r.PathValue("node_id"), wait, limit)
 	if err != nil {
 		return err

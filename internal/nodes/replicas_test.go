@@ -139,7 +139,7 @@ func BenchmarkIdleAgents(b *testing.B) {
 				}()
 			}
 			waitPolling(b, s, len(ids))
-			const window = 30 * time.Second
+			const window = 2 * time.Minute // two of the agents' 60 s polls
 			for b.Loop() {
 				q0 := s.DB.Statements()
 				time.Sleep(window) // the measurement is what an idle minute costs
@@ -153,3 +153,19 @@ func BenchmarkIdleAgents(b *testing.B) {
 }
 
 const wakeup60 = 60 * time.Second
+
+// A long poll may wait longer than the server's write timeout: its answer
+// is still written.
+func TestLongPollOutlivesTheWriteTimeout(t *testing.T) {
+	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.WriteTimeout = time.Second })
+	ag := join(t, s, s.Admin(), "gpu-1", 0)
+	c := client.New(s.URL, ag.token(t))
+	start := time.Now()
+	tasks, err := c.PollNodeTasks(context.Background(), ag.id, 2)
+	if err != nil || len(tasks) != 0 {
+		t.Fatalf("poll of 2 s with a 1 s write timeout: %v %v", tasks, err)
+	}
+	if d := time.Since(start); d < 2*time.Second {
+		t.Errorf("the poll returned after %v; it should have waited 2 s", d)
+	}
+}
