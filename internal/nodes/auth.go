@@ -86,7 +86,7 @@ var errNodeToken = errdefs.Unauthenticated("invalid_token",
 
 // CheckNodeToken is consulted on every request carrying a node token.
 func (s *Service) CheckNodeToken(ctx context.Context, q *store.Queries, c iam.AccessClaims) (principal.Principal, error) {
-	state, validAfter, err := q.NodeAuth(ctx, c.Subject)
+	state, validAfter, err := s.nodeAuth(ctx, q, c.Subject)
 	if errors.Is(err, store.ErrNotFound) {
 		return principal.Principal{}, errNodeToken
 	}
@@ -97,6 +97,46 @@ func (s *Service) CheckNodeToken(ctx context.Context, q *store.Queries, c iam.Ac
 		return principal.Principal{}, errNodeToken
 	}
 	return principal.Principal{Type: principal.Node, ID: c.Subject}, nil
+}
+
+// nodeAuthTTL bounds how long a replica trusts what it read of a node's
+// standing (removed, tokens cut) without hearing of a change: a removal or
+// a cut is announced to every replica at once (wakeup.NodeAccess), so the
+// TTL only matters when that announcement is lost.
+const nodeAuthTTL = 30 * time.Second
+
+type nodeAuth struct {
+	state      string
+	validAfter time.Time
+	until      time.Time
+}
+
+// nodeAuth reads a node's standing, remembered for nodeAuthTTL: an idle
+// agent's long poll would otherwise cost the database a query for its token
+// and one for its tasks every minute.
+func (s *Service) nodeAuth(ctx context.Context, q *store.Queries, id string) (string, time.Time, error) {
+	now := s.Now()
+	if v, ok := s.authCache.Load(id); ok {
+		if a := v.(nodeAuth); now.Before(a.until) {
+			return a.state, a.validAfter, nil
+		}
+	}
+	gen := s.authGen.Load()
+	state, validAfter, err := q.NodeAuth(ctx, id)
+	if err != nil {
+		return state, validAfter, err
+	}
+	// A change announced while this read ran may be newer than it.
+	if s.authGen.Load() == gen {
+		s.authCache.Store(id, nodeAuth{state: state, validAfter: validAfter, until: now.Add(nodeAuthTTL)})
+	}
+	return state, validAfter, nil
+}
+
+// forgetNodeAuth drops every remembered node standing.
+func (s *Service) forgetNodeAuth() {
+	s.authGen.Add(1)
+	s.authCache.Clear()
 }
 
 // self checks that the caller is the node named in the path. Anyone else —

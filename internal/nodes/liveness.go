@@ -11,6 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
@@ -185,6 +186,10 @@ func (s *Service) setState(ctx context.Context, g *iam.Grants, id, state, event,
 		}
 		if err := tx.SetNodeState(ctx, id, state, cut, now); err != nil {
 			return err
+		}
+		if !cut.IsZero() {
+			// Every replica forgets what it knew of this node's tokens.
+			tx.AfterCommit(func() { s.Wake.Notify(wakeup.NodeAccess) })
 		}
 		if err := tx.Emit(store.Event{Type: event, Subject: nodeSubject(id)}, map[string]any{"node_id": id, "previous_state": n.State}); err != nil {
 			return err

@@ -2,6 +2,7 @@ package nodes_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -167,5 +168,31 @@ func TestLongPollOutlivesTheWriteTimeout(t *testing.T) {
 	}
 	if d := time.Since(start); d < 2*time.Second {
 		t.Errorf("the poll returned after %v; it should have waited 2 s", d)
+	}
+}
+
+// Replicas remember a node's standing to spare idle agents a query per
+// poll; a removal through one replica is still refused by the other at once.
+func TestNodeRemovedOnOneReplicaIsRefusedOnAnother(t *testing.T) {
+	a, b := twoReplicas(t)
+	admin := b.Admin()
+	ag := join(t, a, admin, "gpu-1", 0)
+	tok := ag.token(t)
+	onB := client.New(b.URL, tok)
+	if _, err := onB.PollNodeTasks(context.Background(), ag.id, 0); err != nil {
+		t.Fatalf("poll before removal: %v", err)
+	}
+	a.As(admin.Token).Do("POST", "/api/v1/admin/nodes/"+ag.id+"/remove", nil).Want(t, 200)
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		_, err := onB.PollNodeTasks(context.Background(), ag.id, 0)
+		var ae *client.APIError
+		if errors.As(err, &ae) && ae.Status == 401 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replica B still accepts a removed node's token 2 s after the removal: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // the hint crosses NATS; nothing here to wait on
 	}
 }

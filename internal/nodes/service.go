@@ -139,6 +139,9 @@ type Service struct {
 	// looking every second in between.
 	leaseMu sync.Mutex
 	leases  map[string][]time.Time
+	// authCache: node id -> nodeAuth (auth.go); authGen counts forgets.
+	authCache sync.Map
+	authGen   atomic.Int64
 	// closing ends every long poll at once when the server shuts down.
 	closing   chan struct{}
 	closeOnce sync.Once
@@ -172,7 +175,9 @@ func New(d Deps) *Service {
 	if d.SlowPoll <= 0 {
 		d.SlowPoll = DefaultSlowPoll
 	}
-	return &Service{Deps: d, handlers: map[string][]ResultHandler{}, leases: map[string][]time.Time{}, closing: make(chan struct{})}
+	s := &Service{Deps: d, handlers: map[string][]ResultHandler{}, leases: map[string][]time.Time{}, closing: make(chan struct{})}
+	d.Wake.OnNotify(wakeup.NodeAccess, s.forgetNodeAuth)
+	return s
 }
 
 // EndPolls answers every waiting long poll now (with what is there) and

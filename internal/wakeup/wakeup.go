@@ -22,13 +22,22 @@ import (
 
 // Hub holds the waiters of one process, by topic.
 type Hub struct {
-	mu      sync.Mutex
-	waiters map[string]chan struct{}
-	publish func(topic string) // to the other replicas; nil: this process only
+	mu        sync.Mutex
+	waiters   map[string]chan struct{}
+	listeners map[string][]func()
+	publish   func(topic string) // to the other replicas; nil: this process only
 }
 
 // New returns a hub for this process only.
-func New() *Hub { return &Hub{waiters: map[string]chan struct{}{}} }
+func New() *Hub { return &Hub{waiters: map[string]chan struct{}{}, listeners: map[string][]func(){}} }
+
+// OnNotify runs f at every notify of topic, here or on another replica
+// (a cache that must forget). Every registration stays; f must not block.
+func (h *Hub) OnNotify(topic string, f func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.listeners[topic] = append(h.listeners[topic], f)
+}
 
 // Wait returns a channel that is closed by the next Notify of topic. Take
 // it before looking, so a notify between the look and the wait is not
@@ -54,10 +63,14 @@ func (h *Hub) Notify(topic string) {
 
 func (h *Hub) deliver(topic string) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if c, ok := h.waiters[topic]; ok {
 		close(c)
 		delete(h.waiters, topic)
+	}
+	fs := h.listeners[topic]
+	h.mu.Unlock()
+	for _, f := range fs {
+		f()
 	}
 }
 
@@ -92,6 +105,10 @@ func NewNATS(nc *nats.Conn) (*Hub, func(), error) {
 	h.publish = func(topic string) { _ = nc.Publish(Subject+topic, []byte(self)) }
 	return h, func() { _ = sub.Unsubscribe() }, nil
 }
+
+// NodeAccess is the topic of "a node was removed or its tokens were cut":
+// every replica forgets the node credentials it checked.
+const NodeAccess = "node-access"
 
 // NodeTasks is the topic of the tasks queued for one node.
 func NodeTasks(nodeID string) string { return "node-tasks." + nodeID }

@@ -1,0 +1,328 @@
+"""The gpuaas REST client."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import httpx
+
+from . import errors
+from .credentials import (IDENTITY_PATH, TOKEN_PATH, GRANT_TYPE, KeyFile, ServiceAccountCredentials, StaticToken,
+                          TokenProvider)
+
+USER_AGENT = "gpuaas-sdk-python/0.1.0"
+
+
+@dataclass
+class Event:
+    """One event of a stream or list (a CloudEvent)."""
+
+    id: str
+    type: str
+    subject: str
+    time: str
+    data: dict[str, Any]
+    sequence: int = 0
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_envelope(cls, env: dict[str, Any]) -> "Event":
+        return cls(id=env.get("id", ""), type=env.get("type", ""), subject=env.get("subject", ""),
+                   time=env.get("time", ""), data=env.get("data") or {}, sequence=int(env.get("sequence", 0)), raw=env)
+
+
+@dataclass
+class UsageEvent:
+    """One measured quantity. ``id`` must be stable across retries: the
+    platform counts each (source, id) once."""
+
+    id: str
+    source: str
+    usage_unit: str
+    quantity: int
+    time: datetime | None = None  # end of the measured interval
+    start_time: datetime | None = None
+
+    def envelope(self, instance_id: str) -> dict[str, Any]:
+        data: dict[str, Any] = {"usage_unit": self.usage_unit, "quantity": self.quantity}
+        if self.start_time is not None:
+            data["start_time"] = _rfc3339(self.start_time)
+        ev: dict[str, Any] = {"specversion": "1.0", "id": self.id, "source": self.source, "type": "gpuaas.usage.v1",
+                              "subject": instance_id, "datacontenttype": "application/json", "data": data}
+        if self.time is not None:
+            ev["time"] = _rfc3339(self.time)
+        return ev
+
+
+def _rfc3339(t: datetime) -> str:
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+class Client:
+    """A client of one gpuaas API, acting as one principal.
+
+    Build it with ``Client.login`` (a person), ``Client.for_service_account``
+    (automation, with a key file) or ``Client.from_identity`` (a workload,
+    with the identity the platform mounted into it).
+    """
+
+    def __init__(self, base_url: str, credentials: TokenProvider | None = None, *, timeout: float = 60.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.credentials = credentials
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport,
+                                  headers={"User-Agent": USER_AGENT, "Accept": "application/json"})
+
+    # ---- construction -------------------------------------------------
+
+    @classmethod
+    def login(cls, base_url: str, email: str, password: str, **kw: Any) -> "Client":
+        """Signs a person in with email and password."""
+        c = cls(base_url, None, **kw)
+        answer = c.request("POST", "/api/v1/auth/login", json={"email": email, "password": password}, idempotent=False)
+        c.credentials = StaticToken(answer["access_token"])
+        return c
+
+    @classmethod
+    def for_service_account(cls, base_url: str, key: KeyFile | str | Path, **kw: Any) -> "Client":
+        """Acts as a service account: tokens are minted from the key and
+        renewed before they expire."""
+        if not isinstance(key, KeyFile):
+            key = KeyFile.load(key)
+        c = cls(base_url, None, **kw)
+        audience = key.token_url or c.base_url + TOKEN_PATH
+        c.credentials = ServiceAccountCredentials(key, audience, c._exchange)
+        return c
+
+    @classmethod
+    def from_identity(cls, path: str | Path = IDENTITY_PATH, base_url: str | None = None, **kw: Any) -> "Client":
+        """Acts as the app instance this code runs in, with the identity
+        the platform mounted (GPUAAS_IDENTITY_FILE)."""
+        key = KeyFile.load(path)
+        return cls.for_service_account(base_url or key.api_base_url, key, **kw)
+
+    def _exchange(self, assertion: str) -> dict[str, Any]:
+        return self.request("POST", TOKEN_PATH, json={"grant_type": GRANT_TYPE, "assertion": assertion},
+                            authenticated=False, idempotent=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ---- the one request path -----------------------------------------
+
+    def request(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
+                content: bytes | None = None, headers: dict[str, str] | None = None, authenticated: bool = True,
+                idempotent: bool = True, idempotency_key: str | None = None) -> Any:
+        """Sends one request and returns its decoded JSON answer, or raises
+        the typed error of a refusal. Changes carry an idempotency key, so a
+        retried request never acts twice."""
+        h = dict(headers or {})
+        h["X-Request-ID"] = str(uuid.uuid4())
+        if method in ("POST", "PUT") and idempotent:
+            h["X-Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
+        for attempt in (1, 2):
+            if authenticated and self.credentials is not None:
+                h["Authorization"] = "Bearer " + self.credentials.token()
+            r = self._http.request(method, path, json=json, params=_clean(params), content=content, headers=h)
+            if r.status_code == 401 and attempt == 1 and isinstance(self.credentials, ServiceAccountCredentials):
+                self.credentials.invalidate()  # revoked or expired early: mint a new one, once
+                continue
+            break
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+            except ValueError:
+                body = r.text
+            raise errors.from_response(r.status_code, body, r.headers)
+        if not r.content:
+            return None
+        return r.json()
+
+    # ---- who, where ---------------------------------------------------
+
+    def me(self) -> dict[str, Any]:
+        return self.request("GET", "/api/v1/me")
+
+    def list_orgs(self) -> list[dict[str, Any]]:
+        return self.request("GET", "/api/v1/orgs")["items"]
+
+    def list_projects(self, org_id: str) -> list[dict[str, Any]]:
+        return self.request("GET", f"/api/v1/orgs/{org_id}/projects")["items"]
+
+    # ---- service accounts ---------------------------------------------
+
+    def create_service_account(self, project_id: str, name: str, slug: str, roles: list[str] | None = None) -> tuple[dict[str, Any], KeyFile]:
+        """Creates a service account and returns it with its key (shown once)."""
+        a = self.request("POST", f"/api/v1/projects/{project_id}/service-accounts",
+                         json={"name": name, "slug": slug, "roles": roles or []})
+        return a, KeyFile(service_account_id=a["id"], key_id=a["key_id"], private_key_pem=a["private_key_pem"],
+                          project_id=a.get("project_id", project_id), token_url=a.get("token_url", ""))
+
+    # ---- catalog ------------------------------------------------------
+
+    def project_catalog(self, project_id: str) -> list[dict[str, Any]]:
+        """The apps and versions this project may launch."""
+        return list(self._pages(f"/api/v1/projects/{project_id}/apps/catalog"))
+
+    def preview_launch(self, project_id: str, app_slug: str, version: str, **launch: Any) -> dict[str, Any]:
+        """What a launch would get: effective values, fitting allocations, and
+        ``launch_refusal`` when create would refuse it now."""
+        return self.request("POST", f"/api/v1/projects/{project_id}/apps/catalog/{app_slug}/versions/{version}/launch-preview",
+                            json=_clean(launch), idempotent=False)
+
+    # ---- app instances ------------------------------------------------
+
+    def create_instance(self, project_id: str, app_slug: str, version: str, display_name: str, *,
+                        idempotency_key: str | None = None, **launch: Any) -> dict[str, Any]:
+        """Launches an instance; the answer names the operation that drives it
+        (``wait_operation``)."""
+        body = {"app_slug": app_slug, "version": version, "display_name": display_name, **launch}
+        return self.request("POST", f"/api/v1/projects/{project_id}/app-instances", json=_clean(body),
+                            idempotency_key=idempotency_key)
+
+    def get_instance(self, project_id: str, instance_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/projects/{project_id}/app-instances/{instance_id}")
+
+    def list_instances(self, project_id: str, status: str | None = None) -> list[dict[str, Any]]:
+        return list(self._pages(f"/api/v1/projects/{project_id}/app-instances", {"status": status}))
+
+    def upgrade_instance(self, project_id: str, instance_id: str, version: str) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/upgrade",
+                            json={"target_version": version})
+
+    def rollback_instance(self, project_id: str, instance_id: str, version: str) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/rollback",
+                            json={"target_version": version})
+
+    def decommission_instance(self, project_id: str, instance_id: str) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/decommission", json={})
+
+    def get_operation(self, project_id: str, operation_id: str) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/projects/{project_id}/operations/{operation_id}")
+
+    def wait_operation(self, project_id: str, operation_id: str, timeout: float = 600.0) -> dict[str, Any]:
+        """Waits until an operation ends and returns it. It follows the
+        project's event stream (so it returns as soon as the operation's last
+        event arrives), with a read of the operation every few seconds as a
+        safety net; it raises TimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        op = self.get_operation(project_id, operation_id)
+        last_read = time.monotonic()
+        while op.get("state") == "in_progress":
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"operation {operation_id} still in progress after {timeout:.0f}s")
+            try:
+                for ev in self.stream_events(project_id, last_event_id="now", read_timeout=min(left, 5.0)):
+                    if ev.data.get("operation_id") == operation_id or time.monotonic() - last_read > 5:
+                        break
+            except httpx.TimeoutException:
+                pass
+            op = self.get_operation(project_id, operation_id)
+            last_read = time.monotonic()
+        return op
+
+    # ---- events -------------------------------------------------------
+
+    def list_events(self, project_id: str, *, type: str | None = None, subject: str | None = None,
+                    limit: int = 100, cursor: str | None = None) -> dict[str, Any]:
+        return self.request("GET", f"/api/v1/projects/{project_id}/events",
+                            params={"type": type, "subject": subject, "limit": limit, "cursor": cursor})
+
+    def stream_events(self, project_id: str, *, last_event_id: str | None = None, type: str | None = None,
+                      subject: str | None = None, reconnect: bool = False,
+                      read_timeout: float | None = None) -> Iterator[Event]:
+        """Yields the project's events as they commit (server-sent events).
+
+        ``last_event_id`` resumes exactly after that event (``"now"``: only
+        new ones). With ``reconnect`` a dropped stream is reopened from the
+        last event seen, so nothing is missed and nothing repeats.
+        """
+        last = last_event_id
+        while True:
+            h = {"Accept": "text/event-stream"}
+            if last:
+                h["Last-Event-ID"] = last
+            if self.credentials is not None:
+                h["Authorization"] = "Bearer " + self.credentials.token()
+            timeout = httpx.Timeout(10.0, read=read_timeout)
+            with self._http.stream("GET", f"/api/v1/projects/{project_id}/events/stream",
+                                   params=_clean({"type": type, "subject": subject}), headers=h, timeout=timeout) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    try:
+                        body = r.json()
+                    except ValueError:
+                        body = r.text
+                    raise errors.from_response(r.status_code, body, r.headers)
+                for ev_id, name, data in _sse(r.iter_lines()):
+                    if name == "error":
+                        break  # the server ended the stream (access changed); reconnect decides
+                    if not data:
+                        continue
+                    if ev_id:
+                        last = ev_id
+                    yield Event.from_envelope(json.loads(data))
+            if not reconnect:
+                return
+
+    # ---- usage --------------------------------------------------------
+
+    def report_usage(self, project_id: str, instance_id: str, events: list[UsageEvent]) -> dict[str, Any]:
+        """Reports usage of an app instance as one CloudEvents batch. A
+        retry with the same event ids is counted once."""
+        body = json.dumps([e.envelope(instance_id) for e in events]).encode()
+        return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/usage",
+                            content=body, headers={"Content-Type": "application/cloudevents-batch+json"})
+
+    # ---- paging -------------------------------------------------------
+
+    def _pages(self, path: str, params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
+        cursor = None
+        while True:
+            page = self.request("GET", path, params={**(params or {}), "limit": 100, "cursor": cursor})
+            yield from page.get("items", [])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+
+def _clean(d: dict[str, Any] | None) -> dict[str, Any] | None:
+    if d is None:
+        return None
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str, str]]:
+    """Parses server-sent events: yields (id, event name, data)."""
+    ev_id, name, data = "", "", []
+    for line in lines:
+        if line == "":
+            if data or name:
+                yield ev_id, name or "message", "\n".join(data)
+            ev_id, name, data = "", "", []
+            continue
+        if line.startswith(":"):
+            continue  # keep-alive comment
+        key, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if key == "id":
+            ev_id = value
+        elif key == "event":
+            name = value
+        elif key == "data":
+            data.append(value)
