@@ -29,27 +29,39 @@ import (
 
 // shipScript publishes the example app as version $1 the way the
 // quickstart does (build, push signed, verify, promote, register, publish)
-// and entitles the dev project to it.
+// and entitles the dev project to it. $2 renames the app (default my-app);
+// $3 replaces its metering kind. The first run signs in and creates the
+// publisher's service account and signing key.
 const shipScript = `
 CREDS=.gpuaas/dev-credentials.json
 export GPUAAS_API_URL="$(jq -er .api_url "$CREDS")" GPUAAS_PROJECT_ID="$(jq -er .project_id "$CREDS")"
 REGISTRY="${GPUAAS_API_URL#http://}"
-V="$1"
-jq -er .admin_password "$CREDS" | gpuaas login --email "$(jq -er .admin_email "$CREDS")" --password-stdin
-gpuaas sa create --name publisher --slug publisher --key-file publisher.json >/dev/null
-gpuaas sa token --key-file publisher.json >/dev/null
-gpuaas artifact keygen --out cosign
-gpuaas artifact signing-key add --name ci --public-key-file cosign.pub >/dev/null
-(cd examples/my-app && CGO_ENABLED=0 go build -ldflags "-X main.version=$V" -o my-app . && docker build -q -t "$IMAGE:$V" . >/dev/null)
-art="$(gpuaas artifact push "$IMAGE:$V" --app my-app --version "$V" --sign-key cosign.key --as publisher -o json)"
+V="$1" APP="${2:-my-app}" METERING="${3:-}"
+if [ ! -f publisher.json ]; then
+  jq -er .admin_password "$CREDS" | gpuaas login --email "$(jq -er .admin_email "$CREDS")" --password-stdin
+  gpuaas sa create --name publisher --slug publisher --key-file publisher.json >/dev/null
+  gpuaas sa token --key-file publisher.json >/dev/null
+  gpuaas artifact keygen --out cosign
+  gpuaas artifact signing-key add --name ci --public-key-file cosign.pub >/dev/null
+fi
+(cd examples/my-app && CGO_ENABLED=0 go build -ldflags "-X main.version=$V" -o my-app . && docker build -q -t "$IMAGE:$APP-$V" . >/dev/null)
+art="$(gpuaas artifact push "$IMAGE:$APP-$V" --app "$APP" --version "$V" --sign-key cosign.key --as publisher -o json)"
 ref="$REGISTRY/$(jq -er '.repository + "@" + .digest' <<<"$art")"
-gpuaas artifact verify "my-app/$V/runtime" --reason check >/dev/null
-for s in staged canary active; do gpuaas artifact promote "my-app/$V/runtime" --to "$s" --reason rollout >/dev/null; done
-sed -e "s|\${IMAGE_REF}|$ref|" -e "s|\${VERSION}|$V|" examples/my-app/my-app.yaml > my-app.yaml
-gpuaas manifest register my-app.yaml >/dev/null
-gpuaas app publish my-app "$V" --reason browser-test >/dev/null
-gpuaas app entitle my-app --mode tenant_dedicated --scope project >/dev/null
-# A second tenant: its own org, project and person, who must see nothing of the first.
+gpuaas artifact verify "$APP/$V/runtime" --reason check >/dev/null
+for s in staged canary active; do gpuaas artifact promote "$APP/$V/runtime" --to "$s" --reason rollout >/dev/null; done
+sed -e "s|\${IMAGE_REF}|$ref|" -e "s|\${VERSION}|$V|" -e "s|slug: my-app|slug: $APP|" examples/my-app/my-app.yaml > "$APP-$V.yaml"
+if [ -n "$METERING" ]; then sed -i "s|metering: {kind: session_seconds}|metering: {kind: $METERING}|" "$APP-$V.yaml"; fi
+gpuaas manifest register "$APP-$V.yaml" >/dev/null
+gpuaas app publish "$APP" "$V" --reason doc-test >/dev/null
+gpuaas app entitle "$APP" --mode tenant_dedicated --scope project >/dev/null
+echo "shipped $APP $V"
+`
+
+// otherTenantScript makes a second tenant: its own org, project and
+// person, who must see nothing of the first.
+const otherTenantScript = `
+CREDS=.gpuaas/dev-credentials.json
+export GPUAAS_API_URL="$(jq -er .api_url "$CREDS")"
 gpuaas org create --slug other-org --name "Other org" -o json > other-org.json
 gpuaas project create --org other-org --slug other --name Other -o json > other-project.json
 TOKEN="$(jq -er .access_token < <(curl -fsS "$GPUAAS_API_URL/api/v1/auth/login" -H 'Content-Type: application/json' \
@@ -58,7 +70,7 @@ curl -fsS "$GPUAAS_API_URL/api/v1/users" -H "Authorization: Bearer $TOKEN" -H 'C
   -d '{"email": "other@example.com", "password": "other-password-123"}' > other-user.json
 curl -fsS "$GPUAAS_API_URL/api/v1/projects/$(jq -er .id other-project.json)/members" -H "Authorization: Bearer $TOKEN" \
   -H 'Content-Type: application/json' -d "$(jq -n --arg u "$(jq -er .id other-user.json)" '{user_id: $u, role: "project_admin"}')" >/dev/null
-echo "shipped $V"
+echo "other tenant ready"
 `
 
 type devCreds struct {
@@ -105,7 +117,8 @@ func TestConsoleInBrowser(t *testing.T) {
 	t.Cleanup(func() { removeProjectContainers(t, filepath.Join(work, ".gpuaas")) })
 	startDevLikeTheReadme(t, bin, work, env)
 	out := runBash(t, work, env, shipScript, "1.0.0")
-	if !strings.Contains(out, "shipped 1.0.0") {
+	out += runBash(t, work, env, otherTenantScript)
+	if !strings.Contains(out, "shipped my-app 1.0.0") || !strings.Contains(out, "other tenant ready") {
 		t.Fatalf("setup:\n%s", out)
 	}
 	var creds devCreds

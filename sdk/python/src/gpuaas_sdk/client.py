@@ -311,6 +311,7 @@ def _sse(lines: Iterator[str]) -> Iterator[tuple[str, str, str]]:
     """Parses server-sent events: yields (id, event name, data)."""
     ev_id, name, data = "", "", []
     for line in lines:
+        line = line.rstrip("\r\n")  # some httpx versions keep the line ending
         if line == "":
             if data or name:
                 yield ev_id, name or "message", "\n".join(data)
