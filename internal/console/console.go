@@ -281,6 +281,7 @@ func (c *Console) session(r *http.Request) (store.ConsoleSession, error) {
 	}
 	now := c.cfg.Now()
 	if !s.EndedAt.IsZero() || !now.Before(s.ExpiresAt) || now.Sub(s.LastSeenAt) >= c.cfg.IdleTimeout {
+		c.tokens.Delete(s.IDHash) // the session is over; so is its token
 		return s, errNoSession
 	}
 	// Writing last-seen on every request would make each page a write;

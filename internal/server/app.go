@@ -6,8 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/gpuaas/gpuaas/internal/gateway"
-	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"log/slog"
 	"net"
 	"net/http"
@@ -18,6 +16,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/gateway"
 	"github.com/gpuaas/gpuaas/internal/httpapi"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/instances"
@@ -25,6 +24,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
