@@ -102,9 +102,9 @@ func (s *Service) CheckNodeToken(ctx context.Context, q *store.Queries, c iam.Ac
 // nodeAuthTTL bounds how long a replica trusts what it read of a node's
 // standing (removed, tokens cut) without hearing of a change: a removal or
 // a cut is announced to every replica at once (wakeup.NodeAccess), so the
-// TTL only matters when that announcement is lost. It outlasts an idle
-// agent's 60 s poll, so such a poll costs one query, its look.
-const nodeAuthTTL = 2 * time.Minute
+// TTL only matters when that announcement is lost (node tokens live 15
+// minutes). An idle agent's 60 s poll then costs one query, its look.
+const nodeAuthTTL = 10 * time.Minute
 
 type nodeAuth struct {
 	state      string

@@ -102,6 +102,12 @@ func NewNATS(nc *nats.Conn) (*Hub, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// Once the server has the subscription, no notify sent after NewNATS
+	// returns can miss this replica.
+	if err := nc.Flush(); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, nil, err
+	}
 	h.publish = func(topic string) { _ = nc.Publish(Subject+topic, []byte(self)) }
 	return h, func() { _ = sub.Unsubscribe() }, nil
 }
