@@ -169,6 +169,11 @@ func (s *Service) PollTasks(ctx context.Context, nodeID string, wait time.Durati
 			return []nodeapi.Task{}, nil
 		case <-woken:
 		case <-timer.C:
+			if time.Until(deadline) <= 0 {
+				// The wait is over: the agent's next poll looks first
+				// thing, so a look here would only double its cost.
+				return []nodeapi.Task{}, nil
+			}
 		}
 		timer.Stop()
 	}
