@@ -112,6 +112,7 @@ func BenchmarkCrossReplicaWake(b *testing.B) {
 	lat := crossReplicaWakes(b, b.N)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	b.Logf("slowest: %v", lat[max(0, len(lat)-5):])
 }
 
 // BenchmarkIdleAgents: 1,000 simulated agents long-poll one server with
