@@ -181,7 +181,9 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	email, next := r.PostFormValue("email"), safeNext(r.PostFormValue("next"))
 	api := c.apiClient(r, "")
-	tok, err := api.Login(r.Context(), email, r.PostFormValue("password"))
+	// The API's own login (its rate limit and throttle), then who it is;
+	// the console keeps no password-born token, it mints its own per session.
+	_, err = api.Login(r.Context(), email, r.PostFormValue("password"))
 	var me client.Me
 	if err == nil {
 		me, err = api.Me(r.Context())
@@ -198,7 +200,6 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, ae.Status, "login", page{Title: "Sign in", Error: ae, Data: loginData{CSRF: c.loginCSRF(w, r), Next: next, Email: email}})
 		return
 	}
-	_ = tok
 	id := randomToken()
 	now := c.cfg.Now().UTC()
 	s := store.ConsoleSession{IDHash: hashID(id), UserID: me.ID, CSRFToken: randomToken(), CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(c.cfg.MaxAge)}
