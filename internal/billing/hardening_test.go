@@ -19,6 +19,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -337,7 +338,7 @@ func TestLargeUsagePostEmitsBoundedEvents(t *testing.T) {
 			page := admin.Do("GET", "/api/v1/projects/"+pid+"/events?type=billing.usage.recorded&limit=500"+cursor, nil).Want(t, 200)
 			for _, e := range page.Items() {
 				b, _ := json.Marshal(e["data"])
-				if len(b) > store.MaxEventDataBytes/2 {
+				if len(b) > storage.MaxEventDataBytes/2 {
 					t.Fatalf("an event of %d bytes", len(b))
 				}
 				events++

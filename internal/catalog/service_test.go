@@ -44,7 +44,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	db := storetest.Open(t, store.SQLite)
 	logger := slog.New(slog.DiscardHandler)
-	svc := NewService(Deps{DB: db, IAM: &iam.Service{DB: db, Logger: logger}, Logger: logger})
+	svc := NewService(Deps{DB: db, IAM: &iam.Service{Store: store.IAM(db), Logger: logger}, Logger: logger})
 	ctx := context.Background()
 	p := principal.Principal{Type: principal.User, ID: iam.NewID()}
 	if err := db.Queries().CreateRoleBinding(ctx, store.RoleBinding{ID: iam.NewID(), PrincipalType: "user", PrincipalID: p.ID,

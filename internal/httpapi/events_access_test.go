@@ -128,7 +128,7 @@ func TestEventStreamsEndWhenAccessEnds(t *testing.T) {
 		projPath, orgPath := "/api/v1/projects/"+proj+"/events", "/api/v1/orgs/"+org+"/events"
 		createSAs(t, admin, proj, 1) // something to stream
 		adminID := admin.Do("GET", "/api/v1/me", nil).Want(t, 200).String("id")
-		shortTokens := iam.NewTokens(s.DB, s.App.Tokens.Ring, 3*time.Second, time.Minute, nil)
+		shortTokens := iam.NewTokens(store.IAM(s.DB).Read(), s.App.Tokens.Ring, 3*time.Second, time.Minute, nil)
 
 		member := func(scopePath, role string) (userID, bindingID, token string) {
 			uid, c := s.NewUser(admin, "reader-"+uuid.NewString()[:8]+"@example.com")

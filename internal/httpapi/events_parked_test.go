@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -49,10 +50,10 @@ func TestRelayParksWhatTheBusRefuses(t *testing.T) {
 			if err := emit("tenant-a", usage(10000)); err == nil || !strings.Contains(err.Error(), "over the") {
 				t.Fatalf("Emit took a 10,000-record event: %v", err)
 			}
-			limit := store.MaxEventDataBytes
-			store.MaxEventDataBytes = 8 << 20
+			limit := storage.MaxEventDataBytes
+			storage.MaxEventDataBytes = 8 << 20
 			err := emit("tenant-a", usage(10000))
-			store.MaxEventDataBytes = limit
+			storage.MaxEventDataBytes = limit
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -148,7 +148,7 @@ func (a *API) createUser(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (a *API) setUserStatus(w http.ResponseWriter, r *http.Request, status string) error {
+func (a *API) setUserStatus(w http.ResponseWriter, r *http.Request, status iam.UserStatus) error {
 	u, err := a.IAM.SetUserStatus(r.Context(), grantsFrom(r.Context()), r.PathValue("user_id"), status)
 	if err != nil {
 		return err

@@ -15,14 +15,13 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/sealer"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // Keyring holds the Ed25519 keys the control plane signs one kind of token
 // with. Keys live in the database (private halves sealed) so every replica
 // signs and verifies with the same set.
 type Keyring struct {
-	db      *store.DB
+	keys    KeyStore
 	sealer  *sealer.Sealer
 	purpose string
 
@@ -55,8 +54,8 @@ type ringKey struct {
 }
 
 // LoadKeyring loads the keys of purpose, creating the first one if none exist.
-func LoadKeyring(ctx context.Context, db *store.DB, s *sealer.Sealer, purpose string) (*Keyring, error) {
-	k := &Keyring{db: db, sealer: s, purpose: purpose}
+func LoadKeyring(ctx context.Context, keys KeyStore, s *sealer.Sealer, purpose string) (*Keyring, error) {
+	k := &Keyring{keys: keys, sealer: s, purpose: purpose}
 	if err := k.Reload(ctx); err != nil {
 		return nil, err
 	}
@@ -70,7 +69,7 @@ func LoadKeyring(ctx context.Context, db *store.DB, s *sealer.Sealer, purpose st
 
 // Reload reads the key set again (another replica may have rotated).
 func (k *Keyring) Reload(ctx context.Context) error {
-	rows, err := k.db.Queries().SigningKeys(ctx, k.purpose)
+	rows, err := k.keys.SigningKeys(ctx, k.purpose)
 	if err != nil {
 		return fmt.Errorf("load %s signing keys: %w", k.purpose, err)
 	}
@@ -113,7 +112,7 @@ func (k *Keyring) Rotate(ctx context.Context) error {
 		return err
 	}
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
-	if err := k.db.Queries().InsertSigningKey(ctx, store.SigningKey{
+	if err := k.keys.InsertSigningKey(ctx, SigningKey{
 		KID: kid, Purpose: k.purpose, Algorithm: "EdDSA", PrivateKey: sealed, PublicKey: string(pubPEM), CreatedAt: time.Now(),
 	}); err != nil {
 		return fmt.Errorf("store signing key: %w", err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // AddMemberInput grants a role to a user at an org or project.
@@ -18,9 +18,9 @@ type AddMemberInput struct {
 // Bind grants role to a principal at a scope inside an open mutation. It is
 // shared by memberships and service accounts so the rules live in one place.
 // The caller records the audit row of the mutation as a whole.
-func Bind(ctx context.Context, tx *store.Tx, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (store.RoleBinding, error) {
+func Bind(ctx context.Context, tx Tx, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (RoleBinding, error) {
 	if !KnownRole(role) {
-		return store.RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
+		return RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
 			Message: "unknown role; use one of " + joinRoles()}})
 	}
 	return bind(ctx, tx, principalType, principalID, role, scopeType, scopeID, orgID)
@@ -29,26 +29,26 @@ func Bind(ctx context.Context, tx *store.Tx, principalType principal.Type, princ
 // BindWorkload binds the platform's own instance_workload role to an app
 // instance's service account in its project: the one way that role is
 // granted.
-func BindWorkload(ctx context.Context, tx *store.Tx, serviceAccountID, projectID, orgID string) (store.RoleBinding, error) {
+func BindWorkload(ctx context.Context, tx Tx, serviceAccountID, projectID, orgID string) (RoleBinding, error) {
 	return bind(ctx, tx, principal.ServiceAccount, serviceAccountID, RoleInstanceWorkload, ScopeProject, projectID, orgID)
 }
 
-func bind(ctx context.Context, tx *store.Tx, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (store.RoleBinding, error) {
+func bind(ctx context.Context, tx Tx, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (RoleBinding, error) {
 	if _, ok := roles[role]; !ok {
-		return store.RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
+		return RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
 			Message: "unknown role; use one of " + joinRoles()}})
 	}
 	if !RoleBindableAt(role, scopeType) {
-		return store.RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "role_not_bindable_here",
+		return RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "role_not_bindable_here",
 			Message: "role " + role + " cannot be granted at " + scopeType + " scope"}})
 	}
-	b := store.RoleBinding{ID: NewID(), PrincipalType: string(principalType), PrincipalID: principalID, Role: role,
+	b := RoleBinding{ID: NewID(), PrincipalType: string(principalType), PrincipalID: principalID, Role: role,
 		ScopeType: scopeType, ScopeID: scopeID, OrgID: orgID, CreatedAt: now()}
 	if err := tx.CreateRoleBinding(ctx, b); err != nil {
-		if errors.Is(err, store.ErrAlreadyExists) {
-			return store.RoleBinding{}, errdefs.AlreadyExists("binding_exists", "that principal already holds role %s here", role)
+		if errors.Is(err, storage.ErrAlreadyExists) {
+			return RoleBinding{}, errdefs.AlreadyExists("binding_exists", "that principal already holds role %s here", role)
 		}
-		return store.RoleBinding{}, err
+		return RoleBinding{}, err
 	}
 	return b, nil
 }
@@ -72,18 +72,18 @@ func joinRoles() string {
 }
 
 // AddMember grants a user a role at an org (scopeType org) or project.
-func (s *Service) AddMember(ctx context.Context, g *Grants, scopeType, scopeID string, in AddMemberInput) (store.RoleBinding, error) {
+func (s *Service) AddMember(ctx context.Context, g *Grants, scopeType, scopeID string, in AddMemberInput) (RoleBinding, error) {
 	orgID, err := s.memberScope(ctx, g, scopeType, scopeID, true)
 	if err != nil {
-		return store.RoleBinding{}, err
+		return RoleBinding{}, err
 	}
 	if in.Role == RolePlatformAdmin {
-		return store.RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "role_not_bindable_here", Message: "platform_admin is granted at platform scope only"}})
+		return RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "role_not_bindable_here", Message: "platform_admin is granted at platform scope only"}})
 	}
-	var b store.RoleBinding
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	var b RoleBinding
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if _, err := tx.GetUser(ctx, in.UserID); err != nil {
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, storage.ErrNotFound) {
 				return errdefs.Validation([]errdefs.FieldError{{Field: "/user_id", Code: "user_not_found", Message: "no user has this id"}})
 			}
 			return err
@@ -92,7 +92,7 @@ func (s *Service) AddMember(ctx context.Context, g *Grants, scopeType, scopeID s
 		if b, err = Bind(ctx, tx, principal.User, in.UserID, in.Role, scopeType, scopeID, orgID); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "role_binding.create", ResourceType: "role_binding", ResourceID: b.ID,
+		return tx.Audit(storage.AuditEvent{Action: "role_binding.create", ResourceType: "role_binding", ResourceID: b.ID,
 			OrgID: orgID, ProjectID: projectOf(scopeType, scopeID)}, nil, b)
 	})
 	return b, err
@@ -117,11 +117,11 @@ func (s *Service) memberScope(ctx context.Context, g *Grants, scopeType, scopeID
 }
 
 // ListMembers lists the bindings made at a scope.
-func (s *Service) ListMembers(ctx context.Context, g *Grants, scopeType, scopeID string, p store.Page) ([]store.RoleBinding, string, error) {
+func (s *Service) ListMembers(ctx context.Context, g *Grants, scopeType, scopeID string, p storage.Page) ([]RoleBinding, string, error) {
 	if _, err := s.memberScope(ctx, g, scopeType, scopeID, false); err != nil {
 		return nil, "", err
 	}
-	return s.DB.Queries().BindingsAtScope(ctx, scopeType, scopeID, p)
+	return s.Store.Read().BindingsAtScope(ctx, scopeType, scopeID, p)
 }
 
 // RemoveMember deletes a binding made at a scope.
@@ -130,9 +130,9 @@ func (s *Service) RemoveMember(ctx context.Context, g *Grants, scopeType, scopeI
 	if err != nil {
 		return err
 	}
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		b, err := tx.GetRoleBinding(ctx, bindingID)
-		if errors.Is(err, store.ErrNotFound) || (err == nil && (b.ScopeType != scopeType || b.ScopeID != scopeID)) {
+		if errors.Is(err, storage.ErrNotFound) || (err == nil && (b.ScopeType != scopeType || b.ScopeID != scopeID)) {
 			return errdefs.NotFound("binding_not_found", "no role binding %q at this scope", bindingID)
 		}
 		if err != nil {
@@ -141,7 +141,7 @@ func (s *Service) RemoveMember(ctx context.Context, g *Grants, scopeType, scopeI
 		if err := tx.DeleteRoleBinding(ctx, b.ID); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "role_binding.delete", ResourceType: "role_binding", ResourceID: b.ID,
+		return tx.Audit(storage.AuditEvent{Action: "role_binding.delete", ResourceType: "role_binding", ResourceID: b.ID,
 			OrgID: orgID, ProjectID: projectOf(scopeType, scopeID)}, b, nil)
 	})
 	if err == nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // Scope is where an action happens. An empty ProjectID means org level; an
@@ -17,11 +16,11 @@ type Scope struct {
 // Grants is everything a principal may do, loaded once per request.
 type Grants struct {
 	P        principal.Principal
-	bindings []store.RoleBinding
+	bindings []RoleBinding
 }
 
 // LoadGrants reads the role bindings of p.
-func LoadGrants(ctx context.Context, q *store.Queries, p principal.Principal) (*Grants, error) {
+func LoadGrants(ctx context.Context, q Queries, p principal.Principal) (*Grants, error) {
 	g := &Grants{P: p}
 	if p.Type != principal.User && p.Type != principal.ServiceAccount {
 		return g, nil
@@ -35,7 +34,7 @@ func LoadGrants(ctx context.Context, q *store.Queries, p principal.Principal) (*
 }
 
 // covers reports whether binding b applies at scope s.
-func covers(b store.RoleBinding, s Scope) bool {
+func covers(b RoleBinding, s Scope) bool {
 	switch b.ScopeType {
 	case ScopePlatform:
 		return true

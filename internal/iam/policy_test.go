@@ -4,10 +4,9 @@ import (
 	"testing"
 
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-func grants(p principal.Principal, bs ...store.RoleBinding) *Grants {
+func grants(p principal.Principal, bs ...RoleBinding) *Grants {
 	return &Grants{P: p, bindings: bs}
 }
 
@@ -16,7 +15,7 @@ func TestPolicyScopes(t *testing.T) {
 	orgA, orgB := "org-a", "org-b"
 	pA1, pA2, pB := Scope{OrgID: orgA, ProjectID: "a1"}, Scope{OrgID: orgA, ProjectID: "a2"}, Scope{OrgID: orgB, ProjectID: "b"}
 
-	viewer := grants(user, store.RoleBinding{Role: RoleProjectViewer, ScopeType: ScopeProject, ScopeID: "a1", OrgID: orgA})
+	viewer := grants(user, RoleBinding{Role: RoleProjectViewer, ScopeType: ScopeProject, ScopeID: "a1", OrgID: orgA})
 	if !viewer.Can(PermInstanceRead, pA1) || viewer.Can(PermInstanceCreate, pA1) {
 		t.Fatal("viewer: read yes, create no")
 	}
@@ -27,7 +26,7 @@ func TestPolicyScopes(t *testing.T) {
 		t.Fatal("a project member sees its org and no other")
 	}
 
-	orgAdmin := grants(user, store.RoleBinding{Role: RoleOrgAdmin, ScopeType: ScopeOrg, ScopeID: orgA, OrgID: orgA})
+	orgAdmin := grants(user, RoleBinding{Role: RoleOrgAdmin, ScopeType: ScopeOrg, ScopeID: orgA, OrgID: orgA})
 	for _, s := range []Scope{pA1, pA2, {OrgID: orgA}} {
 		if !orgAdmin.Can(PermSAWrite, s) && s.ProjectID != "" {
 			t.Fatalf("org admin lacks service_accounts.write at %+v", s)
@@ -40,7 +39,7 @@ func TestPolicyScopes(t *testing.T) {
 		t.Fatal("org admin lists every project of its org and none of another")
 	}
 
-	platform := grants(user, store.RoleBinding{Role: RolePlatformAdmin, ScopeType: ScopePlatform})
+	platform := grants(user, RoleBinding{Role: RolePlatformAdmin, ScopeType: ScopePlatform})
 	if !platform.IsPlatformAdmin() || !platform.Can(PermOrgsCreate, Scope{}) || !platform.Sees(pB) || platform.OrgIDs() != nil {
 		t.Fatal("platform admin reaches everything")
 	}
@@ -50,9 +49,9 @@ func TestPolicyScopes(t *testing.T) {
 func TestServiceAccountsAreConfined(t *testing.T) {
 	sa := principal.Principal{Type: principal.ServiceAccount, ID: "sa", OrgID: "org-a", ProjectID: "a1"}
 	g := grants(sa,
-		store.RoleBinding{Role: RoleAppOperator, ScopeType: ScopeProject, ScopeID: "a1", OrgID: "org-a"},
+		RoleBinding{Role: RoleAppOperator, ScopeType: ScopeProject, ScopeID: "a1", OrgID: "org-a"},
 		// A binding that should never exist for an SA must still not widen it.
-		store.RoleBinding{Role: RolePlatformAdmin, ScopeType: ScopePlatform},
+		RoleBinding{Role: RolePlatformAdmin, ScopeType: ScopePlatform},
 	)
 	if !g.Can(PermInstanceCreate, Scope{OrgID: "org-a", ProjectID: "a1"}) {
 		t.Fatal("SA cannot work in its own project")

@@ -12,12 +12,12 @@ import (
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Service is the IAM domain: tenancy, people, memberships and sign-in.
 type Service struct {
-	DB     *store.DB
+	Store  Store
 	Tokens *Tokens
 	Logger *slog.Logger
 	Now    func() time.Time
@@ -67,7 +67,7 @@ func errOrgNotFound(id string) error {
 // refused attempt in the audit log.
 func (s *Service) Deny(ctx context.Context, perm string, sc Scope, resourceType, resourceID string) error {
 	if !strings.HasSuffix(perm, ".read") {
-		err := s.DB.RecordOutcome(ctx, store.AuditEvent{
+		err := s.Store.RecordOutcome(ctx, storage.AuditEvent{
 			Action: perm, ResourceType: resourceType, ResourceID: resourceID, OrgID: sc.OrgID, ProjectID: sc.ProjectID,
 		}, "denied")
 		if err != nil {
@@ -79,45 +79,45 @@ func (s *Service) Deny(ctx context.Context, perm string, sc Scope, resourceType,
 
 // Project resolves a project the principal may see and checks perm on it.
 // A project it cannot see is reported as not found.
-func (s *Service) Project(ctx context.Context, g *Grants, projectID, perm string) (store.Project, error) {
+func (s *Service) Project(ctx context.Context, g *Grants, projectID, perm string) (Project, error) {
 	if _, err := uuid.Parse(projectID); err != nil {
-		return store.Project{}, errProjectNotFound(projectID)
+		return Project{}, errProjectNotFound(projectID)
 	}
-	p, err := s.DB.Queries().GetProject(ctx, projectID)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Project{}, errProjectNotFound(projectID)
+	p, err := s.Store.Read().GetProject(ctx, projectID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return Project{}, errProjectNotFound(projectID)
 	}
 	if err != nil {
-		return store.Project{}, err
+		return Project{}, err
 	}
 	sc := Scope{OrgID: p.OrgID, ProjectID: p.ID}
 	if !g.Sees(sc) {
-		return store.Project{}, errProjectNotFound(projectID)
+		return Project{}, errProjectNotFound(projectID)
 	}
 	if perm != "" && !g.Can(perm, sc) {
-		return store.Project{}, s.Deny(ctx, perm, sc, "project", p.ID)
+		return Project{}, s.Deny(ctx, perm, sc, "project", p.ID)
 	}
 	return p, nil
 }
 
 // Org resolves an org the principal may see and checks perm on it.
-func (s *Service) Org(ctx context.Context, g *Grants, orgID, perm string) (store.Org, error) {
+func (s *Service) Org(ctx context.Context, g *Grants, orgID, perm string) (Org, error) {
 	if _, err := uuid.Parse(orgID); err != nil {
-		return store.Org{}, errOrgNotFound(orgID)
+		return Org{}, errOrgNotFound(orgID)
 	}
-	o, err := s.DB.Queries().GetOrg(ctx, orgID)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Org{}, errOrgNotFound(orgID)
+	o, err := s.Store.Read().GetOrg(ctx, orgID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return Org{}, errOrgNotFound(orgID)
 	}
 	if err != nil {
-		return store.Org{}, err
+		return Org{}, err
 	}
 	sc := Scope{OrgID: o.ID}
 	if !g.Sees(sc) {
-		return store.Org{}, errOrgNotFound(orgID)
+		return Org{}, errOrgNotFound(orgID)
 	}
 	if perm != "" && !g.Can(perm, sc) {
-		return store.Org{}, s.Deny(ctx, perm, sc, "org", o.ID)
+		return Org{}, s.Deny(ctx, perm, sc, "org", o.ID)
 	}
 	return o, nil
 }
@@ -141,20 +141,20 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 	if err := s.throttle().check(email, s.now()); err != nil {
 		return Issued{}, err
 	}
-	u, err := s.DB.Queries().GetUserByEmail(ctx, email)
+	u, err := s.Store.Read().GetUserByEmail(ctx, email)
 	hash := dummyHash
 	if err == nil {
 		hash = u.PasswordHash
-	} else if !errors.Is(err, store.ErrNotFound) {
+	} else if !errors.Is(err, storage.ErrNotFound) {
 		return Issued{}, err
 	}
 	ok, verr := VerifyPassword(hash, password)
-	if err != nil || verr != nil || !ok || u.Status != "active" {
+	if err != nil || verr != nil || !ok || u.Status != UserActive {
 		resID := ""
 		if err == nil {
 			resID = u.ID
 		}
-		if aerr := s.DB.RecordOutcome(ctx, store.AuditEvent{Action: "auth.login", ResourceType: "user", ResourceID: resID}, "failure"); aerr != nil {
+		if aerr := s.Store.RecordOutcome(ctx, storage.AuditEvent{Action: "auth.login", ResourceType: "user", ResourceID: resID}, "failure"); aerr != nil {
 			s.Logger.ErrorContext(ctx, "could not audit a failed login", "err", aerr)
 		}
 		s.throttle().fail(email, s.now())

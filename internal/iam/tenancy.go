@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // CreateOrgInput is the body of an org creation.
@@ -28,29 +28,29 @@ func validateSlugName(slug, name string) []errdefs.FieldError {
 }
 
 // CreateOrg creates a tenant (platform admins only).
-func (s *Service) CreateOrg(ctx context.Context, g *Grants, in CreateOrgInput) (store.Org, error) {
+func (s *Service) CreateOrg(ctx context.Context, g *Grants, in CreateOrgInput) (Org, error) {
 	if err := s.RequirePlatform(ctx, g, PermOrgsCreate, "org"); err != nil {
-		return store.Org{}, err
+		return Org{}, err
 	}
 	if fe := validateSlugName(in.Slug, in.Name); fe != nil {
-		return store.Org{}, errdefs.Validation(fe)
+		return Org{}, errdefs.Validation(fe)
 	}
-	o := store.Org{ID: NewID(), Slug: in.Slug, Name: in.Name, CreatedAt: s.now()}
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	o := Org{ID: NewID(), Slug: in.Slug, Name: in.Name, CreatedAt: s.now()}
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.CreateOrg(ctx, o); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "org.create", ResourceType: "org", ResourceID: o.ID, OrgID: o.ID}, nil, o)
+		return tx.Audit(storage.AuditEvent{Action: "org.create", ResourceType: "org", ResourceID: o.ID, OrgID: o.ID}, nil, o)
 	})
-	if errors.Is(err, store.ErrAlreadyExists) {
-		return store.Org{}, errdefs.AlreadyExists("org_exists", "an org with slug %q already exists; pick another slug", in.Slug)
+	if errors.Is(err, storage.ErrAlreadyExists) {
+		return Org{}, errdefs.AlreadyExists("org_exists", "an org with slug %q already exists; pick another slug", in.Slug)
 	}
 	return o, err
 }
 
 // ListOrgs lists the orgs the principal can see.
-func (s *Service) ListOrgs(ctx context.Context, g *Grants, p store.Page) ([]store.Org, string, error) {
-	return s.DB.Queries().ListOrgs(ctx, g.OrgIDs(), p)
+func (s *Service) ListOrgs(ctx context.Context, g *Grants, p storage.Page) ([]Org, string, error) {
+	return s.Store.Read().ListOrgs(ctx, g.OrgIDs(), p)
 }
 
 // CreateProjectInput is the body of a project creation.
@@ -61,36 +61,36 @@ type CreateProjectInput struct {
 }
 
 // CreateProject creates a project in an org.
-func (s *Service) CreateProject(ctx context.Context, g *Grants, orgID string, in CreateProjectInput) (store.Project, error) {
+func (s *Service) CreateProject(ctx context.Context, g *Grants, orgID string, in CreateProjectInput) (Project, error) {
 	o, err := s.Org(ctx, g, orgID, PermProjectsCreate)
 	if err != nil {
-		return store.Project{}, err
+		return Project{}, err
 	}
 	fe := validateSlugName(in.Slug, in.Name)
 	if len(in.Description) > 2000 {
 		fe = append(fe, errdefs.FieldError{Field: "/description", Code: "too_long", Message: "must be at most 2000 characters"})
 	}
 	if fe != nil {
-		return store.Project{}, errdefs.Validation(fe)
+		return Project{}, errdefs.Validation(fe)
 	}
-	p := store.Project{ID: NewID(), OrgID: o.ID, Slug: in.Slug, Name: in.Name, Description: in.Description, CreatedAt: s.now()}
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	p := Project{ID: NewID(), OrgID: o.ID, Slug: in.Slug, Name: in.Name, Description: in.Description, CreatedAt: s.now()}
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.CreateProject(ctx, p); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "project.create", ResourceType: "project", ResourceID: p.ID, OrgID: o.ID, ProjectID: p.ID}, nil, p)
+		return tx.Audit(storage.AuditEvent{Action: "project.create", ResourceType: "project", ResourceID: p.ID, OrgID: o.ID, ProjectID: p.ID}, nil, p)
 	})
-	if errors.Is(err, store.ErrAlreadyExists) {
-		return store.Project{}, errdefs.AlreadyExists("project_exists", "org %q already has a project with slug %q; pick another slug", o.Slug, in.Slug)
+	if errors.Is(err, storage.ErrAlreadyExists) {
+		return Project{}, errdefs.AlreadyExists("project_exists", "org %q already has a project with slug %q; pick another slug", o.Slug, in.Slug)
 	}
 	return p, err
 }
 
 // ListProjects lists the projects of an org the principal can see.
-func (s *Service) ListProjects(ctx context.Context, g *Grants, orgID string, p store.Page) ([]store.Project, string, error) {
+func (s *Service) ListProjects(ctx context.Context, g *Grants, orgID string, p storage.Page) ([]Project, string, error) {
 	o, err := s.Org(ctx, g, orgID, "")
 	if err != nil {
 		return nil, "", err
 	}
-	return s.DB.Queries().ListProjects(ctx, o.ID, g.ProjectIDsIn(o.ID), p)
+	return s.Store.Read().ListProjects(ctx, o.ID, g.ProjectIDsIn(o.ID), p)
 }

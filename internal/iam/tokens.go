@@ -9,7 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Access tokens are EdDSA JWTs carrying only who the bearer is. What the
@@ -33,14 +33,14 @@ type AccessClaims struct {
 // account exists and is enabled, and the key it was minted with is not
 // revoked. The service-account domain implements it.
 type ServiceAccountChecker interface {
-	CheckServiceAccountToken(ctx context.Context, q *store.Queries, c AccessClaims) (principal.Principal, error)
+	CheckServiceAccountToken(ctx context.Context, c AccessClaims) (principal.Principal, error)
 }
 
 // NodeChecker confirms a node token is still good: the node exists, is not
 // removed, and the token postdates its last credential cut-off. The nodes
 // domain implements it.
 type NodeChecker interface {
-	CheckNodeToken(ctx context.Context, q *store.Queries, c AccessClaims) (principal.Principal, error)
+	CheckNodeToken(ctx context.Context, c AccessClaims) (principal.Principal, error)
 }
 
 // Tokens issues and verifies access tokens.
@@ -52,18 +52,18 @@ type Tokens struct {
 	Node     NodeChecker
 	NodeTTL  time.Duration // node tokens; SATTL when zero
 	Now      func() time.Time
-	DB       *store.DB
+	Users    Queries // reads only
 	parser   *jwt.Parser
 	audience string
 }
 
 // NewTokens builds the token service.
-func NewTokens(db *store.DB, ring *Keyring, userTTL, saTTL time.Duration, now func() time.Time) *Tokens {
+func NewTokens(users Queries, ring *Keyring, userTTL, saTTL time.Duration, now func() time.Time) *Tokens {
 	if now == nil {
 		now = time.Now
 	}
 	return &Tokens{
-		Ring: ring, UserTTL: userTTL, SATTL: saTTL, Now: now, DB: db,
+		Ring: ring, UserTTL: userTTL, SATTL: saTTL, Now: now, Users: users,
 		parser: jwt.NewParser(jwt.WithValidMethods([]string{"EdDSA"}), jwt.WithIssuer(TokenIssuer),
 			jwt.WithAudience(TokenAudience), jwt.WithExpirationRequired(), jwt.WithTimeFunc(now), jwt.WithLeeway(5*time.Second)),
 	}
@@ -156,17 +156,17 @@ func (t *Tokens) Authenticate(ctx context.Context, raw string) (principal.Princi
 }
 
 func (t *Tokens) check(ctx context.Context, c AccessClaims) (principal.Principal, error) {
-	q := t.DB.Queries()
+	q := t.Users
 	switch c.Type {
 	case string(principal.User):
 		u, err := q.GetUser(ctx, c.Subject)
 		if err != nil {
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, storage.ErrNotFound) {
 				return principal.Principal{}, BadToken(ErrAccountDeleted)
 			}
 			return principal.Principal{}, err
 		}
-		if u.Status != "active" {
+		if u.Status != UserActive {
 			return principal.Principal{}, BadToken(ErrAccountDisabled)
 		}
 		// <=: a token minted in the same millisecond as a revocation is
@@ -179,12 +179,12 @@ func (t *Tokens) check(ctx context.Context, c AccessClaims) (principal.Principal
 		if t.SA == nil {
 			return principal.Principal{}, errBadToken
 		}
-		return t.SA.CheckServiceAccountToken(ctx, q, c)
+		return t.SA.CheckServiceAccountToken(ctx, c)
 	case string(principal.Node):
 		if t.Node == nil {
 			return principal.Principal{}, errBadToken
 		}
-		return t.Node.CheckNodeToken(ctx, q, c)
+		return t.Node.CheckNodeToken(ctx, c)
 	}
 	return principal.Principal{}, errBadToken
 }

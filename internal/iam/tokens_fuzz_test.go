@@ -1,4 +1,4 @@
-package iam
+package iam_test
 
 import (
 	"bytes"
@@ -6,23 +6,24 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
 
-func newTokens(t testing.TB) (*Tokens, *store.DB) {
-	db := storetest.Open(t, store.SQLite)
+func newTokens(t testing.TB) (*iam.Tokens, iam.Queries) {
+	db := store.IAM(storetest.Open(t, store.SQLite)).Read()
 	seal, err := sealer.New(bytes.Repeat([]byte{1}, 32))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring, err := LoadKeyring(context.Background(), db, seal, "access_token")
+	ring, err := iam.LoadKeyring(context.Background(), db, seal, "access_token")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewTokens(db, ring, time.Minute, time.Minute, nil), db
+	return iam.NewTokens(db, ring, time.Minute, time.Minute, nil), db
 }
 
 // Bearer tokens are untrusted input: nothing but a token this server signed
@@ -48,8 +49,8 @@ func FuzzAuthenticate(f *testing.F) {
 func TestTokensRejectAlgNoneAndOtherKeys(t *testing.T) {
 	tk, db := newTokens(t)
 	other, _ := newTokens(t)
-	u := store.User{ID: NewID(), Email: "x@example.com", PasswordHash: "h", Status: "active", CreatedAt: time.Now()}
-	if err := db.Queries().CreateUser(context.Background(), u); err != nil {
+	u := iam.User{ID: iam.NewID(), Email: "x@example.com", PasswordHash: "h", Status: iam.UserActive, CreatedAt: time.Now()}
+	if err := db.CreateUser(context.Background(), u); err != nil {
 		t.Fatal(err)
 	}
 	mine, _ := tk.Issue(principal.Principal{Type: principal.User, ID: u.ID}, "")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // CreateUserInput is the body of a user creation.
@@ -22,14 +22,14 @@ type CreateUserInput struct {
 const MinPasswordLen = 12
 
 // CreateUser creates a person who can sign in (platform admins only).
-func (s *Service) CreateUser(ctx context.Context, g *Grants, in CreateUserInput) (store.User, error) {
+func (s *Service) CreateUser(ctx context.Context, g *Grants, in CreateUserInput) (User, error) {
 	if err := s.RequirePlatform(ctx, g, PermUsersWrite, "user"); err != nil {
-		return store.User{}, err
+		return User{}, err
 	}
 	return s.createUser(ctx, in)
 }
 
-func (s *Service) createUser(ctx context.Context, in CreateUserInput) (store.User, error) {
+func (s *Service) createUser(ctx context.Context, in CreateUserInput) (User, error) {
 	email, bad := NormalizeEmail(in.Email)
 	var fe []errdefs.FieldError
 	if bad != nil {
@@ -41,57 +41,57 @@ func (s *Service) createUser(ctx context.Context, in CreateUserInput) (store.Use
 		fe = append(fe, errdefs.FieldError{Field: "/password", Code: "weak_password", Message: "must be 12-256 characters"})
 	}
 	if fe != nil {
-		return store.User{}, errdefs.Validation(fe)
+		return User{}, errdefs.Validation(fe)
 	}
 	hash, err := HashPassword(in.Password)
 	if err != nil {
-		return store.User{}, err
+		return User{}, err
 	}
 	now := s.now()
-	u := store.User{ID: NewID(), Email: email, DisplayName: in.DisplayName, PasswordHash: hash, Status: "active", CreatedAt: now}
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	u := User{ID: NewID(), Email: email, DisplayName: in.DisplayName, PasswordHash: hash, Status: UserActive, CreatedAt: now}
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.CreateUser(ctx, u); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "user.create", ResourceType: "user", ResourceID: u.ID}, nil, PublicUser(u))
+		return tx.Audit(storage.AuditEvent{Action: "user.create", ResourceType: "user", ResourceID: u.ID}, nil, PublicUser(u))
 	})
-	if errors.Is(err, store.ErrAlreadyExists) {
-		return store.User{}, errdefs.AlreadyExists("user_exists", "a user with email %q already exists", email)
+	if errors.Is(err, storage.ErrAlreadyExists) {
+		return User{}, errdefs.AlreadyExists("user_exists", "a user with email %q already exists", email)
 	}
 	return u, err
 }
 
 // UserView is what the API shows of a user: never the password hash.
 type UserView struct {
-	ID          string `json:"id"`
-	Email       string `json:"email"`
-	DisplayName string `json:"display_name"`
-	Status      string `json:"status"`
-	CreatedAt   string `json:"created_at"`
+	ID          string     `json:"id"`
+	Email       string     `json:"email"`
+	DisplayName string     `json:"display_name"`
+	Status      UserStatus `json:"status"`
+	CreatedAt   string     `json:"created_at"`
 }
 
 // PublicUser strips secrets from a user.
-func PublicUser(u store.User) UserView {
+func PublicUser(u User) UserView {
 	return UserView{ID: u.ID, Email: u.Email, DisplayName: u.DisplayName, Status: u.Status, CreatedAt: u.CreatedAt.UTC().Format("2006-01-02T15:04:05Z07:00")}
 }
 
 // SetUserStatus enables or disables a user; disabling ends their tokens now.
-func (s *Service) SetUserStatus(ctx context.Context, g *Grants, userID, status string) (store.User, error) {
+func (s *Service) SetUserStatus(ctx context.Context, g *Grants, userID string, status UserStatus) (User, error) {
 	if err := s.RequirePlatform(ctx, g, PermUsersWrite, "user"); err != nil {
-		return store.User{}, err
+		return User{}, err
 	}
-	var after store.User
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	var after User
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		before, err := tx.GetUser(ctx, userID)
 		if err != nil {
 			return err
 		}
-		if before.ID == principal.From(ctx).ID && status == "disabled" {
+		if before.ID == principal.From(ctx).ID && status == UserDisabled {
 			return errdefs.FailedPrecondition("cannot_disable_self", "you cannot disable your own account")
 		}
 		// Disabling ends every live token; enabling revives none of them.
 		var cut time.Time
-		if status == "disabled" {
+		if status == UserDisabled {
 			cut = s.now()
 		}
 		if err := tx.SetUserStatus(ctx, userID, status, cut); err != nil {
@@ -99,20 +99,20 @@ func (s *Service) SetUserStatus(ctx context.Context, g *Grants, userID, status s
 		}
 		after = before
 		after.Status = status
-		return tx.Audit(store.AuditEvent{Action: "user." + map[string]string{"active": "enable", "disabled": "disable"}[status],
+		return tx.Audit(storage.AuditEvent{Action: "user." + map[UserStatus]string{UserActive: "enable", UserDisabled: "disable"}[status],
 			ResourceType: "user", ResourceID: userID}, PublicUser(before), PublicUser(after))
 	})
-	if errors.Is(err, store.ErrNotFound) {
-		return store.User{}, errdefs.NotFound("user_not_found", "user %q does not exist", userID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return User{}, errdefs.NotFound("user_not_found", "user %q does not exist", userID)
 	}
-	if err == nil && status == "disabled" {
+	if err == nil && status == UserDisabled {
 		s.AccessChanged()
 	}
 	return after, err
 }
 
 // SeedUser creates a user without a permission check (dev seeding only).
-func (s *Service) SeedUser(ctx context.Context, in CreateUserInput) (store.User, error) {
+func (s *Service) SeedUser(ctx context.Context, in CreateUserInput) (User, error) {
 	return s.createUser(principal.With(ctx, principal.SystemActor), in)
 }
 
@@ -120,8 +120,8 @@ func (s *Service) SeedUser(ctx context.Context, in CreateUserInput) (store.User,
 // has this password (dev seeding only; audited as the system actor).
 func (s *Service) SeedPlatformAdmin(ctx context.Context, email, password string) error {
 	ctx = principal.With(ctx, principal.SystemActor)
-	u, err := s.DB.Queries().GetUserByEmail(ctx, email)
-	if errors.Is(err, store.ErrNotFound) {
+	u, err := s.Store.Read().GetUserByEmail(ctx, email)
+	if errors.Is(err, storage.ErrNotFound) {
 		u, err = s.createUser(ctx, CreateUserInput{Email: email, DisplayName: "Dev Admin", Password: password})
 		if err != nil {
 			return err
@@ -133,16 +133,16 @@ func (s *Service) SeedPlatformAdmin(ctx context.Context, email, password string)
 		if err != nil {
 			return err
 		}
-		if err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		if err := s.Store.Mutate(ctx, func(tx Tx) error {
 			if err := tx.SetUserPassword(ctx, u.ID, hash, s.now()); err != nil {
 				return err
 			}
-			return tx.Audit(store.AuditEvent{Action: "user.password_reset", ResourceType: "user", ResourceID: u.ID, Reason: "dev seed: credentials file was missing"}, nil, nil)
+			return tx.Audit(storage.AuditEvent{Action: "user.password_reset", ResourceType: "user", ResourceID: u.ID, Reason: "dev seed: credentials file was missing"}, nil, nil)
 		}); err != nil {
 			return err
 		}
 	}
-	bs, err := s.DB.Queries().BindingsOfPrincipal(ctx, string(principal.User), u.ID)
+	bs, err := s.Store.Read().BindingsOfPrincipal(ctx, string(principal.User), u.ID)
 	if err != nil {
 		return err
 	}
@@ -151,11 +151,11 @@ func (s *Service) SeedPlatformAdmin(ctx context.Context, email, password string)
 			return nil
 		}
 	}
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	return s.Store.Mutate(ctx, func(tx Tx) error {
 		b, err := Bind(ctx, tx, principal.User, u.ID, RolePlatformAdmin, ScopePlatform, "", "")
 		if err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "role_binding.create", ResourceType: "role_binding", ResourceID: b.ID, Reason: "dev seed"}, nil, b)
+		return tx.Audit(storage.AuditEvent{Action: "role_binding.create", ResourceType: "role_binding", ResourceID: b.ID, Reason: "dev seed"}, nil, b)
 	})
 }

@@ -152,7 +152,7 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 	db := storetest.Open(t, d)
 	ctx := context.Background()
 	logger := slog.New(slog.DiscardHandler)
-	iamSvc := &iam.Service{DB: db, Logger: logger}
+	iamSvc := &iam.Service{Store: store.IAM(db), Logger: logger}
 	admin := principal.Principal{Type: principal.User, ID: iam.NewID()}
 	now := time.Now()
 	q := db.Queries()

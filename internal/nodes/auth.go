@@ -85,8 +85,8 @@ var errNodeToken = errdefs.Unauthenticated("invalid_token",
 	"this node token is no longer valid: the node was removed or its credentials were cut off; exchange a new assertion or join again")
 
 // CheckNodeToken is consulted on every request carrying a node token.
-func (s *Service) CheckNodeToken(ctx context.Context, q *store.Queries, c iam.AccessClaims) (principal.Principal, error) {
-	state, validAfter, err := s.nodeAuth(ctx, q, c.Subject)
+func (s *Service) CheckNodeToken(ctx context.Context, c iam.AccessClaims) (principal.Principal, error) {
+	state, validAfter, err := s.nodeAuth(ctx, s.DB.Queries(), c.Subject)
 	if errors.Is(err, store.ErrNotFound) {
 		return principal.Principal{}, errNodeToken
 	}

@@ -106,12 +106,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if err := db.CheckSchema(ctx); err != nil {
 		return nil, err
 	}
-	ring, err := iam.LoadKeyring(ctx, db, seal, "access_token")
+	iamStore := store.IAM(db)
+	ring, err := iam.LoadKeyring(ctx, iamStore.Read(), seal, "access_token")
 	if err != nil {
 		return nil, err
 	}
-	tokens := iam.NewTokens(db, ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, nil)
-	svc := &iam.Service{DB: db, Tokens: tokens, Logger: logger}
+	tokens := iam.NewTokens(iamStore.Read(), ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, nil)
+	svc := &iam.Service{Store: iamStore, Tokens: tokens, Logger: logger}
 	a := &App{Config: cfg, Logger: logger, DB: db, IAM: svc, Tokens: tokens}
 	sa := serviceaccounts.New(serviceaccounts.Deps{DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})

@@ -138,8 +138,8 @@ func errTokenRevoked(why error) error {
 // CheckServiceAccountToken is consulted on every request carrying a
 // service-account token: the account must exist and be enabled, the token
 // must postdate the last disable, and its key must not be revoked.
-func (s *Service) CheckServiceAccountToken(ctx context.Context, q *store.Queries, c iam.AccessClaims) (principal.Principal, error) {
-	a, k, err := q.ServiceAccountWithKey(ctx, c.Subject, c.KeyID)
+func (s *Service) CheckServiceAccountToken(ctx context.Context, c iam.AccessClaims) (principal.Principal, error) {
+	a, k, err := s.DB.Queries().ServiceAccountWithKey(ctx, c.Subject, c.KeyID)
 	if errors.Is(err, store.ErrNotFound) {
 		return principal.Principal{}, errTokenRevoked(iam.ErrAccountDeleted)
 	}

@@ -89,7 +89,7 @@ type AllocationFilter struct {
 
 // ListAllocations lists allocations in creation order.
 func (q *Queries) ListAllocations(ctx context.Context, f AllocationFilter, p Page) ([]Allocation, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

@@ -39,7 +39,7 @@ func (q *Queries) GetArtifactSigningKey(ctx context.Context, projectID, id strin
 
 // ListArtifactSigningKeys lists a project's keys in creation order.
 func (q *Queries) ListArtifactSigningKeys(ctx context.Context, projectID string, p Page) ([]ArtifactSigningKey, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
@@ -273,7 +273,7 @@ type AppArtifactFilter struct {
 }
 
 func (q *Queries) ListAppArtifacts(ctx context.Context, projectID string, f AppArtifactFilter, p Page) ([]AppArtifact, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

@@ -2,27 +2,16 @@ package store
 
 import (
 	"context"
-	"time"
+
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
-// AuditEvent is one row of the audit log: who did what to which resource,
-// with the state before and after, why, and under which correlation id.
-type AuditEvent struct {
-	ID            string
-	OccurredAt    time.Time
-	ActorType     string
-	ActorID       string
-	OrgID         string
-	ProjectID     string
-	Action        string // dot-named, e.g. "project.create"
-	ResourceType  string
-	ResourceID    string
-	Before        []byte // JSON or nil
-	After         []byte // JSON or nil
-	Reason        string
-	CorrelationID string
-	Outcome       string // success | denied | failure
-}
+// AuditEvent and AuditFilter are storage's: the audit row is part of every
+// domain's mutation.
+type (
+	AuditEvent  = storage.AuditEvent
+	AuditFilter = storage.AuditFilter
+)
 
 const auditCols = `id, occurred_at, actor_type, actor_id, org_id, project_id, action, resource_type, resource_id, before_state, after_state, reason, correlation_id, outcome`
 
@@ -39,15 +28,9 @@ func scanAudit(s interface{ Scan(...any) error }) (AuditEvent, error) {
 	return e, err
 }
 
-// AuditFilter narrows an audit listing; empty fields do not filter.
-type AuditFilter struct {
-	OrgID, ProjectID, ActorID, Action, ResourceType, ResourceID, CorrelationID, Outcome string
-	Since, Until                                                                        time.Time
-}
-
 // ListAudit returns audit events newest first.
 func (q *Queries) ListAudit(ctx context.Context, f AuditFilter, p Page) ([]AuditEvent, string, error) {
-	before, limit, err := p.afterID()
+	before, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

@@ -222,7 +222,7 @@ func (f UsageFilter) where(timeCol string) (string, []any) {
 
 // ListUsage returns usage records in id (recording) order.
 func (q *Queries) ListUsage(ctx context.Context, f UsageFilter, p Page) ([]UsageRecord, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
@@ -355,7 +355,7 @@ type UnratedRecord struct {
 // ListUnratedUsage pages through every usage record that has no charge,
 // parked or not, in id order.
 func (q *Queries) ListUnratedUsage(ctx context.Context, p Page) ([]UnratedRecord, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
@@ -471,7 +471,7 @@ func (q *Queries) GetPrice(ctx context.Context, id string) (Price, error) {
 
 // ListPrices lists every price version in creation order.
 func (q *Queries) ListPrices(ctx context.Context, p Page) ([]Price, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
@@ -577,7 +577,7 @@ func (q *Queries) GetLedgerEntry(ctx context.Context, id string) (LedgerEntry, e
 
 // ListLedger returns entries in posting order.
 func (q *Queries) ListLedger(ctx context.Context, f UsageFilter, p Page) ([]LedgerEntry, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

@@ -91,7 +91,7 @@ func (q *Queries) GetAppBySlug(ctx context.Context, slug string) (App, error) {
 // ListApps lists apps in creation order. With withVersionIn non-empty, only
 // apps having at least one version in one of those statuses.
 func (q *Queries) ListApps(ctx context.Context, withVersionIn []string, p Page) ([]App, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
@@ -153,7 +153,7 @@ func (q *Queries) GetAppVersion(ctx context.Context, appSlug, version string) (A
 // ListAppVersions lists the versions of an app in registration order,
 // only those in statuses when it is non-empty.
 func (q *Queries) ListAppVersions(ctx context.Context, appSlug string, statuses []string, p Page) ([]AppVersion, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
@@ -225,7 +225,7 @@ func (q *Queries) GetEntitlement(ctx context.Context, projectID, appSlug string)
 // ListEntitlements lists a project's entitlements in creation order; with
 // onlyEnabled, just the enabled ones.
 func (q *Queries) ListEntitlements(ctx context.Context, projectID string, onlyEnabled bool, p Page) ([]AppEntitlement, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

@@ -15,15 +15,16 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/gpuaas/gpuaas/internal/storage"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 )
 
-// Dialect names a supported SQL engine.
-type Dialect string
+// Dialect names a supported SQL engine (storage's).
+type Dialect = storage.Dialect
 
 const (
-	Postgres Dialect = "postgres"
-	SQLite   Dialect = "sqlite"
+	Postgres = storage.Postgres
+	SQLite   = storage.SQLite
 )
 
 // DB is an open database of either dialect.

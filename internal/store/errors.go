@@ -10,21 +10,20 @@ import (
 	"syscall"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 )
 
-// Sentinels returned by every query; re-exported from errdefs so domains can
-// test them without importing this package.
+// Sentinels returned by every query: storage's, so domains test them
+// without importing this package.
 var (
-	ErrNotFound      = errdefs.ErrNotFound
-	ErrAlreadyExists = errdefs.ErrAlreadyExists
-	ErrConflict      = errdefs.ErrConflict
-	ErrUnavailable   = errdefs.ErrUnavailable
-	// ErrDeadlock: PostgreSQL broke a lock cycle by aborting this
-	// transaction. Nothing it did is kept; running it again is safe.
-	ErrDeadlock = errors.New("deadlock detected: the transaction was rolled back and may be retried")
+	ErrNotFound      = storage.ErrNotFound
+	ErrAlreadyExists = storage.ErrAlreadyExists
+	ErrConflict      = storage.ErrConflict
+	ErrUnavailable   = storage.ErrUnavailable
+	ErrDeadlock      = storage.ErrDeadlock
 )
 
 // mapErr converts driver errors into store sentinels, keeping the original

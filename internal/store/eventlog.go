@@ -144,7 +144,7 @@ type ParkedEvent struct {
 
 // ListParkedEvents pages through parked events, oldest first.
 func (q *Queries) ListParkedEvents(ctx context.Context, p Page) ([]ParkedEvent, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

@@ -97,7 +97,7 @@ func (q *Queries) GetAppInstanceByID(ctx context.Context, id string) (AppInstanc
 // ListAppInstances lists a project's instances in creation order,
 // optionally only those in status.
 func (q *Queries) ListAppInstances(ctx context.Context, projectID, status string, p Page) ([]AppInstance, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
@@ -270,7 +270,7 @@ func (q *Queries) InsertInstanceEvent(ctx context.Context, e InstanceEvent) erro
 
 // ListInstanceEvents pages through an instance's timeline, oldest first.
 func (q *Queries) ListInstanceEvents(ctx context.Context, instanceID string, p Page) ([]InstanceEvent, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
@@ -339,7 +339,7 @@ func (q *Queries) SetInstanceMembersStatus(ctx context.Context, instanceID, work
 
 // ListInstanceMembers lists an instance's members, oldest first.
 func (q *Queries) ListInstanceMembers(ctx context.Context, instanceID string, p Page) ([]InstanceMember, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

@@ -126,7 +126,7 @@ func (q *Queries) LockNode(ctx context.Context, id string) (Node, error) {
 
 // ListNodes lists nodes in join order, optionally of one state.
 func (q *Queries) ListNodes(ctx context.Context, state string, p Page) ([]Node, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

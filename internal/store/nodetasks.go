@@ -80,7 +80,7 @@ type NodeTaskFilter struct {
 
 // ListNodeTasks lists tasks in creation order.
 func (q *Queries) ListNodeTasks(ctx context.Context, f NodeTaskFilter, p Page) ([]NodeTask, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

@@ -9,28 +9,14 @@ import (
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // EventSource is the CloudEvents `source` of every event this platform emits.
-const EventSource = "/gpuaas"
+const EventSource = storage.EventSource
 
-// Event is one CloudEvents 1.0 envelope written to the outbox in the
-// mutation's transaction. Emitters set Type, Subject, OrgID, ProjectID and
-// Data; Mutate fills ID (the event_id), Source, Time, Actor and CorrelationID.
-// Position is the order the relay gives events once they are visible to it.
-type Event struct {
-	ID            string
-	Source        string
-	Type          string // dot-named, e.g. "apps.instance.running"
-	Subject       string // the resource, e.g. "app-instances/<id>"
-	Time          time.Time
-	OrgID         string
-	ProjectID     string
-	Actor         string // "<principal type>:<id>"
-	CorrelationID string
-	Data          []byte // JSON object
-	Position      int64  // 0 until sequenced
-}
+// Event is storage's outbox envelope.
+type Event = storage.Event
 
 // Emit records an event to be written to the outbox in this transaction:
 // the change, its audit row and its events commit together or not at all.
@@ -53,19 +39,14 @@ func (t *Tx) Emit(e Event, data any) error {
 		}
 		e.Data = b
 	}
-	if len(e.Data) > MaxEventDataBytes {
+	if len(e.Data) > storage.MaxEventDataBytes {
 		// A bug of the emitter, refused here so it can never reach the
 		// relay: the bus takes messages of 1 MiB at most.
-		return fmt.Errorf("store: event %s data is %d bytes, over the %d-byte limit: emit smaller events", e.Type, len(e.Data), MaxEventDataBytes)
+		return fmt.Errorf("store: event %s data is %d bytes, over the %d-byte limit: emit smaller events", e.Type, len(e.Data), storage.MaxEventDataBytes)
 	}
 	t.events = append(t.events, e)
 	return nil
 }
-
-// MaxEventDataBytes bounds one event's data, far below NATS's default
-// 1 MiB payload limit so the envelope around it fits too. A variable only
-// so a test can write the oversized row an older binary might have left.
-var MaxEventDataBytes = 256 << 10
 
 func (t *Tx) flushEvents(ctx context.Context) error {
 	actor := principal.From(ctx)

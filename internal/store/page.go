@@ -1,56 +1,23 @@
 package store
 
 import (
-	"encoding/base64"
 	"fmt"
 
-	"github.com/google/uuid"
-
-	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
-// Page asks for one page of a list ordered by id. Ids are UUIDv7, so id
-// order is creation order and a cursor is just the last id seen, encoded.
-type Page struct {
-	Limit  int
-	Cursor string // opaque, from a previous Page result
-}
+// Page and its cursor live in storage, shared with the domains.
+type Page = storage.Page
 
 const (
-	DefaultPageLimit = 50
-	MaxPageLimit     = 500
+	DefaultPageLimit = storage.DefaultPageLimit
+	MaxPageLimit     = storage.MaxPageLimit
 )
 
-// afterID decodes the cursor and clamps the limit.
-func (p Page) afterID() (string, int, error) {
-	limit := p.Limit
-	if limit <= 0 {
-		limit = DefaultPageLimit
-	}
-	if limit > MaxPageLimit {
-		limit = MaxPageLimit
-	}
-	if p.Cursor == "" {
-		return "", limit, nil
-	}
-	raw, err := base64.RawURLEncoding.DecodeString(p.Cursor)
-	// Every id is a UUID in canonical form; anything else would silently
-	// page from an arbitrary point (an empty or a full list), so refuse it.
-	if err != nil || !canonicalUUID(string(raw)) {
-		return "", 0, errdefs.Invalid("invalid_cursor", "the cursor is not one this server issued; start again without a cursor")
-	}
-	return string(raw), limit, nil
-}
-
-func canonicalUUID(s string) bool {
-	u, err := uuid.Parse(s)
-	return err == nil && u.String() == s
-}
-
 // EncodeCursor turns the last id of a page into the next cursor.
-func EncodeCursor(lastID string) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(lastID))
-}
+func EncodeCursor(lastID string) string { return storage.EncodeCursor(lastID) }
+
+func canonicalUUID(s string) bool { return storage.CanonicalUUID(s) }
 
 // trimPage cuts the one extra row fetched to learn whether more exist.
 func trimPage[T any](rows []T, limit int, id func(T) string) ([]T, string) {

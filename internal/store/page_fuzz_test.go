@@ -14,7 +14,7 @@ func FuzzPageCursor(f *testing.F) {
 	f.Add("%%%")
 	f.Add("////")
 	f.Fuzz(func(t *testing.T, cursor string) {
-		after, limit, err := Page{Cursor: cursor, Limit: 7}.afterID()
+		after, limit, err := Page{Cursor: cursor, Limit: 7}.AfterID()
 		if err != nil {
 			if errdefs.KindOf(err) != errdefs.KindInvalidArgument {
 				t.Fatalf("cursor %q: error of kind %v", cursor, errdefs.KindOf(err))

@@ -58,7 +58,7 @@ func (q *Queries) GetServiceAccount(ctx context.Context, id string) (ServiceAcco
 
 // ListServiceAccounts lists the accounts of a project in creation order.
 func (q *Queries) ListServiceAccounts(ctx context.Context, projectID string, p Page) ([]ServiceAccount, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

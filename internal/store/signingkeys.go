@@ -2,21 +2,12 @@ package store
 
 import (
 	"context"
-	"time"
+
+	"github.com/gpuaas/gpuaas/internal/iam"
 )
 
-// SigningKey is a key the control plane signs tokens with. The private half
-// is sealed (encrypted) before it reaches the database; replicas share keys
-// through this table.
-type SigningKey struct {
-	KID        string
-	Purpose    string // access_token | registry_token | ...
-	Algorithm  string
-	PrivateKey string // sealed
-	PublicKey  string // PEM
-	CreatedAt  time.Time
-	RetiredAt  time.Time
-}
+// SigningKey is the IAM domain's.
+type SigningKey = iam.SigningKey
 
 const signingKeyCols = `kid, purpose, algorithm, private_key, public_key, created_at, retired_at`
 

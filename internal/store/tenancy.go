@@ -2,26 +2,15 @@ package store
 
 import (
 	"context"
-	"time"
+
+	"github.com/gpuaas/gpuaas/internal/iam"
 )
 
-// Org is a tenant.
-type Org struct {
-	ID        string    `json:"id"`
-	Slug      string    `json:"slug"`
-	Name      string    `json:"name"`
-	CreatedAt time.Time `json:"created_at,omitzero"`
-}
-
-// Project belongs to one org; its slug is unique within the org.
-type Project struct {
-	ID          string    `json:"id"`
-	OrgID       string    `json:"org_id"`
-	Slug        string    `json:"slug"`
-	Name        string    `json:"name"`
-	Description string    `json:"description,omitempty"`
-	CreatedAt   time.Time `json:"created_at,omitzero"`
-}
+// Tenancy rows are the IAM domain's types.
+type (
+	Org     = iam.Org
+	Project = iam.Project
+)
 
 func (q *Queries) CreateOrg(ctx context.Context, o Org) error {
 	_, err := q.exec(ctx, `INSERT INTO orgs (id, slug, name, created_at) VALUES (?, ?, ?, ?)`,
@@ -49,7 +38,7 @@ func (q *Queries) GetOrgBySlug(ctx context.Context, slug string) (Org, error) {
 
 // ListOrgs lists orgs; when onlyIDs is non-nil, just those.
 func (q *Queries) ListOrgs(ctx context.Context, onlyIDs []string, p Page) ([]Org, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
@@ -102,7 +91,7 @@ func (q *Queries) GetProjectBySlug(ctx context.Context, orgID, slug string) (Pro
 
 // ListProjects lists the projects of an org; when onlyIDs is non-nil, just those.
 func (q *Queries) ListProjects(ctx context.Context, orgID string, onlyIDs []string, p Page) ([]Project, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}

@@ -3,20 +3,15 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/iam"
 )
 
-// User is a person who signs in with a password.
-type User struct {
-	ID           string
-	Email        string
-	DisplayName  string
-	PasswordHash string
-	Status       string // active | disabled
-	// TokensValidAfter invalidates every access token issued before it:
-	// disabling a user or resetting a password moves it forward.
-	TokensValidAfter time.Time
-	CreatedAt        time.Time
-}
+// People and their roles are the IAM domain's types.
+type (
+	User        = iam.User
+	RoleBinding = iam.RoleBinding
+)
 
 const userCols = `id, email, display_name, password_hash, status, tokens_valid_after, created_at`
 
@@ -29,7 +24,7 @@ func scanUser(s interface{ Scan(...any) error }) (User, error) {
 
 func (q *Queries) CreateUser(ctx context.Context, u User) error {
 	_, err := q.exec(ctx, `INSERT INTO users (`+userCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-		u.ID, u.Email, u.DisplayName, u.PasswordHash, u.Status, ts(u.TokensValidAfter), ts(u.CreatedAt))
+		u.ID, u.Email, u.DisplayName, u.PasswordHash, string(u.Status), ts(u.TokensValidAfter), ts(u.CreatedAt))
 	return err
 }
 
@@ -45,15 +40,15 @@ func (q *Queries) GetUserByEmail(ctx context.Context, email string) (User, error
 
 // SetUserStatus changes a user's status; a non-zero cutTokens also ends
 // every token issued up to that time.
-func (q *Queries) SetUserStatus(ctx context.Context, id, status string, cutTokens time.Time) error {
+func (q *Queries) SetUserStatus(ctx context.Context, id string, status iam.UserStatus, cutTokens time.Time) error {
 	if cutTokens.IsZero() {
-		return q.execOne(ctx, `UPDATE users SET status = ? WHERE id = ?`, status, id)
+		return q.execOne(ctx, `UPDATE users SET status = ? WHERE id = ?`, string(status), id)
 	}
-	return q.execOne(ctx, `UPDATE users SET status = ?, tokens_valid_after = ? WHERE id = ?`, status, ts(cutTokens), id)
+	return q.execOne(ctx, `UPDATE users SET status = ?, tokens_valid_after = ? WHERE id = ?`, string(status), ts(cutTokens), id)
 }
 
 func (q *Queries) ListUsers(ctx context.Context, p Page) ([]User, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
@@ -67,19 +62,6 @@ func (q *Queries) ListUsers(ctx context.Context, p Page) ([]User, string, error)
 	}
 	out, next := trimPage(out, limit, func(u User) string { return u.ID })
 	return out, next, nil
-}
-
-// RoleBinding grants a role to a principal at a scope. ScopeID is "" for
-// the platform scope; OrgID is the org the scope sits in ("" for platform).
-type RoleBinding struct {
-	ID            string    `json:"id"`
-	PrincipalType string    `json:"principal_type"`
-	PrincipalID   string    `json:"principal_id"`
-	Role          string    `json:"role"`
-	ScopeType     string    `json:"scope_type"` // platform | org | project
-	ScopeID       string    `json:"scope_id,omitempty"`
-	OrgID         string    `json:"org_id,omitempty"`
-	CreatedAt     time.Time `json:"created_at,omitzero"`
 }
 
 const bindingCols = `id, principal_type, principal_id, role, scope_type, scope_id, org_id, created_at`
@@ -117,7 +99,7 @@ func (q *Queries) BindingsOfPrincipal(ctx context.Context, principalType, princi
 
 // BindingsAtScope lists the bindings made at one scope.
 func (q *Queries) BindingsAtScope(ctx context.Context, scopeType, scopeID string, p Page) ([]RoleBinding, string, error) {
-	after, limit, err := p.afterID()
+	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
