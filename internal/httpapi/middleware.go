@@ -21,7 +21,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 var requestIDRE = regexp.MustCompile(`^[A-Za-z0-9._:\-]{1,128}$`)
@@ -216,12 +216,12 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	hash := RequestHash(r.Method, r.URL.Path, body)
-	claim := store.IdempotencyClaim{Principal: principal.From(ctx).Key(), Key: key, ClaimID: uuid.NewString()}
+	claim := storage.IdempotencyClaim{Principal: principal.From(ctx).Key(), Key: key, ClaimID: uuid.NewString()}
 	now := time.Now()
 	q := a.DB.Queries()
-	err = q.ClaimIdempotencyKey(ctx, store.IdempotencyRecord{Principal: claim.Principal, Key: key, Method: r.Method, Path: r.URL.Path,
+	err = q.ClaimIdempotencyKey(ctx, storage.IdempotencyRecord{Principal: claim.Principal, Key: key, Method: r.Method, Path: r.URL.Path,
 		RequestHash: hash, CreatedAt: now, ExpiresAt: now.Add(a.IdempotencyTTL), ClaimID: claim.ClaimID})
-	if errors.Is(err, store.ErrAlreadyExists) {
+	if errors.Is(err, storage.ErrAlreadyExists) {
 		prev, gerr := q.GetIdempotencyRecord(ctx, claim.Principal, key)
 		switch {
 		case gerr != nil:
@@ -229,18 +229,18 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 		case prev.RequestHash != hash:
 			writeError(w, r, a.Logger, errdefs.Unprocessable("idempotency_key_reused",
 				"this idempotency key was already used for a different request; use a new key for a new request"))
-		case prev.State != "complete" && !prev.CommittedAt.IsZero():
+		case prev.State != storage.IdempotencyComplete && !prev.CommittedAt.IsZero():
 			// The change committed but its answer was lost (the server
 			// stopped, or failed after the commit): it is never run again.
 			writeError(w, r, a.Logger, errdefs.Conflict("idempotency_key_committed",
 				"the request with this idempotency key already took effect, but its answer was lost; read %s %s instead of retrying",
 				prev.ResourceType, prev.ResourceID).WithDetails(map[string]any{"resource_type": prev.ResourceType,
 				"resource_id": prev.ResourceID, "committed_at": prev.CommittedAt}))
-		case prev.State != "complete":
+		case prev.State != storage.IdempotencyComplete:
 			w.Header().Set("Retry-After", "1")
 			writeError(w, r, a.Logger, errdefs.Conflict("idempotency_key_in_flight",
 				"a request with this idempotency key is still being processed; retry shortly (a claim whose change never committed is given up after %s)",
-				store.AbandonedAfter))
+				storage.AbandonedAfter))
 		default:
 			w.Header().Set("Idempotent-Replayed", "true")
 			if prev.ContentType != "" {
@@ -256,7 +256,7 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 		return
 	}
 	w.capture = true
-	a.serve(w, r.WithContext(store.WithIdempotencyClaim(ctx, claim)), rt)
+	a.serve(w, r.WithContext(storage.WithIdempotencyClaim(ctx, claim)), rt)
 	if faultExitAfterServe && w.status < 500 {
 		os.Exit(137) // test-only fault injection: a crash between commit and recording the answer
 	}

@@ -5,60 +5,30 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
-// IdempotencyRecord remembers the outcome of one keyed request so a retry
-// gets the same answer instead of a second side effect.
-type IdempotencyRecord struct {
-	Principal   string
-	Key         string
-	Method      string
-	Path        string
-	RequestHash string
-	State       string // in_flight | complete
-	StatusCode  int
-	Body        []byte
-	ContentType string
-	CreatedAt   time.Time
-	ExpiresAt   time.Time
-	// ClaimID names the request that holds the key; only its transaction
-	// may commit under the key.
-	ClaimID string
-	// CommittedAt is set, in the mutation's own transaction, when the
-	// request's change committed: from then on the change is never run
-	// again for this key, even if the answer was lost.
-	CommittedAt time.Time
-	// ResourceType and ResourceID are what the committed change audited.
-	ResourceType string
-	ResourceID   string
+// The idempotency record and claim are storage's: the HTTP edge claims a
+// key, and Mutate records the commit under it.
+type (
+	IdempotencyRecord = storage.IdempotencyRecord
+	IdempotencyClaim  = storage.IdempotencyClaim
+)
+
+// AbandonedAfter: see storage.AbandonedAfter.
+const AbandonedAfter = storage.AbandonedAfter
+
+// WithIdempotencyClaim returns ctx carrying c.
+func WithIdempotencyClaim(ctx context.Context, c IdempotencyClaim) context.Context {
+	return storage.WithIdempotencyClaim(ctx, c)
+}
+
+func idempotencyClaimFrom(ctx context.Context) (IdempotencyClaim, bool) {
+	return storage.IdempotencyClaimFrom(ctx)
 }
 
 const idemCols = `principal, idem_key, method, path, request_hash, state, status_code, response_body, content_type, created_at, expires_at,
 	claim_id, committed_at, resource_type, resource_id`
-
-// AbandonedAfter is how long an in-flight claim whose transaction has not
-// committed may stand before it is taken as abandoned — the replica serving
-// it died or lost its database — and a retry may claim the key again. Safe
-// to keep short: a taken-over request can no longer commit (CommitIdempotencyClaim).
-const AbandonedAfter = time.Minute
-
-// IdempotencyClaim is the key a request holds, carried in its context so
-// that Mutate can record the commit in the mutation's transaction.
-type IdempotencyClaim struct {
-	Principal, Key, ClaimID string
-}
-
-type idemClaimKey struct{}
-
-// WithIdempotencyClaim returns ctx carrying c.
-func WithIdempotencyClaim(ctx context.Context, c IdempotencyClaim) context.Context {
-	return context.WithValue(ctx, idemClaimKey{}, c)
-}
-
-func idempotencyClaimFrom(ctx context.Context) (IdempotencyClaim, bool) {
-	c, ok := ctx.Value(idemClaimKey{}).(IdempotencyClaim)
-	return c, ok
-}
 
 // ClaimIdempotencyKey inserts an in-flight record. ErrAlreadyExists means the
 // key is taken: read it with GetIdempotencyRecord. An expired record, or an
