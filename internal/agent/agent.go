@@ -19,9 +19,9 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/docker"
 	"github.com/gpuaas/gpuaas/internal/agent/inventory"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/worker"
 	mclient "github.com/moby/moby/client"
 )

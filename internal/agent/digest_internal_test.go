@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/agent/docker"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 )
 
 // An image.pull task whose registry answers the pull by digest with content

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/compose"
 	"github.com/gpuaas/gpuaas/internal/agent/docker"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 )
 
 // handle executes one task at most once: a task whose result is stored

@@ -21,7 +21,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/moby/moby/api/types/registry"
 	"github.com/moby/moby/client"
 )
