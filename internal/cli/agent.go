@@ -27,6 +27,7 @@ func startDevAgent(ctx context.Context, apiURL, joinToken, dataDir string) (func
 		return nil, err
 	}
 	if err := a.Start(ctx); err != nil {
+		a.Stop()
 		return nil, err
 	}
 	return a.Stop, nil
@@ -58,6 +59,7 @@ task queue and runs workloads on the local Docker engine.`,
 			}
 			ctx := cmd.Context()
 			if err := a.Start(ctx); err != nil {
+				a.Stop()
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "gpuaas agent running as node %s\n", a.NodeID())
