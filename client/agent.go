@@ -5,10 +5,10 @@ import (
 	"net/url"
 	"strconv"
 
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 )
 
-// The node agent's side of the wire contract (internal/nodeapi). The agent
+// The node agent's side of the wire contract (client/nodeapi). The agent
 // sets Token to a node access token for every call but JoinNode and
 // NodeToken.
 

@@ -19,11 +19,11 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
-	"github.com/gpuaas/gpuaas/internal/agent/docker"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/agent/driver"
+	"github.com/gpuaas/gpuaas/internal/agent/engine"
 	"github.com/gpuaas/gpuaas/internal/agent/inventory"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/worker"
-	mclient "github.com/moby/moby/client"
 )
 
 // Config configures an Agent.
@@ -53,10 +53,29 @@ type Config struct {
 	Concurrency int
 	Version     string
 	Logger      *slog.Logger
+	// Driver starts the engine driver tasks run on (engine.New, the local
+	// Docker engine, when nil).
+	Driver driver.New
+	// ResultRetention is how long a finished task's stored result is kept
+	// (default DefaultResultRetention); ResultsKept bounds how many are
+	// (default DefaultResultsKept). The record of a task whose workload
+	// still runs is always kept.
+	ResultRetention time.Duration
+	ResultsKept     int
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
 }
 
 // DefaultImagePruneGrace is how long a pulled image no container uses stays.
 const DefaultImagePruneGrace = 5 * time.Minute
+
+// How long and how many stored task results an agent keeps by default: the
+// server re-delivers a task only until it holds its result, so a week is
+// far past any redelivery.
+const (
+	DefaultResultRetention = 7 * 24 * time.Hour
+	DefaultResultsKept     = 10000
+)
 
 // Agent is one running node agent.
 type Agent struct {
@@ -65,11 +84,10 @@ type Agent struct {
 	api     *client.Client
 	id      identity
 	tok     *tokens
-	drv     *docker.Driver
-	rec     *docker.Reconciler
-	prune   *docker.ImagePruner
+	drv     driver.Driver
 	results results
-	started results // tasks begun: their containers are not orphans
+	started results  // tasks begun: their containers are not orphans
+	lock    *os.File // the data dir's lock, held while the agent lives
 
 	mu        sync.Mutex
 	invDigest string // digest the server holds
@@ -117,29 +135,61 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
+	if cfg.ResultRetention <= 0 {
+		cfg.ResultRetention = DefaultResultRetention
+	}
+	if cfg.ResultsKept <= 0 {
+		cfg.ResultsKept = DefaultResultsKept
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	dir, err := filepath.Abs(cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
 	cfg.DataDir = dir
-	for _, d := range []string{dir, filepath.Join(dir, "tasks"), filepath.Join(dir, "started")} {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	lock, err := lockDataDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{filepath.Join(dir, "tasks"), filepath.Join(dir, "started")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
+			_ = lock.Close()
 			return nil, fmt.Errorf("data dir: %w", err)
 		}
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), results: results{filepath.Join(dir, "tasks")},
-		started: results{filepath.Join(dir, "started")}, interval: 10 * time.Second, joined: make(chan struct{})}
+		started: results{filepath.Join(dir, "started")}, lock: lock, interval: 10 * time.Second, joined: make(chan struct{})}
 	a.api = client.New(cfg.Server, "")
 	a.api.UserAgent = "gpuaas-agent/" + cfg.Version
 	a.api.HTTP = &http.Client{Timeout: time.Duration(cfg.PollWait+30) * time.Second}
+	newDriver := cfg.Driver
+	if newDriver == nil {
+		newDriver = engine.New
+	}
+	if a.drv, err = newDriver(driver.Config{HostAddress: cfg.HostAddress, DataDir: dir, Logger: a.log, Unwrap: a.unwrap,
+		Known: a.known, OrphanGrace: cfg.OrphanGrace, ImagePruneGrace: cfg.ImagePruneGrace}); err != nil {
+		_ = lock.Close()
+		return nil, fmt.Errorf("driver: %w", err)
+	}
 	return a, nil
 }
 
 // NodeID is the node this agent is (empty before it joined).
 func (a *Agent) NodeID() string { return a.id.NodeID }
 
+// known reports whether a labelled workload belongs to a task this agent
+// began or finished (others are orphans).
+func (a *Agent) known(w nodeapi.Workload) bool {
+	return w.TaskID != "" && (a.started.Has(w.TaskID) || a.results.Has(w.TaskID))
+}
+
 // Start loads or creates the node identity (joining once when there is
-// none), connects to Docker, reconciles what runs and starts the loops.
+// none), reconciles what runs and starts the loops.
 func (a *Agent) Start(ctx context.Context) error {
 	priv, pub, err := loadOrCreateKey(a.cfg.DataDir)
 	if err != nil {
@@ -149,11 +199,6 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	drv, err := docker.New(docker.Config{HostAddress: a.cfg.HostAddress, DataDir: a.cfg.DataDir, Logger: a.log, Unwrap: a.unwrap})
-	if err != nil {
-		return fmt.Errorf("docker: %w", err)
-	}
-	a.drv = drv
 	if !ok {
 		if a.cfg.JoinToken == "" {
 			return errors.New("this data dir holds no node identity: pass --join-token to join")
@@ -173,11 +218,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	id.priv = priv
 	a.id = id
 	a.tok = &tokens{api: client.New(a.cfg.Server, ""), id: &a.id}
-	drv.SetNodeID(id.NodeID)
-	a.rec = &docker.Reconciler{D: drv, Grace: a.cfg.OrphanGrace, Known: func(w nodeapi.Workload) bool {
-		return w.TaskID != "" && (a.started.Has(w.TaskID) || a.results.Has(w.TaskID))
-	}}
-	a.prune = &docker.ImagePruner{D: drv, Grace: a.cfg.ImagePruneGrace}
+	a.drv.SetNodeID(id.NodeID)
 	a.beat = &worker.Periodic{Name: "agent-heartbeat", Interval: time.Second, Timeout: 30 * time.Second, Logger: a.log, Run: a.heartbeat}
 	a.poll = &worker.Periodic{Name: "agent-tasks", Interval: 10 * time.Millisecond, Jitter: 0.5, Timeout: 24 * time.Hour, Logger: a.log, Run: a.pollOnce}
 	a.reconcile = &worker.Periodic{Name: "agent-reconcile", Interval: max(min(a.cfg.OrphanGrace, a.cfg.ImagePruneGrace)/4, time.Second), Timeout: time.Minute, Logger: a.log, Run: a.reconcileOnce}
@@ -188,7 +229,8 @@ func (a *Agent) Start(ctx context.Context) error {
 }
 
 // Stop ends the loops and the tasks in flight (their leases run out and
-// the server delivers them again); running workloads keep running.
+// the server delivers them again) and releases the data dir; running
+// workloads keep running. Call it after a failed Start too.
 func (a *Agent) Stop() {
 	a.group.Stop()
 	if a.stopTasks != nil {
@@ -197,6 +239,12 @@ func (a *Agent) Stop() {
 	}
 	if a.drv != nil {
 		a.drv.Close()
+		a.drv = nil
+	}
+	if a.lock != nil {
+		_ = a.lock.Truncate(0)
+		a.lock.Close()
+		a.lock = nil
 	}
 }
 
@@ -206,20 +254,8 @@ func (a *Agent) Heartbeats() *worker.Periodic { return a.beat }
 func (a *Agent) inventory(ctx context.Context) nodeapi.Inventory {
 	return inventory.Collect(ctx, inventory.Options{DiskPath: a.cfg.DataDir, AgentVersion: a.cfg.Version, Address: a.cfg.AdvertiseAddress,
 		Engine: func(ctx context.Context) (inventory.Engine, error) {
-			if a.drv == nil {
-				return inventory.Engine{}, errors.New("no engine")
-			}
-			v, err := a.drv.C.ServerVersion(ctx, mclient.ServerVersionOptions{})
-			if err != nil {
-				return inventory.Engine{}, err
-			}
-			e := inventory.Engine{Version: v.Version, APIVersion: a.drv.C.ClientVersion()}
-			if info, err := a.drv.C.Info(ctx, mclient.InfoOptions{}); err == nil {
-				for name := range info.Info.Runtimes {
-					e.Runtimes = append(e.Runtimes, name)
-				}
-			}
-			return e, nil
+			e, err := a.drv.Engine(ctx)
+			return inventory.Engine{Version: e.Version, APIVersion: e.APIVersion, Runtimes: e.Runtimes}, err
 		}})
 }
 
@@ -261,17 +297,17 @@ func (a *Agent) refused(err error) {
 	}
 }
 
-func (a *Agent) unwrap(ctx context.Context, wrapping string) (docker.Credentials, error) {
+func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials, error) {
 	c, err := a.authed(ctx)
 	if err != nil {
-		return docker.Credentials{}, err
+		return driver.Credentials{}, err
 	}
 	cr, err := c.Unwrap(ctx, wrapping)
 	if err != nil {
 		a.refused(err)
-		return docker.Credentials{}, err
+		return driver.Credentials{}, err
 	}
-	return docker.Credentials{Username: cr.Username, Password: cr.Password, Registry: cr.Registry}, nil
+	return driver.Credentials{Username: cr.Username, Password: cr.Password, Registry: cr.Registry}, nil
 }
 
 // heartbeat runs every second and beats when the server's interval has
@@ -357,11 +393,10 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 	return err
 }
 
+// reconcileOnce removes orphans past their grace and images of
+// decommissioned instances past theirs.
 func (a *Agent) reconcileOnce(ctx context.Context) error {
-	res, err := a.rec.Run(ctx)
-	if err != nil {
-		return err
-	}
+	res, err := a.drv.Housekeep(ctx)
 	for _, w := range res.Removed {
 		a.log.InfoContext(ctx, "orphan removed", "container_id", w.ContainerID, "task_id", w.TaskID, "instance_id", w.InstanceID)
 	}
@@ -370,13 +405,37 @@ func (a *Agent) reconcileOnce(ctx context.Context) error {
 		a.lastBeat = time.Time{} // report the change at once
 		a.mu.Unlock()
 	}
-	// Images of decommissioned instances go after their grace.
-	_, err = a.prune.Run(ctx)
-	return err
+	return errors.Join(err, a.pruneRecords(ctx))
 }
 
-// Reconcile runs one reconcile pass now (tests and dev).
-func (a *Agent) Reconcile(ctx context.Context) (docker.Result, error) { return a.rec.Run(ctx) }
+// pruneRecords drops stored task records past their retention, keeping
+// those of the tasks whose workloads still run (without a record, those
+// would be orphans).
+func (a *Agent) pruneRecords(ctx context.Context) error {
+	ws, err := a.drv.Workloads(ctx)
+	if err != nil {
+		return fmt.Errorf("prune task records: list workloads: %w", err)
+	}
+	live := map[string]bool{}
+	for _, w := range ws {
+		live[w.TaskID] = true
+	}
+	now := a.cfg.Now()
+	n, err := a.results.Prune(now, a.cfg.ResultsKept, a.cfg.ResultRetention, live)
+	if err != nil {
+		return fmt.Errorf("prune task results: %w", err)
+	}
+	// A started record outlives its task only when the agent stopped
+	// mid-task; the server has re-delivered or abandoned that task since.
+	m, err := a.started.Prune(now, a.cfg.ResultsKept, a.cfg.ResultRetention, live)
+	if err != nil {
+		return fmt.Errorf("prune started records: %w", err)
+	}
+	if n+m > 0 {
+		a.log.InfoContext(ctx, "pruned task records", "results", n, "started", m)
+	}
+	return nil
+}
 
 func trimLog(lines []string) []string {
 	if len(lines) > 50 {

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/agent/docker"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/agent/driver"
+	"github.com/gpuaas/gpuaas/internal/agent/engine"
 )
 
 // An image.pull task whose registry answers the pull by digest with content
@@ -23,7 +25,7 @@ func TestTaskFailsOnDigestMismatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	a := &Agent{drv: d}
+	a := &Agent{drv: engine.Wrap(d, driver.Config{})}
 	pull := nodeapi.ImagePull{Repository: reg.Repository, Digest: reg.Asked}
 	for kind, payload := range map[string]any{
 		nodeapi.KindImagePull:    pull,

@@ -6,24 +6,15 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/agent/compose"
-	"github.com/gpuaas/gpuaas/internal/agent/docker"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/agent/driver"
 )
 
-// handle executes one task at most once: a task whose result is stored
-// (delivery is at least once, across restarts too) re-reports that result.
+// handle executes one task at most once and reports its result.
 func (a *Agent) handle(ctx context.Context, t nodeapi.Task) {
-	res, done := a.results.Get(t.ID)
-	if !done {
-		_ = a.started.Put(t.ID, nodeapi.TaskResult{State: "started"})
-		res = a.execute(ctx, t)
-		if ctx.Err() != nil {
-			return // shutting down: the lease expires and the task comes back
-		}
-		if err := a.results.Put(t.ID, res); err != nil {
-			a.log.WarnContext(ctx, "could not store task result", "task_id", t.ID, "err", err)
-		}
+	res, done, ok := a.runOnce(ctx, t)
+	if !ok {
+		return // shutting down: the lease expires and the task comes back
 	}
 	a.log.InfoContext(ctx, "task done", "task_id", t.ID, "kind", t.Kind, "state", res.State, "reason", res.ReasonCode, "repeat", done)
 	for i := range 5 {
@@ -43,10 +34,35 @@ func (a *Agent) handle(ctx context.Context, t nodeapi.Task) {
 	}
 }
 
+// runOnce executes t unless its result is stored (delivery is at least
+// once, across restarts too: a stored result is re-reported, done is true).
+// ok is false when ctx ended mid-task. A task is recorded as started before
+// it runs, so the workloads it starts are never taken for orphans; a task
+// that cannot be recorded does not run and fails.
+func (a *Agent) runOnce(ctx context.Context, t nodeapi.Task) (res nodeapi.TaskResult, done, ok bool) {
+	if res, done := a.results.Get(t.ID); done {
+		return res, true, true
+	}
+	if err := a.started.Put(t.ID, nodeapi.TaskResult{State: "started"}); err != nil {
+		return nodeapi.TaskResult{State: nodeapi.ResultFailed, ReasonCode: nodeapi.ReasonInternal,
+			Message: "the agent could not record the task as started in its data dir, so it did not run it: " + err.Error()}, false, true
+	}
+	res = a.execute(ctx, t)
+	if ctx.Err() != nil {
+		return res, false, false
+	}
+	if err := a.results.Put(t.ID, res); err != nil {
+		a.log.WarnContext(ctx, "could not store task result", "task_id", t.ID, "err", err)
+	} else if err := a.started.Remove(t.ID); err != nil {
+		a.log.WarnContext(ctx, "could not remove the started record of a finished task", "task_id", t.ID, "err", err)
+	}
+	return res, false, true
+}
+
 func decode[T any](t nodeapi.Task) (T, error) {
 	var v T
 	if err := json.Unmarshal(t.Payload, &v); err != nil {
-		return v, &docker.Failure{Reason: nodeapi.ReasonInvalidTask, Message: fmt.Sprintf("%s payload: %v", t.Kind, err)}
+		return v, &driver.Failure{Reason: nodeapi.ReasonInvalidTask, Message: fmt.Sprintf("%s payload: %v", t.Kind, err)}
 	}
 	return v, nil
 }
@@ -56,7 +72,7 @@ func (a *Agent) execute(ctx context.Context, t nodeapi.Task) nodeapi.TaskResult 
 	a.executed.Add(1)
 	out, err := a.dispatch(ctx, t)
 	if err != nil {
-		f := docker.AsFailure(err)
+		f := driver.AsFailure(err)
 		return nodeapi.TaskResult{State: nodeapi.ResultFailed, ReasonCode: f.Reason, Message: f.Message, LogTail: trimLog(f.LogTail)}
 	}
 	res := nodeapi.TaskResult{State: nodeapi.ResultSucceeded}
@@ -72,9 +88,9 @@ func (a *Agent) execute(ctx context.Context, t nodeapi.Task) nodeapi.TaskResult 
 
 func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 	if err := a.drv.Ping(ctx); err != nil {
-		return nil, &docker.Failure{Reason: nodeapi.ReasonEngineUnavailable, Message: "the Docker engine does not answer: " + err.Error()}
+		return nil, &driver.Failure{Reason: nodeapi.ReasonEngineUnavailable, Message: "the Docker engine does not answer: " + err.Error()}
 	}
-	owner := docker.Owner{TaskID: t.ID, InstanceID: t.InstanceID, ProjectID: t.ProjectID}
+	owner := driver.Owner{TaskID: t.ID, InstanceID: t.InstanceID, ProjectID: t.ProjectID}
 	switch t.Kind {
 	case nodeapi.KindImagePull:
 		p, err := decode[nodeapi.ImagePull](t)
@@ -101,17 +117,10 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		ref := a.ref(t, r)
-		if err := a.drv.Remove(ctx, ref); err != nil {
-			return nil, err
-		}
 		// A removal of the whole instance (no container named) takes its
 		// scratch path and platform files too: decommission's last step,
-		// which teardown.verify then checks. (instances branch, issue 12)
-		if r.ContainerID == "" && r.Name == "" {
-			return nil, a.drv.RemoveInstanceDir(ref.InstanceID)
-		}
-		return nil, nil
+		// which teardown.verify then checks.
+		return nil, a.drv.Remove(ctx, a.ref(t, r))
 	case nodeapi.KindWorkloadInspect:
 		r, err := decode[nodeapi.ContainerRef](t)
 		if err != nil {
@@ -135,7 +144,7 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 			return nil, err
 		}
 		if len(rem) > 0 {
-			return nil, &docker.Failure{Reason: nodeapi.ReasonResourcesRemain, Message: fmt.Sprintf("%d resources remain: %v", len(rem), rem)}
+			return nil, &driver.Failure{Reason: nodeapi.ReasonResourcesRemain, Message: fmt.Sprintf("%d resources remain: %v", len(rem), rem)}
 		}
 		return nodeapi.VerifyOutput{Remaining: rem}, nil
 	case nodeapi.KindComposeUp:
@@ -143,15 +152,15 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return compose.Up(ctx, a.drv, owner, u)
+		return a.drv.Up(ctx, owner, u)
 	case nodeapi.KindComposeDown:
 		d, err := decode[nodeapi.ComposeDown](t)
 		if err != nil {
 			return nil, err
 		}
-		return nil, compose.Down(ctx, a.drv, d.Project, t.InstanceID)
+		return nil, a.drv.Down(ctx, d.Project, t.InstanceID)
 	}
-	return nil, &docker.Failure{Reason: nodeapi.ReasonInvalidTask, Message: fmt.Sprintf("this agent does not know task kind %q", t.Kind)}
+	return nil, &driver.Failure{Reason: nodeapi.ReasonInvalidTask, Message: fmt.Sprintf("this agent does not know task kind %q", t.Kind)}
 }
 
 // ref scopes a container reference to the task's instance when it names none.

@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
+	"strings"
+	"time"
 
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 )
 
 // results persists the result of every finished task under the data dir so
@@ -56,4 +59,54 @@ func (r results) Put(taskID string, res nodeapi.TaskResult) error {
 		return err
 	}
 	return writeFileAtomic(p, b)
+}
+
+// Remove forgets a task's record.
+func (r results) Remove(taskID string) error {
+	p, ok := r.path(taskID)
+	if !ok {
+		return nil
+	}
+	if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Prune removes the records older than maxAge and all but the newest keep,
+// except those of the tasks in live (their workloads still run: a task
+// with no record would make them orphans). It returns how many it removed.
+func (r results) Prune(now time.Time, keep int, maxAge time.Duration, live map[string]bool) (int, error) {
+	entries, err := os.ReadDir(r.dir)
+	if err != nil {
+		return 0, err
+	}
+	type rec struct {
+		id  string
+		mod time.Time
+	}
+	var recs []rec
+	for _, e := range entries {
+		id, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || e.IsDir() {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			continue // removed meanwhile
+		}
+		recs = append(recs, rec{id, info.ModTime()})
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].mod.After(recs[j].mod) })
+	removed := 0
+	for i, rc := range recs {
+		if live[rc.id] || (i < keep && now.Sub(rc.mod) <= maxAge) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(r.dir, rc.id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, err
+		}
+		removed++
+	}
+	return removed, nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 )
 
 // DefaultConcurrency is how many tasks an agent runs at once by default.

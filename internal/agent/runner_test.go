@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 )
 
 // A slow task (an image pull that hangs) does not hold up a task of another

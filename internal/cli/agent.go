@@ -1,20 +1,36 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/agent"
-	"github.com/spf13/cobra"
-
 	"github.com/gpuaas/gpuaas/internal/buildinfo"
+	"github.com/spf13/cobra"
 )
 
 func init() {
 	// gpuaas dev runs one in-process agent when Docker answers.
-	devAgentStarter = agent.DevStarter(buildinfo.Read().Version)
+	devAgentStarter = startDevAgent
+}
+
+// startDevAgent is the in-process agent of `gpuaas dev`: one agent joining
+// the dev server with the token dev mode minted, its state under dataDir.
+// It lives here, in the wiring, so the agent never imports the server.
+func startDevAgent(ctx context.Context, apiURL, joinToken, dataDir string) (func(), error) {
+	a, err := agent.New(agent.Config{Server: apiURL, JoinToken: joinToken, DataDir: dataDir, Name: "dev-node",
+		Version: buildinfo.Read().Version, AdvertiseAddress: "127.0.0.1"}) // the dev node is this machine
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Start(ctx); err != nil {
+		a.Stop()
+		return nil, err
+	}
+	return a.Stop, nil
 }
 
 func newAgentCmd() *cobra.Command {
@@ -43,6 +59,7 @@ task queue and runs workloads on the local Docker engine.`,
 			}
 			ctx := cmd.Context()
 			if err := a.Start(ctx); err != nil {
+				a.Stop()
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "gpuaas agent running as node %s\n", a.NodeID())

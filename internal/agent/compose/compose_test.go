@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/agent/compose"
 	"github.com/gpuaas/gpuaas/internal/agent/docker"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/moby/moby/client"

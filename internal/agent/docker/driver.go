@@ -10,7 +10,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,18 +20,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/agent/driver"
 	"github.com/moby/moby/api/types/registry"
 	"github.com/moby/moby/client"
 )
 
 // Credentials are registry credentials for one pull.
-type Credentials struct {
-	Username, Password, Registry string
-}
+type Credentials = driver.Credentials
 
 // Unwrapper turns a node-bound wrapping token into registry credentials.
-type Unwrapper func(ctx context.Context, wrappingToken string) (Credentials, error)
+type Unwrapper = driver.Unwrapper
 
 // Config configures a Driver.
 type Config struct {
@@ -76,30 +74,13 @@ func (d *Driver) Ping(ctx context.Context) error {
 }
 
 // Failure is a task failure with a deterministic reason code.
-type Failure struct {
-	Reason  string
-	Message string
-	LogTail []string
-}
+type Failure = driver.Failure
 
-func (f *Failure) Error() string { return f.Reason + ": " + f.Message }
-
-func fail(reason, format string, args ...any) *Failure {
-	return &Failure{Reason: reason, Message: fmt.Sprintf(format, args...)}
-}
+func fail(reason, format string, args ...any) *Failure { return driver.Fail(reason, format, args...) }
 
 // AsFailure extracts a Failure from err (nil for nil); other errors are
 // engine or internal failures.
-func AsFailure(err error) *Failure {
-	if err == nil {
-		return nil
-	}
-	var f *Failure
-	if errors.As(err, &f) {
-		return f
-	}
-	return &Failure{Reason: nodeapi.ReasonInternal, Message: err.Error()}
-}
+func AsFailure(err error) *Failure { return driver.AsFailure(err) }
 
 var digestRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 

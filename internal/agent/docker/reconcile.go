@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/moby/moby/client"
 )
 

@@ -16,7 +16,8 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/agent/driver"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
@@ -24,9 +25,7 @@ import (
 )
 
 // Owner says whom a workload belongs to; it becomes the ownership labels.
-type Owner struct {
-	TaskID, InstanceID, ProjectID string
-}
+type Owner = driver.Owner
 
 // Labels are the ownership labels of a workload of o on this node plus
 // extra gpuaas.* labels (anything else in extra is dropped: labels are

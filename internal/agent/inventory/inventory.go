@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 )
 
 // Engine is what the container engine says about itself.

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/inventory"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 )
 
 const fixture = "testdata/h100-80gb-hbm3"

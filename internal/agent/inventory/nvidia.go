@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 )
 
 // NVIDIA is what the driver reports: versions and GPUs.
