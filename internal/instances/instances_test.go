@@ -174,7 +174,7 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 			Inventory: nodeapi.Inventory{CPUCores: 32, MemoryMiB: 256 << 10, Address: "gpu-7.example", GPUs: []nodeapi.GPU{{UUID: "GPU-a", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}, {UUID: "GPU-b", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}}}},
 		{ID: "alloc-other", OrgID: org.ID, ProjectID: other.ID, NodeID: "node-2", Shape: "gpu_slice", State: "active", GPUUUIDs: []string{"GPU-c"}},
 	}}
-	sa := serviceaccounts.New(serviceaccounts.Deps{DB: db, IAM: iamSvc, Logger: logger, TokenURL: func() string { return "http://api/token" }})
+	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: iamSvc, Logger: logger, TokenURL: func() string { return "http://api/token" }})
 	f.svc = instances.New(instances.Deps{DB: db, IAM: iamSvc, SA: sa, Allocations: f.allocs, Tasks: f.q, Logger: logger,
 		APIBaseURL: func() string { return "http://api" }})
 	cat.SetInstanceGate(f.svc)

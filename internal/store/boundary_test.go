@@ -29,7 +29,6 @@ var notYetMoved = []string{
 	"internal/httpapi",
 	"internal/instances",
 	"internal/nodes",
-	"internal/serviceaccounts",
 }
 
 func TestOnlyTheWiringImportsTheStore(t *testing.T) {
