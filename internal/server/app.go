@@ -117,7 +117,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: svc, Tokens: tokens, Logger: logger,
 		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})
 	tokens.SA = sa
-	cat := catalog.NewService(catalog.Deps{DB: db, IAM: svc, Logger: logger})
+	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger})
 	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg, key); err != nil {
 		return nil, err
 	}

@@ -23,7 +23,6 @@ var mayImportStore = []string{
 var notYetMoved = []string{
 	"internal/artifacts",
 	"internal/billing",
-	"internal/catalog",
 	"internal/console",
 	"internal/events",
 	"internal/httpapi",
