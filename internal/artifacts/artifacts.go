@@ -18,6 +18,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/signature"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -449,10 +450,13 @@ func failure(err error) (verifyResult, error) {
 // digest (and repository) when the manifest names them. A refusal explains
 // itself: details.artifacts lists, per expected artifact that is not
 // ready, what the manifest pins and what is registered under that name.
-func (s *Service) VersionArtifactsReady(ctx context.Context, q *store.Queries, appSlug, version string, expected []manifest.Artifact) error {
+func (s *Service) VersionArtifactsReady(ctx context.Context, tx storage.Tx, appSlug, version string, expected []manifest.Artifact) error {
 	if len(expected) == 0 {
 		return nil
 	}
+	// The catalog's publish transaction: the store's own, until this domain
+	// has its storage to Join.
+	q := tx.(*store.Tx)
 	live, err := q.LiveAppArtifactsOfVersion(ctx, appSlug, version)
 	if err != nil {
 		return err

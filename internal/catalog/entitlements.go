@@ -11,7 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // EntitlementInput is the body of PUT …/apps/entitlements/{app_slug}.
@@ -21,20 +21,20 @@ type EntitlementInput struct {
 }
 
 // ListEntitlements lists a project's entitlements (apps.entitlement.read).
-func (s *Service) ListEntitlements(ctx context.Context, g *iam.Grants, projectID string, p store.Page) ([]store.AppEntitlement, string, error) {
+func (s *Service) ListEntitlements(ctx context.Context, g *iam.Grants, projectID string, p storage.Page) ([]AppEntitlement, string, error) {
 	if _, err := s.IAM.Project(ctx, g, projectID, iam.PermEntitlementRead); err != nil {
 		return nil, "", err
 	}
-	return s.DB.Queries().ListEntitlements(ctx, projectID, false, p)
+	return s.Store.Read().ListEntitlements(ctx, projectID, false, p)
 }
 
 // GetEntitlement returns a project's entitlement to one app.
-func (s *Service) GetEntitlement(ctx context.Context, g *iam.Grants, projectID, appSlug string) (store.AppEntitlement, error) {
+func (s *Service) GetEntitlement(ctx context.Context, g *iam.Grants, projectID, appSlug string) (AppEntitlement, error) {
 	if _, err := s.IAM.Project(ctx, g, projectID, iam.PermEntitlementRead); err != nil {
-		return store.AppEntitlement{}, err
+		return AppEntitlement{}, err
 	}
-	e, err := s.DB.Queries().GetEntitlement(ctx, projectID, appSlug)
-	if errors.Is(err, store.ErrNotFound) {
+	e, err := s.Store.Read().GetEntitlement(ctx, projectID, appSlug)
+	if errors.Is(err, storage.ErrNotFound) {
 		return e, errdefs.NotFound("entitlement_not_found",
 			"project %s has no entitlement to app %q; a project admin can create one with gpuaas app entitle %s --project %s (PUT /api/v1/projects/%s/apps/entitlements/%s)",
 			projectID, appSlug, appSlug, projectID, projectID, appSlug)
@@ -46,21 +46,21 @@ func (s *Service) GetEntitlement(ctx context.Context, g *iam.Grants, projectID, 
 // (apps.entitlement.write: project admins). The overrides may only narrow
 // what the app supports, and allowed_versions must name registered
 // versions.
-func (s *Service) PutEntitlement(ctx context.Context, g *iam.Grants, projectID, appSlug string, in EntitlementInput) (store.AppEntitlement, error) {
+func (s *Service) PutEntitlement(ctx context.Context, g *iam.Grants, projectID, appSlug string, in EntitlementInput) (AppEntitlement, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, iam.PermEntitlementWrite)
 	if err != nil {
-		return store.AppEntitlement{}, err
+		return AppEntitlement{}, err
 	}
 	if in.Enabled == nil {
-		return store.AppEntitlement{}, errdefs.Validation([]errdefs.FieldError{{Field: "/enabled", Code: "required", Message: "is required: true or false"}})
+		return AppEntitlement{}, errdefs.Validation([]errdefs.FieldError{{Field: "/enabled", Code: "required", Message: "is required: true or false"}})
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	app, err := q.GetAppBySlug(ctx, appSlug)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.AppEntitlement{}, errAppNotFound(appSlug)
+	if errors.Is(err, storage.ErrNotFound) {
+		return AppEntitlement{}, errAppNotFound(appSlug)
 	}
 	if err != nil {
-		return store.AppEntitlement{}, err
+		return AppEntitlement{}, err
 	}
 	var o EntitlementOverrides
 	if in.PolicyOverrides != nil {
@@ -68,21 +68,21 @@ func (s *Service) PutEntitlement(ctx context.Context, g *iam.Grants, projectID, 
 	}
 	o, err = s.checkOverrides(ctx, q, app, o)
 	if err != nil {
-		return store.AppEntitlement{}, err
+		return AppEntitlement{}, err
 	}
 	raw, err := json.Marshal(o)
 	if err != nil {
-		return store.AppEntitlement{}, err
+		return AppEntitlement{}, err
 	}
 	who := principal.From(ctx).Key()
 	now := s.Now().UTC()
-	var out store.AppEntitlement
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	var out AppEntitlement
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		cur, err := tx.GetEntitlement(ctx, p.ID, app.Slug)
 		var before any
 		switch {
-		case errors.Is(err, store.ErrNotFound):
-			cur = store.AppEntitlement{ID: iam.NewID(), ProjectID: p.ID, OrgID: p.OrgID, AppID: app.ID, AppSlug: app.Slug,
+		case errors.Is(err, storage.ErrNotFound):
+			cur = AppEntitlement{ID: iam.NewID(), ProjectID: p.ID, OrgID: p.OrgID, AppID: app.ID, AppSlug: app.Slug,
 				Enabled: *in.Enabled, PolicyOverrides: raw, UpdatedBy: who, CreatedAt: now, UpdatedAt: now}
 			if err := tx.CreateEntitlement(ctx, cur); err != nil {
 				return err
@@ -97,11 +97,11 @@ func (s *Service) PutEntitlement(ctx context.Context, g *iam.Grants, projectID, 
 			}
 		}
 		out = cur
-		if err := tx.Emit(store.Event{Type: EventEntitlementUpdated, Subject: "projects/" + p.ID + "/apps/entitlements/" + app.Slug, OrgID: p.OrgID, ProjectID: p.ID},
+		if err := tx.Emit(storage.Event{Type: EventEntitlementUpdated, Subject: "projects/" + p.ID + "/apps/entitlements/" + app.Slug, OrgID: p.OrgID, ProjectID: p.ID},
 			map[string]any{"entitlement_id": cur.ID, "app_slug": app.Slug, "enabled": cur.Enabled, "policy_overrides": o}); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "app_entitlement.put", ResourceType: "app_entitlement", ResourceID: cur.ID,
+		return tx.Audit(storage.AuditEvent{Action: "app_entitlement.put", ResourceType: "app_entitlement", ResourceID: cur.ID,
 			OrgID: p.OrgID, ProjectID: p.ID}, before, entitlementState{AppSlug: app.Slug, Enabled: cur.Enabled, PolicyOverrides: o})
 	})
 	return out, err
@@ -116,7 +116,7 @@ type entitlementState struct {
 // checkOverrides validates and normalises (deduplicates) the overrides:
 // they may only narrow what the app supports, and allowed_versions must be
 // versions of the app.
-func (s *Service) checkOverrides(ctx context.Context, q *store.Queries, app store.App, o EntitlementOverrides) (EntitlementOverrides, error) {
+func (s *Service) checkOverrides(ctx context.Context, q Queries, app App, o EntitlementOverrides) (EntitlementOverrides, error) {
 	meta := AppMetadata(app)
 	var fe []errdefs.FieldError
 	check := func(field string, vals, known, supported []string, what string) []string {
@@ -146,7 +146,7 @@ func (s *Service) checkOverrides(ctx context.Context, q *store.Queries, app stor
 		if slices.Contains(versions, v) {
 			continue
 		}
-		if _, err := q.GetAppVersion(ctx, app.Slug, v); errors.Is(err, store.ErrNotFound) {
+		if _, err := q.GetAppVersion(ctx, app.Slug, v); errors.Is(err, storage.ErrNotFound) {
 			fe = append(fe, errdefs.FieldError{Field: fmt.Sprintf("/policy_overrides/allowed_versions/%d", i), Code: CodeInvalid,
 				Message: fmt.Sprintf("app %s has no version %q; name registered versions", app.Slug, v)})
 			continue
@@ -168,27 +168,27 @@ func (s *Service) checkOverrides(ctx context.Context, q *store.Queries, app stor
 // instances only), and ResolveLaunch must accept the request under the
 // entitlement's overrides. It reads through q so instance creation can call
 // it inside its own transaction.
-func ResolveForProject(ctx context.Context, q *store.Queries, project store.Project, appSlug, version string, req LaunchRequest) (Effective, store.AppVersion, error) {
-	if _, err := q.GetAppBySlug(ctx, appSlug); errors.Is(err, store.ErrNotFound) {
-		return Effective{}, store.AppVersion{}, errAppNotFound(appSlug)
+func ResolveForProject(ctx context.Context, q Queries, project iam.Project, appSlug, version string, req LaunchRequest) (Effective, AppVersion, error) {
+	if _, err := q.GetAppBySlug(ctx, appSlug); errors.Is(err, storage.ErrNotFound) {
+		return Effective{}, AppVersion{}, errAppNotFound(appSlug)
 	} else if err != nil {
-		return Effective{}, store.AppVersion{}, err
+		return Effective{}, AppVersion{}, err
 	}
 	ent, err := q.GetEntitlement(ctx, project.ID, appSlug)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && !ent.Enabled) {
-		return Effective{}, store.AppVersion{}, errdefs.FailedPrecondition("app_not_entitled",
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && !ent.Enabled) {
+		return Effective{}, AppVersion{}, errdefs.FailedPrecondition("app_not_entitled",
 			"project %s is not entitled to app %s; ask a project admin to enable it with gpuaas app entitle %s --project %s (PUT /api/v1/projects/%s/apps/entitlements/%s)",
 			project.ID, appSlug, appSlug, project.ID, project.ID, appSlug)
 	}
 	if err != nil {
-		return Effective{}, store.AppVersion{}, err
+		return Effective{}, AppVersion{}, err
 	}
 	v, err := q.GetAppVersion(ctx, appSlug, version)
-	if errors.Is(err, store.ErrNotFound) {
-		return Effective{}, store.AppVersion{}, errVersionNotFound(appSlug, version)
+	if errors.Is(err, storage.ErrNotFound) {
+		return Effective{}, AppVersion{}, errVersionNotFound(appSlug, version)
 	}
 	if err != nil {
-		return Effective{}, store.AppVersion{}, err
+		return Effective{}, AppVersion{}, err
 	}
 	if v.Status != StatusPublished {
 		return Effective{}, v, errdefs.FailedPrecondition("version_not_launchable",
@@ -214,6 +214,6 @@ func (s *Service) PreviewLaunch(ctx context.Context, g *iam.Grants, projectID, a
 	if err != nil {
 		return Effective{}, err
 	}
-	eff, _, err := ResolveForProject(ctx, s.DB.Queries(), p, appSlug, version, req)
+	eff, _, err := ResolveForProject(ctx, s.Store.Read(), p, appSlug, version, req)
 	return eff, err
 }

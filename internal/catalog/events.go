@@ -1,6 +1,6 @@
 package catalog
 
-import "github.com/gpuaas/gpuaas/internal/store"
+import "github.com/gpuaas/gpuaas/internal/storage"
 
 // Event types of the catalog (payloads in api/asyncapi.yaml). Catalog
 // events are platform-wide (no org or project): the admin stream sees them.
@@ -16,7 +16,7 @@ var versionEvents = map[string]string{
 	ActionPublish: EventVersionPublished, ActionDeprecate: EventVersionDeprecated, ActionRetire: EventVersionRetired,
 }
 
-func emitVersion(tx *store.Tx, action string, v store.AppVersion, reason string) error {
-	return tx.Emit(store.Event{Type: versionEvents[action], Subject: "apps/" + v.AppSlug + "/versions/" + v.Version},
+func emitVersion(tx Tx, action string, v AppVersion, reason string) error {
+	return tx.Emit(storage.Event{Type: versionEvents[action], Subject: "apps/" + v.AppSlug + "/versions/" + v.Version},
 		map[string]any{"app_slug": v.AppSlug, "version": v.Version, "version_id": v.ID, "status": v.Status, "digest": v.Digest, "reason": reason})
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/manifest"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Version lifecycle actions.
@@ -22,7 +22,7 @@ const (
 
 // transitions maps an action to the one status it leaves and the one it
 // reaches: draft → published → deprecated → retired.
-var transitions = map[string]struct{ from, to string }{
+var transitions = map[string]struct{ from, to VersionStatus }{
 	ActionPublish:   {StatusDraft, StatusPublished},
 	ActionDeprecate: {StatusPublished, StatusDeprecated},
 	ActionRetire:    {StatusDeprecated, StatusRetired},
@@ -95,23 +95,23 @@ func ReferencedArtifacts(v manifest.Version) []manifest.Artifact {
 // before and after. Only platform admins holding apps.version.publish may.
 // Publishing requires every referenced artifact to be ready (ArtifactGate);
 // retiring requires no live instance (InstanceGate).
-func (s *Service) TransitionVersion(ctx context.Context, g *iam.Grants, appSlug, version, action, reason string) (store.AppVersion, error) {
+func (s *Service) TransitionVersion(ctx context.Context, g *iam.Grants, appSlug, version, action, reason string) (AppVersion, error) {
 	tr, ok := transitions[action]
 	if !ok {
-		return store.AppVersion{}, errdefs.Invalid("unknown_action", "unknown version action %q; use publish, deprecate or retire", action)
+		return AppVersion{}, errdefs.Invalid("unknown_action", "unknown version action %q; use publish, deprecate or retire", action)
 	}
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermVersionPublish, "app_version"); err != nil {
-		return store.AppVersion{}, err
+		return AppVersion{}, err
 	}
 	reason = strings.TrimSpace(reason)
 	if reason == "" {
-		return store.AppVersion{}, errdefs.Validation([]errdefs.FieldError{{Field: "/reason", Code: "required",
-			Message: "is required: say why the version is " + tr.to}})
+		return AppVersion{}, errdefs.Validation([]errdefs.FieldError{{Field: "/reason", Code: "required",
+			Message: "is required: say why the version is " + string(tr.to)}})
 	}
-	var out store.AppVersion
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	var out AppVersion
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		v, err := tx.GetAppVersion(ctx, appSlug, version)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, storage.ErrNotFound) {
 			return errVersionNotFound(appSlug, version)
 		}
 		if err != nil {
@@ -125,17 +125,17 @@ func (s *Service) TransitionVersion(ctx context.Context, g *iam.Grants, appSlug,
 		}
 		switch action {
 		case ActionPublish:
-			if err := s.checkArtifacts(ctx, tx.Queries, v); err != nil {
+			if err := s.checkArtifacts(ctx, tx, v); err != nil {
 				return err
 			}
 		case ActionRetire:
-			if err := s.checkNoInstances(ctx, tx.Queries, v); err != nil {
+			if err := s.checkNoInstances(ctx, tx, v); err != nil {
 				return err
 			}
 		}
 		before := versionTransitionState{AppSlug: v.AppSlug, Version: v.Version, Status: v.Status, Digest: v.Digest}
 		now := s.Now().UTC()
-		if err := tx.SetAppVersionStatus(ctx, v.ID, tr.from, tr.to, reason, now); errors.Is(err, store.ErrNotFound) {
+		if err := tx.SetAppVersionStatus(ctx, v.ID, tr.from, tr.to, reason, now); errors.Is(err, storage.ErrNotFound) {
 			return errdefs.Conflict("version_changed", "version %s of app %s changed while this request ran; reload it and retry", version, appSlug)
 		} else if err != nil {
 			return err
@@ -148,16 +148,16 @@ func (s *Service) TransitionVersion(ctx context.Context, g *iam.Grants, appSlug,
 		if err := emitVersion(tx, action, out, reason); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "app_version." + action, ResourceType: "app_version", ResourceID: v.ID, Reason: reason}, before, after)
+		return tx.Audit(storage.AuditEvent{Action: "app_version." + action, ResourceType: "app_version", ResourceID: v.ID, Reason: reason}, before, after)
 	})
 	return out, err
 }
 
 type versionTransitionState struct {
-	AppSlug string `json:"app_slug"`
-	Version string `json:"version"`
-	Status  string `json:"status"`
-	Digest  string `json:"digest"`
+	AppSlug string        `json:"app_slug"`
+	Version string        `json:"version"`
+	Status  VersionStatus `json:"status"`
+	Digest  string        `json:"digest"`
 }
 
 func errVersionNotFound(appSlug, version string) error {
@@ -169,7 +169,7 @@ func errAppNotFound(appSlug string) error {
 }
 
 // decodeVersion reads a stored version body.
-func decodeVersion(v store.AppVersion) (manifest.Version, error) {
+func decodeVersion(v AppVersion) (manifest.Version, error) {
 	var mv manifest.Version
 	if err := json.Unmarshal(v.Manifest, &mv); err != nil {
 		return mv, fmt.Errorf("stored manifest of %s %s: %w", v.AppSlug, v.Version, err)
@@ -180,7 +180,7 @@ func decodeVersion(v store.AppVersion) (manifest.Version, error) {
 // checkArtifacts enforces "publish only when every referenced artifact is
 // active and verified". With no artifact registry wired in, a version that
 // references artifacts cannot be vouched for and is refused.
-func (s *Service) checkArtifacts(ctx context.Context, q *store.Queries, v store.AppVersion) error {
+func (s *Service) checkArtifacts(ctx context.Context, tx Tx, v AppVersion) error {
 	mv, err := decodeVersion(v)
 	if err != nil {
 		return err
@@ -199,7 +199,7 @@ func (s *Service) checkArtifacts(ctx context.Context, q *store.Queries, v store.
 			"version %s of app %s references %d artifact(s) (%s) but the artifact registry is not configured on this server, so none can be confirmed active and verified; configure the artifact registry, register and promote the artifacts, then publish again",
 			v.Version, v.AppSlug, len(refs), strings.Join(names, ", "))
 	}
-	if err := gate.VersionArtifactsReady(ctx, q, v.AppSlug, v.Version, refs); err != nil {
+	if err := gate.VersionArtifactsReady(ctx, tx, v.AppSlug, v.Version, refs); err != nil {
 		if _, ok := errdefs.As(err); ok {
 			return err
 		}
@@ -210,12 +210,12 @@ func (s *Service) checkArtifacts(ctx context.Context, q *store.Queries, v store.
 
 // checkNoInstances enforces "retire only when no live instance uses the
 // version". Without an instances domain there are no instances.
-func (s *Service) checkNoInstances(ctx context.Context, q *store.Queries, v store.AppVersion) error {
+func (s *Service) checkNoInstances(ctx context.Context, tx Tx, v AppVersion) error {
 	gate := s.instanceGate()
 	if gate == nil {
 		return nil
 	}
-	n, err := gate.LiveInstances(ctx, q, v.AppSlug, v.Version)
+	n, err := gate.LiveInstances(ctx, tx, v.AppSlug, v.Version)
 	if err != nil {
 		return fmt.Errorf("instance gate: %w", err)
 	}

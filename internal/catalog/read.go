@@ -10,16 +10,16 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // listedStatuses are the version statuses everyone who may read the raw
 // catalog sees. Drafts (under review) and retired versions are visible to
 // catalog admins only.
-var listedStatuses = []string{StatusPublished, StatusDeprecated}
+var listedStatuses = []VersionStatus{StatusPublished, StatusDeprecated}
 
 // AllStatuses lists every version status in lifecycle order.
-var AllStatuses = []string{StatusDraft, StatusPublished, StatusDeprecated, StatusRetired}
+var AllStatuses = []VersionStatus{StatusDraft, StatusPublished, StatusDeprecated, StatusRetired}
 
 // canReadCatalog: the raw catalog is a platform surface, readable by any
 // principal holding apps.catalog.read somewhere (platform, an org, or a
@@ -62,51 +62,51 @@ func (s *Service) requireCatalogRead(ctx context.Context, g *iam.Grants) error {
 
 // ListCatalog lists the raw platform catalog. It is not filtered by any
 // project's entitlements: it is what exists, not what a project may launch.
-func (s *Service) ListCatalog(ctx context.Context, g *iam.Grants, p store.Page) ([]store.App, string, error) {
+func (s *Service) ListCatalog(ctx context.Context, g *iam.Grants, p storage.Page) ([]App, string, error) {
 	if err := s.requireCatalogRead(ctx, g); err != nil {
 		return nil, "", err
 	}
-	var statuses []string
+	var statuses []VersionStatus
 	if !isCatalogAdmin(g) {
 		statuses = listedStatuses
 	}
-	return s.DB.Queries().ListApps(ctx, statuses, p)
+	return s.Store.Read().ListApps(ctx, statuses, p)
 }
 
 // GetCatalogApp returns one app of the raw catalog.
-func (s *Service) GetCatalogApp(ctx context.Context, g *iam.Grants, appSlug string) (store.App, error) {
+func (s *Service) GetCatalogApp(ctx context.Context, g *iam.Grants, appSlug string) (App, error) {
 	if err := s.requireCatalogRead(ctx, g); err != nil {
-		return store.App{}, err
+		return App{}, err
 	}
 	return s.visibleApp(ctx, g, appSlug)
 }
 
-func (s *Service) visibleApp(ctx context.Context, g *iam.Grants, appSlug string) (store.App, error) {
-	q := s.DB.Queries()
+func (s *Service) visibleApp(ctx context.Context, g *iam.Grants, appSlug string) (App, error) {
+	q := s.Store.Read()
 	app, err := q.GetAppBySlug(ctx, appSlug)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.App{}, errAppNotFound(appSlug)
+	if errors.Is(err, storage.ErrNotFound) {
+		return App{}, errAppNotFound(appSlug)
 	}
 	if err != nil || isCatalogAdmin(g) {
 		return app, err
 	}
-	vs, _, err := q.ListAppVersions(ctx, appSlug, listedStatuses, store.Page{Limit: 1})
+	vs, _, err := q.ListAppVersions(ctx, appSlug, listedStatuses, storage.Page{Limit: 1})
 	if err != nil {
-		return store.App{}, err
+		return App{}, err
 	}
 	if len(vs) == 0 {
-		return store.App{}, errAppNotFound(appSlug)
+		return App{}, errAppNotFound(appSlug)
 	}
 	return app, nil
 }
 
 // ListCatalogVersions lists the versions of an app, optionally only those
 // in status. Non-admins see published and deprecated versions.
-func (s *Service) ListCatalogVersions(ctx context.Context, g *iam.Grants, appSlug, status string, p store.Page) ([]store.AppVersion, string, error) {
+func (s *Service) ListCatalogVersions(ctx context.Context, g *iam.Grants, appSlug, status string, p storage.Page) ([]AppVersion, string, error) {
 	if err := s.requireCatalogRead(ctx, g); err != nil {
 		return nil, "", err
 	}
-	if status != "" && !slices.Contains(AllStatuses, status) {
+	if status != "" && !slices.Contains(AllStatuses, VersionStatus(status)) {
 		return nil, "", errdefs.Invalid("invalid_status", "status must be one of %v", AllStatuses)
 	}
 	if _, err := s.visibleApp(ctx, g, appSlug); err != nil {
@@ -117,16 +117,16 @@ func (s *Service) ListCatalogVersions(ctx context.Context, g *iam.Grants, appSlu
 		statuses = listedStatuses
 	}
 	if status != "" {
-		if !slices.Contains(statuses, status) {
+		if !slices.Contains(statuses, VersionStatus(status)) {
 			return nil, "", nil
 		}
-		statuses = []string{status}
+		statuses = []VersionStatus{VersionStatus(status)}
 	}
-	return s.DB.Queries().ListAppVersions(ctx, appSlug, statuses, p)
+	return s.Store.Read().ListAppVersions(ctx, appSlug, statuses, p)
 }
 
 // AppMetadata decodes the stored app section of a manifest package.
-func AppMetadata(a store.App) manifest.App {
+func AppMetadata(a App) manifest.App {
 	var m manifest.App
 	_ = json.Unmarshal(a.Metadata, &m)
 	return m
@@ -135,19 +135,19 @@ func AppMetadata(a store.App) manifest.App {
 // ProjectCatalogEntry is one app a project may launch: the app, the
 // project's entitlement and the versions it may launch.
 type ProjectCatalogEntry struct {
-	App         store.App
-	Entitlement store.AppEntitlement
-	Versions    []store.AppVersion
+	App         App
+	Entitlement AppEntitlement
+	Versions    []AppVersion
 }
 
 // ProjectCatalog lists the apps a project is entitled to (enabled
 // entitlement) that have at least one launchable version: published, and
 // allowed by the entitlement's allowed_versions when it narrows them.
-func (s *Service) ProjectCatalog(ctx context.Context, g *iam.Grants, projectID string, p store.Page) ([]ProjectCatalogEntry, string, error) {
+func (s *Service) ProjectCatalog(ctx context.Context, g *iam.Grants, projectID string, p storage.Page) ([]ProjectCatalogEntry, string, error) {
 	if _, err := s.IAM.Project(ctx, g, projectID, iam.PermCatalogRead); err != nil {
 		return nil, "", err
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	ents, next, err := q.ListEntitlements(ctx, projectID, true, p)
 	if err != nil {
 		return nil, "", err
@@ -159,11 +159,11 @@ func (s *Service) ProjectCatalog(ctx context.Context, g *iam.Grants, projectID s
 			return nil, "", err
 		}
 		o := OverridesOf(e)
-		vs, _, err := q.ListAppVersions(ctx, e.AppSlug, []string{StatusPublished}, store.Page{Limit: store.MaxPageLimit})
+		vs, _, err := q.ListAppVersions(ctx, e.AppSlug, []VersionStatus{StatusPublished}, storage.Page{Limit: storage.MaxPageLimit})
 		if err != nil {
 			return nil, "", err
 		}
-		vs = slices.DeleteFunc(vs, func(v store.AppVersion) bool {
+		vs = slices.DeleteFunc(vs, func(v AppVersion) bool {
 			return len(o.AllowedVersions) > 0 && !slices.Contains(o.AllowedVersions, v.Version)
 		})
 		if len(vs) == 0 {
@@ -175,7 +175,7 @@ func (s *Service) ProjectCatalog(ctx context.Context, g *iam.Grants, projectID s
 }
 
 // OverridesOf decodes an entitlement's policy overrides.
-func OverridesOf(e store.AppEntitlement) EntitlementOverrides {
+func OverridesOf(e AppEntitlement) EntitlementOverrides {
 	var o EntitlementOverrides
 	_ = json.Unmarshal(e.PolicyOverrides, &o)
 	return o

@@ -11,15 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
-)
-
-// Version statuses: draft → published → deprecated → retired.
-const (
-	StatusDraft      = "draft"
-	StatusPublished  = "published"
-	StatusDeprecated = "deprecated"
-	StatusRetired    = "retired"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Registration results of one version.
@@ -37,13 +29,13 @@ const (
 
 // RegisteredVersion is one version of a registration and what happened to it.
 type RegisteredVersion struct {
-	store.AppVersion
+	AppVersion
 	Result string
 }
 
 // Registration is the outcome of registering a manifest package.
 type Registration struct {
-	App       store.App
+	App       App
 	AppResult string // created | updated | unchanged
 	Versions  []RegisteredVersion
 	Changed   bool
@@ -72,9 +64,9 @@ type appState struct {
 }
 
 type versionState struct {
-	Version string `json:"version"`
-	Status  string `json:"status"`
-	Digest  string `json:"digest"`
+	Version string        `json:"version"`
+	Status  VersionStatus `json:"status"`
+	Digest  string        `json:"digest"`
 }
 
 // RegisterManifest validates a manifest package (syntax: SyntaxJSON or
@@ -118,13 +110,13 @@ func (s *Service) RegisterManifest(ctx context.Context, g *iam.Grants, data []by
 	who := principal.From(ctx).Key()
 	now := s.Now().UTC()
 	var reg Registration
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		reg = Registration{}
 		var before, after registrationState
 		app, err := tx.GetAppBySlug(ctx, pkg.App.Slug)
 		switch {
-		case errors.Is(err, store.ErrNotFound):
-			app = store.App{ID: iam.NewID(), Slug: pkg.App.Slug, DisplayName: pkg.App.DisplayName, Description: pkg.App.Description,
+		case errors.Is(err, storage.ErrNotFound):
+			app = App{ID: iam.NewID(), Slug: pkg.App.Slug, DisplayName: pkg.App.DisplayName, Description: pkg.App.Description,
 				Category: pkg.App.Category, RuntimeBackend: pkg.App.RuntimeBackend, Metadata: meta, MetadataDigest: metaDigest,
 				SubmittedBy: who, CreatedAt: now, UpdatedAt: now}
 			if err := tx.CreateApp(ctx, app); err != nil {
@@ -165,7 +157,7 @@ func (s *Service) RegisterManifest(ctx context.Context, g *iam.Grants, data []by
 		for _, v := range reg.Versions {
 			reg.Changed = reg.Changed || v.Result != ResultUnchanged
 		}
-		e := store.AuditEvent{Action: "app_manifest.register", ResourceType: "app", ResourceID: app.ID}
+		e := storage.AuditEvent{Action: "app_manifest.register", ResourceType: "app", ResourceID: app.ID}
 		if !reg.Changed {
 			// An identical re-submission changes nothing, but who submitted
 			// it again is still worth a row.
@@ -176,7 +168,7 @@ func (s *Service) RegisterManifest(ctx context.Context, g *iam.Grants, data []by
 		if before.App != nil {
 			b = before
 		}
-		if err := tx.Emit(store.Event{Type: EventManifestRegistered, Subject: "apps/" + app.Slug}, after); err != nil {
+		if err := tx.Emit(storage.Event{Type: EventManifestRegistered, Subject: "apps/" + app.Slug}, after); err != nil {
 			return err
 		}
 		return tx.Audit(e, b, after)
@@ -189,10 +181,10 @@ type versionOutcome struct {
 	priorDigest string
 }
 
-func (s *Service) registerVersion(ctx context.Context, tx *store.Tx, app store.App, v manifest.Version, body []byte, digest, who string, now time.Time) (versionOutcome, error) {
+func (s *Service) registerVersion(ctx context.Context, tx Tx, app App, v manifest.Version, body []byte, digest, who string, now time.Time) (versionOutcome, error) {
 	cur, err := tx.GetAppVersion(ctx, app.Slug, v.Version)
-	if errors.Is(err, store.ErrNotFound) {
-		nv := store.AppVersion{ID: iam.NewID(), AppID: app.ID, AppSlug: app.Slug, Version: v.Version, Status: StatusDraft,
+	if errors.Is(err, storage.ErrNotFound) {
+		nv := AppVersion{ID: iam.NewID(), AppID: app.ID, AppSlug: app.Slug, Version: v.Version, Status: StatusDraft,
 			RuntimeBackend: v.RuntimeBackend, Manifest: body, Digest: digest, SubmittedBy: who, CreatedAt: now, UpdatedAt: now}
 		if err := tx.CreateAppVersion(ctx, nv); err != nil {
 			return versionOutcome{}, err
@@ -213,7 +205,7 @@ func (s *Service) registerVersion(ctx context.Context, tx *store.Tx, app store.A
 			WithDetails(map[string]any{"version": v.Version, "status": cur.Status, "registered_digest": cur.Digest, "submitted_digest": digest})
 	}
 	cur.RuntimeBackend, cur.Manifest, cur.Digest, cur.SubmittedBy, cur.UpdatedAt = v.RuntimeBackend, body, digest, who, now
-	if err := tx.ReplaceDraftVersion(ctx, cur); errors.Is(err, store.ErrNotFound) {
+	if err := tx.ReplaceDraftVersion(ctx, cur); errors.Is(err, storage.ErrNotFound) {
 		return versionOutcome{}, errdefs.Conflict("version_immutable",
 			"version %s of app %s left draft while this registration ran; bump the version string and register again", v.Version, app.Slug)
 	} else if err != nil {

@@ -8,23 +8,25 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/manifest"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // ArtifactGate decides whether every artifact a version references is ready
 // for the version to be published: registered, active and verified. The
 // artifacts domain implements it. It runs inside the publish transaction
-// (q) and returns nil when publishing may proceed, or an errdefs error
+// (tx, which the artifacts domain reads through its own view of it) and
+// returns nil when publishing may proceed, or an errdefs error
 // (FailedPrecondition) naming the artifacts that are not ready.
 type ArtifactGate interface {
-	VersionArtifactsReady(ctx context.Context, q *store.Queries, appSlug, version string, expected []manifest.Artifact) error
+	VersionArtifactsReady(ctx context.Context, tx storage.Tx, appSlug, version string, expected []manifest.Artifact) error
 }
 
 // InstanceGate counts the live (not decommissioned) app instances running a
-// version. The instances domain implements it; retiring a version is
+// version. The instances domain implements it, reading inside the retire
+// transaction (tx) through its own view of it; retiring a version is
 // refused while the count is above zero.
 type InstanceGate interface {
-	LiveInstances(ctx context.Context, q *store.Queries, appSlug, version string) (int, error)
+	LiveInstances(ctx context.Context, tx storage.Tx, appSlug, version string) (int, error)
 }
 
 // Deps are what the catalog service needs. ArtifactGate and InstanceGate
@@ -32,7 +34,7 @@ type InstanceGate interface {
 // artifacts cannot be published (nothing can vouch for them), and without
 // an instances domain no instance can exist, so retiring is never blocked.
 type Deps struct {
-	DB           *store.DB
+	Store        Store
 	IAM          *iam.Service
 	Logger       *slog.Logger
 	Now          func() time.Time

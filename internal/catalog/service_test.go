@@ -1,4 +1,4 @@
-package catalog
+package catalog_test
 
 import (
 	"context"
@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -34,7 +36,7 @@ version:
 `
 
 type fixture struct {
-	svc *Service
+	svc *catalog.Service
 	db  *store.DB
 	ctx context.Context
 	g   *iam.Grants
@@ -44,7 +46,7 @@ func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	db := storetest.Open(t, store.SQLite)
 	logger := slog.New(slog.DiscardHandler)
-	svc := NewService(Deps{DB: db, IAM: &iam.Service{Store: store.IAM(db), Logger: logger}, Logger: logger})
+	svc := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: &iam.Service{Store: store.IAM(db), Logger: logger}, Logger: logger})
 	ctx := context.Background()
 	p := principal.Principal{Type: principal.User, ID: iam.NewID()}
 	if err := db.Queries().CreateRoleBinding(ctx, store.RoleBinding{ID: iam.NewID(), PrincipalType: "user", PrincipalID: p.ID,
@@ -58,7 +60,7 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{svc: svc, db: db, ctx: principal.With(ctx, p), g: g}
 }
 
-func (f *fixture) register(t *testing.T, data, syntax string) Registration {
+func (f *fixture) register(t *testing.T, data, syntax string) catalog.Registration {
 	t.Helper()
 	reg, err := f.svc.RegisterManifest(f.ctx, f.g, []byte(data), syntax)
 	if err != nil {
@@ -67,15 +69,15 @@ func (f *fixture) register(t *testing.T, data, syntax string) Registration {
 	return reg
 }
 
-func (f *fixture) registerExample(t *testing.T, file string) Registration {
+func (f *fixture) registerExample(t *testing.T, file string) catalog.Registration {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "manifests", file))
 	if err != nil {
 		t.Fatal(err)
 	}
-	syntax := SyntaxYAML
+	syntax := catalog.SyntaxYAML
 	if strings.HasSuffix(file, ".json") {
-		syntax = SyntaxJSON
+		syntax = catalog.SyntaxJSON
 	}
 	return f.register(t, string(data), syntax)
 }
@@ -102,9 +104,9 @@ type fakeArtifacts struct {
 	expected []manifest.Artifact
 }
 
-func (f *fakeArtifacts) VersionArtifactsReady(_ context.Context, q *store.Queries, appSlug, version string, expected []manifest.Artifact) error {
-	if q == nil {
-		return errors.New("no queries")
+func (f *fakeArtifacts) VersionArtifactsReady(_ context.Context, tx storage.Tx, appSlug, version string, expected []manifest.Artifact) error {
+	if tx == nil {
+		return errors.New("no transaction")
 	}
 	f.calls++
 	f.expected = expected
@@ -113,18 +115,18 @@ func (f *fakeArtifacts) VersionArtifactsReady(_ context.Context, q *store.Querie
 
 type fakeInstances struct{ n int }
 
-func (f fakeInstances) LiveInstances(context.Context, *store.Queries, string, string) (int, error) {
+func (f fakeInstances) LiveInstances(context.Context, storage.Tx, string, string) (int, error) {
 	return f.n, nil
 }
 
 func TestReferencedArtifacts(t *testing.T) {
 	t.Parallel()
 	for file, want := range map[string][]string{
-		"jupyter-cuda-dev.json":    {DefaultArtifactName}, // artifact_ref and image_ref are one image
+		"jupyter-cuda-dev.json":    {catalog.DefaultArtifactName}, // artifact_ref and image_ref are one image
 		"slurm-reference.yaml":     {"runtime"},
 		"vllm-openai-compose.yaml": {"vllm", "metrics-sidecar"},
 	} {
-		got := ReferencedArtifacts(exampleVersion(t, file))
+		got := catalog.ReferencedArtifacts(catalog.ExampleVersion(t, file))
 		var names []string
 		for _, a := range got {
 			names = append(names, a.Name)
@@ -137,7 +139,7 @@ func TestReferencedArtifacts(t *testing.T) {
 	if err != nil || len(problems) > 0 {
 		t.Fatal(err, problems)
 	}
-	if got := ReferencedArtifacts(pkg.Versions[0]); len(got) != 0 {
+	if got := catalog.ReferencedArtifacts(pkg.Versions[0]); len(got) != 0 {
 		t.Fatalf("bare version references %v", got)
 	}
 }
@@ -146,46 +148,46 @@ func TestPublishGate(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	f.registerExample(t, "slurm-reference.yaml")
-	f.register(t, bareManifest, SyntaxYAML)
+	f.register(t, bareManifest, catalog.SyntaxYAML)
 
 	// No artifact registry: a version with artifacts cannot be published…
-	_, err := f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", ActionPublish, "review done")
+	_, err := f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", catalog.ActionPublish, "review done")
 	if errdefs.KindOf(err) != errdefs.KindFailedPrecondition || errCode(err) != "artifact_registry_not_configured" ||
 		!strings.Contains(err.Error(), "artifact registry is not configured") {
 		t.Fatalf("publish without registry: %v", err)
 	}
-	if v, _ := f.db.Queries().GetAppVersion(f.ctx, "slurm-reference", "24.05.0"); v.Status != StatusDraft {
+	if v, _ := f.db.Queries().GetAppVersion(f.ctx, "slurm-reference", "24.05.0"); v.Status != catalog.StatusDraft {
 		t.Fatalf("refused publish changed status to %s", v.Status)
 	}
 	// …but one without artifacts can.
-	v, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", ActionPublish, "review done")
-	if err != nil || v.Status != StatusPublished || v.PublishedAt.IsZero() || v.StatusReason != "review done" {
+	v, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", catalog.ActionPublish, "review done")
+	if err != nil || v.Status != catalog.StatusPublished || v.PublishedAt.IsZero() || v.StatusReason != "review done" {
 		t.Fatalf("publish bare: %+v %v", v, err)
 	}
 
 	// A registry that refuses: its error reaches the caller unchanged.
 	gate := &fakeArtifacts{err: errdefs.FailedPrecondition("artifact_not_verified", "artifact runtime is unverified")}
 	f.svc.SetArtifactGate(gate)
-	_, err = f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", ActionPublish, "review done")
+	_, err = f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", catalog.ActionPublish, "review done")
 	if errCode(err) != "artifact_not_verified" || gate.calls != 1 || len(gate.expected) != 1 || gate.expected[0].Repository != "apps/slurm-reference/runtime" {
 		t.Fatalf("refusing gate: %v (calls %d, expected %+v)", err, gate.calls, gate.expected)
 	}
 	// A registry that fails: an internal error, not a verdict.
 	gate.err = errors.New("database on fire")
-	_, err = f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", ActionPublish, "review done")
+	_, err = f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", catalog.ActionPublish, "review done")
 	if err == nil || errdefs.KindOf(err) != errdefs.KindInternal {
 		t.Fatalf("failing gate: %v", err)
 	}
 	// A registry that vouches for every artifact.
 	gate.err = nil
-	if v, err := f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", ActionPublish, "artifacts active"); err != nil || v.Status != StatusPublished {
+	if v, err := f.svc.TransitionVersion(f.ctx, f.g, "slurm-reference", "24.05.0", catalog.ActionPublish, "artifacts active"); err != nil || v.Status != catalog.StatusPublished {
 		t.Fatalf("publish with ready artifacts: %+v %v", v, err)
 	}
 	if n := len(f.audits(t, "app_version.publish")); n != 2 {
 		t.Fatalf("%d publish audit rows, want 2 (refusals write none)", n)
 	}
 	// Publishing twice is a state error.
-	if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", ActionPublish, "again"); errCode(err) != "invalid_version_transition" {
+	if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", catalog.ActionPublish, "again"); errCode(err) != "invalid_version_transition" {
 		t.Fatalf("publish twice: %v", err)
 	}
 }
@@ -193,32 +195,32 @@ func TestPublishGate(t *testing.T) {
 func TestRetireGate(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	f.register(t, bareManifest, SyntaxYAML)
-	step := func(action string) (store.AppVersion, error) {
+	f.register(t, bareManifest, catalog.SyntaxYAML)
+	step := func(action string) (catalog.AppVersion, error) {
 		return f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", action, "because")
 	}
-	if _, err := step(ActionRetire); errCode(err) != "invalid_version_transition" {
+	if _, err := step(catalog.ActionRetire); errCode(err) != "invalid_version_transition" {
 		t.Fatalf("retire a draft: %v", err)
 	}
-	if _, err := step(ActionPublish); err != nil {
+	if _, err := step(catalog.ActionPublish); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := step(ActionDeprecate); err != nil {
+	if _, err := step(catalog.ActionDeprecate); err != nil {
 		t.Fatal(err)
 	}
 	f.svc.SetInstanceGate(fakeInstances{n: 2})
-	if _, err := step(ActionRetire); errCode(err) != "version_in_use" || !strings.Contains(err.Error(), "2 live instance") {
+	if _, err := step(catalog.ActionRetire); errCode(err) != "version_in_use" || !strings.Contains(err.Error(), "2 live instance") {
 		t.Fatalf("retire in use: %v", err)
 	}
 	f.svc.SetInstanceGate(fakeInstances{n: 0})
-	v, err := step(ActionRetire)
-	if err != nil || v.Status != StatusRetired || v.RetiredAt.IsZero() || v.DeprecatedAt.IsZero() {
+	v, err := step(catalog.ActionRetire)
+	if err != nil || v.Status != catalog.StatusRetired || v.RetiredAt.IsZero() || v.DeprecatedAt.IsZero() {
 		t.Fatalf("retire: %+v %v", v, err)
 	}
 	// Without an instances domain nothing blocks retiring.
 	f.svc.SetInstanceGate(nil)
-	f.register(t, strings.Replace(bareManifest, "1.0.0", "1.0.1", 1), SyntaxYAML)
-	for _, a := range []string{ActionPublish, ActionDeprecate, ActionRetire} {
+	f.register(t, strings.Replace(bareManifest, "1.0.0", "1.0.1", 1), catalog.SyntaxYAML)
+	for _, a := range []string{catalog.ActionPublish, catalog.ActionDeprecate, catalog.ActionRetire} {
 		if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.1", a, "because"); err != nil {
 			t.Fatalf("%s with nil gate: %v", a, err)
 		}
@@ -226,7 +228,7 @@ func TestRetireGate(t *testing.T) {
 	if _, err := step("delete"); errCode(err) != "unknown_action" {
 		t.Fatalf("unknown action: %v", err)
 	}
-	if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.1", ActionRetire, "  "); errdefs.KindOf(err) != errdefs.KindInvalidArgument {
+	if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.1", catalog.ActionRetire, "  "); errdefs.KindOf(err) != errdefs.KindInvalidArgument {
 		t.Fatalf("blank reason: %v", err)
 	}
 }
@@ -234,16 +236,16 @@ func TestRetireGate(t *testing.T) {
 func TestRegisterIdempotentAndImmutable(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
-	reg := f.register(t, bareManifest, SyntaxYAML)
-	if !reg.Created || !reg.Changed || reg.Versions[0].Result != ResultCreated || reg.Versions[0].Status != StatusDraft ||
+	reg := f.register(t, bareManifest, catalog.SyntaxYAML)
+	if !reg.Created || !reg.Changed || reg.Versions[0].Result != catalog.ResultCreated || reg.Versions[0].Status != catalog.StatusDraft ||
 		!strings.HasPrefix(reg.Versions[0].SubmittedBy, "user:") {
 		t.Fatalf("first registration: %+v", reg)
 	}
 	// The same package in other words (JSON, other key order) is a no-op.
 	same := `{"version": {"config_schema": {"properties": {"partition_name": {"default": "gpu", "type": "string"}}, "type": "object"}, "version": "1.0.0"},
 	 "app": {"runtime_backend": "slurm", "display_name": "Bare Slurm", "slug": "bare-slurm"}}`
-	reg = f.register(t, same, SyntaxJSON)
-	if reg.Created || reg.Changed || reg.AppResult != ResultUnchanged || reg.Versions[0].Result != ResultUnchanged {
+	reg = f.register(t, same, catalog.SyntaxJSON)
+	if reg.Created || reg.Changed || reg.AppResult != catalog.ResultUnchanged || reg.Versions[0].Result != catalog.ResultUnchanged {
 		t.Fatalf("identical re-submission: %+v", reg)
 	}
 	if n := len(f.audits(t, "app_manifest.resubmit")); n != 1 {
@@ -251,28 +253,28 @@ func TestRegisterIdempotentAndImmutable(t *testing.T) {
 	}
 	// A draft's body may still change.
 	changed := strings.Replace(bareManifest, "default: gpu", "default: batch", 1)
-	reg = f.register(t, changed, SyntaxYAML)
-	if !reg.Changed || reg.Versions[0].Result != ResultUpdated {
+	reg = f.register(t, changed, catalog.SyntaxYAML)
+	if !reg.Changed || reg.Versions[0].Result != catalog.ResultUpdated {
 		t.Fatalf("draft change: %+v", reg)
 	}
 	// Once published it may not.
-	if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", ActionPublish, "ok"); err != nil {
+	if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.0", catalog.ActionPublish, "ok"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := f.svc.RegisterManifest(f.ctx, f.g, []byte(bareManifest), SyntaxYAML)
+	_, err := f.svc.RegisterManifest(f.ctx, f.g, []byte(bareManifest), catalog.SyntaxYAML)
 	if errdefs.KindOf(err) != errdefs.KindConflict || errCode(err) != "version_immutable" || !strings.Contains(err.Error(), "bump the version") {
 		t.Fatalf("changed published body: %v", err)
 	}
 	// App metadata is not versioned: it may change.
-	reg = f.register(t, strings.Replace(changed, "Bare Slurm", "Bare Slurm 2", 1), SyntaxYAML)
-	if reg.AppResult != ResultUpdated || reg.App.DisplayName != "Bare Slurm 2" || reg.Versions[0].Result != ResultUnchanged {
+	reg = f.register(t, strings.Replace(changed, "Bare Slurm", "Bare Slurm 2", 1), catalog.SyntaxYAML)
+	if reg.AppResult != catalog.ResultUpdated || reg.App.DisplayName != "Bare Slurm 2" || reg.Versions[0].Result != catalog.ResultUnchanged {
 		t.Fatalf("metadata change: %+v", reg)
 	}
 	if n := len(f.audits(t, "app_manifest.register")); n != 3 {
 		t.Fatalf("%d register rows, want 3", n)
 	}
 	// Problems come back with pointer and line.
-	_, err = f.svc.RegisterManifest(f.ctx, f.g, []byte(strings.Replace(bareManifest, "bare-slurm", "Bare_Slurm", 1)), SyntaxYAML)
+	_, err = f.svc.RegisterManifest(f.ctx, f.g, []byte(strings.Replace(bareManifest, "bare-slurm", "Bare_Slurm", 1)), catalog.SyntaxYAML)
 	e, ok := errdefs.As(err)
 	if !ok || e.Kind != errdefs.KindUnprocessable || e.Code != "manifest_invalid" {
 		t.Fatalf("bad slug: %v", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -95,6 +96,6 @@ func TestCatalogCLI(t *testing.T) {
 // readyGate stands in for the artifact registry: every artifact is ready.
 type readyGate struct{}
 
-func (readyGate) VersionArtifactsReady(context.Context, *store.Queries, string, string, []manifest.Artifact) error {
+func (readyGate) VersionArtifactsReady(context.Context, storage.Tx, string, string, []manifest.Artifact) error {
 	return nil
 }

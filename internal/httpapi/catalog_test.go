@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -128,7 +129,7 @@ func fieldErrors(t *testing.T, r *servertest.Response) map[string]string {
 
 type readyArtifacts struct{}
 
-func (readyArtifacts) VersionArtifactsReady(context.Context, *store.Queries, string, string, []manifest.Artifact) error {
+func (readyArtifacts) VersionArtifactsReady(context.Context, storage.Tx, string, string, []manifest.Artifact) error {
 	return nil
 }
 

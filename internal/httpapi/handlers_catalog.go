@@ -51,7 +51,7 @@ func (a *API) registerManifest(w http.ResponseWriter, r *http.Request) error {
 	}
 	out := registrationView{App: viewApp(reg.App), AppResult: reg.AppResult, Changed: reg.Changed, Versions: []registeredVersionView{}}
 	for _, v := range reg.Versions {
-		out.Versions = append(out.Versions, registeredVersionView{ID: v.ID, Version: v.Version, Status: v.Status,
+		out.Versions = append(out.Versions, registeredVersionView{ID: v.ID, Version: v.Version, Status: string(v.Status),
 			RuntimeBackend: v.RuntimeBackend, Digest: v.Digest, Result: v.Result})
 	}
 	writeJSON(w, status, out)
@@ -251,7 +251,7 @@ type appVersionView struct {
 }
 
 func viewAppVersion(v store.AppVersion) appVersionView {
-	return appVersionView{ID: v.ID, AppSlug: v.AppSlug, Version: v.Version, Status: v.Status, RuntimeBackend: v.RuntimeBackend,
+	return appVersionView{ID: v.ID, AppSlug: v.AppSlug, Version: v.Version, Status: string(v.Status), RuntimeBackend: v.RuntimeBackend,
 		Digest: v.Digest, Manifest: rawOrNull(v.Manifest), SubmittedBy: v.SubmittedBy, StatusReason: v.StatusReason,
 		CreatedAt: rfc3339(v.CreatedAt), UpdatedAt: rfc3339(v.UpdatedAt), PublishedAt: rfc3339(v.PublishedAt),
 		DeprecatedAt: rfc3339(v.DeprecatedAt), RetiredAt: rfc3339(v.RetiredAt)}

@@ -64,7 +64,7 @@ func viewServiceAccountKey(k store.ServiceAccountKey, now time.Time) serviceAcco
 func viewServiceAccount(now time.Time) func(serviceaccounts.Account) serviceAccountView {
 	return func(a serviceaccounts.Account) serviceAccountView {
 		v := serviceAccountView{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, Slug: a.Slug, Name: a.Name, Description: a.Description,
-			Status: a.Status, Roles: a.Roles, Keys: make([]serviceAccountKeyView, 0, len(a.Keys)),
+			Status: string(a.Status), Roles: a.Roles, Keys: make([]serviceAccountKeyView, 0, len(a.Keys)),
 			CreatedAt: rfc3339(a.CreatedAt), UpdatedAt: rfc3339(a.UpdatedAt)}
 		for _, k := range a.Keys {
 			v.Keys = append(v.Keys, viewServiceAccountKey(k, now))

@@ -18,7 +18,7 @@ type AddMemberInput struct {
 // Bind grants role to a principal at a scope inside an open mutation. It is
 // shared by memberships and service accounts so the rules live in one place.
 // The caller records the audit row of the mutation as a whole.
-func Bind(ctx context.Context, tx Tx, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (RoleBinding, error) {
+func Bind(ctx context.Context, tx Binder, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (RoleBinding, error) {
 	if !KnownRole(role) {
 		return RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
 			Message: "unknown role; use one of " + joinRoles()}})
@@ -29,11 +29,11 @@ func Bind(ctx context.Context, tx Tx, principalType principal.Type, principalID,
 // BindWorkload binds the platform's own instance_workload role to an app
 // instance's service account in its project: the one way that role is
 // granted.
-func BindWorkload(ctx context.Context, tx Tx, serviceAccountID, projectID, orgID string) (RoleBinding, error) {
+func BindWorkload(ctx context.Context, tx Binder, serviceAccountID, projectID, orgID string) (RoleBinding, error) {
 	return bind(ctx, tx, principal.ServiceAccount, serviceAccountID, RoleInstanceWorkload, ScopeProject, projectID, orgID)
 }
 
-func bind(ctx context.Context, tx Tx, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (RoleBinding, error) {
+func bind(ctx context.Context, tx Binder, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (RoleBinding, error) {
 	if _, ok := roles[role]; !ok {
 		return RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
 			Message: "unknown role; use one of " + joinRoles()}})

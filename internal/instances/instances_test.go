@@ -20,6 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -130,7 +131,7 @@ func (f *fakeAllocs) ProjectAllocations(_ context.Context, _ *store.Queries, pro
 
 type passGate struct{}
 
-func (passGate) VersionArtifactsReady(context.Context, *store.Queries, string, string, []manifest.Artifact) error {
+func (passGate) VersionArtifactsReady(context.Context, storage.Tx, string, string, []manifest.Artifact) error {
 	return nil
 }
 
@@ -167,14 +168,14 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 	g, err := iam.LoadGrants(ctx, q, admin)
 	must(t, err)
 	ctx = principal.With(ctx, admin)
-	cat := catalog.NewService(catalog.Deps{DB: db, IAM: iamSvc, Logger: logger, ArtifactGate: passGate{}})
+	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: iamSvc, Logger: logger, ArtifactGate: passGate{}})
 	f := &fixture{db: db, cat: cat, q: &fakeQueue{}, ctx: ctx, g: g, project: p, other: other, allocID: iam.NewID()}
 	f.allocs = &fakeAllocs{list: []instances.Allocation{
 		{ID: f.allocID, OrgID: org.ID, ProjectID: p.ID, NodeID: "node-1", Shape: "gpu_slice", State: "active", GPUUUIDs: []string{"GPU-a", "GPU-b"}, NodeState: "ready",
 			Inventory: nodeapi.Inventory{CPUCores: 32, MemoryMiB: 256 << 10, Address: "gpu-7.example", GPUs: []nodeapi.GPU{{UUID: "GPU-a", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}, {UUID: "GPU-b", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}}}},
 		{ID: "alloc-other", OrgID: org.ID, ProjectID: other.ID, NodeID: "node-2", Shape: "gpu_slice", State: "active", GPUUUIDs: []string{"GPU-c"}},
 	}}
-	sa := serviceaccounts.New(serviceaccounts.Deps{DB: db, IAM: iamSvc, Logger: logger, TokenURL: func() string { return "http://api/token" }})
+	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: iamSvc, Logger: logger, TokenURL: func() string { return "http://api/token" }})
 	f.svc = instances.New(instances.Deps{DB: db, IAM: iamSvc, SA: sa, Allocations: f.allocs, Tasks: f.q, Logger: logger,
 		APIBaseURL: func() string { return "http://api" }})
 	cat.SetInstanceGate(f.svc)

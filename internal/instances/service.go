@@ -15,6 +15,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -126,9 +127,10 @@ func (s *Service) kick() {
 }
 
 // LiveInstances implements catalog.InstanceGate: a version cannot be
-// retired while a live instance runs it.
-func (s *Service) LiveInstances(ctx context.Context, q *store.Queries, appSlug, version string) (int, error) {
-	return q.CountLiveInstancesOfVersion(ctx, appSlug, version)
+// retired while a live instance runs it. It reads in the catalog's retire
+// transaction (the store's own, until this domain has its storage to Join).
+func (s *Service) LiveInstances(ctx context.Context, tx storage.Tx, appSlug, version string) (int, error) {
+	return tx.(*store.Tx).CountLiveInstancesOfVersion(ctx, appSlug, version)
 }
 
 // LiveInstancesUsingDigest implements artifacts.InstanceUsage: an artifact

@@ -114,10 +114,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	tokens := iam.NewTokens(iamStore.Read(), ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, nil)
 	svc := &iam.Service{Store: iamStore, Tokens: tokens, Logger: logger}
 	a := &App{Config: cfg, Logger: logger, DB: db, IAM: svc, Tokens: tokens}
-	sa := serviceaccounts.New(serviceaccounts.Deps{DB: db, IAM: svc, Tokens: tokens, Logger: logger,
+	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: svc, Tokens: tokens, Logger: logger,
 		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})
 	tokens.SA = sa
-	cat := catalog.NewService(catalog.Deps{DB: db, IAM: svc, Logger: logger})
+	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger})
 	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg, key); err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // CreateInput describes a new service account and its first key.
@@ -37,16 +37,16 @@ type RotateInput struct {
 
 // Account is a service account with its roles and keys (public halves only).
 type Account struct {
-	store.ServiceAccount
-	Roles []string                  `json:"roles"`
-	Keys  []store.ServiceAccountKey `json:"keys"`
+	ServiceAccount
+	Roles []string            `json:"roles"`
+	Keys  []ServiceAccountKey `json:"keys"`
 }
 
 // IssuedKey is the answer of create and rotate: the account, the new key
 // and, when the server generated it, the private key — shown this once.
 type IssuedKey struct {
 	Account       Account
-	Key           store.ServiceAccountKey
+	Key           ServiceAccountKey
 	PrivateKeyPEM string
 	TokenURL      string
 }
@@ -87,15 +87,15 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 	if err != nil {
 		return IssuedKey{}, err
 	}
-	a := store.ServiceAccount{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Slug: in.Slug, Name: in.Name,
+	a := ServiceAccount{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Slug: in.Slug, Name: in.Name,
 		// No cut-off yet: the zero time, so a token minted in the account's
 		// first millisecond is valid.
-		Description: in.Description, Status: "active", CreatedAt: now, UpdatedAt: now}
+		Description: in.Description, Status: AccountActive, CreatedAt: now, UpdatedAt: now}
 	key.ServiceAccountID = a.ID
-	out := Account{ServiceAccount: a, Roles: roles, Keys: []store.ServiceAccountKey{key}}
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	out := Account{ServiceAccount: a, Roles: roles, Keys: []ServiceAccountKey{key}}
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.CreateServiceAccount(ctx, a); err != nil {
-			if errors.Is(err, store.ErrAlreadyExists) {
+			if errors.Is(err, storage.ErrAlreadyExists) {
 				return errdefs.AlreadyExists("service_account_exists", "a service account with slug %q already exists in this project; pick another slug", a.Slug)
 			}
 			return err
@@ -108,10 +108,10 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 				return err
 			}
 		}
-		if err := emit(tx, "service_account.create", a, a.Status); err != nil {
+		if err := emit(tx, "service_account.create", a, string(a.Status)); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "service_account.create", ResourceType: "service_account", ResourceID: a.ID,
+		return tx.Audit(storage.AuditEvent{Action: "service_account.create", ResourceType: "service_account", ResourceID: a.ID,
 			OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, out)
 	})
 	if err != nil {
@@ -154,7 +154,7 @@ func normalizeRoles(in []string) ([]string, []errdefs.FieldError) {
 // checkGrantable refuses to hand a service account (or its new key) any
 // permission the caller does not itself hold at the project: a service
 // account is never a way to escalate privileges.
-func (s *Service) checkGrantable(ctx context.Context, g *iam.Grants, p store.Project, roles []string, action, resourceID string) error {
+func (s *Service) checkGrantable(ctx context.Context, g *iam.Grants, p iam.Project, roles []string, action, resourceID string) error {
 	sc := iam.Scope{OrgID: p.OrgID, ProjectID: p.ID}
 	permsOf := *s.permsOf.Load()
 	for _, r := range roles {
@@ -162,7 +162,7 @@ func (s *Service) checkGrantable(ctx context.Context, g *iam.Grants, p store.Pro
 			if g.Can(perm, sc) {
 				continue
 			}
-			if err := s.DB.RecordOutcome(ctx, store.AuditEvent{Action: action, ResourceType: "service_account", ResourceID: resourceID,
+			if err := s.Store.RecordOutcome(ctx, storage.AuditEvent{Action: action, ResourceType: "service_account", ResourceID: resourceID,
 				OrgID: p.OrgID, ProjectID: p.ID, Reason: "role " + r + " carries " + perm + ", which the caller lacks"}, "denied"); err != nil {
 				s.Logger.ErrorContext(ctx, "could not audit a denied attempt", "err", err)
 			}
@@ -174,14 +174,14 @@ func (s *Service) checkGrantable(ctx context.Context, g *iam.Grants, p store.Pro
 }
 
 // newKey builds a key row from a caller's public key or a generated pair.
-func (s *Service) newKey(algorithm, publicKeyPEM string, now time.Time) (store.ServiceAccountKey, string, error) {
+func (s *Service) newKey(algorithm, publicKeyPEM string, now time.Time) (ServiceAccountKey, string, error) {
 	var (
 		alg, pub, priv string
 		err            error
 	)
 	want, ok := normalizeAlg(algorithm)
 	if !ok {
-		return store.ServiceAccountKey{}, "", keyFieldErr("/key_algorithm", "unsupported_key_algorithm", "must be EdDSA (Ed25519, the default) or ES256 (ECDSA P-256)")
+		return ServiceAccountKey{}, "", keyFieldErr("/key_algorithm", "unsupported_key_algorithm", "must be EdDSA (Ed25519, the default) or ES256 (ECDSA P-256)")
 	}
 	if publicKeyPEM != "" {
 		if algorithm == "" {
@@ -193,22 +193,22 @@ func (s *Service) newKey(algorithm, publicKeyPEM string, now time.Time) (store.S
 		pub, priv, err = generateKey(alg)
 	}
 	if err != nil {
-		return store.ServiceAccountKey{}, "", err
+		return ServiceAccountKey{}, "", err
 	}
-	return store.ServiceAccountKey{ID: iam.NewID(), Algorithm: alg, PublicKey: pub, CreatedAt: now}, priv, nil
+	return ServiceAccountKey{ID: iam.NewID(), Algorithm: alg, PublicKey: pub, CreatedAt: now}, priv, nil
 }
 
 // load reads an account of a project with its roles and keys; an account of
 // another project is not found. Callers check the permission first.
-func (s *Service) load(ctx context.Context, q *store.Queries, projectID, id string) (Account, error) {
+func (s *Service) load(ctx context.Context, q Queries, projectID, id string) (Account, error) {
 	a, err := q.GetServiceAccount(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && a.ProjectID != projectID) {
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && a.ProjectID != projectID) {
 		return Account{}, errAccountNotFound(id)
 	}
 	if err != nil {
 		return Account{}, err
 	}
-	accs, err := s.complete(ctx, q, []store.ServiceAccount{a})
+	accs, err := s.complete(ctx, q, []ServiceAccount{a})
 	if err != nil {
 		return Account{}, err
 	}
@@ -217,7 +217,7 @@ func (s *Service) load(ctx context.Context, q *store.Queries, projectID, id stri
 
 // complete attaches roles and keys to accounts, in two queries. Roles is
 // never nil (the views and audit rows show an empty list).
-func (s *Service) complete(ctx context.Context, q *store.Queries, as []store.ServiceAccount) ([]Account, error) {
+func (s *Service) complete(ctx context.Context, q Queries, as []ServiceAccount) ([]Account, error) {
 	ids := make([]string, len(as))
 	for i, a := range as {
 		ids[i] = a.ID
@@ -230,7 +230,7 @@ func (s *Service) complete(ctx context.Context, q *store.Queries, as []store.Ser
 	if err != nil {
 		return nil, err
 	}
-	byAcc := map[string][]store.ServiceAccountKey{}
+	byAcc := map[string][]ServiceAccountKey{}
 	for _, k := range keys {
 		byAcc[k.ServiceAccountID] = append(byAcc[k.ServiceAccountID], k)
 	}
@@ -245,12 +245,12 @@ func (s *Service) complete(ctx context.Context, q *store.Queries, as []store.Ser
 }
 
 // List lists the service accounts of a project.
-func (s *Service) List(ctx context.Context, g *iam.Grants, projectID string, pg store.Page) ([]Account, string, error) {
+func (s *Service) List(ctx context.Context, g *iam.Grants, projectID string, pg storage.Page) ([]Account, string, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, iam.PermSARead)
 	if err != nil {
 		return nil, "", err
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	as, next, err := q.ListServiceAccounts(ctx, p.ID, pg)
 	if err != nil {
 		return nil, "", err
@@ -265,36 +265,36 @@ func (s *Service) Get(ctx context.Context, g *iam.Grants, projectID, id string) 
 	if err != nil {
 		return Account{}, err
 	}
-	return s.load(ctx, s.DB.Queries(), p.ID, id)
+	return s.load(ctx, s.Store.Read(), p.ID, id)
 }
 
 // Disable stops the account: no new tokens, and tokens already minted fail
 // on their next request.
 func (s *Service) Disable(ctx context.Context, g *iam.Grants, projectID, id string) (Account, error) {
-	return s.setStatus(ctx, g, projectID, id, "disabled")
+	return s.setStatus(ctx, g, projectID, id, AccountDisabled)
 }
 
 // Enable lets a disabled account exchange assertions again. Tokens minted
 // before it was disabled stay dead.
 func (s *Service) Enable(ctx context.Context, g *iam.Grants, projectID, id string) (Account, error) {
-	return s.setStatus(ctx, g, projectID, id, "active")
+	return s.setStatus(ctx, g, projectID, id, AccountActive)
 }
 
-func (s *Service) setStatus(ctx context.Context, g *iam.Grants, projectID, id, status string) (Account, error) {
+func (s *Service) setStatus(ctx context.Context, g *iam.Grants, projectID, id string, status AccountStatus) (Account, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, iam.PermSAWrite)
 	if err != nil {
 		return Account{}, err
 	}
-	action := map[string]string{"disabled": "service_account.disable", "active": "service_account.enable"}[status]
+	action := map[AccountStatus]string{AccountDisabled: "service_account.disable", AccountActive: "service_account.enable"}[status]
 	var after Account
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		before, err := s.load(ctx, tx.Queries, p.ID, id)
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
+		before, err := s.load(ctx, tx, p.ID, id)
 		if err != nil {
 			return err
 		}
 		now := s.Now()
 		var cut time.Time
-		if status == "disabled" {
+		if status == AccountDisabled {
 			cut = now
 		}
 		if err := tx.SetServiceAccountStatus(ctx, id, status, cut, now); err != nil {
@@ -305,13 +305,13 @@ func (s *Service) setStatus(ctx context.Context, g *iam.Grants, projectID, id, s
 		if !cut.IsZero() {
 			after.TokensValidAfter = cut
 		}
-		if err := emit(tx, action, after.ServiceAccount, status); err != nil {
+		if err := emit(tx, action, after.ServiceAccount, string(status)); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "service_account", ResourceID: id,
+		return tx.Audit(storage.AuditEvent{Action: action, ResourceType: "service_account", ResourceID: id,
 			OrgID: p.OrgID, ProjectID: p.ID}, before.ServiceAccount, after.ServiceAccount)
 	})
-	if err == nil && status == "disabled" {
+	if err == nil && status == AccountDisabled {
 		s.IAM.AccessChanged()
 	}
 	return after, err
@@ -329,7 +329,7 @@ func (s *Service) RotateKey(ctx context.Context, g *iam.Grants, projectID, id st
 		return IssuedKey{}, keyFieldErr("/grace_period_seconds", "out_of_range",
 			fmt.Sprintf("must be from 0 (revoke the current keys now) to %d (7 days)", int(MaxGracePeriod.Seconds())))
 	}
-	cur, err := s.load(ctx, s.DB.Queries(), p.ID, id)
+	cur, err := s.load(ctx, s.Store.Read(), p.ID, id)
 	if err != nil {
 		return IssuedKey{}, err
 	}
@@ -344,8 +344,8 @@ func (s *Service) RotateKey(ctx context.Context, g *iam.Grants, projectID, id st
 	}
 	key.ServiceAccountID = id
 	var out Account
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		before, err := s.load(ctx, tx.Queries, p.ID, id)
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
+		before, err := s.load(ctx, tx, p.ID, id)
 		if err != nil {
 			return err
 		}
@@ -379,10 +379,10 @@ func (s *Service) RotateKey(ctx context.Context, g *iam.Grants, projectID, id st
 			out.Keys = append(out.Keys, k)
 		}
 		out.Keys = append(out.Keys, key)
-		if err := emit(tx, "service_account.rotate_key", out.ServiceAccount, out.Status); err != nil {
+		if err := emit(tx, "service_account.rotate_key", out.ServiceAccount, string(out.Status)); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "service_account.rotate_key", ResourceType: "service_account", ResourceID: id,
+		return tx.Audit(storage.AuditEvent{Action: "service_account.rotate_key", ResourceType: "service_account", ResourceID: id,
 			OrgID: p.OrgID, ProjectID: p.ID, Reason: fmt.Sprintf("grace_period_seconds=%d", in.GracePeriodSeconds)}, before, out)
 	})
 	if err != nil {
@@ -399,8 +399,8 @@ func (s *Service) Delete(ctx context.Context, g *iam.Grants, projectID, id strin
 	if err != nil {
 		return err
 	}
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		before, err := s.load(ctx, tx.Queries, p.ID, id)
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
+		before, err := s.load(ctx, tx, p.ID, id)
 		if err != nil {
 			return err
 		}
@@ -413,7 +413,7 @@ func (s *Service) Delete(ctx context.Context, g *iam.Grants, projectID, id strin
 		if err := emit(tx, "service_account.delete", before.ServiceAccount, "deleted"); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "service_account.delete", ResourceType: "service_account", ResourceID: id,
+		return tx.Audit(storage.AuditEvent{Action: "service_account.delete", ResourceType: "service_account", ResourceID: id,
 			OrgID: p.OrgID, ProjectID: p.ID}, before, nil)
 	})
 	if err == nil {

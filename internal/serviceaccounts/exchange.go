@@ -8,7 +8,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // GrantTypeJWTBearer is the RFC 7523 grant type of the token exchange.
@@ -39,11 +39,11 @@ func (s *Service) Exchange(ctx context.Context, in ExchangeInput) (iam.Issued, e
 
 // RefuseExchange writes the failure audit row of a refused exchange. acc
 // carries what is known of the account (possibly only a claimed id).
-func (s *Service) RefuseExchange(ctx context.Context, acc store.ServiceAccount, reason string) {
+func (s *Service) RefuseExchange(ctx context.Context, acc ServiceAccount, reason string) {
 	if _, err := uuid.Parse(acc.ID); err != nil {
 		acc.ID = "" // an unparseable claimed id is not worth recording
 	}
-	err := s.DB.RecordOutcome(ctx, store.AuditEvent{Action: "service_account.token", ResourceType: "service_account",
+	err := s.Store.RecordOutcome(ctx, storage.AuditEvent{Action: "service_account.token", ResourceType: "service_account",
 		ResourceID: acc.ID, OrgID: acc.OrgID, ProjectID: acc.ProjectID, Reason: reason}, "failure")
 	if err != nil {
 		s.Logger.ErrorContext(ctx, "could not audit a refused token exchange", "err", err)
@@ -53,8 +53,8 @@ func (s *Service) RefuseExchange(ctx context.Context, acc store.ServiceAccount, 
 
 // exchange returns what it learnt of the account even on failure, for the
 // audit row.
-func (s *Service) exchange(ctx context.Context, in ExchangeInput) (store.ServiceAccount, iam.Issued, error) {
-	var acc store.ServiceAccount
+func (s *Service) exchange(ctx context.Context, in ExchangeInput) (ServiceAccount, iam.Issued, error) {
+	var acc ServiceAccount
 	as, err := ParseAssertion(in.Assertion)
 	if err != nil {
 		return acc, iam.Issued{}, err
@@ -67,9 +67,9 @@ func (s *Service) exchange(ctx context.Context, in ExchangeInput) (store.Service
 	if err := as.CheckClaims(now, s.TokenURL(), ClockSkew); err != nil {
 		return acc, iam.Issued{}, err
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	key, err := q.GetServiceAccountKey(ctx, as.KeyID)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return acc, iam.Issued{}, grantError("unknown_key", "no service-account key has the key_id named in the assertion's kid header; it was deleted with its account or never existed")
 	}
 	if err != nil {
@@ -80,7 +80,7 @@ func (s *Service) exchange(ctx context.Context, in ExchangeInput) (store.Service
 	}
 	if acc, err = q.GetServiceAccount(ctx, as.Issuer); err != nil {
 		acc.ID = as.Issuer
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, storage.ErrNotFound) {
 			return acc, iam.Issued{}, grantError("unknown_service_account", "the service account named by iss no longer exists")
 		}
 		return acc, iam.Issued{}, err
@@ -95,13 +95,13 @@ func (s *Service) exchange(ctx context.Context, in ExchangeInput) (store.Service
 	if !key.ActiveAt(now) {
 		return acc, iam.Issued{}, grantError("key_revoked", "key %s was rotated out or revoked; sign with the account's newest key (rotate-key returns it)", key.ID)
 	}
-	if acc.Status != "active" {
+	if acc.Status != AccountActive {
 		return acc, iam.Issued{}, grantError("account_disabled", "service account %s is disabled; a project admin can enable it again", acc.ID)
 	}
 	// Single use: remembered until the assertion could no longer pass the
 	// expiry check anyway. The primary key refuses a concurrent replay too.
 	if err := q.UseAssertionID(ctx, acc.ID, as.JTI, as.ExpiresAt.Add(ClockSkew)); err != nil {
-		if errors.Is(err, store.ErrAlreadyExists) {
+		if errors.Is(err, storage.ErrAlreadyExists) {
 			return acc, iam.Issued{}, grantError("replayed_assertion", "this assertion's jti was already exchanged; sign a new assertion with a fresh jti for every exchange")
 		}
 		return acc, iam.Issued{}, err
@@ -117,7 +117,7 @@ func (s *Service) exchange(ctx context.Context, in ExchangeInput) (store.Service
 
 // purgeUsedAssertions forgets expired assertion ids, at most once a minute
 // per process.
-func (s *Service) purgeUsedAssertions(ctx context.Context, q *store.Queries) {
+func (s *Service) purgeUsedAssertions(ctx context.Context, q Queries) {
 	now := s.Now()
 	last := s.lastPurge.Load()
 	if now.UnixNano()-last < int64(purgeEvery) || !s.lastPurge.CompareAndSwap(last, now.UnixNano()) {
@@ -139,8 +139,8 @@ func errTokenRevoked(why error) error {
 // service-account token: the account must exist and be enabled, the token
 // must postdate the last disable, and its key must not be revoked.
 func (s *Service) CheckServiceAccountToken(ctx context.Context, c iam.AccessClaims) (principal.Principal, error) {
-	a, k, err := s.DB.Queries().ServiceAccountWithKey(ctx, c.Subject, c.KeyID)
-	if errors.Is(err, store.ErrNotFound) {
+	a, k, err := s.Store.Read().ServiceAccountWithKey(ctx, c.Subject, c.KeyID)
+	if errors.Is(err, storage.ErrNotFound) {
 		return principal.Principal{}, errTokenRevoked(iam.ErrAccountDeleted)
 	}
 	if err != nil {
@@ -148,7 +148,7 @@ func (s *Service) CheckServiceAccountToken(ctx context.Context, c iam.AccessClai
 	}
 	// <=: a token minted in the same millisecond as a revocation is revoked
 	// too; erring that way costs a retry, the other way a live token.
-	if a.Status != "active" {
+	if a.Status != AccountActive {
 		return principal.Principal{}, errTokenRevoked(iam.ErrAccountDisabled)
 	}
 	if c.IssuedAtMS <= a.TokensValidAfter.UnixMilli() || !k.ActiveAt(s.Now()) {

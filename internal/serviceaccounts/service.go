@@ -15,12 +15,11 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/iam"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // Deps are what the service needs.
 type Deps struct {
-	DB     *store.DB
+	Store  Store
 	IAM    *iam.Service
 	Tokens *iam.Tokens
 	Logger *slog.Logger

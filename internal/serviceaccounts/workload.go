@@ -7,27 +7,28 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Workload identities are service accounts the platform itself makes for
 // something it runs (an app instance): created, re-keyed and deleted inside
-// the caller's transaction, whose audit row records them. No grants are
-// checked — the platform acts, on behalf of a request that was authorised
-// when it was accepted.
+// the caller's transaction (joined as this domain's Tx), whose audit row
+// records them. No grants are checked — the platform acts, on behalf of a
+// request that was authorised when it was accepted.
 
 // ProvisionWorkload creates a project service account bound to the
 // platform's instance_workload role (its own instance and its own usage,
 // nothing else) with a fresh server-generated key, inside tx. The private
 // key is returned once and never stored.
-func (s *Service) ProvisionWorkload(ctx context.Context, tx *store.Tx, p store.Project, slug, name string) (IssuedKey, error) {
+func (s *Service) ProvisionWorkload(ctx context.Context, outer storage.Tx, p iam.Project, slug, name string) (IssuedKey, error) {
+	tx := s.Store.Join(outer)
 	now := s.Now()
 	key, priv, err := s.newKey("", "", now)
 	if err != nil {
 		return IssuedKey{}, err
 	}
-	a := store.ServiceAccount{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Slug: slug, Name: name,
-		Description: "workload identity managed by the platform", Status: "active", CreatedAt: now, UpdatedAt: now}
+	a := ServiceAccount{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Slug: slug, Name: name,
+		Description: "workload identity managed by the platform", Status: AccountActive, CreatedAt: now, UpdatedAt: now}
 	key.ServiceAccountID = a.ID
 	if err := tx.CreateServiceAccount(ctx, a); err != nil {
 		return IssuedKey{}, err
@@ -38,15 +39,16 @@ func (s *Service) ProvisionWorkload(ctx context.Context, tx *store.Tx, p store.P
 	if _, err := iam.BindWorkload(ctx, tx, a.ID, p.ID, p.OrgID); err != nil {
 		return IssuedKey{}, err
 	}
-	return IssuedKey{Account: Account{ServiceAccount: a, Roles: []string{iam.RoleInstanceWorkload}, Keys: []store.ServiceAccountKey{key}},
+	return IssuedKey{Account: Account{ServiceAccount: a, Roles: []string{iam.RoleInstanceWorkload}, Keys: []ServiceAccountKey{key}},
 		Key: key, PrivateKeyPEM: priv, TokenURL: s.TokenURL()}, nil
 }
 
 // RekeyWorkload gives a workload account a new key and revokes the others
 // at once: each deployment receives its own key and the previous one dies
 // with the previous container.
-func (s *Service) RekeyWorkload(ctx context.Context, tx *store.Tx, projectID, id string) (IssuedKey, error) {
-	cur, err := s.load(ctx, tx.Queries, projectID, id)
+func (s *Service) RekeyWorkload(ctx context.Context, outer storage.Tx, projectID, id string) (IssuedKey, error) {
+	tx := s.Store.Join(outer)
+	cur, err := s.load(ctx, tx, projectID, id)
 	if err != nil {
 		return IssuedKey{}, err
 	}
@@ -68,19 +70,20 @@ func (s *Service) RekeyWorkload(ctx context.Context, tx *store.Tx, projectID, id
 // RetireWorkload disables a workload account (its tokens stop working at
 // once) and deletes it with its keys and bindings. Retiring an account that
 // is already gone is a no-op, so teardown can be repeated.
-func (s *Service) RetireWorkload(ctx context.Context, tx *store.Tx, projectID, id string) error {
+func (s *Service) RetireWorkload(ctx context.Context, outer storage.Tx, projectID, id string) error {
 	if id == "" {
 		return nil
 	}
+	tx := s.Store.Join(outer)
 	a, err := tx.GetServiceAccount(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && a.ProjectID != projectID) {
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && a.ProjectID != projectID) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	now := s.Now()
-	if err := tx.SetServiceAccountStatus(ctx, id, "disabled", now.Add(time.Millisecond), now); err != nil {
+	if err := tx.SetServiceAccountStatus(ctx, id, AccountDisabled, now.Add(time.Millisecond), now); err != nil {
 		return err
 	}
 	if err := tx.DeleteBindingsOfPrincipal(ctx, string(principal.ServiceAccount), id); err != nil {

@@ -23,13 +23,11 @@ var mayImportStore = []string{
 var notYetMoved = []string{
 	"internal/artifacts",
 	"internal/billing",
-	"internal/catalog",
 	"internal/console",
 	"internal/events",
 	"internal/httpapi",
 	"internal/instances",
 	"internal/nodes",
-	"internal/serviceaccounts",
 }
 
 func TestOnlyTheWiringImportsTheStore(t *testing.T) {

@@ -3,59 +3,25 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/catalog"
 )
 
-// App is one catalog entry: the version-independent metadata of a manifest
-// package. Metadata is the canonical JSON of the app section.
-type App struct {
-	ID             string
-	Slug           string
-	DisplayName    string
-	Description    string
-	Category       string
-	RuntimeBackend string
-	Metadata       []byte
-	MetadataDigest string
-	SubmittedBy    string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-}
+// The catalog domain's types; these aliases keep the packages not yet moved
+// off store compiling.
+type (
+	App            = catalog.App
+	AppVersion     = catalog.AppVersion
+	AppEntitlement = catalog.AppEntitlement
+)
 
-// AppVersion is one registered version of an app. Manifest is the
-// normalised version body; Digest identifies it (sha256 of its canonical
-// JSON), so an identical re-submission can be told from a changed one.
-type AppVersion struct {
-	ID             string
-	AppID          string
-	AppSlug        string
-	Version        string
-	Status         string // draft | published | deprecated | retired
-	RuntimeBackend string
-	Manifest       []byte
-	Digest         string
-	SubmittedBy    string
-	StatusReason   string
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	PublishedAt    time.Time // zero until published
-	DeprecatedAt   time.Time
-	RetiredAt      time.Time
-}
+var (
+	_ catalog.Tx      = (*Tx)(nil)
+	_ catalog.Queries = (*Queries)(nil)
+)
 
-// AppEntitlement says whether a project may use an app, and how the
-// project narrows what the app's manifest allows (PolicyOverrides, JSON).
-type AppEntitlement struct {
-	ID              string
-	ProjectID       string
-	OrgID           string
-	AppID           string
-	AppSlug         string
-	Enabled         bool
-	PolicyOverrides []byte
-	UpdatedBy       string
-	CreatedAt       time.Time
-	UpdatedAt       time.Time
-}
+// Catalog is the catalog domain's storage.
+func Catalog(db *DB) catalog.Store { return NewPort[catalog.Tx, catalog.Queries](db) }
 
 const appCols = `id, slug, display_name, description, category, runtime_backend, metadata, metadata_digest, submitted_by, created_at, updated_at`
 
@@ -90,7 +56,7 @@ func (q *Queries) GetAppBySlug(ctx context.Context, slug string) (App, error) {
 
 // ListApps lists apps in creation order. With withVersionIn non-empty, only
 // apps having at least one version in one of those statuses.
-func (q *Queries) ListApps(ctx context.Context, withVersionIn []string, p Page) ([]App, string, error) {
+func (q *Queries) ListApps(ctx context.Context, withVersionIn []catalog.VersionStatus, p Page) ([]App, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -100,7 +66,7 @@ func (q *Queries) ListApps(ctx context.Context, withVersionIn []string, p Page) 
 	if len(withVersionIn) > 0 {
 		query += ` AND EXISTS (SELECT 1 FROM app_versions v WHERE v.app_id = apps.id AND v.status IN (` + placeholders(len(withVersionIn)) + `))`
 		for _, s := range withVersionIn {
-			args = append(args, s)
+			args = append(args, string(s))
 		}
 	}
 	rows, err := q.query(ctx, query+` ORDER BY id`+limitClause(limit), args...)
@@ -130,7 +96,7 @@ func scanAppVersion(s interface{ Scan(...any) error }) (AppVersion, error) {
 // ErrAlreadyExists.
 func (q *Queries) CreateAppVersion(ctx context.Context, v AppVersion) error {
 	_, err := q.exec(ctx, `INSERT INTO app_versions (`+appVersionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		v.ID, v.AppID, v.AppSlug, v.Version, v.Status, v.RuntimeBackend, jsonText(v.Manifest), v.Digest, v.SubmittedBy,
+		v.ID, v.AppID, v.AppSlug, v.Version, string(v.Status), v.RuntimeBackend, jsonText(v.Manifest), v.Digest, v.SubmittedBy,
 		v.StatusReason, ts(v.CreatedAt), ts(v.UpdatedAt), nullTS(v.PublishedAt), nullTS(v.DeprecatedAt), nullTS(v.RetiredAt))
 	return err
 }
@@ -152,7 +118,7 @@ func (q *Queries) GetAppVersion(ctx context.Context, appSlug, version string) (A
 
 // ListAppVersions lists the versions of an app in registration order,
 // only those in statuses when it is non-empty.
-func (q *Queries) ListAppVersions(ctx context.Context, appSlug string, statuses []string, p Page) ([]AppVersion, string, error) {
+func (q *Queries) ListAppVersions(ctx context.Context, appSlug string, statuses []catalog.VersionStatus, p Page) ([]AppVersion, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -162,7 +128,7 @@ func (q *Queries) ListAppVersions(ctx context.Context, appSlug string, statuses 
 	if len(statuses) > 0 {
 		query += ` AND status IN (` + placeholders(len(statuses)) + `)`
 		for _, s := range statuses {
-			args = append(args, s)
+			args = append(args, string(s))
 		}
 	}
 	rows, err := q.query(ctx, query+` ORDER BY id`+limitClause(limit), args...)
@@ -180,15 +146,15 @@ func (q *Queries) ListAppVersions(ctx context.Context, appSlug string, statuses 
 // SetAppVersionStatus moves a version from status from to status to,
 // stamping the time of the new status. A version no longer in from (a
 // concurrent transition won) is ErrNotFound.
-func (q *Queries) SetAppVersionStatus(ctx context.Context, id, from, to, reason string, at time.Time) error {
-	stamp := map[string]string{"published": "published_at", "deprecated": "deprecated_at", "retired": "retired_at"}[to]
+func (q *Queries) SetAppVersionStatus(ctx context.Context, id string, from, to catalog.VersionStatus, reason string, at time.Time) error {
+	stamp := map[catalog.VersionStatus]string{catalog.StatusPublished: "published_at", catalog.StatusDeprecated: "deprecated_at", catalog.StatusRetired: "retired_at"}[to]
 	set := `status = ?, status_reason = ?, updated_at = ?`
-	args := []any{to, reason, ts(at)}
+	args := []any{string(to), reason, ts(at)}
 	if stamp != "" {
 		set += `, ` + stamp + ` = ?`
 		args = append(args, ts(at))
 	}
-	args = append(args, id, from)
+	args = append(args, id, string(from))
 	return q.execOne(ctx, `UPDATE app_versions SET `+set+` WHERE id = ? AND status = ?`, args...)
 }
 

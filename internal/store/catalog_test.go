@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -30,7 +31,7 @@ func mkApp(t *testing.T, db *store.DB, slug string) store.App {
 	return a
 }
 
-func mkVersion(t *testing.T, db *store.DB, a store.App, version, status string) store.AppVersion {
+func mkVersion(t *testing.T, db *store.DB, a store.App, version string, status catalog.VersionStatus) store.AppVersion {
 	t.Helper()
 	now := time.Now()
 	v := store.AppVersion{ID: newID(), AppID: a.ID, AppSlug: a.Slug, Version: version, Status: status, RuntimeBackend: "slurm",
@@ -90,7 +91,7 @@ func testCatalogAppsVersions(t *testing.T, db *store.DB) {
 	}
 
 	// Listing filters and pages.
-	apps, _, err := q.ListApps(ctx, []string{"published", "deprecated"}, store.Page{})
+	apps, _, err := q.ListApps(ctx, []catalog.VersionStatus{"published", "deprecated"}, store.Page{})
 	if err != nil || len(apps) != 1 || apps[0].Slug != "alpha" {
 		t.Fatalf("listed apps: %+v %v", apps, err)
 	}
@@ -106,7 +107,7 @@ func testCatalogAppsVersions(t *testing.T, db *store.DB) {
 	if err != nil || len(vs) != 2 || vs[0].Version != "1.0.0" {
 		t.Fatalf("versions: %+v %v", vs, err)
 	}
-	vs, _, err = q.ListAppVersions(ctx, "alpha", []string{"published"}, store.Page{})
+	vs, _, err = q.ListAppVersions(ctx, "alpha", []catalog.VersionStatus{"published"}, store.Page{})
 	if err != nil || len(vs) != 1 || vs[0].Version != "1.1.0" {
 		t.Fatalf("published versions: %+v %v", vs, err)
 	}
