@@ -25,7 +25,6 @@ var notYetMoved = []string{
 	"internal/billing",
 	"internal/catalog",
 	"internal/console",
-	"internal/events",
 	"internal/httpapi",
 	"internal/instances",
 	"internal/nodes",
