@@ -130,7 +130,7 @@ func (b *Bus) Publish(ctx context.Context, envs []Envelope) (int, error) {
 // it were acknowledged): retrying cannot help, so the relay parks it.
 type RefusedError struct {
 	Index  int
-	Reason string // payload_too_large | invalid_subject | refused
+	Reason ParkReason // payload_too_large | invalid_subject | refused
 	Err    error
 }
 
@@ -144,12 +144,12 @@ func (e *RefusedError) Unwrap() error { return e.Err }
 // message (its size or subject), and returns it unchanged when it is about
 // the bus (an outage, a timeout), which a retry may get past.
 func refusal(index int, err error) error {
-	var reason string
+	var reason ParkReason
 	switch {
 	case errors.Is(err, nats.ErrMaxPayload), errors.Is(err, jetstream.ErrStreamMessageExceedsMaximum):
-		reason = "payload_too_large"
+		reason = ParkPayloadTooLarge
 	case errors.Is(err, nats.ErrBadSubject):
-		reason = "invalid_subject"
+		reason = ParkInvalidSubject
 	default:
 		return err
 	}

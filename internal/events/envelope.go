@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // SpecVersion is the CloudEvents version of every envelope.
@@ -50,7 +50,7 @@ func DataSchema(eventType string) string {
 }
 
 // FromStore builds the envelope of a sequenced outbox row.
-func FromStore(e store.Event) Envelope {
+func FromStore(e storage.Event) Envelope {
 	data := json.RawMessage(e.Data)
 	if len(data) == 0 {
 		data = json.RawMessage("{}")

@@ -8,7 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
@@ -30,7 +30,7 @@ type Publisher interface {
 // twice across that handover carries the same Nats-Msg-Id and is dropped by
 // JetStream's duplicate window.
 type Relay struct {
-	DB       *store.DB
+	Log      Log
 	Bus      Publisher // nil: sequence only (streams still work)
 	Hub      *Hub
 	Holder   string        // this replica's unique name
@@ -78,7 +78,7 @@ func (r *Relay) Stop() {
 	if r.leader.Swap(false) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := r.DB.Queries().ReleaseLease(ctx, LeaseName, r.Holder); err != nil {
+		if err := r.Log.Read().ReleaseLease(ctx, LeaseName, r.Holder); err != nil {
 			r.Logger.Warn("release relay lease", "error", err)
 		}
 	}
@@ -104,7 +104,7 @@ func (r *Relay) pass(ctx context.Context) error {
 	if !ok {
 		now := time.Now()
 		var err error
-		if ok, err = r.DB.Queries().AcquireLease(ctx, LeaseName, r.Holder, now, r.LeaseTTL); err != nil {
+		if ok, err = r.Log.Read().AcquireLease(ctx, LeaseName, r.Holder, now, r.LeaseTTL); err != nil {
 			return err
 		}
 		if ok {
@@ -114,7 +114,7 @@ func (r *Relay) pass(ctx context.Context) error {
 	if was := r.leader.Swap(ok); was != ok {
 		r.Logger.InfoContext(ctx, "event relay lease", "leader", ok, "holder", r.Holder)
 		if ok && r.Bus != nil && r.Republish > 0 {
-			n, err := r.DB.Queries().UnmarkPublished(ctx, time.Now().Add(-r.Republish))
+			n, err := r.Log.Read().UnmarkPublished(ctx, time.Now().Add(-r.Republish))
 			if err != nil {
 				r.leader.Store(false) // try the takeover again next pass
 				return err
@@ -126,14 +126,14 @@ func (r *Relay) pass(ctx context.Context) error {
 		return nil
 	}
 	for {
-		if pending, err := r.DB.Queries().HasUnsequencedEvents(ctx); err != nil || !pending {
+		if pending, err := r.Log.Read().HasUnsequencedEvents(ctx); err != nil || !pending {
 			if err != nil {
 				return err
 			}
 			break
 		}
-		n, _, err := r.DB.SequenceEvents(ctx, LeaseName, r.Holder, time.Now(), r.Batch)
-		if errors.Is(err, store.ErrLeaseLost) {
+		n, _, err := r.Log.SequenceEvents(ctx, LeaseName, r.Holder, time.Now(), r.Batch)
+		if errors.Is(err, ErrLeaseLost) {
 			r.leader.Store(false)
 			return nil
 		}
@@ -188,7 +188,7 @@ func (r *Relay) publishAll(ctx context.Context) error {
 		}
 		r.ensured = true
 	}
-	q := r.DB.Queries()
+	q := r.Log.Read()
 	for {
 		rows, err := q.UnpublishedEvents(ctx, r.Batch)
 		if err != nil || len(rows) == 0 {
@@ -229,7 +229,7 @@ func (r *Relay) publishAll(ctx context.Context) error {
 // acknowledged them. Only the relay leader runs it, so a big delete never
 // competes with itself across replicas.
 type Cleaner struct {
-	DB        *store.DB
+	Log       Log
 	Relay     *Relay
 	Retention time.Duration
 	Interval  time.Duration // default 1m
@@ -260,21 +260,21 @@ func (c *Cleaner) run(ctx context.Context) error {
 	if c.Retention <= 0 || (c.Relay != nil && !c.Relay.Leader()) {
 		return nil
 	}
-	_, err := c.DB.Queries().PruneEvents(ctx, time.Now().Add(-c.Retention))
+	_, err := c.Log.Read().PruneEvents(ctx, time.Now().Add(-c.Retention))
 	return err
 }
 
 // Parked is an event the bus refused for good: the relay marked it handled
 // with the reason and went on (docs/events.md).
 type Parked struct {
-	Event    Envelope  `json:"event"`
-	Reason   string    `json:"reason"`
-	ParkedAt time.Time `json:"parked_at"`
+	Event    Envelope   `json:"event"`
+	Reason   ParkReason `json:"reason"`
+	ParkedAt time.Time  `json:"parked_at"`
 }
 
 // ListParked pages through the parked events, oldest first.
-func ListParked(ctx context.Context, db *store.DB, p store.Page) ([]Parked, string, error) {
-	rows, next, err := db.Queries().ListParkedEvents(ctx, p)
+func ListParked(ctx context.Context, q ParkedLister, p storage.Page) ([]Parked, string, error) {
+	rows, next, err := q.ListParkedEvents(ctx, p)
 	if err != nil {
 		return nil, "", err
 	}

@@ -77,7 +77,7 @@ func TestRelaySurvivesBusOutage(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		bus := &flakyBus{}
 		hub := &events.Hub{}
-		r := &events.Relay{DB: db, Bus: bus, Hub: hub, Holder: "r1", Interval: time.Hour, LeaseTTL: 10 * time.Second, Batch: 4}
+		r := &events.Relay{Log: store.EventLog(db), Bus: bus, Hub: hub, Holder: "r1", Interval: time.Hour, LeaseTTL: 10 * time.Second, Batch: 4}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := r.Start(ctx); err != nil {
@@ -128,8 +128,8 @@ func TestRelayHandover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b1, b2 := &flakyBus{}, &flakyBus{}
-	r1 := &events.Relay{DB: db, Bus: b1, Hub: &events.Hub{}, Holder: "r1", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute}
-	r2 := &events.Relay{DB: db, Bus: b2, Hub: &events.Hub{}, Holder: "r2", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute}
+	r1 := &events.Relay{Log: store.EventLog(db), Bus: b1, Hub: &events.Hub{}, Holder: "r1", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute}
+	r2 := &events.Relay{Log: store.EventLog(db), Bus: b2, Hub: &events.Hub{}, Holder: "r2", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute}
 	if err := r1.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestCleanerPrunesPublished(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	bus := &flakyBus{}
-	r := &events.Relay{DB: db, Bus: bus, Hub: &events.Hub{}, Holder: "r1", Interval: time.Hour, LeaseTTL: 10 * time.Second}
+	r := &events.Relay{Log: store.EventLog(db), Bus: bus, Hub: &events.Hub{}, Holder: "r1", Interval: time.Hour, LeaseTTL: 10 * time.Second}
 	if err := r.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestCleanerPrunesPublished(t *testing.T) {
 	emitN(t, db, 4)
 	r.Kick()
 	waitFor(t, func() bool { return len(bus.received()) == 4 })
-	c := &events.Cleaner{DB: db, Relay: r, Retention: time.Nanosecond, Interval: time.Hour}
+	c := &events.Cleaner{Log: store.EventLog(db), Relay: r, Retention: time.Nanosecond, Interval: time.Hour}
 	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // RepublishResult says what a republish queued for the relay.
@@ -24,7 +23,7 @@ type RepublishResult struct {
 // them. A time after the newest event resolves to 0 (nothing to do).
 func (rd *Reader) RepublishFrom(ctx context.Context, since string) (int64, error) {
 	since = strings.TrimSpace(since)
-	q := rd.DB.Queries()
+	q := rd.Log.Read()
 	oldest, newest, err := q.EventBounds(ctx)
 	if err != nil {
 		return 0, err
@@ -39,12 +38,12 @@ func (rd *Reader) RepublishFrom(ctx context.Context, since string) (int64, error
 			return 0, errdefs.Invalid("invalid_since", "a sequence starts at 1")
 		}
 		if oldest > 1 && n < oldest {
-			return 0, rd.expired(ctx, store.EventFilter{})
+			return 0, rd.expired(ctx, EventFilter{})
 		}
 		from = n
 	case uuid.Validate(since) == nil:
 		if from, err = q.EventPosition(ctx, since); errdefs.KindOf(err) == errdefs.KindNotFound {
-			return 0, rd.expired(ctx, store.EventFilter{})
+			return 0, rd.expired(ctx, EventFilter{})
 		} else if err != nil {
 			return 0, err
 		}
@@ -53,7 +52,7 @@ func (rd *Reader) RepublishFrom(ctx context.Context, since string) (int64, error
 		if err != nil {
 			return 0, errdefs.Invalid("invalid_since", "since must be a sequence, an event id or an RFC 3339 time such as 2026-01-02T15:04:05Z")
 		}
-		rows, err := q.ListEvents(ctx, store.EventFilter{Since: t}, 0, 1)
+		rows, err := q.ListEvents(ctx, EventFilter{Since: t}, 0, 1)
 		if err != nil || len(rows) == 0 {
 			return 0, err
 		}

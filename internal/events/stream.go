@@ -17,14 +17,13 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // Reader serves events from the outbox, the durable truth: lists and the
 // live stream read the same sequenced rows, so a stream is correct on any
 // replica and resumes exactly across restarts.
 type Reader struct {
-	DB  *store.DB
+	Log Log
 	Hub *Hub
 	// KeepAlive is the period of SSE comment lines on an idle stream.
 	KeepAlive time.Duration
@@ -81,8 +80,8 @@ func ParseCursor(c string) (int64, error) {
 // List returns one page of events matching f after position `after`, and
 // the cursor of the next page ("" at the current end). A page that
 // continues a cursor is checked against retention first (CheckRetained).
-func (rd *Reader) List(ctx context.Context, f store.EventFilter, after int64, limit int) ([]Envelope, string, error) {
-	rows, err := rd.DB.Queries().ListEvents(ctx, f, after, limit+1)
+func (rd *Reader) List(ctx context.Context, f EventFilter, after int64, limit int) ([]Envelope, string, error) {
+	rows, err := rd.Log.Read().ListEvents(ctx, f, after, limit+1)
 	if err != nil {
 		return nil, "", err
 	}
@@ -108,12 +107,12 @@ const ResumeNow = "now"
 // oldest event retained in that scope, never a silent skip. An event id
 // outside the scope is answered exactly like an unknown one: its position is
 // never revealed.
-func (rd *Reader) ResumePoint(ctx context.Context, f store.EventFilter, lastEventID string) (int64, error) {
+func (rd *Reader) ResumePoint(ctx context.Context, f EventFilter, lastEventID string) (int64, error) {
 	switch lastEventID {
 	case "":
 		return 0, nil
 	case ResumeNow:
-		_, newest, err := rd.DB.Queries().EventBounds(ctx)
+		_, newest, err := rd.Log.Read().EventBounds(ctx)
 		return newest, err
 	}
 	if n, err := strconv.ParseInt(lastEventID, 10, 64); err == nil && n >= 0 {
@@ -122,13 +121,13 @@ func (rd *Reader) ResumePoint(ctx context.Context, f store.EventFilter, lastEven
 	if _, err := uuid.Parse(lastEventID); err != nil {
 		return 0, errdefs.Invalid("invalid_last_event_id", "Last-Event-ID must be an event's sequence (the SSE id) or its event id")
 	}
-	pos, err := rd.DB.Queries().EventPosition(ctx, lastEventID)
+	pos, err := rd.Log.Read().EventPosition(ctx, lastEventID)
 	if err != nil && errdefs.KindOf(err) != errdefs.KindNotFound {
 		return 0, err
 	}
 	if err == nil {
 		// In scope exactly when the scope's first event after pos-1 is it.
-		rows, err := rd.DB.Queries().ListEvents(ctx, scopeOf(f), pos-1, 1)
+		rows, err := rd.Log.Read().ListEvents(ctx, scopeOf(f), pos-1, 1)
 		if err != nil {
 			return 0, err
 		}
@@ -140,16 +139,16 @@ func (rd *Reader) ResumePoint(ctx context.Context, f store.EventFilter, lastEven
 }
 
 // scopeOf keeps only the tenant part of a filter (org, project).
-func scopeOf(f store.EventFilter) store.EventFilter {
-	return store.EventFilter{OrgID: f.OrgID, ProjectID: f.ProjectID}
+func scopeOf(f EventFilter) EventFilter {
+	return EventFilter{OrgID: f.OrgID, ProjectID: f.ProjectID}
 }
 
 // CheckRetained refuses a resume point whose successors were deleted.
 // Positions are contiguous and retention deletes a prefix, so position p is
 // resumable exactly when p+1 is still retained (or nothing was deleted).
 // The refusal names only events of the caller's scope f.
-func (rd *Reader) CheckRetained(ctx context.Context, f store.EventFilter, after int64) error {
-	oldest, newest, err := rd.DB.Queries().EventBounds(ctx)
+func (rd *Reader) CheckRetained(ctx context.Context, f EventFilter, after int64) error {
+	oldest, newest, err := rd.Log.Read().EventBounds(ctx)
 	if err != nil {
 		return err
 	}
@@ -165,9 +164,9 @@ func (rd *Reader) CheckRetained(ctx context.Context, f store.EventFilter, after 
 // expired is the 410 of a resume point past retention: details name the
 // oldest event still retained in the caller's scope (oldest_sequence,
 // oldest_event_id), and are empty when the scope has none.
-func (rd *Reader) expired(ctx context.Context, f store.EventFilter) error {
+func (rd *Reader) expired(ctx context.Context, f EventFilter) error {
 	details := map[string]any{}
-	rows, err := rd.DB.Queries().ListEvents(ctx, scopeOf(f), 0, 1)
+	rows, err := rd.Log.Read().ListEvents(ctx, scopeOf(f), 0, 1)
 	if err != nil {
 		return err
 	}
@@ -205,7 +204,7 @@ var ErrSlowConsumer = errors.New("event stream: the client fell too far behind a
 // when acc.Recheck revokes it — checked every Reauthorize, on the hub's
 // AccessChanged and after an iam.* event — with fr.End, returning the
 // *Revoked.
-func (rd *Reader) Follow(ctx context.Context, f store.EventFilter, after int64, fr Framing, acc Access) error {
+func (rd *Reader) Follow(ctx context.Context, f EventFilter, after int64, fr Framing, acc Access) error {
 	keepAlive := time.NewTicker(rd.KeepAlive)
 	defer keepAlive.Stop()
 	poll := time.NewTimer(rd.Poll)
@@ -227,7 +226,7 @@ func (rd *Reader) Follow(ctx context.Context, f store.EventFilter, after int64, 
 		}
 		return r
 	}
-	q := rd.DB.Queries()
+	q := rd.Log.Read()
 	stop := rd.stopCh()
 	check := true // once at the start: access may have changed since the handler checked it
 	for {
@@ -296,7 +295,7 @@ func (rd *Reader) Follow(ctx context.Context, f store.EventFilter, after int64, 
 // point (ResumePoint) before calling: once Stream starts, the status is 200.
 // A reader that loses access (acc) gets one `event: error` message naming
 // the reason, and the stream closes.
-func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f store.EventFilter, after int64, acc Access) error {
+func (rd *Reader) Stream(ctx context.Context, w http.ResponseWriter, f EventFilter, after int64, acc Access) error {
 	rc := http.NewResponseController(w)
 	// The server's read and write timeouts are for requests, not streams:
 	// clear them (an expired read deadline would cancel the request's

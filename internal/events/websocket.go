@@ -10,7 +10,6 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // WebSocket form of the stream (for browsers, which cannot set headers on an
@@ -60,7 +59,7 @@ func BearerFromProtocols(header []string) string {
 // says which.
 // A reader that loses access (acc) gets one {"error": …} message naming the
 // reason, then a close with CloseUnauthenticated or CloseAccessRevoked.
-func (rd *Reader) StreamWebSocket(ctx context.Context, c *websocket.Conn, f store.EventFilter, after int64, acc Access) error {
+func (rd *Reader) StreamWebSocket(ctx context.Context, c *websocket.Conn, f EventFilter, after int64, acc Access) error {
 	c.SetReadLimit(4096) // clients send nothing but control frames
 	// CloseRead answers pings and reads pongs and the close frame; its
 	// context ends when the client goes away.

@@ -301,7 +301,7 @@ func (a *API) listParkedEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	items, next, err := events.ListParked(ctx, a.DB, pg)
+	items, next, err := events.ListParked(ctx, a.DB.Queries(), pg)
 	if err != nil {
 		return err
 	}

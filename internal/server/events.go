@@ -54,12 +54,13 @@ func (a *App) newEventParts(ctx context.Context) (*eventParts, error) {
 		return nil, err
 	}
 	hub := &events.Hub{}
+	eventLog := store.EventLog(a.DB)
 	host, _ := os.Hostname()
-	relay := &events.Relay{DB: a.DB, Bus: bus, Hub: hub, Holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), randomHex(4)),
+	relay := &events.Relay{Log: eventLog, Bus: bus, Hub: hub, Holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), randomHex(4)),
 		LeaseTTL: cfg.LeaseTTL, Republish: min(cfg.DuplicateWindow/2, time.Minute), Interval: cfg.RelayInterval, Logger: a.Logger.With("component", "events.relay")}
-	cleaner := &events.Cleaner{DB: a.DB, Relay: relay, Retention: cfg.Retention, Logger: a.Logger.With("component", "events.retention")}
+	cleaner := &events.Cleaner{Log: eventLog, Relay: relay, Retention: cfg.Retention, Logger: a.Logger.With("component", "events.retention")}
 	p := &eventParts{conn: conn, bus: bus, hub: hub, relay: relay, cleaner: cleaner,
-		reader:  &events.Reader{DB: a.DB, Hub: hub, KeepAlive: cfg.KeepAlive, Reauthorize: cfg.Reauthorize, Poll: cfg.RelayInterval, WriteTimeout: cfg.WriteTimeout},
+		reader:  &events.Reader{Log: eventLog, Hub: hub, KeepAlive: cfg.KeepAlive, Reauthorize: cfg.Reauthorize, Poll: cfg.RelayInterval, WriteTimeout: cfg.WriteTimeout},
 		workers: worker.Group{relay, cleaner}}
 	// Every replica wakes the relay (wherever it runs) on commit, and every
 	// replica's streams wake when the relay has sequenced new rows.

@@ -24,7 +24,6 @@ var notYetMoved = []string{
 	"internal/artifacts",
 	"internal/billing",
 	"internal/console",
-	"internal/events",
 	"internal/httpapi",
 	"internal/instances",
 	"internal/nodes",

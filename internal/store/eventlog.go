@@ -5,22 +5,37 @@ import (
 	"database/sql"
 	"errors"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/events"
 )
 
 // The event log: the relay's queries over outbox_events (sequencing,
 // publishing, retention, its lease) and the reads the event API serves.
-//
-// Ordering. Emitters never choose a position. The relay, holding the lease,
-// gives every committed row that is still unsequenced the next positions
-// (max + 1, …) in id order, in one transaction that first locks its lease
-// row. A transaction still in flight is invisible to that pass, so when it
-// commits later it gets a later position: positions are the order in which
-// rows became visible, they are contiguous, and a client that resumes after
-// position N can never miss a row that gets a position below N later.
+// The ordering they keep is described in internal/events (storage.go).
+
+// Transition aliases: the event log's types belong to the events domain.
+type (
+	ParkedEvent = events.ParkedEvent
+	EventFilter = events.EventFilter
+)
 
 // ErrLeaseLost is returned by SequenceEvents when holder no longer holds the
 // relay lease (it expired and another replica took it over).
-var ErrLeaseLost = errors.New("store: relay lease is held by another replica")
+var ErrLeaseLost = events.ErrLeaseLost
+
+var _ events.Queries = (*Queries)(nil)
+
+// EventLog is the events domain's storage: the outbox as the relay, the
+// retention worker and the reader use it.
+func EventLog(db *DB) events.Log { return eventLog{db} }
+
+type eventLog struct{ db *DB }
+
+func (l eventLog) Read() events.Queries { return l.db.Queries() }
+
+func (l eventLog) SequenceEvents(ctx context.Context, lease, holder string, now time.Time, limit int) (int, int64, error) {
+	return l.db.SequenceEvents(ctx, lease, holder, now, limit)
+}
 
 // AcquireLease takes or renews the named lease for holder until now+ttl. It
 // reports whether holder holds it afterwards; an unexpired lease of another
@@ -130,16 +145,9 @@ func (q *Queries) UnmarkPublished(ctx context.Context, since time.Time) (int64, 
 // ParkEvent marks the unpublished row at position as handled without the
 // bus, with the reason the bus refused it: the relay goes on behind it.
 // Parked rows are never requeued; retention prunes them like the rest.
-func (q *Queries) ParkEvent(ctx context.Context, position int64, reason string, at time.Time) error {
+func (q *Queries) ParkEvent(ctx context.Context, position int64, reason events.ParkReason, at time.Time) error {
 	return q.execOne(ctx, `UPDATE outbox_events SET published_at = ?, parked_reason = ?
-		WHERE position = ? AND published_at IS NULL`, ts(at), reason, position)
-}
-
-// ParkedEvent is an event the bus refused, with the reason.
-type ParkedEvent struct {
-	Event
-	Reason   string
-	ParkedAt time.Time
+		WHERE position = ? AND published_at IS NULL`, ts(at), string(reason), position)
 }
 
 // ListParkedEvents pages through parked events, oldest first.
@@ -156,9 +164,10 @@ func (q *Queries) ListParkedEvents(ctx context.Context, p Page) ([]ParkedEvent, 
 	out, err := collect(rows, func(r interface{ Scan(...any) error }) (ParkedEvent, error) {
 		var e ParkedEvent
 		var pos sql.NullInt64
+		var reason string
 		err := r.Scan(&e.ID, &e.Source, &e.Type, &e.Subject, scanTime(&e.Time), &e.OrgID, &e.ProjectID, &e.Actor,
-			&e.CorrelationID, scanJSON(&e.Data), &pos, &e.Reason, scanTime(&e.ParkedAt))
-		e.Position = pos.Int64
+			&e.CorrelationID, scanJSON(&e.Data), &pos, &reason, scanTime(&e.ParkedAt))
+		e.Position, e.Reason = pos.Int64, events.ParkReason(reason)
 		return e, err
 	})
 	if err != nil {
@@ -232,16 +241,6 @@ func (q *Queries) EventPosition(ctx context.Context, id string) (int64, error) {
 		return 0, ErrNotFound
 	}
 	return p.Int64, nil
-}
-
-// EventFilter selects sequenced events. Empty fields match everything.
-type EventFilter struct {
-	OrgID      string
-	ProjectID  string
-	TypePrefix string // "apps.artifact." or a whole type
-	Subject    string
-	Since      time.Time // occurred_at >= Since
-	Until      time.Time // occurred_at < Until
 }
 
 // ListEvents returns up to limit sequenced events after position `after`
