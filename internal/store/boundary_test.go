@@ -28,7 +28,6 @@ var notYetMoved = []string{
 	"internal/events",
 	"internal/httpapi",
 	"internal/instances",
-	"internal/nodes",
 	"internal/serviceaccounts",
 }
 
