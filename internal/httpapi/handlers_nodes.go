@@ -47,7 +47,7 @@ type nodeView struct {
 }
 
 func viewNode(n store.Node) nodeView {
-	return nodeView{ID: n.ID, Name: n.Name, State: n.State, KeyID: n.KeyID, GPUCount: n.GPUCount, FreeGPUs: n.FreeGPUs, GPUModel: n.GPUModel,
+	return nodeView{ID: n.ID, Name: n.Name, State: string(n.State), KeyID: n.KeyID, GPUCount: n.GPUCount, FreeGPUs: n.FreeGPUs, GPUModel: n.GPUModel,
 		LiveAllocations: n.LiveAllocations, InventoryDigest: n.InventoryDigest, LastHeartbeatAt: rfc3339(n.LastHeartbeatAt),
 		StateChangedAt: rfc3339(n.StateChangedAt), CreatedAt: rfc3339(n.CreatedAt), UpdatedAt: rfc3339(n.UpdatedAt)}
 }
@@ -79,7 +79,7 @@ type allocationView struct {
 
 func viewAllocation(a store.Allocation) allocationView {
 	v := allocationView{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, NodeID: a.NodeID, Shape: a.Shape, SKU: a.SKU, GPUCount: a.GPUCount,
-		GPUUUIDs: a.GPUUUIDs, State: a.State, CreatedAt: rfc3339(a.CreatedAt), UpdatedAt: rfc3339(a.UpdatedAt)}
+		GPUUUIDs: a.GPUUUIDs, State: string(a.State), CreatedAt: rfc3339(a.CreatedAt), UpdatedAt: rfc3339(a.UpdatedAt)}
 	if !a.ReleasedAt.IsZero() {
 		r := rfc3339(a.ReleasedAt)
 		v.ReleasedAt = &r
@@ -117,7 +117,7 @@ func (a *API) listNodes(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ns, next, err := a.Nodes.ListNodes(r.Context(), grantsFrom(r.Context()), r.URL.Query().Get("state"), pg)
+	ns, next, err := a.Nodes.ListNodes(r.Context(), grantsFrom(r.Context()), nodes.NodeState(r.URL.Query().Get("state")), pg)
 	if err != nil {
 		return err
 	}
@@ -262,7 +262,7 @@ func (a *API) listAllAllocations(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	f := store.AllocationFilter{ProjectID: q.Get("project_id"), NodeID: q.Get("node_id"), State: q.Get("state")}
+	f := store.AllocationFilter{ProjectID: q.Get("project_id"), NodeID: q.Get("node_id"), State: nodes.AllocationState(q.Get("state"))}
 	as, next, err := a.Nodes.ListAllocations(r.Context(), grantsFrom(r.Context()), f, pg)
 	if err != nil {
 		return err
@@ -285,7 +285,7 @@ func (a *API) listProjectAllocations(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
-	as, next, err := a.Nodes.ProjectAllocations(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.URL.Query().Get("state"), pg)
+	as, next, err := a.Nodes.ProjectAllocations(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), nodes.AllocationState(r.URL.Query().Get("state")), pg)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/nodes"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -52,19 +53,23 @@ func (l NodesLink) ProjectAllocations(ctx context.Context, q *store.Queries, pro
 }
 
 func (l NodesLink) withNode(ctx context.Context, q *store.Queries, a store.Allocation) (Allocation, error) {
-	out := Allocation{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, NodeID: a.NodeID, Shape: a.Shape, State: a.State, GPUUUIDs: a.GPUUUIDs}
+	out := Allocation{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, NodeID: a.NodeID, Shape: a.Shape, State: string(a.State), GPUUUIDs: a.GPUUUIDs}
 	n, err := q.GetNode(ctx, a.NodeID)
 	if err != nil {
 		return Allocation{}, err
 	}
-	out.NodeState = n.State
+	out.NodeState = string(n.State)
 	_ = json.Unmarshal(n.Inventory, &out.Inventory)
 	return out, nil
 }
 
 // Enqueue implements TaskQueue.
 func (l NodesLink) Enqueue(ctx context.Context, tx *store.Tx, nodeID, kind, instanceID, projectID string, payload any) (string, error) {
-	t, err := l.Nodes.EnqueueTask(ctx, tx, nodeID, kind, payload, instanceID, projectID)
+	var join storage.Tx // a nil tx stays nil: the task is then queued in its own transaction
+	if tx != nil {
+		join = tx
+	}
+	t, err := l.Nodes.EnqueueTask(ctx, join, nodeID, kind, payload, instanceID, projectID)
 	return t.ID, err
 }
 
@@ -81,7 +86,7 @@ func (l NodesLink) Outcome(ctx context.Context, q *store.Queries, taskID string)
 	if len(t.Result) > 0 {
 		_ = json.Unmarshal(t.Result, &r)
 	}
-	r.State = t.State
+	r.State = string(t.State)
 	if r.ReasonCode == "" {
 		r.ReasonCode = t.ReasonCode
 	}
@@ -92,8 +97,8 @@ func (l NodesLink) Outcome(ctx context.Context, q *store.Queries, taskID string)
 // results (which wake the driver once they are committed).
 func (l NodesLink) Attach(s *Service) {
 	l.Nodes.AddHooks(nodeHooks{s})
-	s.releases = l.Nodes
-	l.Nodes.OnTaskResult("", func(_ context.Context, tx *store.Tx, t nodes.Task, _ nodeapi.TaskResult) error {
+	s.releases = releases{l.Nodes}
+	l.Nodes.OnTaskResult("", func(_ context.Context, tx storage.Tx, t nodes.Task, _ nodeapi.TaskResult) error {
 		if t.InstanceID != "" {
 			tx.AfterCommit(s.kick)
 		}
@@ -101,17 +106,27 @@ func (l NodesLink) Attach(s *Service) {
 	})
 }
 
+// releases hands the nodes domain the instance's transaction.
+type releases struct{ nodes *nodes.Service }
+
+func (r releases) AllocationTornDown(ctx context.Context, tx *store.Tx, allocationID string) error {
+	return r.nodes.AllocationTornDown(ctx, tx, allocationID)
+}
+
+// nodeHooks get the nodes domain's transaction, which is this package's
+// *store.Tx.
 type nodeHooks struct{ s *Service }
 
 var _ nodes.ReleaseHooks = nodeHooks{}
 
-func (h nodeHooks) NodeDown(ctx context.Context, tx *store.Tx, node store.Node, _ []store.Allocation) error {
-	return h.s.failNode(ctx, tx, node.ID)
+func (h nodeHooks) NodeDown(ctx context.Context, tx storage.Tx, node nodes.Node, _ []nodes.Allocation) error {
+	return h.s.failNode(ctx, tx.(*store.Tx), node.ID)
 }
 
 // AllocationReleasing decommissions the live instances on a released
 // allocation; it stays releasing while any of them is not decommissioned.
-func (h nodeHooks) AllocationReleasing(ctx context.Context, tx *store.Tx, a store.Allocation) (bool, error) {
+func (h nodeHooks) AllocationReleasing(ctx context.Context, stx storage.Tx, a nodes.Allocation) (bool, error) {
+	tx := stx.(*store.Tx)
 	if err := h.s.AllocationReleased(ctx, tx, a.ID); err != nil {
 		return false, err
 	}
@@ -119,8 +134,8 @@ func (h nodeHooks) AllocationReleasing(ctx context.Context, tx *store.Tx, a stor
 	return len(left) > 0, err
 }
 
-func (h nodeHooks) NodeReady(ctx context.Context, tx *store.Tx, node store.Node, workloads []nodeapi.Workload) error {
-	return h.s.recoverNode(ctx, tx, node.ID, workloads)
+func (h nodeHooks) NodeReady(ctx context.Context, tx storage.Tx, node nodes.Node, workloads []nodeapi.Workload) error {
+	return h.s.recoverNode(ctx, tx.(*store.Tx), node.ID, workloads)
 }
 
 // ArtifactPulls mints node-bound pull intents with the artifacts domain.

@@ -12,7 +12,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // AllocationInput asks for an allocation.
@@ -65,9 +65,9 @@ const maxPlacementDeadlocks = 16
 // is one transaction per try: a conditional update takes the capacity from
 // the node's row and the (node, GPU) primary key of allocation_gpus makes a
 // GPU impossible to hold twice, on either dialect.
-func (s *Service) CreateAllocation(ctx context.Context, g *iam.Grants, in AllocationInput) (store.Allocation, error) {
+func (s *Service) CreateAllocation(ctx context.Context, g *iam.Grants, in AllocationInput) (Allocation, error) {
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsWrite, "allocation"); err != nil {
-		return store.Allocation{}, err
+		return Allocation{}, err
 	}
 	return s.Allocate(ctx, g, in)
 }
@@ -75,7 +75,7 @@ func (s *Service) CreateAllocation(ctx context.Context, g *iam.Grants, in Alloca
 // Allocate places an allocation without the platform permission check: for
 // the control plane itself (dev mode's allocation, other domains). g may be
 // nil; the project must exist.
-func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInput) (store.Allocation, error) {
+func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInput) (Allocation, error) {
 	var fe []errdefs.FieldError
 	if in.Shape == "" {
 		in.Shape = ShapeGPUSlice
@@ -111,13 +111,13 @@ func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInpu
 		fe = append(fe, errdefs.FieldError{Field: "/project_id", Code: "required", Message: "is required: the project the allocation is for"})
 	}
 	if fe != nil {
-		return store.Allocation{}, errdefs.Validation(fe)
+		return Allocation{}, errdefs.Validation(fe)
 	}
 	p, err := s.project(ctx, g, in.ProjectID)
 	if err != nil {
-		return store.Allocation{}, err
+		return Allocation{}, err
 	}
-	req := store.PlacementQuery{GPUs: count, Baremetal: in.Shape == ShapeBaremetal, NodeID: in.NodeID, Model: in.GPUModel,
+	req := PlacementQuery{GPUs: count, Baremetal: in.Shape == ShapeBaremetal, NodeID: in.NodeID, Model: in.GPUModel,
 		Vendor: in.GPUVendor, MinMemoryMiB: in.MinGPUMemoryMiB}
 	for attempt, deadlocks := 0, 0; attempt < placementAttempts; {
 		a, err := s.place(ctx, p, in, req)
@@ -126,7 +126,7 @@ func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInpu
 			deadlocks++
 			continue
 		case errors.Is(err, errDeadlock):
-			return store.Allocation{}, errdefs.Conflict("placement_contended",
+			return Allocation{}, errdefs.Conflict("placement_contended",
 				"placement kept deadlocking with concurrent placements; retry the request")
 		case errors.Is(err, errRetry):
 			attempt++
@@ -134,15 +134,15 @@ func (s *Service) Allocate(ctx context.Context, g *iam.Grants, in AllocationInpu
 		}
 		return a, err
 	}
-	return store.Allocation{}, errInsufficient(count, in.Shape)
+	return Allocation{}, errInsufficient(count, in.Shape)
 }
 
 // place picks and claims a node and its GPUs in one transaction.
-func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput, req store.PlacementQuery) (store.Allocation, error) {
+func (s *Service) place(ctx context.Context, p iam.Project, in AllocationInput, req PlacementQuery) (Allocation, error) {
 	now := s.Now()
-	a := store.Allocation{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Shape: in.Shape, SKU: in.SKU,
+	a := Allocation{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, Shape: in.Shape, SKU: in.SKU,
 		State: AllocPending, CreatedBy: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now}
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		exclusive := ""
 		if req.Baremetal {
 			exclusive = a.ID
@@ -151,13 +151,13 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		// concurrent requests spread out; finding none that way, wait for
 		// them — as long as the committed state says something still fits.
 		cl, err := tx.ClaimPlacement(ctx, req, exclusive, now, true)
-		for i := 0; errors.Is(err, store.ErrNotFound) && tx.Dialect() == store.Postgres && i < maxPlacementWaits; i++ {
+		for i := 0; errors.Is(err, storage.ErrNotFound) && tx.Dialect() == storage.Postgres && i < maxPlacementWaits; i++ {
 			if ok, perr := tx.PlacementPossible(ctx, req); perr != nil || !ok {
 				break
 			}
 			cl, err = tx.ClaimPlacement(ctx, req, exclusive, now, false)
 		}
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, storage.ErrNotFound) {
 			return errInsufficient(req.GPUs, in.Shape)
 		}
 		if err != nil {
@@ -178,7 +178,7 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		}
 		a.GPUCount = len(a.GPUUUIDs)
 		// Billing (issue 13): GPU quota and spend budget, before anything is placed.
-		if err := s.checkLaunch(ctx, tx.Queries, p.ID, a.GPUCount); err != nil {
+		if err := s.checkLaunch(ctx, tx, p.ID, a.GPUCount); err != nil {
 			return err
 		}
 		if err := tx.InsertAllocation(ctx, a); err != nil {
@@ -187,39 +187,39 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		if err := s.openInterval(ctx, tx, a, now); err != nil {
 			return err
 		}
-		if err := tx.Emit(store.Event{Type: EventAllocationPending, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+		if err := tx.Emit(storage.Event{Type: EventAllocationPending, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
 			allocationData(a)); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "allocation.create", ResourceType: "allocation", ResourceID: a.ID,
+		return tx.Audit(storage.AuditEvent{Action: "allocation.create", ResourceType: "allocation", ResourceID: a.ID,
 			OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, allocationData(a))
 	})
-	if errors.Is(err, store.ErrAlreadyExists) {
+	if errors.Is(err, storage.ErrAlreadyExists) {
 		// A GPU hold collided with a concurrent placement's (the primary key
 		// of allocation_gpus). On PostgreSQL the insert is held and sent
 		// just before the commit (store held writes): this is where it shows.
-		return store.Allocation{}, errRetry
+		return Allocation{}, errRetry
 	}
-	if errors.Is(err, store.ErrDeadlock) {
+	if errors.Is(err, storage.ErrDeadlock) {
 		// Waiting placements lock the rows they pass over in best-fit order;
 		// two of them can wait on each other. PostgreSQL aborted one: it
 		// holds nothing now, and trying again is safe.
-		return store.Allocation{}, errDeadlock
+		return Allocation{}, errDeadlock
 	}
 	if err != nil {
-		return store.Allocation{}, err
+		return Allocation{}, err
 	}
 	s.Logger.InfoContext(ctx, "allocation placed", "allocation_id", a.ID, "node_id", a.NodeID, "gpus", a.GPUCount, "project_id", a.ProjectID)
 	return a, nil
 }
 
-func allocationData(a store.Allocation) map[string]any {
+func allocationData(a Allocation) map[string]any {
 	return map[string]any{"allocation_id": a.ID, "project_id": a.ProjectID, "node_id": a.NodeID, "shape": a.Shape, "sku": a.SKU,
 		"gpu_count": a.GPUCount, "gpu_uuids": a.GPUUUIDs, "state": a.State}
 }
 
-func (s *Service) openInterval(ctx context.Context, tx *store.Tx, a store.Allocation, now time.Time) error {
-	return tx.OpenAllocationInterval(ctx, store.AllocationInterval{ID: iam.NewID(), AllocationID: a.ID, OrgID: a.OrgID,
+func (s *Service) openInterval(ctx context.Context, tx Tx, a Allocation, now time.Time) error {
+	return tx.OpenAllocationInterval(ctx, AllocationInterval{ID: iam.NewID(), AllocationID: a.ID, OrgID: a.OrgID,
 		ProjectID: a.ProjectID, NodeID: a.NodeID, SKU: a.SKU, GPUCount: a.GPUCount, StartedAt: now})
 }
 
@@ -230,15 +230,15 @@ func (s *Service) openInterval(ctx context.Context, tx *store.Tx, a store.Alloca
 // its GPUs back on the node, once the teardown is done
 // (AllocationTornDown). With nothing on it, it is released at once.
 // Releasing a releasing or released allocation changes nothing.
-func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id string) (store.Allocation, error) {
+func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id string) (Allocation, error) {
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsWrite, "allocation"); err != nil {
-		return store.Allocation{}, err
+		return Allocation{}, err
 	}
 	a, err := s.getAllocation(ctx, id)
 	if err != nil {
-		return store.Allocation{}, err
+		return Allocation{}, err
 	}
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if _, err := tx.LockNode(ctx, a.NodeID); err != nil {
 			return err
 		}
@@ -248,7 +248,7 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 		}
 		if cur.State == AllocReleased || cur.State == AllocReleasing {
 			a = cur
-			return tx.Audit(store.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
+			return tx.Audit(storage.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
 				OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, allocationData(a))
 		}
 		busy := false
@@ -276,16 +276,16 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 			}
 			cur.State, cur.UpdatedAt = AllocReleasing, now
 			a = cur
-			if err := tx.Emit(store.Event{Type: EventAllocationReleasing, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+			if err := tx.Emit(storage.Event{Type: EventAllocationReleasing, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
 				allocationData(a)); err != nil {
 				return err
 			}
 		}
-		return tx.Audit(store.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
+		return tx.Audit(storage.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
 			OrgID: a.OrgID, ProjectID: a.ProjectID}, before, allocationData(a))
 	})
 	if err != nil {
-		return store.Allocation{}, err
+		return Allocation{}, err
 	}
 	return a, nil
 }
@@ -296,9 +296,10 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 // that recorded the teardown) and does nothing for an allocation that is
 // not releasing. It locks the node row first, as ReleaseAllocation does, so
 // a teardown finishing while the release starts is seen by one of the two.
-func (s *Service) AllocationTornDown(ctx context.Context, tx *store.Tx, allocationID string) error {
+func (s *Service) AllocationTornDown(ctx context.Context, stx storage.Tx, allocationID string) error {
+	tx := s.Store.Join(stx)
 	a, err := tx.GetAllocation(ctx, allocationID)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
@@ -314,13 +315,13 @@ func (s *Service) AllocationTornDown(ctx context.Context, tx *store.Tx, allocati
 	if a, err = s.release(ctx, tx, a); err != nil {
 		return err
 	}
-	return tx.Audit(store.AuditEvent{Action: "allocation.released", ResourceType: "allocation", ResourceID: a.ID,
+	return tx.Audit(storage.AuditEvent{Action: "allocation.released", ResourceType: "allocation", ResourceID: a.ID,
 		OrgID: a.OrgID, ProjectID: a.ProjectID, Reason: "what ran on the allocation is torn down"}, before, allocationData(a))
 }
 
 // release marks cur released and returns its GPUs to the node; the caller
 // holds the node row.
-func (s *Service) release(ctx context.Context, tx *store.Tx, cur store.Allocation) (store.Allocation, error) {
+func (s *Service) release(ctx context.Context, tx Tx, cur Allocation) (Allocation, error) {
 	now := s.Now()
 	if err := tx.SetAllocationState(ctx, cur.ID, cur.State, AllocReleased, now); err != nil {
 		return cur, err
@@ -335,13 +336,13 @@ func (s *Service) release(ctx context.Context, tx *store.Tx, cur store.Allocatio
 		return cur, err
 	}
 	cur.State, cur.UpdatedAt, cur.ReleasedAt = AllocReleased, now, now
-	return cur, tx.Emit(store.Event{Type: EventAllocationReleased, Subject: allocationSubject(cur.ID), OrgID: cur.OrgID, ProjectID: cur.ProjectID},
+	return cur, tx.Emit(storage.Event{Type: EventAllocationReleased, Subject: allocationSubject(cur.ID), OrgID: cur.OrgID, ProjectID: cur.ProjectID},
 		allocationData(cur))
 }
 
 // confirm makes a node's pending allocations active: the node beat after
 // they were placed on it. Their billing intervals run since placement.
-func (s *Service) confirm(ctx context.Context, tx *store.Tx, nodeID string, now time.Time) (int, error) {
+func (s *Service) confirm(ctx context.Context, tx Tx, nodeID string, now time.Time) (int, error) {
 	pending, err := tx.AllocationsOfNode(ctx, nodeID, AllocPending)
 	if err != nil {
 		return 0, err
@@ -351,7 +352,7 @@ func (s *Service) confirm(ctx context.Context, tx *store.Tx, nodeID string, now 
 			return 0, err
 		}
 		a.State = AllocActive
-		if err := tx.Emit(store.Event{Type: EventAllocationActive, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+		if err := tx.Emit(storage.Event{Type: EventAllocationActive, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
 			allocationData(a)); err != nil {
 			return 0, err
 		}
@@ -360,7 +361,7 @@ func (s *Service) confirm(ctx context.Context, tx *store.Tx, nodeID string, now 
 }
 
 // activate moves an allocation from `from` to active and opens an interval.
-func (s *Service) activate(ctx context.Context, tx *store.Tx, a store.Allocation, from string, now time.Time) error {
+func (s *Service) activate(ctx context.Context, tx Tx, a Allocation, from AllocationState, now time.Time) error {
 	if err := tx.SetAllocationState(ctx, a.ID, from, AllocActive, now); err != nil {
 		return err
 	}
@@ -368,7 +369,7 @@ func (s *Service) activate(ctx context.Context, tx *store.Tx, a store.Allocation
 	if err := s.openInterval(ctx, tx, a, now); err != nil {
 		return err
 	}
-	return tx.Emit(store.Event{Type: EventAllocationActive, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+	return tx.Emit(storage.Event{Type: EventAllocationActive, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
 		allocationData(a))
 }
 
@@ -376,68 +377,68 @@ func errAllocationNotFound(id string) error {
 	return errdefs.NotFound("allocation_not_found", "allocation %q does not exist or you have no access to it", id)
 }
 
-func (s *Service) getAllocation(ctx context.Context, id string) (store.Allocation, error) {
+func (s *Service) getAllocation(ctx context.Context, id string) (Allocation, error) {
 	if _, err := uuid.Parse(id); err != nil {
-		return store.Allocation{}, errAllocationNotFound(id)
+		return Allocation{}, errAllocationNotFound(id)
 	}
-	a, err := s.DB.Queries().GetAllocation(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Allocation{}, errAllocationNotFound(id)
+	a, err := s.Store.Read().GetAllocation(ctx, id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return Allocation{}, errAllocationNotFound(id)
 	}
 	return a, err
 }
 
 // ListAllocations lists allocations platform-wide (admins), optionally of
 // one project, node or state.
-func (s *Service) ListAllocations(ctx context.Context, g *iam.Grants, f store.AllocationFilter, p store.Page) ([]store.Allocation, string, error) {
+func (s *Service) ListAllocations(ctx context.Context, g *iam.Grants, f AllocationFilter, p storage.Page) ([]Allocation, string, error) {
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsRead, "allocation"); err != nil {
 		return nil, "", err
 	}
-	return s.DB.Queries().ListAllocations(ctx, f, p)
+	return s.Store.Read().ListAllocations(ctx, f, p)
 }
 
 // ProjectAllocations lists a project's allocations (allocations.read).
-func (s *Service) ProjectAllocations(ctx context.Context, g *iam.Grants, projectID, state string, p store.Page) ([]store.Allocation, string, error) {
+func (s *Service) ProjectAllocations(ctx context.Context, g *iam.Grants, projectID string, state AllocationState, p storage.Page) ([]Allocation, string, error) {
 	pr, err := s.IAM.Project(ctx, g, projectID, iam.PermAllocationsRead)
 	if err != nil {
 		return nil, "", err
 	}
-	return s.DB.Queries().ListAllocations(ctx, store.AllocationFilter{ProjectID: pr.ID, State: state}, p)
+	return s.Store.Read().ListAllocations(ctx, AllocationFilter{ProjectID: pr.ID, State: state}, p)
 }
 
 // ProjectAllocation reads one allocation of a project.
-func (s *Service) ProjectAllocation(ctx context.Context, g *iam.Grants, projectID, id string) (store.Allocation, error) {
+func (s *Service) ProjectAllocation(ctx context.Context, g *iam.Grants, projectID, id string) (Allocation, error) {
 	pr, err := s.IAM.Project(ctx, g, projectID, iam.PermAllocationsRead)
 	if err != nil {
-		return store.Allocation{}, err
+		return Allocation{}, err
 	}
 	a, err := s.getAllocation(ctx, id)
 	if err != nil {
-		return store.Allocation{}, err
+		return Allocation{}, err
 	}
 	if a.ProjectID != pr.ID {
-		return store.Allocation{}, errAllocationNotFound(id)
+		return Allocation{}, errAllocationNotFound(id)
 	}
 	return a, nil
 }
 
 // Allocation reads one allocation by id, for other domains (no policy).
-func (s *Service) Allocation(ctx context.Context, id string) (store.Allocation, error) {
+func (s *Service) Allocation(ctx context.Context, id string) (Allocation, error) {
 	return s.getAllocation(ctx, id)
 }
 
 // project resolves the project of an allocation: through the policy for a
 // caller with grants, directly for the control plane itself.
-func (s *Service) project(ctx context.Context, g *iam.Grants, id string) (store.Project, error) {
+func (s *Service) project(ctx context.Context, g *iam.Grants, id string) (iam.Project, error) {
 	if g != nil {
 		return s.IAM.Project(ctx, g, id, "")
 	}
 	if _, err := uuid.Parse(id); err != nil {
-		return store.Project{}, errdefs.NotFound("project_not_found", "project %q does not exist", id)
+		return iam.Project{}, errdefs.NotFound("project_not_found", "project %q does not exist", id)
 	}
-	p, err := s.DB.Queries().GetProject(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Project{}, errdefs.NotFound("project_not_found", "project %q does not exist", id)
+	p, err := s.Store.Read().GetProject(ctx, id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return iam.Project{}, errdefs.NotFound("project_not_found", "project %q does not exist", id)
 	}
 	return p, err
 }

@@ -10,7 +10,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // nodeAssertionRules: agents sign with their Ed25519 node key; a node has
@@ -38,8 +38,8 @@ func (s *Service) exchange(ctx context.Context, raw string) (string, iam.Issued,
 	if err != nil {
 		return "", iam.Issued{}, err
 	}
-	node, err := s.DB.Queries().GetNode(ctx, as.Issuer)
-	if errors.Is(err, store.ErrNotFound) {
+	node, err := s.Store.Read().GetNode(ctx, as.Issuer)
+	if errors.Is(err, storage.ErrNotFound) {
 		return as.Issuer, iam.Issued{}, grantError("unknown_node", "no node has the id named in the assertion's iss; join again with a new join token")
 	}
 	if err != nil {
@@ -62,9 +62,9 @@ func (s *Service) exchange(ctx context.Context, raw string) (string, iam.Issued,
 	if node.State == StateRemoved {
 		return node.ID, iam.Issued{}, grantError("node_removed", "node %s was removed; join again with a new join token", node.ID)
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	if err := q.UseNodeAssertionID(ctx, node.ID, as.JTI, as.ExpiresAt.Add(ClockSkew)); err != nil {
-		if errors.Is(err, store.ErrAlreadyExists) {
+		if errors.Is(err, storage.ErrAlreadyExists) {
 			return node.ID, iam.Issued{}, grantError("replayed_assertion", "this assertion's jti was already exchanged; sign a new one")
 		}
 		return node.ID, iam.Issued{}, err
@@ -86,8 +86,8 @@ var errNodeToken = errdefs.Unauthenticated("invalid_token",
 
 // CheckNodeToken is consulted on every request carrying a node token.
 func (s *Service) CheckNodeToken(ctx context.Context, c iam.AccessClaims) (principal.Principal, error) {
-	state, validAfter, err := s.nodeAuth(ctx, s.DB.Queries(), c.Subject)
-	if errors.Is(err, store.ErrNotFound) {
+	state, validAfter, err := s.nodeAuth(ctx, s.Store.Read(), c.Subject)
+	if errors.Is(err, storage.ErrNotFound) {
 		return principal.Principal{}, errNodeToken
 	}
 	if err != nil {
@@ -107,7 +107,7 @@ func (s *Service) CheckNodeToken(ctx context.Context, c iam.AccessClaims) (princ
 const nodeAuthTTL = 10 * time.Minute
 
 type nodeAuth struct {
-	state      string
+	state      NodeState
 	validAfter time.Time
 	until      time.Time
 }
@@ -115,7 +115,7 @@ type nodeAuth struct {
 // nodeAuth reads a node's standing, remembered for nodeAuthTTL: an idle
 // agent's long poll would otherwise cost the database a query for its token
 // and one for its tasks every minute.
-func (s *Service) nodeAuth(ctx context.Context, q *store.Queries, id string) (string, time.Time, error) {
+func (s *Service) nodeAuth(ctx context.Context, q Queries, id string) (NodeState, time.Time, error) {
 	now := s.Now()
 	if v, ok := s.authCache.Load(id); ok {
 		if a := v.(nodeAuth); now.Before(a.until) {

@@ -11,6 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -25,7 +26,7 @@ func TestEnqueueInCallersTransactionAndResultHandlers(t *testing.T) {
 		mu   sync.Mutex
 		seen []nodeapi.TaskResult
 	)
-	s.App.Nodes.OnTaskResult(nodeapi.KindContainerRun, func(_ context.Context, tx *store.Tx, task nodes.Task, r nodeapi.TaskResult) error {
+	s.App.Nodes.OnTaskResult(nodeapi.KindContainerRun, func(_ context.Context, tx storage.Tx, task nodes.Task, r nodeapi.TaskResult) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if task.InstanceID != "inst-1" || len(task.PayloadJSON) == 0 {

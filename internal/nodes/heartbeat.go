@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Heartbeat records that a node is alive, what it is (when its inventory
@@ -39,7 +39,7 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 	if err != nil {
 		return nodeapi.HeartbeatResponse{}, err
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	n, err := q.GetNode(ctx, nodeID)
 	if err != nil {
 		return nodeapi.HeartbeatResponse{}, err
@@ -67,7 +67,7 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 		return s.beatResponse(n.State, n.InventoryDigest), err
 	}
 	state, stored := n.State, n.InventoryDigest
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		cur, err := tx.LockNode(ctx, nodeID)
 		if err != nil {
 			return err
@@ -82,7 +82,7 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 			if err := tx.SetNodeInventory(ctx, cur, gpusOf(nodeID, *hb.Inventory), now); err != nil {
 				return err
 			}
-			if err := tx.Emit(store.Event{Type: EventInventoryChanged, Subject: nodeSubject(nodeID)},
+			if err := tx.Emit(storage.Event{Type: EventInventoryChanged, Subject: nodeSubject(nodeID)},
 				map[string]any{"node_id": nodeID, "inventory_digest": digest, "gpu_count": cur.GPUCount}); err != nil {
 				return err
 			}
@@ -107,7 +107,7 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 			after["confirmed_allocations"] = confirmed
 		}
 		stored = cur.InventoryDigest
-		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "node", ResourceID: nodeID},
+		return tx.Audit(storage.AuditEvent{Action: action, ResourceType: "node", ResourceID: nodeID},
 			map[string]any{"state": cur.State}, after)
 	})
 	if err != nil {
@@ -119,7 +119,7 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 // markReady moves a joining or down node to ready: its lost allocations
 // become active again (a new billing interval each) and the hooks learn
 // what really runs on it.
-func (s *Service) markReady(ctx context.Context, tx *store.Tx, n store.Node, workloads []nodeapi.Workload) error {
+func (s *Service) markReady(ctx context.Context, tx Tx, n Node, workloads []nodeapi.Workload) error {
 	now := s.Now()
 	if err := tx.SetNodeState(ctx, n.ID, StateReady, time.Time{}, now); err != nil {
 		return err
@@ -133,7 +133,7 @@ func (s *Service) markReady(ctx context.Context, tx *store.Tx, n store.Node, wor
 			return err
 		}
 	}
-	if err := tx.Emit(store.Event{Type: EventNodeReady, Subject: nodeSubject(n.ID)},
+	if err := tx.Emit(storage.Event{Type: EventNodeReady, Subject: nodeSubject(n.ID)},
 		map[string]any{"node_id": n.ID, "previous_state": n.State, "workloads": len(workloads), "recovered_allocations": len(lost)}); err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func (s *Service) markReady(ctx context.Context, tx *store.Tx, n store.Node, wor
 	return nil
 }
 
-func (s *Service) beatResponse(state, digest string) nodeapi.HeartbeatResponse {
-	return nodeapi.HeartbeatResponse{State: state, HeartbeatTTLS: int(s.HeartbeatTTL.Seconds()),
+func (s *Service) beatResponse(state NodeState, digest string) nodeapi.HeartbeatResponse {
+	return nodeapi.HeartbeatResponse{State: string(state), HeartbeatTTLS: int(s.HeartbeatTTL.Seconds()),
 		HeartbeatInterval: int(s.HeartbeatInterval().Seconds()), InventoryDigest: digest}
 }

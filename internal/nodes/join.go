@@ -18,7 +18,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // JoinTokenPrefix marks gpuaas join tokens so secret scanners can find them.
@@ -67,13 +67,13 @@ func (s *Service) IssueJoinToken(ctx context.Context, description string, ttlSec
 	}
 	token := JoinTokenPrefix + base64.RawURLEncoding.EncodeToString(raw)
 	now := s.Now()
-	t := store.NodeJoinToken{ID: iam.NewID(), TokenHash: hashToken(token), Description: in.Description,
+	t := NodeJoinToken{ID: iam.NewID(), TokenHash: hashToken(token), Description: in.Description,
 		CreatedBy: principal.From(ctx).Key(), CreatedAt: now, ExpiresAt: now.Add(ttl)}
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.InsertNodeJoinToken(ctx, t); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "node.join_token.create", ResourceType: "node_join_token", ResourceID: t.ID}, nil,
+		return tx.Audit(storage.AuditEvent{Action: "node.join_token.create", ResourceType: "node_join_token", ResourceID: t.ID}, nil,
 			map[string]any{"description": t.Description, "expires_at": t.ExpiresAt})
 	})
 	if err != nil {
@@ -122,9 +122,9 @@ func (s *Service) Join(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.Joi
 	if fe != nil {
 		return nodeapi.JoinResponse{}, errdefs.Validation(fe)
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	t, err := q.GetNodeJoinTokenByHash(ctx, hashToken(in.JoinToken))
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		s.refuse(ctx, "", "node.join", "unknown_join_token")
 		return nodeapi.JoinResponse{}, errJoinToken
 	}
@@ -144,15 +144,15 @@ func (s *Service) Join(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.Joi
 	if err != nil {
 		return nodeapi.JoinResponse{}, err
 	}
-	n := store.Node{ID: iam.NewID(), Name: in.Name, State: StateJoining, KeyID: iam.NewID(), PublicKey: in.PublicKeyPEM,
+	n := Node{ID: iam.NewID(), Name: in.Name, State: StateJoining, KeyID: iam.NewID(), PublicKey: in.PublicKeyPEM,
 		Inventory: inv, InventoryDigest: digest, Workloads: []byte("[]"), LastHeartbeatAt: now, StateChangedAt: now, CreatedAt: now, UpdatedAt: now}
 	summarize(&n, in.Inventory)
 	n.FreeGPUs = n.GPUCount
 	// The node acts for itself from here on: the audit row names it.
 	ctx = principal.With(ctx, principal.Principal{Type: principal.Node, ID: n.ID})
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.UseNodeJoinToken(ctx, t.ID, n.ID, now); err != nil {
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, storage.ErrNotFound) {
 				return errJoinToken // a concurrent join won
 			}
 			return err
@@ -163,11 +163,11 @@ func (s *Service) Join(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.Joi
 		if err := tx.SetNodeInventory(ctx, n, gpusOf(n.ID, in.Inventory), now); err != nil {
 			return err
 		}
-		if err := tx.Emit(store.Event{Type: EventNodeJoined, Subject: nodeSubject(n.ID)}, map[string]any{
+		if err := tx.Emit(storage.Event{Type: EventNodeJoined, Subject: nodeSubject(n.ID)}, map[string]any{
 			"node_id": n.ID, "name": n.Name, "gpu_count": n.GPUCount, "gpu_model": n.GPUModel}); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "node.join", ResourceType: "node", ResourceID: n.ID}, nil,
+		return tx.Audit(storage.AuditEvent{Action: "node.join", ResourceType: "node", ResourceID: n.ID}, nil,
 			map[string]any{"name": n.Name, "join_token_id": t.ID, "gpu_count": n.GPUCount, "inventory_digest": digest})
 	})
 	if err != nil {
@@ -184,7 +184,7 @@ func (s *Service) refuse(ctx context.Context, resourceID, action, reason string)
 	if action == "node.join" {
 		rt = "node_join_token"
 	}
-	if err := s.DB.RecordOutcome(ctx, store.AuditEvent{Action: action, ResourceType: rt, ResourceID: resourceID, Reason: reason}, "failure"); err != nil {
+	if err := s.Store.RecordOutcome(ctx, storage.AuditEvent{Action: action, ResourceType: rt, ResourceID: resourceID, Reason: reason}, "failure"); err != nil {
 		s.Logger.ErrorContext(ctx, "could not audit a refused node credential", "err", err)
 	}
 	s.Logger.InfoContext(ctx, "node credential refused", "action", action, "reason", reason)
@@ -267,7 +267,7 @@ func InventoryDigest(inv nodeapi.Inventory) string {
 
 // summarize fills the placement summary of n from its inventory: GPU
 // count, the model and vendor when all GPUs share them, the smallest memory.
-func summarize(n *store.Node, inv nodeapi.Inventory) {
+func summarize(n *Node, inv nodeapi.Inventory) {
 	n.GPUCount, n.GPUModel, n.GPUVendor, n.GPUMemoryMiB = len(inv.GPUs), "", "", 0
 	for i, g := range inv.GPUs {
 		vendor := vendorOf(g)
@@ -292,10 +292,10 @@ func vendorOf(g nodeapi.GPU) string {
 	return strings.ToLower(g.Vendor)
 }
 
-func gpusOf(nodeID string, inv nodeapi.Inventory) []store.NodeGPU {
-	out := make([]store.NodeGPU, 0, len(inv.GPUs))
+func gpusOf(nodeID string, inv nodeapi.Inventory) []NodeGPU {
+	out := make([]NodeGPU, 0, len(inv.GPUs))
 	for _, g := range inv.GPUs {
-		out = append(out, store.NodeGPU{NodeID: nodeID, UUID: g.UUID, Index: g.Index, Model: g.Model, Vendor: vendorOf(g), MemoryMiB: g.MemoryMiB})
+		out = append(out, NodeGPU{NodeID: nodeID, UUID: g.UUID, Index: g.Index, Model: g.Model, Vendor: vendorOf(g), MemoryMiB: g.MemoryMiB})
 	}
 	return out
 }

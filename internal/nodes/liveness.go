@@ -10,7 +10,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
@@ -32,7 +32,7 @@ func (s *Service) Liveness(logger *slog.Logger) *worker.Periodic {
 func (s *Service) CheckLiveness(ctx context.Context) (int, error) {
 	ctx = principal.With(ctx, principal.SystemActor)
 	cutoff := s.Now().Add(-(s.HeartbeatTTL + s.HeartbeatGrace))
-	stale, err := s.DB.Queries().StaleNodes(ctx, cutoff, livenessBatch, StateReady, StateDraining, StateJoining)
+	stale, err := s.Store.Read().StaleNodes(ctx, cutoff, livenessBatch, StateReady, StateDraining, StateJoining)
 	if err != nil {
 		return 0, err
 	}
@@ -54,7 +54,7 @@ func (s *Service) CheckLiveness(ctx context.Context) (int, error) {
 // become lost (their billing intervals close) and the hooks run.
 func (s *Service) markDown(ctx context.Context, nodeID string, cutoff time.Time) (bool, error) {
 	marked := false
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		n, err := tx.LockNode(ctx, nodeID)
 		if err != nil {
 			return err
@@ -70,7 +70,7 @@ func (s *Service) markDown(ctx context.Context, nodeID string, cutoff time.Time)
 		if err != nil {
 			return err
 		}
-		lost := make([]store.Allocation, 0, len(active))
+		lost := make([]Allocation, 0, len(active))
 		for _, a := range active {
 			if err := tx.SetAllocationState(ctx, a.ID, a.State, AllocLost, now); err != nil {
 				return err
@@ -80,12 +80,12 @@ func (s *Service) markDown(ctx context.Context, nodeID string, cutoff time.Time)
 			}
 			a.State = AllocLost
 			lost = append(lost, a)
-			if err := tx.Emit(store.Event{Type: EventAllocationLost, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
+			if err := tx.Emit(storage.Event{Type: EventAllocationLost, Subject: allocationSubject(a.ID), OrgID: a.OrgID, ProjectID: a.ProjectID},
 				allocationData(a)); err != nil {
 				return err
 			}
 		}
-		if err := tx.Emit(store.Event{Type: EventNodeDown, Subject: nodeSubject(nodeID)}, map[string]any{
+		if err := tx.Emit(storage.Event{Type: EventNodeDown, Subject: nodeSubject(nodeID)}, map[string]any{
 			"node_id": nodeID, "previous_state": n.State, "last_heartbeat_at": n.LastHeartbeatAt, "lost_allocations": len(lost)}); err != nil {
 			return err
 		}
@@ -97,7 +97,7 @@ func (s *Service) markDown(ctx context.Context, nodeID string, cutoff time.Time)
 			}
 		}
 		marked = true
-		return tx.Audit(store.AuditEvent{Action: "node.down", ResourceType: "node", ResourceID: nodeID, Reason: "heartbeat_missed"},
+		return tx.Audit(storage.AuditEvent{Action: "node.down", ResourceType: "node", ResourceID: nodeID, Reason: "heartbeat_missed"},
 			map[string]any{"state": prev}, map[string]any{"state": StateDown, "lost_allocations": len(lost)})
 	})
 	if errors.Is(err, errNotStale) {
@@ -113,16 +113,16 @@ var errNotStale = errors.New("node beat meanwhile")
 
 // NodeView is a node with its GPUs, for admin reads.
 type NodeView struct {
-	store.Node
-	GPUs []store.NodeGPU
+	Node
+	GPUs []NodeGPU
 }
 
 // ListNodes lists nodes (nodes.read, platform scope).
-func (s *Service) ListNodes(ctx context.Context, g *iam.Grants, state string, p store.Page) ([]store.Node, string, error) {
+func (s *Service) ListNodes(ctx context.Context, g *iam.Grants, state NodeState, p storage.Page) ([]Node, string, error) {
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermNodesRead, "node"); err != nil {
 		return nil, "", err
 	}
-	return s.DB.Queries().ListNodes(ctx, state, p)
+	return s.Store.Read().ListNodes(ctx, state, p)
 }
 
 // GetNode reads one node with its GPUs (nodes.read, platform scope).
@@ -138,9 +138,9 @@ func (s *Service) Node(ctx context.Context, id string) (NodeView, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		return NodeView{}, errNodeNotFound(id)
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	n, err := q.GetNode(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return NodeView{}, errNodeNotFound(id)
 	}
 	if err != nil {
@@ -161,14 +161,14 @@ func (s *Service) Remove(ctx context.Context, g *iam.Grants, id string) (NodeVie
 	return s.setState(ctx, g, id, StateRemoved, EventNodeRemoved, "node.remove")
 }
 
-func (s *Service) setState(ctx context.Context, g *iam.Grants, id, state, event, action string) (NodeView, error) {
+func (s *Service) setState(ctx context.Context, g *iam.Grants, id string, state NodeState, event, action string) (NodeView, error) {
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermNodesWrite, "node"); err != nil {
 		return NodeView{}, err
 	}
 	if _, err := s.Node(ctx, id); err != nil {
 		return NodeView{}, err
 	}
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		n, err := tx.LockNode(ctx, id)
 		if err != nil {
 			return err
@@ -191,10 +191,10 @@ func (s *Service) setState(ctx context.Context, g *iam.Grants, id, state, event,
 			// Every replica forgets what it knew of this node's tokens.
 			tx.AfterCommit(func() { s.Wake.Notify(wakeup.NodeAccess) })
 		}
-		if err := tx.Emit(store.Event{Type: event, Subject: nodeSubject(id)}, map[string]any{"node_id": id, "previous_state": n.State}); err != nil {
+		if err := tx.Emit(storage.Event{Type: event, Subject: nodeSubject(id)}, map[string]any{"node_id": id, "previous_state": n.State}); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "node", ResourceID: id},
+		return tx.Audit(storage.AuditEvent{Action: action, ResourceType: "node", ResourceID: id},
 			map[string]any{"state": n.State}, map[string]any{"state": state})
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
 
@@ -179,7 +180,7 @@ func TestTaskLeaseExpiryRedelivers(t *testing.T) {
 			s := servertest.Start(t, d)
 			a := join(t, s, s.Admin(), "lease", 0)
 			now := time.Now()
-			svc := nodes.New(nodes.Deps{DB: s.DB, IAM: s.App.IAM, Now: func() time.Time { return now }, TaskLease: time.Minute})
+			svc := nodes.New(nodes.Deps{Store: store.Nodes(s.DB), IAM: s.App.IAM, Now: func() time.Time { return now }, TaskLease: time.Minute})
 			ctx := principal.With(context.Background(), principal.Principal{Type: principal.Node, ID: a.id})
 			task, err := svc.EnqueueTask(ctx, nil, a.id, nodeapi.KindContainerStop, nodeapi.ContainerRef{InstanceID: "i1"}, "i1", s.Creds.ProjectID)
 			if err != nil {

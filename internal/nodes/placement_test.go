@@ -10,6 +10,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 	"github.com/gpuaas/gpuaas/internal/worker"
@@ -82,7 +83,7 @@ type recordingHooks struct {
 	lost  int
 }
 
-func (h *recordingHooks) NodeDown(_ context.Context, _ *store.Tx, n store.Node, lost []store.Allocation) error {
+func (h *recordingHooks) NodeDown(_ context.Context, _ storage.Tx, n nodes.Node, lost []nodes.Allocation) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.down = append(h.down, n.ID)
@@ -90,7 +91,7 @@ func (h *recordingHooks) NodeDown(_ context.Context, _ *store.Tx, n store.Node, 
 	return nil
 }
 
-func (h *recordingHooks) NodeReady(_ context.Context, _ *store.Tx, n store.Node, _ []nodeapi.Workload) error {
+func (h *recordingHooks) NodeReady(_ context.Context, _ storage.Tx, n nodes.Node, _ []nodeapi.Workload) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.ready = append(h.ready, n.ID)
@@ -113,7 +114,7 @@ func TestLivenessMarksDownAfterTTLPlusGrace(t *testing.T) {
 				t.Fatal(err)
 			}
 			now := node.LastHeartbeatAt
-			live := nodes.New(nodes.Deps{DB: s.DB, IAM: s.App.IAM, Now: func() time.Time { return now },
+			live := nodes.New(nodes.Deps{Store: store.Nodes(s.DB), IAM: s.App.IAM, Now: func() time.Time { return now },
 				HeartbeatTTL: nodes.DefaultHeartbeatTTL, HeartbeatGrace: nodes.DefaultHeartbeatGrace})
 			hooks := &recordingHooks{}
 			live.AddHooks(hooks)

@@ -18,29 +18,14 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/sealer"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/wakeup"
 )
 
-// Node states.
-const (
-	StateJoining  = "joining"
-	StateReady    = "ready"
-	StateDown     = "down"
-	StateDraining = "draining"
-	StateRemoved  = "removed"
-)
-
-// Allocation shapes and states.
+// Allocation shapes (the states are in storage.go).
 const (
 	ShapeGPUSlice  = "gpu_slice"
 	ShapeBaremetal = "baremetal"
-
-	AllocPending   = "pending"
-	AllocActive    = "active"
-	AllocReleasing = "releasing"
-	AllocReleased  = "released"
-	AllocLost      = "lost"
 )
 
 // Event types this domain emits (CloudEvents type, dot-named).
@@ -86,10 +71,10 @@ const (
 type Hooks interface {
 	// NodeDown runs when a node is marked down; lost lists the allocations
 	// that were active on it and are now lost.
-	NodeDown(ctx context.Context, tx *store.Tx, node store.Node, lost []store.Allocation) error
+	NodeDown(ctx context.Context, tx storage.Tx, node Node, lost []Allocation) error
 	// NodeReady runs when a node is ready again (or for the first time) with
 	// what it reports running.
-	NodeReady(ctx context.Context, tx *store.Tx, node store.Node, workloads []nodeapi.Workload) error
+	NodeReady(ctx context.Context, tx storage.Tx, node Node, workloads []nodeapi.Workload) error
 }
 
 // ReleaseHooks is what a Hooks value may also implement to learn of an
@@ -99,16 +84,16 @@ type Hooks interface {
 // `releasing` and keeps its GPUs; the domain calls
 // Service.AllocationTornDown once its teardown is done.
 type ReleaseHooks interface {
-	AllocationReleasing(ctx context.Context, tx *store.Tx, a store.Allocation) (busy bool, err error)
+	AllocationReleasing(ctx context.Context, tx storage.Tx, a Allocation) (busy bool, err error)
 }
 
 // ResultHandler learns how a task ended, inside the transaction that
 // records the result.
-type ResultHandler func(ctx context.Context, tx *store.Tx, task Task, result nodeapi.TaskResult) error
+type ResultHandler func(ctx context.Context, tx storage.Tx, task Task, result nodeapi.TaskResult) error
 
 // Deps are what the service needs.
 type Deps struct {
-	DB     *store.DB
+	Store  Store
 	IAM    *iam.Service
 	Tokens *iam.Tokens
 	Sealer *sealer.Sealer

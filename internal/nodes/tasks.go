@@ -12,16 +12,8 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/wakeup"
-)
-
-// Task states.
-const (
-	TaskQueued    = "queued"
-	TaskLeased    = "leased"
-	TaskSucceeded = "succeeded"
-	TaskFailed    = "failed"
 )
 
 // Limits of the task queue.
@@ -48,7 +40,7 @@ func knownKind(k string) bool {
 
 // Task is a queued task with its payload opened, as other domains see it.
 type Task struct {
-	store.NodeTask
+	NodeTask
 	PayloadJSON json.RawMessage
 }
 
@@ -56,7 +48,7 @@ type Task struct {
 // the task exists exactly when the caller's change commits. The node's long
 // polls wake once it commits. payload is a nodeapi payload value or raw
 // JSON. With a nil tx the task is queued in its own audited transaction.
-func (s *Service) EnqueueTask(ctx context.Context, tx *store.Tx, nodeID, kind string, payload any, instanceID, projectID string) (Task, error) {
+func (s *Service) EnqueueTask(ctx context.Context, tx storage.Tx, nodeID, kind string, payload any, instanceID, projectID string) (Task, error) {
 	if !knownKind(kind) {
 		return Task{}, errdefs.Invalid("unknown_task_kind", "task kind %q is not one the agent executes", kind)
 	}
@@ -80,16 +72,16 @@ func (s *Service) EnqueueTask(ctx context.Context, tx *store.Tx, nodeID, kind st
 		return Task{}, errdefs.Invalid("task_payload_too_large", "a task payload is at most %d bytes", maxPayloadBytes)
 	}
 	now := s.Now()
-	t := store.NodeTask{ID: iam.NewID(), NodeID: nodeID, Kind: kind, InstanceID: instanceID, ProjectID: projectID,
+	t := NodeTask{ID: iam.NewID(), NodeID: nodeID, Kind: kind, InstanceID: instanceID, ProjectID: projectID,
 		State: TaskQueued, CreatedAt: now, UpdatedAt: now}
 	sealed, err := s.seal(t.ID, raw)
 	if err != nil {
 		return Task{}, err
 	}
 	t.Payload = sealed
-	insert := func(tx *store.Tx) error {
+	insert := func(tx Tx) error {
 		if err := tx.InsertNodeTask(ctx, t); err != nil {
-			if errors.Is(err, store.ErrConflict) {
+			if errors.Is(err, storage.ErrConflict) {
 				return errNodeNotFound(nodeID)
 			}
 			return err
@@ -98,15 +90,15 @@ func (s *Service) EnqueueTask(ctx context.Context, tx *store.Tx, nodeID, kind st
 		return nil
 	}
 	if tx != nil {
-		if err := insert(tx); err != nil {
+		if err := insert(s.Store.Join(tx)); err != nil {
 			return Task{}, err
 		}
 	} else {
-		err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+		err := s.Store.Mutate(ctx, func(tx Tx) error {
 			if err := insert(tx); err != nil {
 				return err
 			}
-			return tx.Audit(store.AuditEvent{Action: "node.task.enqueue", ResourceType: "node_task", ResourceID: t.ID, ProjectID: projectID},
+			return tx.Audit(storage.AuditEvent{Action: "node.task.enqueue", ResourceType: "node_task", ResourceID: t.ID, ProjectID: projectID},
 				nil, map[string]any{"node_id": nodeID, "kind": kind, "instance_id": instanceID})
 		})
 		if err != nil {
@@ -123,7 +115,7 @@ func (s *Service) seal(id string, raw []byte) (string, error) {
 	return s.Sealer.Seal(raw, "node_task:"+id)
 }
 
-func (s *Service) open(t store.NodeTask) (json.RawMessage, error) {
+func (s *Service) open(t NodeTask) (json.RawMessage, error) {
 	if s.Sealer == nil {
 		return json.RawMessage(t.Payload), nil
 	}
@@ -181,17 +173,17 @@ func (s *Service) PollTasks(ctx context.Context, nodeID string, wait time.Durati
 
 func (s *Service) lease(ctx context.Context, nodeID string, maxTasks int) ([]nodeapi.Task, error) {
 	now := s.Now()
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	cands, err := q.DeliverableNodeTasks(ctx, nodeID, now, maxTasks)
 	if err != nil || len(cands) == 0 {
 		return []nodeapi.Task{}, err
 	}
 	out := make([]nodeapi.Task, 0, len(cands))
 	expires := now.Add(s.TaskLease)
-	err = s.DB.InTx(ctx, func(q *store.Queries) error {
+	err = s.Store.InTx(ctx, func(q Queries) error {
 		for _, t := range cands {
 			if err := q.LeaseNodeTask(ctx, t.ID, now, expires); err != nil {
-				if errors.Is(err, store.ErrNotFound) {
+				if errors.Is(err, storage.ErrNotFound) {
 					continue // another poll took it
 				}
 				return err
@@ -285,25 +277,25 @@ func (s *Service) ReportResult(ctx context.Context, nodeID, taskID string, r nod
 	if err != nil {
 		return err
 	}
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	return s.Store.Mutate(ctx, func(tx Tx) error {
 		t, err := tx.GetNodeTask(ctx, taskID)
-		if errors.Is(err, store.ErrNotFound) || (err == nil && t.NodeID != nodeID) {
+		if errors.Is(err, storage.ErrNotFound) || (err == nil && t.NodeID != nodeID) {
 			return errTaskNotFound(taskID)
 		}
 		if err != nil {
 			return err
 		}
-		audit := store.AuditEvent{Action: "node.task.result", ResourceType: "node_task", ResourceID: t.ID, ProjectID: t.ProjectID}
+		audit := storage.AuditEvent{Action: "node.task.result", ResourceType: "node_task", ResourceID: t.ID, ProjectID: t.ProjectID}
 		if t.State == TaskSucceeded || t.State == TaskFailed {
 			audit.Reason = "already_completed"
 			return tx.Audit(audit, nil, map[string]any{"state": t.State})
 		}
 		now := s.Now()
-		if err := tx.CompleteNodeTask(ctx, t.ID, r.State, r.ReasonCode, r.Message, result, now); err != nil {
+		if err := tx.CompleteNodeTask(ctx, t.ID, TaskState(r.State), r.ReasonCode, r.Message, result, now); err != nil {
 			return err
 		}
-		t.State, t.ReasonCode, t.Message, t.Result, t.CompletedAt = r.State, r.ReasonCode, r.Message, result, now
-		if err := tx.Emit(store.Event{Type: EventTaskCompleted, Subject: "node-tasks/" + t.ID, ProjectID: t.ProjectID}, map[string]any{
+		t.State, t.ReasonCode, t.Message, t.Result, t.CompletedAt = TaskState(r.State), r.ReasonCode, r.Message, result, now
+		if err := tx.Emit(storage.Event{Type: EventTaskCompleted, Subject: "node-tasks/" + t.ID, ProjectID: t.ProjectID}, map[string]any{
 			"task_id": t.ID, "node_id": t.NodeID, "kind": t.Kind, "instance_id": t.InstanceID, "state": r.State, "reason_code": r.ReasonCode}); err != nil {
 			return err
 		}
@@ -326,8 +318,8 @@ func (s *Service) Task(ctx context.Context, id string) (Task, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		return Task{}, errTaskNotFound(id)
 	}
-	t, err := s.DB.Queries().GetNodeTask(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	t, err := s.Store.Read().GetNodeTask(ctx, id)
+	if errors.Is(err, storage.ErrNotFound) {
 		return Task{}, errTaskNotFound(id)
 	}
 	if err != nil {
@@ -338,6 +330,6 @@ func (s *Service) Task(ctx context.Context, id string) (Task, error) {
 }
 
 // Tasks lists tasks (of a node, an instance, a state) for other domains.
-func (s *Service) Tasks(ctx context.Context, f store.NodeTaskFilter, p store.Page) ([]store.NodeTask, string, error) {
-	return s.DB.Queries().ListNodeTasks(ctx, f, p)
+func (s *Service) Tasks(ctx context.Context, f NodeTaskFilter, p storage.Page) ([]NodeTask, string, error) {
+	return s.Store.Read().ListNodeTasks(ctx, f, p)
 }

@@ -144,7 +144,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if err != nil {
 		return nil, fmt.Errorf("wake-ups over NATS: %w", err)
 	}
-	a.Nodes = nodes.New(nodes.Deps{DB: db, IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake,
+	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake,
 		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },
 		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
 	tokens.Node, tokens.NodeTTL = a.Nodes, cfg.NodeTokenTTL
@@ -160,7 +160,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	cat.SetInstanceGate(a.Instances)
 	arts.Instances = a.Instances
 	a.billing = newBillingParts(cfg, db, svc)
-	a.Nodes.SetLaunchGate(a.billing.svc)
+	a.Nodes.SetLaunchGate(nodesLaunchGate{a.billing.svc})
 	a.Instances.SetLaunchGate(a.billing.svc)
 	a.Workers = append(a.Workers, a.billing.meter, a.billing.rating)
 	a.API = &httpapi.API{

@@ -87,7 +87,7 @@ func (a *App) StartDevNode(ctx context.Context, start DevAgentStarter, creds Dev
 		return DevNode{Reason: err.Error()}
 	}
 	dn := DevNode{NodeID: n.ID, GPUs: n.GPUCount, Stop: stop}
-	for _, state := range []string{nodes.AllocActive, nodes.AllocPending} {
+	for _, state := range []nodes.AllocationState{nodes.AllocActive, nodes.AllocPending} {
 		live, _, err := a.DB.Queries().ListAllocations(ctx, store.AllocationFilter{ProjectID: creds.ProjectID, NodeID: n.ID, State: state}, store.Page{Limit: 1})
 		if err == nil && len(live) > 0 {
 			dn.AllocationID = live[0].ID

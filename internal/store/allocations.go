@@ -5,28 +5,16 @@ import (
 	"encoding/json"
 	"strings"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/nodes"
 )
 
-// Allocation is a project's hold on GPUs of one node (gpu_slice) or on a
-// whole node (baremetal).
-type Allocation struct {
-	ID         string
-	OrgID      string
-	ProjectID  string
-	NodeID     string
-	Shape      string // gpu_slice | baremetal
-	SKU        string
-	GPUCount   int
-	GPUUUIDs   []string
-	State      string // pending | active | releasing | released | lost
-	CreatedBy  string
-	CreatedAt  time.Time
-	UpdatedAt  time.Time
-	ReleasedAt time.Time
-}
-
-// Live reports whether the allocation still holds its GPUs.
-func (a Allocation) Live() bool { return a.State != "released" }
+// Allocations and their billing intervals are the nodes domain's types.
+type (
+	Allocation         = nodes.Allocation
+	AllocationFilter   = nodes.AllocationFilter
+	AllocationInterval = nodes.AllocationInterval
+)
 
 const allocationCols = `id, org_id, project_id, node_id, shape, sku, gpu_count, gpu_uuids, state, created_by, created_at, updated_at, released_at`
 
@@ -35,7 +23,7 @@ func scanAllocation(s interface{ Scan(...any) error }) (Allocation, error) {
 		a     Allocation
 		uuids []byte
 	)
-	err := s.Scan(&a.ID, &a.OrgID, &a.ProjectID, &a.NodeID, &a.Shape, &a.SKU, &a.GPUCount, scanJSON(&uuids), &a.State, &a.CreatedBy,
+	err := s.Scan(&a.ID, &a.OrgID, &a.ProjectID, &a.NodeID, &a.Shape, &a.SKU, &a.GPUCount, scanJSON(&uuids), (*string)(&a.State), &a.CreatedBy,
 		scanTime(&a.CreatedAt), scanTime(&a.UpdatedAt), scanTime(&a.ReleasedAt))
 	if err == nil && len(uuids) > 0 {
 		err = json.Unmarshal(uuids, &a.GPUUUIDs)
@@ -54,7 +42,7 @@ func (q *Queries) InsertAllocation(ctx context.Context, a Allocation) error {
 		return err
 	}
 	if err := q.execHeld(ctx, `INSERT INTO allocations (`+allocationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		a.ID, a.OrgID, a.ProjectID, a.NodeID, a.Shape, a.SKU, a.GPUCount, jsonText(uuids), a.State, a.CreatedBy,
+		a.ID, a.OrgID, a.ProjectID, a.NodeID, a.Shape, a.SKU, a.GPUCount, jsonText(uuids), string(a.State), a.CreatedBy,
 		ts(a.CreatedAt), ts(a.UpdatedAt), nullTS(a.ReleasedAt)); err != nil {
 		return err
 	}
@@ -80,13 +68,6 @@ func (q *Queries) GetAllocation(ctx context.Context, id string) (Allocation, err
 	return a, scanOne(err)
 }
 
-// AllocationFilter narrows an allocation list; empty fields match all.
-type AllocationFilter struct {
-	ProjectID string
-	NodeID    string
-	State     string
-}
-
 // ListAllocations lists allocations in creation order.
 func (q *Queries) ListAllocations(ctx context.Context, f AllocationFilter, p Page) ([]Allocation, string, error) {
 	after, limit, err := p.AfterID()
@@ -95,7 +76,7 @@ func (q *Queries) ListAllocations(ctx context.Context, f AllocationFilter, p Pag
 	}
 	rows, err := q.query(ctx, `SELECT `+allocationCols+` FROM allocations WHERE id > ?
 		AND (? = '' OR project_id = ?) AND (? = '' OR node_id = ?) AND (? = '' OR state = ?) ORDER BY id`+limitClause(limit),
-		after, f.ProjectID, f.ProjectID, f.NodeID, f.NodeID, f.State, f.State)
+		after, f.ProjectID, f.ProjectID, f.NodeID, f.NodeID, string(f.State), string(f.State))
 	if err != nil {
 		return nil, "", err
 	}
@@ -108,10 +89,10 @@ func (q *Queries) ListAllocations(ctx context.Context, f AllocationFilter, p Pag
 }
 
 // AllocationsOfNode lists a node's allocations in one of states.
-func (q *Queries) AllocationsOfNode(ctx context.Context, nodeID string, states ...string) ([]Allocation, error) {
+func (q *Queries) AllocationsOfNode(ctx context.Context, nodeID string, states ...nodes.AllocationState) ([]Allocation, error) {
 	args := []any{nodeID}
 	for _, s := range states {
-		args = append(args, s)
+		args = append(args, string(s))
 	}
 	rows, err := q.query(ctx, `SELECT `+allocationCols+` FROM allocations WHERE node_id = ? AND state IN (`+placeholders(len(states))+`) ORDER BY id`, args...)
 	if err != nil {
@@ -122,30 +103,17 @@ func (q *Queries) AllocationsOfNode(ctx context.Context, nodeID string, states .
 
 // SetAllocationState moves an allocation from one state to another;
 // ErrNotFound means it was not in from (a concurrent change won).
-func (q *Queries) SetAllocationState(ctx context.Context, id, from, to string, at time.Time) error {
-	if to == "released" {
-		return q.execOne(ctx, `UPDATE allocations SET state = ?, updated_at = ?, released_at = ? WHERE id = ? AND state = ?`, to, ts(at), ts(at), id, from)
+func (q *Queries) SetAllocationState(ctx context.Context, id string, from, to nodes.AllocationState, at time.Time) error {
+	if to == nodes.AllocReleased {
+		return q.execOne(ctx, `UPDATE allocations SET state = ?, updated_at = ?, released_at = ? WHERE id = ? AND state = ?`, string(to), ts(at), ts(at), id, string(from))
 	}
-	return q.execOne(ctx, `UPDATE allocations SET state = ?, updated_at = ? WHERE id = ? AND state = ?`, to, ts(at), id, from)
+	return q.execOne(ctx, `UPDATE allocations SET state = ?, updated_at = ? WHERE id = ? AND state = ?`, string(to), ts(at), id, string(from))
 }
 
 // FreeAllocationGPUs drops the rows holding an allocation's GPUs.
 func (q *Queries) FreeAllocationGPUs(ctx context.Context, allocationID string) error {
 	_, err := q.exec(ctx, `DELETE FROM allocation_gpus WHERE allocation_id = ?`, allocationID)
 	return err
-}
-
-// AllocationInterval is a span during which an allocation was active.
-type AllocationInterval struct {
-	ID           string
-	AllocationID string
-	OrgID        string
-	ProjectID    string
-	NodeID       string
-	SKU          string
-	GPUCount     int
-	StartedAt    time.Time
-	EndedAt      time.Time // zero: still open
 }
 
 // OpenAllocationInterval starts an active interval.

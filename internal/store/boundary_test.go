@@ -26,7 +26,11 @@ var notYetMoved = []string{
 	"internal/console",
 	"internal/httpapi",
 	"internal/instances",
-	"internal/nodes",
+	"internal/artifacts",
+	"internal/billing",
+	"internal/console",
+	"internal/httpapi",
+	"internal/instances",
 }
 
 func TestOnlyTheWiringImportsTheStore(t *testing.T) {

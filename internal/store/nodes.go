@@ -8,19 +8,27 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/nodes"
 )
 
-// NodeJoinToken is a single-use bootstrap token (its hash only).
-type NodeJoinToken struct {
-	ID          string
-	TokenHash   string
-	Description string
-	CreatedBy   string
-	CreatedAt   time.Time
-	ExpiresAt   time.Time
-	UsedAt      time.Time // zero: unused
-	NodeID      string
-}
+// Nodes, their GPUs and join tokens, and placement are the nodes domain's
+// types.
+type (
+	NodeJoinToken  = nodes.NodeJoinToken
+	Node           = nodes.Node
+	NodeGPU        = nodes.NodeGPU
+	PlacementQuery = nodes.PlacementQuery
+	Claim          = nodes.Claim
+)
+
+var (
+	_ nodes.Tx      = (*Tx)(nil)
+	_ nodes.Queries = (*Queries)(nil)
+)
+
+// Nodes is the nodes domain's storage.
+func Nodes(db *DB) nodes.Store { return NewPort[nodes.Tx, nodes.Queries](db) }
 
 func (q *Queries) InsertNodeJoinToken(ctx context.Context, t NodeJoinToken) error {
 	_, err := q.exec(ctx, `INSERT INTO node_join_tokens (id, token_hash, description, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
@@ -47,43 +55,6 @@ func (q *Queries) UseNodeJoinToken(ctx context.Context, id, nodeID string, at ti
 	return q.execOne(ctx, `UPDATE node_join_tokens SET used_at = ?, node_id = ? WHERE id = ? AND used_at IS NULL`, ts(at), nodeID, id)
 }
 
-// Node is a GPU host running the agent.
-type Node struct {
-	ID                    string
-	Name                  string
-	State                 string
-	KeyID                 string
-	PublicKey             string
-	Inventory             []byte // JSON nodeapi.Inventory
-	InventoryDigest       string
-	Workloads             []byte // JSON []nodeapi.Workload
-	GPUCount              int
-	FreeGPUs              int
-	GPUModel              string
-	GPUVendor             string
-	GPUMemoryMiB          int64
-	LiveAllocations       int
-	ExclusiveAllocationID string
-	// PendingAllocations counts placements since the node last confirmed
-	// its allocations (a heartbeat); 0 keeps a plain beat one UPDATE.
-	PendingAllocations int
-	TokensValidAfter   time.Time
-	LastHeartbeatAt    time.Time
-	StateChangedAt     time.Time
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
-}
-
-// NodeGPU is one accelerator of a node, as its latest inventory reports it.
-type NodeGPU struct {
-	NodeID    string
-	UUID      string
-	Index     int
-	Model     string
-	Vendor    string
-	MemoryMiB int64
-}
-
 const nodeCols = `id, name, state, key_id, public_key, inventory, inventory_digest, workloads, gpu_count, free_gpus, gpu_model, gpu_vendor,
 	gpu_memory_mib, live_allocations, exclusive_allocation_id, tokens_valid_after, last_heartbeat_at, state_changed_at, created_at, updated_at, pending_allocations`
 
@@ -92,7 +63,7 @@ func scanNode(s interface{ Scan(...any) error }) (Node, error) {
 		n  Node
 		ex sql.NullString
 	)
-	err := s.Scan(&n.ID, &n.Name, &n.State, &n.KeyID, &n.PublicKey, scanJSON(&n.Inventory), &n.InventoryDigest, scanJSON(&n.Workloads),
+	err := s.Scan(&n.ID, &n.Name, (*string)(&n.State), &n.KeyID, &n.PublicKey, scanJSON(&n.Inventory), &n.InventoryDigest, scanJSON(&n.Workloads),
 		&n.GPUCount, &n.FreeGPUs, &n.GPUModel, &n.GPUVendor, &n.GPUMemoryMiB, &n.LiveAllocations, &ex,
 		scanTime(&n.TokensValidAfter), scanTime(&n.LastHeartbeatAt), scanTime(&n.StateChangedAt), scanTime(&n.CreatedAt), scanTime(&n.UpdatedAt), &n.PendingAllocations)
 	n.ExclusiveAllocationID = ex.String
@@ -101,7 +72,7 @@ func scanNode(s interface{ Scan(...any) error }) (Node, error) {
 
 func (q *Queries) InsertNode(ctx context.Context, n Node) error {
 	_, err := q.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		n.ID, n.Name, n.State, n.KeyID, n.PublicKey, jsonText(n.Inventory), n.InventoryDigest, jsonText(n.Workloads), n.GPUCount, n.FreeGPUs,
+		n.ID, n.Name, string(n.State), n.KeyID, n.PublicKey, jsonText(n.Inventory), n.InventoryDigest, jsonText(n.Workloads), n.GPUCount, n.FreeGPUs,
 		n.GPUModel, n.GPUVendor, n.GPUMemoryMiB, n.LiveAllocations, nil, ts(n.TokensValidAfter), ts(n.LastHeartbeatAt),
 		ts(n.StateChangedAt), ts(n.CreatedAt), ts(n.UpdatedAt), n.PendingAllocations)
 	return err
@@ -125,12 +96,12 @@ func (q *Queries) LockNode(ctx context.Context, id string) (Node, error) {
 }
 
 // ListNodes lists nodes in join order, optionally of one state.
-func (q *Queries) ListNodes(ctx context.Context, state string, p Page) ([]Node, string, error) {
+func (q *Queries) ListNodes(ctx context.Context, state nodes.NodeState, p Page) ([]Node, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
-	rows, err := q.query(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id > ? AND (? = '' OR state = ?) ORDER BY id`+limitClause(limit), after, state, state)
+	rows, err := q.query(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id > ? AND (? = '' OR state = ?) ORDER BY id`+limitClause(limit), after, string(state), string(state))
 	if err != nil {
 		return nil, "", err
 	}
@@ -143,8 +114,8 @@ func (q *Queries) ListNodes(ctx context.Context, state string, p Page) ([]Node, 
 }
 
 // NodeAuth is what the per-request check of a node token reads.
-func (q *Queries) NodeAuth(ctx context.Context, id string) (state string, validAfter time.Time, err error) {
-	err = q.queryRow(ctx, `SELECT state, tokens_valid_after FROM nodes WHERE id = ?`, id).Scan(&state, scanTime(&validAfter))
+func (q *Queries) NodeAuth(ctx context.Context, id string) (state nodes.NodeState, validAfter time.Time, err error) {
+	err = q.queryRow(ctx, `SELECT state, tokens_valid_after FROM nodes WHERE id = ?`, id).Scan((*string)(&state), scanTime(&validAfter))
 	return state, validAfter, scanOne(err)
 }
 
@@ -166,12 +137,12 @@ func (q *Queries) SetNodeWorkloads(ctx context.Context, id string, workloads []b
 
 // SetNodeState moves a node to state; a non-zero validAfter also cuts off
 // its tokens minted before it.
-func (q *Queries) SetNodeState(ctx context.Context, id, state string, validAfter, at time.Time) error {
+func (q *Queries) SetNodeState(ctx context.Context, id string, state nodes.NodeState, validAfter, at time.Time) error {
 	if validAfter.IsZero() {
-		return q.execOne(ctx, `UPDATE nodes SET state = ?, state_changed_at = ?, updated_at = ? WHERE id = ?`, state, ts(at), ts(at), id)
+		return q.execOne(ctx, `UPDATE nodes SET state = ?, state_changed_at = ?, updated_at = ? WHERE id = ?`, string(state), ts(at), ts(at), id)
 	}
 	return q.execOne(ctx, `UPDATE nodes SET state = ?, tokens_valid_after = ?, state_changed_at = ?, updated_at = ? WHERE id = ?`,
-		state, ts(validAfter), ts(at), ts(at), id)
+		string(state), ts(validAfter), ts(at), ts(at), id)
 }
 
 // SetNodeInventory replaces a node's inventory, its GPUs and the placement
@@ -207,27 +178,6 @@ func scanNodeGPU(s interface{ Scan(...any) error }) (NodeGPU, error) {
 	return g, err
 }
 
-// PlacementQuery narrows where an allocation may go.
-type PlacementQuery struct {
-	GPUs         int
-	Baremetal    bool
-	NodeID       string
-	Model        string
-	Vendor       string
-	MinMemoryMiB int64
-}
-
-// Claim is what ClaimPlacement took: a node and the GPUs picked on it.
-type Claim struct {
-	NodeID string
-	// GPUCount is how many GPUs the node has.
-	GPUCount int
-	// Free are the node's GPUs no live allocation held when the claim read
-	// them, matching the request, in index order: at most c.GPUs of them
-	// for a slice, all of them for baremetal.
-	Free []string
-}
-
 // ClaimPlacement picks a ready node that fits c — best fit first: the
 // fewest free GPUs that still suffice, then by id — takes the capacity
 // from it and reads the free GPUs matching c on it: c.GPUs free GPUs for
@@ -251,7 +201,7 @@ func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiv
 	if q.d == Postgres {
 		return q.claimPostgres(ctx, c, set, setArgs, skipLocked)
 	}
-	cond, args := c.where()
+	cond, args := placementWhere(c)
 	claim := `UPDATE nodes SET ` + set + ` WHERE id = (SELECT id FROM nodes WHERE ` + cond + ` ORDER BY free_gpus, id LIMIT 1) RETURNING id, gpu_count`
 	var cl Claim
 	if err := scanOne(q.queryRow(ctx, claim, append(setArgs, args...)...).Scan(&cl.NodeID, &cl.GPUCount)); err != nil {
@@ -272,12 +222,12 @@ func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiv
 // after waiting on the lock, or in a close race — and the GPUs are read
 // again by a statement of its own, whose snapshot postdates the lock.
 func (q *Queries) claimPostgres(ctx context.Context, c PlacementQuery, set string, setArgs []any, skipLocked bool) (Claim, error) {
-	cond, args := c.where()
+	cond, args := placementWhere(c)
 	lock := ` FOR UPDATE`
 	if skipLocked {
 		lock += ` SKIP LOCKED`
 	}
-	free, freeArgs := c.freeQuery("c.id")
+	free, freeArgs := placementFreeQuery(c, "c.id")
 	query := `WITH pick AS (SELECT id, xmin::text AS locked FROM nodes WHERE ` + cond + ` ORDER BY free_gpus, id LIMIT 1` + lock + `),
  claimed AS (UPDATE nodes n SET ` + set + ` FROM pick WHERE n.id = pick.id RETURNING n.id, n.gpu_count)
  SELECT c.id, c.gpu_count, (SELECT s.xmin::text FROM nodes s WHERE s.id = c.id) = p.locked,
@@ -306,9 +256,9 @@ func (q *Queries) claimPostgres(ctx context.Context, c PlacementQuery, set strin
 	return cl, nil
 }
 
-// freeQuery is the read of a node's GPUs that match c and no live
+// placementFreeQuery is the read of a node's GPUs that match c and no live
 // allocation holds, in index order; node is the SQL naming the node id.
-func (c PlacementQuery) freeQuery(node string) (string, []any) {
+func placementFreeQuery(c PlacementQuery, node string) (string, []any) {
 	limit := c.GPUs
 	if c.Baremetal {
 		limit = maxPlacementGPUs
@@ -320,7 +270,7 @@ func (c PlacementQuery) freeQuery(node string) (string, []any) {
 }
 
 func (q *Queries) freeGPUs(ctx context.Context, c PlacementQuery, nodeID string) ([]string, error) {
-	free, args := c.freeQuery("?")
+	free, args := placementFreeQuery(c, "?")
 	rows, err := q.query(ctx, free, append([]any{nodeID}, args...)...)
 	if err != nil {
 		return nil, err
@@ -340,7 +290,7 @@ const maxPlacementGPUs = 1024
 // PlacementPossible reports whether any node fits c in the committed state
 // (no locks taken).
 func (q *Queries) PlacementPossible(ctx context.Context, c PlacementQuery) (bool, error) {
-	cond, args := c.where()
+	cond, args := placementWhere(c)
 	var one int
 	err := q.queryRow(ctx, `SELECT 1 FROM nodes WHERE `+cond+` LIMIT 1`, args...).Scan(&one)
 	if err = scanOne(err); errors.Is(err, ErrNotFound) {
@@ -349,7 +299,7 @@ func (q *Queries) PlacementPossible(ctx context.Context, c PlacementQuery) (bool
 	return err == nil, err
 }
 
-func (c PlacementQuery) where() (string, []any) {
+func placementWhere(c PlacementQuery) (string, []any) {
 	cond := `state = 'ready' AND exclusive_allocation_id IS NULL AND free_gpus >= ?`
 	args := []any{c.GPUs}
 	if c.Baremetal {
@@ -386,10 +336,10 @@ func (q *Queries) ReturnNodeCapacity(ctx context.Context, nodeID, allocationID s
 
 // StaleNodes lists nodes in one of states whose last heartbeat is before
 // cutoff, oldest first.
-func (q *Queries) StaleNodes(ctx context.Context, cutoff time.Time, limit int, states ...string) ([]Node, error) {
+func (q *Queries) StaleNodes(ctx context.Context, cutoff time.Time, limit int, states ...nodes.NodeState) ([]Node, error) {
 	args := []any{ts(cutoff)}
 	for _, s := range states {
-		args = append(args, s)
+		args = append(args, string(s))
 	}
 	args = append(args, limit)
 	rows, err := q.query(ctx, `SELECT `+nodeCols+` FROM nodes WHERE last_heartbeat_at < ? AND state IN (`+placeholders(len(states))+`) ORDER BY last_heartbeat_at LIMIT ?`, args...)

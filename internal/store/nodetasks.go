@@ -3,41 +3,29 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/nodes"
 )
 
-// NodeTask is one task in a node's durable queue. Payload is sealed by the
-// nodes domain before it gets here.
-type NodeTask struct {
-	ID             string
-	NodeID         string
-	Kind           string
-	InstanceID     string
-	ProjectID      string
-	Payload        string
-	State          string // queued | leased | succeeded | failed
-	Attempt        int
-	LeaseExpiresAt time.Time
-	ReasonCode     string
-	Message        string
-	Result         []byte // JSON nodeapi.TaskResult
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	CompletedAt    time.Time
-}
+// The tasks of a node's queue are the nodes domain's types.
+type (
+	NodeTask       = nodes.NodeTask
+	NodeTaskFilter = nodes.NodeTaskFilter
+)
 
 const nodeTaskCols = `id, node_id, kind, instance_id, project_id, payload, state, attempt, lease_expires_at, reason_code, message, result,
 	created_at, updated_at, completed_at`
 
 func scanNodeTask(s interface{ Scan(...any) error }) (NodeTask, error) {
 	var t NodeTask
-	err := s.Scan(&t.ID, &t.NodeID, &t.Kind, &t.InstanceID, &t.ProjectID, &t.Payload, &t.State, &t.Attempt, scanTime(&t.LeaseExpiresAt),
+	err := s.Scan(&t.ID, &t.NodeID, &t.Kind, &t.InstanceID, &t.ProjectID, &t.Payload, (*string)(&t.State), &t.Attempt, scanTime(&t.LeaseExpiresAt),
 		&t.ReasonCode, &t.Message, scanJSON(&t.Result), scanTime(&t.CreatedAt), scanTime(&t.UpdatedAt), scanTime(&t.CompletedAt))
 	return t, err
 }
 
 func (q *Queries) InsertNodeTask(ctx context.Context, t NodeTask) error {
 	_, err := q.exec(ctx, `INSERT INTO node_tasks (id, node_id, kind, instance_id, project_id, payload, state, attempt, created_at, updated_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`, t.ID, t.NodeID, t.Kind, t.InstanceID, t.ProjectID, t.Payload, "queued", ts(t.CreatedAt), ts(t.UpdatedAt))
+		VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`, t.ID, t.NodeID, t.Kind, t.InstanceID, t.ProjectID, t.Payload, string(nodes.TaskQueued), ts(t.CreatedAt), ts(t.UpdatedAt))
 	return err
 }
 
@@ -66,16 +54,9 @@ func (q *Queries) LeaseNodeTask(ctx context.Context, id string, now, expires tim
 
 // CompleteNodeTask records a task's result once; ErrNotFound means it was
 // already complete.
-func (q *Queries) CompleteNodeTask(ctx context.Context, id, state, reason, message string, result []byte, at time.Time) error {
+func (q *Queries) CompleteNodeTask(ctx context.Context, id string, state nodes.TaskState, reason, message string, result []byte, at time.Time) error {
 	return q.execOne(ctx, `UPDATE node_tasks SET state = ?, reason_code = ?, message = ?, result = ?, completed_at = ?, updated_at = ?, lease_expires_at = NULL
-		WHERE id = ? AND state IN ('queued', 'leased')`, state, reason, message, jsonText(result), ts(at), ts(at), id)
-}
-
-// NodeTaskFilter narrows a task list; empty fields match all.
-type NodeTaskFilter struct {
-	NodeID     string
-	InstanceID string
-	State      string
+		WHERE id = ? AND state IN ('queued', 'leased')`, string(state), reason, message, jsonText(result), ts(at), ts(at), id)
 }
 
 // ListNodeTasks lists tasks in creation order.
@@ -86,7 +67,7 @@ func (q *Queries) ListNodeTasks(ctx context.Context, f NodeTaskFilter, p Page) (
 	}
 	rows, err := q.query(ctx, `SELECT `+nodeTaskCols+` FROM node_tasks WHERE id > ?
 		AND (? = '' OR node_id = ?) AND (? = '' OR instance_id = ?) AND (? = '' OR state = ?) ORDER BY id`+limitClause(limit),
-		after, f.NodeID, f.NodeID, f.InstanceID, f.InstanceID, f.State, f.State)
+		after, f.NodeID, f.NodeID, f.InstanceID, f.InstanceID, string(f.State), string(f.State))
 	if err != nil {
 		return nil, "", err
 	}
