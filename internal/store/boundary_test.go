@@ -26,11 +26,6 @@ var notYetMoved = []string{
 	"internal/console",
 	"internal/httpapi",
 	"internal/instances",
-	"internal/artifacts",
-	"internal/billing",
-	"internal/console",
-	"internal/httpapi",
-	"internal/instances",
 }
 
 func TestOnlyTheWiringImportsTheStore(t *testing.T) {
