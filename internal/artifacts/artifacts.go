@@ -19,15 +19,14 @@ import (
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/signature"
 	"github.com/gpuaas/gpuaas/internal/storage"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // InstanceUsage is implemented by the instances domain: retiring an
 // artifact is refused while a live instance uses its digest.
 type InstanceUsage interface {
 	// LiveInstancesUsingDigest counts live (not decommissioned) instances
-	// that run digest.
-	LiveInstancesUsingDigest(ctx context.Context, q *store.Queries, digest string) (int, error)
+	// that run digest, reading the instances domain's own storage.
+	LiveInstancesUsingDigest(ctx context.Context, digest string) (int, error)
 }
 
 func artifactNotFound(id string) error {
@@ -35,23 +34,23 @@ func artifactNotFound(id string) error {
 }
 
 // artifact resolves a project the caller may see with perm, and one of its artifacts.
-func (s *Service) artifact(ctx context.Context, g *iam.Grants, projectID, artifactID, perm string) (store.Project, store.AppArtifact, error) {
+func (s *Service) artifact(ctx context.Context, g *iam.Grants, projectID, artifactID, perm string) (iam.Project, AppArtifact, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, perm)
 	if err != nil {
-		return store.Project{}, store.AppArtifact{}, err
+		return iam.Project{}, AppArtifact{}, err
 	}
 	if _, err := uuid.Parse(artifactID); err != nil {
-		return store.Project{}, store.AppArtifact{}, artifactNotFound(artifactID)
+		return iam.Project{}, AppArtifact{}, artifactNotFound(artifactID)
 	}
-	a, err := s.DB.Queries().GetAppArtifact(ctx, p.ID, artifactID)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Project{}, store.AppArtifact{}, artifactNotFound(artifactID)
+	a, err := s.Store.Read().GetAppArtifact(ctx, p.ID, artifactID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return iam.Project{}, AppArtifact{}, artifactNotFound(artifactID)
 	}
 	if err != nil {
-		return store.Project{}, store.AppArtifact{}, err
+		return iam.Project{}, AppArtifact{}, err
 	}
 	if a, err = s.digestRevoked(ctx, a); err != nil {
-		return store.Project{}, store.AppArtifact{}, err
+		return iam.Project{}, AppArtifact{}, err
 	}
 	return p, a, nil
 }
@@ -60,13 +59,13 @@ func (s *Service) artifact(ctx context.Context, g *iam.Grants, projectID, artifa
 // project. Revoke already revokes every record of the digest; this covers a
 // record whose registration raced the revoke, so every gate that reads an
 // artifact through here (promote, verify, pull intents) refuses it too.
-func (s *Service) digestRevoked(ctx context.Context, a store.AppArtifact) (store.AppArtifact, error) {
+func (s *Service) digestRevoked(ctx context.Context, a AppArtifact) (AppArtifact, error) {
 	if !a.RevokedAt.IsZero() || a.Digest == "" {
 		return a, nil
 	}
-	at, reason, err := s.DB.Queries().DigestRevocation(ctx, a.ProjectID, a.Digest)
+	at, reason, err := s.Store.Read().DigestRevocation(ctx, a.ProjectID, a.Digest)
 	switch {
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, storage.ErrNotFound):
 		return a, nil
 	case err != nil:
 		return a, err
@@ -76,13 +75,13 @@ func (s *Service) digestRevoked(ctx context.Context, a store.AppArtifact) (store
 }
 
 // Get returns one artifact.
-func (s *Service) Get(ctx context.Context, g *iam.Grants, projectID, artifactID string) (store.AppArtifact, error) {
+func (s *Service) Get(ctx context.Context, g *iam.Grants, projectID, artifactID string) (AppArtifact, error) {
 	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactRead)
 	return a, err
 }
 
 // List lists a project's artifacts.
-func (s *Service) List(ctx context.Context, g *iam.Grants, projectID string, f store.AppArtifactFilter, pg store.Page) ([]store.AppArtifact, string, error) {
+func (s *Service) List(ctx context.Context, g *iam.Grants, projectID string, f AppArtifactFilter, pg storage.Page) ([]AppArtifact, string, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, iam.PermArtifactRead)
 	if err != nil {
 		return nil, "", err
@@ -90,16 +89,16 @@ func (s *Service) List(ctx context.Context, g *iam.Grants, projectID string, f s
 	if f.LifecycleState != "" && !ValidState(f.LifecycleState) {
 		return nil, "", errdefs.Invalid("invalid_filter", "state must be one of draft, staged, canary, active, deprecated, retired")
 	}
-	if f.TrustState != "" && !slices.Contains([]string{TrustUnverified, TrustVerified, TrustFailed}, f.TrustState) {
+	if f.TrustState != "" && !ValidTrust(f.TrustState) {
 		return nil, "", errdefs.Invalid("invalid_filter", "trust_state must be unverified, verified or failed")
 	}
-	return s.DB.Queries().ListAppArtifacts(ctx, p.ID, f, pg)
+	return s.Store.Read().ListAppArtifacts(ctx, p.ID, f, pg)
 }
 
 // TransitionInput is the body of promote, deprecate, retire and revoke.
 type TransitionInput struct {
-	TargetState string `json:"target_state"`
-	Reason      string `json:"reason"`
+	TargetState LifecycleState `json:"target_state"`
+	Reason      string         `json:"reason"`
 }
 
 func requireReason(reason string) error {
@@ -114,20 +113,20 @@ func requireReason(reason string) error {
 
 // transition applies change to an artifact in one audited transaction; the
 // update only lands if nobody transitioned the artifact meanwhile.
-func (s *Service) transition(ctx context.Context, action, reason string, a store.AppArtifact, change func(*store.AppArtifact)) (store.AppArtifact, error) {
+func (s *Service) transition(ctx context.Context, action, reason string, a AppArtifact, change func(*AppArtifact)) (AppArtifact, error) {
 	return s.transitionWith(ctx, action, reason, a, change, nil)
 }
 
 // transitionWith is transition with also run in the same transaction after
 // the update; what also returns is added to the audit row's after state.
-func (s *Service) transitionWith(ctx context.Context, action, reason string, a store.AppArtifact, change func(*store.AppArtifact),
-	also func(context.Context, *store.Tx, store.AppArtifact) (map[string]any, error)) (store.AppArtifact, error) {
+func (s *Service) transitionWith(ctx context.Context, action, reason string, a AppArtifact, change func(*AppArtifact),
+	also func(context.Context, Tx, AppArtifact) (map[string]any, error)) (AppArtifact, error) {
 	before := a
 	change(&a)
 	a.UpdatedAt = s.Now()
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.UpdateAppArtifactState(ctx, a, before.LifecycleState, before.TrustState, !before.RevokedAt.IsZero()); err != nil {
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, storage.ErrNotFound) {
 				return errdefs.Conflict("artifact_changed", "artifact %s changed while this request ran; read it again and retry", a.ID)
 			}
 			return err
@@ -143,107 +142,107 @@ func (s *Service) transitionWith(ctx context.Context, action, reason string, a s
 			}
 			maps.Copy(after, extra)
 		}
-		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "app_artifact", ResourceID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, Reason: reason},
+		return tx.Audit(storage.AuditEvent{Action: action, ResourceType: "app_artifact", ResourceID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, Reason: reason},
 			stateOf(before), after)
 	})
 	if err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	return a, nil
 }
 
-func refuseRevoked(a store.AppArtifact) error {
+func refuseRevoked(a AppArtifact) error {
 	if !a.RevokedAt.IsZero() {
 		return errdefs.FailedPrecondition("artifact_revoked", "artifact %s is revoked (%s); revocation is terminal", a.ID, a.RevokeReason)
 	}
 	return nil
 }
 
-func illegal(a store.AppArtifact, to string) error {
+func illegal(a AppArtifact, to string) error {
 	return errdefs.FailedPrecondition("illegal_transition", "artifact %s is %s and cannot move to %s; allowed next states: %s",
 		a.ID, a.LifecycleState, to, describeNext(a.LifecycleState)).
-		WithDetails(map[string]any{"state": a.LifecycleState, "allowed_next_states": NextStates(a.LifecycleState)})
+		WithDetails(map[string]any{"state": string(a.LifecycleState), "allowed_next_states": stateNames(NextStates(a.LifecycleState))})
 }
 
 // Promote moves an artifact along draft → staged → canary → active (or
 // canary → staged as a rollback). Without a target it takes the next step.
 // Active requires a verified artifact.
-func (s *Service) Promote(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (store.AppArtifact, error) {
+func (s *Service) Promote(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (AppArtifact, error) {
 	a, err := s.movable(ctx, g, projectID, artifactID, in.Reason)
 	if err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	to := in.TargetState
 	if to == "" {
 		if n := transitions[a.LifecycleState]; len(n) > 0 && slices.Contains(promotable, n[0]) {
 			to = n[0]
 		} else {
-			return store.AppArtifact{}, illegal(a, "the next promotion state")
+			return AppArtifact{}, illegal(a, "the next promotion state")
 		}
 	}
 	if !slices.Contains(promotable, to) {
-		return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_state", Code: "invalid",
+		return AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_state", Code: "invalid",
 			Message: "must be staged, canary or active (for the rest: gpuaas artifact deprecate or retire, POST …/deprecate or …/retire)"}})
 	}
 	if !CanTransition(a.LifecycleState, to) {
-		return store.AppArtifact{}, illegal(a, to)
+		return AppArtifact{}, illegal(a, string(to))
 	}
 	if to == StateActive && a.TrustState != TrustVerified {
-		return store.AppArtifact{}, errdefs.FailedPrecondition("artifact_not_verified",
+		return AppArtifact{}, errdefs.FailedPrecondition("artifact_not_verified",
 			"artifact %s is %s; only a verified artifact can become active — run gpuaas artifact verify %s (POST …/app-artifacts/%s/verify) first", a.ID, a.TrustState, a.ID, a.ID)
 	}
-	return s.transition(ctx, "artifact.promote", in.Reason, a, func(a *store.AppArtifact) { a.LifecycleState = to })
+	return s.transition(ctx, "artifact.promote", in.Reason, a, func(a *AppArtifact) { a.LifecycleState = to })
 }
 
 // Deprecate moves an active artifact to deprecated: no new use.
-func (s *Service) Deprecate(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (store.AppArtifact, error) {
+func (s *Service) Deprecate(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (AppArtifact, error) {
 	return s.step(ctx, g, projectID, artifactID, in, StateDeprecated, "artifact.deprecate")
 }
 
 // Retire moves a deprecated artifact to retired, refused while a live
 // instance uses its digest.
-func (s *Service) Retire(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (store.AppArtifact, error) {
+func (s *Service) Retire(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (AppArtifact, error) {
 	return s.step(ctx, g, projectID, artifactID, in, StateRetired, "artifact.retire")
 }
 
 // movable resolves an artifact for a lifecycle move (promote, deprecate,
 // retire): the caller may promote, gave a reason, and it is not revoked.
-func (s *Service) movable(ctx context.Context, g *iam.Grants, projectID, artifactID, reason string) (store.AppArtifact, error) {
+func (s *Service) movable(ctx context.Context, g *iam.Grants, projectID, artifactID, reason string) (AppArtifact, error) {
 	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactPromote)
 	if err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	if err := requireReason(reason); err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	if err := refuseRevoked(a); err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	return a, nil
 }
 
-func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput, to, action string) (store.AppArtifact, error) {
+func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput, to LifecycleState, action string) (AppArtifact, error) {
 	a, err := s.movable(ctx, g, projectID, artifactID, in.Reason)
 	if err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	if in.TargetState != "" && in.TargetState != to {
-		return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_state", Code: "invalid", Message: "must be " + to + " here (or omitted)"}})
+		return AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_state", Code: "invalid", Message: "must be " + string(to) + " here (or omitted)"}})
 	}
 	if !CanTransition(a.LifecycleState, to) {
-		return store.AppArtifact{}, illegal(a, to)
+		return AppArtifact{}, illegal(a, string(to))
 	}
 	if to == StateRetired && s.Instances != nil {
-		n, err := s.Instances.LiveInstancesUsingDigest(ctx, s.DB.Queries(), a.Digest)
+		n, err := s.Instances.LiveInstancesUsingDigest(ctx, a.Digest)
 		if err != nil {
-			return store.AppArtifact{}, err
+			return AppArtifact{}, err
 		}
 		if n > 0 {
-			return store.AppArtifact{}, errdefs.FailedPrecondition("artifact_in_use",
+			return AppArtifact{}, errdefs.FailedPrecondition("artifact_in_use",
 				"%d live instance(s) still run %s; decommission or upgrade them before retiring it", n, a.Digest)
 		}
 	}
-	return s.transition(ctx, action, in.Reason, a, func(a *store.AppArtifact) { a.LifecycleState = to })
+	return s.transition(ctx, action, in.Reason, a, func(a *AppArtifact) { a.LifecycleState = to })
 }
 
 // Revoke marks an artifact revoked: terminal, from any state. It blocks
@@ -252,28 +251,28 @@ func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID
 // record of the project with the same digest is revoked in the same
 // transaction, the digest can never be registered again there, and the
 // registry refuses to serve its manifest (see registryauth.go).
-func (s *Service) Revoke(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (store.AppArtifact, error) {
+func (s *Service) Revoke(ctx context.Context, g *iam.Grants, projectID, artifactID string, in TransitionInput) (AppArtifact, error) {
 	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactRevoke)
 	if err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	if err := requireReason(in.Reason); err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	if in.TargetState != "" {
-		return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_state", Code: "unexpected", Message: "revoke takes no target state"}})
+		return AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_state", Code: "unexpected", Message: "revoke takes no target state"}})
 	}
 	if err := refuseRevoked(a); err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
-	return s.transitionWith(ctx, "artifact.revoke", in.Reason, a, func(a *store.AppArtifact) {
+	return s.transitionWith(ctx, "artifact.revoke", in.Reason, a, func(a *AppArtifact) {
 		a.RevokedAt, a.RevokeReason = s.Now(), in.Reason
 	}, s.revokeDigest)
 }
 
 // revokeDigest revokes the records that share a's digest, each with its
 // revoked event; the ids go into the revoke's audit row.
-func (s *Service) revokeDigest(ctx context.Context, tx *store.Tx, a store.AppArtifact) (map[string]any, error) {
+func (s *Service) revokeDigest(ctx context.Context, tx Tx, a AppArtifact) (map[string]any, error) {
 	others, err := tx.UnrevokedArtifactsWithDigest(ctx, a.ProjectID, a.Digest)
 	if err != nil {
 		return nil, err
@@ -305,16 +304,16 @@ type VerifyInput struct {
 // against the project's registered keys in the real registry, for blobs the
 // stored object's digest. A verification failure is stored with its reason
 // (trust_state failed); a registry outage changes nothing.
-func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifactID string, in VerifyInput) (store.AppArtifact, error) {
+func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifactID string, in VerifyInput) (AppArtifact, error) {
 	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactWrite)
 	if err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	if err := refuseRevoked(a); err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	if a.LifecycleState == StateRetired {
-		return store.AppArtifact{}, errdefs.FailedPrecondition("artifact_retired", "artifact %s is retired; nothing to verify", a.ID)
+		return AppArtifact{}, errdefs.FailedPrecondition("artifact_retired", "artifact %s is retired; nothing to verify", a.ID)
 	}
 	var res verifyResult
 	if a.ArtifactKind == KindBlob {
@@ -326,9 +325,9 @@ func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifact
 		if errdefs.KindOf(err) == errdefs.KindUnavailable {
 			s.Logger.WarnContext(ctx, "artifact verification could not read the registry", "artifact_id", a.ID, "err", errors.Unwrap(err))
 		}
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
-	return s.transition(ctx, "artifact.verify", in.Reason, a, func(a *store.AppArtifact) {
+	return s.transition(ctx, "artifact.verify", in.Reason, a, func(a *AppArtifact) {
 		if res.reason == "" {
 			a.TrustState, a.TrustReason, a.TrustDetail, a.VerifiedKeyID, a.VerifiedAt = TrustVerified, "", "", res.keyID, s.Now()
 		} else {
@@ -339,7 +338,7 @@ func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifact
 
 type verifyResult struct{ reason, detail, keyID string }
 
-func (s *Service) verifyBlob(ctx context.Context, a store.AppArtifact) (verifyResult, error) {
+func (s *Service) verifyBlob(ctx context.Context, a AppArtifact) (verifyResult, error) {
 	key, err := blobstore.ParseURI(a.SourceURI)
 	if err != nil {
 		return verifyResult{}, err
@@ -357,12 +356,12 @@ func (s *Service) verifyBlob(ctx context.Context, a store.AppArtifact) (verifyRe
 	return verifyResult{}, nil
 }
 
-func (s *Service) verifyOCI(ctx context.Context, a store.AppArtifact) (verifyResult, error) {
+func (s *Service) verifyOCI(ctx context.Context, a AppArtifact) (verifyResult, error) {
 	link, err := s.registry()
 	if err != nil {
 		return verifyResult{}, err
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	rows, err := q.AllArtifactSigningKeys(ctx, a.ProjectID)
 	if err != nil {
 		return verifyResult{}, err
@@ -454,9 +453,8 @@ func (s *Service) VersionArtifactsReady(ctx context.Context, tx storage.Tx, appS
 	if len(expected) == 0 {
 		return nil
 	}
-	// The catalog's publish transaction: the store's own, until this domain
-	// has its storage to Join.
-	q := tx.(*store.Tx)
+	// The catalog's publish transaction, seen as this domain's.
+	q := s.Store.Join(tx)
 	live, err := q.LiveAppArtifactsOfVersion(ctx, appSlug, version)
 	if err != nil {
 		return err
@@ -470,9 +468,9 @@ func (s *Service) VersionArtifactsReady(ctx context.Context, tx storage.Tx, appS
 			if a.ArtifactName != e.Name {
 				continue
 			}
-			registered = append(registered, map[string]any{"id": a.ID, "lifecycle_state": a.LifecycleState,
-				"trust_state": a.TrustState, "digest": a.Digest, "repository": a.Repository})
-			if a.LifecycleState == StateActive && a.TrustState == TrustVerified && pinMatches(e, a) {
+			registered = append(registered, map[string]any{"id": a.ID, "lifecycle_state": string(a.LifecycleState),
+				"trust_state": string(a.TrustState), "digest": a.Digest, "repository": a.Repository})
+			if a.Launchable() && pinMatches(e, a) {
 				ok = true
 				break
 			}
@@ -494,15 +492,15 @@ func (s *Service) VersionArtifactsReady(ctx context.Context, tx storage.Tx, appS
 
 // pinMatches reports whether a registered artifact is the one the manifest
 // pins (its digest and repository, when named).
-func pinMatches(e manifest.Artifact, a store.AppArtifact) bool {
+func pinMatches(e manifest.Artifact, a AppArtifact) bool {
 	return (e.Digest == "" || e.Digest == a.Digest) &&
 		(e.Repository == "" || e.Repository == a.Repository || strings.HasSuffix(e.Repository, "/"+a.Repository))
 }
 
 // gateProblem says, in one sentence, why no registration of e qualifies
 // and what to do next.
-func gateProblem(e manifest.Artifact, live []store.AppArtifact) string {
-	var same []store.AppArtifact
+func gateProblem(e manifest.Artifact, live []AppArtifact) string {
+	var same []AppArtifact
 	for _, a := range live {
 		if a.ArtifactName == e.Name {
 			same = append(same, a)
@@ -517,4 +515,21 @@ func gateProblem(e manifest.Artifact, live []store.AppArtifact) string {
 		}
 	}
 	return fmt.Sprintf("the registered digest(s) differ from the manifest's pin %s@%s: register that digest, or pin the registered one in the manifest", e.Repository, e.Digest)
+}
+
+// DigestLaunchable reports whether an app version has a registered OCI
+// artifact with digest that new instances may run: active, verified and
+// not revoked (AppArtifact.Launchable). Another domain asks this, or
+// Launchable of an artifact it holds, instead of comparing states.
+func (s *Service) DigestLaunchable(ctx context.Context, appSlug, appVersion, digest string) (bool, error) {
+	live, err := s.Store.Read().LiveAppArtifactsOfVersion(ctx, appSlug, appVersion)
+	if err != nil {
+		return false, err
+	}
+	for _, a := range live {
+		if a.ArtifactKind == KindOCI && a.Digest == digest && a.Launchable() {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/blobstore"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Upload is the state of a blob upload as the API reports it.
@@ -24,26 +24,26 @@ func uploadNotFound(id string) error {
 }
 
 // upload resolves the publish intent that owns uploadID in the project.
-func (s *Service) upload(ctx context.Context, g *iam.Grants, projectID, uploadID, perm string, live bool) (store.ArtifactIntent, error) {
+func (s *Service) upload(ctx context.Context, g *iam.Grants, projectID, uploadID, perm string, live bool) (ArtifactIntent, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, perm)
 	if err != nil {
-		return store.ArtifactIntent{}, err
+		return ArtifactIntent{}, err
 	}
 	if s.Blobs == nil {
-		return store.ArtifactIntent{}, errdefs.FailedPrecondition("blob_store_unavailable", "this server has no blob store configured")
+		return ArtifactIntent{}, errdefs.FailedPrecondition("blob_store_unavailable", "this server has no blob store configured")
 	}
 	if uploadID == "" || len(uploadID) > 128 {
-		return store.ArtifactIntent{}, uploadNotFound(uploadID)
+		return ArtifactIntent{}, uploadNotFound(uploadID)
 	}
-	it, err := s.DB.Queries().ArtifactIntentByUpload(ctx, p.ID, uploadID)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.ArtifactIntent{}, uploadNotFound(uploadID)
+	it, err := s.Store.Read().ArtifactIntentByUpload(ctx, p.ID, uploadID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return ArtifactIntent{}, uploadNotFound(uploadID)
 	}
 	if err != nil {
-		return store.ArtifactIntent{}, err
+		return ArtifactIntent{}, err
 	}
 	if live && !s.Now().Before(it.ExpiresAt) {
-		return store.ArtifactIntent{}, errdefs.FailedPrecondition("intent_expired", "publish intent %s expired; request a new one and upload again", it.ID)
+		return ArtifactIntent{}, errdefs.FailedPrecondition("intent_expired", "publish intent %s expired; request a new one and upload again", it.ID)
 	}
 	return it, nil
 }
@@ -58,7 +58,7 @@ func (s *Service) UploadStatus(ctx context.Context, g *iam.Grants, projectID, up
 }
 
 // uploadState reads the blob store's state of an upload the caller resolved.
-func (s *Service) uploadState(ctx context.Context, it store.ArtifactIntent, uploadID string) (Upload, error) {
+func (s *Service) uploadState(ctx context.Context, it ArtifactIntent, uploadID string) (Upload, error) {
 	u, err := s.Blobs.Status(ctx, uploadID)
 	if errors.Is(err, blobstore.ErrNotFound) {
 		return Upload{}, uploadNotFound(uploadID)
@@ -71,7 +71,7 @@ func (s *Service) uploadState(ctx context.Context, it store.ArtifactIntent, uplo
 
 // appendAt streams body into the upload at offset, or at its current end
 // when offset is negative. It returns where the chunk started and the new size.
-func (s *Service) appendAt(ctx context.Context, it store.ArtifactIntent, uploadID string, offset int64, body io.Reader) (from, size int64, err error) {
+func (s *Service) appendAt(ctx context.Context, it ArtifactIntent, uploadID string, offset int64, body io.Reader) (from, size int64, err error) {
 	if offset < 0 {
 		st, err := s.uploadState(ctx, it, uploadID)
 		if err != nil {
@@ -109,7 +109,7 @@ func (s *Service) quotaRoom(ctx context.Context, projectID string, offset int64)
 	if err != nil {
 		return 0, 0, err
 	}
-	used, err := s.DB.Queries().ProjectBlobBytes(ctx, projectID)
+	used, err := s.Store.Read().ProjectBlobBytes(ctx, projectID)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -159,8 +159,8 @@ func (s *Service) AppendUpload(ctx context.Context, g *iam.Grants, projectID, up
 	if err != nil {
 		return Upload{}, err
 	}
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		return tx.Audit(store.AuditEvent{Action: "artifact.upload.append", ResourceType: "artifact_upload", ResourceID: uploadID,
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
+		return tx.Audit(storage.AuditEvent{Action: "artifact.upload.append", ResourceType: "artifact_upload", ResourceID: uploadID,
 			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, map[string]any{"intent_id": it.ID, "from": from, "offset": n})
 	})
 	if err != nil {
@@ -189,8 +189,8 @@ func (s *Service) CommitUpload(ctx context.Context, g *iam.Grants, projectID, up
 	if err != nil {
 		return Upload{}, err
 	}
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		return tx.Audit(store.AuditEvent{Action: "artifact.upload.commit", ResourceType: "artifact_upload", ResourceID: uploadID,
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
+		return tx.Audit(storage.AuditEvent{Action: "artifact.upload.commit", ResourceType: "artifact_upload", ResourceID: uploadID,
 			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, map[string]any{"intent_id": it.ID, "source_uri": it.SourceURI, "digest": obj.Digest, "size": obj.Size})
 	})
 	if err != nil {
@@ -212,15 +212,15 @@ func (s *Service) AbortUpload(ctx context.Context, g *iam.Grants, projectID, upl
 		}
 		return err
 	}
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		return tx.Audit(store.AuditEvent{Action: "artifact.upload.abort", ResourceType: "artifact_upload", ResourceID: uploadID,
+	return s.Store.Mutate(ctx, func(tx Tx) error {
+		return tx.Audit(storage.AuditEvent{Action: "artifact.upload.abort", ResourceType: "artifact_upload", ResourceID: uploadID,
 			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, map[string]any{"intent_id": it.ID})
 	})
 }
 
 // OpenContent streams a registered blob artifact. Revoked and retired
 // artifacts are refused.
-func (s *Service) OpenContent(ctx context.Context, g *iam.Grants, projectID, artifactID string) (store.AppArtifact, io.ReadCloser, error) {
+func (s *Service) OpenContent(ctx context.Context, g *iam.Grants, projectID, artifactID string) (AppArtifact, io.ReadCloser, error) {
 	_, a, err := s.artifact(ctx, g, projectID, artifactID, iam.PermArtifactRead)
 	if err != nil {
 		return a, nil, err

@@ -3,7 +3,7 @@ package artifacts
 import (
 	"strings"
 
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Event types of the artifact lifecycle (payloads in api/asyncapi.yaml).
@@ -18,7 +18,7 @@ const (
 )
 
 // eventOf names the event an audited artifact action emits.
-func eventOf(action string, a store.AppArtifact) string {
+func eventOf(action string, a AppArtifact) string {
 	switch action {
 	case "artifact.register":
 		return EventRegistered
@@ -32,11 +32,11 @@ func eventOf(action string, a store.AppArtifact) string {
 }
 
 // emit writes the artifact's event in the mutation's transaction.
-func emit(tx *store.Tx, action, reason string, a store.AppArtifact) error {
-	return tx.Emit(store.Event{Type: eventOf(action, a), Subject: "app-artifacts/" + a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID},
+func emit(tx storage.Tx, action, reason string, a AppArtifact) error {
+	return tx.Emit(storage.Event{Type: eventOf(action, a), Subject: "app-artifacts/" + a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID},
 		map[string]any{
 			"artifact_id": a.ID, "app_slug": a.AppSlug, "app_version": a.AppVersion, "artifact_name": a.ArtifactName,
-			"artifact_kind": a.ArtifactKind, "digest": a.Digest, "lifecycle_state": a.LifecycleState,
-			"trust_state": a.TrustState, "revoked": !a.RevokedAt.IsZero(), "reason": reason,
+			"artifact_kind": a.ArtifactKind, "digest": a.Digest, "lifecycle_state": string(a.LifecycleState),
+			"trust_state": string(a.TrustState), "revoked": !a.RevokedAt.IsZero(), "reason": reason,
 		})
 }

@@ -49,7 +49,7 @@ func FuzzParseDigest(f *testing.F) {
 }
 
 func TestLifecycleGraph(t *testing.T) {
-	path := []string{StateDraft, StateStaged, StateCanary, StateActive, StateDeprecated, StateRetired}
+	path := []LifecycleState{StateDraft, StateStaged, StateCanary, StateActive, StateDeprecated, StateRetired}
 	for i := 0; i+1 < len(path); i++ {
 		if !CanTransition(path[i], path[i+1]) {
 			t.Fatalf("%s -> %s refused", path[i], path[i+1])

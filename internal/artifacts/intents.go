@@ -11,7 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/registry"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Artifact kinds and source types.
@@ -47,11 +47,11 @@ type Wrapped struct {
 
 // Intent is an issued publish or pull intent with its one-time material.
 type Intent struct {
-	store.ArtifactIntent
+	ArtifactIntent
 	Registry   string
 	Wrapped    *Wrapped // OCI: the wrapping token (shown once)
 	UploadPath string   // blob publish
-	Artifact   *store.AppArtifact
+	Artifact   *AppArtifact
 }
 
 func (s *Service) ttl(seconds int) (time.Duration, error) {
@@ -122,9 +122,9 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 	if len(in.Channel) > 64 {
 		return Intent{}, errdefs.Validation([]errdefs.FieldError{{Field: "/channel", Code: "too_long", Message: "must be at most 64 characters"}})
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	now := s.Now()
-	it := store.ArtifactIntent{
+	it := ArtifactIntent{
 		ID: iam.NewID(), Kind: "publish", OrgID: p.OrgID, ProjectID: p.ID, ArtifactKind: kind, SourceType: source,
 		AppSlug: in.AppSlug, AppVersion: in.AppVersion, ArtifactName: in.ArtifactName, Channel: in.Channel,
 		CreatedBy: actor(ctx), CreatedAt: now, ExpiresAt: now.Add(ttl),
@@ -179,7 +179,7 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 	}
 	it.ProvenanceRequired = in.ProvenanceRequired
 	if in.SigningKeyID != "" {
-		if !slices.ContainsFunc(keys, func(k store.ArtifactSigningKey) bool { return k.ID == in.SigningKeyID }) {
+		if !slices.ContainsFunc(keys, func(k ArtifactSigningKey) bool { return k.ID == in.SigningKeyID }) {
 			return Intent{}, errdefs.Validation([]errdefs.FieldError{{Field: "/signing_key_id", Code: "unknown",
 				Message: "no signing key with this id is registered in the project; list them with gpuaas artifact signing-key list (GET /api/v1/projects/{project_id}/artifact-signing-keys)"}})
 		}
@@ -227,7 +227,7 @@ func (s *Service) CreatePullIntent(ctx context.Context, g *iam.Grants, projectID
 		return Intent{}, err
 	}
 	now := s.Now()
-	it := store.ArtifactIntent{
+	it := ArtifactIntent{
 		ID: iam.NewID(), Kind: "pull", OrgID: p.OrgID, ProjectID: p.ID, ArtifactKind: a.ArtifactKind, SourceType: a.SourceType,
 		AppSlug: a.AppSlug, AppVersion: a.AppVersion, ArtifactName: a.ArtifactName, Repository: a.Repository, SourceURI: a.SourceURI,
 		ArtifactID: a.ID, CreatedBy: actor(ctx), CreatedAt: now, ExpiresAt: now.Add(ttl),
@@ -253,15 +253,15 @@ func (s *Service) CreatePullIntent(ctx context.Context, g *iam.Grants, projectID
 // it also issues a registry credential for actions on the intent's
 // repository, expiring with the intent, and returns its secret wrapped
 // (the wrap lives WrapTTL at most).
-func (s *Service) saveIntent(ctx context.Context, it store.ArtifactIntent, link *registryLink, actions ...string) (*Wrapped, error) {
+func (s *Service) saveIntent(ctx context.Context, it ArtifactIntent, link *registryLink, actions ...string) (*Wrapped, error) {
 	var wrapped *Wrapped
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.InsertArtifactIntent(ctx, it); err != nil {
 			return err
 		}
 		if link != nil {
 			password := newSecret("gpr_")
-			cred := store.RegistryCredential{ID: iam.NewID(), IntentID: it.ID, ProjectID: it.ProjectID, ArtifactID: it.ArtifactID,
+			cred := RegistryCredential{ID: iam.NewID(), IntentID: it.ID, ProjectID: it.ProjectID, ArtifactID: it.ArtifactID,
 				Repository: it.Repository, Actions: strings.Join(actions, ","), SecretHash: hashSecret(password),
 				CreatedAt: it.CreatedAt, ExpiresAt: it.ExpiresAt}
 			if err := tx.InsertRegistryCredential(ctx, cred); err != nil {
@@ -275,7 +275,7 @@ func (s *Service) saveIntent(ctx context.Context, it store.ArtifactIntent, link 
 			}
 			wrapped = &Wrapped{Token: tok, ExpiresAt: wrapExp}
 		}
-		return tx.Audit(store.AuditEvent{Action: "artifact." + it.Kind + "_intent.create", ResourceType: "artifact_intent", ResourceID: it.ID,
+		return tx.Audit(storage.AuditEvent{Action: "artifact." + it.Kind + "_intent.create", ResourceType: "artifact_intent", ResourceID: it.ID,
 			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, intentAudit(it))
 	})
 	if err != nil {
@@ -300,10 +300,10 @@ func (s *Service) Unwrap(ctx context.Context, g *iam.Grants, in UnwrapInput) (Se
 	}
 	var (
 		sec     Secret
-		it      store.ArtifactIntent
+		it      ArtifactIntent
 		foreign bool
 	)
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		var err error
 		if sec, err = s.Vault.Unwrap(ctx, tx, in.WrappingToken); err != nil {
 			return err
@@ -318,19 +318,19 @@ func (s *Service) Unwrap(ctx context.Context, g *iam.Grants, in UnwrapInput) (Se
 			return wrapInvalid()
 		}
 		// The audit names the credential, never the secret.
-		return tx.Audit(store.AuditEvent{Action: "artifact.credentials.unwrap", ResourceType: "registry_credential", ResourceID: sec.Username},
+		return tx.Audit(storage.AuditEvent{Action: "artifact.credentials.unwrap", ResourceType: "registry_credential", ResourceID: sec.Username},
 			nil, map[string]any{"repository": sec.Repository, "actions": sec.Actions, "expires_at": sec.ExpiresAt})
 	})
 	if err != nil {
 		if errdefs.KindOf(err) == errdefs.KindFailedPrecondition {
 			// A foreign caller gets the unknown-token answer, and the
 			// attempt shows in the owning project's audit view.
-			ev := store.AuditEvent{Action: "artifact.credentials.unwrap", ResourceType: "registry_credential"}
+			ev := storage.AuditEvent{Action: "artifact.credentials.unwrap", ResourceType: "registry_credential"}
 			outcome := "failure"
 			if foreign {
 				ev.OrgID, ev.ProjectID, ev.ResourceID, outcome = it.OrgID, it.ProjectID, sec.Username, "denied"
 			}
-			if aerr := s.DB.RecordOutcome(ctx, ev, outcome); aerr != nil {
+			if aerr := s.Store.RecordOutcome(ctx, ev, outcome); aerr != nil {
 				s.Logger.ErrorContext(ctx, "could not audit a refused unwrap", "err", aerr)
 			}
 		}
@@ -340,10 +340,10 @@ func (s *Service) Unwrap(ctx context.Context, g *iam.Grants, in UnwrapInput) (Se
 }
 
 // intentOfCredential finds the intent a registry credential was issued for.
-func (s *Service) intentOfCredential(ctx context.Context, tx *store.Tx, credentialID string) (store.ArtifactIntent, error) {
+func (s *Service) intentOfCredential(ctx context.Context, tx Tx, credentialID string) (ArtifactIntent, error) {
 	c, err := tx.GetRegistryCredential(ctx, credentialID)
 	if err != nil {
-		return store.ArtifactIntent{}, err
+		return ArtifactIntent{}, err
 	}
 	return tx.GetArtifactIntent(ctx, c.ProjectID, c.IntentID)
 }
@@ -355,7 +355,7 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
-func intentAudit(it store.ArtifactIntent) map[string]any {
+func intentAudit(it ArtifactIntent) map[string]any {
 	return map[string]any{
 		"kind": it.Kind, "artifact_kind": it.ArtifactKind, "app_slug": it.AppSlug, "app_version": it.AppVersion,
 		"artifact_name": it.ArtifactName, "repository": it.Repository, "source_uri": it.SourceURI, "artifact_id": it.ArtifactID,

@@ -9,7 +9,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // CreateNodePullIntent issues a pull intent on behalf of a node, for one
@@ -22,9 +22,9 @@ func (s *Service) CreateNodePullIntent(ctx context.Context, nodeID, projectID, a
 	if _, err := uuid.Parse(artifactID); err != nil {
 		return Intent{}, artifactNotFound(artifactID)
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	a, err := q.GetAppArtifact(ctx, projectID, artifactID)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return Intent{}, artifactNotFound(artifactID)
 	}
 	if err == nil {
@@ -44,7 +44,7 @@ func (s *Service) CreateNodePullIntent(ctx context.Context, nodeID, projectID, a
 		return Intent{}, err
 	}
 	now := s.Now()
-	it := store.ArtifactIntent{
+	it := ArtifactIntent{
 		ID: iam.NewID(), Kind: "pull", OrgID: a.OrgID, ProjectID: a.ProjectID, ArtifactKind: a.ArtifactKind, SourceType: a.SourceType,
 		AppSlug: a.AppSlug, AppVersion: a.AppVersion, ArtifactName: a.ArtifactName, Repository: a.Repository, ArtifactID: a.ID,
 		CreatedBy: principal.Principal{Type: principal.Node, ID: nodeID}.Key(), CreatedAt: now, ExpiresAt: now.Add(s.IntentTTL),

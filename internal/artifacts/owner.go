@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Registry credentials die with their owner: every registry token request
@@ -17,7 +17,7 @@ import (
 
 // ownerMay reports whether the principal named by key (principal.Key form)
 // exists, is active and holds perm in the intent's project.
-func ownerMay(ctx context.Context, q *store.Queries, key string, it store.ArtifactIntent, perm string) (bool, error) {
+func ownerMay(ctx context.Context, q OwnerReader, key string, it ArtifactIntent, perm string) (bool, error) {
 	typ, id, ok := strings.Cut(key, ":")
 	if !ok || id == "" {
 		return false, nil
@@ -26,19 +26,19 @@ func ownerMay(ctx context.Context, q *store.Queries, key string, it store.Artifa
 	switch principal.Type(typ) {
 	case principal.User:
 		u, err := q.GetUser(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, storage.ErrNotFound) {
 			return false, nil
 		}
 		if err != nil {
 			return false, err
 		}
-		if u.Status != "active" {
+		if u.Status != iam.UserActive {
 			return false, nil
 		}
 		p = principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}
 	case principal.ServiceAccount:
-		a, err := q.GetServiceAccount(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
+		a, err := q.ArtifactOwnerAccount(ctx, id)
+		if errors.Is(err, storage.ErrNotFound) {
 			return false, nil
 		}
 		if err != nil {
@@ -51,14 +51,14 @@ func ownerMay(ctx context.Context, q *store.Queries, key string, it store.Artifa
 	case principal.Node:
 		// A node holds pull credentials minted for one task's image; it
 		// may use them while it is a member of the fleet, and never push.
-		n, err := q.GetNode(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
+		state, err := q.ArtifactOwnerNodeState(ctx, id)
+		if errors.Is(err, storage.ErrNotFound) {
 			return false, nil
 		}
 		if err != nil {
 			return false, err
 		}
-		return n.State != "removed" && perm == iam.PermArtifactRead, nil
+		return state != "removed" && perm == iam.PermArtifactRead, nil
 	default:
 		return false, nil
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/registry"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // RegisterInput registers a pushed digest or an uploaded blob.
@@ -33,65 +33,65 @@ type RegisterInput struct {
 // Register records an artifact after checking the real registry (the
 // manifest exists at that digest, with that media type, in the project's
 // repository) or the real storage object (exists, digest matches).
-func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string, in RegisterInput) (store.AppArtifact, error) {
+func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string, in RegisterInput) (AppArtifact, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, iam.PermArtifactWrite)
 	if err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	if _, err := slotKey(p.ID, in.AppSlug, in.AppVersion, in.ArtifactName); err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	kind, source, err := kindAndSource(in.ArtifactKind, in.SourceType)
 	if err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	if in.Digest == "" {
 		msg := "is required: the control plane only trusts immutable digests"
 		if in.Tag != "" {
 			msg += "; a tag alone is a mutable label — register the sha256 digest your push reported"
 		}
-		return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/digest", Code: "required", Message: msg}})
+		return AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/digest", Code: "required", Message: msg}})
 	}
 	if _, err := ParseDigest(in.Digest); err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	var meta []byte
 	if len(in.SourceMetadata) > 0 && string(in.SourceMetadata) != "null" {
 		var m map[string]any
 		if json.Unmarshal(in.SourceMetadata, &m) != nil || len(in.SourceMetadata) > 16<<10 {
-			return store.AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/source_metadata", Code: "invalid", Message: "must be a JSON object of at most 16 KiB"}})
+			return AppArtifact{}, errdefs.Validation([]errdefs.FieldError{{Field: "/source_metadata", Code: "invalid", Message: "must be a JSON object of at most 16 KiB"}})
 		}
 		meta = in.SourceMetadata
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	// Checked first so that a revoked digest is refused whatever the
 	// registry holds, and again inside the insert's transaction.
 	if err := refuseRevokedDigest(ctx, q, p.ID, in.Digest); err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
-	var it store.ArtifactIntent
+	var it ArtifactIntent
 	if in.PublishIntentID != "" {
 		if _, perr := uuid.Parse(in.PublishIntentID); perr == nil {
 			it, err = q.GetArtifactIntent(ctx, p.ID, in.PublishIntentID)
 		} else {
-			err = store.ErrNotFound
+			err = storage.ErrNotFound
 		}
 		if err == nil && (it.Kind != "publish" || it.AppSlug != in.AppSlug || it.AppVersion != in.AppVersion || it.ArtifactName != in.ArtifactName || it.ArtifactKind != kind) {
-			return store.AppArtifact{}, errdefs.Unprocessable("intent_mismatch", "publish intent %s is for %s/%s/%s (%s), not this artifact", it.ID, it.AppSlug, it.AppVersion, it.ArtifactName, it.ArtifactKind)
+			return AppArtifact{}, errdefs.Unprocessable("intent_mismatch", "publish intent %s is for %s/%s/%s (%s), not this artifact", it.ID, it.AppSlug, it.AppVersion, it.ArtifactName, it.ArtifactKind)
 		}
 	} else {
 		it, err = q.LatestPublishIntent(ctx, p.ID, in.AppSlug, in.AppVersion, in.ArtifactName, kind)
 	}
-	if errors.Is(err, store.ErrNotFound) {
-		return store.AppArtifact{}, errdefs.FailedPrecondition("publish_intent_required",
+	if errors.Is(err, storage.ErrNotFound) {
+		return AppArtifact{}, errdefs.FailedPrecondition("publish_intent_required",
 			"no publish intent exists for %s %s artifact %q in this project; gpuaas artifact push does all three (request one at POST /api/v1/projects/%s/app-artifacts/publish-intents, push, then register)",
 			in.AppSlug, in.AppVersion, in.ArtifactName, p.ID)
 	}
 	if err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	now := s.Now()
-	a := store.AppArtifact{
+	a := AppArtifact{
 		ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, AppSlug: in.AppSlug, AppVersion: in.AppVersion, ArtifactName: in.ArtifactName,
 		ArtifactKind: kind, SourceType: source, Digest: in.Digest, SourceMetadata: meta, PublishIntentID: it.ID,
 		LifecycleState: StateDraft, TrustState: TrustUnverified, SignatureRequired: it.SignatureRequired, SignatureScheme: it.SignatureScheme,
@@ -99,19 +99,19 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 	}
 	if kind == KindOCI {
 		if err := s.checkManifest(ctx, it, in, &a); err != nil {
-			return store.AppArtifact{}, err
+			return AppArtifact{}, err
 		}
 	} else {
 		if err := s.checkBlob(ctx, p.ID, it, in, &a); err != nil {
-			return store.AppArtifact{}, err
+			return AppArtifact{}, err
 		}
 	}
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		if err := refuseRevokedDigest(ctx, tx.Queries, a.ProjectID, a.Digest); err != nil {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
+		if err := refuseRevokedDigest(ctx, tx, a.ProjectID, a.Digest); err != nil {
 			return err
 		}
 		if err := tx.InsertAppArtifact(ctx, a); err != nil {
-			if errors.Is(err, store.ErrAlreadyExists) {
+			if errors.Is(err, storage.ErrAlreadyExists) {
 				return errdefs.AlreadyExists("artifact_already_registered",
 					"%s %s already has a registered artifact %q in this project; artifacts are immutable — revoke it first or publish a new version",
 					a.AppSlug, a.AppVersion, a.ArtifactName)
@@ -121,18 +121,18 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 		if err := emit(tx, "artifact.register", "", a); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "artifact.register", ResourceType: "app_artifact", ResourceID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID},
+		return tx.Audit(storage.AuditEvent{Action: "artifact.register", ResourceType: "app_artifact", ResourceID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID},
 			nil, stateOf(a))
 	})
 	if err != nil {
-		return store.AppArtifact{}, err
+		return AppArtifact{}, err
 	}
 	return a, nil
 }
 
 // refuseRevokedDigest answers 422 digest_revoked when digest was revoked
 // in the project: revocation is of the content, not of one record.
-func refuseRevokedDigest(ctx context.Context, q *store.Queries, projectID, digest string) error {
+func refuseRevokedDigest(ctx context.Context, q Queries, projectID, digest string) error {
 	revoked, err := q.DigestRevoked(ctx, projectID, digest)
 	if err != nil {
 		return err
@@ -144,7 +144,7 @@ func refuseRevokedDigest(ctx context.Context, q *store.Queries, projectID, diges
 	return nil
 }
 
-func (s *Service) checkManifest(ctx context.Context, it store.ArtifactIntent, in RegisterInput, a *store.AppArtifact) error {
+func (s *Service) checkManifest(ctx context.Context, it ArtifactIntent, in RegisterInput, a *AppArtifact) error {
 	if in.SourceURI != "" {
 		return errdefs.Validation([]errdefs.FieldError{{Field: "/source_uri", Code: "unexpected", Message: "is for blob artifacts; OCI artifacts name a repository and digest"}})
 	}
@@ -197,7 +197,7 @@ func (s *Service) checkManifest(ctx context.Context, it store.ArtifactIntent, in
 	return nil
 }
 
-func (s *Service) checkBlob(ctx context.Context, projectID string, it store.ArtifactIntent, in RegisterInput, a *store.AppArtifact) error {
+func (s *Service) checkBlob(ctx context.Context, projectID string, it ArtifactIntent, in RegisterInput, a *AppArtifact) error {
 	if in.Repository != "" || in.Tag != "" {
 		return errdefs.Validation([]errdefs.FieldError{{Field: "/repository", Code: "unexpected", Message: "is for OCI artifacts; blob artifacts name a source_uri and digest"}})
 	}
@@ -234,9 +234,9 @@ func (s *Service) checkBlob(ctx context.Context, projectID string, it store.Arti
 }
 
 // stateOf is what an audit row records about an artifact before and after.
-func stateOf(a store.AppArtifact) map[string]any {
+func stateOf(a AppArtifact) map[string]any {
 	return map[string]any{
-		"lifecycle_state": a.LifecycleState, "trust_state": a.TrustState, "trust_reason": a.TrustReason,
+		"lifecycle_state": string(a.LifecycleState), "trust_state": string(a.TrustState), "trust_reason": a.TrustReason,
 		"revoked": !a.RevokedAt.IsZero(), "repository": a.Repository, "source_uri": a.SourceURI, "digest": a.Digest,
 		"app_slug": a.AppSlug, "app_version": a.AppVersion, "artifact_name": a.ArtifactName,
 	}

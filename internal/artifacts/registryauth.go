@@ -15,10 +15,11 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/signature"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // RegistryKeyPurpose is the signing_keys purpose of registry token keys.
@@ -29,12 +30,12 @@ const RegistryKeyPurpose = "registry_token"
 // key signs, every other key still verifies. The first start creates one.
 // Two replicas racing on an empty table both insert; both then pick the
 // oldest, so they converge.
-func LoadRegistryKeys(ctx context.Context, db *store.DB, s *sealer.Sealer) (*registry.KeySet, error) {
-	rows, err := db.Queries().SigningKeys(ctx, RegistryKeyPurpose)
+func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer) (*registry.KeySet, error) {
+	rows, err := db.SigningKeys(ctx, RegistryKeyPurpose)
 	if err != nil {
 		return nil, fmt.Errorf("load registry token keys: %w", err)
 	}
-	if !slices.ContainsFunc(rows, func(k store.SigningKey) bool { return k.RetiredAt.IsZero() }) {
+	if !slices.ContainsFunc(rows, func(k iam.SigningKey) bool { return k.RetiredAt.IsZero() }) {
 		k, err := registry.GenerateSigningKey(registry.EdDSA)
 		if err != nil {
 			return nil, err
@@ -51,11 +52,11 @@ func LoadRegistryKeys(ctx context.Context, db *store.DB, s *sealer.Sealer) (*reg
 		if err != nil {
 			return nil, err
 		}
-		if err := db.Queries().InsertSigningKey(ctx, store.SigningKey{KID: k.KeyID(), Purpose: RegistryKeyPurpose,
+		if err := db.InsertSigningKey(ctx, iam.SigningKey{KID: k.KeyID(), Purpose: RegistryKeyPurpose,
 			Algorithm: string(k.Algorithm()), PrivateKey: sealed, PublicKey: string(pub), CreatedAt: time.Now()}); err != nil {
 			return nil, fmt.Errorf("store registry token key: %w", err)
 		}
-		if rows, err = db.Queries().SigningKeys(ctx, RegistryKeyPurpose); err != nil {
+		if rows, err = db.SigningKeys(ctx, RegistryKeyPurpose); err != nil {
 			return nil, err
 		}
 	}
@@ -96,8 +97,8 @@ func (a registryAuthz) Authenticate(ctx context.Context, username, password stri
 	if _, err := uuid.Parse(username); err != nil || password == "" {
 		return registry.Subject{}, registry.ErrInvalidCredentials
 	}
-	c, err := a.s.DB.Queries().GetRegistryCredential(ctx, username)
-	if errors.Is(err, store.ErrNotFound) {
+	c, err := a.s.Store.Read().GetRegistryCredential(ctx, username)
+	if errors.Is(err, storage.ErrNotFound) {
 		return registry.Subject{}, registry.ErrInvalidCredentials
 	}
 	if err != nil {
@@ -109,14 +110,14 @@ func (a registryAuthz) Authenticate(ctx context.Context, username, password stri
 	if !a.s.Now().Before(c.ExpiresAt) {
 		return registry.Subject{}, fmt.Errorf("credential expired at %s: %w", c.ExpiresAt.Format(time.RFC3339), registry.ErrInvalidCredentials)
 	}
-	it, err := a.s.DB.Queries().GetArtifactIntent(ctx, c.ProjectID, c.IntentID)
-	if errors.Is(err, store.ErrNotFound) {
+	it, err := a.s.Store.Read().GetArtifactIntent(ctx, c.ProjectID, c.IntentID)
+	if errors.Is(err, storage.ErrNotFound) {
 		return registry.Subject{}, registry.ErrInvalidCredentials
 	}
 	if err != nil {
 		return registry.Subject{}, err
 	}
-	ok, err := ownerMay(ctx, a.s.DB.Queries(), it.CreatedBy, it, credentialPerm(c.Actions))
+	ok, err := ownerMay(ctx, a.s.Store.Read(), it.CreatedBy, it, credentialPerm(c.Actions))
 	if err != nil {
 		return registry.Subject{}, err
 	}
@@ -134,9 +135,9 @@ func (a registryAuthz) Allowed(ctx context.Context, sub registry.Subject, reposi
 	if !ok {
 		return nil, nil
 	}
-	q := a.s.DB.Queries()
+	q := a.s.Store.Read()
 	c, err := q.GetRegistryCredential(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
@@ -148,7 +149,7 @@ func (a registryAuthz) Allowed(ctx context.Context, sub registry.Subject, reposi
 	if c.ArtifactID != "" {
 		art, err := q.GetAppArtifact(ctx, c.ProjectID, c.ArtifactID)
 		if err != nil {
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, storage.ErrNotFound) {
 				return nil, nil
 			}
 			return nil, err
@@ -189,7 +190,7 @@ func (a registryAuthz) ManifestDenied(ctx context.Context, repository, digest st
 	if digest == "" {
 		return false, nil
 	}
-	return a.s.DB.Queries().RepositoryDigestRevoked(ctx, repository, digest)
+	return a.s.Store.Read().RepositoryDigestRevoked(ctx, repository, digest)
 }
 
 // TagFrozen freezes the cosign signature and attestation tags of a digest
@@ -201,5 +202,5 @@ func (a registryAuthz) TagFrozen(ctx context.Context, repository, tag string) (b
 	if !ok {
 		return false, nil
 	}
-	return a.s.DB.Queries().RepositoryDigestVerified(ctx, repository, d)
+	return a.s.Store.Read().RepositoryDigestVerified(ctx, repository, d)
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/sealer"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // Defaults for the intent lifetimes.
@@ -31,7 +30,7 @@ const (
 
 // Deps are what the artifacts service needs.
 type Deps struct {
-	DB     *store.DB
+	Store  Store
 	IAM    *iam.Service
 	Logger *slog.Logger
 	Now    func() time.Time

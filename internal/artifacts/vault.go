@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/sealer"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Secret is registry credential material delivered through a wrap.
@@ -27,10 +27,10 @@ type Secret struct {
 // (it would ignore tx and call sys/wrapping/wrap and sys/wrapping/unwrap).
 type CredentialVault interface {
 	// Wrap stores secret and returns a wrapping token valid until expiresAt.
-	Wrap(ctx context.Context, tx *store.Tx, secret Secret, expiresAt time.Time) (token string, err error)
+	Wrap(ctx context.Context, tx Tx, secret Secret, expiresAt time.Time) (token string, err error)
 	// Unwrap exchanges a wrapping token for its secret exactly once. An
 	// unknown, expired or already used token is an errdefs FailedPrecondition.
-	Unwrap(ctx context.Context, tx *store.Tx, token string) (Secret, error)
+	Unwrap(ctx context.Context, tx Tx, token string) (Secret, error)
 }
 
 // BuiltinVault is the CredentialVault on the control plane's own database:
@@ -45,7 +45,7 @@ type BuiltinVault struct {
 const WrapTokenPrefix = "gpw_"
 
 // Wrap implements CredentialVault.
-func (v *BuiltinVault) Wrap(ctx context.Context, tx *store.Tx, secret Secret, expiresAt time.Time) (string, error) {
+func (v *BuiltinVault) Wrap(ctx context.Context, tx Tx, secret Secret, expiresAt time.Time) (string, error) {
 	token := newSecret(WrapTokenPrefix)
 	raw, err := json.Marshal(secret)
 	if err != nil {
@@ -56,7 +56,7 @@ func (v *BuiltinVault) Wrap(ctx context.Context, tx *store.Tx, secret Secret, ex
 	if err != nil {
 		return "", err
 	}
-	if err := tx.InsertCredentialWrap(ctx, store.CredentialWrap{TokenHash: h, Sealed: sealed, CreatedAt: v.Now(), ExpiresAt: expiresAt}); err != nil {
+	if err := tx.InsertCredentialWrap(ctx, CredentialWrap{TokenHash: h, Sealed: sealed, CreatedAt: v.Now(), ExpiresAt: expiresAt}); err != nil {
 		return "", err
 	}
 	return token, nil
@@ -71,10 +71,10 @@ func wrapInvalid() error {
 }
 
 // Unwrap implements CredentialVault.
-func (v *BuiltinVault) Unwrap(ctx context.Context, tx *store.Tx, token string) (Secret, error) {
+func (v *BuiltinVault) Unwrap(ctx context.Context, tx Tx, token string) (Secret, error) {
 	h := hashSecret(token)
 	sealed, err := tx.ConsumeCredentialWrap(ctx, h, v.Now())
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return Secret{}, wrapInvalid()
 	}
 	if err != nil {

@@ -108,44 +108,44 @@ func viewIntent(in artifacts.Intent) intentView {
 }
 
 type artifactView struct {
-	ID                 string          `json:"id"`
-	ProjectID          string          `json:"project_id"`
-	AppSlug            string          `json:"app_slug"`
-	AppVersion         string          `json:"app_version"`
-	ArtifactName       string          `json:"artifact_name"`
-	ArtifactKind       string          `json:"artifact_kind"`
-	SourceType         string          `json:"source_type"`
-	Repository         string          `json:"repository"`
-	Digest             string          `json:"digest"`
-	Tag                string          `json:"tag"`
-	MediaType          string          `json:"media_type"`
-	SizeBytes          int64           `json:"size_bytes"`
-	SourceURI          string          `json:"source_uri"`
-	SourceMetadata     json.RawMessage `json:"source_metadata,omitempty"`
-	PublishIntentID    string          `json:"publish_intent_id"`
-	LifecycleState     string          `json:"lifecycle_state"`
-	AllowedNextStates  []string        `json:"allowed_next_states"`
-	TrustState         string          `json:"trust_state"`
-	TrustReason        string          `json:"trust_reason"`
-	TrustDetail        string          `json:"trust_detail"`
-	VerifiedKeyID      string          `json:"verified_key_id"`
-	VerifiedAt         string          `json:"verified_at,omitempty"`
-	SignatureRequired  bool            `json:"signature_required"`
-	SignatureScheme    string          `json:"signature_scheme"`
-	SigningKeyID       string          `json:"signing_key_id"`
-	ProvenanceRequired bool            `json:"provenance_required"`
-	Revoked            bool            `json:"revoked"`
-	RevokedAt          string          `json:"revoked_at,omitempty"`
-	RevokeReason       string          `json:"revoke_reason"`
-	CreatedBy          string          `json:"created_by"`
-	CreatedAt          string          `json:"created_at"`
-	UpdatedAt          string          `json:"updated_at"`
+	ID                 string                     `json:"id"`
+	ProjectID          string                     `json:"project_id"`
+	AppSlug            string                     `json:"app_slug"`
+	AppVersion         string                     `json:"app_version"`
+	ArtifactName       string                     `json:"artifact_name"`
+	ArtifactKind       string                     `json:"artifact_kind"`
+	SourceType         string                     `json:"source_type"`
+	Repository         string                     `json:"repository"`
+	Digest             string                     `json:"digest"`
+	Tag                string                     `json:"tag"`
+	MediaType          string                     `json:"media_type"`
+	SizeBytes          int64                      `json:"size_bytes"`
+	SourceURI          string                     `json:"source_uri"`
+	SourceMetadata     json.RawMessage            `json:"source_metadata,omitempty"`
+	PublishIntentID    string                     `json:"publish_intent_id"`
+	LifecycleState     artifacts.LifecycleState   `json:"lifecycle_state"`
+	AllowedNextStates  []artifacts.LifecycleState `json:"allowed_next_states"`
+	TrustState         artifacts.TrustState       `json:"trust_state"`
+	TrustReason        string                     `json:"trust_reason"`
+	TrustDetail        string                     `json:"trust_detail"`
+	VerifiedKeyID      string                     `json:"verified_key_id"`
+	VerifiedAt         string                     `json:"verified_at,omitempty"`
+	SignatureRequired  bool                       `json:"signature_required"`
+	SignatureScheme    string                     `json:"signature_scheme"`
+	SigningKeyID       string                     `json:"signing_key_id"`
+	ProvenanceRequired bool                       `json:"provenance_required"`
+	Revoked            bool                       `json:"revoked"`
+	RevokedAt          string                     `json:"revoked_at,omitempty"`
+	RevokeReason       string                     `json:"revoke_reason"`
+	CreatedBy          string                     `json:"created_by"`
+	CreatedAt          string                     `json:"created_at"`
+	UpdatedAt          string                     `json:"updated_at"`
 }
 
 func viewArtifact(a store.AppArtifact) artifactView {
 	next := artifacts.NextStates(a.LifecycleState)
 	if !a.RevokedAt.IsZero() || next == nil {
-		next = []string{}
+		next = []artifacts.LifecycleState{}
 	}
 	return artifactView{ID: a.ID, ProjectID: a.ProjectID, AppSlug: a.AppSlug, AppVersion: a.AppVersion, ArtifactName: a.ArtifactName,
 		ArtifactKind: a.ArtifactKind, SourceType: a.SourceType, Repository: a.Repository, Digest: a.Digest, Tag: a.Tag,
@@ -271,7 +271,7 @@ func (a *API) listArtifacts(w http.ResponseWriter, r *http.Request) error {
 	}
 	q := r.URL.Query()
 	f := store.AppArtifactFilter{AppSlug: q.Get("app_slug"), AppVersion: q.Get("app_version"), ArtifactName: q.Get("artifact_name"),
-		LifecycleState: q.Get("state"), TrustState: q.Get("trust_state")}
+		LifecycleState: artifacts.LifecycleState(q.Get("state")), TrustState: artifacts.TrustState(q.Get("trust_state"))}
 	arts, next, err := a.Artifacts.List(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), f, pg)
 	if err != nil {
 		return err

@@ -20,7 +20,7 @@ type Grants struct {
 }
 
 // LoadGrants reads the role bindings of p.
-func LoadGrants(ctx context.Context, q Queries, p principal.Principal) (*Grants, error) {
+func LoadGrants(ctx context.Context, q GrantReader, p principal.Principal) (*Grants, error) {
 	g := &Grants{P: p}
 	if p.Type != principal.User && p.Type != principal.ServiceAccount {
 		return g, nil

@@ -135,7 +135,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if cfg.ProjectBlobQuota > 0 {
 		quota = artifacts.StaticBlobQuota(cfg.ProjectBlobQuota)
 	}
-	arts := artifacts.New(artifacts.Deps{DB: db, IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota})
+	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota})
 	cat.SetArtifactGate(arts)
 	// Wake-ups ("tasks queued for node N") reach the long polls of every
 	// replica over this replica's NATS connection; the subscription ends
@@ -158,7 +158,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	link.Attach(a.Instances)
 	a.Workers = append(a.Workers, drv)
 	cat.SetInstanceGate(a.Instances)
-	arts.Instances = a.Instances
+	arts.Instances = instanceUsage{db: db, instances: a.Instances}
 	a.billing = newBillingParts(cfg, db, svc)
 	a.Nodes.SetLaunchGate(nodesLaunchGate{a.billing.svc})
 	a.Instances.SetLaunchGate(a.billing.svc)

@@ -36,7 +36,7 @@ func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, cf
 	if err != nil {
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
-	keys, err := artifacts.LoadRegistryKeys(ctx, db, seal)
+	keys, err := artifacts.LoadRegistryKeys(ctx, db.Queries(), seal)
 	if err != nil {
 		return nil, err
 	}

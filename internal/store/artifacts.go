@@ -3,20 +3,28 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/artifacts"
 )
 
-// ArtifactSigningKey is a project's registered signature verification key.
-type ArtifactSigningKey struct {
-	ID          string
-	OrgID       string
-	ProjectID   string
-	Name        string
-	Algorithm   string // ecdsa-p256 | ed25519 | rsa
-	PublicKey   string // PKIX PEM
-	Fingerprint string // sha256:<hex> of the DER
-	CreatedBy   string
-	CreatedAt   time.Time
-}
+// The artifacts domain owns these types; the aliases keep packages not
+// moved yet compiling.
+type (
+	ArtifactSigningKey = artifacts.ArtifactSigningKey
+	ArtifactIntent     = artifacts.ArtifactIntent
+	RegistryCredential = artifacts.RegistryCredential
+	CredentialWrap     = artifacts.CredentialWrap
+	AppArtifact        = artifacts.AppArtifact
+	AppArtifactFilter  = artifacts.AppArtifactFilter
+)
+
+var (
+	_ artifacts.Tx      = (*Tx)(nil)
+	_ artifacts.Queries = (*Queries)(nil)
+)
+
+// Artifacts is the artifacts domain's storage.
+func Artifacts(db *DB) artifacts.Store { return NewPort[artifacts.Tx, artifacts.Queries](db) }
 
 const artifactSigningKeyCols = `id, org_id, project_id, name, algorithm, public_key, fingerprint, created_by, created_at`
 
@@ -64,32 +72,6 @@ func (q *Queries) AllArtifactSigningKeys(ctx context.Context, projectID string) 
 	return collect(rows, scanArtifactSigningKey)
 }
 
-// ArtifactIntent is a publish or pull intent.
-type ArtifactIntent struct {
-	ID                 string
-	Kind               string // publish | pull
-	OrgID              string
-	ProjectID          string
-	ArtifactKind       string // oci | blob
-	SourceType         string // oci_registry | artifact_store
-	AppSlug            string
-	AppVersion         string
-	ArtifactName       string
-	Channel            string
-	Repository         string
-	TagHint            string
-	SourceURI          string
-	UploadID           string
-	ArtifactID         string
-	SignatureRequired  bool
-	SignatureScheme    string
-	SigningKeyID       string
-	ProvenanceRequired bool
-	CreatedBy          string
-	CreatedAt          time.Time
-	ExpiresAt          time.Time
-}
-
 const artifactIntentCols = `id, kind, org_id, project_id, artifact_kind, source_type, app_slug, app_version, artifact_name, channel,
 	repository, tag_hint, source_uri, upload_id, artifact_id, signature_required, signature_scheme, signing_key_id,
 	provenance_required, created_by, created_at, expires_at`
@@ -129,20 +111,6 @@ func (q *Queries) LatestPublishIntent(ctx context.Context, projectID, appSlug, a
 	return i, scanOne(err)
 }
 
-// RegistryCredential is a registry username whose secret is stored hashed,
-// bound to one repository, a set of actions and an expiry.
-type RegistryCredential struct {
-	ID         string // the registry username
-	IntentID   string
-	ProjectID  string
-	ArtifactID string // pull credentials: the artifact they pull
-	Repository string
-	Actions    string // comma-separated: pull | push,pull
-	SecretHash string // sha256 hex of the secret
-	CreatedAt  time.Time
-	ExpiresAt  time.Time
-}
-
 const registryCredentialCols = `id, intent_id, project_id, artifact_id, repository, actions, secret_hash, created_at, expires_at`
 
 func (q *Queries) InsertRegistryCredential(ctx context.Context, c RegistryCredential) error {
@@ -156,15 +124,6 @@ func (q *Queries) GetRegistryCredential(ctx context.Context, id string) (Registr
 	err := q.queryRow(ctx, `SELECT `+registryCredentialCols+` FROM registry_credentials WHERE id = ?`, id).Scan(
 		&c.ID, &c.IntentID, &c.ProjectID, &c.ArtifactID, &c.Repository, &c.Actions, &c.SecretHash, scanTime(&c.CreatedAt), scanTime(&c.ExpiresAt))
 	return c, scanOne(err)
-}
-
-// CredentialWrap is a sealed secret behind a single-use wrapping token.
-type CredentialWrap struct {
-	TokenHash string
-	Sealed    string
-	CreatedAt time.Time
-	ExpiresAt time.Time
-	UsedAt    time.Time
 }
 
 func (q *Queries) InsertCredentialWrap(ctx context.Context, w CredentialWrap) error {
@@ -188,41 +147,6 @@ func (q *Queries) ConsumeCredentialWrap(ctx context.Context, tokenHash string, n
 	return sealed, nil
 }
 
-// AppArtifact is a registered, digest-pinned artifact of a project.
-type AppArtifact struct {
-	ID                 string
-	OrgID              string
-	ProjectID          string
-	AppSlug            string
-	AppVersion         string
-	ArtifactName       string
-	ArtifactKind       string
-	SourceType         string
-	Repository         string
-	Digest             string
-	Tag                string
-	MediaType          string
-	SizeBytes          int64
-	SourceURI          string
-	SourceMetadata     []byte // JSON object or nil
-	PublishIntentID    string
-	LifecycleState     string
-	TrustState         string
-	TrustReason        string
-	TrustDetail        string
-	VerifiedKeyID      string
-	VerifiedAt         time.Time
-	SignatureRequired  bool
-	SignatureScheme    string
-	SigningKeyID       string
-	ProvenanceRequired bool
-	RevokedAt          time.Time
-	RevokeReason       string
-	CreatedBy          string
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
-}
-
 const appArtifactCols = `id, org_id, project_id, app_slug, app_version, artifact_name, artifact_kind, source_type, repository, digest,
 	tag, media_type, size_bytes, source_uri, source_metadata, publish_intent_id, lifecycle_state, trust_state, trust_reason,
 	trust_detail, verified_key_id, verified_at, signature_required, signature_scheme, signing_key_id, provenance_required,
@@ -240,7 +164,7 @@ func scanAppArtifact(s interface{ Scan(...any) error }) (AppArtifact, error) {
 func (q *Queries) InsertAppArtifact(ctx context.Context, a AppArtifact) error {
 	_, err := q.exec(ctx, `INSERT INTO app_artifacts (`+appArtifactCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.OrgID, a.ProjectID, a.AppSlug, a.AppVersion, a.ArtifactName, a.ArtifactKind, a.SourceType, a.Repository, a.Digest,
-		a.Tag, a.MediaType, a.SizeBytes, a.SourceURI, jsonText(a.SourceMetadata), a.PublishIntentID, a.LifecycleState, a.TrustState, a.TrustReason,
+		a.Tag, a.MediaType, a.SizeBytes, a.SourceURI, jsonText(a.SourceMetadata), a.PublishIntentID, string(a.LifecycleState), string(a.TrustState), a.TrustReason,
 		a.TrustDetail, a.VerifiedKeyID, nullTS(a.VerifiedAt), a.SignatureRequired, a.SignatureScheme, a.SigningKeyID, a.ProvenanceRequired,
 		nullTS(a.RevokedAt), a.RevokeReason, a.CreatedBy, ts(a.CreatedAt), ts(a.UpdatedAt))
 	return err
@@ -255,7 +179,7 @@ func (q *Queries) GetAppArtifact(ctx context.Context, projectID, id string) (App
 // only if the row still has the lifecycle and trust state the caller read
 // (prevState, prevTrust, prevRevoked): a concurrent transition makes it
 // ErrNotFound, which the domain reports as a conflict.
-func (q *Queries) UpdateAppArtifactState(ctx context.Context, a AppArtifact, prevState, prevTrust string, prevRevoked bool) error {
+func (q *Queries) UpdateAppArtifactState(ctx context.Context, a AppArtifact, prevState artifacts.LifecycleState, prevTrust artifacts.TrustState, prevRevoked bool) error {
 	cond := `revoked_at IS NULL`
 	if prevRevoked {
 		cond = `revoked_at IS NOT NULL`
@@ -263,13 +187,8 @@ func (q *Queries) UpdateAppArtifactState(ctx context.Context, a AppArtifact, pre
 	return q.execOne(ctx, `UPDATE app_artifacts SET lifecycle_state = ?, trust_state = ?, trust_reason = ?, trust_detail = ?,
 		verified_key_id = ?, verified_at = ?, revoked_at = ?, revoke_reason = ?, updated_at = ?
 		WHERE id = ? AND lifecycle_state = ? AND trust_state = ? AND `+cond,
-		a.LifecycleState, a.TrustState, a.TrustReason, a.TrustDetail, a.VerifiedKeyID, nullTS(a.VerifiedAt), nullTS(a.RevokedAt),
-		a.RevokeReason, ts(a.UpdatedAt), a.ID, prevState, prevTrust)
-}
-
-// AppArtifactFilter narrows a project's artifact list.
-type AppArtifactFilter struct {
-	AppSlug, AppVersion, ArtifactName, LifecycleState, TrustState string
+		string(a.LifecycleState), string(a.TrustState), a.TrustReason, a.TrustDetail, a.VerifiedKeyID, nullTS(a.VerifiedAt), nullTS(a.RevokedAt),
+		a.RevokeReason, ts(a.UpdatedAt), a.ID, string(prevState), string(prevTrust))
 }
 
 func (q *Queries) ListAppArtifacts(ctx context.Context, projectID string, f AppArtifactFilter, p Page) ([]AppArtifact, string, error) {
@@ -281,7 +200,7 @@ func (q *Queries) ListAppArtifacts(ctx context.Context, projectID string, f AppA
 	args := []any{projectID, after}
 	for _, c := range []struct{ col, v string }{
 		{"app_slug", f.AppSlug}, {"app_version", f.AppVersion}, {"artifact_name", f.ArtifactName},
-		{"lifecycle_state", f.LifecycleState}, {"trust_state", f.TrustState},
+		{"lifecycle_state", string(f.LifecycleState)}, {"trust_state", string(f.TrustState)},
 	} {
 		if c.v != "" {
 			query += ` AND ` + c.col + ` = ?`
@@ -317,4 +236,23 @@ func (q *Queries) ProjectBlobBytes(ctx context.Context, projectID string) (int64
 	var n int64
 	err := q.queryRow(ctx, `SELECT COALESCE(SUM(size_bytes), 0) FROM app_artifacts WHERE project_id = ? AND artifact_kind = 'blob'`, projectID).Scan(&n)
 	return n, mapErr(err)
+}
+
+// ArtifactOwnerAccount reads what the artifacts domain's registry re-check
+// needs of a service account that owns an intent.
+func (q *Queries) ArtifactOwnerAccount(ctx context.Context, id string) (artifacts.OwnerAccount, error) {
+	a, err := q.GetServiceAccount(ctx, id)
+	if err != nil {
+		return artifacts.OwnerAccount{}, err
+	}
+	return artifacts.OwnerAccount{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, Status: string(a.Status)}, nil
+}
+
+// ArtifactOwnerNodeState reads the state of a node that owns a pull intent.
+func (q *Queries) ArtifactOwnerNodeState(ctx context.Context, id string) (string, error) {
+	n, err := q.GetNode(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return string(n.State), nil
 }

@@ -1,0 +1,196 @@
+package artifacts
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/storage"
+)
+
+// ArtifactSigningKey is a project's registered signature verification key.
+type ArtifactSigningKey struct {
+	ID          string
+	OrgID       string
+	ProjectID   string
+	Name        string
+	Algorithm   string // ecdsa-p256 | ed25519 | rsa
+	PublicKey   string // PKIX PEM
+	Fingerprint string // sha256:<hex> of the DER
+	CreatedBy   string
+	CreatedAt   time.Time
+}
+
+// ArtifactIntent is a publish or pull intent.
+type ArtifactIntent struct {
+	ID                 string
+	Kind               string // publish | pull
+	OrgID              string
+	ProjectID          string
+	ArtifactKind       string // oci | blob
+	SourceType         string // oci_registry | artifact_store
+	AppSlug            string
+	AppVersion         string
+	ArtifactName       string
+	Channel            string
+	Repository         string
+	TagHint            string
+	SourceURI          string
+	UploadID           string
+	ArtifactID         string
+	SignatureRequired  bool
+	SignatureScheme    string
+	SigningKeyID       string
+	ProvenanceRequired bool
+	CreatedBy          string
+	CreatedAt          time.Time
+	ExpiresAt          time.Time
+}
+
+// RegistryCredential is a registry username whose secret is stored hashed,
+// bound to one repository, a set of actions and an expiry.
+type RegistryCredential struct {
+	ID         string // the registry username
+	IntentID   string
+	ProjectID  string
+	ArtifactID string // pull credentials: the artifact they pull
+	Repository string
+	Actions    string // comma-separated: pull | push,pull
+	SecretHash string // sha256 hex of the secret
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+}
+
+// CredentialWrap is a sealed secret behind a single-use wrapping token.
+type CredentialWrap struct {
+	TokenHash string
+	Sealed    string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	UsedAt    time.Time
+}
+
+// AppArtifact is a registered, digest-pinned artifact of a project.
+type AppArtifact struct {
+	ID                 string
+	OrgID              string
+	ProjectID          string
+	AppSlug            string
+	AppVersion         string
+	ArtifactName       string
+	ArtifactKind       string
+	SourceType         string
+	Repository         string
+	Digest             string
+	Tag                string
+	MediaType          string
+	SizeBytes          int64
+	SourceURI          string
+	SourceMetadata     []byte // JSON object or nil
+	PublishIntentID    string
+	LifecycleState     LifecycleState
+	TrustState         TrustState
+	TrustReason        string
+	TrustDetail        string
+	VerifiedKeyID      string
+	VerifiedAt         time.Time
+	SignatureRequired  bool
+	SignatureScheme    string
+	SigningKeyID       string
+	ProvenanceRequired bool
+	RevokedAt          time.Time
+	RevokeReason       string
+	CreatedBy          string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+}
+
+// Revoked reports whether the artifact was revoked (terminal, whatever its
+// lifecycle and trust state say).
+func (a AppArtifact) Revoked() bool { return !a.RevokedAt.IsZero() }
+
+// Launchable reports whether new instances may run the artifact: it is
+// active, verified and not revoked. Other domains ask this instead of
+// comparing states.
+func (a AppArtifact) Launchable() bool {
+	return !a.Revoked() && a.LifecycleState == StateActive && a.TrustState == TrustVerified
+}
+
+// AppArtifactFilter narrows a project's artifact list; empty fields match
+// everything.
+type AppArtifactFilter struct {
+	AppSlug, AppVersion, ArtifactName string
+	LifecycleState                    LifecycleState
+	TrustState                        TrustState
+}
+
+// OwnerAccount is what the registry's owner re-check reads of a service
+// account (the serviceaccounts domain owns the rest of it).
+type OwnerAccount struct {
+	ID, OrgID, ProjectID string
+	Status               string // active | disabled
+}
+
+// OwnerReader reads the principal an intent was created by, as the
+// registry re-checks it on every token request: what ownerMay needs.
+type OwnerReader interface {
+	iam.GrantReader
+	GetUser(ctx context.Context, id string) (iam.User, error)
+	// ArtifactOwnerAccount reads a service account; ErrNotFound if none.
+	ArtifactOwnerAccount(ctx context.Context, id string) (OwnerAccount, error)
+	// ArtifactOwnerNodeState reads a node's state; ErrNotFound if none.
+	ArtifactOwnerNodeState(ctx context.Context, id string) (string, error)
+}
+
+// VersionReader reads the unrevoked artifacts of an app version in any
+// project: what the catalog's publish gate needs of the caller's
+// transaction.
+type VersionReader interface {
+	LiveAppArtifactsOfVersion(ctx context.Context, appSlug, appVersion string) ([]AppArtifact, error)
+}
+
+// Queries is what the artifacts domain reads and writes.
+type Queries interface {
+	// GetOrg reads the org of an intent's project (its slug names the
+	// repository); the org is IAM's.
+	GetOrg(ctx context.Context, id string) (iam.Org, error)
+
+	InsertArtifactSigningKey(ctx context.Context, k ArtifactSigningKey) error
+	ListArtifactSigningKeys(ctx context.Context, projectID string, p storage.Page) ([]ArtifactSigningKey, string, error)
+	AllArtifactSigningKeys(ctx context.Context, projectID string) ([]ArtifactSigningKey, error)
+
+	InsertArtifactIntent(ctx context.Context, i ArtifactIntent) error
+	GetArtifactIntent(ctx context.Context, projectID, id string) (ArtifactIntent, error)
+	ArtifactIntentByUpload(ctx context.Context, projectID, uploadID string) (ArtifactIntent, error)
+	LatestPublishIntent(ctx context.Context, projectID, appSlug, appVersion, artifactName, artifactKind string) (ArtifactIntent, error)
+
+	InsertRegistryCredential(ctx context.Context, c RegistryCredential) error
+	GetRegistryCredential(ctx context.Context, id string) (RegistryCredential, error)
+	InsertCredentialWrap(ctx context.Context, w CredentialWrap) error
+	ConsumeCredentialWrap(ctx context.Context, tokenHash string, now time.Time) (string, error)
+
+	InsertAppArtifact(ctx context.Context, a AppArtifact) error
+	GetAppArtifact(ctx context.Context, projectID, id string) (AppArtifact, error)
+	UpdateAppArtifactState(ctx context.Context, a AppArtifact, prevState LifecycleState, prevTrust TrustState, prevRevoked bool) error
+	ListAppArtifacts(ctx context.Context, projectID string, f AppArtifactFilter, p storage.Page) ([]AppArtifact, string, error)
+	VersionReader
+	ProjectBlobBytes(ctx context.Context, projectID string) (int64, error)
+
+	DigestRevoked(ctx context.Context, projectID, digest string) (bool, error)
+	DigestRevocation(ctx context.Context, projectID, digest string) (time.Time, string, error)
+	RepositoryDigestRevoked(ctx context.Context, repository, digest string) (bool, error)
+	RepositoryDigestVerified(ctx context.Context, repository, digest string) (bool, error)
+	UnrevokedArtifactsWithDigest(ctx context.Context, projectID, digest string) ([]AppArtifact, error)
+	RevokeArtifactsWithDigest(ctx context.Context, projectID, digest, reason string, at time.Time) error
+
+	OwnerReader
+}
+
+// Tx is a mutation as the artifacts domain sees it.
+type Tx interface {
+	storage.Tx
+	Queries
+}
+
+// Store is the artifacts domain's storage.
+type Store = storage.Store[Tx, Queries]
