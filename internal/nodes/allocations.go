@@ -178,7 +178,7 @@ func (s *Service) place(ctx context.Context, p store.Project, in AllocationInput
 		}
 		a.GPUCount = len(a.GPUUUIDs)
 		// Billing (issue 13): GPU quota and spend budget, before anything is placed.
-		if err := s.checkLaunch(ctx, tx.Queries, p.ID, a.GPUCount); err != nil {
+		if err := s.checkLaunch(ctx, tx, p.ID, a.GPUCount); err != nil {
 			return err
 		}
 		if err := tx.InsertAllocation(ctx, a); err != nil {

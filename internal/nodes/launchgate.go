@@ -3,7 +3,7 @@ package nodes
 import (
 	"context"
 
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // LaunchGate refuses a placement that would take a project over its GPU
@@ -12,15 +12,17 @@ import (
 // the allocation row is written: a refusal rolls everything back, so nothing
 // is placed.
 type LaunchGate interface {
-	CheckAllocation(ctx context.Context, q *store.Queries, projectID string, gpus int) error
+	// tx is the placing transaction: the gate joins it with its own
+	// queries (storage.Store.Join).
+	CheckAllocation(ctx context.Context, tx storage.Tx, projectID string, gpus int) error
 }
 
 // SetLaunchGate installs the gate; safe while serving.
 func (s *Service) SetLaunchGate(g LaunchGate) { s.launchGate.Store(&g) }
 
-func (s *Service) checkLaunch(ctx context.Context, q *store.Queries, projectID string, gpus int) error {
+func (s *Service) checkLaunch(ctx context.Context, tx storage.Tx, projectID string, gpus int) error {
 	if p := s.launchGate.Load(); p != nil && *p != nil {
-		return (*p).CheckAllocation(ctx, q, projectID, gpus)
+		return (*p).CheckAllocation(ctx, tx, projectID, gpus)
 	}
 	return nil
 }
