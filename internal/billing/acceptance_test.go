@@ -200,12 +200,12 @@ func TestMeteringRatingAndBudgets(t *testing.T) {
 		if n := countAllocations(t, admin); n != before {
 			t.Fatal("a launch over budget placed an allocation")
 		}
-		if err := svc.CheckInstance(ctx, s.DB.Queries(), pid, "sess-app"); err == nil || !strings.Contains(err.Error(), "budget_exceeded") {
+		if err := svc.CheckInstance(ctx, nil, pid, "sess-app"); err == nil || !strings.Contains(err.Error(), "budget_exceeded") {
 			t.Fatalf("instance launch over budget: %v", err)
 		}
 		admin.Do("PUT", budget, map[string]any{"gpu_quota": 4, "spend_limit_micros": spent * 10}).Want(t, 200)
 		admin.Do("POST", allocationsAPI, map[string]any{"project_id": pid, "sku": "h100-80gb.1x"}).Want(t, 201)
-		if err := svc.CheckInstance(ctx, s.DB.Queries(), pid, "sess-app"); err != nil {
+		if err := svc.CheckInstance(ctx, nil, pid, "sess-app"); err != nil {
 			t.Fatalf("instance launch within budget: %v", err)
 		}
 	})

@@ -1,4 +1,4 @@
-package billing
+package billing_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
@@ -25,10 +26,10 @@ func BenchmarkIngest(b *testing.B) {
 	for _, d := range storetest.Dialects {
 		b.Run(string(d), func(b *testing.B) {
 			db := storetest.Open(b, d)
-			s := New(Deps{DB: db})
-			inst := Instance{ID: iam.NewID(), OrgID: iam.NewID(), ProjectID: iam.NewID(), AppSlug: "vllm", Version: "1.0.0",
+			s := billing.New(billing.Deps{Store: store.Billing(db)})
+			inst := billing.Instance{ID: iam.NewID(), OrgID: iam.NewID(), ProjectID: iam.NewID(), AppSlug: "vllm", Version: "1.0.0",
 				OperatingMode: "tenant_dedicated", ControlPlaneScope: "project", RuntimeBackend: "launchable_oci",
-				ServiceAccountID: iam.NewID(), MeteringKind: KindTokens}
+				ServiceAccountID: iam.NewID(), MeteringKind: billing.KindTokens}
 			ctx := principal.With(correlation.With(context.Background(), "bench"), principal.Principal{Type: principal.ServiceAccount, ID: inst.ServiceAccountID})
 			seq := 0
 			body := func(n int) []byte {
@@ -46,14 +47,14 @@ func BenchmarkIngest(b *testing.B) {
 			ingest := func(b *testing.B, per int) {
 				b.ResetTimer()
 				for done := 0; done < b.N; done += per {
-					evs, err := ParseUsageEvents(body(per), true, time.Now())
+					evs, err := billing.ParseUsageEvents(body(per), true, time.Now())
 					if err != nil {
 						b.Fatal(err)
 					}
-					if err := s.checkEvents(inst, evs); err != nil {
+					if err := s.CheckEvents(inst, evs); err != nil {
 						b.Fatal(err)
 					}
-					res, err := s.storeEvents(ctx, inst, evs)
+					res, err := s.StoreEvents(ctx, inst, evs)
 					if err != nil || res.Recorded != per {
 						b.Fatalf("recorded %d of %d: %v", res.Recorded, per, err)
 					}
@@ -69,7 +70,7 @@ func BenchmarkIngest(b *testing.B) {
 					recs := make([]store.UsageRecord, 100)
 					for i := range recs {
 						seq++
-						recs[i] = store.UsageRecord{ID: iam.NewID(), DedupeKey: DedupeKeyForEvent(inst.ProjectID, "//vllm/"+inst.ID, fmt.Sprintf("raw-%d", seq)), OrgID: inst.OrgID,
+						recs[i] = store.UsageRecord{ID: iam.NewID(), DedupeKey: billing.DedupeKeyForEvent(inst.ProjectID, "//vllm/"+inst.ID, fmt.Sprintf("raw-%d", seq)), OrgID: inst.OrgID,
 							ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug, UsageSource: store.UsageSourceAppRuntime,
 							UsageUnit: "tokens", Quantity: 1, Meter: "vllm/tokens", StartTime: now, EndTime: now, RecordedAt: now}
 					}

@@ -8,7 +8,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // BudgetInput is the body of PUT /api/v1/projects/{project_id}/billing/budget.
@@ -28,18 +28,18 @@ func (s *Service) GetBudget(ctx context.Context, g *iam.Grants, projectID string
 	if err != nil {
 		return BudgetView{}, err
 	}
-	b, err := s.DB.Queries().GetBudget(ctx, p.ID)
-	if errors.Is(err, store.ErrNotFound) {
+	b, err := s.Store.Read().GetBudget(ctx, p.ID)
+	if errors.Is(err, storage.ErrNotFound) {
 		return BudgetView{}, errdefs.NotFound("budget_not_found",
 			"project %s has no budget; an org admin sets one with gpuaas billing budget set --project %s (PUT /api/v1/projects/%s/billing/budget)", p.ID, p.ID, p.ID)
 	}
 	if err != nil {
 		return BudgetView{}, err
 	}
-	return s.viewBudget(ctx, s.DB.Queries(), b)
+	return s.viewBudget(ctx, s.Store.Read(), b)
 }
 
-func (s *Service) viewBudget(ctx context.Context, q *store.Queries, b store.Budget) (BudgetView, error) {
+func (s *Service) viewBudget(ctx context.Context, q Queries, b Budget) (BudgetView, error) {
 	start, end := PeriodBounds(b.Period, s.Now())
 	spent, err := q.ProjectSpend(ctx, b.ProjectID, start, end)
 	if err != nil {
@@ -63,7 +63,7 @@ func (s *Service) PutBudget(ctx context.Context, g *iam.Grants, projectID string
 	if err != nil {
 		return BudgetView{}, err
 	}
-	b := store.Budget{ProjectID: p.ID, OrgID: p.OrgID, GPUQuota: in.GPUQuota, SpendLimitMicros: in.SpendLimitMicros,
+	b := Budget{ProjectID: p.ID, OrgID: p.OrgID, GPUQuota: in.GPUQuota, SpendLimitMicros: in.SpendLimitMicros,
 		Currency: in.Currency, Period: in.Period, SoftThresholdPercent: 80, UpdatedBy: principal.From(ctx).Key()}
 	if b.Currency == "" {
 		b.Currency = s.Config.Currency
@@ -95,11 +95,11 @@ func (s *Service) PutBudget(ctx context.Context, g *iam.Grants, projectID string
 	}
 	now := s.Now().UTC()
 	var out BudgetView
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		cur, err := tx.GetBudget(ctx, p.ID)
 		var before any
 		switch {
-		case errors.Is(err, store.ErrNotFound):
+		case errors.Is(err, storage.ErrNotFound):
 			b.CreatedAt = now
 		case err != nil:
 			return err
@@ -110,20 +110,20 @@ func (s *Service) PutBudget(ctx context.Context, g *iam.Grants, projectID string
 		if err := tx.PutBudget(ctx, b); err != nil {
 			return err
 		}
-		if out, err = s.viewBudget(ctx, tx.Queries, b); err != nil {
+		if out, err = s.viewBudget(ctx, tx, b); err != nil {
 			return err
 		}
-		if err := tx.Emit(store.Event{Type: EventBudgetUpdated, Subject: "projects/" + p.ID + "/billing/budget",
+		if err := tx.Emit(storage.Event{Type: EventBudgetUpdated, Subject: "projects/" + p.ID + "/billing/budget",
 			OrgID: p.OrgID, ProjectID: p.ID}, budgetState(b)); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "billing.budget.put", ResourceType: "billing_budget", ResourceID: p.ID,
+		return tx.Audit(storage.AuditEvent{Action: "billing.budget.put", ResourceType: "billing_budget", ResourceID: p.ID,
 			OrgID: p.OrgID, ProjectID: p.ID}, before, budgetState(b))
 	})
 	return out, err
 }
 
-func budgetState(b store.Budget) map[string]any {
+func budgetState(b Budget) map[string]any {
 	return map[string]any{"project_id": b.ProjectID, "gpu_quota": b.GPUQuota, "spend_limit_micros": b.SpendLimitMicros,
 		"currency": b.Currency, "period": b.Period, "soft_threshold_percent": b.SoftThresholdPercent}
 }
@@ -144,11 +144,11 @@ type LaunchCheck struct {
 // reached its budget. Callers run it inside the transaction that places the
 // launch, before anything is placed; q is that transaction. A project with
 // no budget is not limited.
-func (s *Service) CheckLaunch(ctx context.Context, q *store.Queries, c LaunchCheck) error {
+func (s *Service) CheckLaunch(ctx context.Context, q Queries, c LaunchCheck) error {
 	// Launches of one project are checked one at a time, so two cannot
 	// both fit under the same remaining quota.
 	b, err := q.LockBudget(ctx, c.ProjectID)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return nil
 	}
 	if err != nil {

@@ -3,8 +3,6 @@ package billing
 import (
 	"strconv"
 	"time"
-
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // Event types billing emits through the outbox, so an external billing
@@ -37,7 +35,7 @@ type usageRecordedData struct {
 	EventID           string `json:"event_id,omitempty"`
 }
 
-func usageData(r store.UsageRecord) usageRecordedData {
+func usageData(r UsageRecord) usageRecordedData {
 	return usageRecordedData{UsageRecordID: r.ID, UsageSource: r.UsageSource, UsageUnit: r.UsageUnit, Quantity: r.Quantity,
 		SKU: r.SKU, Meter: r.Meter, AppInstanceID: r.AppInstanceID, AllocationID: r.AllocationID, AppSlug: r.AppSlug,
 		OperatingMode: r.OperatingMode, ControlPlaneScope: r.ControlPlaneScope, RuntimeBackend: r.RuntimeBackend,
@@ -50,7 +48,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 
 // maxRecordsPerEvent bounds one billing.usage.recorded event of a usage
 // post: a record is at most ~1.4 KB (ids and source are bounded at
-// ingest), so an event stays well inside store.MaxEventDataBytes.
+// ingest), so an event stays well inside storage.MaxEventDataBytes.
 const maxRecordsPerEvent = 100
 
 // reportedBatch is the data of a billing.usage.recorded event of one usage

@@ -11,7 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Metering kinds of the manifest schema ($defs/metering).
@@ -66,8 +66,8 @@ func (s *Service) RecordAppUsage(ctx context.Context, g *iam.Grants, projectID, 
 		return IngestResult{}, &errdefs.Error{Kind: errdefs.KindUnavailable, Code: "instances_unavailable",
 			Message: "app instances are not available on this server, so no instance can report usage"}
 	}
-	inst, err := dir.BillingInstance(ctx, s.DB.Queries(), instanceID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && inst.ProjectID != project.ID) {
+	inst, err := dir.BillingInstance(ctx, s.Store.Read(), instanceID)
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && inst.ProjectID != project.ID) {
 		return IngestResult{}, errdefs.NotFound("app_instance_not_found",
 			"app instance %q does not exist in project %s or you have no access to it", instanceID, project.ID)
 	}
@@ -146,21 +146,21 @@ func (s *Service) checkEvents(inst Instance, events []UsageEvent) error {
 func (s *Service) storeEvents(ctx context.Context, inst Instance, events []UsageEvent) (IngestResult, error) {
 	now := s.Now().UTC()
 	cid := correlation.ID(ctx)
-	recs := make([]store.UsageRecord, len(events))
+	recs := make([]UsageRecord, len(events))
 	for i, ev := range events {
 		c := ev.CorrelationID
 		if c == "" {
 			c = cid
 		}
-		recs[i] = store.UsageRecord{ID: iam.NewID(), DedupeKey: DedupeKeyForEvent(inst.ProjectID, ev.Source, ev.ID),
+		recs[i] = UsageRecord{ID: iam.NewID(), DedupeKey: DedupeKeyForEvent(inst.ProjectID, ev.Source, ev.ID),
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
 			OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
-			CorrelationID: c, UsageSource: store.UsageSourceAppRuntime, UsageUnit: ev.UsageUnit, Quantity: ev.Quantity,
+			CorrelationID: c, UsageSource: UsageSourceAppRuntime, UsageUnit: ev.UsageUnit, Quantity: ev.Quantity,
 			Meter: MeterOf(inst.AppSlug, ev.UsageUnit), StartTime: ev.StartTime, EndTime: ev.Time,
 			EventSource: ev.Source, EventID: ev.ID, RecordedAt: now}
 	}
 	var res IngestResult
-	err := s.mutateRetryingDeadlocks(ctx, func(tx *store.Tx) error {
+	err := s.mutateRetryingDeadlocks(ctx, func(tx Tx) error {
 		stored, err := tx.InsertUsageRecords(ctx, recs)
 		if err != nil {
 			return err
@@ -182,15 +182,15 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 		// One event per maxRecordsPerEvent new records: however large the
 		// post, each event stays far below the bus's message limit.
 		for chunk := range slices.Chunk(fresh, maxRecordsPerEvent) {
-			if err := tx.Emit(store.Event{Type: EventUsageRecorded, Subject: "app-instances/" + inst.ID,
-				OrgID: inst.OrgID, ProjectID: inst.ProjectID}, reportedBatch{UsageSource: store.UsageSourceAppRuntime,
+			if err := tx.Emit(storage.Event{Type: EventUsageRecorded, Subject: "app-instances/" + inst.ID,
+				OrgID: inst.OrgID, ProjectID: inst.ProjectID}, reportedBatch{UsageSource: UsageSourceAppRuntime,
 				UsageUnit: recs[0].UsageUnit, Meter: recs[0].Meter, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
 				OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
 				Records: chunk}); err != nil {
 				return err
 			}
 		}
-		return tx.Audit(store.AuditEvent{Action: "billing.usage.report", ResourceType: "app_instance", ResourceID: inst.ID,
+		return tx.Audit(storage.AuditEvent{Action: "billing.usage.report", ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, nil, map[string]int{"recorded": res.Recorded, "duplicates": res.Duplicates})
 	})
 	if err != nil {
@@ -210,10 +210,10 @@ const maxDeadlockRetries = 16
 // PostgreSQL aborted it as a deadlock victim (it then holds nothing, so
 // trying again is safe). Usage inserts take their keys in dedupe-key order,
 // which leaves few cycles to break; this covers the rest.
-func (s *Service) mutateRetryingDeadlocks(ctx context.Context, fn func(tx *store.Tx) error) error {
+func (s *Service) mutateRetryingDeadlocks(ctx context.Context, fn func(tx Tx) error) error {
 	for i := 0; ; i++ {
-		err := s.DB.Mutate(ctx, fn)
-		if !errors.Is(err, store.ErrDeadlock) {
+		err := s.Store.Mutate(ctx, fn)
+		if !errors.Is(err, storage.ErrDeadlock) {
 			return err
 		}
 		if i == maxDeadlockRetries {

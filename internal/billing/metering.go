@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/iam"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Slice is one piece of an interval turned into a usage record. Slices are
@@ -57,9 +57,9 @@ func (s *Service) Meter(ctx context.Context) (int, error) {
 	now := s.Now().UTC()
 	since := now.Add(-s.Config.Lookback)
 	src := s.src()
-	var recs []store.UsageRecord
-	var progress []store.MeteredInterval
-	q := s.DB.Queries()
+	var recs []UsageRecord
+	var progress []MeteredInterval
+	q := s.Store.Read()
 	if src.AllocationIntervals != nil {
 		ivs, err := src.AllocationIntervals.AllocationIntervals(ctx, q, since)
 		if err != nil {
@@ -97,7 +97,7 @@ func (s *Service) Meter(ctx context.Context) (int, error) {
 			inst, ok := instances[iv.InstanceID]
 			if !ok {
 				inst, err = src.Instances.BillingInstance(ctx, q, iv.InstanceID)
-				if errors.Is(err, store.ErrNotFound) {
+				if errors.Is(err, storage.ErrNotFound) {
 					continue
 				}
 				if err != nil {
@@ -117,7 +117,7 @@ func (s *Service) Meter(ctx context.Context) (int, error) {
 		return 0, nil
 	}
 	written := 0
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		stored, err := tx.InsertUsageRecords(ctx, recs)
 		if err != nil {
 			return err
@@ -131,7 +131,7 @@ func (s *Service) Meter(ctx context.Context) (int, error) {
 			if r.AppInstanceID != "" {
 				subject = "app-instances/" + r.AppInstanceID
 			}
-			if err := tx.Emit(store.Event{Type: EventUsageRecorded, Subject: subject, OrgID: r.OrgID, ProjectID: r.ProjectID},
+			if err := tx.Emit(storage.Event{Type: EventUsageRecorded, Subject: subject, OrgID: r.OrgID, ProjectID: r.ProjectID},
 				map[string]any{"records": []usageRecordedData{usageData(r)}}); err != nil {
 				return err
 			}
@@ -141,7 +141,7 @@ func (s *Service) Meter(ctx context.Context) (int, error) {
 				return err
 			}
 		}
-		return tx.Audit(store.AuditEvent{Action: "billing.usage.meter", ResourceType: "usage_records"}, nil,
+		return tx.Audit(storage.AuditEvent{Action: "billing.usage.meter", ResourceType: "usage_records"}, nil,
 			map[string]int{"records_written": written, "intervals": len(progress)})
 	})
 	if err != nil {
@@ -155,7 +155,7 @@ func (s *Service) Meter(ctx context.Context) (int, error) {
 
 // pending returns the slices of an interval not yet recorded, and the
 // progress row to write once they are; nil when nothing moved.
-func (s *Service) pending(kind, id string, start, end time.Time, done store.MeteredInterval, now time.Time) ([]Slice, []store.MeteredInterval) {
+func (s *Service) pending(kind, id string, start, end time.Time, done MeteredInterval, now time.Time) ([]Slice, []MeteredInterval) {
 	if !done.ClosedAt.IsZero() {
 		return nil, nil
 	}
@@ -168,37 +168,37 @@ func (s *Service) pending(kind, id string, start, end time.Time, done store.Mete
 	if len(sl) == 0 && !closed {
 		return nil, nil
 	}
-	p := store.MeteredInterval{Kind: kind, IntervalID: id, MeteredUntil: from}
+	p := MeteredInterval{Kind: kind, IntervalID: id, MeteredUntil: from}
 	if len(sl) > 0 {
 		p.MeteredUntil = sl[len(sl)-1].End
 	}
 	if closed {
 		p.ClosedAt = now
 	}
-	return sl, []store.MeteredInterval{p}
+	return sl, []MeteredInterval{p}
 }
 
-func (s *Service) allocationRecords(iv AllocationInterval, done store.MeteredInterval, now time.Time, cid string) ([]store.UsageRecord, []store.MeteredInterval) {
+func (s *Service) allocationRecords(iv AllocationInterval, done MeteredInterval, now time.Time, cid string) ([]UsageRecord, []MeteredInterval) {
 	sl, p := s.pending("allocation", iv.ID, iv.Start, iv.End, done, now)
-	out := make([]store.UsageRecord, 0, len(sl))
+	out := make([]UsageRecord, 0, len(sl))
 	for _, x := range sl {
 		secs := int64(x.End.Sub(x.Start) / time.Second)
-		out = append(out, store.UsageRecord{ID: iam.NewID(), DedupeKey: s.sliceKey("alloc", iv.ID, x.Start),
+		out = append(out, UsageRecord{ID: iam.NewID(), DedupeKey: s.sliceKey("alloc", iv.ID, x.Start),
 			OrgID: iv.OrgID, ProjectID: iv.ProjectID, AllocationID: iv.AllocationID, CorrelationID: cid,
-			UsageSource: store.UsageSourceAllocation, UsageUnit: UnitGPUSeconds, Quantity: secs * iv.GPUCount, SKU: iv.SKU,
+			UsageSource: UsageSourceAllocation, UsageUnit: UnitGPUSeconds, Quantity: secs * iv.GPUCount, SKU: iv.SKU,
 			StartTime: x.Start, EndTime: x.End, RecordedAt: now})
 	}
 	return out, p
 }
 
-func (s *Service) sessionRecords(inst Instance, iv InstanceInterval, done store.MeteredInterval, now time.Time, cid string) ([]store.UsageRecord, []store.MeteredInterval) {
+func (s *Service) sessionRecords(inst Instance, iv InstanceInterval, done MeteredInterval, now time.Time, cid string) ([]UsageRecord, []MeteredInterval) {
 	sl, p := s.pending("instance", iv.ID, iv.Start, iv.End, done, now)
-	out := make([]store.UsageRecord, 0, len(sl))
+	out := make([]UsageRecord, 0, len(sl))
 	for _, x := range sl {
-		out = append(out, store.UsageRecord{ID: iam.NewID(), DedupeKey: s.sliceKey("session", iv.ID, x.Start),
+		out = append(out, UsageRecord{ID: iam.NewID(), DedupeKey: s.sliceKey("session", iv.ID, x.Start),
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
 			OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
-			CorrelationID: cid, UsageSource: store.UsageSourceAppRuntime, UsageUnit: KindSessionSeconds,
+			CorrelationID: cid, UsageSource: UsageSourceAppRuntime, UsageUnit: KindSessionSeconds,
 			Quantity: int64(x.End.Sub(x.Start) / time.Second), Meter: MeterOf(inst.AppSlug, KindSessionSeconds),
 			StartTime: x.Start, EndTime: x.End, RecordedAt: now})
 	}

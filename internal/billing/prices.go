@@ -12,7 +12,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // MaxMicrosPerUnit bounds a price: unit_price_micros / per_quantity, the
@@ -42,38 +42,38 @@ type PriceInput struct {
 // CreatePrice adds a price version (billing.prices.write: platform admins),
 // audited. Prices are never edited: a change is a new version effective from
 // a time, and usage already rated keeps the price it was rated at.
-func (s *Service) CreatePrice(ctx context.Context, g *iam.Grants, in PriceInput) (store.Price, error) {
+func (s *Service) CreatePrice(ctx context.Context, g *iam.Grants, in PriceInput) (Price, error) {
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermBillingPricesWrite, "billing_price"); err != nil {
-		return store.Price{}, err
+		return Price{}, err
 	}
 	p, err := s.checkPrice(in)
 	if err != nil {
-		return store.Price{}, err
+		return Price{}, err
 	}
 	p.CreatedBy = principal.From(ctx).Key()
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		v, err := tx.LatestPriceVersion(ctx, p.UsageSource, p.SKU, p.Meter)
 		if err != nil {
 			return err
 		}
 		p.Version = v + 1
 		if err := tx.InsertPrice(ctx, p); err != nil {
-			if errors.Is(err, store.ErrAlreadyExists) {
+			if errors.Is(err, storage.ErrAlreadyExists) {
 				return errdefs.Conflict("price_version_race", "another price version for this sku or meter was added at the same moment; retry")
 			}
 			return err
 		}
-		if err := tx.Emit(store.Event{Type: EventPriceCreated, Subject: "billing-prices/" + p.ID}, ViewPrice(p)); err != nil {
+		if err := tx.Emit(storage.Event{Type: EventPriceCreated, Subject: "billing-prices/" + p.ID}, ViewPrice(p)); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "billing.price.create", ResourceType: "billing_price", ResourceID: p.ID}, nil, ViewPrice(p))
+		return tx.Audit(storage.AuditEvent{Action: "billing.price.create", ResourceType: "billing_price", ResourceID: p.ID}, nil, ViewPrice(p))
 	})
 	return p, err
 }
 
-func (s *Service) checkPrice(in PriceInput) (store.Price, error) {
+func (s *Service) checkPrice(in PriceInput) (Price, error) {
 	now := s.Now().UTC()
-	p := store.Price{ID: iam.NewID(), UsageSource: in.UsageSource, SKU: strings.TrimSpace(in.SKU), Meter: strings.TrimSpace(in.Meter),
+	p := Price{ID: iam.NewID(), UsageSource: in.UsageSource, SKU: strings.TrimSpace(in.SKU), Meter: strings.TrimSpace(in.Meter),
 		UsageUnit: in.UsageUnit, PerQuantity: in.PerQuantity, Currency: in.Currency, EffectiveFrom: in.EffectiveFrom.UTC(),
 		Note: in.Note, CreatedAt: now}
 	var fe []errdefs.FieldError
@@ -81,7 +81,7 @@ func (s *Service) checkPrice(in PriceInput) (store.Price, error) {
 		fe = append(fe, errdefs.FieldError{Field: field, Code: code, Message: msg})
 	}
 	switch p.UsageSource {
-	case store.UsageSourceAllocation:
+	case UsageSourceAllocation:
 		if p.SKU == "" {
 			bad("/sku", "required", "is required for allocation prices (e.g. h100-80gb.1x)")
 		}
@@ -97,7 +97,7 @@ func (s *Service) checkPrice(in PriceInput) (store.Price, error) {
 		if p.PerQuantity == 0 {
 			p.PerQuantity = 3600
 		}
-	case store.UsageSourceAppRuntime:
+	case UsageSourceAppRuntime:
 		app, unit, ok := strings.Cut(p.Meter, "/")
 		switch {
 		case p.SKU != "":
@@ -150,13 +150,13 @@ func (s *Service) checkPrice(in PriceInput) (store.Price, error) {
 
 // ListPrices lists every price version (billing.prices.write or
 // billing.breakdown.read: operators).
-func (s *Service) ListPrices(ctx context.Context, g *iam.Grants, page store.Page) ([]store.Price, string, error) {
+func (s *Service) ListPrices(ctx context.Context, g *iam.Grants, page storage.Page) ([]Price, string, error) {
 	if !g.Can(iam.PermBillingBreakdownRead, iam.Scope{}) {
 		if err := s.IAM.RequirePlatform(ctx, g, iam.PermBillingPricesWrite, "billing_price"); err != nil {
 			return nil, "", err
 		}
 	}
-	return s.DB.Queries().ListPrices(ctx, page)
+	return s.Store.Read().ListPrices(ctx, page)
 }
 
 // CorrectionInput is the body of POST …/ledger/{entry_id}/corrections.
@@ -168,9 +168,9 @@ type CorrectionInput struct {
 // Correct posts a compensating entry linked to an earlier one
 // (billing.ledger.correct: platform admins), audited. The original stays
 // as it was; the balance is the sum of both.
-func (s *Service) Correct(ctx context.Context, g *iam.Grants, entryID string, in CorrectionInput) (store.LedgerEntry, error) {
+func (s *Service) Correct(ctx context.Context, g *iam.Grants, entryID string, in CorrectionInput) (LedgerEntry, error) {
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermBillingLedgerCorrect, "ledger_entry"); err != nil {
-		return store.LedgerEntry{}, err
+		return LedgerEntry{}, err
 	}
 	var fe []errdefs.FieldError
 	if in.AmountMicros == nil || *in.AmountMicros == 0 {
@@ -181,29 +181,29 @@ func (s *Service) Correct(ctx context.Context, g *iam.Grants, entryID string, in
 		fe = append(fe, errdefs.FieldError{Field: "/reason", Code: "required", Message: "is required: why the entry is corrected"})
 	}
 	if fe != nil {
-		return store.LedgerEntry{}, errdefs.Validation(fe)
+		return LedgerEntry{}, errdefs.Validation(fe)
 	}
-	var out store.LedgerEntry
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	var out LedgerEntry
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		orig, err := tx.GetLedgerEntry(ctx, entryID)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, storage.ErrNotFound) {
 			return errdefs.NotFound("ledger_entry_not_found", "ledger entry %q does not exist", entryID)
 		}
 		if err != nil {
 			return err
 		}
-		out = store.LedgerEntry{ID: iam.NewID(), OrgID: orig.OrgID, ProjectID: orig.ProjectID, EntryType: store.EntryCorrection,
+		out = LedgerEntry{ID: iam.NewID(), OrgID: orig.OrgID, ProjectID: orig.ProjectID, EntryType: EntryCorrection,
 			CorrectsEntryID: orig.ID, AppInstanceID: orig.AppInstanceID, UsageSource: orig.UsageSource, UsageUnit: orig.UsageUnit,
 			SKU: orig.SKU, Meter: orig.Meter, PerQuantity: 1, AmountMicros: *in.AmountMicros, Currency: orig.Currency,
 			Reason: in.Reason, UsageTime: orig.UsageTime, CreatedBy: principal.From(ctx).Key(), CreatedAt: s.Now().UTC()}
 		if err := tx.InsertLedgerEntry(ctx, out); err != nil {
 			return err
 		}
-		if err := tx.Emit(store.Event{Type: EventLedgerEntryPosted, Subject: "ledger-entries/" + out.ID,
+		if err := tx.Emit(storage.Event{Type: EventLedgerEntryPosted, Subject: "ledger-entries/" + out.ID,
 			OrgID: out.OrgID, ProjectID: out.ProjectID}, ViewEntry(out)); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "billing.ledger.correct", ResourceType: "ledger_entry", ResourceID: orig.ID,
+		return tx.Audit(storage.AuditEvent{Action: "billing.ledger.correct", ResourceType: "ledger_entry", ResourceID: orig.ID,
 			OrgID: orig.OrgID, ProjectID: orig.ProjectID, Reason: in.Reason}, ViewEntry(orig), ViewEntry(out))
 	})
 	return out, err

@@ -10,7 +10,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // rateBatch is how many usage records one rating transaction takes.
@@ -71,7 +71,7 @@ func (s *Service) Rate(ctx context.Context) (int, error) {
 	ctx = systemContext(ctx)
 	after, total, unpriced := "", 0, int64(0)
 	for {
-		recs, err := s.DB.Queries().UnratedUsage(ctx, after, rateBatch)
+		recs, err := s.Store.Read().UnratedUsage(ctx, after, rateBatch)
 		if err != nil {
 			return total, err
 		}
@@ -94,8 +94,8 @@ func (s *Service) Rate(ctx context.Context) (int, error) {
 
 // charge is one record ready to post.
 type charge struct {
-	rec    store.UsageRecord
-	price  store.Price
+	rec    UsageRecord
+	price  Price
 	amount int64
 }
 
@@ -103,12 +103,12 @@ type charge struct {
 // the rest in one transaction; should that fail, it posts them one by one
 // and parks each that fails alone. It reports the charges posted and the
 // records left waiting for a price.
-func (s *Service) rate(ctx context.Context, recs []store.UsageRecord) (posted int, unpriced int64, err error) {
-	q := s.DB.Queries()
+func (s *Service) rate(ctx context.Context, recs []UsageRecord) (posted int, unpriced int64, err error) {
+	q := s.Store.Read()
 	var cs []charge
 	for _, r := range recs {
 		p, err := s.priceFor(ctx, q, r)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, storage.ErrNotFound) {
 			unpriced++
 			continue
 		}
@@ -152,17 +152,17 @@ func (s *Service) rate(ctx context.Context, recs []store.UsageRecord) (posted in
 // was cancelled, a deadlock was broken, or the database went away. Such a
 // batch is retried next run, never parked.
 func transient(ctx context.Context, err error) bool {
-	return ctx.Err() != nil || errors.Is(err, store.ErrDeadlock) || errors.Is(err, store.ErrUnavailable)
+	return ctx.Err() != nil || errors.Is(err, storage.ErrDeadlock) || errors.Is(err, storage.ErrUnavailable)
 }
 
 // park sets a record that cannot be rated aside, audited, so rating runs
 // go on past it; operators see it with its reason.
-func (s *Service) park(ctx context.Context, r store.UsageRecord, reason, detail string) error {
+func (s *Service) park(ctx context.Context, r UsageRecord, reason, detail string) error {
 	s.Logger.WarnContext(ctx, "billing: usage record parked unrated", "usage_record_id", r.ID, "project_id", r.ProjectID,
 		"reason", reason, "detail", detail)
-	p := store.ParkedUsage{UsageRecordID: r.ID, OrgID: r.OrgID, ProjectID: r.ProjectID, Reason: reason, Detail: detail,
+	p := ParkedUsage{UsageRecordID: r.ID, OrgID: r.OrgID, ProjectID: r.ProjectID, Reason: reason, Detail: detail,
 		ParkedAt: s.Now().UTC()}
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		parked, err := tx.ParkUsage(ctx, p)
 		if err != nil {
 			return err
@@ -170,7 +170,7 @@ func (s *Service) park(ctx context.Context, r store.UsageRecord, reason, detail 
 		if !parked {
 			return errNothingToPost // another rater parked it: no second audit row
 		}
-		return tx.Audit(store.AuditEvent{Action: "billing.usage.park", ResourceType: "usage_record", ResourceID: r.ID,
+		return tx.Audit(storage.AuditEvent{Action: "billing.usage.park", ResourceType: "usage_record", ResourceID: r.ID,
 			OrgID: r.OrgID, ProjectID: r.ProjectID, Reason: reason}, nil, map[string]string{"reason": reason, "detail": detail})
 	})
 	if errors.Is(err, errNothingToPost) {
@@ -186,12 +186,12 @@ func (s *Service) post(ctx context.Context, cs []charge) (int, error) {
 	}
 	now := s.Now().UTC()
 	posted := 0
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		posted = 0
 		touched := map[string]bool{}
 		for _, c := range cs {
 			r, p := c.rec, c.price
-			e := store.LedgerEntry{ID: iam.NewID(), OrgID: r.OrgID, ProjectID: r.ProjectID, EntryType: store.EntryCharge,
+			e := LedgerEntry{ID: iam.NewID(), OrgID: r.OrgID, ProjectID: r.ProjectID, EntryType: EntryCharge,
 				UsageRecordID: r.ID, AppInstanceID: r.AppInstanceID, UsageSource: r.UsageSource, UsageUnit: r.UsageUnit,
 				SKU: r.SKU, Meter: r.Meter, Quantity: r.Quantity, PriceID: p.ID, UnitPriceMicros: p.UnitPriceMicros,
 				PerQuantity: p.PerQuantity, AmountMicros: c.amount, Currency: p.Currency, UsageTime: r.StartTime,
@@ -205,7 +205,7 @@ func (s *Service) post(ctx context.Context, cs []charge) (int, error) {
 			}
 			posted++
 			touched[r.ProjectID] = true
-			if err := tx.Emit(store.Event{Type: EventLedgerEntryPosted, Subject: "ledger-entries/" + e.ID,
+			if err := tx.Emit(storage.Event{Type: EventLedgerEntryPosted, Subject: "ledger-entries/" + e.ID,
 				OrgID: e.OrgID, ProjectID: e.ProjectID}, ViewEntry(e)); err != nil {
 				return err
 			}
@@ -218,7 +218,7 @@ func (s *Service) post(ctx context.Context, cs []charge) (int, error) {
 				return err
 			}
 		}
-		return tx.Audit(store.AuditEvent{Action: "billing.ledger.rate", ResourceType: "ledger"}, nil,
+		return tx.Audit(storage.AuditEvent{Action: "billing.ledger.rate", ResourceType: "ledger"}, nil,
 			map[string]int{"charges_posted": posted})
 	})
 	if errors.Is(err, errNothingToPost) {
@@ -230,12 +230,12 @@ func (s *Service) post(ctx context.Context, cs []charge) (int, error) {
 // priceFor finds the price in effect at the record's start: the SKU's for
 // allocation usage; the app's own meter, else the default meter of the
 // unit, for app usage.
-func (s *Service) priceFor(ctx context.Context, q *store.Queries, r store.UsageRecord) (store.Price, error) {
-	if r.UsageSource == store.UsageSourceAllocation {
+func (s *Service) priceFor(ctx context.Context, q Queries, r UsageRecord) (Price, error) {
+	if r.UsageSource == UsageSourceAllocation {
 		return q.PriceAt(ctx, r.UsageSource, r.SKU, "", r.StartTime)
 	}
 	p, err := q.PriceAt(ctx, r.UsageSource, "", r.Meter, r.StartTime)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return q.PriceAt(ctx, r.UsageSource, "", DefaultMeter(r.UsageUnit), r.StartTime)
 	}
 	return p, err
@@ -255,9 +255,9 @@ func PeriodBounds(period string, t time.Time) (time.Time, time.Time) {
 // checkThresholds emits billing.budget.threshold_crossed the first time a
 // project's spend in the current period reaches its soft threshold, and
 // again (level "limit") when it reaches the limit itself.
-func (s *Service) checkThresholds(ctx context.Context, tx *store.Tx, projectID string, now time.Time) error {
+func (s *Service) checkThresholds(ctx context.Context, tx Tx, projectID string, now time.Time) error {
 	b, err := tx.GetBudget(ctx, projectID)
-	if errors.Is(err, store.ErrNotFound) || (err == nil && b.SpendLimitMicros == nil) {
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && b.SpendLimitMicros == nil) {
 		return nil
 	}
 	if err != nil {
@@ -287,7 +287,7 @@ func (s *Service) checkThresholds(ctx context.Context, tx *store.Tx, projectID s
 		if !first {
 			continue
 		}
-		if err := tx.Emit(store.Event{Type: EventBudgetThresholdCrossed, Subject: "projects/" + projectID + "/billing/budget",
+		if err := tx.Emit(storage.Event{Type: EventBudgetThresholdCrossed, Subject: "projects/" + projectID + "/billing/budget",
 			OrgID: b.OrgID, ProjectID: projectID}, map[string]any{
 			"project_id": projectID, "level": l.name, "period": b.Period, "period_start": rfc(start),
 			"spend_micros": spent, "spend_limit_micros": limit, "soft_threshold_percent": b.SoftThresholdPercent,

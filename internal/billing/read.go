@@ -9,7 +9,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Query is what a billing read asks for. One of ProjectID, OrgID or
@@ -28,11 +28,11 @@ type Query struct {
 // scope turns a query into a store filter the caller may read, checking
 // perm at the narrowest scope named. Scopes the caller cannot see answer
 // not found, like any other resource.
-func (s *Service) scope(ctx context.Context, g *iam.Grants, qy Query, perm string) (store.UsageFilter, error) {
-	f := store.UsageFilter{OrgID: qy.OrgID, ProjectID: qy.ProjectID, AppInstanceID: qy.AppInstanceID,
+func (s *Service) scope(ctx context.Context, g *iam.Grants, qy Query, perm string) (UsageFilter, error) {
+	f := UsageFilter{OrgID: qy.OrgID, ProjectID: qy.ProjectID, AppInstanceID: qy.AppInstanceID,
 		UsageSource: qy.UsageSource, UsageUnit: qy.UsageUnit, From: qy.From, To: qy.To}
 	var fe []errdefs.FieldError
-	if f.UsageSource != "" && f.UsageSource != store.UsageSourceAllocation && f.UsageSource != store.UsageSourceAppRuntime {
+	if f.UsageSource != "" && f.UsageSource != UsageSourceAllocation && f.UsageSource != UsageSourceAppRuntime {
 		fe = append(fe, errdefs.FieldError{Field: "usage_source", Code: "invalid", Message: "must be allocation or app_runtime"})
 	}
 	if !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To) {
@@ -44,8 +44,8 @@ func (s *Service) scope(ctx context.Context, g *iam.Grants, qy Query, perm strin
 	instanceNotFound := errdefs.NotFound("app_instance_not_found", "app instance %q does not exist or you have no access to it", f.AppInstanceID)
 	if f.ProjectID == "" && f.AppInstanceID != "" {
 		if dir := s.src().Instances; dir != nil {
-			inst, err := dir.BillingInstance(ctx, s.DB.Queries(), f.AppInstanceID)
-			if errors.Is(err, store.ErrNotFound) {
+			inst, err := dir.BillingInstance(ctx, s.Store.Read(), f.AppInstanceID)
+			if errors.Is(err, storage.ErrNotFound) {
 				return f, instanceNotFound
 			}
 			if err != nil {
@@ -53,7 +53,7 @@ func (s *Service) scope(ctx context.Context, g *iam.Grants, qy Query, perm strin
 			}
 			// The caller named an instance, not its project: an instance
 			// it may not see is just not found (its project stays unsaid).
-			if _, err := s.IAM.Project(ctx, g, inst.ProjectID, perm); errors.Is(err, store.ErrNotFound) {
+			if _, err := s.IAM.Project(ctx, g, inst.ProjectID, perm); errors.Is(err, storage.ErrNotFound) {
 				return f, instanceNotFound
 			}
 			f.ProjectID = inst.ProjectID
@@ -97,42 +97,42 @@ func (s *Service) scope(ctx context.Context, g *iam.Grants, qy Query, perm strin
 }
 
 // ListUsage returns usage records (billing.usage.read).
-func (s *Service) ListUsage(ctx context.Context, g *iam.Grants, qy Query, p store.Page) ([]store.UsageRecord, string, error) {
+func (s *Service) ListUsage(ctx context.Context, g *iam.Grants, qy Query, p storage.Page) ([]UsageRecord, string, error) {
 	f, err := s.scope(ctx, g, qy, iam.PermBillingUsageRead)
 	if err != nil {
 		return nil, "", err
 	}
-	return s.DB.Queries().ListUsage(ctx, f, p)
+	return s.Store.Read().ListUsage(ctx, f, p)
 }
 
 // GroupUsage returns usage totals grouped by qy.GroupBy (billing.usage.read).
-func (s *Service) GroupUsage(ctx context.Context, g *iam.Grants, qy Query) ([]store.UsageGroup, error) {
-	if err := checkGroupBy(qy.GroupBy, store.UsageGroupColumns); err != nil {
+func (s *Service) GroupUsage(ctx context.Context, g *iam.Grants, qy Query) ([]UsageGroup, error) {
+	if err := checkGroupBy(qy.GroupBy, UsageGroupColumns); err != nil {
 		return nil, err
 	}
 	f, err := s.scope(ctx, g, qy, iam.PermBillingUsageRead)
 	if err != nil {
 		return nil, err
 	}
-	return s.DB.Queries().GroupUsage(ctx, f, qy.GroupBy)
+	return s.Store.Read().GroupUsage(ctx, f, qy.GroupBy)
 }
 
 // ListLedger returns ledger entries (billing.usage.read).
-func (s *Service) ListLedger(ctx context.Context, g *iam.Grants, qy Query, p store.Page) ([]store.LedgerEntry, string, error) {
+func (s *Service) ListLedger(ctx context.Context, g *iam.Grants, qy Query, p storage.Page) ([]LedgerEntry, string, error) {
 	f, err := s.scope(ctx, g, qy, iam.PermBillingUsageRead)
 	if err != nil {
 		return nil, "", err
 	}
-	return s.DB.Queries().ListLedger(ctx, f, p)
+	return s.Store.Read().ListLedger(ctx, f, p)
 }
 
 // Costs returns the ledger's totals. Without GroupBy it is the combined
 // cost a tenant sees (projects.read); grouped by source, unit, SKU or
 // meter it is the operators' breakdown (billing.breakdown.read).
-func (s *Service) Costs(ctx context.Context, g *iam.Grants, qy Query) ([]store.LedgerGroup, error) {
+func (s *Service) Costs(ctx context.Context, g *iam.Grants, qy Query) ([]LedgerGroup, error) {
 	perm := iam.PermProjectsRead
 	if len(qy.GroupBy) > 0 {
-		if err := checkGroupBy(qy.GroupBy, store.LedgerGroupColumns); err != nil {
+		if err := checkGroupBy(qy.GroupBy, LedgerGroupColumns); err != nil {
 			return nil, err
 		}
 		perm = iam.PermBillingBreakdownRead
@@ -150,7 +150,7 @@ func (s *Service) Costs(ctx context.Context, g *iam.Grants, qy Query) ([]store.L
 	if err != nil {
 		return nil, err
 	}
-	return s.DB.Queries().GroupLedger(ctx, f, qy.GroupBy)
+	return s.Store.Read().GroupLedger(ctx, f, qy.GroupBy)
 }
 
 func checkGroupBy(by, allowed []string) error {
@@ -164,10 +164,10 @@ func checkGroupBy(by, allowed []string) error {
 
 // LedgerBalance is the sum of every ledger entry matching qy, per currency
 // (billing.usage.read).
-func (s *Service) LedgerBalance(ctx context.Context, g *iam.Grants, qy Query) ([]store.LedgerGroup, error) {
+func (s *Service) LedgerBalance(ctx context.Context, g *iam.Grants, qy Query) ([]LedgerGroup, error) {
 	f, err := s.scope(ctx, g, qy, iam.PermBillingUsageRead)
 	if err != nil {
 		return nil, err
 	}
-	return s.DB.Queries().GroupLedger(ctx, f, nil)
+	return s.Store.Read().GroupLedger(ctx, f, nil)
 }

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/iam"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // Instance is what billing needs to know about an app instance: its
@@ -37,9 +36,9 @@ type Instance struct {
 }
 
 // InstanceDirectory resolves app instances. It returns an error matching
-// store.ErrNotFound for an unknown id.
+// storage.ErrNotFound for an unknown id.
 type InstanceDirectory interface {
-	BillingInstance(ctx context.Context, q *store.Queries, instanceID string) (Instance, error)
+	BillingInstance(ctx context.Context, q Queries, instanceID string) (Instance, error)
 }
 
 // AllocationInterval is one active interval of an allocation: GPU-seconds
@@ -57,7 +56,7 @@ type AllocationInterval struct {
 // AllocationIntervalSource lists allocation intervals that are open or
 // ended at or after since.
 type AllocationIntervalSource interface {
-	AllocationIntervals(ctx context.Context, q *store.Queries, since time.Time) ([]AllocationInterval, error)
+	AllocationIntervals(ctx context.Context, q Queries, since time.Time) ([]AllocationInterval, error)
 }
 
 // InstanceInterval is one running interval of an app instance.
@@ -70,13 +69,13 @@ type InstanceInterval struct {
 // InstanceIntervalSource lists instance running intervals that are open or
 // ended at or after since.
 type InstanceIntervalSource interface {
-	RunningIntervals(ctx context.Context, q *store.Queries, since time.Time) ([]InstanceInterval, error)
+	RunningIntervals(ctx context.Context, q Queries, since time.Time) ([]InstanceInterval, error)
 }
 
 // GPUCounter counts the GPUs a project holds now across its live
 // allocations (pending, active, releasing — whatever still occupies GPUs).
 type GPUCounter interface {
-	ProjectGPUs(ctx context.Context, q *store.Queries, projectID string) (int64, error)
+	ProjectGPUs(ctx context.Context, q Queries, projectID string) (int64, error)
 }
 
 // Sources are the interfaces other domains implement. Any may be nil until
@@ -138,7 +137,7 @@ func (c Config) withDefaults() Config {
 
 // Deps are what the billing service needs.
 type Deps struct {
-	DB     *store.DB
+	Store  Store
 	IAM    *iam.Service
 	Logger *slog.Logger
 	Now    func() time.Time

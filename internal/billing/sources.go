@@ -3,10 +3,9 @@ package billing
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Allocations reads the nodes domain's allocation tables: the active
@@ -15,28 +14,20 @@ import (
 type Allocations struct{}
 
 // AllocationIntervals implements AllocationIntervalSource.
-func (Allocations) AllocationIntervals(ctx context.Context, q *store.Queries, since time.Time) ([]AllocationInterval, error) {
-	ivs, err := q.AllocationIntervalsSince(ctx, since)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]AllocationInterval, len(ivs))
-	for i, iv := range ivs {
-		out[i] = AllocationInterval{ID: iv.ID, AllocationID: iv.AllocationID, OrgID: iv.OrgID, ProjectID: iv.ProjectID,
-			SKU: iv.SKU, GPUCount: int64(iv.GPUCount), Start: iv.StartedAt, End: iv.EndedAt}
-	}
-	return out, nil
+func (Allocations) AllocationIntervals(ctx context.Context, q Queries, since time.Time) ([]AllocationInterval, error) {
+	return q.AllocationIntervalsSince(ctx, since)
 }
 
 // ProjectGPUs implements GPUCounter.
-func (Allocations) ProjectGPUs(ctx context.Context, q *store.Queries, projectID string) (int64, error) {
+func (Allocations) ProjectGPUs(ctx context.Context, q Queries, projectID string) (int64, error) {
 	return q.ProjectHeldGPUs(ctx, projectID)
 }
 
 // CheckAllocation is the launch gate the nodes domain calls while placing
-// an allocation of gpus GPUs.
-func (s *Service) CheckAllocation(ctx context.Context, q *store.Queries, projectID string, gpus int) error {
-	return s.CheckLaunch(ctx, q, LaunchCheck{ProjectID: projectID, GPUs: int64(gpus), What: "allocation"})
+// an allocation of gpus GPUs; tx is the placing transaction, which the check
+// joins.
+func (s *Service) CheckAllocation(ctx context.Context, tx storage.Tx, projectID string, gpus int) error {
+	return s.CheckLaunch(ctx, s.Store.Join(tx), LaunchCheck{ProjectID: projectID, GPUs: int64(gpus), What: "allocation"})
 }
 
 // Instances reads the app-instances domain's tables: an instance's
@@ -46,22 +37,13 @@ func (s *Service) CheckAllocation(ctx context.Context, q *store.Queries, project
 type Instances struct{}
 
 // BillingInstance implements InstanceDirectory.
-func (Instances) BillingInstance(ctx context.Context, q *store.Queries, instanceID string) (Instance, error) {
-	inst, err := q.GetAppInstanceByID(ctx, instanceID)
+func (Instances) BillingInstance(ctx context.Context, q Queries, instanceID string) (Instance, error) {
+	r, err := q.InstanceForBilling(ctx, instanceID)
 	if err != nil {
 		return Instance{}, err
 	}
-	out := Instance{ID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID, AppSlug: inst.AppSlug, Version: inst.Version,
-		OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
-		ServiceAccountID: inst.ServiceAccountID}
-	v, err := q.GetAppVersion(ctx, inst.AppSlug, inst.Version)
-	if errors.Is(err, store.ErrNotFound) {
-		return out, nil // no version, no declared metering
-	}
-	if err != nil {
-		return Instance{}, err
-	}
-	out.MeteringKind = meteringKind(v.Manifest)
+	out := r.Instance
+	out.MeteringKind = meteringKind(r.Manifest) // no version (nil), no declared metering
 	return out, nil
 }
 
@@ -80,13 +62,13 @@ func meteringKind(manifestJSON []byte) string {
 
 // servingStatuses are the instance statuses during which its workload
 // serves: a session runs through upgrades and rollbacks.
-var servingStatuses = map[string]bool{"running": true, "upgrading": true, "rolling_back": true}
+var servingStatuses = map[InstanceStatus]bool{InstanceRunning: true, InstanceUpgrading: true, InstanceRollingBack: true}
 
 // RunningIntervals implements InstanceIntervalSource: an interval opens
 // when an instance enters a serving status and closes when it leaves them
 // (decommissioning, failed, …). Its id is the id of the timeline row that
 // opened it, so the same interval always has the same id.
-func (Instances) RunningIntervals(ctx context.Context, q *store.Queries, since time.Time) ([]InstanceInterval, error) {
+func (Instances) RunningIntervals(ctx context.Context, q Queries, since time.Time) ([]InstanceInterval, error) {
 	changes, err := q.InstanceStatusChanges(ctx, since)
 	if err != nil {
 		return nil, err
@@ -117,7 +99,13 @@ func (Instances) RunningIntervals(ctx context.Context, q *store.Queries, since t
 
 // CheckInstance is the launch gate the instances domain calls while
 // recording a new app instance: it holds no GPUs of its own (it runs on an
-// allocation), so only the spend budget applies.
-func (s *Service) CheckInstance(ctx context.Context, q *store.Queries, projectID, appSlug string) error {
+// allocation), so only the spend budget applies. tx is the recording
+// transaction, which the check joins; nil checks outside any transaction
+// (a launch preview).
+func (s *Service) CheckInstance(ctx context.Context, tx storage.Tx, projectID, appSlug string) error {
+	var q Queries = s.Store.Read()
+	if tx != nil {
+		q = s.Store.Join(tx)
+	}
 	return s.CheckLaunch(ctx, q, LaunchCheck{ProjectID: projectID, What: "app instance of " + appSlug})
 }

@@ -1,7 +1,5 @@
 package billing
 
-import "github.com/gpuaas/gpuaas/internal/store"
-
 // The JSON shapes of billing's resources: the REST responses and the data
 // of billing events are the same documents.
 
@@ -30,7 +28,7 @@ type UsageRecordView struct {
 }
 
 // ViewUsage renders a usage record.
-func ViewUsage(r store.UsageRecord) UsageRecordView {
+func ViewUsage(r UsageRecord) UsageRecordView {
 	return UsageRecordView{ID: r.ID, OrgID: r.OrgID, ProjectID: r.ProjectID, AppInstanceID: r.AppInstanceID,
 		AllocationID: r.AllocationID, AppSlug: r.AppSlug, OperatingMode: r.OperatingMode, ControlPlaneScope: r.ControlPlaneScope,
 		RuntimeBackend: r.RuntimeBackend, CorrelationID: r.CorrelationID, UsageSource: r.UsageSource, UsageUnit: r.UsageUnit,
@@ -64,7 +62,7 @@ type LedgerEntryView struct {
 }
 
 // ViewEntry renders a ledger entry.
-func ViewEntry(e store.LedgerEntry) LedgerEntryView {
+func ViewEntry(e LedgerEntry) LedgerEntryView {
 	return LedgerEntryView{ID: e.ID, OrgID: e.OrgID, ProjectID: e.ProjectID, EntryType: e.EntryType,
 		UsageRecordID: e.UsageRecordID, CorrectsEntryID: e.CorrectsEntryID, AppInstanceID: e.AppInstanceID,
 		UsageSource: e.UsageSource, UsageUnit: e.UsageUnit, SKU: e.SKU, Meter: e.Meter, Quantity: e.Quantity,
@@ -90,7 +88,7 @@ type PriceView struct {
 }
 
 // ViewPrice renders a price version.
-func ViewPrice(p store.Price) PriceView {
+func ViewPrice(p Price) PriceView {
 	return PriceView{ID: p.ID, UsageSource: p.UsageSource, SKU: p.SKU, Meter: p.Meter, UsageUnit: p.UsageUnit,
 		Version: p.Version, UnitPriceMicros: p.UnitPriceMicros, PerQuantity: p.PerQuantity, Currency: p.Currency,
 		EffectiveFrom: rfc(p.EffectiveFrom), Note: p.Note, CreatedBy: p.CreatedBy, CreatedAt: rfc(p.CreatedAt)}

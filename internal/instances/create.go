@@ -122,7 +122,7 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 	inst.CurrentOperationID = op.ID
 	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		// Billing (issue 13): the project's spend budget, before anything is recorded.
-		if err := s.checkLaunch(ctx, tx.Queries, p.ID, inst.AppSlug); err != nil {
+		if err := s.checkLaunch(ctx, tx, p.ID, inst.AppSlug); err != nil {
 			return err
 		}
 		if err := tx.InsertAppInstance(ctx, inst); err != nil {
@@ -162,7 +162,7 @@ func (s *Service) LaunchRefusal(ctx context.Context, g *iam.Grants, projectID, a
 	if _, err := s.resolve(ctx, q, p, appSlug, version, req, "", false); err != nil {
 		return err
 	}
-	return s.checkLaunch(ctx, q, p.ID, appSlug)
+	return s.checkLaunch(ctx, nil, p.ID, appSlug) // a preview: outside any transaction
 }
 
 // resolve decides a launch of appSlug@version in project p onto an

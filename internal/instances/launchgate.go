@@ -3,7 +3,7 @@ package instances
 import (
 	"context"
 
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // LaunchGate refuses an app instance launch once its project has used up
@@ -11,15 +11,18 @@ import (
 // the transaction that records the instance, before the row is written: a
 // refusal leaves nothing behind.
 type LaunchGate interface {
-	CheckInstance(ctx context.Context, q *store.Queries, projectID, appSlug string) error
+	// tx is the recording transaction: the gate joins it with its own
+	// queries (storage.Store.Join). A nil tx checks outside any
+	// transaction (a launch preview).
+	CheckInstance(ctx context.Context, tx storage.Tx, projectID, appSlug string) error
 }
 
 // SetLaunchGate installs the gate (call before serving).
 func (s *Service) SetLaunchGate(g LaunchGate) { s.launchGate = g }
 
-func (s *Service) checkLaunch(ctx context.Context, q *store.Queries, projectID, appSlug string) error {
+func (s *Service) checkLaunch(ctx context.Context, tx storage.Tx, projectID, appSlug string) error {
 	if s.launchGate == nil {
 		return nil
 	}
-	return s.launchGate.CheckInstance(ctx, q, projectID, appSlug)
+	return s.launchGate.CheckInstance(ctx, tx, projectID, appSlug)
 }

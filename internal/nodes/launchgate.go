@@ -12,7 +12,6 @@ import (
 // the allocation row is written: a refusal rolls everything back, so nothing
 // is placed.
 type LaunchGate interface {
-	//
 	// tx is the placing transaction: the gate joins it with its own
 	// queries (storage.Store.Join).
 	CheckAllocation(ctx context.Context, tx storage.Tx, projectID string, gpus int) error

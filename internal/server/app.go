@@ -160,7 +160,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	cat.SetInstanceGate(a.Instances)
 	arts.Instances = instanceUsage{db: db, instances: a.Instances}
 	a.billing = newBillingParts(cfg, db, svc)
-	a.Nodes.SetLaunchGate(nodesLaunchGate{a.billing.svc})
+	a.Nodes.SetLaunchGate(a.billing.svc)
 	a.Instances.SetLaunchGate(a.billing.svc)
 	a.Workers = append(a.Workers, a.billing.meter, a.billing.rating)
 	a.API = &httpapi.API{

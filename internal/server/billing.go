@@ -20,7 +20,7 @@ type billingParts struct {
 }
 
 func newBillingParts(cfg config.Config, db *store.DB, svc *iam.Service) *billingParts {
-	b := &billingParts{svc: billing.New(billing.Deps{DB: db, IAM: svc, Logger: svc.Logger, Config: billing.Config{
+	b := &billingParts{svc: billing.New(billing.Deps{Store: store.Billing(db), IAM: svc, Logger: svc.Logger, Config: billing.Config{
 		Currency: cfg.BillingCurrency, MaxEventAge: cfg.BillingMaxEventAge, SliceLength: cfg.BillingSlice,
 	}})}
 	log := svc.Logger.With("component", "billing")

@@ -3,45 +3,49 @@ package store
 import (
 	"context"
 	"database/sql"
-	"math/big"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/billing"
 )
 
-// Usage sources: what produced a usage record.
+// The billing domain's types (internal/billing/storage.go), under their
+// old names until every package uses billing's.
+type (
+	UsageRecord          = billing.UsageRecord
+	UsageFilter          = billing.UsageFilter
+	UsageGroup           = billing.UsageGroup
+	ParkedUsage          = billing.ParkedUsage
+	UnratedRecord        = billing.UnratedRow
+	Price                = billing.Price
+	LedgerEntry          = billing.LedgerEntry
+	LedgerGroup          = billing.LedgerGroup
+	Budget               = billing.Budget
+	MeteredInterval      = billing.MeteredInterval
+	InstanceStatusChange = billing.InstanceStatusChange
+)
+
 const (
-	UsageSourceAllocation = "allocation"  // GPU-seconds of an allocation's active intervals
-	UsageSourceAppRuntime = "app_runtime" // an app's own dimension (session seconds, tokens, …)
+	UsageSourceAllocation = billing.UsageSourceAllocation
+	UsageSourceAppRuntime = billing.UsageSourceAppRuntime
+	EntryCharge           = billing.EntryCharge
+	EntryCorrection       = billing.EntryCorrection
 )
 
-// UsageRecord is one metered quantity, in the one shape every source uses.
-// DedupeKey makes recording idempotent: a second record with the same key is
-// a duplicate and is not stored.
-type UsageRecord struct {
-	ID                string
-	DedupeKey         string
-	OrgID             string
-	ProjectID         string
-	AppInstanceID     string
-	AllocationID      string
-	AppSlug           string
-	OperatingMode     string
-	ControlPlaneScope string
-	RuntimeBackend    string
-	CorrelationID     string
-	UsageSource       string
-	UsageUnit         string
-	Quantity          int64
-	SKU               string
-	Meter             string
-	StartTime         time.Time
-	EndTime           time.Time
-	EventSource       string
-	EventID           string
-	RecordedAt        time.Time
-}
+var (
+	UsageGroupColumns  = billing.UsageGroupColumns
+	LedgerGroupColumns = billing.LedgerGroupColumns
+)
+
+var (
+	_ billing.Tx      = (*Tx)(nil)
+	_ billing.Queries = (*Queries)(nil)
+)
+
+// Billing is the billing domain's storage.
+func Billing(db *DB) billing.Store { return NewPort[billing.Tx, billing.Queries](db) }
 
 const usageCols = `id, dedupe_key, org_id, project_id, app_instance_id, allocation_id, app_slug, operating_mode,
  control_plane_scope, runtime_backend, correlation_id, usage_source, usage_unit, quantity, sku, meter,
@@ -169,20 +173,8 @@ func (q *Queries) GetUsageByDedupeKey(ctx context.Context, key string) (UsageRec
 	return u, scanOne(err)
 }
 
-// UsageFilter narrows usage and ledger reads; empty fields do not filter.
-// ProjectIDs, when non-nil, limits the read to those projects (the ones the
-// caller may see); an empty non-nil slice matches nothing.
-type UsageFilter struct {
-	OrgID         string
-	ProjectID     string
-	ProjectIDs    []string
-	AppInstanceID string
-	UsageSource   string
-	UsageUnit     string
-	From, To      time.Time // on the usage time (start_time)
-}
-
-func (f UsageFilter) where(timeCol string) (string, []any) {
+// usageWhere is the WHERE clause of f, on timeCol as the usage time.
+func usageWhere(f UsageFilter, timeCol string) (string, []any) {
 	var (
 		conds []string
 		args  []any
@@ -226,7 +218,7 @@ func (q *Queries) ListUsage(ctx context.Context, f UsageFilter, p Page) ([]Usage
 	if err != nil {
 		return nil, "", err
 	}
-	where, args := f.where("start_time")
+	where, args := usageWhere(f, "start_time")
 	if after != "" {
 		where = andWhere(where, "id > ?")
 		args = append(args, after)
@@ -250,26 +242,13 @@ func andWhere(where, cond string) string {
 	return where + " AND " + cond
 }
 
-// UsageGroupColumns are the columns usage and ledger totals may be grouped by.
-var UsageGroupColumns = []string{"project_id", "app_instance_id", "allocation_id", "app_slug", "usage_source", "usage_unit", "sku", "meter"}
-
-// LedgerGroupColumns are the columns ledger totals may be grouped by.
-var LedgerGroupColumns = []string{"project_id", "app_instance_id", "usage_source", "usage_unit", "sku", "meter", "entry_type"}
-
-// UsageGroup is one row of a grouped usage total.
-type UsageGroup struct {
-	Keys     map[string]string
-	Quantity *big.Int // exact: sums of many records exceed 64 bits
-	Records  int64
-}
-
 // GroupUsage sums quantities per distinct value of the columns in by (each
 // one of UsageGroupColumns; the caller checks). usage_unit is always part of
 // the grouping: quantities of different units never add up.
 func (q *Queries) GroupUsage(ctx context.Context, f UsageFilter, by []string) ([]UsageGroup, error) {
 	by = withColumn(by, "usage_unit")
 	cols := strings.Join(by, ", ")
-	where, args := f.where("start_time")
+	where, args := usageWhere(f, "start_time")
 	rows, err := q.query(ctx, `SELECT `+cols+`, `+exactSum("quantity")+`, COUNT(*) FROM usage_records`+where+
 		` GROUP BY `+cols+` ORDER BY `+cols, args...)
 	if err != nil {
@@ -322,16 +301,6 @@ func (q *Queries) UnratedUsage(ctx context.Context, afterID string, limit int) (
 	return collect(rows, scanUsage)
 }
 
-// ParkedUsage says why rating set a usage record aside.
-type ParkedUsage struct {
-	UsageRecordID string
-	OrgID         string
-	ProjectID     string
-	Reason        string
-	Detail        string
-	ParkedAt      time.Time
-}
-
 // ParkUsage sets a usage record aside so rating skips it, and reports
 // whether this call parked it (a record is parked once).
 func (q *Queries) ParkUsage(ctx context.Context, p ParkedUsage) (bool, error) {
@@ -343,13 +312,6 @@ func (q *Queries) ParkUsage(ctx context.Context, p ParkedUsage) (bool, error) {
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
-}
-
-// UnratedRecord is a usage record with no charge, and why it was parked
-// (Parked.Reason is empty when it was not).
-type UnratedRecord struct {
-	Record UsageRecord
-	Parked ParkedUsage
 }
 
 // ListUnratedUsage pages through every usage record that has no charge,
@@ -410,24 +372,6 @@ func prefixed(p, cols string) string {
 	return strings.Join(parts, ", ")
 }
 
-// Price is one version of the price of a SKU (allocation GPU-seconds) or a
-// meter (an app's unit).
-type Price struct {
-	ID              string
-	UsageSource     string
-	SKU             string
-	Meter           string
-	UsageUnit       string
-	Version         int
-	UnitPriceMicros int64
-	PerQuantity     int64
-	Currency        string
-	EffectiveFrom   time.Time
-	Note            string
-	CreatedBy       string
-	CreatedAt       time.Time
-}
-
 const priceCols = `id, usage_source, sku, meter, usage_unit, version, unit_price_micros, per_quantity, currency, effective_from, note, created_by, created_at`
 
 func scanPrice(s interface{ Scan(...any) error }) (Price, error) {
@@ -485,39 +429,6 @@ func (q *Queries) ListPrices(ctx context.Context, p Page) ([]Price, string, erro
 	}
 	out, next := trimPage(out, limit, func(p Price) string { return p.ID })
 	return out, next, nil
-}
-
-// Ledger entry types.
-const (
-	EntryCharge     = "charge"
-	EntryCorrection = "correction"
-)
-
-// LedgerEntry is one append-only line of the ledger. Amounts are integer
-// micro-units of Currency; a correction's amount has the sign that
-// compensates (negative to refund).
-type LedgerEntry struct {
-	ID              string
-	OrgID           string
-	ProjectID       string
-	EntryType       string
-	UsageRecordID   string
-	CorrectsEntryID string
-	AppInstanceID   string
-	UsageSource     string
-	UsageUnit       string
-	SKU             string
-	Meter           string
-	Quantity        int64
-	PriceID         string
-	UnitPriceMicros int64
-	PerQuantity     int64
-	AmountMicros    int64
-	Currency        string
-	Reason          string
-	UsageTime       time.Time
-	CreatedBy       string
-	CreatedAt       time.Time
 }
 
 const ledgerCols = `id, org_id, project_id, entry_type, usage_record_id, corrects_entry_id, app_instance_id, usage_source,
@@ -581,7 +492,7 @@ func (q *Queries) ListLedger(ctx context.Context, f UsageFilter, p Page) ([]Ledg
 	if err != nil {
 		return nil, "", err
 	}
-	where, args := f.where("usage_time")
+	where, args := usageWhere(f, "usage_time")
 	if after != "" {
 		where = andWhere(where, "id > ?")
 		args = append(args, after)
@@ -598,21 +509,13 @@ func (q *Queries) ListLedger(ctx context.Context, f UsageFilter, p Page) ([]Ledg
 	return out, next, nil
 }
 
-// LedgerGroup is one row of grouped ledger totals.
-type LedgerGroup struct {
-	Keys         map[string]string
-	Currency     string
-	AmountMicros *big.Int // exact: sums of many entries exceed 64 bits
-	Entries      int64
-}
-
 // GroupLedger sums amounts per currency and per distinct value of the
 // columns in by (each one of LedgerGroupColumns; the caller checks). With
 // no columns it is the balance: the sum of every matching entry.
 func (q *Queries) GroupLedger(ctx context.Context, f UsageFilter, by []string) ([]LedgerGroup, error) {
 	by = withColumn(by, "currency")
 	cols := strings.Join(by, ", ")
-	where, args := f.where("usage_time")
+	where, args := usageWhere(f, "usage_time")
 	rows, err := q.query(ctx, `SELECT `+cols+`, `+exactSum("amount_micros")+`, COUNT(*) FROM ledger_entries`+where+
 		` GROUP BY `+cols+` ORDER BY `+cols, args...)
 	if err != nil {
@@ -652,20 +555,6 @@ func (q *Queries) ProjectSpend(ctx context.Context, projectID string, from, to t
 	err := q.queryRow(ctx, `SELECT `+exactSum("amount_micros")+` FROM ledger_entries WHERE project_id = ? AND usage_time >= ? AND usage_time < ?`,
 		projectID, ts(from), ts(to)).Scan(sum.dests()...)
 	return Saturate(sum.value()), mapErr(err)
-}
-
-// Budget is a project's cost controls. A nil limit means none.
-type Budget struct {
-	ProjectID            string
-	OrgID                string
-	GPUQuota             *int64
-	SpendLimitMicros     *int64
-	Currency             string
-	Period               string // day | month
-	SoftThresholdPercent int
-	UpdatedBy            string
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
 }
 
 const budgetCols = `project_id, org_id, gpu_quota, spend_limit_micros, currency, period, soft_threshold_percent, updated_by, created_at, updated_at`
@@ -733,15 +622,6 @@ func (q *Queries) RecordThresholdCrossing(ctx context.Context, projectID string,
 	}
 	n, err := res.RowsAffected()
 	return n == 1, err
-}
-
-// MeteredInterval is how far the metering worker has turned one interval
-// into usage records.
-type MeteredInterval struct {
-	Kind         string // allocation | instance
-	IntervalID   string
-	MeteredUntil time.Time
-	ClosedAt     time.Time // zero while the interval is open
 }
 
 // MeteredIntervals returns the progress rows of the given kind for ids.

@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/billing"
 )
 
 // Billing's reads of the nodes domain's tables (allocations, issue 11).
@@ -10,15 +13,15 @@ import (
 // AllocationIntervalsSince lists the allocation intervals of every project
 // that are still open or ended at or after since: what the metering worker
 // may still have to record.
-func (q *Queries) AllocationIntervalsSince(ctx context.Context, since time.Time) ([]AllocationInterval, error) {
-	rows, err := q.query(ctx, `SELECT id, allocation_id, org_id, project_id, node_id, sku, gpu_count, started_at, ended_at FROM allocation_intervals
+func (q *Queries) AllocationIntervalsSince(ctx context.Context, since time.Time) ([]billing.AllocationInterval, error) {
+	rows, err := q.query(ctx, `SELECT id, allocation_id, org_id, project_id, sku, gpu_count, started_at, ended_at FROM allocation_intervals
 		WHERE ended_at IS NULL OR ended_at >= ? ORDER BY started_at, id`, ts(since))
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(s interface{ Scan(...any) error }) (AllocationInterval, error) {
-		var i AllocationInterval
-		err := s.Scan(&i.ID, &i.AllocationID, &i.OrgID, &i.ProjectID, &i.NodeID, &i.SKU, &i.GPUCount, scanTime(&i.StartedAt), scanTime(&i.EndedAt))
+	return collect(rows, func(s interface{ Scan(...any) error }) (billing.AllocationInterval, error) {
+		var i billing.AllocationInterval
+		err := s.Scan(&i.ID, &i.AllocationID, &i.OrgID, &i.ProjectID, &i.SKU, &i.GPUCount, scanTime(&i.Start), scanTime(&i.End))
 		return i, err
 	})
 }
@@ -33,15 +36,6 @@ func (q *Queries) ProjectHeldGPUs(ctx context.Context, projectID string) (int64,
 
 // Billing's reads of the app-instances domain's tables (issue 12).
 
-// InstanceStatusChange is one lifecycle row of an app instance's timeline:
-// the status it entered, and when.
-type InstanceStatusChange struct {
-	InstanceID string
-	EventID    string
-	Status     string
-	At         time.Time
-}
-
 // InstanceStatusChanges returns the timelines, oldest first per instance,
 // of every instance that is serving now (running, upgrading, rolling back)
 // or that changed status at or after since: everything whose running time
@@ -55,7 +49,34 @@ func (q *Queries) InstanceStatusChanges(ctx context.Context, since time.Time) ([
 		return nil, err
 	}
 	return collect(rows, func(s interface{ Scan(...any) error }) (InstanceStatusChange, error) {
-		var c InstanceStatusChange
-		return c, s.Scan(&c.InstanceID, &c.EventID, &c.Status, scanTime(&c.At))
+		var (
+			c      InstanceStatusChange
+			status string
+		)
+		err := s.Scan(&c.InstanceID, &c.EventID, &status, scanTime(&c.At))
+		c.Status = billing.InstanceStatus(status)
+		return c, err
 	})
+}
+
+// InstanceForBilling reads what billing needs of an app instance: its
+// attribution and workload identity, and its version's manifest (nil when
+// the version is gone).
+func (q *Queries) InstanceForBilling(ctx context.Context, instanceID string) (billing.InstanceRecord, error) {
+	inst, err := q.GetAppInstanceByID(ctx, instanceID)
+	if err != nil {
+		return billing.InstanceRecord{}, err
+	}
+	out := billing.InstanceRecord{Instance: billing.Instance{ID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID,
+		AppSlug: inst.AppSlug, Version: inst.Version, OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope,
+		RuntimeBackend: inst.RuntimeBackend, ServiceAccountID: inst.ServiceAccountID}}
+	v, err := q.GetAppVersion(ctx, inst.AppSlug, inst.Version)
+	if errors.Is(err, ErrNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return billing.InstanceRecord{}, err
+	}
+	out.Manifest = v.Manifest
+	return out, nil
 }

@@ -21,7 +21,6 @@ var mayImportStore = []string{
 // notYetMoved lists the packages still on the old path, one domain at a
 // time (issue 19); each move takes its package off this list.
 var notYetMoved = []string{
-	"internal/billing",
 	"internal/console",
 	"internal/httpapi",
 	"internal/instances",

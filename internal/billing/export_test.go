@@ -1,0 +1,13 @@
+package billing
+
+import "context"
+
+// The ingest steps after parsing, for the external ingest benchmark.
+
+func (s *Service) CheckEvents(inst Instance, events []UsageEvent) error {
+	return s.checkEvents(inst, events)
+}
+
+func (s *Service) StoreEvents(ctx context.Context, inst Instance, events []UsageEvent) (IngestResult, error) {
+	return s.storeEvents(ctx, inst, events)
+}
