@@ -12,14 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Internal wake-up subjects (core NATS, outside the event stream): a replica
-// that commits events asks the relay to run; the relay tells every replica
-// that new positions exist so their streams re-read the outbox.
-const (
-	subjectCommitted = "gpuaas.internal.outbox.committed"
-	subjectSequenced = "gpuaas.internal.outbox.sequenced"
-)
-
 // StreamSettings configure the JetStream stream events are published to.
 type StreamSettings struct {
 	Name string // default GPUAAS_EVENTS
@@ -36,7 +28,6 @@ type Bus struct {
 	JS       jetstream.JetStream
 	Settings StreamSettings
 	logger   *slog.Logger
-	subs     []*nats.Subscription
 }
 
 // NewBus wraps a connection and tries once to create the event stream.
@@ -156,32 +147,8 @@ func refusal(index int, err error) error {
 	return &RefusedError{Index: index, Reason: reason, Err: err}
 }
 
-// NotifyCommitted tells the relay (wherever it runs) that events were
-// committed. Best effort: the relay also polls.
-func (b *Bus) NotifyCommitted() { _ = b.NC.Publish(subjectCommitted, nil) }
-
-// NotifySequenced tells every replica's streams that new positions exist.
-func (b *Bus) NotifySequenced() { _ = b.NC.Publish(subjectSequenced, nil) }
-
-// OnCommitted and OnSequenced subscribe f to the wake-up notices.
-func (b *Bus) OnCommitted(f func()) error { return b.on(subjectCommitted, f) }
-func (b *Bus) OnSequenced(f func()) error { return b.on(subjectSequenced, f) }
-
-func (b *Bus) on(subject string, f func()) error {
-	sub, err := b.NC.Subscribe(subject, func(*nats.Msg) { f() })
-	if err != nil {
-		return err
-	}
-	b.subs = append(b.subs, sub)
-	return nil
-}
-
-// Close drains the subscriptions and closes the connection.
+// Close closes the connection.
 func (b *Bus) Close() error {
-	var errs []error
-	for _, s := range b.subs {
-		errs = append(errs, s.Unsubscribe())
-	}
 	b.NC.Close()
-	return errors.Join(errs...)
+	return nil
 }

@@ -3,6 +3,7 @@ package events
 import (
 	"context"
 	"errors"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -19,7 +20,6 @@ const LeaseName = "events.relay"
 type Publisher interface {
 	EnsureStream(ctx context.Context) error
 	Publish(ctx context.Context, envs []Envelope) (int, error)
-	NotifySequenced()
 }
 
 // Relay moves the outbox to its consumers. On every pass the replica that
@@ -31,8 +31,8 @@ type Publisher interface {
 // JetStream's duplicate window.
 type Relay struct {
 	Log      Log
-	Bus      Publisher // nil: sequence only (streams still work)
-	Hub      *Hub
+	Bus      Publisher     // nil: sequence only (streams still work)
+	Wake     *wakeup.Hub   // wakes every replica's streams once rows are sequenced
 	Holder   string        // this replica's unique name
 	LeaseTTL time.Duration // default 10s
 	Interval time.Duration // poll period when nobody kicks; default 1s
@@ -141,10 +141,7 @@ func (r *Relay) pass(ctx context.Context) error {
 			return err
 		}
 		if n > 0 {
-			r.Hub.Notify()
-			if r.Bus != nil {
-				r.Bus.NotifySequenced()
-			}
+			r.Wake.Notify(wakeup.EventsSequenced)
 		}
 		if n < r.Batch {
 			break

@@ -11,6 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"go.uber.org/goleak"
 )
 
@@ -27,7 +28,6 @@ type flakyBus struct {
 }
 
 func (f *flakyBus) EnsureStream(context.Context) error { return nil }
-func (f *flakyBus) NotifySequenced()                   {}
 func (f *flakyBus) Publish(_ context.Context, envs []events.Envelope) (int, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -76,8 +76,8 @@ func emitN(t *testing.T, db *store.DB, n int) {
 func TestRelaySurvivesBusOutage(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		bus := &flakyBus{}
-		hub := &events.Hub{}
-		r := &events.Relay{Log: store.EventLog(db), Bus: bus, Hub: hub, Holder: "r1", Interval: time.Hour, LeaseTTL: 10 * time.Second, Batch: 4}
+		hub := wakeup.New()
+		r := &events.Relay{Log: store.EventLog(db), Bus: bus, Wake: hub, Holder: "r1", Interval: time.Hour, LeaseTTL: 10 * time.Second, Batch: 4}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := r.Start(ctx); err != nil {
@@ -90,7 +90,7 @@ func TestRelaySurvivesBusOutage(t *testing.T) {
 		waitFor(t, func() bool { return len(bus.received()) == 3 })
 
 		bus.set(true, 2) // two more get through, then the bus fails
-		wake := hub.Wait()
+		wake := hub.Wait(wakeup.EventsSequenced)
 		emitN(t, db, 7)
 		<-wake // sequencing goes on while the bus is down
 		waitFor(t, func() bool {
@@ -128,8 +128,8 @@ func TestRelayHandover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b1, b2 := &flakyBus{}, &flakyBus{}
-	r1 := &events.Relay{Log: store.EventLog(db), Bus: b1, Hub: &events.Hub{}, Holder: "r1", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute}
-	r2 := &events.Relay{Log: store.EventLog(db), Bus: b2, Hub: &events.Hub{}, Holder: "r2", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute}
+	r1 := &events.Relay{Log: store.EventLog(db), Bus: b1, Wake: wakeup.New(), Holder: "r1", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute}
+	r2 := &events.Relay{Log: store.EventLog(db), Bus: b2, Wake: wakeup.New(), Holder: "r2", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute}
 	if err := r1.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestCleanerPrunesPublished(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	bus := &flakyBus{}
-	r := &events.Relay{Log: store.EventLog(db), Bus: bus, Hub: &events.Hub{}, Holder: "r1", Interval: time.Hour, LeaseTTL: 10 * time.Second}
+	r := &events.Relay{Log: store.EventLog(db), Bus: bus, Wake: wakeup.New(), Holder: "r1", Interval: time.Hour, LeaseTTL: 10 * time.Second}
 	if err := r.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

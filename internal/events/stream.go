@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"net"
 	"net/http"
 	"os"
@@ -24,7 +25,8 @@ import (
 // replica and resumes exactly across restarts.
 type Reader struct {
 	Log Log
-	Hub *Hub
+	// Wake: streams wait on wakeup.EventsSequenced and wakeup.AccessChanged.
+	Wake *wakeup.Hub
 	// KeepAlive is the period of SSE comment lines on an idle stream.
 	KeepAlive time.Duration
 	// Reauthorize is how often an open stream re-checks that its reader
@@ -233,8 +235,8 @@ func (rd *Reader) Follow(ctx context.Context, f EventFilter, after int64, fr Fra
 		if acc.expired(time.Now()) {
 			return end(TokenExpired())
 		}
-		wake := rd.Hub.Wait() // before reading, so no notice falls between
-		changed := rd.Hub.AccessWait()
+		wake := rd.Wake.Wait(wakeup.EventsSequenced) // before reading, so no notice falls between
+		changed := rd.Wake.Wait(wakeup.AccessChanged)
 		if check {
 			if r := acc.recheck(ctx); r != nil {
 				return end(r)

@@ -14,35 +14,10 @@ import (
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
-	"github.com/gpuaas/gpuaas/internal/store/storetest"
-	"github.com/nats-io/nats-server/v2/server"
 )
 
-// startNATS runs one NATS server with JetStream for replicas to share.
-func startNATS(t testing.TB) string {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("NATS did not start")
-	}
-	return ns.ClientURL()
-}
-
 // twoReplicas starts two servers over one PostgreSQL database and one NATS.
-func twoReplicas(t testing.TB) (a, b *servertest.Server) {
-	t.Helper()
-	dbURL := storetest.URL(t, store.Postgres)
-	natsURL := startNATS(t)
-	shared := func(c *config.Config) { c.DatabaseURL, c.Events.NATSURL = dbURL, natsURL }
-	a = servertest.Start(t, store.Postgres, shared)
-	b = servertest.Start(t, store.Postgres, shared)
-	return a, b
-}
+func twoReplicas(t testing.TB) (a, b *servertest.Server) { return servertest.TwoReplicas(t) }
 
 // waitPolling returns once n long polls wait on srv's wake-ups (what an
 // agent's poll does right after its one look found nothing).

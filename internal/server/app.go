@@ -125,7 +125,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		return nil, err
 	}
 	// Open event streams re-check their reader at once when access changes.
-	svc.OnAccessChanged = a.events.hub.AccessChanged
+	svc.OnAccessChanged = func() { a.events.wake.Notify(wakeup.AccessChanged) }
 	defer func() {
 		if !ok {
 			a.events.close()
@@ -137,13 +137,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	}
 	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota})
 	cat.SetArtifactGate(arts)
-	// Wake-ups ("tasks queued for node N") reach the long polls of every
-	// replica over this replica's NATS connection; the subscription ends
-	// with the connection.
-	wake, _, err := wakeup.NewNATS(a.events.conn.NC)
-	if err != nil {
-		return nil, fmt.Errorf("wake-ups over NATS: %w", err)
-	}
+	wake := a.events.wake
 	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake,
 		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },
 		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
@@ -167,7 +161,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst, StreamTimeout: cfg.StreamTimeout,
-		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, RelayKick: func() { a.events.relay.Kick(); a.events.bus.NotifyCommitted() }, WebSocketOrigins: cfg.Events.WebSocketOrigins, Billing: a.billing.svc,
+		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, RelayKick: func() { wake.Notify(wakeup.EventsCommitted) }, WebSocketOrigins: cfg.Events.WebSocketOrigins, Billing: a.billing.svc,
 		PublicURL: func() string { return a.Config.PublicURL },
 	}
 	if err := a.webParts(key); err != nil {

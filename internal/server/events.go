@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,7 +23,7 @@ import (
 type eventParts struct {
 	conn    *events.Connection
 	bus     *events.Bus
-	hub     *events.Hub
+	wake    *wakeup.Hub // every wake-up of this replica, linked to the others over NATS
 	relay   *events.Relay
 	cleaner *events.Cleaner
 	reader  *events.Reader
@@ -53,24 +54,31 @@ func (a *App) newEventParts(ctx context.Context) (*eventParts, error) {
 		conn.Close()
 		return nil, err
 	}
-	hub := &events.Hub{}
+	// One wake-up path (internal/wakeup): task polls, event streams, the
+	// relay and the caches that must forget all wait on this hub, and a
+	// notify reaches every replica over this connection.
+	wake, _, err := wakeup.NewNATS(conn.NC)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("wake-ups over NATS: %w", err)
+	}
 	eventLog := store.EventLog(a.DB)
 	host, _ := os.Hostname()
-	relay := &events.Relay{Log: eventLog, Bus: bus, Hub: hub, Holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), randomHex(4)),
+	relay := &events.Relay{Log: eventLog, Bus: bus, Wake: wake, Holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), randomHex(4)),
 		LeaseTTL: cfg.LeaseTTL, Republish: min(cfg.DuplicateWindow/2, time.Minute), Interval: cfg.RelayInterval, Logger: a.Logger.With("component", "events.relay")}
 	cleaner := &events.Cleaner{Log: eventLog, Relay: relay, Retention: cfg.Retention, Logger: a.Logger.With("component", "events.retention")}
-	p := &eventParts{conn: conn, bus: bus, hub: hub, relay: relay, cleaner: cleaner,
-		reader:  &events.Reader{Log: eventLog, Hub: hub, KeepAlive: cfg.KeepAlive, Reauthorize: cfg.Reauthorize, Poll: cfg.RelayInterval, WriteTimeout: cfg.WriteTimeout},
+	p := &eventParts{conn: conn, bus: bus, wake: wake, relay: relay, cleaner: cleaner,
+		reader:  &events.Reader{Log: eventLog, Wake: wake, KeepAlive: cfg.KeepAlive, Reauthorize: cfg.Reauthorize, Poll: cfg.RelayInterval, WriteTimeout: cfg.WriteTimeout},
 		workers: worker.Group{relay, cleaner}}
-	// Every replica wakes the relay (wherever it runs) on commit, and every
-	// replica's streams wake when the relay has sequenced new rows.
-	a.DB.OnEventsCommitted(func() { relay.Kick(); bus.NotifyCommitted() })
-	if err := errors.Join(bus.OnCommitted(relay.Kick), bus.OnSequenced(hub.Notify)); err != nil {
-		conn.Close()
-		return nil, err
-	}
+	// A commit with events wakes the relay wherever it runs; the relay's
+	// sequencing wakes every replica's streams (wakeup.EventsSequenced).
+	a.DB.OnEventsCommitted(func() { wake.Notify(wakeup.EventsCommitted) })
+	wake.OnNotify(wakeup.EventsCommitted, relay.Kick)
 	return p, nil
 }
+
+// Wake is this replica's wake-up hub, linked to every other replica.
+func (a *App) Wake() *wakeup.Hub { return a.events.wake }
 
 // Relay is this replica's outbox relay (tests wait on its passes).
 func (a *App) Relay() *events.Relay { return a.events.relay }

@@ -112,6 +112,19 @@ func NewNATS(nc *nats.Conn) (*Hub, func(), error) {
 	return h, func() { _ = sub.Unsubscribe() }, nil
 }
 
+// EventsCommitted is the topic of "a mutation committed events to the
+// outbox": the relay, wherever it runs, sequences and publishes them.
+const EventsCommitted = "events-committed"
+
+// EventsSequenced is the topic of "the relay gave outbox rows their
+// positions": every replica's event streams read on.
+const EventsSequenced = "events-sequenced"
+
+// AccessChanged is the topic of "someone may have lost access" (a role
+// binding removed, an account disabled or deleted): every open event stream
+// re-checks its reader at once.
+const AccessChanged = "access-changed"
+
 // NodeAccess is the topic of "a node was removed or its tokens were cut":
 // every replica forgets the node credentials it checked.
 const NodeAccess = "node-access"
