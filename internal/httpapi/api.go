@@ -20,12 +20,12 @@ import (
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // API holds the services the handlers call.
 type API struct {
-	DB             *store.DB
+	Store          Store  // what the edge itself reads and writes
+	Health         Health // the database, as /readyz sees it
 	IAM            *iam.Service
 	Tokens         *iam.Tokens
 	Logger         *slog.Logger
@@ -182,7 +182,7 @@ func (a *API) build() http.Handler {
 	if a.Billing != nil {
 		a.metrics.reg.MustRegister(countsCollector{unratedDesc, a.Billing.UnratedCounts})
 	}
-	a.metrics.reg.MustRegister(countsCollector{parkedDesc, a.DB.Queries().ParkedEventCounts})
+	a.metrics.reg.MustRegister(countsCollector{parkedDesc, a.Store.Read().ParkedEventCounts})
 	a.limiter = newClientLimiter(a.CredentialRate, a.CredentialBurst)
 	mux := http.NewServeMux()
 	for _, rt := range a.routes() {

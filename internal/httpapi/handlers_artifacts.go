@@ -11,7 +11,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // ---- views ----
@@ -142,7 +141,7 @@ type artifactView struct {
 	UpdatedAt          string                     `json:"updated_at"`
 }
 
-func viewArtifact(a store.AppArtifact) artifactView {
+func viewArtifact(a artifacts.AppArtifact) artifactView {
 	next := artifacts.NextStates(a.LifecycleState)
 	if !a.RevokedAt.IsZero() || next == nil {
 		next = []artifacts.LifecycleState{}
@@ -167,7 +166,7 @@ type signingKeyView struct {
 	CreatedAt   string `json:"created_at"`
 }
 
-func viewSigningKey(k store.ArtifactSigningKey) signingKeyView {
+func viewSigningKey(k artifacts.ArtifactSigningKey) signingKeyView {
 	return signingKeyView{ID: k.ID, ProjectID: k.ProjectID, Name: k.Name, Algorithm: k.Algorithm, PublicKey: k.PublicKey,
 		Fingerprint: k.Fingerprint, CreatedAt: rfc3339(k.CreatedAt)}
 }
@@ -270,7 +269,7 @@ func (a *API) listArtifacts(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	f := store.AppArtifactFilter{AppSlug: q.Get("app_slug"), AppVersion: q.Get("app_version"), ArtifactName: q.Get("artifact_name"),
+	f := artifacts.AppArtifactFilter{AppSlug: q.Get("app_slug"), AppVersion: q.Get("app_version"), ArtifactName: q.Get("artifact_name"),
 		LifecycleState: artifacts.LifecycleState(q.Get("state")), TrustState: artifacts.TrustState(q.Get("trust_state"))}
 	arts, next, err := a.Artifacts.List(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), f, pg)
 	if err != nil {
@@ -290,7 +289,7 @@ func (a *API) getArtifact(w http.ResponseWriter, r *http.Request) error {
 }
 
 // artifactMove is a lifecycle method of the service, e.g. (*artifacts.Service).Promote.
-type artifactMove func(s *artifacts.Service, ctx context.Context, g *iam.Grants, projectID, artifactID string, in artifacts.TransitionInput) (store.AppArtifact, error)
+type artifactMove func(s *artifacts.Service, ctx context.Context, g *iam.Grants, projectID, artifactID string, in artifacts.TransitionInput) (artifacts.AppArtifact, error)
 
 // transitionArtifact serves promote, revoke, deprecate and retire.
 func (a *API) transitionArtifact(move artifactMove) func(http.ResponseWriter, *http.Request) error {

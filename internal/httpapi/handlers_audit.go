@@ -6,7 +6,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // listAudit serves the audit log to admins: platform admins see everything;
@@ -15,7 +15,7 @@ func (a *API) listAudit(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	g := grantsFrom(ctx)
 	qv := r.URL.Query()
-	f := store.AuditFilter{
+	f := storage.AuditFilter{
 		OrgID: qv.Get("org_id"), ProjectID: qv.Get("project_id"), ActorID: qv.Get("actor_id"), Action: qv.Get("action"),
 		ResourceType: qv.Get("resource_type"), ResourceID: qv.Get("resource_id"), CorrelationID: qv.Get("correlation_id"), Outcome: qv.Get("outcome"),
 	}
@@ -38,7 +38,7 @@ func (a *API) listAudit(w http.ResponseWriter, r *http.Request) error {
 		if f.OrgID != "" && f.OrgID != p.OrgID {
 			// Both filters given and they disagree: the intersection is
 			// empty, not the project's whole org.
-			writeJSON(w, http.StatusOK, mapList([]store.AuditEvent{}, "", viewAudit))
+			writeJSON(w, http.StatusOK, mapList([]storage.AuditEvent{}, "", viewAudit))
 			return nil
 		}
 		f.OrgID = p.OrgID
@@ -53,7 +53,7 @@ func (a *API) listAudit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	evs, next, err := a.DB.Queries().ListAudit(ctx, f, pg)
+	evs, next, err := a.Store.Read().ListAudit(ctx, f, pg)
 	if err != nil {
 		return err
 	}

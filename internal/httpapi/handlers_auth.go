@@ -16,9 +16,9 @@ func (a *API) healthz(w http.ResponseWriter, r *http.Request) error {
 func (a *API) readyz(w http.ResponseWriter, r *http.Request) error {
 	checks := map[string]string{"database": "ok", "migrations": "ok"}
 	status := http.StatusOK
-	if err := a.DB.Ping(r.Context()); err != nil {
+	if err := a.Health.Ping(r.Context()); err != nil {
 		checks["database"], status = "unreachable", http.StatusServiceUnavailable
-	} else if err := a.DB.CheckSchema(r.Context()); err != nil {
+	} else if err := a.Health.CheckSchema(r.Context()); err != nil {
 		checks["migrations"], status = err.Error(), http.StatusServiceUnavailable
 	}
 	state := "ready"
@@ -75,7 +75,7 @@ type meView struct {
 
 func (a *API) me(w http.ResponseWriter, r *http.Request) error {
 	p := principal.From(r.Context())
-	bs, err := a.DB.Queries().BindingsOfPrincipal(r.Context(), string(p.Type), p.ID)
+	bs, err := a.Store.Read().BindingsOfPrincipal(r.Context(), string(p.Type), p.ID)
 	if err != nil {
 		return err
 	}

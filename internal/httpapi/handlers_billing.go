@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // usageMaxBody admits a full batch of usage events (10,000 small events).
@@ -173,7 +173,7 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
 			"start_time", "end_time", "event_source", "event_id", "recorded_at"}
 		// The scope is checked once, on the first page; an empty
 		// export still fails loudly for a scope the caller cannot read.
-		first, next, err := svc.ListUsage(ctx, g, qy, store.Page{Limit: store.MaxPageLimit})
+		first, next, err := svc.ListUsage(ctx, g, qy, storage.Page{Limit: storage.MaxPageLimit})
 		if err != nil {
 			return err
 		}
@@ -192,7 +192,7 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
 				if next == "" || n >= csvExportMax {
 					return nil
 				}
-				if recs, next, err = svc.ListUsage(ctx, g, qy, store.Page{Limit: store.MaxPageLimit, Cursor: next}); err != nil {
+				if recs, next, err = svc.ListUsage(ctx, g, qy, storage.Page{Limit: storage.MaxPageLimit, Cursor: next}); err != nil {
 					return err
 				}
 			}
@@ -246,7 +246,7 @@ func (a *API) listLedger(w http.ResponseWriter, r *http.Request) error {
 		cols := []string{"id", "org_id", "project_id", "entry_type", "usage_record_id", "corrects_entry_id", "app_instance_id",
 			"usage_source", "usage_unit", "sku", "meter", "quantity", "price_id", "unit_price_micros", "per_quantity",
 			"amount_micros", "currency", "reason", "usage_time", "created_by", "created_at"}
-		first, next, err := svc.ListLedger(ctx, g, qy, store.Page{Limit: store.MaxPageLimit})
+		first, next, err := svc.ListLedger(ctx, g, qy, storage.Page{Limit: storage.MaxPageLimit})
 		if err != nil {
 			return err
 		}
@@ -265,7 +265,7 @@ func (a *API) listLedger(w http.ResponseWriter, r *http.Request) error {
 				if next == "" || n >= csvExportMax {
 					return nil
 				}
-				if es, next, err = svc.ListLedger(ctx, g, qy, store.Page{Limit: store.MaxPageLimit, Cursor: next}); err != nil {
+				if es, next, err = svc.ListLedger(ctx, g, qy, storage.Page{Limit: storage.MaxPageLimit, Cursor: next}); err != nil {
 					return err
 				}
 			}
@@ -291,7 +291,7 @@ func (a *API) listLedger(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func viewTotals(gs []store.LedgerGroup) []ledgerTotalView {
+func viewTotals(gs []billing.LedgerGroup) []ledgerTotalView {
 	out := make([]ledgerTotalView, 0, len(gs))
 	for _, g := range gs {
 		out = append(out, ledgerTotalView{Currency: g.Currency, AmountMicros: g.AmountMicros, Entries: g.Entries})

@@ -13,7 +13,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/manifest"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // registerManifest takes the manifest package itself as the body: JSON
@@ -225,7 +224,7 @@ func catalogStrings(s []string) []string {
 	return s
 }
 
-func viewApp(a store.App) appView {
+func viewApp(a catalog.App) appView {
 	m := catalog.AppMetadata(a)
 	return appView{ID: a.ID, Slug: a.Slug, DisplayName: a.DisplayName, Description: a.Description, Category: a.Category,
 		RuntimeBackend: a.RuntimeBackend,
@@ -250,7 +249,7 @@ type appVersionView struct {
 	RetiredAt      string          `json:"retired_at,omitempty"`
 }
 
-func viewAppVersion(v store.AppVersion) appVersionView {
+func viewAppVersion(v catalog.AppVersion) appVersionView {
 	return appVersionView{ID: v.ID, AppSlug: v.AppSlug, Version: v.Version, Status: string(v.Status), RuntimeBackend: v.RuntimeBackend,
 		Digest: v.Digest, Manifest: rawOrNull(v.Manifest), SubmittedBy: v.SubmittedBy, StatusReason: v.StatusReason,
 		CreatedAt: rfc3339(v.CreatedAt), UpdatedAt: rfc3339(v.UpdatedAt), PublishedAt: rfc3339(v.PublishedAt),
@@ -291,7 +290,7 @@ type entitlementView struct {
 	UpdatedAt       string              `json:"updated_at"`
 }
 
-func viewEntitlement(e store.AppEntitlement) entitlementView {
+func viewEntitlement(e catalog.AppEntitlement) entitlementView {
 	o := catalog.OverridesOf(e)
 	return entitlementView{ID: e.ID, ProjectID: e.ProjectID, AppSlug: e.AppSlug, Enabled: e.Enabled,
 		PolicyOverrides: policyOverridesView{AllowedOperatingModes: catalogStrings(o.AllowedOperatingModes),

@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 type eventScope int
@@ -28,10 +29,10 @@ const (
 // eventFilter authorizes the caller for the scope in the path and reads the
 // filters: type (a prefix such as apps.artifact.), subject, since, until.
 // A caller without events.read there is answered like a missing resource.
-func (a *API) eventFilter(r *http.Request, sc eventScope) (store.EventFilter, error) {
+func (a *API) eventFilter(r *http.Request, sc eventScope) (events.EventFilter, error) {
 	ctx := r.Context()
 	g := grantsFrom(ctx)
-	var f store.EventFilter
+	var f events.EventFilter
 	switch sc {
 	case scopeProject:
 		p, err := a.IAM.Project(ctx, g, r.PathValue("project_id"), iam.PermEventsRead)
@@ -90,7 +91,7 @@ func (a *API) listEvents(sc eventScope) func(http.ResponseWriter, *http.Request)
 		}
 		limit := pg.Limit
 		if limit == 0 {
-			limit = store.DefaultPageLimit
+			limit = storage.DefaultPageLimit
 		}
 		items, next, err := a.Events.List(r.Context(), f, after, limit)
 		if err != nil {
@@ -188,7 +189,7 @@ func (a *API) streamAccess(r *http.Request, sc eventScope) events.Access {
 		if err != nil {
 			return revokedBy(err)
 		}
-		g, err := iam.LoadGrants(ctx, a.DB.Queries(), p)
+		g, err := iam.LoadGrants(ctx, a.Store.Read(), p)
 		if err != nil {
 			return err
 		}
@@ -265,13 +266,13 @@ func (a *API) republishEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	res := events.RepublishResult{FromSequence: from}
-	err = a.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = a.Store.Mutate(ctx, func(tx Tx) error {
 		if from > 0 {
 			if res.Events, err = tx.RequeueEvents(ctx, from); err != nil {
 				return err
 			}
 		}
-		return tx.Audit(store.AuditEvent{Action: "events.republish", ResourceType: "event", ResourceID: strconv.FormatInt(from, 10),
+		return tx.Audit(storage.AuditEvent{Action: "events.republish", ResourceType: "event", ResourceID: strconv.FormatInt(from, 10),
 			Reason: req.Reason}, nil, map[string]any{"since": req.Since, "from_sequence": from, "events": res.Events})
 	})
 	if err != nil {
@@ -301,11 +302,11 @@ func (a *API) listParkedEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	items, next, err := events.ListParked(ctx, a.DB.Queries(), pg)
+	items, next, err := events.ListParked(ctx, a.Store.Read(), pg)
 	if err != nil {
 		return err
 	}
-	counts, err := a.DB.Queries().ParkedEventCounts(ctx)
+	counts, err := a.Store.Read().ParkedEventCounts(ctx)
 	if err != nil {
 		return err
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/nodes"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 type joinTokenView struct {
@@ -46,7 +45,7 @@ type nodeView struct {
 	UpdatedAt       string          `json:"updated_at"`
 }
 
-func viewNode(n store.Node) nodeView {
+func viewNode(n nodes.Node) nodeView {
 	return nodeView{ID: n.ID, Name: n.Name, State: string(n.State), KeyID: n.KeyID, GPUCount: n.GPUCount, FreeGPUs: n.FreeGPUs, GPUModel: n.GPUModel,
 		LiveAllocations: n.LiveAllocations, InventoryDigest: n.InventoryDigest, LastHeartbeatAt: rfc3339(n.LastHeartbeatAt),
 		StateChangedAt: rfc3339(n.StateChangedAt), CreatedAt: rfc3339(n.CreatedAt), UpdatedAt: rfc3339(n.UpdatedAt)}
@@ -77,7 +76,7 @@ type allocationView struct {
 	ReleasedAt *string  `json:"released_at"`
 }
 
-func viewAllocation(a store.Allocation) allocationView {
+func viewAllocation(a nodes.Allocation) allocationView {
 	v := allocationView{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, NodeID: a.NodeID, Shape: a.Shape, SKU: a.SKU, GPUCount: a.GPUCount,
 		GPUUUIDs: a.GPUUUIDs, State: string(a.State), CreatedAt: rfc3339(a.CreatedAt), UpdatedAt: rfc3339(a.UpdatedAt)}
 	if !a.ReleasedAt.IsZero() {
@@ -262,7 +261,7 @@ func (a *API) listAllAllocations(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	q := r.URL.Query()
-	f := store.AllocationFilter{ProjectID: q.Get("project_id"), NodeID: q.Get("node_id"), State: nodes.AllocationState(q.Get("state"))}
+	f := nodes.AllocationFilter{ProjectID: q.Get("project_id"), NodeID: q.Get("node_id"), State: nodes.AllocationState(q.Get("state"))}
 	as, next, err := a.Nodes.ListAllocations(r.Context(), grantsFrom(r.Context()), f, pg)
 	if err != nil {
 		return err

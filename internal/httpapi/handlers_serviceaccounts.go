@@ -9,7 +9,6 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // tokenRequestMaxBody bounds a token request: an assertion is a few hundred
@@ -48,7 +47,7 @@ type issuedKeyView struct {
 	TokenURL      string `json:"token_url"`
 }
 
-func viewServiceAccountKey(k store.ServiceAccountKey, now time.Time) serviceAccountKeyView {
+func viewServiceAccountKey(k serviceaccounts.ServiceAccountKey, now time.Time) serviceAccountKeyView {
 	v := serviceAccountKeyView{KeyID: k.ID, Algorithm: k.Algorithm, PublicKeyPEM: k.PublicKey, Status: "active", CreatedAt: rfc3339(k.CreatedAt)}
 	if !k.ExpiresAt.IsZero() {
 		e := rfc3339(k.ExpiresAt)
@@ -169,7 +168,7 @@ func (a *API) serviceAccountToken(w http.ResponseWriter, r *http.Request) error 
 	f, err := readTokenRequest(r)
 	if err != nil {
 		if e, ok := errdefs.As(err); ok {
-			a.SA.RefuseExchange(r.Context(), store.ServiceAccount{ID: f["service_account_id"]}, e.Code)
+			a.SA.RefuseExchange(r.Context(), serviceaccounts.ServiceAccount{ID: f["service_account_id"]}, e.Code)
 		}
 		return err
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/events"
@@ -180,7 +181,7 @@ func (a *API) authenticate(r *http.Request, rt route) (context.Context, error) {
 		s.expires = claims.ExpiresAt.Time
 	}
 	ctx = context.WithValue(principal.With(ctx, p), sessionKey, s)
-	g, err := iam.LoadGrants(ctx, a.DB.Queries(), p)
+	g, err := iam.LoadGrants(ctx, a.Store.Read(), p)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +219,7 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 	hash := RequestHash(r.Method, r.URL.Path, body)
 	claim := storage.IdempotencyClaim{Principal: principal.From(ctx).Key(), Key: key, ClaimID: uuid.NewString()}
 	now := time.Now()
-	q := a.DB.Queries()
+	q := a.Store.Read()
 	err = q.ClaimIdempotencyKey(ctx, storage.IdempotencyRecord{Principal: claim.Principal, Key: key, Method: r.Method, Path: r.URL.Path,
 		RequestHash: hash, CreatedAt: now, ExpiresAt: now.Add(a.IdempotencyTTL), ClaimID: claim.ClaimID})
 	if errors.Is(err, storage.ErrAlreadyExists) {

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // JSON views of stored records: field names are the API contract's.
@@ -26,7 +27,7 @@ type orgView struct {
 	CreatedAt string `json:"created_at"`
 }
 
-func viewOrg(o store.Org) orgView {
+func viewOrg(o iam.Org) orgView {
 	return orgView{ID: o.ID, Slug: o.Slug, Name: o.Name, CreatedAt: rfc3339(o.CreatedAt)}
 }
 
@@ -39,7 +40,7 @@ type projectView struct {
 	CreatedAt   string `json:"created_at"`
 }
 
-func viewProject(p store.Project) projectView {
+func viewProject(p iam.Project) projectView {
 	return projectView{ID: p.ID, OrgID: p.OrgID, Slug: p.Slug, Name: p.Name, Description: p.Description, CreatedAt: rfc3339(p.CreatedAt)}
 }
 
@@ -53,7 +54,7 @@ type bindingView struct {
 	CreatedAt     string `json:"created_at"`
 }
 
-func viewBinding(b store.RoleBinding) bindingView {
+func viewBinding(b iam.RoleBinding) bindingView {
 	return bindingView{ID: b.ID, PrincipalType: b.PrincipalType, PrincipalID: b.PrincipalID, Role: b.Role,
 		ScopeType: b.ScopeType, ScopeID: b.ScopeID, CreatedAt: rfc3339(b.CreatedAt)}
 }
@@ -82,7 +83,7 @@ func rawOrNull(b []byte) json.RawMessage {
 	return b
 }
 
-func viewAudit(e store.AuditEvent) auditView {
+func viewAudit(e storage.AuditEvent) auditView {
 	return auditView{ID: e.ID, OccurredAt: rfc3339(e.OccurredAt), ActorType: e.ActorType, ActorID: e.ActorID, OrgID: e.OrgID,
 		ProjectID: e.ProjectID, Action: e.Action, ResourceType: e.ResourceType, ResourceID: e.ResourceID,
 		Before: rawOrNull(e.Before), After: rawOrNull(e.After), Reason: e.Reason, CorrelationID: e.CorrelationID, Outcome: e.Outcome}
@@ -103,12 +104,12 @@ func mapList[S, T any](items []S, next string, f func(S) T) list[T] {
 }
 
 // page reads the limit and cursor query parameters.
-func page(r *http.Request) (store.Page, error) {
-	p := store.Page{Cursor: r.URL.Query().Get("cursor")}
+func page(r *http.Request) (storage.Page, error) {
+	p := storage.Page{Cursor: r.URL.Query().Get("cursor")}
 	if l := r.URL.Query().Get("limit"); l != "" {
 		n, err := strconv.Atoi(l)
-		if err != nil || n < 1 || n > store.MaxPageLimit {
-			return p, errdefs.Invalid("invalid_limit", "limit must be an integer from 1 to %d", store.MaxPageLimit)
+		if err != nil || n < 1 || n > storage.MaxPageLimit {
+			return p, errdefs.Invalid("invalid_limit", "limit must be an integer from 1 to %d", storage.MaxPageLimit)
 		}
 		p.Limit = n
 	}

@@ -157,8 +157,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	a.Nodes.SetLaunchGate(a.billing.svc)
 	a.Instances.SetLaunchGate(a.billing.svc)
 	a.Workers = append(a.Workers, a.billing.meter, a.billing.rating)
+	// The edge is not a domain, so store does not name it: NewPort checks
+	// here, at start, that the store implements what the edge declares.
 	a.API = &httpapi.API{
-		DB: db, IAM: svc, Tokens: tokens, Logger: logger,
+		Store: store.NewPort[httpapi.Tx, httpapi.Queries](db), Health: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst, StreamTimeout: cfg.StreamTimeout,
 		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, RelayKick: func() { wake.Notify(wakeup.EventsCommitted) }, WebSocketOrigins: cfg.Events.WebSocketOrigins, Billing: a.billing.svc,
