@@ -27,7 +27,7 @@ type operationView struct {
 }
 
 func viewOperation(o store.InstanceOperation) operationView {
-	return operationView{ID: o.ID, AppInstanceID: o.InstanceID, ProjectID: o.ProjectID, Kind: o.Kind, State: o.State,
+	return operationView{ID: o.ID, AppInstanceID: o.InstanceID, ProjectID: o.ProjectID, Kind: string(o.Kind), State: string(o.State),
 		Description: o.Description, ReasonCode: o.ReasonCode, FromVersion: o.FromVersion, TargetVersion: o.TargetVersion,
 		CorrelationID: o.CorrelationID, CreatedAt: rfc3339(o.CreatedAt), UpdatedAt: rfc3339(o.UpdatedAt), CompletedAt: rfc3339(o.CompletedAt)}
 }
@@ -81,7 +81,7 @@ func nullIfEmpty(b []byte) json.RawMessage {
 func viewInstance(i store.AppInstance) instanceView {
 	doc := instances.EffectiveOf(i)
 	v := instanceView{ID: i.ID, OrgID: i.OrgID, ProjectID: i.ProjectID, AppSlug: i.AppSlug, Version: i.Version, Digest: i.Digest,
-		DisplayName: i.DisplayName, Status: i.Status, ReasonCode: i.ReasonCode, ReasonMessage: i.ReasonMessage,
+		DisplayName: i.DisplayName, Status: string(i.Status), ReasonCode: i.ReasonCode, ReasonMessage: i.ReasonMessage,
 		OperatingMode: i.OperatingMode, ControlPlaneScope: i.ControlPlaneScope, RuntimeBackend: i.RuntimeBackend,
 		TenantBoundaryMode: i.TenantBoundaryMode, Resources: doc.Effective.Resources, Config: nullIfEmpty(doc.Effective.Config),
 		PlacementIntent: nullIfEmpty(doc.Effective.PlacementIntent), Parameters: nullIfEmpty(doc.Effective.Parameters),
@@ -137,7 +137,7 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	is, next, err := svc.List(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.URL.Query().Get("status"), p)
+	is, next, err := svc.List(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), instances.InstanceStatus(r.URL.Query().Get("status")), p)
 	if err != nil {
 		return err
 	}
@@ -258,7 +258,7 @@ func (a *API) listInstanceMembers(w http.ResponseWriter, r *http.Request) error 
 		if ids == nil {
 			ids = []string{}
 		}
-		return instanceMemberView{ID: m.ID, AllocationID: m.AllocationID, NodeID: m.NodeID, Role: m.Role, Status: m.Status,
+		return instanceMemberView{ID: m.ID, AllocationID: m.AllocationID, NodeID: m.NodeID, Role: m.Role, Status: string(m.Status),
 			Version: m.Version, Digest: m.Digest, WorkloadName: m.WorkloadName, ContainerIDs: ids,
 			CreatedAt: rfc3339(m.CreatedAt), UpdatedAt: rfc3339(m.UpdatedAt)}
 	}))
@@ -281,7 +281,7 @@ func (a *API) instanceLogs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, instanceLogsView{AppInstanceID: inst.ID, Status: inst.Status, ReasonCode: inst.ReasonCode, Lines: lines})
+	writeJSON(w, http.StatusOK, instanceLogsView{AppInstanceID: inst.ID, Status: string(inst.Status), ReasonCode: inst.ReasonCode, Lines: lines})
 	return nil
 }
 

@@ -3,23 +3,24 @@ package instances
 import (
 	"context"
 
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // LaunchGate refuses an app instance launch once its project has used up
 // its spend budget. The billing domain implements it (issue 13). It runs in
 // the transaction that records the instance, before the row is written: a
-// refusal leaves nothing behind.
+// refusal leaves nothing behind. tx is that transaction; nil when a launch
+// preview checks outside any.
 type LaunchGate interface {
-	CheckInstance(ctx context.Context, q *store.Queries, projectID, appSlug string) error
+	CheckInstance(ctx context.Context, tx storage.Tx, projectID, appSlug string) error
 }
 
 // SetLaunchGate installs the gate (call before serving).
 func (s *Service) SetLaunchGate(g LaunchGate) { s.launchGate = g }
 
-func (s *Service) checkLaunch(ctx context.Context, q *store.Queries, projectID, appSlug string) error {
+func (s *Service) checkLaunch(ctx context.Context, tx storage.Tx, projectID, appSlug string) error {
 	if s.launchGate == nil {
 		return nil
 	}
-	return s.launchGate.CheckInstance(ctx, q, projectID, appSlug)
+	return s.launchGate.CheckInstance(ctx, tx, projectID, appSlug)
 }
