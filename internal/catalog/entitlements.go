@@ -168,7 +168,7 @@ func (s *Service) checkOverrides(ctx context.Context, q Queries, app App, o Enti
 // instances only), and ResolveLaunch must accept the request under the
 // entitlement's overrides. It reads through q so instance creation can call
 // it inside its own transaction.
-func ResolveForProject(ctx context.Context, q Queries, project iam.Project, appSlug, version string, req LaunchRequest) (Effective, AppVersion, error) {
+func ResolveForProject(ctx context.Context, q LaunchReader, project iam.Project, appSlug, version string, req LaunchRequest) (Effective, AppVersion, error) {
 	if _, err := q.GetAppBySlug(ctx, appSlug); errors.Is(err, storage.ErrNotFound) {
 		return Effective{}, AppVersion{}, errAppNotFound(appSlug)
 	} else if err != nil {

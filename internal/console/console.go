@@ -30,7 +30,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/iam"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 //go:embed templates/*.html static/*
@@ -43,10 +43,23 @@ const SessionCookie = "gpuaas_session"
 // session yet to hold it).
 const loginCSRFCookie = "gpuaas_login_csrf"
 
+// ConsoleSession is one signed-in browser of the web console. IDHash is the
+// SHA-256 of the cookie's value; the value itself is never stored.
+type ConsoleSession struct {
+	IDHash     string
+	UserID     string
+	CSRFToken  string
+	ProjectID  string // the project the person works in
+	CreatedAt  time.Time
+	LastSeenAt time.Time
+	ExpiresAt  time.Time // absolute end
+	EndedAt    time.Time // zero while the session lives
+}
+
 // Sessions is the storage the console's sessions live in.
 type Sessions interface {
-	InsertConsoleSession(ctx context.Context, s store.ConsoleSession) error
-	GetConsoleSession(ctx context.Context, idHash string) (store.ConsoleSession, error)
+	InsertConsoleSession(ctx context.Context, s ConsoleSession) error
+	GetConsoleSession(ctx context.Context, idHash string) (ConsoleSession, error)
 	TouchConsoleSession(ctx context.Context, idHash string, at time.Time) error
 	SetConsoleSessionProject(ctx context.Context, idHash, projectID string) error
 	EndConsoleSession(ctx context.Context, idHash string, at time.Time) error
@@ -248,7 +261,7 @@ func (t inProcess) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // token returns a live access token for the session, minting one when the
 // cached one is near its end.
-func (c *Console) token(ctx context.Context, s store.ConsoleSession) (string, error) {
+func (c *Console) token(ctx context.Context, s ConsoleSession) (string, error) {
 	if v, ok := c.tokens.Load(s.IDHash); ok {
 		m := v.(mintedToken)
 		if c.cfg.Now().Add(time.Minute).Before(m.expires) {
@@ -267,13 +280,13 @@ func (c *Console) token(ctx context.Context, s store.ConsoleSession) (string, er
 var errNoSession = errors.New("no session")
 
 // session resolves the request's live session, sliding its idle expiry.
-func (c *Console) session(r *http.Request) (store.ConsoleSession, error) {
+func (c *Console) session(r *http.Request) (ConsoleSession, error) {
 	ck, err := r.Cookie(SessionCookie)
 	if err != nil || ck.Value == "" {
-		return store.ConsoleSession{}, errNoSession
+		return ConsoleSession{}, errNoSession
 	}
 	s, err := c.cfg.Sessions.GetConsoleSession(r.Context(), hashID(ck.Value))
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, storage.ErrNotFound) {
 		return s, errNoSession
 	}
 	if err != nil {

@@ -9,13 +9,12 @@ import (
 	"strings"
 
 	"github.com/gpuaas/gpuaas/client"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // req is one signed-in request: its session, the API as that person, and
 // what the layout shows.
 type req struct {
-	s    store.ConsoleSession
+	s    ConsoleSession
 	api  *client.Client
 	view *sessionView
 }
@@ -202,7 +201,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	}
 	id := randomToken()
 	now := c.cfg.Now().UTC()
-	s := store.ConsoleSession{IDHash: hashID(id), UserID: me.ID, CSRFToken: randomToken(), CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(c.cfg.MaxAge)}
+	s := ConsoleSession{IDHash: hashID(id), UserID: me.ID, CSRFToken: randomToken(), CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(c.cfg.MaxAge)}
 	if err := c.cfg.Sessions.InsertConsoleSession(r.Context(), s); err != nil {
 		c.fail(w, r, err)
 		return

@@ -245,7 +245,7 @@ type listData struct {
 	Items    []client.AppInstance
 	Status   string
 	Next     string
-	Statuses []string
+	Statuses []instances.InstanceStatus
 }
 
 func (c *Console) instanceList(w http.ResponseWriter, r *http.Request, q *req) {

@@ -8,28 +8,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // memSessions keeps sessions in memory: this tests the console's session
 // rules alone (the store's queries have their own test on both dialects).
 type memSessions struct {
 	mu sync.Mutex
-	m  map[string]store.ConsoleSession
+	m  map[string]ConsoleSession
 }
 
-func (s *memSessions) InsertConsoleSession(_ context.Context, x store.ConsoleSession) error {
+func (s *memSessions) InsertConsoleSession(_ context.Context, x ConsoleSession) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[x.IDHash] = x
 	return nil
 }
-func (s *memSessions) GetConsoleSession(_ context.Context, h string) (store.ConsoleSession, error) {
+func (s *memSessions) GetConsoleSession(_ context.Context, h string) (ConsoleSession, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	x, ok := s.m[h]
 	if !ok {
-		return x, store.ErrNotFound
+		return x, storage.ErrNotFound
 	}
 	return x, nil
 }
@@ -53,13 +53,13 @@ func (s *memSessions) EndConsoleSession(_ context.Context, h string, at time.Tim
 
 func TestSessionsEndWhenIdleAndAtTheirMaxAge(t *testing.T) {
 	now := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
-	sessions := &memSessions{m: map[string]store.ConsoleSession{}}
+	sessions := &memSessions{m: map[string]ConsoleSession{}}
 	c, err := New(Config{API: http.NotFoundHandler(), Sessions: sessions, PublicURL: func() string { return "http://x" },
 		IdleTimeout: 30 * time.Minute, MaxAge: 2 * time.Hour, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = sessions.InsertConsoleSession(context.Background(), store.ConsoleSession{IDHash: hashID("cookie"), UserID: "u",
+	_ = sessions.InsertConsoleSession(context.Background(), ConsoleSession{IDHash: hashID("cookie"), UserID: "u",
 		CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(2 * time.Hour)})
 	alive := func() bool {
 		r := httptest.NewRequest("GET", "/", nil)
@@ -80,14 +80,14 @@ func TestSessionsEndWhenIdleAndAtTheirMaxAge(t *testing.T) {
 		t.Error("a session outlived its max age")
 	}
 	// Idle past the timeout: over.
-	_ = sessions.InsertConsoleSession(context.Background(), store.ConsoleSession{IDHash: hashID("cookie"), UserID: "u",
+	_ = sessions.InsertConsoleSession(context.Background(), ConsoleSession{IDHash: hashID("cookie"), UserID: "u",
 		CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(2 * time.Hour)})
 	now = now.Add(31 * time.Minute)
 	if alive() {
 		t.Error("a session idle for 31 minutes is still alive")
 	}
 	// Signed out: over, whatever the clock says.
-	_ = sessions.InsertConsoleSession(context.Background(), store.ConsoleSession{IDHash: hashID("cookie"), UserID: "u",
+	_ = sessions.InsertConsoleSession(context.Background(), ConsoleSession{IDHash: hashID("cookie"), UserID: "u",
 		CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(2 * time.Hour)})
 	_ = sessions.EndConsoleSession(context.Background(), hashID("cookie"), now)
 	if alive() {

@@ -7,7 +7,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/instances"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 type operationView struct {
@@ -26,8 +25,8 @@ type operationView struct {
 	CompletedAt   string `json:"completed_at,omitempty"`
 }
 
-func viewOperation(o store.InstanceOperation) operationView {
-	return operationView{ID: o.ID, AppInstanceID: o.InstanceID, ProjectID: o.ProjectID, Kind: o.Kind, State: o.State,
+func viewOperation(o instances.InstanceOperation) operationView {
+	return operationView{ID: o.ID, AppInstanceID: o.InstanceID, ProjectID: o.ProjectID, Kind: string(o.Kind), State: string(o.State),
 		Description: o.Description, ReasonCode: o.ReasonCode, FromVersion: o.FromVersion, TargetVersion: o.TargetVersion,
 		CorrelationID: o.CorrelationID, CreatedAt: rfc3339(o.CreatedAt), UpdatedAt: rfc3339(o.UpdatedAt), CompletedAt: rfc3339(o.CompletedAt)}
 }
@@ -78,10 +77,10 @@ func nullIfEmpty(b []byte) json.RawMessage {
 	return b
 }
 
-func viewInstance(i store.AppInstance) instanceView {
+func viewInstance(i instances.AppInstance) instanceView {
 	doc := instances.EffectiveOf(i)
 	v := instanceView{ID: i.ID, OrgID: i.OrgID, ProjectID: i.ProjectID, AppSlug: i.AppSlug, Version: i.Version, Digest: i.Digest,
-		DisplayName: i.DisplayName, Status: i.Status, ReasonCode: i.ReasonCode, ReasonMessage: i.ReasonMessage,
+		DisplayName: i.DisplayName, Status: string(i.Status), ReasonCode: i.ReasonCode, ReasonMessage: i.ReasonMessage,
 		OperatingMode: i.OperatingMode, ControlPlaneScope: i.ControlPlaneScope, RuntimeBackend: i.RuntimeBackend,
 		TenantBoundaryMode: i.TenantBoundaryMode, Resources: doc.Effective.Resources, Config: nullIfEmpty(doc.Effective.Config),
 		PlacementIntent: nullIfEmpty(doc.Effective.PlacementIntent), Parameters: nullIfEmpty(doc.Effective.Parameters),
@@ -96,7 +95,7 @@ func viewInstance(i store.AppInstance) instanceView {
 
 // accepted answers a lifecycle request: 202, the instance, and the
 // operation to poll (also in Location).
-func accepted(w http.ResponseWriter, inst store.AppInstance, op store.InstanceOperation) {
+func accepted(w http.ResponseWriter, inst instances.AppInstance, op instances.InstanceOperation) {
 	v := viewInstance(inst)
 	ov := viewOperation(op)
 	v.OperationID, v.Operation = op.ID, &ov
@@ -137,7 +136,7 @@ func (a *API) listInstances(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	is, next, err := svc.List(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.URL.Query().Get("status"), p)
+	is, next, err := svc.List(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), instances.InstanceStatus(r.URL.Query().Get("status")), p)
 	if err != nil {
 		return err
 	}
@@ -218,7 +217,7 @@ func (a *API) listInstanceEvents(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, mapList(es, next, func(e store.InstanceEvent) instanceEventView {
+	writeJSON(w, http.StatusOK, mapList(es, next, func(e instances.InstanceEvent) instanceEventView {
 		return instanceEventView{ID: e.ID, AppInstanceID: e.InstanceID, EventType: e.EventType, Status: e.Status, OperationID: e.OperationID,
 			CorrelationID: e.CorrelationID, Payload: nullIfEmpty(e.Payload), OccurredAt: rfc3339(e.OccurredAt)}
 	}))
@@ -252,13 +251,13 @@ func (a *API) listInstanceMembers(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, mapList(ms, next, func(m store.InstanceMember) instanceMemberView {
+	writeJSON(w, http.StatusOK, mapList(ms, next, func(m instances.InstanceMember) instanceMemberView {
 		ids := []string{}
 		_ = json.Unmarshal(m.ContainerIDs, &ids)
 		if ids == nil {
 			ids = []string{}
 		}
-		return instanceMemberView{ID: m.ID, AllocationID: m.AllocationID, NodeID: m.NodeID, Role: m.Role, Status: m.Status,
+		return instanceMemberView{ID: m.ID, AllocationID: m.AllocationID, NodeID: m.NodeID, Role: m.Role, Status: string(m.Status),
 			Version: m.Version, Digest: m.Digest, WorkloadName: m.WorkloadName, ContainerIDs: ids,
 			CreatedAt: rfc3339(m.CreatedAt), UpdatedAt: rfc3339(m.UpdatedAt)}
 	}))
@@ -281,7 +280,7 @@ func (a *API) instanceLogs(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, instanceLogsView{AppInstanceID: inst.ID, Status: inst.Status, ReasonCode: inst.ReasonCode, Lines: lines})
+	writeJSON(w, http.StatusOK, instanceLogsView{AppInstanceID: inst.ID, Status: string(inst.Status), ReasonCode: inst.ReasonCode, Lines: lines})
 	return nil
 }
 

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // VersionInput is the body of upgrade and rollback.
@@ -21,7 +21,7 @@ func errInstanceNotFound(id string) error {
 	return errdefs.NotFound(instanceNotFoundErrorCode, "app instance %q does not exist in this project", id)
 }
 
-func errBusy(inst store.AppInstance) error {
+func errBusy(inst AppInstance) error {
 	return errdefs.Conflict(operationInProgressCode,
 		"app instance %s is %s: operation %s is still in progress; follow it with gpuaas instance get %s --project %s (GET /api/v1/projects/%s/operations/%s) and retry when it ends",
 		inst.ID, inst.Status, inst.CurrentOperationID, inst.ID, inst.ProjectID, inst.ProjectID, inst.CurrentOperationID).
@@ -30,14 +30,14 @@ func errBusy(inst store.AppInstance) error {
 
 // instance resolves a project the caller may act on with perm, and one of
 // its instances; another project's instance is not found.
-func (s *Service) instance(ctx context.Context, g *iam.Grants, projectID, id, perm string) (store.Project, store.AppInstance, error) {
+func (s *Service) instance(ctx context.Context, g *iam.Grants, projectID, id, perm string) (iam.Project, AppInstance, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, perm)
 	if err != nil {
-		return store.Project{}, store.AppInstance{}, err
+		return iam.Project{}, AppInstance{}, err
 	}
-	inst, err := s.DB.Queries().GetAppInstance(ctx, p.ID, id)
-	if errors.Is(err, store.ErrNotFound) {
-		return store.Project{}, store.AppInstance{}, errInstanceNotFound(id)
+	inst, err := s.Store.Read().GetAppInstance(ctx, p.ID, id)
+	if errors.Is(err, storage.ErrNotFound) {
+		return iam.Project{}, AppInstance{}, errInstanceNotFound(id)
 	}
 	return p, inst, err
 }
@@ -45,53 +45,53 @@ func (s *Service) instance(ctx context.Context, g *iam.Grants, projectID, id, pe
 // Upgrade moves a running instance to another published, entitled and
 // compatible version. The worker deploys it health-gated and reverts to
 // the current version if the new one does not become ready.
-func (s *Service) Upgrade(ctx context.Context, g *iam.Grants, projectID, id string, in VersionInput) (store.AppInstance, store.InstanceOperation, error) {
+func (s *Service) Upgrade(ctx context.Context, g *iam.Grants, projectID, id string, in VersionInput) (AppInstance, InstanceOperation, error) {
 	return s.changeVersion(ctx, g, projectID, id, in, OpUpgrade)
 }
 
 // Rollback moves a running instance back to a version it ran
 // before; a deprecated version is allowed, a retired one is not.
-func (s *Service) Rollback(ctx context.Context, g *iam.Grants, projectID, id string, in VersionInput) (store.AppInstance, store.InstanceOperation, error) {
+func (s *Service) Rollback(ctx context.Context, g *iam.Grants, projectID, id string, in VersionInput) (AppInstance, InstanceOperation, error) {
 	return s.changeVersion(ctx, g, projectID, id, in, OpRollback)
 }
 
-func (s *Service) changeVersion(ctx context.Context, g *iam.Grants, projectID, id string, in VersionInput, kind string) (store.AppInstance, store.InstanceOperation, error) {
+func (s *Service) changeVersion(ctx context.Context, g *iam.Grants, projectID, id string, in VersionInput, kind OperationKind) (AppInstance, InstanceOperation, error) {
 	p, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceUpdate)
 	if err != nil {
-		return store.AppInstance{}, store.InstanceOperation{}, err
+		return AppInstance{}, InstanceOperation{}, err
 	}
 	if busy(inst.Status) {
-		return store.AppInstance{}, store.InstanceOperation{}, errBusy(inst)
+		return AppInstance{}, InstanceOperation{}, errBusy(inst)
 	}
 	if inst.Status != StatusRunning {
-		return store.AppInstance{}, store.InstanceOperation{}, errdefs.FailedPrecondition("instance_not_running",
-			"app instance %s is %s; only a running instance can be %sd", inst.ID, inst.Status, strings.ReplaceAll(kind, "rollback", "rolled back"))
+		return AppInstance{}, InstanceOperation{}, errdefs.FailedPrecondition("instance_not_running",
+			"app instance %s is %s; only a running instance can be %sd", inst.ID, inst.Status, strings.ReplaceAll(string(kind), "rollback", "rolled back"))
 	}
 	in.TargetVersion = strings.TrimSpace(in.TargetVersion)
 	if in.TargetVersion == "" {
-		return store.AppInstance{}, store.InstanceOperation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_version", Code: CodeRequired, Message: "is required: the version to move to"}})
+		return AppInstance{}, InstanceOperation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_version", Code: CodeRequired, Message: "is required: the version to move to"}})
 	}
 	if in.TargetVersion == inst.Version {
-		return store.AppInstance{}, store.InstanceOperation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_version", Code: CodeSameVersion,
+		return AppInstance{}, InstanceOperation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_version", Code: CodeSameVersion,
 			Message: fmt.Sprintf("the instance already runs %s", inst.Version)}})
 	}
 	if kind == OpRollback && !ranBefore(inst, in.TargetVersion) {
-		return store.AppInstance{}, store.InstanceOperation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_version", Code: CodeNotAnEarlierVersion,
+		return AppInstance{}, InstanceOperation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_version", Code: CodeNotAnEarlierVersion,
 			Message: fmt.Sprintf("the instance never ran %s; it can roll back to %v", in.TargetVersion, earlierVersions(inst))}})
 	}
 	var doc LaunchDoc
 	if err := json.Unmarshal(inst.Effective, &doc); err != nil {
-		return store.AppInstance{}, store.InstanceOperation{}, err
+		return AppInstance{}, InstanceOperation{}, err
 	}
-	if _, err := s.resolve(ctx, s.DB.Queries(), p, inst.AppSlug, in.TargetVersion, doc.Request, inst.TargetAllocationID, kind == OpRollback); err != nil {
-		return store.AppInstance{}, store.InstanceOperation{}, targetRefusal(err)
+	if _, err := s.resolve(ctx, s.Store.Read(), p, inst.AppSlug, in.TargetVersion, doc.Request, inst.TargetAllocationID, kind == OpRollback); err != nil {
+		return AppInstance{}, InstanceOperation{}, targetRefusal(err)
 	}
 	status, event, verb := StatusUpgrading, EventUpgradeRequested, "upgrade"
 	if kind == OpRollback {
 		status, event, verb = StatusRollingBack, EventRollbackRequested, "roll back"
 	}
 	op := s.newOperation(ctx, inst, kind, inst.Version, in.TargetVersion, fmt.Sprintf("%s %s from %s to %s", verb, inst.AppSlug, inst.Version, in.TargetVersion))
-	out, err := s.begin(ctx, inst, op, status, event, "app_instance."+kind)
+	out, err := s.begin(ctx, inst, op, status, event, "app_instance."+string(kind))
 	return out, op, err
 }
 
@@ -114,7 +114,7 @@ func targetRefusal(err error) error {
 	return err
 }
 
-func ranBefore(inst store.AppInstance, version string) bool {
+func ranBefore(inst AppInstance, version string) bool {
 	for _, h := range history(inst) {
 		if h.Version == version && h.Version != inst.Version {
 			return true
@@ -123,7 +123,7 @@ func ranBefore(inst store.AppInstance, version string) bool {
 	return false
 }
 
-func earlierVersions(inst store.AppInstance) []string {
+func earlierVersions(inst AppInstance) []string {
 	out := []string{}
 	for _, h := range history(inst) {
 		if h.Version != inst.Version && !contains(out, h.Version) {
@@ -133,7 +133,7 @@ func earlierVersions(inst store.AppInstance) []string {
 	return out
 }
 
-func history(inst store.AppInstance) []HistoryEntry {
+func history(inst AppInstance) []HistoryEntry {
 	var h []HistoryEntry
 	_ = json.Unmarshal(inst.History, &h)
 	return h
@@ -143,26 +143,26 @@ func history(inst store.AppInstance) []HistoryEntry {
 // and only marks it decommissioned once the node proves nothing remains.
 // Repeating it is harmless: an instance already decommissioning or
 // decommissioned answers with the operation that does (or did) it.
-func (s *Service) Decommission(ctx context.Context, g *iam.Grants, projectID, id string) (store.AppInstance, store.InstanceOperation, error) {
+func (s *Service) Decommission(ctx context.Context, g *iam.Grants, projectID, id string) (AppInstance, InstanceOperation, error) {
 	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceDelete)
 	if err != nil {
-		return store.AppInstance{}, store.InstanceOperation{}, err
+		return AppInstance{}, InstanceOperation{}, err
 	}
 	switch inst.Status {
 	case StatusDecommissioning, StatusDecommissioned:
-		op, err := s.DB.Queries().GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID)
+		op, err := s.Store.Read().GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID)
 		if err != nil {
 			return inst, op, err
 		}
 		// The repeat changes nothing, but the request is still recorded.
-		err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
-			return tx.Audit(store.AuditEvent{Action: "app_instance.decommission", ResourceType: "app_instance", ResourceID: inst.ID,
-				OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: "already_" + inst.Status}, nil, auditState(inst))
+		err = s.Store.Mutate(ctx, func(tx Tx) error {
+			return tx.Audit(storage.AuditEvent{Action: "app_instance.decommission", ResourceType: "app_instance", ResourceID: inst.ID,
+				OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: "already_" + string(inst.Status)}, nil, auditState(inst))
 		})
 		return inst, op, err
 	}
 	if busy(inst.Status) {
-		return store.AppInstance{}, store.InstanceOperation{}, errBusy(inst)
+		return AppInstance{}, InstanceOperation{}, errBusy(inst)
 	}
 	op := s.newOperation(ctx, inst, OpDecommission, inst.Version, "", fmt.Sprintf("decommission %s %s", inst.AppSlug, inst.Version))
 	out, err := s.begin(ctx, inst, op, StatusDecommissioning, EventDecommissionRequested, "app_instance.decommission")
@@ -172,12 +172,12 @@ func (s *Service) Decommission(ctx context.Context, g *iam.Grants, projectID, id
 // begin records a lifecycle request: the operation, the instance's new
 // status, its event and audit row — refused with 409 if another request
 // won the race for the instance.
-func (s *Service) begin(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, status, event, action string) (store.AppInstance, error) {
+func (s *Service) begin(ctx context.Context, inst AppInstance, op InstanceOperation, status InstanceStatus, event, action string) (AppInstance, error) {
 	before := inst
 	inst.Status, inst.CurrentOperationID, inst.UpdatedAt = status, op.ID, s.Now().UTC()
-	err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.UpdateAppInstance(ctx, inst, before.Status); err != nil {
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, storage.ErrNotFound) {
 				cur, gerr := tx.GetAppInstanceByID(ctx, inst.ID)
 				if gerr != nil {
 					return gerr
@@ -192,11 +192,11 @@ func (s *Service) begin(ctx context.Context, inst store.AppInstance, op store.In
 		if err := s.record(ctx, tx, inst, op, event, nil); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "app_instance", ResourceID: inst.ID,
+		return tx.Audit(storage.AuditEvent{Action: action, ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, auditState(before), auditState(inst))
 	})
 	if err != nil {
-		return store.AppInstance{}, err
+		return AppInstance{}, err
 	}
 	s.kick()
 	return inst, nil

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // CreateInput is the body of POST …/app-instances. Operating mode and
@@ -72,21 +74,21 @@ type HistoryEntry struct {
 // target is a resolved launch of one version onto one allocation: what the
 // worker renders into node tasks.
 type target struct {
-	version    store.AppVersion
+	version    catalog.AppVersion
 	manifest   manifest.Version
 	effective  catalog.Effective
-	artifacts  map[string]store.AppArtifact // by manifest artifact name; runtime.LaunchImage for the profile image
-	digest     string                       // the primary image digest
+	artifacts  map[string]artifacts.AppArtifact // by manifest artifact name; runtime.LaunchImage for the profile image
+	digest     string                           // the primary image digest
 	allocation Allocation
 }
 
 // Create validates a launch and records the instance as requested, with
 // the operation that will drive it; the worker does the rest. Every refusal
 // is a field error.
-func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, in CreateInput) (store.AppInstance, store.InstanceOperation, error) {
+func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, in CreateInput) (AppInstance, InstanceOperation, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, iam.PermInstanceCreate)
 	if err != nil {
-		return store.AppInstance{}, store.InstanceOperation{}, err
+		return AppInstance{}, InstanceOperation{}, err
 	}
 	in.AppSlug, in.Version, in.DisplayName = strings.TrimSpace(in.AppSlug), strings.TrimSpace(in.Version), strings.TrimSpace(in.DisplayName)
 	var fe []errdefs.FieldError
@@ -100,19 +102,19 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 		fe = append(fe, errdefs.FieldError{Field: "/display_name", Code: CodeRequired, Message: fmt.Sprintf("is required, at most %d characters", maxDisplayNameLen)})
 	}
 	if fe != nil {
-		return store.AppInstance{}, store.InstanceOperation{}, errdefs.Validation(fe)
+		return AppInstance{}, InstanceOperation{}, errdefs.Validation(fe)
 	}
-	t, err := s.resolve(ctx, s.DB.Queries(), p, in.AppSlug, in.Version, in.launchRequest(), in.TargetAllocationID, false)
+	t, err := s.resolve(ctx, s.Store.Read(), p, in.AppSlug, in.Version, in.launchRequest(), in.TargetAllocationID, false)
 	if err != nil {
-		return store.AppInstance{}, store.InstanceOperation{}, err
+		return AppInstance{}, InstanceOperation{}, err
 	}
 	doc, err := json.Marshal(LaunchDoc{Request: in.launchRequest(), Effective: t.effective})
 	if err != nil {
-		return store.AppInstance{}, store.InstanceOperation{}, err
+		return AppInstance{}, InstanceOperation{}, err
 	}
 	now := s.Now().UTC()
 	who := principal.From(ctx).Key()
-	inst := store.AppInstance{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, AppSlug: in.AppSlug, DisplayName: in.DisplayName,
+	inst := AppInstance{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, AppSlug: in.AppSlug, DisplayName: in.DisplayName,
 		Version: t.version.Version, Digest: t.digest, Status: StatusRequested,
 		OperatingMode: t.effective.OperatingMode, ControlPlaneScope: t.effective.ControlPlaneScope,
 		RuntimeBackend: t.effective.RuntimeBackend, TenantBoundaryMode: t.effective.TenantBoundaryMode,
@@ -120,7 +122,7 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 		CreatedBy: who, CreatedAt: now, UpdatedAt: now}
 	op := s.newOperation(ctx, inst, OpCreate, "", inst.Version, fmt.Sprintf("launch %s %s", inst.AppSlug, inst.Version))
 	inst.CurrentOperationID = op.ID
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		// Billing (issue 13): the project's spend budget, before anything is recorded.
 		if err := s.checkLaunch(ctx, tx, p.ID, inst.AppSlug); err != nil {
 			return err
@@ -134,11 +136,11 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 		if err := s.record(ctx, tx, inst, op, EventRequested, nil); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "app_instance.create", ResourceType: "app_instance", ResourceID: inst.ID,
+		return tx.Audit(storage.AuditEvent{Action: "app_instance.create", ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, nil, auditState(inst))
 	})
 	if err != nil {
-		return store.AppInstance{}, store.InstanceOperation{}, err
+		return AppInstance{}, InstanceOperation{}, err
 	}
 	s.Logger.InfoContext(ctx, "app instance requested", "app_instance_id", inst.ID, "project_id", p.ID, "org_id", p.OrgID,
 		"app_slug", inst.AppSlug, "version", inst.Version, "operating_mode", inst.OperatingMode,
@@ -158,7 +160,7 @@ func (s *Service) LaunchRefusal(ctx context.Context, g *iam.Grants, projectID, a
 	if err != nil {
 		return err
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	if _, err := s.resolve(ctx, q, p, appSlug, version, req, "", false); err != nil {
 		return err
 	}
@@ -170,7 +172,7 @@ func (s *Service) LaunchRefusal(ctx context.Context, g *iam.Grants, projectID, a
 // entitlement, version status, launch parameters, artifacts and target
 // compatibility. existing allows a deprecated version (an instance that
 // already runs it may go back to it).
-func (s *Service) resolve(ctx context.Context, q *store.Queries, p store.Project, appSlug, version string, req catalog.LaunchRequest, allocationID string, existing bool) (target, error) {
+func (s *Service) resolve(ctx context.Context, q Queries, p iam.Project, appSlug, version string, req catalog.LaunchRequest, allocationID string, existing bool) (target, error) {
 	eff, v, err := catalog.ResolveForProject(ctx, q, p, appSlug, version, req)
 	if err != nil && existing && v.Status == catalog.StatusDeprecated {
 		eff, v, err = s.resolveDeprecated(ctx, q, p, v, req)
@@ -189,7 +191,7 @@ func (s *Service) resolve(ctx context.Context, q *store.Queries, p store.Project
 	if t.artifacts, t.digest, err = s.pinArtifacts(ctx, q, v, t.manifest); err != nil {
 		return target{}, err
 	}
-	if t.allocation, err = s.placement(ctx, q, p, t.manifest, eff, allocationID); err != nil {
+	if t.allocation, err = s.placement(ctx, p, t.manifest, eff, allocationID); err != nil {
 		return target{}, err
 	}
 	return t, nil
@@ -197,7 +199,7 @@ func (s *Service) resolve(ctx context.Context, q *store.Queries, p store.Project
 
 // resolveDeprecated resolves a deprecated version for an instance that
 // already ran it: the entitlement and launch values still apply.
-func (s *Service) resolveDeprecated(ctx context.Context, q *store.Queries, p store.Project, v store.AppVersion, req catalog.LaunchRequest) (catalog.Effective, store.AppVersion, error) {
+func (s *Service) resolveDeprecated(ctx context.Context, q Queries, p iam.Project, v catalog.AppVersion, req catalog.LaunchRequest) (catalog.Effective, catalog.AppVersion, error) {
 	ent, err := q.GetEntitlement(ctx, p.ID, v.AppSlug)
 	if err != nil || !ent.Enabled {
 		return catalog.Effective{}, v, errdefs.FailedPrecondition("app_not_entitled", "project %s is not entitled to app %s", p.ID, v.AppSlug)
@@ -241,22 +243,22 @@ func launchRefusal(err error) error {
 // artifact that is active, verified and not revoked, and pins its digest.
 // A launchable_oci profile's image_ref is already pinned by digest; the
 // artifact registry must vouch for exactly that digest.
-func (s *Service) pinArtifacts(ctx context.Context, q *store.Queries, v store.AppVersion, mv manifest.Version) (map[string]store.AppArtifact, string, error) {
+func (s *Service) pinArtifacts(ctx context.Context, q Queries, v catalog.AppVersion, mv manifest.Version) (map[string]artifacts.AppArtifact, string, error) {
 	all, err := q.AppArtifactsOfVersion(ctx, v.AppSlug, v.Version)
 	if err != nil {
 		return nil, "", err
 	}
-	pick := func(name, digest string) (store.AppArtifact, *errdefs.FieldError) {
+	pick := func(name, digest string) (artifacts.AppArtifact, *errdefs.FieldError) {
 		revoked := false
 		for _, a := range all {
-			if (name != "" && a.ArtifactName != name) || (digest != "" && a.Digest != digest) || a.ArtifactKind != "oci" {
+			if (name != "" && a.ArtifactName != name) || (digest != "" && a.Digest != digest) || a.ArtifactKind != artifacts.KindOCI {
 				continue
 			}
-			if !a.RevokedAt.IsZero() {
+			if a.Revoked() {
 				revoked = true
 				continue
 			}
-			if a.LifecycleState == "active" && a.TrustState == "verified" {
+			if a.Launchable() {
 				return a, nil
 			}
 		}
@@ -265,13 +267,13 @@ func (s *Service) pinArtifacts(ctx context.Context, q *store.Queries, v store.Ap
 			what = digest
 		}
 		if revoked {
-			return store.AppArtifact{}, &errdefs.FieldError{Field: "/version", Code: CodeArtifactRevoked,
+			return artifacts.AppArtifact{}, &errdefs.FieldError{Field: "/version", Code: CodeArtifactRevoked,
 				Message: fmt.Sprintf("artifact %s of %s %s was revoked; it can no longer be launched", what, v.AppSlug, v.Version)}
 		}
-		return store.AppArtifact{}, &errdefs.FieldError{Field: "/version", Code: CodeArtifactNotReady,
+		return artifacts.AppArtifact{}, &errdefs.FieldError{Field: "/version", Code: CodeArtifactNotReady,
 			Message: fmt.Sprintf("artifact %s of %s %s is not registered as active and verified; register, verify and promote it first", what, v.AppSlug, v.Version)}
 	}
-	out := map[string]store.AppArtifact{}
+	out := map[string]artifacts.AppArtifact{}
 	prof := mv.RuntimeProfile
 	switch prof.Kind {
 	case manifest.ProfileLaunchableOCI:
@@ -304,7 +306,7 @@ func (s *Service) pinArtifacts(ctx context.Context, q *store.Queries, v store.Ap
 				continue
 			}
 			out[svc.Artifact] = a
-			if svc.Role == "primary" {
+			if svc.Role == RolePrimary {
 				primary = a.Digest
 			}
 		}
@@ -316,14 +318,14 @@ func (s *Service) pinArtifacts(ctx context.Context, q *store.Queries, v store.Ap
 }
 
 // placement checks (or picks) the allocation the instance runs on.
-func (s *Service) placement(ctx context.Context, q *store.Queries, p store.Project, mv manifest.Version, eff catalog.Effective, allocationID string) (Allocation, error) {
+func (s *Service) placement(ctx context.Context, p iam.Project, mv manifest.Version, eff catalog.Effective, allocationID string) (Allocation, error) {
 	if s.Allocations == nil {
 		return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeNoAllocation,
 			Message: "this server has no node allocations to launch onto"}})
 	}
 	if allocationID != "" {
-		a, err := s.Allocations.Allocation(ctx, q, allocationID)
-		if errors.Is(err, store.ErrNotFound) || (err == nil && a.ProjectID != p.ID) {
+		a, err := s.Allocations.Allocation(ctx, nil, allocationID)
+		if errors.Is(err, storage.ErrNotFound) || (err == nil && a.ProjectID != p.ID) {
 			// Another project's allocation is answered like a missing one.
 			return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeNotFound,
 				Message: fmt.Sprintf("project %s has no allocation %q; list them with gpuaas allocation list --project %s (GET /api/v1/projects/%s/allocations)", p.ID, allocationID, p.ID, p.ID)}})
@@ -340,7 +342,7 @@ func (s *Service) placement(ctx context.Context, q *store.Queries, p store.Proje
 		}
 		return a, nil
 	}
-	all, err := s.Allocations.ProjectAllocations(ctx, q, p.ID)
+	all, err := s.Allocations.ProjectAllocations(ctx, nil, p.ID)
 	if err != nil {
 		return Allocation{}, err
 	}
@@ -377,7 +379,7 @@ func Compatible(mv manifest.Version, eff catalog.Effective, a Allocation) []errd
 		if len(a.GPUUUIDs) < c.MinGPUCount {
 			bad("/target_allocation_id", CodeIncompatibleTarget, "allocation %s holds %d GPU(s); version %s needs at least %d", a.ID, len(a.GPUUUIDs), mv.Version, c.MinGPUCount)
 		}
-		if c.RequiresExclusiveNode && a.Shape != "baremetal" {
+		if c.RequiresExclusiveNode && a.Shape != nodes.ShapeBaremetal {
 			bad("/target_allocation_id", CodeIncompatibleTarget, "version %s needs a whole node (a baremetal allocation); allocation %s is %s", mv.Version, a.ID, a.Shape)
 		}
 		if len(c.SupportedAccelerators) > 0 && !acceleratorFits(c.SupportedAccelerators, a) {
@@ -437,4 +439,6 @@ func contains(list []string, v string) bool {
 // runnable reports whether instances may be placed on an allocation in
 // state: active, or pending — placed, its node has yet to confirm it; the
 // instance's tasks wait in that node's queue either way.
-func runnable(state string) bool { return state == "active" || state == "pending" }
+func runnable(state nodes.AllocationState) bool {
+	return state == nodes.AllocActive || state == nodes.AllocPending
+}

@@ -9,13 +9,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/runtime"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
@@ -43,13 +45,13 @@ func (s *Service) Worker() *worker.Periodic {
 // once: each step is taken under a lease on the operation row, and each
 // step's write is conditional on the phase it read.
 func (s *Service) Drive(ctx context.Context, owner string) error {
-	ops, err := s.DB.Queries().OpenInstanceOperations(ctx, s.Now().UTC(), drivePassLimit)
+	ops, err := s.Store.Read().OpenInstanceOperations(ctx, s.Now().UTC(), drivePassLimit)
 	if err != nil {
 		return err
 	}
 	var errs []error
 	for _, op := range ops {
-		ok, err := s.DB.Queries().LeaseInstanceOperation(ctx, op.ID, owner, s.Now().UTC(), s.Now().UTC().Add(leaseFor))
+		ok, err := s.Store.Read().LeaseInstanceOperation(ctx, op.ID, owner, s.Now().UTC(), s.Now().UTC().Add(leaseFor))
 		if err != nil || !ok {
 			errs = append(errs, err)
 			continue
@@ -65,7 +67,7 @@ func (s *Service) Drive(ctx context.Context, owner string) error {
 				break
 			}
 		}
-		errs = append(errs, s.DB.Queries().ReleaseInstanceOperation(ctx, op.ID, owner))
+		errs = append(errs, s.Store.Read().ReleaseInstanceOperation(ctx, op.ID, owner))
 	}
 	return errors.Join(errs...)
 }
@@ -73,7 +75,7 @@ func (s *Service) Drive(ctx context.Context, owner string) error {
 // step advances one operation by at most one phase; it reports whether it
 // did (false: waiting on a node task, or finished).
 func (s *Service) step(ctx context.Context, projectID, opID string) (bool, error) {
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	op, err := q.GetInstanceOperation(ctx, projectID, opID)
 	if err != nil || op.State != OpInProgress {
 		return false, err
@@ -106,7 +108,7 @@ func (s *Service) outcomes(ctx context.Context, ids string) (nodeapi.TaskResult,
 	}
 	var out nodeapi.TaskResult
 	for i, id := range strings.Split(ids, ",") {
-		o, err := s.Tasks.Outcome(ctx, s.DB.Queries(), id)
+		o, err := s.Tasks.Outcome(ctx, id)
 		if err != nil || !o.Done {
 			return nodeapi.TaskResult{}, false, err
 		}
@@ -118,7 +120,7 @@ func (s *Service) outcomes(ctx context.Context, ids string) (nodeapi.TaskResult,
 }
 
 // start queues the first node work of an operation.
-func (s *Service) start(ctx context.Context, inst store.AppInstance, op store.InstanceOperation) error {
+func (s *Service) start(ctx context.Context, inst AppInstance, op InstanceOperation) error {
 	switch op.Kind {
 	case OpCreate:
 		if inst.DeploySeq > 0 { // recovery of a known workload: remove it first
@@ -137,7 +139,7 @@ func (s *Service) start(ctx context.Context, inst store.AppInstance, op store.In
 }
 
 // resume acts on the result of the tasks a phase waited on.
-func (s *Service) resume(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, res nodeapi.TaskResult) error {
+func (s *Service) resume(ctx context.Context, inst AppInstance, op InstanceOperation, res nodeapi.TaskResult) error {
 	ok := res.State == nodeapi.ResultSucceeded
 	if ok && (op.Phase == phaseRun || op.Phase == phaseRevertRun) {
 		// Digest is truth: a node that reports another image than the
@@ -200,12 +202,12 @@ func (s *Service) resume(ctx context.Context, inst store.AppInstance, op store.I
 // digestMismatch compares the image digests the node reports running for
 // the current workload with the digests its members pinned; it says how
 // they differ, or "" when they are the same set.
-func (s *Service) digestMismatch(ctx context.Context, inst store.AppInstance, res nodeapi.TaskResult) (string, error) {
+func (s *Service) digestMismatch(ctx context.Context, inst AppInstance, res nodeapi.TaskResult) (string, error) {
 	var out nodeapi.RunOutput
 	if err := json.Unmarshal(res.Output, &out); err != nil {
 		return "the node's run report is unreadable: " + err.Error(), nil
 	}
-	members, _, err := s.DB.Queries().ListInstanceMembers(ctx, inst.ID, store.Page{Limit: store.MaxPageLimit})
+	members, _, err := s.Store.Read().ListInstanceMembers(ctx, inst.ID, storage.Page{Limit: storage.MaxPageLimit})
 	if err != nil {
 		return "", err
 	}
@@ -256,8 +258,8 @@ func workloadName(instanceID string, n int) string {
 
 // teardownThen queues the removal of every workload of the instance not
 // yet removed, then moves to phase.
-func (s *Service) teardownThen(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, phase, status, description string) error {
-	members, _, err := s.DB.Queries().ListInstanceMembers(ctx, inst.ID, store.Page{Limit: store.MaxPageLimit})
+func (s *Service) teardownThen(ctx context.Context, inst AppInstance, op InstanceOperation, phase string, status InstanceStatus, description string) error {
+	members, _, err := s.Store.Read().ListInstanceMembers(ctx, inst.ID, storage.Page{Limit: storage.MaxPageLimit})
 	if err != nil {
 		return err
 	}
@@ -265,7 +267,7 @@ func (s *Service) teardownThen(ctx context.Context, inst store.AppInstance, op s
 	var tasks []runtime.Task
 	seen := map[string]bool{}
 	for _, m := range members {
-		if m.Status == "removed" || seen[m.WorkloadName] {
+		if m.Status == MemberRemoved || seen[m.WorkloadName] {
 			continue
 		}
 		seen[m.WorkloadName] = true
@@ -284,23 +286,23 @@ func (s *Service) teardownThen(ctx context.Context, inst store.AppInstance, op s
 }
 
 // profileKind reads the runtime profile kind of the instance's version.
-func (s *Service) profileKind(ctx context.Context, inst store.AppInstance) string {
-	if inst.RuntimeBackend == "docker_compose" {
-		return "docker_compose"
+func (s *Service) profileKind(ctx context.Context, inst AppInstance) string {
+	if inst.RuntimeBackend == manifest.BackendDockerCompose {
+		return manifest.ProfileDockerCompose
 	}
-	return "launchable_oci"
+	return manifest.ProfileLaunchableOCI
 }
 
 // queue enqueues tasks on the instance's node and moves the operation to
 // phase, in one transaction with its audit row (and event, if any).
-func (s *Service) queue(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, phase, event string, tasks []runtime.Task, action string) error {
+func (s *Service) queue(ctx context.Context, inst AppInstance, op InstanceOperation, phase, event string, tasks []runtime.Task, action string) error {
 	prevPhase, prevStatus := op.Phase, inst.Status
-	cur, err := s.DB.Queries().GetAppInstanceByID(ctx, inst.ID)
+	cur, err := s.Store.Read().GetAppInstanceByID(ctx, inst.ID)
 	if err != nil {
 		return err
 	}
 	prevStatus = cur.Status
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	return s.Store.Mutate(ctx, func(tx Tx) error {
 		var ids []string
 		for _, t := range tasks {
 			id, err := s.Tasks.Enqueue(ctx, tx, inst.NodeID, t.Kind, inst.ID, inst.ProjectID, t.Payload)
@@ -322,7 +324,7 @@ func (s *Service) queue(ctx context.Context, inst store.AppInstance, op store.In
 				return err
 			}
 		}
-		return tx.Audit(store.AuditEvent{Action: action, ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
+		return tx.Audit(storage.AuditEvent{Action: action, ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
 			ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
 	})
 }
@@ -332,8 +334,8 @@ func (s *Service) queue(ctx context.Context, inst store.AppInstance, op store.In
 // pull credentials, one run task. A launch that no longer resolves (an
 // artifact revoked since, the allocation gone) fails the operation with its
 // reason instead.
-func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, version, status, event, phase string) error {
-	q := s.DB.Queries()
+func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceOperation, version string, status InstanceStatus, event, phase string) error {
+	q := s.Store.Read()
 	p, err := q.GetProject(ctx, inst.ProjectID)
 	if err != nil {
 		return err
@@ -359,7 +361,7 @@ func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op sto
 		images[art] = pull
 	}
 	prevPhase, prevStatus := op.Phase, inst.Status
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	return s.Store.Mutate(ctx, func(tx Tx) error {
 		id, err := s.identity(ctx, tx, p, &inst)
 		if err != nil {
 			return err
@@ -386,10 +388,10 @@ func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op sto
 		for art, a := range t.artifacts {
 			role := art
 			if a.Digest == t.digest {
-				role = "primary"
+				role = RolePrimary
 			}
-			if err := tx.InsertInstanceMember(ctx, store.InstanceMember{ID: iam.NewID(), InstanceID: inst.ID, AllocationID: t.allocation.ID,
-				NodeID: t.allocation.NodeID, Role: role, Status: "deploying", Version: version, Digest: a.Digest, WorkloadName: name,
+			if err := tx.InsertInstanceMember(ctx, InstanceMember{ID: iam.NewID(), InstanceID: inst.ID, AllocationID: t.allocation.ID,
+				NodeID: t.allocation.NodeID, Role: role, Status: MemberDeploying, Version: version, Digest: a.Digest, WorkloadName: name,
 				CreatedAt: now, UpdatedAt: now}); err != nil {
 				return err
 			}
@@ -407,7 +409,7 @@ func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op sto
 				return err
 			}
 		}
-		return tx.Audit(store.AuditEvent{Action: "app_instance.deploy", ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
+		return tx.Audit(storage.AuditEvent{Action: "app_instance.deploy", ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
 			ProjectID: inst.ProjectID, Reason: fmt.Sprintf("deploy %s as %s on node %s", version, name, t.allocation.NodeID)}, nil, auditState(inst))
 	})
 }
@@ -415,7 +417,7 @@ func (s *Service) deployStep(ctx context.Context, inst store.AppInstance, op sto
 // imageRepository is where the node pulls an artifact from: the profile's
 // image reference for a launchable image, else the artifact's repository
 // in the platform registry.
-func (s *Service) imageRepository(t target, name string, a store.AppArtifact) string {
+func (s *Service) imageRepository(t target, name string, a artifacts.AppArtifact) string {
 	if name == runtime.LaunchImage {
 		repo, _, _ := strings.Cut(t.manifest.RuntimeProfile.ImageRef, "@")
 		return repo
@@ -430,7 +432,7 @@ func (s *Service) imageRepository(t target, name string, a store.AppArtifact) st
 // identity makes the instance's service account on its first deployment
 // and re-keys it on every later one; the key reaches the workload only in
 // its mounted key file.
-func (s *Service) identity(ctx context.Context, tx *store.Tx, p store.Project, inst *store.AppInstance) (*runtime.Identity, error) {
+func (s *Service) identity(ctx context.Context, tx Tx, p iam.Project, inst *AppInstance) (*runtime.Identity, error) {
 	if s.SA == nil {
 		return nil, nil
 	}
@@ -481,7 +483,7 @@ func refusalReason(err error) string {
 // reachRunning records a successful run: access, members, history, the
 // version now served, the operation's success (or, after a revert, its
 // failure with the reason) and the event.
-func (s *Service) reachRunning(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, res nodeapi.TaskResult, revertReason string) error {
+func (s *Service) reachRunning(ctx context.Context, inst AppInstance, op InstanceOperation, res nodeapi.TaskResult, revertReason string) error {
 	var out nodeapi.RunOutput
 	_ = json.Unmarshal(res.Output, &out)
 	version := op.TargetVersion
@@ -489,27 +491,27 @@ func (s *Service) reachRunning(ctx context.Context, inst store.AppInstance, op s
 		version = op.FromVersion
 	}
 	prevPhase, prevStatus := op.Phase, inst.Status
-	members, _, err := s.DB.Queries().ListInstanceMembers(ctx, inst.ID, store.Page{Limit: store.MaxPageLimit})
+	members, _, err := s.Store.Read().ListInstanceMembers(ctx, inst.ID, storage.Page{Limit: storage.MaxPageLimit})
 	if err != nil {
 		return err
 	}
 	current := workloadName(inst.ID, inst.DeploySeq)
 	digest := inst.Digest
 	for _, m := range members {
-		if m.WorkloadName == current && m.Role == "primary" {
+		if m.WorkloadName == current && m.Role == RolePrimary {
 			digest = m.Digest
 		}
 	}
 	now := s.Now().UTC()
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	return s.Store.Mutate(ctx, func(tx Tx) error {
 		ids, _ := json.Marshal(out.ContainerIDs)
-		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, current, "running", ids, now); err != nil {
+		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, current, MemberRunning, ids, now); err != nil {
 			return err
 		}
 		// Earlier workloads were removed before this one started.
 		for _, m := range members {
-			if m.WorkloadName != current && m.Status != "removed" {
-				if err := tx.SetInstanceMembersStatus(ctx, inst.ID, m.WorkloadName, "removed", nil, now); err != nil {
+			if m.WorkloadName != current && m.Status != MemberRemoved {
+				if err := tx.SetInstanceMembersStatus(ctx, inst.ID, m.WorkloadName, MemberRemoved, nil, now); err != nil {
 					return err
 				}
 			}
@@ -528,7 +530,7 @@ func (s *Service) reachRunning(ctx context.Context, inst store.AppInstance, op s
 		if len(out.Ports) > 0 && out.Ports[0].Host > 0 {
 			inst.HostPort = out.Ports[0].Host
 		}
-		inst.Access = s.access(inst, out, s.nodeAddress(ctx, tx.Queries, inst))
+		inst.Access = s.access(inst, out, s.nodeAddress(ctx, tx, inst))
 		h := append(history(inst), HistoryEntry{Version: version, Digest: digest})
 		inst.History, _ = json.Marshal(h)
 		op.State, op.Phase, op.TaskID, op.UpdatedAt, op.CompletedAt = OpSucceeded, phaseDone, "", now, now
@@ -551,7 +553,7 @@ func (s *Service) reachRunning(ctx context.Context, inst store.AppInstance, op s
 		if err := s.record(ctx, tx, inst, op, event, x); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "app_instance." + strings.TrimPrefix(event, "apps.instance."), ResourceType: "app_instance",
+		return tx.Audit(storage.AuditEvent{Action: "app_instance." + strings.TrimPrefix(event, "apps.instance."), ResourceType: "app_instance",
 			ResourceID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
 	})
 }
@@ -564,9 +566,9 @@ func decodeTail(b []byte) []string {
 
 // fail ends the operation and marks the instance failed with a
 // deterministic reason and the workload's last log lines.
-func (s *Service) fail(ctx context.Context, inst store.AppInstance, op store.InstanceOperation, reason, message string, tail []string) error {
+func (s *Service) fail(ctx context.Context, inst AppInstance, op InstanceOperation, reason, message string, tail []string) error {
 	prevPhase := op.Phase
-	cur, err := s.DB.Queries().GetAppInstanceByID(ctx, inst.ID)
+	cur, err := s.Store.Read().GetAppInstanceByID(ctx, inst.ID)
 	if err != nil {
 		return err
 	}
@@ -575,8 +577,8 @@ func (s *Service) fail(ctx context.Context, inst store.AppInstance, op store.Ins
 	if reason == "" {
 		reason = ReasonDeployFailed
 	}
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, workloadName(inst.ID, inst.DeploySeq), "failed", nil, now); err != nil {
+	return s.Store.Mutate(ctx, func(tx Tx) error {
+		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, workloadName(inst.ID, inst.DeploySeq), MemberFailed, nil, now); err != nil {
 			return err
 		}
 		inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusFailed, reason, message, now
@@ -597,18 +599,18 @@ func (s *Service) fail(ctx context.Context, inst store.AppInstance, op store.Ins
 		if err := s.record(ctx, tx, inst, op, EventFailed, &extra{reasonCode: reason, reason: message, logTail: decodeTail(inst.LogTail)}); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "app_instance.failed", ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
+		return tx.Audit(storage.AuditEvent{Action: "app_instance.failed", ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
 			ProjectID: inst.ProjectID, Reason: reason}, nil, auditState(inst))
 	})
 }
 
 // finishDecommission marks a verified teardown: members removed, the
 // instance's identity disabled and deleted, the instance decommissioned.
-func (s *Service) finishDecommission(ctx context.Context, inst store.AppInstance, op store.InstanceOperation) error {
+func (s *Service) finishDecommission(ctx context.Context, inst AppInstance, op InstanceOperation) error {
 	prevPhase, prevStatus := op.Phase, inst.Status
 	now := s.Now().UTC()
-	return s.DB.Mutate(ctx, func(tx *store.Tx) error {
-		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, "", "removed", nil, now); err != nil {
+	return s.Store.Mutate(ctx, func(tx Tx) error {
+		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, "", MemberRemoved, nil, now); err != nil {
 			return err
 		}
 		if s.SA != nil {
@@ -631,14 +633,14 @@ func (s *Service) finishDecommission(ctx context.Context, inst store.AppInstance
 		if err := s.tornDown(ctx, tx, inst.TargetAllocationID); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: "app_instance.decommissioned", ResourceType: "app_instance", ResourceID: inst.ID,
+		return tx.Audit(storage.AuditEvent{Action: "app_instance.decommissioned", ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, nil, auditState(inst))
 	})
 }
 
 // tornDown tells the nodes domain the allocation's teardown is done once
 // no live instance is left on it: a releasing allocation is then released.
-func (s *Service) tornDown(ctx context.Context, tx *store.Tx, allocationID string) error {
+func (s *Service) tornDown(ctx context.Context, tx Tx, allocationID string) error {
 	if s.releases == nil || allocationID == "" {
 		return nil
 	}

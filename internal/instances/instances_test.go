@@ -46,7 +46,7 @@ type fakeQueue struct {
 	tasks []*fakeTask
 }
 
-func (f *fakeQueue) Enqueue(_ context.Context, _ *store.Tx, nodeID, kind, instanceID, _ string, payload any) (string, error) {
+func (f *fakeQueue) Enqueue(_ context.Context, _ storage.Tx, nodeID, kind, instanceID, _ string, payload any) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := &fakeTask{id: iam.NewID(), node: nodeID, kind: kind, instance: instanceID, payload: payload}
@@ -54,7 +54,7 @@ func (f *fakeQueue) Enqueue(_ context.Context, _ *store.Tx, nodeID, kind, instan
 	return t.id, nil
 }
 
-func (f *fakeQueue) Outcome(_ context.Context, _ *store.Queries, id string) (instances.TaskOutcome, error) {
+func (f *fakeQueue) Outcome(_ context.Context, id string) (instances.TaskOutcome, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, t := range f.tasks {
@@ -110,7 +110,7 @@ func (f *fakeQueue) complete(t *testing.T, run nodeapi.TaskResult) []string {
 
 type fakeAllocs struct{ list []instances.Allocation }
 
-func (f *fakeAllocs) Allocation(_ context.Context, _ *store.Queries, id string) (instances.Allocation, error) {
+func (f *fakeAllocs) Allocation(_ context.Context, _ storage.Tx, id string) (instances.Allocation, error) {
 	for _, a := range f.list {
 		if a.ID == id {
 			return a, nil
@@ -119,7 +119,7 @@ func (f *fakeAllocs) Allocation(_ context.Context, _ *store.Queries, id string) 
 	return instances.Allocation{}, store.ErrNotFound
 }
 
-func (f *fakeAllocs) ProjectAllocations(_ context.Context, _ *store.Queries, projectID string) ([]instances.Allocation, error) {
+func (f *fakeAllocs) ProjectAllocations(_ context.Context, _ storage.Tx, projectID string) ([]instances.Allocation, error) {
 	var out []instances.Allocation
 	for _, a := range f.list {
 		if a.ProjectID == projectID {
@@ -176,7 +176,7 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 		{ID: "alloc-other", OrgID: org.ID, ProjectID: other.ID, NodeID: "node-2", Shape: "gpu_slice", State: "active", GPUUUIDs: []string{"GPU-c"}},
 	}}
 	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: iamSvc, Logger: logger, TokenURL: func() string { return "http://api/token" }})
-	f.svc = instances.New(instances.Deps{DB: db, IAM: iamSvc, SA: sa, Allocations: f.allocs, Tasks: f.q, Logger: logger,
+	f.svc = instances.New(instances.Deps{Store: store.Instances(db), IAM: iamSvc, SA: sa, Allocations: f.allocs, Tasks: f.q, Logger: logger,
 		APIBaseURL: func() string { return "http://api" }})
 	cat.SetInstanceGate(f.svc)
 	for _, v := range []struct{ version, digest string }{{"1.0.0", digestV1}, {"2.0.0", digestV2}, {"3.0.0", digestV3}} {
@@ -317,7 +317,7 @@ func testLifecycle(t *testing.T, d store.Dialect) {
 	if _, err := f.cat.TransitionVersion(f.ctx, f.g, "echo", "1.0.0", "retire", "t"); err == nil {
 		t.Fatal("retired a version a live instance runs")
 	}
-	if n, _ := f.svc.LiveInstancesUsingDigest(f.ctx, f.db.Queries(), digestV1); n != 1 {
+	if n, _ := f.svc.LiveInstancesUsingDigest(f.ctx, digestV1); n != 1 {
 		t.Fatalf("digest usage: %d", n)
 	}
 

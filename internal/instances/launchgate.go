@@ -9,7 +9,8 @@ import (
 // LaunchGate refuses an app instance launch once its project has used up
 // its spend budget. The billing domain implements it (issue 13). It runs in
 // the transaction that records the instance, before the row is written: a
-// refusal leaves nothing behind.
+// refusal leaves nothing behind. tx is that transaction; nil when a launch
+// preview checks outside any.
 type LaunchGate interface {
 	// tx is the recording transaction: the gate joins it with its own
 	// queries (storage.Store.Join). A nil tx checks outside any

@@ -8,7 +8,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/storage"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // NodesLink connects the instances domain to the nodes domain: it reads
@@ -19,12 +18,23 @@ import (
 type NodesLink struct{ Nodes *nodes.Service }
 
 var (
-	_ Allocations = NodesLink{}
-	_ TaskQueue   = NodesLink{}
+	_ Allocations        = NodesLink{}
+	_ TaskQueue          = NodesLink{}
+	_ AllocationReleases = (*nodes.Service)(nil)
 )
 
+// queries reads the nodes domain's tables in tx, or outside any
+// transaction when tx is nil.
+func (l NodesLink) queries(tx storage.Tx) nodes.Queries {
+	if tx == nil {
+		return l.Nodes.Store.Read()
+	}
+	return l.Nodes.Store.Join(tx)
+}
+
 // Allocation implements Allocations.
-func (l NodesLink) Allocation(ctx context.Context, q *store.Queries, id string) (Allocation, error) {
+func (l NodesLink) Allocation(ctx context.Context, tx storage.Tx, id string) (Allocation, error) {
+	q := l.queries(tx)
 	a, err := q.GetAllocation(ctx, id)
 	if err != nil {
 		return Allocation{}, err
@@ -33,8 +43,9 @@ func (l NodesLink) Allocation(ctx context.Context, q *store.Queries, id string) 
 }
 
 // ProjectAllocations implements Allocations.
-func (l NodesLink) ProjectAllocations(ctx context.Context, q *store.Queries, projectID string) ([]Allocation, error) {
-	as, _, err := q.ListAllocations(ctx, store.AllocationFilter{ProjectID: projectID}, store.Page{Limit: store.MaxPageLimit})
+func (l NodesLink) ProjectAllocations(ctx context.Context, tx storage.Tx, projectID string) ([]Allocation, error) {
+	q := l.queries(tx)
+	as, _, err := q.ListAllocations(ctx, nodes.AllocationFilter{ProjectID: projectID}, storage.Page{Limit: storage.MaxPageLimit})
 	if err != nil {
 		return nil, err
 	}
@@ -52,34 +63,31 @@ func (l NodesLink) ProjectAllocations(ctx context.Context, q *store.Queries, pro
 	return out, nil
 }
 
-func (l NodesLink) withNode(ctx context.Context, q *store.Queries, a store.Allocation) (Allocation, error) {
-	out := Allocation{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, NodeID: a.NodeID, Shape: a.Shape, State: string(a.State), GPUUUIDs: a.GPUUUIDs}
+func (l NodesLink) withNode(ctx context.Context, q nodes.Queries, a nodes.Allocation) (Allocation, error) {
+	out := Allocation{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, NodeID: a.NodeID, Shape: a.Shape, State: a.State, GPUUUIDs: a.GPUUUIDs}
 	n, err := q.GetNode(ctx, a.NodeID)
 	if err != nil {
 		return Allocation{}, err
 	}
-	out.NodeState = string(n.State)
+	out.NodeState = n.State
 	_ = json.Unmarshal(n.Inventory, &out.Inventory)
 	return out, nil
 }
 
-// Enqueue implements TaskQueue.
-func (l NodesLink) Enqueue(ctx context.Context, tx *store.Tx, nodeID, kind, instanceID, projectID string, payload any) (string, error) {
-	var join storage.Tx // a nil tx stays nil: the task is then queued in its own transaction
-	if tx != nil {
-		join = tx
-	}
-	t, err := l.Nodes.EnqueueTask(ctx, join, nodeID, kind, payload, instanceID, projectID)
+// Enqueue implements TaskQueue. A nil tx queues the task in its own
+// transaction.
+func (l NodesLink) Enqueue(ctx context.Context, tx storage.Tx, nodeID, kind, instanceID, projectID string, payload any) (string, error) {
+	t, err := l.Nodes.EnqueueTask(ctx, tx, nodeID, kind, payload, instanceID, projectID)
 	return t.ID, err
 }
 
 // Outcome implements TaskQueue.
-func (l NodesLink) Outcome(ctx context.Context, q *store.Queries, taskID string) (TaskOutcome, error) {
-	t, err := q.GetNodeTask(ctx, taskID)
+func (l NodesLink) Outcome(ctx context.Context, taskID string) (TaskOutcome, error) {
+	t, err := l.Nodes.Store.Read().GetNodeTask(ctx, taskID)
 	if err != nil {
 		return TaskOutcome{}, err
 	}
-	if t.State != nodeapi.ResultSucceeded && t.State != nodeapi.ResultFailed {
+	if t.State != nodes.TaskSucceeded && t.State != nodes.TaskFailed {
 		return TaskOutcome{}, nil
 	}
 	var r nodeapi.TaskResult
@@ -97,7 +105,7 @@ func (l NodesLink) Outcome(ctx context.Context, q *store.Queries, taskID string)
 // results (which wake the driver once they are committed).
 func (l NodesLink) Attach(s *Service) {
 	l.Nodes.AddHooks(nodeHooks{s})
-	s.releases = releases{l.Nodes}
+	s.releases = l.Nodes
 	l.Nodes.OnTaskResult("", func(_ context.Context, tx storage.Tx, t nodes.Task, _ nodeapi.TaskResult) error {
 		if t.InstanceID != "" {
 			tx.AfterCommit(s.kick)
@@ -106,27 +114,19 @@ func (l NodesLink) Attach(s *Service) {
 	})
 }
 
-// releases hands the nodes domain the instance's transaction.
-type releases struct{ nodes *nodes.Service }
-
-func (r releases) AllocationTornDown(ctx context.Context, tx *store.Tx, allocationID string) error {
-	return r.nodes.AllocationTornDown(ctx, tx, allocationID)
-}
-
-// nodeHooks get the nodes domain's transaction, which is this package's
-// *store.Tx.
+// nodeHooks get the nodes domain's transaction, which they join.
 type nodeHooks struct{ s *Service }
 
 var _ nodes.ReleaseHooks = nodeHooks{}
 
 func (h nodeHooks) NodeDown(ctx context.Context, tx storage.Tx, node nodes.Node, _ []nodes.Allocation) error {
-	return h.s.failNode(ctx, tx.(*store.Tx), node.ID)
+	return h.s.failNode(ctx, h.s.Store.Join(tx), node.ID)
 }
 
 // AllocationReleasing decommissions the live instances on a released
 // allocation; it stays releasing while any of them is not decommissioned.
 func (h nodeHooks) AllocationReleasing(ctx context.Context, stx storage.Tx, a nodes.Allocation) (bool, error) {
-	tx := stx.(*store.Tx)
+	tx := h.s.Store.Join(stx)
 	if err := h.s.AllocationReleased(ctx, tx, a.ID); err != nil {
 		return false, err
 	}
@@ -135,14 +135,14 @@ func (h nodeHooks) AllocationReleasing(ctx context.Context, stx storage.Tx, a no
 }
 
 func (h nodeHooks) NodeReady(ctx context.Context, tx storage.Tx, node nodes.Node, workloads []nodeapi.Workload) error {
-	return h.s.recoverNode(ctx, tx.(*store.Tx), node.ID, workloads)
+	return h.s.recoverNode(ctx, h.s.Store.Join(tx), node.ID, workloads)
 }
 
 // ArtifactPulls mints node-bound pull intents with the artifacts domain.
 type ArtifactPulls struct{ Artifacts *artifacts.Service }
 
 // NodePull implements PullGrants.
-func (p ArtifactPulls) NodePull(ctx context.Context, nodeID string, a store.AppArtifact) (nodeapi.ImagePull, error) {
+func (p ArtifactPulls) NodePull(ctx context.Context, nodeID string, a artifacts.AppArtifact) (nodeapi.ImagePull, error) {
 	it, err := p.Artifacts.CreateNodePullIntent(ctx, nodeID, a.ProjectID, a.ID)
 	if err != nil {
 		return nodeapi.ImagePull{}, err

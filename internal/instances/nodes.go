@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // What happens to instances when their node or allocation changes. The
@@ -29,7 +29,7 @@ import (
 //     decommissioned (reason allocation_released).
 
 // failNode fails the instances of a node that stopped heartbeating.
-func (s *Service) failNode(ctx context.Context, tx *store.Tx, nodeID string) error {
+func (s *Service) failNode(ctx context.Context, tx Tx, nodeID string) error {
 	list, err := tx.LiveInstancesOn(ctx, "", nodeID)
 	if err != nil {
 		return err
@@ -61,11 +61,11 @@ func (s *Service) failNode(ctx context.Context, tx *store.Tx, nodeID string) err
 		if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
 			return err
 		}
-		op := store.InstanceOperation{ID: inst.CurrentOperationID}
+		op := InstanceOperation{ID: inst.CurrentOperationID}
 		if err := s.record(ctx, tx, inst, op, EventFailed, &extra{reasonCode: ReasonNodeLost, reason: inst.ReasonMessage}); err != nil {
 			return err
 		}
-		if err := tx.Audit(store.AuditEvent{Action: "app_instance.failed", ResourceType: "app_instance", ResourceID: inst.ID,
+		if err := tx.Audit(storage.AuditEvent{Action: "app_instance.failed", ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: ReasonNodeLost}, nil, auditState(inst)); err != nil {
 			return err
 		}
@@ -74,7 +74,7 @@ func (s *Service) failNode(ctx context.Context, tx *store.Tx, nodeID string) err
 }
 
 // recoverNode recovers the instances a node's loss failed.
-func (s *Service) recoverNode(ctx context.Context, tx *store.Tx, nodeID string, workloads []nodeapi.Workload) error {
+func (s *Service) recoverNode(ctx context.Context, tx Tx, nodeID string, workloads []nodeapi.Workload) error {
 	list, err := tx.LiveInstancesOn(ctx, "", nodeID)
 	if err != nil {
 		return err
@@ -102,7 +102,7 @@ func (s *Service) recoverNode(ctx context.Context, tx *store.Tx, nodeID string, 
 		if err := s.record(rctx, tx, inst, op, EventDeploying, &extra{reason: op.Description}); err != nil {
 			return err
 		}
-		if err := tx.Audit(store.AuditEvent{Action: "app_instance.recover", ResourceType: "app_instance", ResourceID: inst.ID,
+		if err := tx.Audit(storage.AuditEvent{Action: "app_instance.recover", ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst)); err != nil {
 			return err
 		}
@@ -112,8 +112,9 @@ func (s *Service) recoverNode(ctx context.Context, tx *store.Tx, nodeID string, 
 }
 
 // AllocationReleased decommissions every live instance on an allocation
-// that is being released, in the release's transaction.
-func (s *Service) AllocationReleased(ctx context.Context, tx *store.Tx, allocationID string) error {
+// that is being released, in the release's transaction (which it joins).
+func (s *Service) AllocationReleased(ctx context.Context, stx storage.Tx, allocationID string) error {
+	tx := s.Store.Join(stx)
 	list, err := tx.LiveInstancesOn(ctx, allocationID, "")
 	if err != nil {
 		return err
@@ -155,7 +156,7 @@ func (s *Service) AllocationReleased(ctx context.Context, tx *store.Tx, allocati
 
 // survived reports whether the instance's current workload is reported
 // running by its node.
-func survived(inst store.AppInstance, workloads []nodeapi.Workload) bool {
+func survived(inst AppInstance, workloads []nodeapi.Workload) bool {
 	name := workloadName(inst.ID, inst.DeploySeq)
 	for _, w := range workloads {
 		if w.State != "running" {
@@ -170,16 +171,16 @@ func survived(inst store.AppInstance, workloads []nodeapi.Workload) bool {
 
 // reconcileRunning marks an instance whose workload outlived its node's
 // silence running again.
-func (s *Service) reconcileRunning(ctx context.Context, tx *store.Tx, inst store.AppInstance, nodeID string) error {
+func (s *Service) reconcileRunning(ctx context.Context, tx Tx, inst AppInstance, nodeID string) error {
 	prev := inst.Status
 	inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusRunning, "", "", s.Now().UTC()
 	if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
 		return err
 	}
 	reason := fmt.Sprintf("node %s is back and reports the workload still running", nodeID)
-	if err := s.record(ctx, tx, inst, store.InstanceOperation{ID: inst.CurrentOperationID}, EventRunning, &extra{reason: reason}); err != nil {
+	if err := s.record(ctx, tx, inst, InstanceOperation{ID: inst.CurrentOperationID}, EventRunning, &extra{reason: reason}); err != nil {
 		return err
 	}
-	return tx.Audit(store.AuditEvent{Action: "app_instance.reconcile", ResourceType: "app_instance", ResourceID: inst.ID,
+	return tx.Audit(storage.AuditEvent{Action: "app_instance.reconcile", ResourceType: "app_instance", ResourceID: inst.ID,
 		OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: reason}, nil, auditState(inst))
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Access is how an operator reaches an instance's private host-local
@@ -38,7 +38,7 @@ type Access struct {
 // access builds the access instructions from a run's output: the port is
 // bound on the node at out.HostAddress (its loopback by default), and
 // nodeAddress is how operators reach the node (its inventory's address).
-func (s *Service) access(inst store.AppInstance, out nodeapi.RunOutput, nodeAddress string) []byte {
+func (s *Service) access(inst AppInstance, out nodeapi.RunOutput, nodeAddress string) []byte {
 	if len(out.Ports) == 0 || out.Ports[0].Host == 0 {
 		return nil
 	}
@@ -65,13 +65,13 @@ func (s *Service) access(inst store.AppInstance, out nodeapi.RunOutput, nodeAddr
 // Get returns one instance.
 // An instance's own identity (instance_workload) reads that instance only;
 // any other id answers as missing.
-func (s *Service) Get(ctx context.Context, g *iam.Grants, projectID, id string) (store.AppInstance, error) {
+func (s *Service) Get(ctx context.Context, g *iam.Grants, projectID, id string) (AppInstance, error) {
 	if p, err := s.IAM.Project(ctx, g, projectID, ""); err == nil {
 		sc := iam.Scope{OrgID: p.OrgID, ProjectID: p.ID}
 		if !g.Can(iam.PermInstanceRead, sc) && g.Can(iam.PermInstanceSelfRead, sc) {
-			inst, err := s.DB.Queries().GetAppInstance(ctx, p.ID, id)
-			if errors.Is(err, store.ErrNotFound) || (err == nil && (g.P.Type != principal.ServiceAccount || inst.ServiceAccountID != g.P.ID)) {
-				return store.AppInstance{}, errInstanceNotFound(id)
+			inst, err := s.Store.Read().GetAppInstance(ctx, p.ID, id)
+			if errors.Is(err, storage.ErrNotFound) || (err == nil && (g.P.Type != principal.ServiceAccount || inst.ServiceAccountID != g.P.ID)) {
+				return AppInstance{}, errInstanceNotFound(id)
 			}
 			return inst, err
 		}
@@ -81,7 +81,7 @@ func (s *Service) Get(ctx context.Context, g *iam.Grants, projectID, id string) 
 }
 
 // List lists a project's instances, optionally in one status.
-func (s *Service) List(ctx context.Context, g *iam.Grants, projectID, status string, p store.Page) ([]store.AppInstance, string, error) {
+func (s *Service) List(ctx context.Context, g *iam.Grants, projectID string, status InstanceStatus, p storage.Page) ([]AppInstance, string, error) {
 	pr, err := s.IAM.Project(ctx, g, projectID, iam.PermInstanceRead)
 	if err != nil {
 		return nil, "", err
@@ -89,35 +89,35 @@ func (s *Service) List(ctx context.Context, g *iam.Grants, projectID, status str
 	if status != "" && !slices.Contains(Statuses, status) {
 		return nil, "", errdefs.Invalid("invalid_status", "status must be one of %v", Statuses)
 	}
-	return s.DB.Queries().ListAppInstances(ctx, pr.ID, status, p)
+	return s.Store.Read().ListAppInstances(ctx, pr.ID, status, p)
 }
 
 // Events pages through an instance's timeline.
-func (s *Service) Events(ctx context.Context, g *iam.Grants, projectID, id string, p store.Page) ([]store.InstanceEvent, string, error) {
+func (s *Service) Events(ctx context.Context, g *iam.Grants, projectID, id string, p storage.Page) ([]InstanceEvent, string, error) {
 	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
 	if err != nil {
 		return nil, "", err
 	}
-	return s.DB.Queries().ListInstanceEvents(ctx, inst.ID, p)
+	return s.Store.Read().ListInstanceEvents(ctx, inst.ID, p)
 }
 
 // Members lists what an instance runs on its node.
-func (s *Service) Members(ctx context.Context, g *iam.Grants, projectID, id string, p store.Page) ([]store.InstanceMember, string, error) {
+func (s *Service) Members(ctx context.Context, g *iam.Grants, projectID, id string, p storage.Page) ([]InstanceMember, string, error) {
 	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
 	if err != nil {
 		return nil, "", err
 	}
-	return s.DB.Queries().ListInstanceMembers(ctx, inst.ID, p)
+	return s.Store.Read().ListInstanceMembers(ctx, inst.ID, p)
 }
 
 // Operation returns one operation of a project.
-func (s *Service) Operation(ctx context.Context, g *iam.Grants, projectID, id string) (store.InstanceOperation, error) {
+func (s *Service) Operation(ctx context.Context, g *iam.Grants, projectID, id string) (InstanceOperation, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, iam.PermInstanceRead)
 	if err != nil {
-		return store.InstanceOperation{}, err
+		return InstanceOperation{}, err
 	}
-	op, err := s.DB.Queries().GetInstanceOperation(ctx, p.ID, id)
-	if errors.Is(err, store.ErrNotFound) {
+	op, err := s.Store.Read().GetInstanceOperation(ctx, p.ID, id)
+	if errors.Is(err, storage.ErrNotFound) {
 		return op, errdefs.NotFound("operation_not_found", "operation %q does not exist in this project", id)
 	}
 	return op, err
@@ -125,7 +125,7 @@ func (s *Service) Operation(ctx context.Context, g *iam.Grants, projectID, id st
 
 // Logs returns the workload's last log lines the node reported (on a
 // failure, or a reverted upgrade).
-func (s *Service) Logs(ctx context.Context, g *iam.Grants, projectID, id string) (store.AppInstance, []string, error) {
+func (s *Service) Logs(ctx context.Context, g *iam.Grants, projectID, id string) (AppInstance, []string, error) {
 	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
 	if err != nil {
 		return inst, nil, err
@@ -138,7 +138,7 @@ func (s *Service) Logs(ctx context.Context, g *iam.Grants, projectID, id string)
 }
 
 // AccessOf decodes an instance's access instructions (nil when none).
-func AccessOf(inst store.AppInstance) *Access {
+func AccessOf(inst AppInstance) *Access {
 	if len(inst.Access) == 0 {
 		return nil
 	}
@@ -150,14 +150,14 @@ func AccessOf(inst store.AppInstance) *Access {
 }
 
 // EffectiveOf decodes the effective launch values of an instance.
-func EffectiveOf(inst store.AppInstance) LaunchDoc {
+func EffectiveOf(inst AppInstance) LaunchDoc {
 	var d LaunchDoc
 	_ = json.Unmarshal(inst.Effective, &d)
 	return d
 }
 
 // HistoryOf lists the versions an instance ran, oldest first.
-func HistoryOf(inst store.AppInstance) []HistoryEntry { return history(inst) }
+func HistoryOf(inst AppInstance) []HistoryEntry { return history(inst) }
 
 // Target is one of a project's allocations as a launch target of a version.
 type Target struct {
@@ -178,7 +178,7 @@ func (s *Service) Targets(ctx context.Context, projectID, appSlug, version strin
 	if s.Allocations == nil {
 		return out, nil
 	}
-	q := s.DB.Queries()
+	q := s.Store.Read()
 	v, err := q.GetAppVersion(ctx, appSlug, version)
 	if err != nil {
 		return nil, err
@@ -187,12 +187,12 @@ func (s *Service) Targets(ctx context.Context, projectID, appSlug, version strin
 	if err := json.Unmarshal(v.Manifest, &mv); err != nil {
 		return nil, err
 	}
-	all, err := s.Allocations.ProjectAllocations(ctx, q, projectID)
+	all, err := s.Allocations.ProjectAllocations(ctx, nil, projectID)
 	if err != nil {
 		return nil, err
 	}
 	for _, a := range all {
-		t := Target{AllocationID: a.ID, NodeID: a.NodeID, Shape: a.Shape, State: a.State, GPUCount: len(a.GPUUUIDs), Problems: []errdefs.FieldError{}}
+		t := Target{AllocationID: a.ID, NodeID: a.NodeID, Shape: a.Shape, State: string(a.State), GPUCount: len(a.GPUUUIDs), Problems: []errdefs.FieldError{}}
 		if !runnable(a.State) {
 			t.Problems = append(t.Problems, errdefs.FieldError{Field: "/target_allocation_id", Code: CodeAllocationNotActive,
 				Message: fmt.Sprintf("allocation %s is %s", a.ID, a.State)})
@@ -206,8 +206,8 @@ func (s *Service) Targets(ctx context.Context, projectID, appSlug, version strin
 
 // nodeAddress is the address the instance's node advertises to operators
 // (its hostname when it advertises none), "" when unknown.
-func (s *Service) nodeAddress(ctx context.Context, q *store.Queries, inst store.AppInstance) string {
-	al, err := s.Allocations.Allocation(ctx, q, inst.TargetAllocationID)
+func (s *Service) nodeAddress(ctx context.Context, tx storage.Tx, inst AppInstance) string {
+	al, err := s.Allocations.Allocation(ctx, tx, inst.TargetAllocationID)
 	if err != nil {
 		return ""
 	}

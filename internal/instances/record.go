@@ -6,7 +6,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // EventData is the data of every apps.instance.* event: the seeds'
@@ -41,30 +41,30 @@ type extra struct {
 // a transition, in the caller's transaction. The correlation id is the one
 // of the request that started the operation (the worker runs each step
 // under it).
-func (s *Service) record(ctx context.Context, tx *store.Tx, inst store.AppInstance, op store.InstanceOperation, eventType string, x *extra) error {
+func (s *Service) record(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, eventType string, x *extra) error {
 	d := EventData{OrgID: inst.OrgID, ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
 		OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
-		CorrelationID: correlation.ID(ctx), Status: inst.Status, Version: inst.Version, Digest: inst.Digest,
+		CorrelationID: correlation.ID(ctx), Status: string(inst.Status), Version: inst.Version, Digest: inst.Digest,
 		OperationID: op.ID, FromVersion: op.FromVersion, TargetVersion: op.TargetVersion}
 	if x != nil {
 		d.ReasonCode, d.Reason, d.LogTail = x.reasonCode, x.reason, x.logTail
 	}
-	if err := tx.Emit(store.Event{Type: eventType, Subject: "app-instances/" + inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID}, d); err != nil {
+	if err := tx.Emit(storage.Event{Type: eventType, Subject: "app-instances/" + inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID}, d); err != nil {
 		return err
 	}
 	payload, err := jsonOf(d)
 	if err != nil {
 		return err
 	}
-	return tx.InsertInstanceEvent(ctx, store.InstanceEvent{ID: iam.NewID(), InstanceID: inst.ID, ProjectID: inst.ProjectID,
-		EventType: eventType, Status: inst.Status, OperationID: op.ID, CorrelationID: d.CorrelationID, Payload: payload,
+	return tx.InsertInstanceEvent(ctx, InstanceEvent{ID: iam.NewID(), InstanceID: inst.ID, ProjectID: inst.ProjectID,
+		EventType: eventType, Status: string(inst.Status), OperationID: op.ID, CorrelationID: d.CorrelationID, Payload: payload,
 		OccurredAt: s.Now().UTC()})
 }
 
 // newOperation starts an operation record under the request's correlation id.
-func (s *Service) newOperation(ctx context.Context, inst store.AppInstance, kind, from, to, description string) store.InstanceOperation {
+func (s *Service) newOperation(ctx context.Context, inst AppInstance, kind OperationKind, from, to, description string) InstanceOperation {
 	now := s.Now().UTC()
-	return store.InstanceOperation{ID: iam.NewID(), InstanceID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID,
+	return InstanceOperation{ID: iam.NewID(), InstanceID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID,
 		Kind: kind, State: OpInProgress, Phase: phaseStart, FromVersion: from, TargetVersion: to, Description: description,
 		CorrelationID: correlation.ID(ctx), Actor: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now}
 }
@@ -83,7 +83,7 @@ type instanceAudit struct {
 	OperationID        string `json:"operation_id,omitempty"`
 }
 
-func auditState(i store.AppInstance) instanceAudit {
-	return instanceAudit{ID: i.ID, AppSlug: i.AppSlug, Version: i.Version, Digest: i.Digest, Status: i.Status, ReasonCode: i.ReasonCode,
+func auditState(i AppInstance) instanceAudit {
+	return instanceAudit{ID: i.ID, AppSlug: i.AppSlug, Version: i.Version, Digest: i.Digest, Status: string(i.Status), ReasonCode: i.ReasonCode,
 		TargetAllocationID: i.TargetAllocationID, NodeID: i.NodeID, ServiceAccountID: i.ServiceAccountID, OperationID: i.CurrentOperationID}
 }

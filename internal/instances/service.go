@@ -12,11 +12,12 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/storage"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // Allocation is what the instances domain needs to know of a project's GPU
@@ -27,19 +28,19 @@ type Allocation struct {
 	ProjectID string
 	NodeID    string
 	Shape     string // gpu_slice | baremetal
-	State     string // pending | active | releasing | released | lost
+	State     nodes.AllocationState
 	GPUUUIDs  []string
-	NodeState string // joining | ready | down | draining | removed
+	NodeState nodes.NodeState
 	Inventory nodeapi.Inventory
 }
 
-// Allocations reads allocations; the nodes domain implements it. Reads go
-// through q so they can join the caller's transaction.
+// Allocations reads allocations; the nodes domain implements it. Reads
+// join the caller's transaction tx; a nil tx reads outside any.
 type Allocations interface {
-	// Allocation returns one allocation, store.ErrNotFound when none.
-	Allocation(ctx context.Context, q *store.Queries, id string) (Allocation, error)
+	// Allocation returns one allocation, storage.ErrNotFound when none.
+	Allocation(ctx context.Context, tx storage.Tx, id string) (Allocation, error)
 	// ProjectAllocations lists a project's live allocations.
-	ProjectAllocations(ctx context.Context, q *store.Queries, projectID string) ([]Allocation, error)
+	ProjectAllocations(ctx context.Context, tx storage.Tx, projectID string) ([]Allocation, error)
 }
 
 // AllocationReleases finishes the release of an allocation once the
@@ -47,7 +48,7 @@ type Allocations interface {
 type AllocationReleases interface {
 	// AllocationTornDown joins the caller's transaction; it does nothing
 	// for an allocation that is not releasing.
-	AllocationTornDown(ctx context.Context, tx *store.Tx, allocationID string) error
+	AllocationTornDown(ctx context.Context, tx storage.Tx, allocationID string) error
 }
 
 // TaskOutcome is what became of a queued node task.
@@ -60,20 +61,20 @@ type TaskOutcome struct {
 // it. Enqueue joins the caller's transaction, so a task exists exactly when
 // the transition that needed it committed.
 type TaskQueue interface {
-	Enqueue(ctx context.Context, tx *store.Tx, nodeID, kind, instanceID, projectID string, payload any) (string, error)
-	Outcome(ctx context.Context, q *store.Queries, taskID string) (TaskOutcome, error)
+	Enqueue(ctx context.Context, tx storage.Tx, nodeID, kind, instanceID, projectID string, payload any) (string, error)
+	Outcome(ctx context.Context, taskID string) (TaskOutcome, error)
 }
 
 // PullGrants mints pull-only credentials for an artifact, bound to the node
 // that will pull it. Optional: without it the node pulls with its own
 // registry access.
 type PullGrants interface {
-	NodePull(ctx context.Context, nodeID string, a store.AppArtifact) (nodeapi.ImagePull, error)
+	NodePull(ctx context.Context, nodeID string, a artifacts.AppArtifact) (nodeapi.ImagePull, error)
 }
 
 // Deps are what the service needs.
 type Deps struct {
-	DB          *store.DB
+	Store       Store
 	IAM         *iam.Service
 	SA          *serviceaccounts.Service
 	Allocations Allocations
@@ -128,13 +129,15 @@ func (s *Service) kick() {
 
 // LiveInstances implements catalog.InstanceGate: a version cannot be
 // retired while a live instance runs it. It reads in the catalog's retire
-// transaction (the store's own, until this domain has its storage to Join).
+// transaction.
 func (s *Service) LiveInstances(ctx context.Context, tx storage.Tx, appSlug, version string) (int, error) {
-	return tx.(*store.Tx).CountLiveInstancesOfVersion(ctx, appSlug, version)
+	return s.Store.Join(tx).CountLiveInstancesOfVersion(ctx, appSlug, version)
 }
 
 // LiveInstancesUsingDigest implements artifacts.InstanceUsage: an artifact
 // cannot be retired while a live instance runs its digest.
-func (s *Service) LiveInstancesUsingDigest(ctx context.Context, q *store.Queries, digest string) (int, error) {
-	return q.CountLiveInstancesUsingDigest(ctx, digest)
+func (s *Service) LiveInstancesUsingDigest(ctx context.Context, digest string) (int, error) {
+	return s.Store.Read().CountLiveInstancesUsingDigest(ctx, digest)
 }
+
+var _ artifacts.InstanceUsage = (*Service)(nil)

@@ -1,19 +1,22 @@
 package instances
 
+// InstanceStatus is where an instance is in its lifecycle.
+type InstanceStatus string
+
 // Instance lifecycle states (the seeds' names).
 const (
-	StatusRequested       = "requested"
-	StatusDeploying       = "deploying"
-	StatusRunning         = "running"
-	StatusUpgrading       = "upgrading"
-	StatusRollingBack     = "rolling_back"
-	StatusDecommissioning = "decommissioning"
-	StatusDecommissioned  = "decommissioned"
-	StatusFailed          = "failed"
+	StatusRequested       InstanceStatus = "requested"
+	StatusDeploying       InstanceStatus = "deploying"
+	StatusRunning         InstanceStatus = "running"
+	StatusUpgrading       InstanceStatus = "upgrading"
+	StatusRollingBack     InstanceStatus = "rolling_back"
+	StatusDecommissioning InstanceStatus = "decommissioning"
+	StatusDecommissioned  InstanceStatus = "decommissioned"
+	StatusFailed          InstanceStatus = "failed"
 )
 
 // Statuses lists every state in lifecycle order.
-var Statuses = []string{StatusRequested, StatusDeploying, StatusRunning, StatusUpgrading, StatusRollingBack,
+var Statuses = []InstanceStatus{StatusRequested, StatusDeploying, StatusRunning, StatusUpgrading, StatusRollingBack,
 	StatusDecommissioning, StatusDecommissioned, StatusFailed}
 
 // Event types every transition emits (the seeds' names).
@@ -51,17 +54,40 @@ const (
 	ReasonDeployFailed       = "deploy_failed"
 )
 
-// Operation kinds and states.
-const (
-	OpCreate       = "create"
-	OpUpgrade      = "upgrade"
-	OpRollback     = "rollback"
-	OpDecommission = "decommission"
+// OperationKind is what a lifecycle operation does.
+type OperationKind string
 
-	OpInProgress = "in_progress"
-	OpSucceeded  = "succeeded"
-	OpFailed     = "failed"
+// Operation kinds.
+const (
+	OpCreate       OperationKind = "create"
+	OpUpgrade      OperationKind = "upgrade"
+	OpRollback     OperationKind = "rollback"
+	OpDecommission OperationKind = "decommission"
 )
+
+// OperationState is where an operation is.
+type OperationState string
+
+// Operation states.
+const (
+	OpInProgress OperationState = "in_progress"
+	OpSucceeded  OperationState = "succeeded"
+	OpFailed     OperationState = "failed"
+)
+
+// MemberStatus is where one workload of an instance is on its node.
+type MemberStatus string
+
+// Member states.
+const (
+	MemberDeploying MemberStatus = "deploying"
+	MemberRunning   MemberStatus = "running"
+	MemberFailed    MemberStatus = "failed"
+	MemberRemoved   MemberStatus = "removed"
+)
+
+// RolePrimary is the member role of a version's primary image.
+const RolePrimary = "primary"
 
 // Phases of an operation: the worker's durable cursor. Each phase either
 // queues node tasks (and moves on) or waits for the task it queued.
@@ -77,7 +103,7 @@ const (
 )
 
 // busy reports whether a lifecycle operation is under way in status s.
-func busy(s string) bool {
+func busy(s InstanceStatus) bool {
 	switch s {
 	case StatusRequested, StatusDeploying, StatusUpgrading, StatusRollingBack, StatusDecommissioning:
 		return true

@@ -16,7 +16,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/principal"
-	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Opening an instance's own UI through the platform's gateway. The person
@@ -74,7 +74,8 @@ type UIGrant struct {
 // instance's state for a page that explains why it cannot.
 type UIUpstream struct {
 	InstanceID, OrgID, ProjectID string
-	Status, ReasonMessage        string
+	Status                       InstanceStatus
+	ReasonMessage                string
 	Embedded                     bool
 	ContainerPort                int
 	Path                         string
@@ -87,7 +88,7 @@ func hashCode(code string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-func (s *Service) versionManifest(ctx context.Context, q *store.Queries, appSlug, version string) (manifest.Version, error) {
+func (s *Service) versionManifest(ctx context.Context, q Queries, appSlug, version string) (manifest.Version, error) {
 	v, err := q.GetAppVersion(ctx, appSlug, version)
 	if err != nil {
 		return manifest.Version{}, err
@@ -123,13 +124,13 @@ func (s *Service) OpenUI(ctx context.Context, g *iam.Grants, projectID, id strin
 	_, _ = rand.Read(raw)
 	code := base64.RawURLEncoding.EncodeToString(raw)
 	now := s.Now().UTC()
-	c := store.UIOpenCode{CodeHash: hashCode(code), UserID: g.P.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID,
+	c := UIOpenCode{CodeHash: hashCode(code), UserID: g.P.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID,
 		InstanceID: inst.ID, Port: up.ContainerPort, CreatedAt: now, ExpiresAt: now.Add(UICodeTTL)}
-	err = s.DB.Mutate(ctx, func(tx *store.Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.InsertUIOpenCode(ctx, c); err != nil {
 			return err
 		}
-		return tx.Audit(store.AuditEvent{Action: AuditUIOpen, ResourceType: "app_instance", ResourceID: inst.ID,
+		return tx.Audit(storage.AuditEvent{Action: AuditUIOpen, ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, nil, map[string]any{"port": up.ContainerPort, "path": up.Path})
 	})
 	if err != nil {
@@ -146,8 +147,8 @@ var errUICode = errdefs.NotFound("ui_code_invalid",
 // RedeemUI trades a one-time code for the grant it proves, once. The person
 // must still read the instance now.
 func (s *Service) RedeemUI(ctx context.Context, code, instanceID string) (UIGrant, error) {
-	c, err := s.DB.Queries().RedeemUIOpenCode(ctx, hashCode(code), instanceID, s.Now().UTC())
-	if errors.Is(err, store.ErrNotFound) {
+	c, err := s.Store.Read().RedeemUIOpenCode(ctx, hashCode(code), instanceID, s.Now().UTC())
+	if errors.Is(err, storage.ErrNotFound) {
 		return UIGrant{}, errUICode
 	}
 	if err != nil {
@@ -165,14 +166,14 @@ func (s *Service) RedeemUI(ctx context.Context, code, instanceID string) (UIGran
 // UserReads says whether a person (active, with a role) may read the
 // instances of a project now.
 func (s *Service) UserReads(ctx context.Context, userID, orgID, projectID string) (bool, error) {
-	u, err := s.DB.Queries().GetUser(ctx, userID)
-	if errors.Is(err, store.ErrNotFound) {
+	u, err := s.Store.Read().GetUser(ctx, userID)
+	if errors.Is(err, storage.ErrNotFound) {
 		return false, nil
 	}
-	if err != nil || u.Status != "active" {
+	if err != nil || u.Status != iam.UserActive {
 		return false, err
 	}
-	g, err := iam.LoadGrants(ctx, s.DB.Queries(), principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email})
+	g, err := iam.LoadGrants(ctx, s.Store.Read(), principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email})
 	if err != nil {
 		return false, err
 	}
@@ -182,8 +183,8 @@ func (s *Service) UserReads(ctx context.Context, userID, orgID, projectID string
 // UIUpstreamOf resolves where an instance's UI listens. ErrNotFound-kind
 // for an unknown instance.
 func (s *Service) UIUpstreamOf(ctx context.Context, instanceID string) (UIUpstream, error) {
-	inst, err := s.DB.Queries().GetAppInstanceByID(ctx, instanceID)
-	if errors.Is(err, store.ErrNotFound) {
+	inst, err := s.Store.Read().GetAppInstanceByID(ctx, instanceID)
+	if errors.Is(err, storage.ErrNotFound) {
 		return UIUpstream{}, errInstanceNotFound(instanceID)
 	}
 	if err != nil {
@@ -192,9 +193,9 @@ func (s *Service) UIUpstreamOf(ctx context.Context, instanceID string) (UIUpstre
 	return s.upstream(ctx, inst)
 }
 
-func (s *Service) upstream(ctx context.Context, inst store.AppInstance) (UIUpstream, error) {
+func (s *Service) upstream(ctx context.Context, inst AppInstance) (UIUpstream, error) {
 	up := UIUpstream{InstanceID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID, Status: inst.Status, ReasonMessage: inst.ReasonMessage}
-	mv, err := s.versionManifest(ctx, s.DB.Queries(), inst.AppSlug, inst.Version)
+	mv, err := s.versionManifest(ctx, s.Store.Read(), inst.AppSlug, inst.Version)
 	if err != nil {
 		return up, err
 	}

@@ -144,7 +144,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	tokens.Node, tokens.NodeTTL = a.Nodes, cfg.NodeTokenTTL
 	a.Workers = append(a.Workers, a.Nodes.Liveness(logger))
 	link := instances.NodesLink{Nodes: a.Nodes}
-	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger, Allocations: link, Tasks: link, Pulls: instances.ArtifactPulls{Artifacts: arts},
+	a.Instances = instances.New(instances.Deps{Store: store.Instances(db), IAM: svc, SA: sa, Logger: logger, Allocations: link, Tasks: link, Pulls: instances.ArtifactPulls{Artifacts: arts},
 		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
 		ReadinessTimeout: cfg.InstanceDeployTimeout, UIBasePath: uiBasePath(cfg)})
 	drv := a.Instances.Worker()
@@ -152,7 +152,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	link.Attach(a.Instances)
 	a.Workers = append(a.Workers, drv)
 	cat.SetInstanceGate(a.Instances)
-	arts.Instances = instanceUsage{db: db, instances: a.Instances}
+	arts.Instances = a.Instances
 	a.billing = newBillingParts(cfg, db, svc)
 	a.Nodes.SetLaunchGate(a.billing.svc)
 	a.Instances.SetLaunchGate(a.billing.svc)

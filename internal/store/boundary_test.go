@@ -18,40 +18,21 @@ var mayImportStore = []string{
 	"internal/doctest",
 }
 
-// notYetMoved lists the packages still on the old path, one domain at a
-// time (issue 19); each move takes its package off this list.
-var notYetMoved = []string{
-	"internal/console",
-	"internal/httpapi",
-	"internal/instances",
-}
-
 func TestOnlyTheWiringImportsTheStore(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "github.com/gpuaas/gpuaas/...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	const mod = "github.com/gpuaas/gpuaas/"
-	importers := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
 		pkg := strings.TrimPrefix(fields[0], mod)
 		if pkg == "internal/store" || !slices.Contains(fields[1:], mod+"internal/store") {
 			continue
 		}
-		importers[pkg] = true
 		if slices.Contains(mayImportStore, pkg) {
 			continue
 		}
-		if slices.Contains(notYetMoved, pkg) {
-			t.Logf("%s still imports internal/store (not yet moved to its own storage interface)", pkg)
-			continue
-		}
 		t.Errorf("%s imports internal/store: a domain declares the queries it needs as its own interface over its own types (internal/storage), and the wiring hands it store's implementation", pkg)
-	}
-	for _, pkg := range notYetMoved {
-		if !importers[pkg] {
-			t.Errorf("%s no longer imports internal/store: take it off notYetMoved so it cannot slip back", pkg)
-		}
 	}
 }

@@ -3,20 +3,19 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/console"
+	"github.com/gpuaas/gpuaas/internal/instances"
 )
 
-// ConsoleSession is one signed-in browser of the web console. IDHash is the
-// SHA-256 of the cookie's value; the value itself is never stored.
-type ConsoleSession struct {
-	IDHash     string
-	UserID     string
-	CSRFToken  string
-	ProjectID  string // the project the person works in
-	CreatedAt  time.Time
-	LastSeenAt time.Time
-	ExpiresAt  time.Time // absolute end
-	EndedAt    time.Time // zero while the session lives
-}
+// The console's and the instances domain's types; aliases until every
+// package names them there.
+type (
+	ConsoleSession = console.ConsoleSession
+	UIOpenCode     = instances.UIOpenCode
+)
+
+var _ console.Sessions = (*Queries)(nil)
 
 const consoleSessionCols = `id_hash, user_id, csrf_token, project_id, created_at, last_seen_at, expires_at, ended_at`
 
@@ -55,20 +54,6 @@ func (q *Queries) EndConsoleSession(ctx context.Context, idHash string, at time.
 func (q *Queries) PruneConsoleSessions(ctx context.Context, cutoff time.Time) error {
 	_, err := q.exec(ctx, `DELETE FROM console_sessions WHERE expires_at < ? OR ended_at < ?`, ts(cutoff), ts(cutoff))
 	return err
-}
-
-// UIOpenCode is a one-time code that opens an instance's UI through the
-// gateway. CodeHash is the SHA-256 of the code.
-type UIOpenCode struct {
-	CodeHash   string
-	UserID     string
-	OrgID      string
-	ProjectID  string
-	InstanceID string
-	Port       int
-	CreatedAt  time.Time
-	ExpiresAt  time.Time
-	UsedAt     time.Time
 }
 
 func (q *Queries) InsertUIOpenCode(ctx context.Context, c UIOpenCode) error {

@@ -3,41 +3,25 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/instances"
 )
 
-// AppInstance is one app version launched onto a project's allocation.
-// Effective, Access, LogTail and History are JSON documents the instances
-// domain owns.
-type AppInstance struct {
-	ID                 string
-	OrgID              string
-	ProjectID          string
-	AppSlug            string
-	DisplayName        string
-	Version            string
-	Digest             string
-	Status             string
-	ReasonCode         string
-	ReasonMessage      string
-	OperatingMode      string
-	ControlPlaneScope  string
-	RuntimeBackend     string
-	TenantBoundaryMode string
-	Effective          []byte
-	TargetAllocationID string
-	NodeID             string
-	ServiceAccountID   string
-	HostPort           int
-	DeploySeq          int
-	Access             []byte
-	LogTail            []byte
-	History            []byte
-	CurrentOperationID string
-	CreatedBy          string
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
-	DecommissionedAt   time.Time
-}
+// The instances domain's types; aliases until every package names them there.
+type (
+	AppInstance       = instances.AppInstance
+	InstanceOperation = instances.InstanceOperation
+	InstanceEvent     = instances.InstanceEvent
+	InstanceMember    = instances.InstanceMember
+)
+
+var (
+	_ instances.Tx      = (*Tx)(nil)
+	_ instances.Queries = (*Queries)(nil)
+)
+
+// Instances is the instances domain's storage.
+func Instances(db *DB) instances.Store { return NewPort[instances.Tx, instances.Queries](db) }
 
 const appInstanceCols = `id, org_id, project_id, app_slug, display_name, version, digest, status, reason_code, reason_message,
 	operating_mode, control_plane_scope, runtime_backend, tenant_boundary_mode, effective, target_allocation_id, node_id,
@@ -46,7 +30,7 @@ const appInstanceCols = `id, org_id, project_id, app_slug, display_name, version
 
 func scanAppInstance(s interface{ Scan(...any) error }) (AppInstance, error) {
 	var i AppInstance
-	err := s.Scan(&i.ID, &i.OrgID, &i.ProjectID, &i.AppSlug, &i.DisplayName, &i.Version, &i.Digest, &i.Status, &i.ReasonCode, &i.ReasonMessage,
+	err := s.Scan(&i.ID, &i.OrgID, &i.ProjectID, &i.AppSlug, &i.DisplayName, &i.Version, &i.Digest, (*string)(&i.Status), &i.ReasonCode, &i.ReasonMessage,
 		&i.OperatingMode, &i.ControlPlaneScope, &i.RuntimeBackend, &i.TenantBoundaryMode, scanJSON(&i.Effective), &i.TargetAllocationID, &i.NodeID,
 		&i.ServiceAccountID, &i.HostPort, &i.DeploySeq, scanJSON(&i.Access), scanJSON(&i.LogTail), scanJSON(&i.History), &i.CurrentOperationID,
 		&i.CreatedBy, scanTime(&i.CreatedAt), scanTime(&i.UpdatedAt), scanTime(&i.DecommissionedAt))
@@ -56,7 +40,7 @@ func scanAppInstance(s interface{ Scan(...any) error }) (AppInstance, error) {
 // InsertAppInstance writes a new instance.
 func (q *Queries) InsertAppInstance(ctx context.Context, i AppInstance) error {
 	_, err := q.exec(ctx, `INSERT INTO app_instances (`+appInstanceCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		i.ID, i.OrgID, i.ProjectID, i.AppSlug, i.DisplayName, i.Version, i.Digest, i.Status, i.ReasonCode, i.ReasonMessage,
+		i.ID, i.OrgID, i.ProjectID, i.AppSlug, i.DisplayName, i.Version, i.Digest, string(i.Status), i.ReasonCode, i.ReasonMessage,
 		i.OperatingMode, i.ControlPlaneScope, i.RuntimeBackend, i.TenantBoundaryMode, jsonText(i.Effective), i.TargetAllocationID, i.NodeID,
 		i.ServiceAccountID, i.HostPort, i.DeploySeq, jsonText(i.Access), jsonText(i.LogTail), jsonText(orEmptyList(i.History)), i.CurrentOperationID,
 		i.CreatedBy, ts(i.CreatedAt), ts(i.UpdatedAt), nullTS(i.DecommissionedAt))
@@ -73,13 +57,13 @@ func orEmptyList(b []byte) []byte {
 // UpdateAppInstance writes every mutable column of i, but only while the
 // row still has status prevStatus: a concurrent transition makes it
 // ErrNotFound.
-func (q *Queries) UpdateAppInstance(ctx context.Context, i AppInstance, prevStatus string) error {
+func (q *Queries) UpdateAppInstance(ctx context.Context, i AppInstance, prevStatus instances.InstanceStatus) error {
 	return q.execOne(ctx, `UPDATE app_instances SET version = ?, digest = ?, status = ?, reason_code = ?, reason_message = ?,
 		node_id = ?, service_account_id = ?, host_port = ?, deploy_seq = ?, access = ?, log_tail = ?, history = ?,
 		current_operation_id = ?, updated_at = ?, decommissioned_at = ? WHERE id = ? AND status = ?`,
-		i.Version, i.Digest, i.Status, i.ReasonCode, i.ReasonMessage, i.NodeID, i.ServiceAccountID, i.HostPort, i.DeploySeq,
+		i.Version, i.Digest, string(i.Status), i.ReasonCode, i.ReasonMessage, i.NodeID, i.ServiceAccountID, i.HostPort, i.DeploySeq,
 		jsonText(i.Access), jsonText(i.LogTail), jsonText(orEmptyList(i.History)), i.CurrentOperationID, ts(i.UpdatedAt),
-		nullTS(i.DecommissionedAt), i.ID, prevStatus)
+		nullTS(i.DecommissionedAt), i.ID, string(prevStatus))
 }
 
 // GetAppInstance reads one instance of a project.
@@ -96,7 +80,7 @@ func (q *Queries) GetAppInstanceByID(ctx context.Context, id string) (AppInstanc
 
 // ListAppInstances lists a project's instances in creation order,
 // optionally only those in status.
-func (q *Queries) ListAppInstances(ctx context.Context, projectID, status string, p Page) ([]AppInstance, string, error) {
+func (q *Queries) ListAppInstances(ctx context.Context, projectID string, status instances.InstanceStatus, p Page) ([]AppInstance, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -104,7 +88,7 @@ func (q *Queries) ListAppInstances(ctx context.Context, projectID, status string
 	query, args := `SELECT `+appInstanceCols+` FROM app_instances WHERE project_id = ? AND id > ?`, []any{projectID, after}
 	if status != "" {
 		query += ` AND status = ?`
-		args = append(args, status)
+		args = append(args, string(status))
 	}
 	rows, err := q.query(ctx, query+` ORDER BY id`+limitClause(limit), args...)
 	if err != nil {
@@ -152,35 +136,12 @@ func (q *Queries) LiveInstancesOn(ctx context.Context, allocationID, nodeID stri
 	return collect(rows, scanAppInstance)
 }
 
-// InstanceOperation is one lifecycle request of an instance.
-type InstanceOperation struct {
-	ID             string
-	InstanceID     string
-	OrgID          string
-	ProjectID      string
-	Kind           string // create | upgrade | rollback | decommission
-	State          string // in_progress | succeeded | failed
-	Phase          string
-	FromVersion    string
-	TargetVersion  string
-	Description    string
-	ReasonCode     string
-	TaskID         string
-	CorrelationID  string
-	Actor          string
-	LeaseOwner     string
-	LeaseExpiresAt time.Time
-	CreatedAt      time.Time
-	UpdatedAt      time.Time
-	CompletedAt    time.Time
-}
-
 const instanceOperationCols = `id, instance_id, org_id, project_id, kind, state, phase, from_version, target_version, description,
 	reason_code, task_id, correlation_id, actor, lease_owner, lease_expires_at, created_at, updated_at, completed_at`
 
 func scanInstanceOperation(s interface{ Scan(...any) error }) (InstanceOperation, error) {
 	var o InstanceOperation
-	err := s.Scan(&o.ID, &o.InstanceID, &o.OrgID, &o.ProjectID, &o.Kind, &o.State, &o.Phase, &o.FromVersion, &o.TargetVersion, &o.Description,
+	err := s.Scan(&o.ID, &o.InstanceID, &o.OrgID, &o.ProjectID, (*string)(&o.Kind), (*string)(&o.State), &o.Phase, &o.FromVersion, &o.TargetVersion, &o.Description,
 		&o.ReasonCode, &o.TaskID, &o.CorrelationID, &o.Actor, &o.LeaseOwner, scanTime(&o.LeaseExpiresAt), scanTime(&o.CreatedAt),
 		scanTime(&o.UpdatedAt), scanTime(&o.CompletedAt))
 	return o, err
@@ -189,7 +150,7 @@ func scanInstanceOperation(s interface{ Scan(...any) error }) (InstanceOperation
 // InsertInstanceOperation writes a new operation.
 func (q *Queries) InsertInstanceOperation(ctx context.Context, o InstanceOperation) error {
 	_, err := q.exec(ctx, `INSERT INTO app_instance_operations (`+instanceOperationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		o.ID, o.InstanceID, o.OrgID, o.ProjectID, o.Kind, o.State, o.Phase, o.FromVersion, o.TargetVersion, o.Description,
+		o.ID, o.InstanceID, o.OrgID, o.ProjectID, string(o.Kind), string(o.State), o.Phase, o.FromVersion, o.TargetVersion, o.Description,
 		o.ReasonCode, o.TaskID, o.CorrelationID, o.Actor, o.LeaseOwner, nullTS(o.LeaseExpiresAt), ts(o.CreatedAt), ts(o.UpdatedAt), nullTS(o.CompletedAt))
 	return err
 }
@@ -200,7 +161,7 @@ func (q *Queries) InsertInstanceOperation(ctx context.Context, o InstanceOperati
 func (q *Queries) UpdateInstanceOperation(ctx context.Context, o InstanceOperation, prevPhase string) error {
 	return q.execOne(ctx, `UPDATE app_instance_operations SET state = ?, phase = ?, description = ?, reason_code = ?, task_id = ?,
 		updated_at = ?, completed_at = ? WHERE id = ? AND state = 'in_progress' AND phase = ?`,
-		o.State, o.Phase, o.Description, o.ReasonCode, o.TaskID, ts(o.UpdatedAt), nullTS(o.CompletedAt), o.ID, prevPhase)
+		string(o.State), o.Phase, o.Description, o.ReasonCode, o.TaskID, ts(o.UpdatedAt), nullTS(o.CompletedAt), o.ID, prevPhase)
 }
 
 // GetInstanceOperation reads one operation of a project.
@@ -240,19 +201,6 @@ func (q *Queries) ReleaseInstanceOperation(ctx context.Context, id, owner string
 	return err
 }
 
-// InstanceEvent is one row of an instance's timeline.
-type InstanceEvent struct {
-	ID            string
-	InstanceID    string
-	ProjectID     string
-	EventType     string
-	Status        string
-	OperationID   string
-	CorrelationID string
-	Payload       []byte
-	OccurredAt    time.Time
-}
-
 const instanceEventCols = `id, instance_id, project_id, event_type, status, operation_id, correlation_id, payload, occurred_at`
 
 func scanInstanceEvent(s interface{ Scan(...any) error }) (InstanceEvent, error) {
@@ -286,27 +234,11 @@ func (q *Queries) ListInstanceEvents(ctx context.Context, instanceID string, p P
 	return out, next, nil
 }
 
-// InstanceMember is one workload an instance runs on a node.
-type InstanceMember struct {
-	ID           string
-	InstanceID   string
-	AllocationID string
-	NodeID       string
-	Role         string
-	Status       string // deploying | running | failed | removed
-	Version      string
-	Digest       string
-	WorkloadName string
-	ContainerIDs []byte // JSON list
-	CreatedAt    time.Time
-	UpdatedAt    time.Time
-}
-
 const instanceMemberCols = `id, instance_id, allocation_id, node_id, role, status, version, digest, workload_name, container_ids, created_at, updated_at`
 
 func scanInstanceMember(s interface{ Scan(...any) error }) (InstanceMember, error) {
 	var m InstanceMember
-	err := s.Scan(&m.ID, &m.InstanceID, &m.AllocationID, &m.NodeID, &m.Role, &m.Status, &m.Version, &m.Digest, &m.WorkloadName,
+	err := s.Scan(&m.ID, &m.InstanceID, &m.AllocationID, &m.NodeID, &m.Role, (*string)(&m.Status), &m.Version, &m.Digest, &m.WorkloadName,
 		scanJSON(&m.ContainerIDs), scanTime(&m.CreatedAt), scanTime(&m.UpdatedAt))
 	return m, err
 }
@@ -314,15 +246,15 @@ func scanInstanceMember(s interface{ Scan(...any) error }) (InstanceMember, erro
 // InsertInstanceMember records a workload of an instance.
 func (q *Queries) InsertInstanceMember(ctx context.Context, m InstanceMember) error {
 	_, err := q.exec(ctx, `INSERT INTO app_instance_members (`+instanceMemberCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		m.ID, m.InstanceID, m.AllocationID, m.NodeID, m.Role, m.Status, m.Version, m.Digest, m.WorkloadName,
+		m.ID, m.InstanceID, m.AllocationID, m.NodeID, m.Role, string(m.Status), m.Version, m.Digest, m.WorkloadName,
 		jsonText(orEmptyList(m.ContainerIDs)), ts(m.CreatedAt), ts(m.UpdatedAt))
 	return err
 }
 
 // SetInstanceMembersStatus moves the members of one workload (or, with an
 // empty workload name, every member not yet removed) to status.
-func (q *Queries) SetInstanceMembersStatus(ctx context.Context, instanceID, workloadName, status string, containerIDs []byte, now time.Time) error {
-	query, args := `UPDATE app_instance_members SET status = ?, updated_at = ?`, []any{status, ts(now)}
+func (q *Queries) SetInstanceMembersStatus(ctx context.Context, instanceID, workloadName string, status instances.MemberStatus, containerIDs []byte, now time.Time) error {
+	query, args := `UPDATE app_instance_members SET status = ?, updated_at = ?`, []any{string(status), ts(now)}
 	if containerIDs != nil {
 		query += `, container_ids = ?`
 		args = append(args, jsonText(containerIDs))

@@ -1,0 +1,165 @@
+package instances
+
+import (
+	"context"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/storage"
+)
+
+// AppInstance is one app version launched onto a project's allocation.
+// Effective, Access, LogTail and History are JSON documents this domain
+// owns.
+type AppInstance struct {
+	ID                 string
+	OrgID              string
+	ProjectID          string
+	AppSlug            string
+	DisplayName        string
+	Version            string
+	Digest             string
+	Status             InstanceStatus
+	ReasonCode         string
+	ReasonMessage      string
+	OperatingMode      string
+	ControlPlaneScope  string
+	RuntimeBackend     string
+	TenantBoundaryMode string
+	Effective          []byte
+	TargetAllocationID string
+	NodeID             string
+	ServiceAccountID   string
+	HostPort           int
+	DeploySeq          int
+	Access             []byte
+	LogTail            []byte
+	History            []byte
+	CurrentOperationID string
+	CreatedBy          string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
+	DecommissionedAt   time.Time
+}
+
+// InstanceOperation is one lifecycle request of an instance.
+type InstanceOperation struct {
+	ID             string
+	InstanceID     string
+	OrgID          string
+	ProjectID      string
+	Kind           OperationKind
+	State          OperationState
+	Phase          string
+	FromVersion    string
+	TargetVersion  string
+	Description    string
+	ReasonCode     string
+	TaskID         string
+	CorrelationID  string
+	Actor          string
+	LeaseOwner     string
+	LeaseExpiresAt time.Time
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	CompletedAt    time.Time
+}
+
+// InstanceEvent is one row of an instance's timeline; Status is the
+// instance's status after the transition, as the row recorded it (an
+// InstanceStatus's text).
+type InstanceEvent struct {
+	ID            string
+	InstanceID    string
+	ProjectID     string
+	EventType     string
+	Status        string
+	OperationID   string
+	CorrelationID string
+	Payload       []byte
+	OccurredAt    time.Time
+}
+
+// InstanceMember is one workload an instance runs on a node.
+type InstanceMember struct {
+	ID           string
+	InstanceID   string
+	AllocationID string
+	NodeID       string
+	Role         string
+	Status       MemberStatus
+	Version      string
+	Digest       string
+	WorkloadName string
+	ContainerIDs []byte // JSON list
+	CreatedAt    time.Time
+	UpdatedAt    time.Time
+}
+
+// UIOpenCode is a one-time code that opens an instance's UI through the
+// gateway. CodeHash is the SHA-256 of the code.
+type UIOpenCode struct {
+	CodeHash   string
+	UserID     string
+	OrgID      string
+	ProjectID  string
+	InstanceID string
+	Port       int
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+	UsedAt     time.Time
+}
+
+// Queries is what the instances domain reads and writes.
+type Queries interface {
+	InsertAppInstance(ctx context.Context, i AppInstance) error
+	// UpdateAppInstance writes i only while the row still has prevStatus;
+	// ErrNotFound when a concurrent transition moved it.
+	UpdateAppInstance(ctx context.Context, i AppInstance, prevStatus InstanceStatus) error
+	GetAppInstance(ctx context.Context, projectID, id string) (AppInstance, error)
+	GetAppInstanceByID(ctx context.Context, id string) (AppInstance, error)
+	ListAppInstances(ctx context.Context, projectID string, status InstanceStatus, p storage.Page) ([]AppInstance, string, error)
+	CountLiveInstancesOfVersion(ctx context.Context, appSlug, version string) (int, error)
+	CountLiveInstancesUsingDigest(ctx context.Context, digest string) (int, error)
+	LiveInstancesOn(ctx context.Context, allocationID, nodeID string) ([]AppInstance, error)
+
+	InsertInstanceOperation(ctx context.Context, o InstanceOperation) error
+	// UpdateInstanceOperation writes o only while the row is in progress at
+	// prevPhase.
+	UpdateInstanceOperation(ctx context.Context, o InstanceOperation, prevPhase string) error
+	GetInstanceOperation(ctx context.Context, projectID, id string) (InstanceOperation, error)
+	OpenInstanceOperations(ctx context.Context, now time.Time, limit int) ([]InstanceOperation, error)
+	LeaseInstanceOperation(ctx context.Context, id, owner string, now, until time.Time) (bool, error)
+	ReleaseInstanceOperation(ctx context.Context, id, owner string) error
+
+	InsertInstanceEvent(ctx context.Context, e InstanceEvent) error
+	ListInstanceEvents(ctx context.Context, instanceID string, p storage.Page) ([]InstanceEvent, string, error)
+
+	InsertInstanceMember(ctx context.Context, m InstanceMember) error
+	SetInstanceMembersStatus(ctx context.Context, instanceID, workloadName string, status MemberStatus, containerIDs []byte, now time.Time) error
+	ListInstanceMembers(ctx context.Context, instanceID string, p storage.Page) ([]InstanceMember, string, error)
+
+	InsertUIOpenCode(ctx context.Context, c UIOpenCode) error
+	RedeemUIOpenCode(ctx context.Context, codeHash, instanceID string, at time.Time) (UIOpenCode, error)
+
+	// Other domains' tables, read where a launch is resolved.
+
+	// AppArtifactsOfVersion lists every artifact registered for an app
+	// version in any project, revoked ones included.
+	AppArtifactsOfVersion(ctx context.Context, appSlug, appVersion string) ([]artifacts.AppArtifact, error)
+	catalog.LaunchReader
+	GetProject(ctx context.Context, id string) (iam.Project, error)
+	GetUser(ctx context.Context, id string) (iam.User, error)
+	iam.GrantReader
+}
+
+// Tx is a mutation as the instances domain sees it.
+type Tx interface {
+	storage.Tx
+	Queries
+}
+
+// Store is the instances domain's storage.
+type Store = storage.Store[Tx, Queries]
