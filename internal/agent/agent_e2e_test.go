@@ -16,13 +16,15 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/moby/moby/client"
+
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
-	"github.com/moby/moby/client"
 )
 
 // buildGpuaas builds the real binary into a temp dir.
@@ -167,7 +169,7 @@ func TestAgentProcessEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var done store.NodeTask
+	var done nodes.NodeTask
 	eventually(t, 90*time.Second, "task result", func() bool {
 		got, err := s.App.Nodes.Task(ctx, task.ID)
 		done = got.NodeTask

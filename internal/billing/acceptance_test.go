@@ -347,7 +347,7 @@ func TestUsageIngest(t *testing.T) {
 			t.Fatalf("another tenant's instance: %s", r.Body)
 		}
 
-		total, err := s.DB.Queries().GroupUsage(ctx, store.UsageFilter{AppInstanceID: wl.ID}, nil)
+		total, err := s.DB.Queries().GroupUsage(ctx, billing.UsageFilter{AppInstanceID: wl.ID}, nil)
 		if err != nil || len(total) != 1 || total[0].Records != 11 || total[0].Quantity.Int64() != 1234+1000 {
 			t.Fatalf("after refusals: %+v %v", total, err)
 		}

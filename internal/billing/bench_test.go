@@ -67,11 +67,11 @@ func BenchmarkIngest(b *testing.B) {
 				now := time.Now().UTC()
 				b.ResetTimer()
 				for done := 0; done < b.N; done += 100 {
-					recs := make([]store.UsageRecord, 100)
+					recs := make([]billing.UsageRecord, 100)
 					for i := range recs {
 						seq++
-						recs[i] = store.UsageRecord{ID: iam.NewID(), DedupeKey: billing.DedupeKeyForEvent(inst.ProjectID, "//vllm/"+inst.ID, fmt.Sprintf("raw-%d", seq)), OrgID: inst.OrgID,
-							ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug, UsageSource: store.UsageSourceAppRuntime,
+						recs[i] = billing.UsageRecord{ID: iam.NewID(), DedupeKey: billing.DedupeKeyForEvent(inst.ProjectID, "//vllm/"+inst.ID, fmt.Sprintf("raw-%d", seq)), OrgID: inst.OrgID,
+							ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug, UsageSource: billing.UsageSourceAppRuntime,
 							UsageUnit: "tokens", Quantity: 1, Meter: "vllm/tokens", StartTime: now, EndTime: now, RecordedAt: now}
 					}
 					if err := db.InTx(ctx, func(q *store.Queries) error { return q.InsertUsageRecordsPlain(ctx, recs) }); err != nil {

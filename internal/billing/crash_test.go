@@ -222,7 +222,7 @@ func TestKillDuringIngestBurst(t *testing.T) {
 				}
 			}
 		}
-		got, err := q.GroupUsage(ctx, store.UsageFilter{AppInstanceID: wl.ID}, nil)
+		got, err := q.GroupUsage(ctx, billing.UsageFilter{AppInstanceID: wl.ID}, nil)
 		if err != nil || len(got) != 1 || got[0].Records != total || got[0].Quantity.Int64() != total {
 			t.Fatalf("after restart and resend: %+v %v; want exactly %d records", got, err, total)
 		}

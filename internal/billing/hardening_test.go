@@ -25,7 +25,7 @@ import (
 
 // insertUsage stores usage records as they are, bypassing ingest's bounds:
 // records written before those bounds existed, or by a bug.
-func insertUsage(t *testing.T, s *servertest.Server, recs ...store.UsageRecord) {
+func insertUsage(t *testing.T, s *servertest.Server, recs ...billing.UsageRecord) {
 	t.Helper()
 	if err := s.DB.InTx(context.Background(), func(q *store.Queries) error {
 		_, err := q.InsertUsageRecords(context.Background(), recs)
@@ -35,10 +35,10 @@ func insertUsage(t *testing.T, s *servertest.Server, recs ...store.UsageRecord) 
 	}
 }
 
-func allocationUsage(orgID, projectID, sku string, qty int64, at time.Time) store.UsageRecord {
+func allocationUsage(orgID, projectID, sku string, qty int64, at time.Time) billing.UsageRecord {
 	id := iam.NewID()
-	return store.UsageRecord{ID: id, DedupeKey: "test:" + id, OrgID: orgID, ProjectID: projectID, AllocationID: "alloc-" + id,
-		UsageSource: store.UsageSourceAllocation, UsageUnit: billing.UnitGPUSeconds, Quantity: qty, SKU: sku,
+	return billing.UsageRecord{ID: id, DedupeKey: "test:" + id, OrgID: orgID, ProjectID: projectID, AllocationID: "alloc-" + id,
+		UsageSource: billing.UsageSourceAllocation, UsageUnit: billing.UnitGPUSeconds, Quantity: qty, SKU: sku,
 		StartTime: at, EndTime: at.Add(time.Hour), RecordedAt: at.Add(time.Hour)}
 }
 
@@ -171,7 +171,7 @@ func TestLedgerSumsBeyond64Bits(t *testing.T) {
 		}
 
 		// Usage totals: three records near the int64 maximum.
-		var recs []store.UsageRecord
+		var recs []billing.UsageRecord
 		for range 3 {
 			recs = append(recs, allocationUsage(s.Creds.OrgID, pid, "other.1x", math.MaxInt64-1, at))
 		}
@@ -292,7 +292,7 @@ func TestOverlappingUsageBatches(t *testing.T) {
 		if len(failures) > 0 {
 			t.Fatalf("failed batches: %v", failures)
 		}
-		total, err := s.DB.Queries().GroupUsage(context.Background(), store.UsageFilter{AppInstanceID: wl.ID}, nil)
+		total, err := s.DB.Queries().GroupUsage(context.Background(), billing.UsageFilter{AppInstanceID: wl.ID}, nil)
 		if err != nil || len(total) != 1 || total[0].Records != int64(len(distinct)) || total[0].Quantity.Int64() != int64(len(distinct)) ||
 			recorded != len(distinct) {
 			t.Fatalf("stored %+v (%v), answers said %d recorded; want each of the %d distinct events once", total, err, recorded, len(distinct))

@@ -13,7 +13,9 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
+
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -73,7 +75,7 @@ version:
 type workload struct {
 	ID, SAID string
 	Bot      *servertest.Client
-	Inst     store.AppInstance
+	Inst     instances.AppInstance
 }
 
 // newWorkload registers a metered app, makes the instance's service
@@ -95,7 +97,7 @@ func newWorkload(t *testing.T, s *servertest.Server, admin *servertest.Client, p
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
-	inst := store.AppInstance{ID: uuid.Must(uuid.NewV7()).String(), OrgID: p.OrgID, ProjectID: p.ID, AppSlug: slug, DisplayName: slug,
+	inst := instances.AppInstance{ID: uuid.Must(uuid.NewV7()).String(), OrgID: p.OrgID, ProjectID: p.ID, AppSlug: slug, DisplayName: slug,
 		Version: "1.0.0", Status: "running", OperatingMode: "tenant_dedicated", ControlPlaneScope: "project",
 		RuntimeBackend: "slurm", TenantBoundaryMode: "dedicated", Effective: []byte(`{}`), TargetAllocationID: allocationID,
 		ServiceAccountID: key.ServiceAccountID, CreatedBy: "user:test", CreatedAt: now, UpdatedAt: now}
@@ -114,7 +116,7 @@ func newWorkload(t *testing.T, s *servertest.Server, admin *servertest.Client, p
 		}
 		for _, e := range timeline {
 			payload, _ := json.Marshal(map[string]string{"status": e.Status})
-			if err := q.InsertInstanceEvent(ctx, store.InstanceEvent{ID: uuid.Must(uuid.NewV7()).String(), InstanceID: inst.ID,
+			if err := q.InsertInstanceEvent(ctx, instances.InstanceEvent{ID: uuid.Must(uuid.NewV7()).String(), InstanceID: inst.ID,
 				ProjectID: inst.ProjectID, EventType: "apps.instance." + e.Status, Status: e.Status, Payload: payload, OccurredAt: e.At}); err != nil {
 				return err
 			}

@@ -49,7 +49,7 @@ func newFixture(t *testing.T) *fixture {
 	svc := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: &iam.Service{Store: store.IAM(db), Logger: logger}, Logger: logger})
 	ctx := context.Background()
 	p := principal.Principal{Type: principal.User, ID: iam.NewID()}
-	if err := db.Queries().CreateRoleBinding(ctx, store.RoleBinding{ID: iam.NewID(), PrincipalType: "user", PrincipalID: p.ID,
+	if err := db.Queries().CreateRoleBinding(ctx, iam.RoleBinding{ID: iam.NewID(), PrincipalType: "user", PrincipalID: p.ID,
 		Role: iam.RolePlatformAdmin, ScopeType: iam.ScopePlatform, CreatedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}

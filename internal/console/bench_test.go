@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -90,7 +92,7 @@ func seedInstances(tb testing.TB, s *servertest.Server, n int) []string {
 	now := time.Now().UTC()
 	for i := range ids {
 		ids[i] = uuid.Must(uuid.NewV7()).String()
-		if err := s.DB.Queries().InsertAppInstance(context.Background(), store.AppInstance{ID: ids[i], OrgID: p.OrgID, ProjectID: p.ID,
+		if err := s.DB.Queries().InsertAppInstance(context.Background(), instances.AppInstance{ID: ids[i], OrgID: p.OrgID, ProjectID: p.ID,
 			AppSlug: "bench-app", DisplayName: fmt.Sprintf("bench-%04d", i), Version: "1.0.0", Status: "running",
 			OperatingMode: "tenant_dedicated", ControlPlaneScope: "project", RuntimeBackend: "launchable_oci",
 			TenantBoundaryMode: "project_isolated", Effective: []byte(`{"resources":{"gpu_count":1}}`), CreatedBy: "user:bench",

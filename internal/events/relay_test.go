@@ -94,7 +94,7 @@ func TestRelaySurvivesBusOutage(t *testing.T) {
 		emitN(t, db, 7)
 		<-wake // sequencing goes on while the bus is down
 		waitFor(t, func() bool {
-			rows, _ := db.Queries().ListEvents(ctx, store.EventFilter{}, 0, 100)
+			rows, _ := db.Queries().ListEvents(ctx, events.EventFilter{}, 0, 100)
 			return len(rows) == 10 && rows[9].Position == 10
 		})
 		waitFor(t, func() bool { bus.mu.Lock(); defer bus.mu.Unlock(); return bus.calls >= 3 }) // retried without a kick

@@ -63,7 +63,7 @@ func BenchmarkList10k(b *testing.B) {
 			ctx := context.Background()
 			err := s.DB.InTx(ctx, func(q *store.Queries) error {
 				for i := 0; i < 10_000; i++ {
-					if err := q.CreateProject(ctx, store.Project{ID: iam.NewID(), OrgID: s.Creds.OrgID, Slug: fmt.Sprintf("p-%05d", i), Name: "P", CreatedAt: time.Now()}); err != nil {
+					if err := q.CreateProject(ctx, iam.Project{ID: iam.NewID(), OrgID: s.Creds.OrgID, Slug: fmt.Sprintf("p-%05d", i), Name: "P", CreatedAt: time.Now()}); err != nil {
 						return err
 					}
 				}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
@@ -143,8 +144,8 @@ type fixture struct {
 	allocs  *fakeAllocs
 	ctx     context.Context
 	g       *iam.Grants
-	project store.Project
-	other   store.Project
+	project iam.Project
+	other   iam.Project
 	allocID string
 }
 
@@ -157,13 +158,13 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 	admin := principal.Principal{Type: principal.User, ID: iam.NewID()}
 	now := time.Now()
 	q := db.Queries()
-	must(t, q.CreateRoleBinding(ctx, store.RoleBinding{ID: iam.NewID(), PrincipalType: "user", PrincipalID: admin.ID,
+	must(t, q.CreateRoleBinding(ctx, iam.RoleBinding{ID: iam.NewID(), PrincipalType: "user", PrincipalID: admin.ID,
 		Role: iam.RolePlatformAdmin, ScopeType: iam.ScopePlatform, CreatedAt: now}))
-	org := store.Org{ID: iam.NewID(), Slug: "acme", Name: "Acme", CreatedAt: now}
+	org := iam.Org{ID: iam.NewID(), Slug: "acme", Name: "Acme", CreatedAt: now}
 	must(t, q.CreateOrg(ctx, org))
-	p := store.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "ml", Name: "ML", CreatedAt: now}
+	p := iam.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "ml", Name: "ML", CreatedAt: now}
 	must(t, q.CreateProject(ctx, p))
-	other := store.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "other", Name: "Other", CreatedAt: now}
+	other := iam.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "other", Name: "Other", CreatedAt: now}
 	must(t, q.CreateProject(ctx, other))
 	g, err := iam.LoadGrants(ctx, q, admin)
 	must(t, err)
@@ -214,7 +215,7 @@ version:
 	_, err := f.cat.RegisterManifest(f.ctx, f.g, []byte(m), catalog.SyntaxYAML)
 	must(t, err)
 	now := time.Now()
-	must(t, f.db.Queries().InsertAppArtifact(f.ctx, store.AppArtifact{ID: iam.NewID(), OrgID: f.project.OrgID, ProjectID: f.project.ID,
+	must(t, f.db.Queries().InsertAppArtifact(f.ctx, artifacts.AppArtifact{ID: iam.NewID(), OrgID: f.project.OrgID, ProjectID: f.project.ID,
 		AppSlug: "echo", AppVersion: version, ArtifactName: "runtime", ArtifactKind: "oci", SourceType: "oci_registry", Repository: "apps/echo",
 		Digest: digest, LifecycleState: "active", TrustState: "verified", CreatedBy: "t", CreatedAt: now, UpdatedAt: now}))
 	_, err = f.cat.TransitionVersion(f.ctx, f.g, "echo", version, "publish", "test")
@@ -226,7 +227,7 @@ func (f *fixture) drive(t *testing.T) {
 	must(t, f.svc.Drive(f.ctx, "test-driver"))
 }
 
-func (f *fixture) get(t *testing.T, id string) store.AppInstance {
+func (f *fixture) get(t *testing.T, id string) instances.AppInstance {
 	t.Helper()
 	inst, err := f.svc.Get(f.ctx, f.g, f.project.ID, id)
 	must(t, err)
@@ -495,7 +496,7 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-func mustFail(_ store.AppInstance, _ store.InstanceOperation, err error) error { return err }
+func mustFail(_ instances.AppInstance, _ instances.InstanceOperation, err error) error { return err }
 
 func revoke(t *testing.T, f *fixture, version string) {
 	t.Helper()

@@ -151,16 +151,16 @@ func seedNodes(b *testing.B, db *store.DB, n, gpus int) []string {
 		for i := range n {
 			name := fmt.Sprintf("sim-%04d", i)
 			inv := inventory(name, gpus, "NVIDIA H100 80GB HBM3")
-			nd := store.Node{ID: iam.NewID(), Name: name, State: nodes.StateReady, KeyID: iam.NewID(), PublicKey: "-", Inventory: []byte("{}"),
+			nd := nodes.Node{ID: iam.NewID(), Name: name, State: nodes.StateReady, KeyID: iam.NewID(), PublicKey: "-", Inventory: []byte("{}"),
 				InventoryDigest: nodes.InventoryDigest(inv), Workloads: []byte("[]"), GPUCount: gpus, FreeGPUs: gpus, GPUModel: inv.GPUs[0].Model,
 				GPUVendor: "nvidia", GPUMemoryMiB: inv.GPUs[0].MemoryMiB, LastHeartbeatAt: now.Add(time.Hour), StateChangedAt: now, CreatedAt: now, UpdatedAt: now}
 			if err := q.InsertNode(context.Background(), nd); err != nil {
 				return err
 			}
 			ids = append(ids, nd.ID)
-			gs := make([]store.NodeGPU, 0, gpus)
+			gs := make([]nodes.NodeGPU, 0, gpus)
 			for _, g := range inv.GPUs {
-				gs = append(gs, store.NodeGPU{NodeID: nd.ID, UUID: g.UUID, Index: g.Index, Model: g.Model, Vendor: "nvidia", MemoryMiB: g.MemoryMiB})
+				gs = append(gs, nodes.NodeGPU{NodeID: nd.ID, UUID: g.UUID, Index: g.Index, Model: g.Model, Vendor: "nvidia", MemoryMiB: g.MemoryMiB})
 			}
 			if err := q.SetNodeInventory(context.Background(), nd, gs, now.Add(time.Hour)); err != nil {
 				return err

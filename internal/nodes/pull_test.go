@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/servertest"
-	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
 
@@ -28,7 +28,7 @@ func TestNodePullCredentialsAreBoundToTheNode(t *testing.T) {
 				t.Fatal(err)
 			}
 			now := time.Now()
-			art := store.AppArtifact{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, AppSlug: "demo", AppVersion: "1.0.0", ArtifactName: "runtime",
+			art := artifacts.AppArtifact{ID: iam.NewID(), OrgID: p.OrgID, ProjectID: p.ID, AppSlug: "demo", AppVersion: "1.0.0", ArtifactName: "runtime",
 				ArtifactKind: "oci", SourceType: "oci_registry", Repository: "gpuaas/apps/x/y/demo", Digest: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
 				LifecycleState: "draft", TrustState: "unverified", CreatedBy: "test", CreatedAt: now, UpdatedAt: now}
 			if err := s.DB.Queries().InsertAppArtifact(ctx, art); err != nil {

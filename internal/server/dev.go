@@ -76,7 +76,7 @@ func (a *App) SeedDev(ctx context.Context) (DevCredentials, error) {
 	q := a.DB.Queries()
 	org, err := q.GetOrgBySlug(ctx, "dev")
 	if errors.Is(err, store.ErrNotFound) {
-		org = store.Org{ID: iam.NewID(), Slug: "dev", Name: "Dev Org", CreatedAt: a.now()}
+		org = iam.Org{ID: iam.NewID(), Slug: "dev", Name: "Dev Org", CreatedAt: a.now()}
 		err = a.DB.Mutate(ctx, func(tx *store.Tx) error {
 			if err := tx.CreateOrg(ctx, org); err != nil {
 				return err
@@ -89,7 +89,7 @@ func (a *App) SeedDev(ctx context.Context) (DevCredentials, error) {
 	}
 	proj, err := q.GetProjectBySlug(ctx, org.ID, "dev")
 	if errors.Is(err, store.ErrNotFound) {
-		proj = store.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "dev", Name: "Dev Project", CreatedAt: a.now()}
+		proj = iam.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "dev", Name: "Dev Project", CreatedAt: a.now()}
 		err = a.DB.Mutate(ctx, func(tx *store.Tx) error {
 			if err := tx.CreateProject(ctx, proj); err != nil {
 				return err

@@ -88,7 +88,7 @@ func (a *App) StartDevNode(ctx context.Context, start DevAgentStarter, creds Dev
 	}
 	dn := DevNode{NodeID: n.ID, GPUs: n.GPUCount, Stop: stop}
 	for _, state := range []nodes.AllocationState{nodes.AllocActive, nodes.AllocPending} {
-		live, _, err := a.DB.Queries().ListAllocations(ctx, store.AllocationFilter{ProjectID: creds.ProjectID, NodeID: n.ID, State: state}, store.Page{Limit: 1})
+		live, _, err := a.DB.Queries().ListAllocations(ctx, nodes.AllocationFilter{ProjectID: creds.ProjectID, NodeID: n.ID, State: state}, store.Page{Limit: 1})
 		if err == nil && len(live) > 0 {
 			dn.AllocationID = live[0].ID
 			return dn
@@ -105,7 +105,7 @@ func (a *App) StartDevNode(ctx context.Context, start DevAgentStarter, creds Dev
 
 // waitDevNode waits for the newest node to be ready (the agent may be one
 // that joined on an earlier run and kept its identity).
-func (a *App) waitDevNode(ctx context.Context, wait time.Duration) (store.Node, error) {
+func (a *App) waitDevNode(ctx context.Context, wait time.Duration) (nodes.Node, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		ns, _, err := a.DB.Queries().ListNodes(ctx, nodes.StateReady, store.Page{Limit: store.MaxPageLimit})
@@ -113,11 +113,11 @@ func (a *App) waitDevNode(ctx context.Context, wait time.Duration) (store.Node, 
 			return ns[len(ns)-1], nil
 		}
 		if time.Now().After(deadline) {
-			return store.Node{}, fmt.Errorf("the dev node did not become ready within %s", wait)
+			return nodes.Node{}, fmt.Errorf("the dev node did not become ready within %s", wait)
 		}
 		select {
 		case <-ctx.Done():
-			return store.Node{}, errors.Join(ctx.Err(), errors.New("dev node not ready"))
+			return nodes.Node{}, errors.Join(ctx.Err(), errors.New("dev node not ready"))
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -9,18 +9,11 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodes"
 )
 
-// Allocations and their billing intervals are the nodes domain's types.
-type (
-	Allocation         = nodes.Allocation
-	AllocationFilter   = nodes.AllocationFilter
-	AllocationInterval = nodes.AllocationInterval
-)
-
 const allocationCols = `id, org_id, project_id, node_id, shape, sku, gpu_count, gpu_uuids, state, created_by, created_at, updated_at, released_at`
 
-func scanAllocation(s interface{ Scan(...any) error }) (Allocation, error) {
+func scanAllocation(s interface{ Scan(...any) error }) (nodes.Allocation, error) {
 	var (
-		a     Allocation
+		a     nodes.Allocation
 		uuids []byte
 	)
 	err := s.Scan(&a.ID, &a.OrgID, &a.ProjectID, &a.NodeID, &a.Shape, &a.SKU, &a.GPUCount, scanJSON(&uuids), (*string)(&a.State), &a.CreatedBy,
@@ -36,7 +29,7 @@ func scanAllocation(s interface{ Scan(...any) error }) (Allocation, error) {
 
 // InsertAllocation writes an allocation and the rows holding its GPUs. A
 // GPU another live allocation holds fails with ErrAlreadyExists.
-func (q *Queries) InsertAllocation(ctx context.Context, a Allocation) error {
+func (q *Queries) InsertAllocation(ctx context.Context, a nodes.Allocation) error {
 	uuids, err := json.Marshal(append([]string{}, a.GPUUUIDs...))
 	if err != nil {
 		return err
@@ -63,13 +56,13 @@ func (q *Queries) InsertAllocation(ctx context.Context, a Allocation) error {
 	return q.execHeld(ctx, b.String(), args...)
 }
 
-func (q *Queries) GetAllocation(ctx context.Context, id string) (Allocation, error) {
+func (q *Queries) GetAllocation(ctx context.Context, id string) (nodes.Allocation, error) {
 	a, err := scanAllocation(q.queryRow(ctx, `SELECT `+allocationCols+` FROM allocations WHERE id = ?`, id))
 	return a, scanOne(err)
 }
 
 // ListAllocations lists allocations in creation order.
-func (q *Queries) ListAllocations(ctx context.Context, f AllocationFilter, p Page) ([]Allocation, string, error) {
+func (q *Queries) ListAllocations(ctx context.Context, f nodes.AllocationFilter, p Page) ([]nodes.Allocation, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -84,12 +77,12 @@ func (q *Queries) ListAllocations(ctx context.Context, f AllocationFilter, p Pag
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(a Allocation) string { return a.ID })
+	out, next := trimPage(out, limit, func(a nodes.Allocation) string { return a.ID })
 	return out, next, nil
 }
 
 // AllocationsOfNode lists a node's allocations in one of states.
-func (q *Queries) AllocationsOfNode(ctx context.Context, nodeID string, states ...nodes.AllocationState) ([]Allocation, error) {
+func (q *Queries) AllocationsOfNode(ctx context.Context, nodeID string, states ...nodes.AllocationState) ([]nodes.Allocation, error) {
 	args := []any{nodeID}
 	for _, s := range states {
 		args = append(args, string(s))
@@ -117,7 +110,7 @@ func (q *Queries) FreeAllocationGPUs(ctx context.Context, allocationID string) e
 }
 
 // OpenAllocationInterval starts an active interval.
-func (q *Queries) OpenAllocationInterval(ctx context.Context, i AllocationInterval) error {
+func (q *Queries) OpenAllocationInterval(ctx context.Context, i nodes.AllocationInterval) error {
 	return q.execHeld(ctx, `INSERT INTO allocation_intervals (id, allocation_id, org_id, project_id, node_id, sku, gpu_count, started_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		i.ID, i.AllocationID, i.OrgID, i.ProjectID, i.NodeID, i.SKU, i.GPUCount, ts(i.StartedAt))
 }
@@ -130,14 +123,14 @@ func (q *Queries) CloseAllocationInterval(ctx context.Context, allocationID stri
 
 // AllocationIntervals lists the intervals of a project that overlap
 // [from, to), for billing.
-func (q *Queries) AllocationIntervals(ctx context.Context, projectID string, from, to time.Time) ([]AllocationInterval, error) {
+func (q *Queries) AllocationIntervals(ctx context.Context, projectID string, from, to time.Time) ([]nodes.AllocationInterval, error) {
 	rows, err := q.query(ctx, `SELECT id, allocation_id, org_id, project_id, node_id, sku, gpu_count, started_at, ended_at FROM allocation_intervals
 		WHERE project_id = ? AND started_at < ? AND (ended_at IS NULL OR ended_at > ?) ORDER BY started_at, id`, projectID, ts(to), ts(from))
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(s interface{ Scan(...any) error }) (AllocationInterval, error) {
-		var i AllocationInterval
+	return collect(rows, func(s interface{ Scan(...any) error }) (nodes.AllocationInterval, error) {
+		var i nodes.AllocationInterval
 		err := s.Scan(&i.ID, &i.AllocationID, &i.OrgID, &i.ProjectID, &i.NodeID, &i.SKU, &i.GPUCount, scanTime(&i.StartedAt), scanTime(&i.EndedAt))
 		return i, err
 	})

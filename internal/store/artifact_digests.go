@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/artifacts"
 )
 
 // A digest, not a record, is what revocation means: these queries answer
@@ -45,7 +47,7 @@ func (q *Queries) RepositoryDigestVerified(ctx context.Context, repository, dige
 
 // UnrevokedArtifactsWithDigest lists the project's artifacts with digest
 // that are not revoked yet.
-func (q *Queries) UnrevokedArtifactsWithDigest(ctx context.Context, projectID, digest string) ([]AppArtifact, error) {
+func (q *Queries) UnrevokedArtifactsWithDigest(ctx context.Context, projectID, digest string) ([]artifacts.AppArtifact, error) {
 	rows, err := q.query(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE project_id = ? AND digest = ? AND revoked_at IS NULL ORDER BY id`, projectID, digest)
 	if err != nil {
 		return nil, err

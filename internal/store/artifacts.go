@@ -7,17 +7,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 )
 
-// The artifacts domain owns these types; the aliases keep packages not
-// moved yet compiling.
-type (
-	ArtifactSigningKey = artifacts.ArtifactSigningKey
-	ArtifactIntent     = artifacts.ArtifactIntent
-	RegistryCredential = artifacts.RegistryCredential
-	CredentialWrap     = artifacts.CredentialWrap
-	AppArtifact        = artifacts.AppArtifact
-	AppArtifactFilter  = artifacts.AppArtifactFilter
-)
-
 var (
 	_ artifacts.Tx      = (*Tx)(nil)
 	_ artifacts.Queries = (*Queries)(nil)
@@ -28,25 +17,25 @@ func Artifacts(db *DB) artifacts.Store { return NewPort[artifacts.Tx, artifacts.
 
 const artifactSigningKeyCols = `id, org_id, project_id, name, algorithm, public_key, fingerprint, created_by, created_at`
 
-func scanArtifactSigningKey(s interface{ Scan(...any) error }) (ArtifactSigningKey, error) {
-	var k ArtifactSigningKey
+func scanArtifactSigningKey(s interface{ Scan(...any) error }) (artifacts.ArtifactSigningKey, error) {
+	var k artifacts.ArtifactSigningKey
 	err := s.Scan(&k.ID, &k.OrgID, &k.ProjectID, &k.Name, &k.Algorithm, &k.PublicKey, &k.Fingerprint, &k.CreatedBy, scanTime(&k.CreatedAt))
 	return k, err
 }
 
-func (q *Queries) InsertArtifactSigningKey(ctx context.Context, k ArtifactSigningKey) error {
+func (q *Queries) InsertArtifactSigningKey(ctx context.Context, k artifacts.ArtifactSigningKey) error {
 	_, err := q.exec(ctx, `INSERT INTO artifact_signing_keys (`+artifactSigningKeyCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		k.ID, k.OrgID, k.ProjectID, k.Name, k.Algorithm, k.PublicKey, k.Fingerprint, k.CreatedBy, ts(k.CreatedAt))
 	return err
 }
 
-func (q *Queries) GetArtifactSigningKey(ctx context.Context, projectID, id string) (ArtifactSigningKey, error) {
+func (q *Queries) GetArtifactSigningKey(ctx context.Context, projectID, id string) (artifacts.ArtifactSigningKey, error) {
 	k, err := scanArtifactSigningKey(q.queryRow(ctx, `SELECT `+artifactSigningKeyCols+` FROM artifact_signing_keys WHERE project_id = ? AND id = ?`, projectID, id))
 	return k, scanOne(err)
 }
 
 // ListArtifactSigningKeys lists a project's keys in creation order.
-func (q *Queries) ListArtifactSigningKeys(ctx context.Context, projectID string, p Page) ([]ArtifactSigningKey, string, error) {
+func (q *Queries) ListArtifactSigningKeys(ctx context.Context, projectID string, p Page) ([]artifacts.ArtifactSigningKey, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -59,12 +48,12 @@ func (q *Queries) ListArtifactSigningKeys(ctx context.Context, projectID string,
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(k ArtifactSigningKey) string { return k.ID })
+	out, next := trimPage(out, limit, func(k artifacts.ArtifactSigningKey) string { return k.ID })
 	return out, next, nil
 }
 
 // AllArtifactSigningKeys returns every key of a project (verification uses all).
-func (q *Queries) AllArtifactSigningKeys(ctx context.Context, projectID string) ([]ArtifactSigningKey, error) {
+func (q *Queries) AllArtifactSigningKeys(ctx context.Context, projectID string) ([]artifacts.ArtifactSigningKey, error) {
 	rows, err := q.query(ctx, `SELECT `+artifactSigningKeyCols+` FROM artifact_signing_keys WHERE project_id = ? ORDER BY id`, projectID)
 	if err != nil {
 		return nil, err
@@ -76,15 +65,15 @@ const artifactIntentCols = `id, kind, org_id, project_id, artifact_kind, source_
 	repository, tag_hint, source_uri, upload_id, artifact_id, signature_required, signature_scheme, signing_key_id,
 	provenance_required, created_by, created_at, expires_at`
 
-func scanArtifactIntent(s interface{ Scan(...any) error }) (ArtifactIntent, error) {
-	var i ArtifactIntent
+func scanArtifactIntent(s interface{ Scan(...any) error }) (artifacts.ArtifactIntent, error) {
+	var i artifacts.ArtifactIntent
 	err := s.Scan(&i.ID, &i.Kind, &i.OrgID, &i.ProjectID, &i.ArtifactKind, &i.SourceType, &i.AppSlug, &i.AppVersion, &i.ArtifactName, &i.Channel,
 		&i.Repository, &i.TagHint, &i.SourceURI, &i.UploadID, &i.ArtifactID, &i.SignatureRequired, &i.SignatureScheme, &i.SigningKeyID,
 		&i.ProvenanceRequired, &i.CreatedBy, scanTime(&i.CreatedAt), scanTime(&i.ExpiresAt))
 	return i, err
 }
 
-func (q *Queries) InsertArtifactIntent(ctx context.Context, i ArtifactIntent) error {
+func (q *Queries) InsertArtifactIntent(ctx context.Context, i artifacts.ArtifactIntent) error {
 	_, err := q.exec(ctx, `INSERT INTO artifact_intents (`+artifactIntentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		i.ID, i.Kind, i.OrgID, i.ProjectID, i.ArtifactKind, i.SourceType, i.AppSlug, i.AppVersion, i.ArtifactName, i.Channel,
 		i.Repository, i.TagHint, i.SourceURI, i.UploadID, i.ArtifactID, i.SignatureRequired, i.SignatureScheme, i.SigningKeyID,
@@ -92,19 +81,19 @@ func (q *Queries) InsertArtifactIntent(ctx context.Context, i ArtifactIntent) er
 	return err
 }
 
-func (q *Queries) GetArtifactIntent(ctx context.Context, projectID, id string) (ArtifactIntent, error) {
+func (q *Queries) GetArtifactIntent(ctx context.Context, projectID, id string) (artifacts.ArtifactIntent, error) {
 	i, err := scanArtifactIntent(q.queryRow(ctx, `SELECT `+artifactIntentCols+` FROM artifact_intents WHERE project_id = ? AND id = ?`, projectID, id))
 	return i, scanOne(err)
 }
 
 // ArtifactIntentByUpload finds the publish intent that owns a blob upload.
-func (q *Queries) ArtifactIntentByUpload(ctx context.Context, projectID, uploadID string) (ArtifactIntent, error) {
+func (q *Queries) ArtifactIntentByUpload(ctx context.Context, projectID, uploadID string) (artifacts.ArtifactIntent, error) {
 	i, err := scanArtifactIntent(q.queryRow(ctx, `SELECT `+artifactIntentCols+` FROM artifact_intents WHERE project_id = ? AND upload_id = ? AND kind = 'publish'`, projectID, uploadID))
 	return i, scanOne(err)
 }
 
 // LatestPublishIntent finds the newest publish intent for an artifact slot.
-func (q *Queries) LatestPublishIntent(ctx context.Context, projectID, appSlug, appVersion, artifactName, artifactKind string) (ArtifactIntent, error) {
+func (q *Queries) LatestPublishIntent(ctx context.Context, projectID, appSlug, appVersion, artifactName, artifactKind string) (artifacts.ArtifactIntent, error) {
 	i, err := scanArtifactIntent(q.queryRow(ctx, `SELECT `+artifactIntentCols+` FROM artifact_intents
 		WHERE project_id = ? AND kind = 'publish' AND app_slug = ? AND app_version = ? AND artifact_name = ? AND artifact_kind = ?
 		ORDER BY id DESC LIMIT 1`, projectID, appSlug, appVersion, artifactName, artifactKind))
@@ -113,20 +102,20 @@ func (q *Queries) LatestPublishIntent(ctx context.Context, projectID, appSlug, a
 
 const registryCredentialCols = `id, intent_id, project_id, artifact_id, repository, actions, secret_hash, created_at, expires_at`
 
-func (q *Queries) InsertRegistryCredential(ctx context.Context, c RegistryCredential) error {
+func (q *Queries) InsertRegistryCredential(ctx context.Context, c artifacts.RegistryCredential) error {
 	_, err := q.exec(ctx, `INSERT INTO registry_credentials (`+registryCredentialCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		c.ID, c.IntentID, c.ProjectID, c.ArtifactID, c.Repository, c.Actions, c.SecretHash, ts(c.CreatedAt), ts(c.ExpiresAt))
 	return err
 }
 
-func (q *Queries) GetRegistryCredential(ctx context.Context, id string) (RegistryCredential, error) {
-	var c RegistryCredential
+func (q *Queries) GetRegistryCredential(ctx context.Context, id string) (artifacts.RegistryCredential, error) {
+	var c artifacts.RegistryCredential
 	err := q.queryRow(ctx, `SELECT `+registryCredentialCols+` FROM registry_credentials WHERE id = ?`, id).Scan(
 		&c.ID, &c.IntentID, &c.ProjectID, &c.ArtifactID, &c.Repository, &c.Actions, &c.SecretHash, scanTime(&c.CreatedAt), scanTime(&c.ExpiresAt))
 	return c, scanOne(err)
 }
 
-func (q *Queries) InsertCredentialWrap(ctx context.Context, w CredentialWrap) error {
+func (q *Queries) InsertCredentialWrap(ctx context.Context, w artifacts.CredentialWrap) error {
 	_, err := q.exec(ctx, `INSERT INTO credential_wraps (token_hash, sealed, created_at, expires_at, used_at) VALUES (?, ?, ?, ?, ?)`,
 		w.TokenHash, w.Sealed, ts(w.CreatedAt), ts(w.ExpiresAt), nullTS(w.UsedAt))
 	return err
@@ -152,8 +141,8 @@ const appArtifactCols = `id, org_id, project_id, app_slug, app_version, artifact
 	trust_detail, verified_key_id, verified_at, signature_required, signature_scheme, signing_key_id, provenance_required,
 	revoked_at, revoke_reason, created_by, created_at, updated_at`
 
-func scanAppArtifact(s interface{ Scan(...any) error }) (AppArtifact, error) {
-	var a AppArtifact
+func scanAppArtifact(s interface{ Scan(...any) error }) (artifacts.AppArtifact, error) {
+	var a artifacts.AppArtifact
 	err := s.Scan(&a.ID, &a.OrgID, &a.ProjectID, &a.AppSlug, &a.AppVersion, &a.ArtifactName, &a.ArtifactKind, &a.SourceType, &a.Repository, &a.Digest,
 		&a.Tag, &a.MediaType, &a.SizeBytes, &a.SourceURI, scanJSON(&a.SourceMetadata), &a.PublishIntentID, &a.LifecycleState, &a.TrustState, &a.TrustReason,
 		&a.TrustDetail, &a.VerifiedKeyID, scanTime(&a.VerifiedAt), &a.SignatureRequired, &a.SignatureScheme, &a.SigningKeyID, &a.ProvenanceRequired,
@@ -161,7 +150,7 @@ func scanAppArtifact(s interface{ Scan(...any) error }) (AppArtifact, error) {
 	return a, err
 }
 
-func (q *Queries) InsertAppArtifact(ctx context.Context, a AppArtifact) error {
+func (q *Queries) InsertAppArtifact(ctx context.Context, a artifacts.AppArtifact) error {
 	_, err := q.exec(ctx, `INSERT INTO app_artifacts (`+appArtifactCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.OrgID, a.ProjectID, a.AppSlug, a.AppVersion, a.ArtifactName, a.ArtifactKind, a.SourceType, a.Repository, a.Digest,
 		a.Tag, a.MediaType, a.SizeBytes, a.SourceURI, jsonText(a.SourceMetadata), a.PublishIntentID, string(a.LifecycleState), string(a.TrustState), a.TrustReason,
@@ -170,7 +159,7 @@ func (q *Queries) InsertAppArtifact(ctx context.Context, a AppArtifact) error {
 	return err
 }
 
-func (q *Queries) GetAppArtifact(ctx context.Context, projectID, id string) (AppArtifact, error) {
+func (q *Queries) GetAppArtifact(ctx context.Context, projectID, id string) (artifacts.AppArtifact, error) {
 	a, err := scanAppArtifact(q.queryRow(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE project_id = ? AND id = ?`, projectID, id))
 	return a, scanOne(err)
 }
@@ -179,7 +168,7 @@ func (q *Queries) GetAppArtifact(ctx context.Context, projectID, id string) (App
 // only if the row still has the lifecycle and trust state the caller read
 // (prevState, prevTrust, prevRevoked): a concurrent transition makes it
 // ErrNotFound, which the domain reports as a conflict.
-func (q *Queries) UpdateAppArtifactState(ctx context.Context, a AppArtifact, prevState artifacts.LifecycleState, prevTrust artifacts.TrustState, prevRevoked bool) error {
+func (q *Queries) UpdateAppArtifactState(ctx context.Context, a artifacts.AppArtifact, prevState artifacts.LifecycleState, prevTrust artifacts.TrustState, prevRevoked bool) error {
 	cond := `revoked_at IS NULL`
 	if prevRevoked {
 		cond = `revoked_at IS NOT NULL`
@@ -191,7 +180,7 @@ func (q *Queries) UpdateAppArtifactState(ctx context.Context, a AppArtifact, pre
 		a.RevokeReason, ts(a.UpdatedAt), a.ID, string(prevState), string(prevTrust))
 }
 
-func (q *Queries) ListAppArtifacts(ctx context.Context, projectID string, f AppArtifactFilter, p Page) ([]AppArtifact, string, error) {
+func (q *Queries) ListAppArtifacts(ctx context.Context, projectID string, f artifacts.AppArtifactFilter, p Page) ([]artifacts.AppArtifact, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -215,13 +204,13 @@ func (q *Queries) ListAppArtifacts(ctx context.Context, projectID string, f AppA
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(a AppArtifact) string { return a.ID })
+	out, next := trimPage(out, limit, func(a artifacts.AppArtifact) string { return a.ID })
 	return out, next, nil
 }
 
 // LiveAppArtifactsOfVersion lists the unrevoked artifacts registered for an
 // app version in any project (the catalog's publish gate reads them).
-func (q *Queries) LiveAppArtifactsOfVersion(ctx context.Context, appSlug, appVersion string) ([]AppArtifact, error) {
+func (q *Queries) LiveAppArtifactsOfVersion(ctx context.Context, appSlug, appVersion string) ([]artifacts.AppArtifact, error) {
 	rows, err := q.query(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE app_slug = ? AND app_version = ? AND revoked_at IS NULL ORDER BY id`, appSlug, appVersion)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -18,14 +19,14 @@ func BenchmarkStoreAuditedWrite(b *testing.B) {
 		b.Run(string(d), func(b *testing.B) {
 			db := storetest.Open(b, d)
 			ctx := context.Background()
-			o := store.Org{ID: newID(), Slug: "bench", Name: "B", CreatedAt: time.Now()}
+			o := iam.Org{ID: newID(), Slug: "bench", Name: "B", CreatedAt: time.Now()}
 			if err := db.Queries().CreateOrg(ctx, o); err != nil {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				err := db.Mutate(ctx, func(tx *store.Tx) error {
-					p := store.Project{ID: newID(), OrgID: o.ID, Slug: fmt.Sprintf("p-%d", i), Name: "P", CreatedAt: time.Now()}
+					p := iam.Project{ID: newID(), OrgID: o.ID, Slug: fmt.Sprintf("p-%d", i), Name: "P", CreatedAt: time.Now()}
 					if err := tx.CreateProject(ctx, p); err != nil {
 						return err
 					}
@@ -44,13 +45,13 @@ func BenchmarkStoreList10k(b *testing.B) {
 		b.Run(string(d), func(b *testing.B) {
 			db := storetest.Open(b, d)
 			ctx := context.Background()
-			o := store.Org{ID: newID(), Slug: "bench", Name: "B", CreatedAt: time.Now()}
+			o := iam.Org{ID: newID(), Slug: "bench", Name: "B", CreatedAt: time.Now()}
 			err := db.InTx(ctx, func(q *store.Queries) error {
 				if err := q.CreateOrg(ctx, o); err != nil {
 					return err
 				}
 				for i := 0; i < 10_000; i++ {
-					if err := q.CreateProject(ctx, store.Project{ID: newID(), OrgID: o.ID, Slug: fmt.Sprintf("p-%05d", i), Name: "P", CreatedAt: time.Now()}); err != nil {
+					if err := q.CreateProject(ctx, iam.Project{ID: newID(), OrgID: o.ID, Slug: fmt.Sprintf("p-%05d", i), Name: "P", CreatedAt: time.Now()}); err != nil {
 						return err
 					}
 				}

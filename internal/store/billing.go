@@ -11,34 +11,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/billing"
 )
 
-// The billing domain's types (internal/billing/storage.go), under their
-// old names until every package uses billing's.
-type (
-	UsageRecord          = billing.UsageRecord
-	UsageFilter          = billing.UsageFilter
-	UsageGroup           = billing.UsageGroup
-	ParkedUsage          = billing.ParkedUsage
-	UnratedRecord        = billing.UnratedRow
-	Price                = billing.Price
-	LedgerEntry          = billing.LedgerEntry
-	LedgerGroup          = billing.LedgerGroup
-	Budget               = billing.Budget
-	MeteredInterval      = billing.MeteredInterval
-	InstanceStatusChange = billing.InstanceStatusChange
-)
-
-const (
-	UsageSourceAllocation = billing.UsageSourceAllocation
-	UsageSourceAppRuntime = billing.UsageSourceAppRuntime
-	EntryCharge           = billing.EntryCharge
-	EntryCorrection       = billing.EntryCorrection
-)
-
-var (
-	UsageGroupColumns  = billing.UsageGroupColumns
-	LedgerGroupColumns = billing.LedgerGroupColumns
-)
-
 var (
 	_ billing.Tx      = (*Tx)(nil)
 	_ billing.Queries = (*Queries)(nil)
@@ -53,21 +25,21 @@ const usageCols = `id, dedupe_key, org_id, project_id, app_instance_id, allocati
 
 const usageColCount = 21
 
-func scanUsage(s interface{ Scan(...any) error }) (UsageRecord, error) {
-	var u UsageRecord
+func scanUsage(s interface{ Scan(...any) error }) (billing.UsageRecord, error) {
+	var u billing.UsageRecord
 	err := s.Scan(usageDests(&u)...)
 	return u, err
 }
 
 // usageDests are the scan destinations of usageCols, in order.
-func usageDests(u *UsageRecord) []any {
+func usageDests(u *billing.UsageRecord) []any {
 	return []any{&u.ID, &u.DedupeKey, &u.OrgID, &u.ProjectID, &u.AppInstanceID, &u.AllocationID, &u.AppSlug,
 		&u.OperatingMode, &u.ControlPlaneScope, &u.RuntimeBackend, &u.CorrelationID, &u.UsageSource, &u.UsageUnit,
 		&u.Quantity, &u.SKU, &u.Meter, scanTime(&u.StartTime), scanTime(&u.EndTime), &u.EventSource, &u.EventID,
 		scanTime(&u.RecordedAt)}
 }
 
-func usageArgs(u UsageRecord) []any {
+func usageArgs(u billing.UsageRecord) []any {
 	return []any{u.ID, u.DedupeKey, u.OrgID, u.ProjectID, u.AppInstanceID, u.AllocationID, u.AppSlug, u.OperatingMode,
 		u.ControlPlaneScope, u.RuntimeBackend, u.CorrelationID, u.UsageSource, u.UsageUnit, u.Quantity, u.SKU, u.Meter,
 		ts(u.StartTime), ts(u.EndTime), u.EventSource, u.EventID, ts(u.RecordedAt)}
@@ -87,9 +59,9 @@ const usageInsertChunk = 500
 // Rows are inserted in dedupe-key order: concurrent batches with keys in
 // common then take the unique index's keys in the same order and wait on
 // each other instead of deadlocking (PostgreSQL).
-func (q *Queries) InsertUsageRecords(ctx context.Context, recs []UsageRecord) (map[string]bool, error) {
+func (q *Queries) InsertUsageRecords(ctx context.Context, recs []billing.UsageRecord) (map[string]bool, error) {
 	recs = slices.Clone(recs)
-	slices.SortStableFunc(recs, func(a, b UsageRecord) int { return strings.Compare(a.DedupeKey, b.DedupeKey) })
+	slices.SortStableFunc(recs, func(a, b billing.UsageRecord) int { return strings.Compare(a.DedupeKey, b.DedupeKey) })
 	stored := make(map[string]bool, len(recs))
 	for start := 0; start < len(recs); start += usageInsertChunk {
 		chunk := recs[start:min(start+usageInsertChunk, len(recs))]
@@ -131,7 +103,7 @@ func (q *Queries) InsertUsageRecords(ctx context.Context, recs []UsageRecord) (m
 
 // usageInsert is one multi-row INSERT of chunk; dedupe skips rows whose
 // dedupe key exists.
-func usageInsert(chunk []UsageRecord, dedupe bool) string {
+func usageInsert(chunk []billing.UsageRecord, dedupe bool) string {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO usage_records (` + usageCols + `) VALUES `)
 	row := "(" + placeholders(usageColCount) + ")"
@@ -147,7 +119,7 @@ func usageInsert(chunk []UsageRecord, dedupe bool) string {
 	return b.String()
 }
 
-func usageChunkArgs(chunk []UsageRecord) []any {
+func usageChunkArgs(chunk []billing.UsageRecord) []any {
 	args := make([]any, 0, len(chunk)*usageColCount)
 	for _, u := range chunk {
 		args = append(args, usageArgs(u)...)
@@ -157,7 +129,7 @@ func usageChunkArgs(chunk []UsageRecord) []any {
 
 // InsertUsageRecordsPlain inserts records with no dedupe at all: the raw
 // insert rate benchmarks compare the deduplicating path against.
-func (q *Queries) InsertUsageRecordsPlain(ctx context.Context, recs []UsageRecord) error {
+func (q *Queries) InsertUsageRecordsPlain(ctx context.Context, recs []billing.UsageRecord) error {
 	for start := 0; start < len(recs); start += usageInsertChunk {
 		chunk := recs[start:min(start+usageInsertChunk, len(recs))]
 		if _, err := q.exec(ctx, usageInsert(chunk, false), usageChunkArgs(chunk)...); err != nil {
@@ -168,13 +140,13 @@ func (q *Queries) InsertUsageRecordsPlain(ctx context.Context, recs []UsageRecor
 }
 
 // GetUsageByDedupeKey returns the record stored under key.
-func (q *Queries) GetUsageByDedupeKey(ctx context.Context, key string) (UsageRecord, error) {
+func (q *Queries) GetUsageByDedupeKey(ctx context.Context, key string) (billing.UsageRecord, error) {
 	u, err := scanUsage(q.queryRow(ctx, `SELECT `+usageCols+` FROM usage_records WHERE dedupe_key = ?`, key))
 	return u, scanOne(err)
 }
 
 // usageWhere is the WHERE clause of f, on timeCol as the usage time.
-func usageWhere(f UsageFilter, timeCol string) (string, []any) {
+func usageWhere(f billing.UsageFilter, timeCol string) (string, []any) {
 	var (
 		conds []string
 		args  []any
@@ -213,7 +185,7 @@ func usageWhere(f UsageFilter, timeCol string) (string, []any) {
 }
 
 // ListUsage returns usage records in id (recording) order.
-func (q *Queries) ListUsage(ctx context.Context, f UsageFilter, p Page) ([]UsageRecord, string, error) {
+func (q *Queries) ListUsage(ctx context.Context, f billing.UsageFilter, p Page) ([]billing.UsageRecord, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -231,7 +203,7 @@ func (q *Queries) ListUsage(ctx context.Context, f UsageFilter, p Page) ([]Usage
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(u UsageRecord) string { return u.ID })
+	out, next := trimPage(out, limit, func(u billing.UsageRecord) string { return u.ID })
 	return out, next, nil
 }
 
@@ -243,9 +215,9 @@ func andWhere(where, cond string) string {
 }
 
 // GroupUsage sums quantities per distinct value of the columns in by (each
-// one of UsageGroupColumns; the caller checks). usage_unit is always part of
+// one of billing.UsageGroupColumns; the caller checks). usage_unit is always part of
 // the grouping: quantities of different units never add up.
-func (q *Queries) GroupUsage(ctx context.Context, f UsageFilter, by []string) ([]UsageGroup, error) {
+func (q *Queries) GroupUsage(ctx context.Context, f billing.UsageFilter, by []string) ([]billing.UsageGroup, error) {
 	by = withColumn(by, "usage_unit")
 	cols := strings.Join(by, ", ")
 	where, args := usageWhere(f, "start_time")
@@ -254,14 +226,14 @@ func (q *Queries) GroupUsage(ctx context.Context, f UsageFilter, by []string) ([
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(s interface{ Scan(...any) error }) (UsageGroup, error) {
+	return collect(rows, func(s interface{ Scan(...any) error }) (billing.UsageGroup, error) {
 		vals := make([]string, len(by))
 		dst := make([]any, 0, len(by)+2)
 		for i := range vals {
 			dst = append(dst, &vals[i])
 		}
 		var (
-			g   UsageGroup
+			g   billing.UsageGroup
 			sum bigSum
 		)
 		dst = append(append(dst, sum.dests()...), &g.Records)
@@ -290,7 +262,7 @@ const unratedWhere = ` NOT EXISTS (SELECT 1 FROM ledger_entries l WHERE l.usage_
 
 // UnratedUsage returns up to limit usage records after afterID (in id
 // order) that have no charge in the ledger yet and are not parked.
-func (q *Queries) UnratedUsage(ctx context.Context, afterID string, limit int) ([]UsageRecord, error) {
+func (q *Queries) UnratedUsage(ctx context.Context, afterID string, limit int) ([]billing.UsageRecord, error) {
 	rows, err := q.query(ctx, `SELECT `+prefixed("u.", usageCols)+` FROM usage_records u
  WHERE u.id > ? AND`+unratedWhere+`
  AND NOT EXISTS (SELECT 1 FROM billing_parked_usage p WHERE p.usage_record_id = u.id)
@@ -303,7 +275,7 @@ func (q *Queries) UnratedUsage(ctx context.Context, afterID string, limit int) (
 
 // ParkUsage sets a usage record aside so rating skips it, and reports
 // whether this call parked it (a record is parked once).
-func (q *Queries) ParkUsage(ctx context.Context, p ParkedUsage) (bool, error) {
+func (q *Queries) ParkUsage(ctx context.Context, p billing.ParkedUsage) (bool, error) {
 	res, err := q.exec(ctx, `INSERT INTO billing_parked_usage (usage_record_id, org_id, project_id, reason, detail, parked_at)
  VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (usage_record_id) DO NOTHING`,
 		p.UsageRecordID, p.OrgID, p.ProjectID, p.Reason, p.Detail, ts(p.ParkedAt))
@@ -316,7 +288,7 @@ func (q *Queries) ParkUsage(ctx context.Context, p ParkedUsage) (bool, error) {
 
 // ListUnratedUsage pages through every usage record that has no charge,
 // parked or not, in id order.
-func (q *Queries) ListUnratedUsage(ctx context.Context, p Page) ([]UnratedRecord, string, error) {
+func (q *Queries) ListUnratedUsage(ctx context.Context, p Page) ([]billing.UnratedRow, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -327,8 +299,8 @@ func (q *Queries) ListUnratedUsage(ctx context.Context, p Page) ([]UnratedRecord
 	if err != nil {
 		return nil, "", err
 	}
-	out, err := collect(rows, func(s interface{ Scan(...any) error }) (UnratedRecord, error) {
-		var r UnratedRecord
+	out, err := collect(rows, func(s interface{ Scan(...any) error }) (billing.UnratedRow, error) {
+		var r billing.UnratedRow
 		u := &r.Record
 		err := s.Scan(append(usageDests(u), &r.Parked.Reason, &r.Parked.Detail, scanTime(&r.Parked.ParkedAt))...)
 		if r.Parked.Reason != "" {
@@ -339,7 +311,7 @@ func (q *Queries) ListUnratedUsage(ctx context.Context, p Page) ([]UnratedRecord
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(r UnratedRecord) string { return r.Record.ID })
+	out, next := trimPage(out, limit, func(r billing.UnratedRow) string { return r.Record.ID })
 	return out, next, nil
 }
 
@@ -374,8 +346,8 @@ func prefixed(p, cols string) string {
 
 const priceCols = `id, usage_source, sku, meter, usage_unit, version, unit_price_micros, per_quantity, currency, effective_from, note, created_by, created_at`
 
-func scanPrice(s interface{ Scan(...any) error }) (Price, error) {
-	var p Price
+func scanPrice(s interface{ Scan(...any) error }) (billing.Price, error) {
+	var p billing.Price
 	err := s.Scan(&p.ID, &p.UsageSource, &p.SKU, &p.Meter, &p.UsageUnit, &p.Version, &p.UnitPriceMicros, &p.PerQuantity,
 		&p.Currency, scanTime(&p.EffectiveFrom), &p.Note, &p.CreatedBy, scanTime(&p.CreatedAt))
 	return p, err
@@ -383,7 +355,7 @@ func scanPrice(s interface{ Scan(...any) error }) (Price, error) {
 
 // InsertPrice stores a price version; Version must be the next one for its
 // sku or meter (the unique key refuses a race between two admins).
-func (q *Queries) InsertPrice(ctx context.Context, p Price) error {
+func (q *Queries) InsertPrice(ctx context.Context, p billing.Price) error {
 	_, err := q.exec(ctx, `INSERT INTO billing_prices (`+priceCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		p.ID, p.UsageSource, p.SKU, p.Meter, p.UsageUnit, p.Version, p.UnitPriceMicros, p.PerQuantity, p.Currency,
 		ts(p.EffectiveFrom), p.Note, p.CreatedBy, ts(p.CreatedAt))
@@ -400,7 +372,7 @@ func (q *Queries) LatestPriceVersion(ctx context.Context, source, sku, meter str
 
 // PriceAt returns the price of a sku or meter in effect at t: the newest
 // version effective at or before t.
-func (q *Queries) PriceAt(ctx context.Context, source, sku, meter string, t time.Time) (Price, error) {
+func (q *Queries) PriceAt(ctx context.Context, source, sku, meter string, t time.Time) (billing.Price, error) {
 	p, err := scanPrice(q.queryRow(ctx, `SELECT `+priceCols+` FROM billing_prices
  WHERE usage_source = ? AND sku = ? AND meter = ? AND effective_from <= ?
  ORDER BY effective_from DESC, version DESC LIMIT 1`, source, sku, meter, ts(t)))
@@ -408,13 +380,13 @@ func (q *Queries) PriceAt(ctx context.Context, source, sku, meter string, t time
 }
 
 // GetPrice returns one price version by id.
-func (q *Queries) GetPrice(ctx context.Context, id string) (Price, error) {
+func (q *Queries) GetPrice(ctx context.Context, id string) (billing.Price, error) {
 	p, err := scanPrice(q.queryRow(ctx, `SELECT `+priceCols+` FROM billing_prices WHERE id = ?`, id))
 	return p, scanOne(err)
 }
 
 // ListPrices lists every price version in creation order.
-func (q *Queries) ListPrices(ctx context.Context, p Page) ([]Price, string, error) {
+func (q *Queries) ListPrices(ctx context.Context, p Page) ([]billing.Price, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -427,7 +399,7 @@ func (q *Queries) ListPrices(ctx context.Context, p Page) ([]Price, string, erro
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(p Price) string { return p.ID })
+	out, next := trimPage(out, limit, func(p billing.Price) string { return p.ID })
 	return out, next, nil
 }
 
@@ -435,9 +407,9 @@ const ledgerCols = `id, org_id, project_id, entry_type, usage_record_id, correct
  usage_unit, sku, meter, quantity, price_id, unit_price_micros, per_quantity, amount_micros, currency, reason, usage_time,
  created_by, created_at`
 
-func scanLedger(s interface{ Scan(...any) error }) (LedgerEntry, error) {
+func scanLedger(s interface{ Scan(...any) error }) (billing.LedgerEntry, error) {
 	var (
-		e                        LedgerEntry
+		e                        billing.LedgerEntry
 		usage, corrects, priceID sql.NullString
 	)
 	err := s.Scan(&e.ID, &e.OrgID, &e.ProjectID, &e.EntryType, &usage, &corrects, &e.AppInstanceID, &e.UsageSource,
@@ -456,7 +428,7 @@ func nullStr(s string) any {
 
 // InsertLedgerEntry appends one entry. A second charge for the same usage
 // record is refused with ErrAlreadyExists.
-func (q *Queries) InsertLedgerEntry(ctx context.Context, e LedgerEntry) error {
+func (q *Queries) InsertLedgerEntry(ctx context.Context, e billing.LedgerEntry) error {
 	_, err := q.exec(ctx, `INSERT INTO ledger_entries (`+ledgerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		e.ID, e.OrgID, e.ProjectID, e.EntryType, nullStr(e.UsageRecordID), nullStr(e.CorrectsEntryID), e.AppInstanceID,
 		e.UsageSource, e.UsageUnit, e.SKU, e.Meter, e.Quantity, nullStr(e.PriceID), e.UnitPriceMicros, e.PerQuantity,
@@ -467,10 +439,10 @@ func (q *Queries) InsertLedgerEntry(ctx context.Context, e LedgerEntry) error {
 // InsertCharge appends a charge unless the usage record already has one,
 // and reports whether it did: two raters racing on one record charge it
 // once, and the loser's transaction stays usable.
-func (q *Queries) InsertCharge(ctx context.Context, e LedgerEntry) (bool, error) {
+func (q *Queries) InsertCharge(ctx context.Context, e billing.LedgerEntry) (bool, error) {
 	res, err := q.exec(ctx, `INSERT INTO ledger_entries (`+ledgerCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
  ON CONFLICT (usage_record_id) WHERE entry_type = 'charge' DO NOTHING`,
-		e.ID, e.OrgID, e.ProjectID, EntryCharge, e.UsageRecordID, nil, e.AppInstanceID,
+		e.ID, e.OrgID, e.ProjectID, billing.EntryCharge, e.UsageRecordID, nil, e.AppInstanceID,
 		e.UsageSource, e.UsageUnit, e.SKU, e.Meter, e.Quantity, nullStr(e.PriceID), e.UnitPriceMicros, e.PerQuantity,
 		e.AmountMicros, e.Currency, e.Reason, ts(e.UsageTime), e.CreatedBy, ts(e.CreatedAt))
 	if err != nil {
@@ -481,13 +453,13 @@ func (q *Queries) InsertCharge(ctx context.Context, e LedgerEntry) (bool, error)
 }
 
 // GetLedgerEntry returns one entry by id.
-func (q *Queries) GetLedgerEntry(ctx context.Context, id string) (LedgerEntry, error) {
+func (q *Queries) GetLedgerEntry(ctx context.Context, id string) (billing.LedgerEntry, error) {
 	e, err := scanLedger(q.queryRow(ctx, `SELECT `+ledgerCols+` FROM ledger_entries WHERE id = ?`, id))
 	return e, scanOne(err)
 }
 
 // ListLedger returns entries in posting order.
-func (q *Queries) ListLedger(ctx context.Context, f UsageFilter, p Page) ([]LedgerEntry, string, error) {
+func (q *Queries) ListLedger(ctx context.Context, f billing.UsageFilter, p Page) ([]billing.LedgerEntry, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -505,14 +477,14 @@ func (q *Queries) ListLedger(ctx context.Context, f UsageFilter, p Page) ([]Ledg
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(e LedgerEntry) string { return e.ID })
+	out, next := trimPage(out, limit, func(e billing.LedgerEntry) string { return e.ID })
 	return out, next, nil
 }
 
 // GroupLedger sums amounts per currency and per distinct value of the
-// columns in by (each one of LedgerGroupColumns; the caller checks). With
+// columns in by (each one of billing.LedgerGroupColumns; the caller checks). With
 // no columns it is the balance: the sum of every matching entry.
-func (q *Queries) GroupLedger(ctx context.Context, f UsageFilter, by []string) ([]LedgerGroup, error) {
+func (q *Queries) GroupLedger(ctx context.Context, f billing.UsageFilter, by []string) ([]billing.LedgerGroup, error) {
 	by = withColumn(by, "currency")
 	cols := strings.Join(by, ", ")
 	where, args := usageWhere(f, "usage_time")
@@ -521,14 +493,14 @@ func (q *Queries) GroupLedger(ctx context.Context, f UsageFilter, by []string) (
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(s interface{ Scan(...any) error }) (LedgerGroup, error) {
+	return collect(rows, func(s interface{ Scan(...any) error }) (billing.LedgerGroup, error) {
 		vals := make([]string, len(by))
 		dst := make([]any, 0, len(by)+2)
 		for i := range vals {
 			dst = append(dst, &vals[i])
 		}
 		var (
-			g   LedgerGroup
+			g   billing.LedgerGroup
 			sum bigSum
 		)
 		dst = append(append(dst, sum.dests()...), &g.Entries)
@@ -567,7 +539,7 @@ func nullInt(p *int64) any {
 }
 
 // GetBudget returns a project's budget.
-func (q *Queries) GetBudget(ctx context.Context, projectID string) (Budget, error) {
+func (q *Queries) GetBudget(ctx context.Context, projectID string) (billing.Budget, error) {
 	return q.getBudget(ctx, projectID, "")
 }
 
@@ -575,16 +547,16 @@ func (q *Queries) GetBudget(ctx context.Context, projectID string) (Budget, erro
 // locked until the transaction ends, so launches of one project checked
 // against it run one at a time. SQLite needs no lock: its writers are
 // serialised already.
-func (q *Queries) LockBudget(ctx context.Context, projectID string) (Budget, error) {
+func (q *Queries) LockBudget(ctx context.Context, projectID string) (billing.Budget, error) {
 	if q.d == Postgres {
 		return q.getBudget(ctx, projectID, " FOR UPDATE")
 	}
 	return q.getBudget(ctx, projectID, "")
 }
 
-func (q *Queries) getBudget(ctx context.Context, projectID, lock string) (Budget, error) {
+func (q *Queries) getBudget(ctx context.Context, projectID, lock string) (billing.Budget, error) {
 	var (
-		b          Budget
+		b          billing.Budget
 		quota, lim sql.NullInt64
 	)
 	err := q.queryRow(ctx, `SELECT `+budgetCols+` FROM billing_budgets WHERE project_id = ?`+lock, projectID).Scan(
@@ -600,7 +572,7 @@ func (q *Queries) getBudget(ctx context.Context, projectID, lock string) (Budget
 }
 
 // PutBudget creates or replaces a project's budget.
-func (q *Queries) PutBudget(ctx context.Context, b Budget) error {
+func (q *Queries) PutBudget(ctx context.Context, b billing.Budget) error {
 	_, err := q.exec(ctx, `INSERT INTO billing_budgets (`+budgetCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
  ON CONFLICT (project_id) DO UPDATE SET gpu_quota = excluded.gpu_quota, spend_limit_micros = excluded.spend_limit_micros,
  currency = excluded.currency, period = excluded.period, soft_threshold_percent = excluded.soft_threshold_percent,
@@ -625,8 +597,8 @@ func (q *Queries) RecordThresholdCrossing(ctx context.Context, projectID string,
 }
 
 // MeteredIntervals returns the progress rows of the given kind for ids.
-func (q *Queries) MeteredIntervals(ctx context.Context, kind string, ids []string) (map[string]MeteredInterval, error) {
-	out := make(map[string]MeteredInterval, len(ids))
+func (q *Queries) MeteredIntervals(ctx context.Context, kind string, ids []string) (map[string]billing.MeteredInterval, error) {
+	out := make(map[string]billing.MeteredInterval, len(ids))
 	for start := 0; start < len(ids); start += usageInsertChunk {
 		chunk := ids[start:min(start+usageInsertChunk, len(ids))]
 		args := []any{kind}
@@ -638,8 +610,8 @@ func (q *Queries) MeteredIntervals(ctx context.Context, kind string, ids []strin
 		if err != nil {
 			return nil, err
 		}
-		ms, err := collect(rows, func(s interface{ Scan(...any) error }) (MeteredInterval, error) {
-			var m MeteredInterval
+		ms, err := collect(rows, func(s interface{ Scan(...any) error }) (billing.MeteredInterval, error) {
+			var m billing.MeteredInterval
 			return m, s.Scan(&m.Kind, &m.IntervalID, scanTime(&m.MeteredUntil), scanTime(&m.ClosedAt))
 		})
 		if err != nil {
@@ -653,7 +625,7 @@ func (q *Queries) MeteredIntervals(ctx context.Context, kind string, ids []strin
 }
 
 // PutMeteredInterval records the progress of one interval.
-func (q *Queries) PutMeteredInterval(ctx context.Context, m MeteredInterval) error {
+func (q *Queries) PutMeteredInterval(ctx context.Context, m billing.MeteredInterval) error {
 	_, err := q.exec(ctx, `INSERT INTO billing_metered_intervals (kind, interval_id, metered_until, closed_at) VALUES (?, ?, ?, ?)
  ON CONFLICT (kind, interval_id) DO UPDATE SET metered_until = excluded.metered_until, closed_at = excluded.closed_at`,
 		m.Kind, m.IntervalID, ts(m.MeteredUntil), nullTS(m.ClosedAt))

@@ -40,7 +40,7 @@ func (q *Queries) ProjectHeldGPUs(ctx context.Context, projectID string) (int64,
 // of every instance that is serving now (running, upgrading, rolling back)
 // or that changed status at or after since: everything whose running time
 // the metering worker may still have to record.
-func (q *Queries) InstanceStatusChanges(ctx context.Context, since time.Time) ([]InstanceStatusChange, error) {
+func (q *Queries) InstanceStatusChanges(ctx context.Context, since time.Time) ([]billing.InstanceStatusChange, error) {
 	rows, err := q.query(ctx, `SELECT e.instance_id, e.id, e.status, e.occurred_at FROM app_instance_events e
 		WHERE e.instance_id IN (SELECT id FROM app_instances WHERE status IN ('running', 'upgrading', 'rolling_back'))
 		   OR e.instance_id IN (SELECT instance_id FROM app_instance_events WHERE occurred_at >= ?)
@@ -48,9 +48,9 @@ func (q *Queries) InstanceStatusChanges(ctx context.Context, since time.Time) ([
 	if err != nil {
 		return nil, err
 	}
-	return collect(rows, func(s interface{ Scan(...any) error }) (InstanceStatusChange, error) {
+	return collect(rows, func(s interface{ Scan(...any) error }) (billing.InstanceStatusChange, error) {
 		var (
-			c      InstanceStatusChange
+			c      billing.InstanceStatusChange
 			status string
 		)
 		err := s.Scan(&c.InstanceID, &c.EventID, &status, scanTime(&c.At))

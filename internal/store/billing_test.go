@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -21,9 +22,9 @@ func TestBillingConformance(t *testing.T) {
 	})
 }
 
-func usageRec(key string, qty int64, at time.Time) store.UsageRecord {
-	return store.UsageRecord{ID: newID(), DedupeKey: key, OrgID: "o1", ProjectID: "p1", AppInstanceID: "i1",
-		UsageSource: store.UsageSourceAppRuntime, UsageUnit: "tokens", Quantity: qty, Meter: "app/tokens",
+func usageRec(key string, qty int64, at time.Time) billing.UsageRecord {
+	return billing.UsageRecord{ID: newID(), DedupeKey: key, OrgID: "o1", ProjectID: "p1", AppInstanceID: "i1",
+		UsageSource: billing.UsageSourceAppRuntime, UsageUnit: "tokens", Quantity: qty, Meter: "app/tokens",
 		StartTime: at, EndTime: at, RecordedAt: at}
 }
 
@@ -32,7 +33,7 @@ func usageRec(key string, qty int64, at time.Time) store.UsageRecord {
 func testUsageDedupe(t *testing.T, db *store.DB) {
 	ctx := context.Background()
 	now := time.Now().UTC()
-	var batch []store.UsageRecord
+	var batch []billing.UsageRecord
 	for i := range 1200 { // more than one insert chunk
 		batch = append(batch, usageRec(fmt.Sprintf("k%d", i%1000), 1, now))
 	}
@@ -50,7 +51,7 @@ func testUsageDedupe(t *testing.T, db *store.DB) {
 		go func() {
 			defer wg.Done()
 			errs <- db.InTx(ctx, func(q *store.Queries) error {
-				s, err := q.InsertUsageRecords(ctx, []store.UsageRecord{usageRec("k7", 1, now), usageRec("fresh", 5, now)})
+				s, err := q.InsertUsageRecords(ctx, []billing.UsageRecord{usageRec("k7", 1, now), usageRec("fresh", 5, now)})
 				if err == nil && len(s) > 1 {
 					err = fmt.Errorf("a writer stored %d records, at most the fresh one is new", len(s))
 				}
@@ -65,7 +66,7 @@ func testUsageDedupe(t *testing.T, db *store.DB) {
 			t.Fatal(err)
 		}
 	}
-	groups, err := db.Queries().GroupUsage(ctx, store.UsageFilter{ProjectID: "p1"}, nil)
+	groups, err := db.Queries().GroupUsage(ctx, billing.UsageFilter{ProjectID: "p1"}, nil)
 	if err != nil || len(groups) != 1 || groups[0].Quantity.Int64() != 1005 || groups[0].Records != 1001 {
 		t.Fatalf("totals after duplicates: %+v %v", groups, err)
 	}
@@ -77,10 +78,10 @@ func testLedgerAppendOnly(t *testing.T, db *store.DB) {
 	ctx := context.Background()
 	now := time.Now().UTC()
 	u := usageRec("ledger-"+newID(), 10, now)
-	if _, err := db.Queries().InsertUsageRecords(ctx, []store.UsageRecord{u}); err != nil {
+	if _, err := db.Queries().InsertUsageRecords(ctx, []billing.UsageRecord{u}); err != nil {
 		t.Fatal(err)
 	}
-	charge := store.LedgerEntry{ID: newID(), OrgID: "o1", ProjectID: "p1", EntryType: store.EntryCharge, UsageRecordID: u.ID,
+	charge := billing.LedgerEntry{ID: newID(), OrgID: "o1", ProjectID: "p1", EntryType: billing.EntryCharge, UsageRecordID: u.ID,
 		UsageSource: u.UsageSource, UsageUnit: "tokens", Quantity: 10, PerQuantity: 1, UnitPriceMicros: 7, AmountMicros: 70,
 		Currency: "USD", UsageTime: now, CreatedBy: "system:billing", CreatedAt: now}
 	q := db.Queries()
@@ -107,7 +108,7 @@ func testLedgerAppendOnly(t *testing.T, db *store.DB) {
 			t.Fatalf("%s: got %v, want an append-only refusal", stmt, err)
 		}
 	}
-	fix := store.LedgerEntry{ID: newID(), OrgID: "o1", ProjectID: "p1", EntryType: store.EntryCorrection, CorrectsEntryID: charge.ID,
+	fix := billing.LedgerEntry{ID: newID(), OrgID: "o1", ProjectID: "p1", EntryType: billing.EntryCorrection, CorrectsEntryID: charge.ID,
 		UsageSource: u.UsageSource, AmountMicros: -30, Currency: "USD", Reason: "refund", UsageTime: now,
 		CreatedBy: "user:admin", CreatedAt: now}
 	if err := q.InsertLedgerEntry(ctx, fix); err != nil {
@@ -128,21 +129,21 @@ func testPriceAt(t *testing.T, db *store.DB) {
 	q := db.Queries()
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for v, at := range []time.Time{t0, t0.Add(48 * time.Hour)} {
-		p := store.Price{ID: newID(), UsageSource: store.UsageSourceAllocation, SKU: "h100-80gb.1x", UsageUnit: "gpu_seconds",
+		p := billing.Price{ID: newID(), UsageSource: billing.UsageSourceAllocation, SKU: "h100-80gb.1x", UsageUnit: "gpu_seconds",
 			Version: v + 1, UnitPriceMicros: int64(1000 * (v + 1)), PerQuantity: 3600, Currency: "USD", EffectiveFrom: at,
 			CreatedBy: "user:a", CreatedAt: at}
 		if err := q.InsertPrice(ctx, p); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := q.PriceAt(ctx, store.UsageSourceAllocation, "h100-80gb.1x", "", t0.Add(-time.Second)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := q.PriceAt(ctx, billing.UsageSourceAllocation, "h100-80gb.1x", "", t0.Add(-time.Second)); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("before any price: %v", err)
 	}
-	p, err := q.PriceAt(ctx, store.UsageSourceAllocation, "h100-80gb.1x", "", t0.Add(24*time.Hour))
+	p, err := q.PriceAt(ctx, billing.UsageSourceAllocation, "h100-80gb.1x", "", t0.Add(24*time.Hour))
 	if err != nil || p.Version != 1 {
 		t.Fatalf("day 1: %+v %v", p, err)
 	}
-	p, err = q.PriceAt(ctx, store.UsageSourceAllocation, "h100-80gb.1x", "", t0.Add(72*time.Hour))
+	p, err = q.PriceAt(ctx, billing.UsageSourceAllocation, "h100-80gb.1x", "", t0.Add(72*time.Hour))
 	if err != nil || p.Version != 2 || p.UnitPriceMicros != 2000 {
 		t.Fatalf("day 3: %+v %v", p, err)
 	}

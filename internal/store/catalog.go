@@ -7,14 +7,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/catalog"
 )
 
-// The catalog domain's types; these aliases keep the packages not yet moved
-// off store compiling.
-type (
-	App            = catalog.App
-	AppVersion     = catalog.AppVersion
-	AppEntitlement = catalog.AppEntitlement
-)
-
 var (
 	_ catalog.Tx      = (*Tx)(nil)
 	_ catalog.Queries = (*Queries)(nil)
@@ -25,15 +17,15 @@ func Catalog(db *DB) catalog.Store { return NewPort[catalog.Tx, catalog.Queries]
 
 const appCols = `id, slug, display_name, description, category, runtime_backend, metadata, metadata_digest, submitted_by, created_at, updated_at`
 
-func scanApp(s interface{ Scan(...any) error }) (App, error) {
-	var a App
+func scanApp(s interface{ Scan(...any) error }) (catalog.App, error) {
+	var a catalog.App
 	err := s.Scan(&a.ID, &a.Slug, &a.DisplayName, &a.Description, &a.Category, &a.RuntimeBackend, scanJSON(&a.Metadata),
 		&a.MetadataDigest, &a.SubmittedBy, scanTime(&a.CreatedAt), scanTime(&a.UpdatedAt))
 	return a, err
 }
 
 // CreateApp inserts an app; a taken slug is ErrAlreadyExists.
-func (q *Queries) CreateApp(ctx context.Context, a App) error {
+func (q *Queries) CreateApp(ctx context.Context, a catalog.App) error {
 	_, err := q.exec(ctx, `INSERT INTO apps (`+appCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.Slug, a.DisplayName, a.Description, a.Category, a.RuntimeBackend, jsonText(a.Metadata), a.MetadataDigest,
 		a.SubmittedBy, ts(a.CreatedAt), ts(a.UpdatedAt))
@@ -41,7 +33,7 @@ func (q *Queries) CreateApp(ctx context.Context, a App) error {
 }
 
 // UpdateAppMetadata replaces the metadata of the app with a.ID.
-func (q *Queries) UpdateAppMetadata(ctx context.Context, a App) error {
+func (q *Queries) UpdateAppMetadata(ctx context.Context, a catalog.App) error {
 	return q.execOne(ctx, `UPDATE apps SET display_name = ?, description = ?, category = ?, runtime_backend = ?, metadata = ?,
 		metadata_digest = ?, submitted_by = ?, updated_at = ? WHERE id = ?`,
 		a.DisplayName, a.Description, a.Category, a.RuntimeBackend, jsonText(a.Metadata), a.MetadataDigest, a.SubmittedBy,
@@ -49,14 +41,14 @@ func (q *Queries) UpdateAppMetadata(ctx context.Context, a App) error {
 }
 
 // GetAppBySlug returns the app with slug.
-func (q *Queries) GetAppBySlug(ctx context.Context, slug string) (App, error) {
+func (q *Queries) GetAppBySlug(ctx context.Context, slug string) (catalog.App, error) {
 	a, err := scanApp(q.queryRow(ctx, `SELECT `+appCols+` FROM apps WHERE slug = ?`, slug))
 	return a, scanOne(err)
 }
 
 // ListApps lists apps in creation order. With withVersionIn non-empty, only
 // apps having at least one version in one of those statuses.
-func (q *Queries) ListApps(ctx context.Context, withVersionIn []catalog.VersionStatus, p Page) ([]App, string, error) {
+func (q *Queries) ListApps(ctx context.Context, withVersionIn []catalog.VersionStatus, p Page) ([]catalog.App, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -77,15 +69,15 @@ func (q *Queries) ListApps(ctx context.Context, withVersionIn []catalog.VersionS
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(a App) string { return a.ID })
+	out, next := trimPage(out, limit, func(a catalog.App) string { return a.ID })
 	return out, next, nil
 }
 
 const appVersionCols = `id, app_id, app_slug, version, status, runtime_backend, manifest, digest, submitted_by, status_reason,
 	created_at, updated_at, published_at, deprecated_at, retired_at`
 
-func scanAppVersion(s interface{ Scan(...any) error }) (AppVersion, error) {
-	var v AppVersion
+func scanAppVersion(s interface{ Scan(...any) error }) (catalog.AppVersion, error) {
+	var v catalog.AppVersion
 	err := s.Scan(&v.ID, &v.AppID, &v.AppSlug, &v.Version, &v.Status, &v.RuntimeBackend, scanJSON(&v.Manifest), &v.Digest,
 		&v.SubmittedBy, &v.StatusReason, scanTime(&v.CreatedAt), scanTime(&v.UpdatedAt), scanTime(&v.PublishedAt),
 		scanTime(&v.DeprecatedAt), scanTime(&v.RetiredAt))
@@ -94,7 +86,7 @@ func scanAppVersion(s interface{ Scan(...any) error }) (AppVersion, error) {
 
 // CreateAppVersion inserts a version; an existing (app, version) pair is
 // ErrAlreadyExists.
-func (q *Queries) CreateAppVersion(ctx context.Context, v AppVersion) error {
+func (q *Queries) CreateAppVersion(ctx context.Context, v catalog.AppVersion) error {
 	_, err := q.exec(ctx, `INSERT INTO app_versions (`+appVersionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		v.ID, v.AppID, v.AppSlug, v.Version, string(v.Status), v.RuntimeBackend, jsonText(v.Manifest), v.Digest, v.SubmittedBy,
 		v.StatusReason, ts(v.CreatedAt), ts(v.UpdatedAt), nullTS(v.PublishedAt), nullTS(v.DeprecatedAt), nullTS(v.RetiredAt))
@@ -104,21 +96,21 @@ func (q *Queries) CreateAppVersion(ctx context.Context, v AppVersion) error {
 // ReplaceDraftVersion replaces the body of a version that is still a draft.
 // A version that left draft meanwhile is ErrNotFound: published bodies are
 // immutable.
-func (q *Queries) ReplaceDraftVersion(ctx context.Context, v AppVersion) error {
+func (q *Queries) ReplaceDraftVersion(ctx context.Context, v catalog.AppVersion) error {
 	return q.execOne(ctx, `UPDATE app_versions SET runtime_backend = ?, manifest = ?, digest = ?, submitted_by = ?, updated_at = ?
 		WHERE id = ? AND status = 'draft'`,
 		v.RuntimeBackend, jsonText(v.Manifest), v.Digest, v.SubmittedBy, ts(v.UpdatedAt), v.ID)
 }
 
 // GetAppVersion returns one version of an app.
-func (q *Queries) GetAppVersion(ctx context.Context, appSlug, version string) (AppVersion, error) {
+func (q *Queries) GetAppVersion(ctx context.Context, appSlug, version string) (catalog.AppVersion, error) {
 	v, err := scanAppVersion(q.queryRow(ctx, `SELECT `+appVersionCols+` FROM app_versions WHERE app_slug = ? AND version = ?`, appSlug, version))
 	return v, scanOne(err)
 }
 
 // ListAppVersions lists the versions of an app in registration order,
 // only those in statuses when it is non-empty.
-func (q *Queries) ListAppVersions(ctx context.Context, appSlug string, statuses []catalog.VersionStatus, p Page) ([]AppVersion, string, error) {
+func (q *Queries) ListAppVersions(ctx context.Context, appSlug string, statuses []catalog.VersionStatus, p Page) ([]catalog.AppVersion, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -139,7 +131,7 @@ func (q *Queries) ListAppVersions(ctx context.Context, appSlug string, statuses 
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(v AppVersion) string { return v.ID })
+	out, next := trimPage(out, limit, func(v catalog.AppVersion) string { return v.ID })
 	return out, next, nil
 }
 
@@ -160,15 +152,15 @@ func (q *Queries) SetAppVersionStatus(ctx context.Context, id string, from, to c
 
 const entitlementCols = `id, project_id, org_id, app_id, app_slug, enabled, policy_overrides, updated_by, created_at, updated_at`
 
-func scanEntitlement(s interface{ Scan(...any) error }) (AppEntitlement, error) {
-	var e AppEntitlement
+func scanEntitlement(s interface{ Scan(...any) error }) (catalog.AppEntitlement, error) {
+	var e catalog.AppEntitlement
 	err := s.Scan(&e.ID, &e.ProjectID, &e.OrgID, &e.AppID, &e.AppSlug, &e.Enabled, scanJSON(&e.PolicyOverrides), &e.UpdatedBy,
 		scanTime(&e.CreatedAt), scanTime(&e.UpdatedAt))
 	return e, err
 }
 
 // CreateEntitlement inserts an entitlement; one per (project, app).
-func (q *Queries) CreateEntitlement(ctx context.Context, e AppEntitlement) error {
+func (q *Queries) CreateEntitlement(ctx context.Context, e catalog.AppEntitlement) error {
 	_, err := q.exec(ctx, `INSERT INTO app_entitlements (`+entitlementCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		e.ID, e.ProjectID, e.OrgID, e.AppID, e.AppSlug, e.Enabled, jsonText(e.PolicyOverrides), e.UpdatedBy,
 		ts(e.CreatedAt), ts(e.UpdatedAt))
@@ -176,13 +168,13 @@ func (q *Queries) CreateEntitlement(ctx context.Context, e AppEntitlement) error
 }
 
 // UpdateEntitlement replaces enabled and the overrides of entitlement e.ID.
-func (q *Queries) UpdateEntitlement(ctx context.Context, e AppEntitlement) error {
+func (q *Queries) UpdateEntitlement(ctx context.Context, e catalog.AppEntitlement) error {
 	return q.execOne(ctx, `UPDATE app_entitlements SET enabled = ?, policy_overrides = ?, updated_by = ?, updated_at = ? WHERE id = ?`,
 		e.Enabled, jsonText(e.PolicyOverrides), e.UpdatedBy, ts(e.UpdatedAt), e.ID)
 }
 
 // GetEntitlement returns the entitlement of a project to an app.
-func (q *Queries) GetEntitlement(ctx context.Context, projectID, appSlug string) (AppEntitlement, error) {
+func (q *Queries) GetEntitlement(ctx context.Context, projectID, appSlug string) (catalog.AppEntitlement, error) {
 	e, err := scanEntitlement(q.queryRow(ctx, `SELECT `+entitlementCols+` FROM app_entitlements WHERE project_id = ? AND app_slug = ?`,
 		projectID, appSlug))
 	return e, scanOne(err)
@@ -190,7 +182,7 @@ func (q *Queries) GetEntitlement(ctx context.Context, projectID, appSlug string)
 
 // ListEntitlements lists a project's entitlements in creation order; with
 // onlyEnabled, just the enabled ones.
-func (q *Queries) ListEntitlements(ctx context.Context, projectID string, onlyEnabled bool, p Page) ([]AppEntitlement, string, error) {
+func (q *Queries) ListEntitlements(ctx context.Context, projectID string, onlyEnabled bool, p Page) ([]catalog.AppEntitlement, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -209,6 +201,6 @@ func (q *Queries) ListEntitlements(ctx context.Context, projectID string, onlyEn
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(e AppEntitlement) string { return e.ID })
+	out, next := trimPage(out, limit, func(e catalog.AppEntitlement) string { return e.ID })
 	return out, next, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -20,10 +21,10 @@ func TestCatalogConformance(t *testing.T) {
 	})
 }
 
-func mkApp(t *testing.T, db *store.DB, slug string) store.App {
+func mkApp(t *testing.T, db *store.DB, slug string) catalog.App {
 	t.Helper()
 	now := time.Now()
-	a := store.App{ID: newID(), Slug: slug, DisplayName: slug, RuntimeBackend: "slurm", Metadata: []byte(`{"slug":"` + slug + `"}`),
+	a := catalog.App{ID: newID(), Slug: slug, DisplayName: slug, RuntimeBackend: "slurm", Metadata: []byte(`{"slug":"` + slug + `"}`),
 		MetadataDigest: "sha256:0", SubmittedBy: "user:x", CreatedAt: now, UpdatedAt: now}
 	if err := db.Queries().CreateApp(context.Background(), a); err != nil {
 		t.Fatalf("create app: %v", err)
@@ -31,10 +32,10 @@ func mkApp(t *testing.T, db *store.DB, slug string) store.App {
 	return a
 }
 
-func mkVersion(t *testing.T, db *store.DB, a store.App, version string, status catalog.VersionStatus) store.AppVersion {
+func mkVersion(t *testing.T, db *store.DB, a catalog.App, version string, status catalog.VersionStatus) catalog.AppVersion {
 	t.Helper()
 	now := time.Now()
-	v := store.AppVersion{ID: newID(), AppID: a.ID, AppSlug: a.Slug, Version: version, Status: status, RuntimeBackend: "slurm",
+	v := catalog.AppVersion{ID: newID(), AppID: a.ID, AppSlug: a.Slug, Version: version, Status: status, RuntimeBackend: "slurm",
 		Manifest: []byte(`{"version":"` + version + `","n":1}`), Digest: "sha256:" + version, SubmittedBy: "user:x", CreatedAt: now, UpdatedAt: now}
 	if err := db.Queries().CreateAppVersion(context.Background(), v); err != nil {
 		t.Fatalf("create version: %v", err)
@@ -150,14 +151,14 @@ func testCatalogEntitlements(t *testing.T, db *store.DB) {
 	ctx := context.Background()
 	q := db.Queries()
 	o := mkOrg(t, db, "ent-org")
-	p := store.Project{ID: newID(), OrgID: o.ID, Slug: "p", Name: "P", CreatedAt: time.Now()}
+	p := iam.Project{ID: newID(), OrgID: o.ID, Slug: "p", Name: "P", CreatedAt: time.Now()}
 	if err := q.CreateProject(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	a := mkApp(t, db, "gamma")
 	b := mkApp(t, db, "delta")
 	now := time.Now()
-	e := store.AppEntitlement{ID: newID(), ProjectID: p.ID, OrgID: o.ID, AppID: a.ID, AppSlug: a.Slug, Enabled: true,
+	e := catalog.AppEntitlement{ID: newID(), ProjectID: p.ID, OrgID: o.ID, AppID: a.ID, AppSlug: a.Slug, Enabled: true,
 		PolicyOverrides: []byte(`{"allowed_versions":["1.0.0"]}`), UpdatedBy: "user:x", CreatedAt: now, UpdatedAt: now}
 	if err := q.CreateEntitlement(ctx, e); err != nil {
 		t.Fatal(err)
@@ -172,7 +173,7 @@ func testCatalogEntitlements(t *testing.T, db *store.DB) {
 	if err := q.CreateEntitlement(ctx, e3); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("dangling project: %v", err)
 	}
-	off := store.AppEntitlement{ID: newID(), ProjectID: p.ID, OrgID: o.ID, AppID: b.ID, AppSlug: b.Slug, Enabled: false,
+	off := catalog.AppEntitlement{ID: newID(), ProjectID: p.ID, OrgID: o.ID, AppID: b.ID, AppSlug: b.Slug, Enabled: false,
 		PolicyOverrides: []byte(`{}`), UpdatedBy: "user:x", CreatedAt: now, UpdatedAt: now}
 	if err := q.CreateEntitlement(ctx, off); err != nil {
 		t.Fatal(err)

@@ -8,25 +8,18 @@ import (
 	"github.com/gpuaas/gpuaas/internal/instances"
 )
 
-// The console's and the instances domain's types; aliases until every
-// package names them there.
-type (
-	ConsoleSession = console.ConsoleSession
-	UIOpenCode     = instances.UIOpenCode
-)
-
 var _ console.Sessions = (*Queries)(nil)
 
 const consoleSessionCols = `id_hash, user_id, csrf_token, project_id, created_at, last_seen_at, expires_at, ended_at`
 
-func (q *Queries) InsertConsoleSession(ctx context.Context, s ConsoleSession) error {
+func (q *Queries) InsertConsoleSession(ctx context.Context, s console.ConsoleSession) error {
 	_, err := q.exec(ctx, `INSERT INTO console_sessions (`+consoleSessionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, NULL)`,
 		s.IDHash, s.UserID, s.CSRFToken, s.ProjectID, ts(s.CreatedAt), ts(s.LastSeenAt), ts(s.ExpiresAt))
 	return err
 }
 
-func (q *Queries) GetConsoleSession(ctx context.Context, idHash string) (ConsoleSession, error) {
-	var s ConsoleSession
+func (q *Queries) GetConsoleSession(ctx context.Context, idHash string) (console.ConsoleSession, error) {
+	var s console.ConsoleSession
 	err := q.queryRow(ctx, `SELECT `+consoleSessionCols+` FROM console_sessions WHERE id_hash = ?`, idHash).Scan(
 		&s.IDHash, &s.UserID, &s.CSRFToken, &s.ProjectID, scanTime(&s.CreatedAt), scanTime(&s.LastSeenAt), scanTime(&s.ExpiresAt), scanTime(&s.EndedAt))
 	return s, scanOne(err)
@@ -56,7 +49,7 @@ func (q *Queries) PruneConsoleSessions(ctx context.Context, cutoff time.Time) er
 	return err
 }
 
-func (q *Queries) InsertUIOpenCode(ctx context.Context, c UIOpenCode) error {
+func (q *Queries) InsertUIOpenCode(ctx context.Context, c instances.UIOpenCode) error {
 	if _, err := q.exec(ctx, `DELETE FROM ui_open_codes WHERE expires_at < ?`, ts(c.CreatedAt.Add(-time.Hour))); err != nil {
 		return err
 	}
@@ -69,19 +62,19 @@ func (q *Queries) InsertUIOpenCode(ctx context.Context, c UIOpenCode) error {
 // RedeemUIOpenCode marks an unexpired, unused code used and returns it, in
 // one statement: of two redemptions racing, one wins. ErrNotFound for a
 // code that is unknown, expired, already used or for another instance.
-func (q *Queries) RedeemUIOpenCode(ctx context.Context, codeHash, instanceID string, at time.Time) (UIOpenCode, error) {
+func (q *Queries) RedeemUIOpenCode(ctx context.Context, codeHash, instanceID string, at time.Time) (instances.UIOpenCode, error) {
 	res, err := q.exec(ctx, `UPDATE ui_open_codes SET used_at = ? WHERE code_hash = ? AND instance_id = ? AND used_at IS NULL AND expires_at > ?`,
 		ts(at), codeHash, instanceID, ts(at))
 	if err != nil {
-		return UIOpenCode{}, err
+		return instances.UIOpenCode{}, err
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		if err == nil {
 			err = ErrNotFound
 		}
-		return UIOpenCode{}, err
+		return instances.UIOpenCode{}, err
 	}
-	var c UIOpenCode
+	var c instances.UIOpenCode
 	err = q.queryRow(ctx, `SELECT code_hash, user_id, org_id, project_id, instance_id, port, created_at, expires_at, used_at
 		FROM ui_open_codes WHERE code_hash = ?`, codeHash).Scan(&c.CodeHash, &c.UserID, &c.OrgID, &c.ProjectID, &c.InstanceID,
 		&c.Port, scanTime(&c.CreatedAt), scanTime(&c.ExpiresAt), scanTime(&c.UsedAt))

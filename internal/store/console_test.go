@@ -7,6 +7,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/gpuaas/gpuaas/internal/console"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -18,13 +22,13 @@ func TestConsoleSessionsAndUICodes(t *testing.T) {
 		ctx := context.Background()
 		q := db.Queries()
 		now := time.Now().UTC().Truncate(time.Microsecond)
-		user := store.User{ID: uuid.NewString(), Email: uuid.NewString() + "@example.com", PasswordHash: "x", Status: "active", CreatedAt: now}
+		user := iam.User{ID: uuid.NewString(), Email: uuid.NewString() + "@example.com", PasswordHash: "x", Status: "active", CreatedAt: now}
 		if err := q.CreateUser(ctx, user); err != nil {
 			t.Fatal(err)
 		}
 		code := func(hash, instance string, expires time.Time) {
 			t.Helper()
-			if err := q.InsertUIOpenCode(ctx, store.UIOpenCode{CodeHash: hash, UserID: user.ID, OrgID: "o", ProjectID: "p",
+			if err := q.InsertUIOpenCode(ctx, instances.UIOpenCode{CodeHash: hash, UserID: user.ID, OrgID: "o", ProjectID: "p",
 				InstanceID: instance, Port: 8080, CreatedAt: now, ExpiresAt: expires}); err != nil {
 				t.Fatal(err)
 			}
@@ -45,7 +49,7 @@ func TestConsoleSessionsAndUICodes(t *testing.T) {
 			t.Errorf("an expired code redeemed: %v", err)
 		}
 
-		s := store.ConsoleSession{IDHash: "h1", UserID: user.ID, CSRFToken: "c", CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)}
+		s := console.ConsoleSession{IDHash: "h1", UserID: user.ID, CSRFToken: "c", CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)}
 		if err := q.InsertConsoleSession(ctx, s); err != nil {
 			t.Fatal(err)
 		}

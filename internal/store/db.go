@@ -15,8 +15,9 @@ import (
 	"strings"
 	"sync/atomic"
 
-	"github.com/gpuaas/gpuaas/internal/storage"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
+
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Dialect names a supported SQL engine (storage's).

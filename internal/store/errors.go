@@ -9,11 +9,12 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/gpuaas/gpuaas/internal/errdefs"
-	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/jackc/pgx/v5/pgconn"
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Sentinels returned by every query: storage's, so domains test them

@@ -13,12 +13,6 @@ import (
 // publishing, retention, its lease) and the reads the event API serves.
 // The ordering they keep is described in internal/events (storage.go).
 
-// Transition aliases: the event log's types belong to the events domain.
-type (
-	ParkedEvent = events.ParkedEvent
-	EventFilter = events.EventFilter
-)
-
 // ErrLeaseLost is returned by SequenceEvents when holder no longer holds the
 // relay lease (it expired and another replica took it over).
 var ErrLeaseLost = events.ErrLeaseLost
@@ -151,7 +145,7 @@ func (q *Queries) ParkEvent(ctx context.Context, position int64, reason events.P
 }
 
 // ListParkedEvents pages through parked events, oldest first.
-func (q *Queries) ListParkedEvents(ctx context.Context, p Page) ([]ParkedEvent, string, error) {
+func (q *Queries) ListParkedEvents(ctx context.Context, p Page) ([]events.ParkedEvent, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -161,8 +155,8 @@ func (q *Queries) ListParkedEvents(ctx context.Context, p Page) ([]ParkedEvent, 
 	if err != nil {
 		return nil, "", err
 	}
-	out, err := collect(rows, func(r interface{ Scan(...any) error }) (ParkedEvent, error) {
-		var e ParkedEvent
+	out, err := collect(rows, func(r interface{ Scan(...any) error }) (events.ParkedEvent, error) {
+		var e events.ParkedEvent
 		var pos sql.NullInt64
 		var reason string
 		err := r.Scan(&e.ID, &e.Source, &e.Type, &e.Subject, scanTime(&e.Time), &e.OrgID, &e.ProjectID, &e.Actor,
@@ -173,7 +167,7 @@ func (q *Queries) ListParkedEvents(ctx context.Context, p Page) ([]ParkedEvent, 
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(e ParkedEvent) string { return e.ID })
+	out, next := trimPage(out, limit, func(e events.ParkedEvent) string { return e.ID })
 	return out, next, nil
 }
 
@@ -245,7 +239,7 @@ func (q *Queries) EventPosition(ctx context.Context, id string) (int64, error) {
 
 // ListEvents returns up to limit sequenced events after position `after`
 // that match f, in position order.
-func (q *Queries) ListEvents(ctx context.Context, f EventFilter, after int64, limit int) ([]Event, error) {
+func (q *Queries) ListEvents(ctx context.Context, f events.EventFilter, after int64, limit int) ([]Event, error) {
 	query := `SELECT ` + eventReadCols + ` FROM outbox_events WHERE position IS NOT NULL AND position > ?`
 	args := []any{after}
 	add := func(cond string, v any) { query += " AND " + cond; args = append(args, v) }

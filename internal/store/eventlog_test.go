@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -55,7 +56,7 @@ func TestEventLog(t *testing.T) {
 		if n, head, err = db.SequenceEvents(ctx, "r", "b", later, 3); err != nil || n != 2 || head != 5 {
 			t.Fatalf("sequence rest: n=%d head=%d err=%v", n, head, err)
 		}
-		all, err := q.ListEvents(ctx, store.EventFilter{}, 0, 100)
+		all, err := q.ListEvents(ctx, events.EventFilter{}, 0, 100)
 		if err != nil || len(all) != 5 {
 			t.Fatalf("list: %d %v", len(all), err)
 		}
@@ -64,11 +65,11 @@ func TestEventLog(t *testing.T) {
 				t.Fatalf("row %d: position %d id %s (want contiguous positions in id order)", i, e.Position, e.ID)
 			}
 		}
-		p1, _ := q.ListEvents(ctx, store.EventFilter{ProjectID: "p1", TypePrefix: "test.thing."}, 0, 100)
+		p1, _ := q.ListEvents(ctx, events.EventFilter{ProjectID: "p1", TypePrefix: "test.thing."}, 0, 100)
 		if len(p1) != 3 {
 			t.Fatalf("project filter: %d rows, want 3", len(p1))
 		}
-		if none, _ := q.ListEvents(ctx, store.EventFilter{TypePrefix: "test.other"}, 0, 100); len(none) != 0 {
+		if none, _ := q.ListEvents(ctx, events.EventFilter{TypePrefix: "test.other"}, 0, 100); len(none) != 0 {
 			t.Fatalf("type prefix matched %d rows", len(none))
 		}
 		if pos, err := q.EventPosition(ctx, all[2].ID); err != nil || pos != 3 {
@@ -143,8 +144,8 @@ func TestEventLogInFlightCommitsLater(t *testing.T) {
 	if _, head, err := db.SequenceEvents(ctx, "r", "a", time.Now(), 10); err != nil || head != 2 {
 		t.Fatalf("second pass: head %d %v", head, err)
 	}
-	rows, _ := db.Queries().ListEvents(ctx, store.EventFilter{}, 1, 10)
-	first, _ := db.Queries().ListEvents(ctx, store.EventFilter{}, 0, 1)
+	rows, _ := db.Queries().ListEvents(ctx, events.EventFilter{}, 1, 10)
+	first, _ := db.Queries().ListEvents(ctx, events.EventFilter{}, 0, 1)
 	if len(rows) != 1 || rows[0].Type != "test.slow.committed" || len(first) != 1 || rows[0].ID > first[0].ID {
 		t.Fatalf("after position 1: %+v (first %+v); want the slow, older-id event", rows, first)
 	}

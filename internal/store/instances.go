@@ -4,15 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/instances"
-)
-
-// The instances domain's types; aliases until every package names them there.
-type (
-	AppInstance       = instances.AppInstance
-	InstanceOperation = instances.InstanceOperation
-	InstanceEvent     = instances.InstanceEvent
-	InstanceMember    = instances.InstanceMember
 )
 
 var (
@@ -28,8 +21,8 @@ const appInstanceCols = `id, org_id, project_id, app_slug, display_name, version
 	service_account_id, host_port, deploy_seq, access, log_tail, history, current_operation_id, created_by, created_at,
 	updated_at, decommissioned_at`
 
-func scanAppInstance(s interface{ Scan(...any) error }) (AppInstance, error) {
-	var i AppInstance
+func scanAppInstance(s interface{ Scan(...any) error }) (instances.AppInstance, error) {
+	var i instances.AppInstance
 	err := s.Scan(&i.ID, &i.OrgID, &i.ProjectID, &i.AppSlug, &i.DisplayName, &i.Version, &i.Digest, (*string)(&i.Status), &i.ReasonCode, &i.ReasonMessage,
 		&i.OperatingMode, &i.ControlPlaneScope, &i.RuntimeBackend, &i.TenantBoundaryMode, scanJSON(&i.Effective), &i.TargetAllocationID, &i.NodeID,
 		&i.ServiceAccountID, &i.HostPort, &i.DeploySeq, scanJSON(&i.Access), scanJSON(&i.LogTail), scanJSON(&i.History), &i.CurrentOperationID,
@@ -38,7 +31,7 @@ func scanAppInstance(s interface{ Scan(...any) error }) (AppInstance, error) {
 }
 
 // InsertAppInstance writes a new instance.
-func (q *Queries) InsertAppInstance(ctx context.Context, i AppInstance) error {
+func (q *Queries) InsertAppInstance(ctx context.Context, i instances.AppInstance) error {
 	_, err := q.exec(ctx, `INSERT INTO app_instances (`+appInstanceCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		i.ID, i.OrgID, i.ProjectID, i.AppSlug, i.DisplayName, i.Version, i.Digest, string(i.Status), i.ReasonCode, i.ReasonMessage,
 		i.OperatingMode, i.ControlPlaneScope, i.RuntimeBackend, i.TenantBoundaryMode, jsonText(i.Effective), i.TargetAllocationID, i.NodeID,
@@ -57,7 +50,7 @@ func orEmptyList(b []byte) []byte {
 // UpdateAppInstance writes every mutable column of i, but only while the
 // row still has status prevStatus: a concurrent transition makes it
 // ErrNotFound.
-func (q *Queries) UpdateAppInstance(ctx context.Context, i AppInstance, prevStatus instances.InstanceStatus) error {
+func (q *Queries) UpdateAppInstance(ctx context.Context, i instances.AppInstance, prevStatus instances.InstanceStatus) error {
 	return q.execOne(ctx, `UPDATE app_instances SET version = ?, digest = ?, status = ?, reason_code = ?, reason_message = ?,
 		node_id = ?, service_account_id = ?, host_port = ?, deploy_seq = ?, access = ?, log_tail = ?, history = ?,
 		current_operation_id = ?, updated_at = ?, decommissioned_at = ? WHERE id = ? AND status = ?`,
@@ -67,20 +60,20 @@ func (q *Queries) UpdateAppInstance(ctx context.Context, i AppInstance, prevStat
 }
 
 // GetAppInstance reads one instance of a project.
-func (q *Queries) GetAppInstance(ctx context.Context, projectID, id string) (AppInstance, error) {
+func (q *Queries) GetAppInstance(ctx context.Context, projectID, id string) (instances.AppInstance, error) {
 	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceCols+` FROM app_instances WHERE project_id = ? AND id = ?`, projectID, id))
 	return i, scanOne(err)
 }
 
 // GetAppInstanceByID reads one instance whatever its project (workers).
-func (q *Queries) GetAppInstanceByID(ctx context.Context, id string) (AppInstance, error) {
+func (q *Queries) GetAppInstanceByID(ctx context.Context, id string) (instances.AppInstance, error) {
 	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceCols+` FROM app_instances WHERE id = ?`, id))
 	return i, scanOne(err)
 }
 
 // ListAppInstances lists a project's instances in creation order,
 // optionally only those in status.
-func (q *Queries) ListAppInstances(ctx context.Context, projectID string, status instances.InstanceStatus, p Page) ([]AppInstance, string, error) {
+func (q *Queries) ListAppInstances(ctx context.Context, projectID string, status instances.InstanceStatus, p Page) ([]instances.AppInstance, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -98,7 +91,7 @@ func (q *Queries) ListAppInstances(ctx context.Context, projectID string, status
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(i AppInstance) string { return i.ID })
+	out, next := trimPage(out, limit, func(i instances.AppInstance) string { return i.ID })
 	return out, next, nil
 }
 
@@ -124,7 +117,7 @@ func (q *Queries) CountLiveInstancesUsingDigest(ctx context.Context, digest stri
 
 // LiveInstancesOn lists the live instances placed on an allocation (when
 // allocationID is set) or a node (when nodeID is set).
-func (q *Queries) LiveInstancesOn(ctx context.Context, allocationID, nodeID string) ([]AppInstance, error) {
+func (q *Queries) LiveInstancesOn(ctx context.Context, allocationID, nodeID string) ([]instances.AppInstance, error) {
 	query, arg := `SELECT `+appInstanceCols+` FROM app_instances WHERE target_allocation_id = ?`, allocationID
 	if allocationID == "" {
 		query, arg = `SELECT `+appInstanceCols+` FROM app_instances WHERE node_id = ?`, nodeID
@@ -139,8 +132,8 @@ func (q *Queries) LiveInstancesOn(ctx context.Context, allocationID, nodeID stri
 const instanceOperationCols = `id, instance_id, org_id, project_id, kind, state, phase, from_version, target_version, description,
 	reason_code, task_id, correlation_id, actor, lease_owner, lease_expires_at, created_at, updated_at, completed_at`
 
-func scanInstanceOperation(s interface{ Scan(...any) error }) (InstanceOperation, error) {
-	var o InstanceOperation
+func scanInstanceOperation(s interface{ Scan(...any) error }) (instances.InstanceOperation, error) {
+	var o instances.InstanceOperation
 	err := s.Scan(&o.ID, &o.InstanceID, &o.OrgID, &o.ProjectID, (*string)(&o.Kind), (*string)(&o.State), &o.Phase, &o.FromVersion, &o.TargetVersion, &o.Description,
 		&o.ReasonCode, &o.TaskID, &o.CorrelationID, &o.Actor, &o.LeaseOwner, scanTime(&o.LeaseExpiresAt), scanTime(&o.CreatedAt),
 		scanTime(&o.UpdatedAt), scanTime(&o.CompletedAt))
@@ -148,7 +141,7 @@ func scanInstanceOperation(s interface{ Scan(...any) error }) (InstanceOperation
 }
 
 // InsertInstanceOperation writes a new operation.
-func (q *Queries) InsertInstanceOperation(ctx context.Context, o InstanceOperation) error {
+func (q *Queries) InsertInstanceOperation(ctx context.Context, o instances.InstanceOperation) error {
 	_, err := q.exec(ctx, `INSERT INTO app_instance_operations (`+instanceOperationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		o.ID, o.InstanceID, o.OrgID, o.ProjectID, string(o.Kind), string(o.State), o.Phase, o.FromVersion, o.TargetVersion, o.Description,
 		o.ReasonCode, o.TaskID, o.CorrelationID, o.Actor, o.LeaseOwner, nullTS(o.LeaseExpiresAt), ts(o.CreatedAt), ts(o.UpdatedAt), nullTS(o.CompletedAt))
@@ -158,21 +151,21 @@ func (q *Queries) InsertInstanceOperation(ctx context.Context, o InstanceOperati
 // UpdateInstanceOperation writes the progress of o, but only while the row
 // is still in_progress at phase prevPhase: two drivers can never both
 // advance one step.
-func (q *Queries) UpdateInstanceOperation(ctx context.Context, o InstanceOperation, prevPhase string) error {
+func (q *Queries) UpdateInstanceOperation(ctx context.Context, o instances.InstanceOperation, prevPhase string) error {
 	return q.execOne(ctx, `UPDATE app_instance_operations SET state = ?, phase = ?, description = ?, reason_code = ?, task_id = ?,
 		updated_at = ?, completed_at = ? WHERE id = ? AND state = 'in_progress' AND phase = ?`,
 		string(o.State), o.Phase, o.Description, o.ReasonCode, o.TaskID, ts(o.UpdatedAt), nullTS(o.CompletedAt), o.ID, prevPhase)
 }
 
 // GetInstanceOperation reads one operation of a project.
-func (q *Queries) GetInstanceOperation(ctx context.Context, projectID, id string) (InstanceOperation, error) {
+func (q *Queries) GetInstanceOperation(ctx context.Context, projectID, id string) (instances.InstanceOperation, error) {
 	o, err := scanInstanceOperation(q.queryRow(ctx, `SELECT `+instanceOperationCols+` FROM app_instance_operations WHERE project_id = ? AND id = ?`, projectID, id))
 	return o, scanOne(err)
 }
 
 // OpenInstanceOperations lists in-progress operations whose lease is free
 // or expired at now, oldest first.
-func (q *Queries) OpenInstanceOperations(ctx context.Context, now time.Time, limit int) ([]InstanceOperation, error) {
+func (q *Queries) OpenInstanceOperations(ctx context.Context, now time.Time, limit int) ([]instances.InstanceOperation, error) {
 	rows, err := q.query(ctx, `SELECT `+instanceOperationCols+` FROM app_instance_operations
 		WHERE state = 'in_progress' AND (lease_expires_at IS NULL OR lease_expires_at < ?) ORDER BY id LIMIT ?`, ts(now), limit)
 	if err != nil {
@@ -203,21 +196,21 @@ func (q *Queries) ReleaseInstanceOperation(ctx context.Context, id, owner string
 
 const instanceEventCols = `id, instance_id, project_id, event_type, status, operation_id, correlation_id, payload, occurred_at`
 
-func scanInstanceEvent(s interface{ Scan(...any) error }) (InstanceEvent, error) {
-	var e InstanceEvent
+func scanInstanceEvent(s interface{ Scan(...any) error }) (instances.InstanceEvent, error) {
+	var e instances.InstanceEvent
 	err := s.Scan(&e.ID, &e.InstanceID, &e.ProjectID, &e.EventType, &e.Status, &e.OperationID, &e.CorrelationID, scanJSON(&e.Payload), scanTime(&e.OccurredAt))
 	return e, err
 }
 
 // InsertInstanceEvent appends to an instance's timeline.
-func (q *Queries) InsertInstanceEvent(ctx context.Context, e InstanceEvent) error {
+func (q *Queries) InsertInstanceEvent(ctx context.Context, e instances.InstanceEvent) error {
 	_, err := q.exec(ctx, `INSERT INTO app_instance_events (`+instanceEventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		e.ID, e.InstanceID, e.ProjectID, e.EventType, e.Status, e.OperationID, e.CorrelationID, jsonText(e.Payload), ts(e.OccurredAt))
 	return err
 }
 
 // ListInstanceEvents pages through an instance's timeline, oldest first.
-func (q *Queries) ListInstanceEvents(ctx context.Context, instanceID string, p Page) ([]InstanceEvent, string, error) {
+func (q *Queries) ListInstanceEvents(ctx context.Context, instanceID string, p Page) ([]instances.InstanceEvent, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -230,21 +223,21 @@ func (q *Queries) ListInstanceEvents(ctx context.Context, instanceID string, p P
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(e InstanceEvent) string { return e.ID })
+	out, next := trimPage(out, limit, func(e instances.InstanceEvent) string { return e.ID })
 	return out, next, nil
 }
 
 const instanceMemberCols = `id, instance_id, allocation_id, node_id, role, status, version, digest, workload_name, container_ids, created_at, updated_at`
 
-func scanInstanceMember(s interface{ Scan(...any) error }) (InstanceMember, error) {
-	var m InstanceMember
+func scanInstanceMember(s interface{ Scan(...any) error }) (instances.InstanceMember, error) {
+	var m instances.InstanceMember
 	err := s.Scan(&m.ID, &m.InstanceID, &m.AllocationID, &m.NodeID, &m.Role, (*string)(&m.Status), &m.Version, &m.Digest, &m.WorkloadName,
 		scanJSON(&m.ContainerIDs), scanTime(&m.CreatedAt), scanTime(&m.UpdatedAt))
 	return m, err
 }
 
 // InsertInstanceMember records a workload of an instance.
-func (q *Queries) InsertInstanceMember(ctx context.Context, m InstanceMember) error {
+func (q *Queries) InsertInstanceMember(ctx context.Context, m instances.InstanceMember) error {
 	_, err := q.exec(ctx, `INSERT INTO app_instance_members (`+instanceMemberCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		m.ID, m.InstanceID, m.AllocationID, m.NodeID, m.Role, string(m.Status), m.Version, m.Digest, m.WorkloadName,
 		jsonText(orEmptyList(m.ContainerIDs)), ts(m.CreatedAt), ts(m.UpdatedAt))
@@ -270,7 +263,7 @@ func (q *Queries) SetInstanceMembersStatus(ctx context.Context, instanceID, work
 }
 
 // ListInstanceMembers lists an instance's members, oldest first.
-func (q *Queries) ListInstanceMembers(ctx context.Context, instanceID string, p Page) ([]InstanceMember, string, error) {
+func (q *Queries) ListInstanceMembers(ctx context.Context, instanceID string, p Page) ([]instances.InstanceMember, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -283,14 +276,14 @@ func (q *Queries) ListInstanceMembers(ctx context.Context, instanceID string, p 
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(m InstanceMember) string { return m.ID })
+	out, next := trimPage(out, limit, func(m instances.InstanceMember) string { return m.ID })
 	return out, next, nil
 }
 
 // AppArtifactsOfVersion lists every artifact registered for an app version
 // in any project, revoked ones included (a launch must tell "revoked" from
 // "not ready").
-func (q *Queries) AppArtifactsOfVersion(ctx context.Context, appSlug, appVersion string) ([]AppArtifact, error) {
+func (q *Queries) AppArtifactsOfVersion(ctx context.Context, appSlug, appVersion string) ([]artifacts.AppArtifact, error) {
 	rows, err := q.query(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE app_slug = ? AND app_version = ? ORDER BY id`, appSlug, appVersion)
 	if err != nil {
 		return nil, err

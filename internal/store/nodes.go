@@ -12,16 +12,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodes"
 )
 
-// Nodes, their GPUs and join tokens, and placement are the nodes domain's
-// types.
-type (
-	NodeJoinToken  = nodes.NodeJoinToken
-	Node           = nodes.Node
-	NodeGPU        = nodes.NodeGPU
-	PlacementQuery = nodes.PlacementQuery
-	Claim          = nodes.Claim
-)
-
 var (
 	_ nodes.Tx      = (*Tx)(nil)
 	_ nodes.Queries = (*Queries)(nil)
@@ -30,16 +20,16 @@ var (
 // Nodes is the nodes domain's storage.
 func Nodes(db *DB) nodes.Store { return NewPort[nodes.Tx, nodes.Queries](db) }
 
-func (q *Queries) InsertNodeJoinToken(ctx context.Context, t NodeJoinToken) error {
+func (q *Queries) InsertNodeJoinToken(ctx context.Context, t nodes.NodeJoinToken) error {
 	_, err := q.exec(ctx, `INSERT INTO node_join_tokens (id, token_hash, description, created_by, created_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)`,
 		t.ID, t.TokenHash, t.Description, t.CreatedBy, ts(t.CreatedAt), ts(t.ExpiresAt))
 	return err
 }
 
 // GetNodeJoinTokenByHash finds a join token by the SHA-256 of its secret.
-func (q *Queries) GetNodeJoinTokenByHash(ctx context.Context, hash string) (NodeJoinToken, error) {
+func (q *Queries) GetNodeJoinTokenByHash(ctx context.Context, hash string) (nodes.NodeJoinToken, error) {
 	var (
-		t    NodeJoinToken
+		t    nodes.NodeJoinToken
 		node sql.NullString
 	)
 	err := q.queryRow(ctx, `SELECT id, token_hash, description, created_by, created_at, expires_at, used_at, node_id FROM node_join_tokens WHERE token_hash = ?`, hash).
@@ -58,9 +48,9 @@ func (q *Queries) UseNodeJoinToken(ctx context.Context, id, nodeID string, at ti
 const nodeCols = `id, name, state, key_id, public_key, inventory, inventory_digest, workloads, gpu_count, free_gpus, gpu_model, gpu_vendor,
 	gpu_memory_mib, live_allocations, exclusive_allocation_id, tokens_valid_after, last_heartbeat_at, state_changed_at, created_at, updated_at, pending_allocations`
 
-func scanNode(s interface{ Scan(...any) error }) (Node, error) {
+func scanNode(s interface{ Scan(...any) error }) (nodes.Node, error) {
 	var (
-		n  Node
+		n  nodes.Node
 		ex sql.NullString
 	)
 	err := s.Scan(&n.ID, &n.Name, (*string)(&n.State), &n.KeyID, &n.PublicKey, scanJSON(&n.Inventory), &n.InventoryDigest, scanJSON(&n.Workloads),
@@ -70,7 +60,7 @@ func scanNode(s interface{ Scan(...any) error }) (Node, error) {
 	return n, err
 }
 
-func (q *Queries) InsertNode(ctx context.Context, n Node) error {
+func (q *Queries) InsertNode(ctx context.Context, n nodes.Node) error {
 	_, err := q.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		n.ID, n.Name, string(n.State), n.KeyID, n.PublicKey, jsonText(n.Inventory), n.InventoryDigest, jsonText(n.Workloads), n.GPUCount, n.FreeGPUs,
 		n.GPUModel, n.GPUVendor, n.GPUMemoryMiB, n.LiveAllocations, nil, ts(n.TokensValidAfter), ts(n.LastHeartbeatAt),
@@ -78,7 +68,7 @@ func (q *Queries) InsertNode(ctx context.Context, n Node) error {
 	return err
 }
 
-func (q *Queries) GetNode(ctx context.Context, id string) (Node, error) {
+func (q *Queries) GetNode(ctx context.Context, id string) (nodes.Node, error) {
 	n, err := scanNode(q.queryRow(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id = ?`, id))
 	return n, scanOne(err)
 }
@@ -86,7 +76,7 @@ func (q *Queries) GetNode(ctx context.Context, id string) (Node, error) {
 // LockNode reads a node and, on PostgreSQL, holds its row lock until the
 // transaction ends (SQLite transactions already hold the database's write
 // lock from BEGIN).
-func (q *Queries) LockNode(ctx context.Context, id string) (Node, error) {
+func (q *Queries) LockNode(ctx context.Context, id string) (nodes.Node, error) {
 	sfx := ""
 	if q.d == Postgres {
 		sfx = " FOR UPDATE"
@@ -96,7 +86,7 @@ func (q *Queries) LockNode(ctx context.Context, id string) (Node, error) {
 }
 
 // ListNodes lists nodes in join order, optionally of one state.
-func (q *Queries) ListNodes(ctx context.Context, state nodes.NodeState, p Page) ([]Node, string, error) {
+func (q *Queries) ListNodes(ctx context.Context, state nodes.NodeState, p Page) ([]nodes.Node, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -109,7 +99,7 @@ func (q *Queries) ListNodes(ctx context.Context, state nodes.NodeState, p Page) 
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(n Node) string { return n.ID })
+	out, next := trimPage(out, limit, func(n nodes.Node) string { return n.ID })
 	return out, next, nil
 }
 
@@ -147,7 +137,7 @@ func (q *Queries) SetNodeState(ctx context.Context, id string, state nodes.NodeS
 
 // SetNodeInventory replaces a node's inventory, its GPUs and the placement
 // summary. free_gpus is recomputed from the GPUs live allocations hold.
-func (q *Queries) SetNodeInventory(ctx context.Context, n Node, gpus []NodeGPU, at time.Time) error {
+func (q *Queries) SetNodeInventory(ctx context.Context, n nodes.Node, gpus []nodes.NodeGPU, at time.Time) error {
 	if _, err := q.exec(ctx, `DELETE FROM node_gpus WHERE node_id = ?`, n.ID); err != nil {
 		return err
 	}
@@ -164,7 +154,7 @@ func (q *Queries) SetNodeInventory(ctx context.Context, n Node, gpus []NodeGPU, 
 }
 
 // NodeGPUs lists the GPUs of a node in index order.
-func (q *Queries) NodeGPUs(ctx context.Context, nodeID string) ([]NodeGPU, error) {
+func (q *Queries) NodeGPUs(ctx context.Context, nodeID string) ([]nodes.NodeGPU, error) {
 	rows, err := q.query(ctx, `SELECT node_id, uuid, idx, model, vendor, memory_mib FROM node_gpus WHERE node_id = ? ORDER BY idx, uuid`, nodeID)
 	if err != nil {
 		return nil, err
@@ -172,8 +162,8 @@ func (q *Queries) NodeGPUs(ctx context.Context, nodeID string) ([]NodeGPU, error
 	return collect(rows, scanNodeGPU)
 }
 
-func scanNodeGPU(s interface{ Scan(...any) error }) (NodeGPU, error) {
-	var g NodeGPU
+func scanNodeGPU(s interface{ Scan(...any) error }) (nodes.NodeGPU, error) {
+	var g nodes.NodeGPU
 	err := s.Scan(&g.NodeID, &g.UUID, &g.Index, &g.Model, &g.Vendor, &g.MemoryMiB)
 	return g, err
 }
@@ -191,7 +181,7 @@ func scanNodeGPU(s interface{ Scan(...any) error }) (NodeGPU, error) {
 // claim and the GPU read are one statement there (claimPostgres), with a
 // second read only when the first may be stale. SQLite transactions hold
 // the write lock from BEGIN: the claim, then the read.
-func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiveAllocationID string, at time.Time, skipLocked bool) (Claim, error) {
+func (q *Queries) ClaimPlacement(ctx context.Context, c nodes.PlacementQuery, exclusiveAllocationID string, at time.Time, skipLocked bool) (nodes.Claim, error) {
 	set := `free_gpus = free_gpus - ?, live_allocations = live_allocations + 1, pending_allocations = pending_allocations + 1, updated_at = ?`
 	setArgs := []any{c.GPUs, ts(at)}
 	if c.Baremetal {
@@ -203,9 +193,9 @@ func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiv
 	}
 	cond, args := placementWhere(c)
 	claim := `UPDATE nodes SET ` + set + ` WHERE id = (SELECT id FROM nodes WHERE ` + cond + ` ORDER BY free_gpus, id LIMIT 1) RETURNING id, gpu_count`
-	var cl Claim
+	var cl nodes.Claim
 	if err := scanOne(q.queryRow(ctx, claim, append(setArgs, args...)...).Scan(&cl.NodeID, &cl.GPUCount)); err != nil {
-		return Claim{}, err
+		return nodes.Claim{}, err
 	}
 	var err error
 	cl.Free, err = q.freeGPUs(ctx, c, cl.NodeID)
@@ -221,7 +211,7 @@ func (q *Queries) ClaimPlacement(ctx context.Context, c PlacementQuery, exclusiv
 // (xmin): equal, and the snapshot has every hold on the node; different —
 // after waiting on the lock, or in a close race — and the GPUs are read
 // again by a statement of its own, whose snapshot postdates the lock.
-func (q *Queries) claimPostgres(ctx context.Context, c PlacementQuery, set string, setArgs []any, skipLocked bool) (Claim, error) {
+func (q *Queries) claimPostgres(ctx context.Context, c nodes.PlacementQuery, set string, setArgs []any, skipLocked bool) (nodes.Claim, error) {
 	cond, args := placementWhere(c)
 	lock := ` FOR UPDATE`
 	if skipLocked {
@@ -235,12 +225,12 @@ func (q *Queries) claimPostgres(ctx context.Context, c PlacementQuery, set strin
  FROM claimed c JOIN pick p ON p.id = c.id`
 	args = append(append(args, setArgs...), freeArgs...)
 	var (
-		cl      Claim
+		cl      nodes.Claim
 		current bool
 		uuids   string
 	)
 	if err := scanOne(q.queryRow(ctx, query, args...).Scan(&cl.NodeID, &cl.GPUCount, &current, &uuids)); err != nil {
-		return Claim{}, err
+		return nodes.Claim{}, err
 	}
 	if !current {
 		var err error
@@ -248,7 +238,7 @@ func (q *Queries) claimPostgres(ctx context.Context, c PlacementQuery, set strin
 		return cl, err
 	}
 	if err := json.Unmarshal([]byte(uuids), &cl.Free); err != nil {
-		return Claim{}, fmt.Errorf("read claimed GPUs: %w", err)
+		return nodes.Claim{}, fmt.Errorf("read claimed GPUs: %w", err)
 	}
 	if len(cl.Free) == 0 {
 		cl.Free = nil // as the two-statement read gives
@@ -258,7 +248,7 @@ func (q *Queries) claimPostgres(ctx context.Context, c PlacementQuery, set strin
 
 // placementFreeQuery is the read of a node's GPUs that match c and no live
 // allocation holds, in index order; node is the SQL naming the node id.
-func placementFreeQuery(c PlacementQuery, node string) (string, []any) {
+func placementFreeQuery(c nodes.PlacementQuery, node string) (string, []any) {
 	limit := c.GPUs
 	if c.Baremetal {
 		limit = maxPlacementGPUs
@@ -269,7 +259,7 @@ func placementFreeQuery(c PlacementQuery, node string) (string, []any) {
 		ORDER BY g.idx, g.uuid LIMIT ?`, []any{c.Model, c.Model, c.Vendor, c.Vendor, c.MinMemoryMiB, limit}
 }
 
-func (q *Queries) freeGPUs(ctx context.Context, c PlacementQuery, nodeID string) ([]string, error) {
+func (q *Queries) freeGPUs(ctx context.Context, c nodes.PlacementQuery, nodeID string) ([]string, error) {
 	free, args := placementFreeQuery(c, "?")
 	rows, err := q.query(ctx, free, append([]any{nodeID}, args...)...)
 	if err != nil {
@@ -289,7 +279,7 @@ const maxPlacementGPUs = 1024
 
 // PlacementPossible reports whether any node fits c in the committed state
 // (no locks taken).
-func (q *Queries) PlacementPossible(ctx context.Context, c PlacementQuery) (bool, error) {
+func (q *Queries) PlacementPossible(ctx context.Context, c nodes.PlacementQuery) (bool, error) {
 	cond, args := placementWhere(c)
 	var one int
 	err := q.queryRow(ctx, `SELECT 1 FROM nodes WHERE `+cond+` LIMIT 1`, args...).Scan(&one)
@@ -299,7 +289,7 @@ func (q *Queries) PlacementPossible(ctx context.Context, c PlacementQuery) (bool
 	return err == nil, err
 }
 
-func placementWhere(c PlacementQuery) (string, []any) {
+func placementWhere(c nodes.PlacementQuery) (string, []any) {
 	cond := `state = 'ready' AND exclusive_allocation_id IS NULL AND free_gpus >= ?`
 	args := []any{c.GPUs}
 	if c.Baremetal {
@@ -336,7 +326,7 @@ func (q *Queries) ReturnNodeCapacity(ctx context.Context, nodeID, allocationID s
 
 // StaleNodes lists nodes in one of states whose last heartbeat is before
 // cutoff, oldest first.
-func (q *Queries) StaleNodes(ctx context.Context, cutoff time.Time, limit int, states ...nodes.NodeState) ([]Node, error) {
+func (q *Queries) StaleNodes(ctx context.Context, cutoff time.Time, limit int, states ...nodes.NodeState) ([]nodes.Node, error) {
 	args := []any{ts(cutoff)}
 	for _, s := range states {
 		args = append(args, string(s))

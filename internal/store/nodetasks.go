@@ -7,36 +7,30 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodes"
 )
 
-// The tasks of a node's queue are the nodes domain's types.
-type (
-	NodeTask       = nodes.NodeTask
-	NodeTaskFilter = nodes.NodeTaskFilter
-)
-
 const nodeTaskCols = `id, node_id, kind, instance_id, project_id, payload, state, attempt, lease_expires_at, reason_code, message, result,
 	created_at, updated_at, completed_at`
 
-func scanNodeTask(s interface{ Scan(...any) error }) (NodeTask, error) {
-	var t NodeTask
+func scanNodeTask(s interface{ Scan(...any) error }) (nodes.NodeTask, error) {
+	var t nodes.NodeTask
 	err := s.Scan(&t.ID, &t.NodeID, &t.Kind, &t.InstanceID, &t.ProjectID, &t.Payload, (*string)(&t.State), &t.Attempt, scanTime(&t.LeaseExpiresAt),
 		&t.ReasonCode, &t.Message, scanJSON(&t.Result), scanTime(&t.CreatedAt), scanTime(&t.UpdatedAt), scanTime(&t.CompletedAt))
 	return t, err
 }
 
-func (q *Queries) InsertNodeTask(ctx context.Context, t NodeTask) error {
+func (q *Queries) InsertNodeTask(ctx context.Context, t nodes.NodeTask) error {
 	_, err := q.exec(ctx, `INSERT INTO node_tasks (id, node_id, kind, instance_id, project_id, payload, state, attempt, created_at, updated_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, 0, ?, ?)`, t.ID, t.NodeID, t.Kind, t.InstanceID, t.ProjectID, t.Payload, string(nodes.TaskQueued), ts(t.CreatedAt), ts(t.UpdatedAt))
 	return err
 }
 
-func (q *Queries) GetNodeTask(ctx context.Context, id string) (NodeTask, error) {
+func (q *Queries) GetNodeTask(ctx context.Context, id string) (nodes.NodeTask, error) {
 	t, err := scanNodeTask(q.queryRow(ctx, `SELECT `+nodeTaskCols+` FROM node_tasks WHERE id = ?`, id))
 	return t, scanOne(err)
 }
 
 // DeliverableNodeTasks lists a node's tasks that are queued or whose lease
 // ran out, oldest first.
-func (q *Queries) DeliverableNodeTasks(ctx context.Context, nodeID string, now time.Time, limit int) ([]NodeTask, error) {
+func (q *Queries) DeliverableNodeTasks(ctx context.Context, nodeID string, now time.Time, limit int) ([]nodes.NodeTask, error) {
 	rows, err := q.query(ctx, `SELECT `+nodeTaskCols+` FROM node_tasks WHERE node_id = ?
 		AND (state = 'queued' OR (state = 'leased' AND lease_expires_at < ?)) ORDER BY id LIMIT ?`, nodeID, ts(now), limit)
 	if err != nil {
@@ -60,7 +54,7 @@ func (q *Queries) CompleteNodeTask(ctx context.Context, id string, state nodes.T
 }
 
 // ListNodeTasks lists tasks in creation order.
-func (q *Queries) ListNodeTasks(ctx context.Context, f NodeTaskFilter, p Page) ([]NodeTask, string, error) {
+func (q *Queries) ListNodeTasks(ctx context.Context, f nodes.NodeTaskFilter, p Page) ([]nodes.NodeTask, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -75,6 +69,6 @@ func (q *Queries) ListNodeTasks(ctx context.Context, f NodeTaskFilter, p Page) (
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(t NodeTask) string { return t.ID })
+	out, next := trimPage(out, limit, func(t nodes.NodeTask) string { return t.ID })
 	return out, next, nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -21,24 +23,24 @@ func TestClaimAfterLockWaitSeesTheHolderHolds(t *testing.T) {
 	ctx := context.Background()
 	q := db.Queries()
 	o := mkOrg(t, db, "claim")
-	p := store.Project{ID: newID(), OrgID: o.ID, Slug: "claim", Name: "claim", CreatedAt: time.Now()}
+	p := iam.Project{ID: newID(), OrgID: o.ID, Slug: "claim", Name: "claim", CreatedAt: time.Now()}
 	if err := q.CreateProject(ctx, p); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	n := store.Node{ID: newID(), Name: "n1", State: "ready", KeyID: newID(), PublicKey: "-", Inventory: []byte("{}"), Workloads: []byte("[]"),
+	n := nodes.Node{ID: newID(), Name: "n1", State: "ready", KeyID: newID(), PublicKey: "-", Inventory: []byte("{}"), Workloads: []byte("[]"),
 		GPUCount: 2, FreeGPUs: 2, GPUModel: "H100", GPUVendor: "nvidia", GPUMemoryMiB: 81559,
 		LastHeartbeatAt: now, StateChangedAt: now, CreatedAt: now, UpdatedAt: now}
 	if err := q.InsertNode(ctx, n); err != nil {
 		t.Fatal(err)
 	}
-	gpus := []store.NodeGPU{{NodeID: n.ID, UUID: "GPU-0", Index: 0, Model: "H100", Vendor: "nvidia", MemoryMiB: 81559},
+	gpus := []nodes.NodeGPU{{NodeID: n.ID, UUID: "GPU-0", Index: 0, Model: "H100", Vendor: "nvidia", MemoryMiB: 81559},
 		{NodeID: n.ID, UUID: "GPU-1", Index: 1, Model: "H100", Vendor: "nvidia", MemoryMiB: 81559}}
 	if err := q.SetNodeInventory(ctx, n, gpus, now); err != nil {
 		t.Fatal(err)
 	}
-	one := store.PlacementQuery{GPUs: 1}
-	place := func(q *store.Queries, skipLocked bool) (store.Claim, error) {
+	one := nodes.PlacementQuery{GPUs: 1}
+	place := func(q *store.Queries, skipLocked bool) (nodes.Claim, error) {
 		cl, err := q.ClaimPlacement(ctx, one, "", time.Now(), skipLocked)
 		if err != nil {
 			return cl, err
@@ -46,11 +48,11 @@ func TestClaimAfterLockWaitSeesTheHolderHolds(t *testing.T) {
 		if len(cl.Free) != 1 {
 			return cl, errors.New("claim read no free GPU")
 		}
-		return cl, q.InsertAllocation(ctx, store.Allocation{ID: newID(), OrgID: o.ID, ProjectID: p.ID, NodeID: cl.NodeID, Shape: "gpu_slice",
+		return cl, q.InsertAllocation(ctx, nodes.Allocation{ID: newID(), OrgID: o.ID, ProjectID: p.ID, NodeID: cl.NodeID, Shape: "gpu_slice",
 			SKU: "h100.1x", GPUCount: 1, GPUUUIDs: cl.Free, State: "pending", CreatedBy: "test", CreatedAt: now, UpdatedAt: now})
 	}
 
-	claimedA, releaseA := make(chan store.Claim, 1), make(chan struct{})
+	claimedA, releaseA := make(chan nodes.Claim, 1), make(chan struct{})
 	doneA := make(chan error, 1)
 	go func() {
 		doneA <- db.InTx(ctx, func(q *store.Queries) error {
@@ -64,7 +66,7 @@ func TestClaimAfterLockWaitSeesTheHolderHolds(t *testing.T) {
 		})
 	}()
 	a := <-claimedA
-	var b store.Claim
+	var b nodes.Claim
 	doneB := make(chan error, 1)
 	go func() {
 		doneB <- db.InTx(ctx, func(q *store.Queries) error {

@@ -7,13 +7,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 )
 
-// The service-account domain's types; these aliases keep the packages not
-// yet moved off store compiling.
-type (
-	ServiceAccount    = serviceaccounts.ServiceAccount
-	ServiceAccountKey = serviceaccounts.ServiceAccountKey
-)
-
 var (
 	_ serviceaccounts.Tx      = (*Tx)(nil)
 	_ serviceaccounts.Queries = (*Queries)(nil)
@@ -26,26 +19,26 @@ func ServiceAccounts(db *DB) serviceaccounts.Store {
 
 const saCols = `id, org_id, project_id, slug, name, description, status, tokens_valid_after, created_at, updated_at`
 
-func scanServiceAccount(s interface{ Scan(...any) error }) (ServiceAccount, error) {
-	var a ServiceAccount
+func scanServiceAccount(s interface{ Scan(...any) error }) (serviceaccounts.ServiceAccount, error) {
+	var a serviceaccounts.ServiceAccount
 	err := s.Scan(&a.ID, &a.OrgID, &a.ProjectID, &a.Slug, &a.Name, &a.Description, &a.Status,
 		scanTime(&a.TokensValidAfter), scanTime(&a.CreatedAt), scanTime(&a.UpdatedAt))
 	return a, err
 }
 
-func (q *Queries) CreateServiceAccount(ctx context.Context, a ServiceAccount) error {
+func (q *Queries) CreateServiceAccount(ctx context.Context, a serviceaccounts.ServiceAccount) error {
 	_, err := q.exec(ctx, `INSERT INTO service_accounts (`+saCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		a.ID, a.OrgID, a.ProjectID, a.Slug, a.Name, a.Description, string(a.Status), ts(a.TokensValidAfter), ts(a.CreatedAt), ts(a.UpdatedAt))
 	return err
 }
 
-func (q *Queries) GetServiceAccount(ctx context.Context, id string) (ServiceAccount, error) {
+func (q *Queries) GetServiceAccount(ctx context.Context, id string) (serviceaccounts.ServiceAccount, error) {
 	a, err := scanServiceAccount(q.queryRow(ctx, `SELECT `+saCols+` FROM service_accounts WHERE id = ?`, id))
 	return a, scanOne(err)
 }
 
 // ListServiceAccounts lists the accounts of a project in creation order.
-func (q *Queries) ListServiceAccounts(ctx context.Context, projectID string, p Page) ([]ServiceAccount, string, error) {
+func (q *Queries) ListServiceAccounts(ctx context.Context, projectID string, p Page) ([]serviceaccounts.ServiceAccount, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -59,7 +52,7 @@ func (q *Queries) ListServiceAccounts(ctx context.Context, projectID string, p P
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(a ServiceAccount) string { return a.ID })
+	out, next := trimPage(out, limit, func(a serviceaccounts.ServiceAccount) string { return a.ID })
 	return out, next, nil
 }
 
@@ -84,25 +77,25 @@ func (q *Queries) DeleteServiceAccount(ctx context.Context, id string) error {
 
 const saKeyCols = `id, service_account_id, algorithm, public_key, created_at, expires_at`
 
-func scanServiceAccountKey(s interface{ Scan(...any) error }) (ServiceAccountKey, error) {
-	var k ServiceAccountKey
+func scanServiceAccountKey(s interface{ Scan(...any) error }) (serviceaccounts.ServiceAccountKey, error) {
+	var k serviceaccounts.ServiceAccountKey
 	err := s.Scan(&k.ID, &k.ServiceAccountID, &k.Algorithm, &k.PublicKey, scanTime(&k.CreatedAt), scanTime(&k.ExpiresAt))
 	return k, err
 }
 
-func (q *Queries) CreateServiceAccountKey(ctx context.Context, k ServiceAccountKey) error {
+func (q *Queries) CreateServiceAccountKey(ctx context.Context, k serviceaccounts.ServiceAccountKey) error {
 	_, err := q.exec(ctx, `INSERT INTO service_account_keys (`+saKeyCols+`) VALUES (?, ?, ?, ?, ?, ?)`,
 		k.ID, k.ServiceAccountID, k.Algorithm, k.PublicKey, ts(k.CreatedAt), nullTS(k.ExpiresAt))
 	return err
 }
 
-func (q *Queries) GetServiceAccountKey(ctx context.Context, id string) (ServiceAccountKey, error) {
+func (q *Queries) GetServiceAccountKey(ctx context.Context, id string) (serviceaccounts.ServiceAccountKey, error) {
 	k, err := scanServiceAccountKey(q.queryRow(ctx, `SELECT `+saKeyCols+` FROM service_account_keys WHERE id = ?`, id))
 	return k, scanOne(err)
 }
 
 // KeysOfServiceAccounts returns the keys of the given accounts, oldest first.
-func (q *Queries) KeysOfServiceAccounts(ctx context.Context, ids []string) ([]ServiceAccountKey, error) {
+func (q *Queries) KeysOfServiceAccounts(ctx context.Context, ids []string) ([]serviceaccounts.ServiceAccountKey, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -131,10 +124,10 @@ func (q *Queries) ExpireServiceAccountKeys(ctx context.Context, accountID string
 
 // ServiceAccountWithKey reads an account and one of its keys in one query:
 // the per-request check of service-account tokens.
-func (q *Queries) ServiceAccountWithKey(ctx context.Context, accountID, keyID string) (ServiceAccount, ServiceAccountKey, error) {
+func (q *Queries) ServiceAccountWithKey(ctx context.Context, accountID, keyID string) (serviceaccounts.ServiceAccount, serviceaccounts.ServiceAccountKey, error) {
 	var (
-		a ServiceAccount
-		k ServiceAccountKey
+		a serviceaccounts.ServiceAccount
+		k serviceaccounts.ServiceAccountKey
 	)
 	err := q.queryRow(ctx, `SELECT a.id, a.org_id, a.project_id, a.status, a.tokens_valid_after, k.id, k.algorithm, k.expires_at
 		FROM service_accounts a JOIN service_account_keys k ON k.service_account_id = a.id WHERE a.id = ? AND k.id = ?`, accountID, keyID).

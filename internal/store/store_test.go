@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
@@ -21,9 +23,9 @@ import (
 
 func newID() string { return uuid.Must(uuid.NewV7()).String() }
 
-func mkOrg(t *testing.T, db *store.DB, slug string) store.Org {
+func mkOrg(t *testing.T, db *store.DB, slug string) iam.Org {
 	t.Helper()
-	o := store.Org{ID: newID(), Slug: slug, Name: slug, CreatedAt: time.Now()}
+	o := iam.Org{ID: newID(), Slug: slug, Name: slug, CreatedAt: time.Now()}
 	if err := db.Queries().CreateOrg(context.Background(), o); err != nil {
 		t.Fatalf("create org: %v", err)
 	}
@@ -47,7 +49,7 @@ func testSentinels(t *testing.T, db *store.DB) {
 	ctx := context.Background()
 	q := db.Queries()
 	o := mkOrg(t, db, "acme")
-	if err := q.CreateOrg(ctx, store.Org{ID: newID(), Slug: "acme", Name: "x", CreatedAt: time.Now()}); !errors.Is(err, store.ErrAlreadyExists) {
+	if err := q.CreateOrg(ctx, iam.Org{ID: newID(), Slug: "acme", Name: "x", CreatedAt: time.Now()}); !errors.Is(err, store.ErrAlreadyExists) {
 		t.Fatalf("duplicate slug: got %v, want ErrAlreadyExists", err)
 	}
 	if _, err := q.GetOrg(ctx, newID()); !errors.Is(err, store.ErrNotFound) {
@@ -60,7 +62,7 @@ func testSentinels(t *testing.T, db *store.DB) {
 	if d := got.CreatedAt.Sub(o.CreatedAt); d > time.Millisecond || d < -time.Millisecond {
 		t.Fatalf("created_at round trip drifted by %v", d)
 	}
-	p := store.Project{ID: newID(), OrgID: o.ID, Slug: "web", Name: "Web", CreatedAt: time.Now()}
+	p := iam.Project{ID: newID(), OrgID: o.ID, Slug: "web", Name: "Web", CreatedAt: time.Now()}
 	if err := q.CreateProject(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +78,7 @@ func testSentinels(t *testing.T, db *store.DB) {
 		t.Fatalf("same slug other org: %v", err)
 	}
 	// A project in a missing org violates the foreign key.
-	p3 := store.Project{ID: newID(), OrgID: newID(), Slug: "x", Name: "x", CreatedAt: time.Now()}
+	p3 := iam.Project{ID: newID(), OrgID: newID(), Slug: "x", Name: "x", CreatedAt: time.Now()}
 	if err := q.CreateProject(ctx, p3); !errors.Is(err, store.ErrConflict) {
 		t.Fatalf("dangling org: got %v, want ErrConflict", err)
 	}
@@ -89,7 +91,7 @@ func testPagination(t *testing.T, db *store.DB) {
 	ctx := context.Background()
 	o := mkOrg(t, db, "pager")
 	for i := 0; i < 7; i++ {
-		if err := db.Queries().CreateProject(ctx, store.Project{ID: newID(), OrgID: o.ID, Slug: fmt.Sprintf("p%d", i), Name: "p", CreatedAt: time.Now()}); err != nil {
+		if err := db.Queries().CreateProject(ctx, iam.Project{ID: newID(), OrgID: o.ID, Slug: fmt.Sprintf("p%d", i), Name: "p", CreatedAt: time.Now()}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,7 +125,7 @@ func testMutateAudit(t *testing.T, db *store.DB) {
 	ctx := principal.With(correlation.With(context.Background(), "corr-"+newID()), principal.Principal{Type: principal.User, ID: "u1"})
 	var orgID string
 	err := db.Mutate(ctx, func(tx *store.Tx) error {
-		o := store.Org{ID: newID(), Slug: "audited", Name: "A", CreatedAt: time.Now()}
+		o := iam.Org{ID: newID(), Slug: "audited", Name: "A", CreatedAt: time.Now()}
 		orgID = o.ID
 		if err := tx.CreateOrg(ctx, o); err != nil {
 			return err
@@ -155,7 +157,7 @@ func testMutateAudit(t *testing.T, db *store.DB) {
 	ctx2 := correlation.With(ctx, "corr-"+newID())
 	boom := errors.New("boom")
 	err = db.Mutate(ctx2, func(tx *store.Tx) error {
-		if err := tx.CreateOrg(ctx2, store.Org{ID: newID(), Slug: "rolled-back", Name: "R", CreatedAt: time.Now()}); err != nil {
+		if err := tx.CreateOrg(ctx2, iam.Org{ID: newID(), Slug: "rolled-back", Name: "R", CreatedAt: time.Now()}); err != nil {
 			return err
 		}
 		if err := tx.Audit(store.AuditEvent{Action: "org.create", ResourceType: "org"}, nil, nil); err != nil {
@@ -181,7 +183,7 @@ func testMutateAudit(t *testing.T, db *store.DB) {
 
 	// A mutation that forgets its audit row is refused and rolled back.
 	err = db.Mutate(ctx, func(tx *store.Tx) error {
-		return tx.CreateOrg(ctx, store.Org{ID: newID(), Slug: "unaudited", Name: "U", CreatedAt: time.Now()})
+		return tx.CreateOrg(ctx, iam.Org{ID: newID(), Slug: "unaudited", Name: "U", CreatedAt: time.Now()})
 	})
 	if !errors.Is(err, store.ErrNoAudit) {
 		t.Fatalf("unaudited mutation: %v", err)
@@ -270,7 +272,7 @@ func testIdempotencyCommit(t *testing.T, db *store.DB) {
 	createOrg := func(c store.IdempotencyClaim, slug string) error {
 		ctx := store.WithIdempotencyClaim(context.Background(), c)
 		return db.Mutate(ctx, func(tx *store.Tx) error {
-			o := store.Org{ID: newID(), Slug: slug, Name: slug, CreatedAt: time.Now()}
+			o := iam.Org{ID: newID(), Slug: slug, Name: slug, CreatedAt: time.Now()}
 			if err := tx.CreateOrg(ctx, o); err != nil {
 				return err
 			}
@@ -354,7 +356,7 @@ func testConcurrentWriters(t *testing.T, db *store.DB) {
 					if _, err := tx.GetOrg(ctx, o.ID); err != nil {
 						return err
 					}
-					p := store.Project{ID: newID(), OrgID: o.ID, Slug: fmt.Sprintf("w%d-%d", w, i), Name: "n", CreatedAt: time.Now()}
+					p := iam.Project{ID: newID(), OrgID: o.ID, Slug: fmt.Sprintf("w%d-%d", w, i), Name: "n", CreatedAt: time.Now()}
 					if err := tx.CreateProject(ctx, p); err != nil {
 						return err
 					}

@@ -6,13 +6,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 )
 
-// Tenancy rows are the IAM domain's types.
-type (
-	Org     = iam.Org
-	Project = iam.Project
-)
-
-func (q *Queries) CreateOrg(ctx context.Context, o Org) error {
+func (q *Queries) CreateOrg(ctx context.Context, o iam.Org) error {
 	_, err := q.exec(ctx, `INSERT INTO orgs (id, slug, name, created_at) VALUES (?, ?, ?, ?)`,
 		o.ID, o.Slug, o.Name, ts(o.CreatedAt))
 	return err
@@ -20,24 +14,24 @@ func (q *Queries) CreateOrg(ctx context.Context, o Org) error {
 
 const orgCols = `id, slug, name, created_at`
 
-func scanOrg(s interface{ Scan(...any) error }) (Org, error) {
-	var o Org
+func scanOrg(s interface{ Scan(...any) error }) (iam.Org, error) {
+	var o iam.Org
 	err := s.Scan(&o.ID, &o.Slug, &o.Name, scanTime(&o.CreatedAt))
 	return o, err
 }
 
-func (q *Queries) GetOrg(ctx context.Context, id string) (Org, error) {
+func (q *Queries) GetOrg(ctx context.Context, id string) (iam.Org, error) {
 	o, err := scanOrg(q.queryRow(ctx, `SELECT `+orgCols+` FROM orgs WHERE id = ?`, id))
 	return o, scanOne(err)
 }
 
-func (q *Queries) GetOrgBySlug(ctx context.Context, slug string) (Org, error) {
+func (q *Queries) GetOrgBySlug(ctx context.Context, slug string) (iam.Org, error) {
 	o, err := scanOrg(q.queryRow(ctx, `SELECT `+orgCols+` FROM orgs WHERE slug = ?`, slug))
 	return o, scanOne(err)
 }
 
 // ListOrgs lists orgs; when onlyIDs is non-nil, just those.
-func (q *Queries) ListOrgs(ctx context.Context, onlyIDs []string, p Page) ([]Org, string, error) {
+func (q *Queries) ListOrgs(ctx context.Context, onlyIDs []string, p Page) ([]iam.Org, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -61,11 +55,11 @@ func (q *Queries) ListOrgs(ctx context.Context, onlyIDs []string, p Page) ([]Org
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(o Org) string { return o.ID })
+	out, next := trimPage(out, limit, func(o iam.Org) string { return o.ID })
 	return out, next, nil
 }
 
-func (q *Queries) CreateProject(ctx context.Context, p Project) error {
+func (q *Queries) CreateProject(ctx context.Context, p iam.Project) error {
 	_, err := q.exec(ctx, `INSERT INTO projects (id, org_id, slug, name, description, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
 		p.ID, p.OrgID, p.Slug, p.Name, p.Description, ts(p.CreatedAt))
 	return err
@@ -73,24 +67,24 @@ func (q *Queries) CreateProject(ctx context.Context, p Project) error {
 
 const projectCols = `id, org_id, slug, name, description, created_at`
 
-func scanProject(s interface{ Scan(...any) error }) (Project, error) {
-	var p Project
+func scanProject(s interface{ Scan(...any) error }) (iam.Project, error) {
+	var p iam.Project
 	err := s.Scan(&p.ID, &p.OrgID, &p.Slug, &p.Name, &p.Description, scanTime(&p.CreatedAt))
 	return p, err
 }
 
-func (q *Queries) GetProject(ctx context.Context, id string) (Project, error) {
+func (q *Queries) GetProject(ctx context.Context, id string) (iam.Project, error) {
 	p, err := scanProject(q.queryRow(ctx, `SELECT `+projectCols+` FROM projects WHERE id = ?`, id))
 	return p, scanOne(err)
 }
 
-func (q *Queries) GetProjectBySlug(ctx context.Context, orgID, slug string) (Project, error) {
+func (q *Queries) GetProjectBySlug(ctx context.Context, orgID, slug string) (iam.Project, error) {
 	p, err := scanProject(q.queryRow(ctx, `SELECT `+projectCols+` FROM projects WHERE org_id = ? AND slug = ?`, orgID, slug))
 	return p, scanOne(err)
 }
 
 // ListProjects lists the projects of an org; when onlyIDs is non-nil, just those.
-func (q *Queries) ListProjects(ctx context.Context, orgID string, onlyIDs []string, p Page) ([]Project, string, error) {
+func (q *Queries) ListProjects(ctx context.Context, orgID string, onlyIDs []string, p Page) ([]iam.Project, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -114,7 +108,7 @@ func (q *Queries) ListProjects(ctx context.Context, orgID string, onlyIDs []stri
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(p Project) string { return p.ID })
+	out, next := trimPage(out, limit, func(p iam.Project) string { return p.ID })
 	return out, next, nil
 }
 

@@ -7,33 +7,27 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 )
 
-// People and their roles are the IAM domain's types.
-type (
-	User        = iam.User
-	RoleBinding = iam.RoleBinding
-)
-
 const userCols = `id, email, display_name, password_hash, status, tokens_valid_after, created_at`
 
-func scanUser(s interface{ Scan(...any) error }) (User, error) {
-	var u User
+func scanUser(s interface{ Scan(...any) error }) (iam.User, error) {
+	var u iam.User
 	err := s.Scan(&u.ID, &u.Email, &u.DisplayName, &u.PasswordHash, &u.Status,
 		scanTime(&u.TokensValidAfter), scanTime(&u.CreatedAt))
 	return u, err
 }
 
-func (q *Queries) CreateUser(ctx context.Context, u User) error {
+func (q *Queries) CreateUser(ctx context.Context, u iam.User) error {
 	_, err := q.exec(ctx, `INSERT INTO users (`+userCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 		u.ID, u.Email, u.DisplayName, u.PasswordHash, string(u.Status), ts(u.TokensValidAfter), ts(u.CreatedAt))
 	return err
 }
 
-func (q *Queries) GetUser(ctx context.Context, id string) (User, error) {
+func (q *Queries) GetUser(ctx context.Context, id string) (iam.User, error) {
 	u, err := scanUser(q.queryRow(ctx, `SELECT `+userCols+` FROM users WHERE id = ?`, id))
 	return u, scanOne(err)
 }
 
-func (q *Queries) GetUserByEmail(ctx context.Context, email string) (User, error) {
+func (q *Queries) GetUserByEmail(ctx context.Context, email string) (iam.User, error) {
 	u, err := scanUser(q.queryRow(ctx, `SELECT `+userCols+` FROM users WHERE email = ?`, email))
 	return u, scanOne(err)
 }
@@ -47,7 +41,7 @@ func (q *Queries) SetUserStatus(ctx context.Context, id string, status iam.UserS
 	return q.execOne(ctx, `UPDATE users SET status = ?, tokens_valid_after = ? WHERE id = ?`, string(status), ts(cutTokens), id)
 }
 
-func (q *Queries) ListUsers(ctx context.Context, p Page) ([]User, string, error) {
+func (q *Queries) ListUsers(ctx context.Context, p Page) ([]iam.User, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -60,25 +54,25 @@ func (q *Queries) ListUsers(ctx context.Context, p Page) ([]User, string, error)
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(u User) string { return u.ID })
+	out, next := trimPage(out, limit, func(u iam.User) string { return u.ID })
 	return out, next, nil
 }
 
 const bindingCols = `id, principal_type, principal_id, role, scope_type, scope_id, org_id, created_at`
 
-func scanBinding(s interface{ Scan(...any) error }) (RoleBinding, error) {
-	var b RoleBinding
+func scanBinding(s interface{ Scan(...any) error }) (iam.RoleBinding, error) {
+	var b iam.RoleBinding
 	err := s.Scan(&b.ID, &b.PrincipalType, &b.PrincipalID, &b.Role, &b.ScopeType, &b.ScopeID, &b.OrgID, scanTime(&b.CreatedAt))
 	return b, err
 }
 
-func (q *Queries) CreateRoleBinding(ctx context.Context, b RoleBinding) error {
+func (q *Queries) CreateRoleBinding(ctx context.Context, b iam.RoleBinding) error {
 	_, err := q.exec(ctx, `INSERT INTO role_bindings (`+bindingCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
 		b.ID, b.PrincipalType, b.PrincipalID, b.Role, b.ScopeType, b.ScopeID, b.OrgID, ts(b.CreatedAt))
 	return err
 }
 
-func (q *Queries) GetRoleBinding(ctx context.Context, id string) (RoleBinding, error) {
+func (q *Queries) GetRoleBinding(ctx context.Context, id string) (iam.RoleBinding, error) {
 	b, err := scanBinding(q.queryRow(ctx, `SELECT `+bindingCols+` FROM role_bindings WHERE id = ?`, id))
 	return b, scanOne(err)
 }
@@ -88,7 +82,7 @@ func (q *Queries) DeleteRoleBinding(ctx context.Context, id string) error {
 }
 
 // BindingsOfPrincipal returns every binding a principal holds.
-func (q *Queries) BindingsOfPrincipal(ctx context.Context, principalType, principalID string) ([]RoleBinding, error) {
+func (q *Queries) BindingsOfPrincipal(ctx context.Context, principalType, principalID string) ([]iam.RoleBinding, error) {
 	rows, err := q.query(ctx, `SELECT `+bindingCols+` FROM role_bindings WHERE principal_type = ? AND principal_id = ? ORDER BY id`,
 		principalType, principalID)
 	if err != nil {
@@ -98,7 +92,7 @@ func (q *Queries) BindingsOfPrincipal(ctx context.Context, principalType, princi
 }
 
 // BindingsAtScope lists the bindings made at one scope.
-func (q *Queries) BindingsAtScope(ctx context.Context, scopeType, scopeID string, p Page) ([]RoleBinding, string, error) {
+func (q *Queries) BindingsAtScope(ctx context.Context, scopeType, scopeID string, p Page) ([]iam.RoleBinding, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
@@ -112,7 +106,7 @@ func (q *Queries) BindingsAtScope(ctx context.Context, scopeType, scopeID string
 	if err != nil {
 		return nil, "", err
 	}
-	out, next := trimPage(out, limit, func(b RoleBinding) string { return b.ID })
+	out, next := trimPage(out, limit, func(b iam.RoleBinding) string { return b.ID })
 	return out, next, nil
 }
 
