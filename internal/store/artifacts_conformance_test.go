@@ -1,0 +1,570 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/nodes"
+	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
+	"github.com/gpuaas/gpuaas/internal/storage"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// The artifacts domain's storage (artifacts.Store) on both dialects:
+// signing keys, intents, registry credentials and their wraps, registered
+// artifacts, revocation by digest, and the owner reads of the registry.
+func TestArtifactsConformance(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		for _, c := range []conformanceCase{
+			{"signing_keys", testArtifactSigningKeys},
+			{"intents", testArtifactIntents},
+			{"registry_credentials", testRegistryCredentials},
+			{"credential_wraps", testCredentialWraps},
+			{"artifact_round_trip", testAppArtifactRoundTrip},
+			{"artifact_state", testAppArtifactState},
+			{"artifact_lists", testAppArtifactLists},
+			{"blob_bytes", testProjectBlobBytes},
+			{"digests", testArtifactDigests},
+			{"owners", testArtifactOwners},
+		} {
+			t.Run(c.name, func(t *testing.T) { c.run(t, db) })
+		}
+	})
+}
+
+func tenant(t *testing.T, db *store.DB, slug string) (iam.Org, iam.Project) {
+	t.Helper()
+	o := mkOrg(t, db, slug+"-"+newID()[:8])
+	return o, mkProject(t, db, o, slug)
+}
+
+func mkAppArtifact(o iam.Org, p iam.Project, slug, version, name, digest string) artifacts.AppArtifact {
+	return artifacts.AppArtifact{ID: newID(), OrgID: o.ID, ProjectID: p.ID, AppSlug: slug, AppVersion: version, ArtifactName: name,
+		ArtifactKind: "oci", SourceType: "oci_registry", Repository: o.Slug + "/" + slug, Digest: digest,
+		LifecycleState: artifacts.StateDraft, TrustState: artifacts.TrustUnverified, CreatedBy: "user:1", CreatedAt: t0, UpdatedAt: t0}
+}
+
+func sameArtifact(t *testing.T, what string, got, want artifacts.AppArtifact) {
+	t.Helper()
+	sameJSON(t, what+" source metadata", got.SourceMetadata, want.SourceMetadata)
+	got.SourceMetadata, want.SourceMetadata = nil, nil
+	same(t, what, got, want)
+}
+
+func testArtifactSigningKeys(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := store.Artifacts(db).Read()
+	o, p := tenant(t, db, "keys")
+	_, p2 := tenant(t, db, "keys2")
+	k := artifacts.ArtifactSigningKey{ID: newID(), OrgID: o.ID, ProjectID: p.ID, Name: "release", Algorithm: "ecdsa-p256",
+		PublicKey: "-----BEGIN PUBLIC KEY-----\nMFkw\n-----END PUBLIC KEY-----\n", Fingerprint: "sha256:aa", CreatedBy: "user:1", CreatedAt: t0}
+	noErr(t, "insert key", q.InsertArtifactSigningKey(ctx, k))
+	got, err := q.AllArtifactSigningKeys(ctx, p.ID)
+	noErr(t, "all keys", err)
+	same(t, "key round trip", got, []artifacts.ArtifactSigningKey{k})
+
+	dup := k
+	dup.ID, dup.Fingerprint = newID(), "sha256:bb"
+	wantErr(t, "duplicate name in project", q.InsertArtifactSigningKey(ctx, dup), storage.ErrAlreadyExists)
+	dup = k
+	dup.ID, dup.Name = newID(), "other"
+	wantErr(t, "duplicate fingerprint in project", q.InsertArtifactSigningKey(ctx, dup), storage.ErrAlreadyExists)
+	dup = k
+	dup.Name, dup.Fingerprint = "other", "sha256:other"
+	wantErr(t, "duplicate id", q.InsertArtifactSigningKey(ctx, dup), storage.ErrAlreadyExists)
+	dup = k
+	dup.ID, dup.ProjectID = newID(), p2.ID
+	noErr(t, "same name and fingerprint in another project", q.InsertArtifactSigningKey(ctx, dup))
+	dup.ID, dup.ProjectID = newID(), newID()
+	wantErr(t, "key of a missing project", q.InsertArtifactSigningKey(ctx, dup), storage.ErrConflict)
+
+	// Paging and clamping over one project's keys.
+	want := []artifacts.ArtifactSigningKey{k}
+	noErr(t, "bulk keys", store.Artifacts(db).InTx(ctx, func(q artifacts.Queries) error {
+		for i := 1; i <= storage.MaxPageLimit; i++ {
+			k := artifacts.ArtifactSigningKey{ID: newID(), OrgID: o.ID, ProjectID: p.ID, Name: fmt.Sprintf("k%d", i), Algorithm: "ed25519",
+				PublicKey: "pem", Fingerprint: fmt.Sprintf("sha256:%d", i), CreatedAt: at(time.Duration(i) * time.Second)}
+			if err := q.InsertArtifactSigningKey(ctx, k); err != nil {
+				return err
+			}
+			want = append(want, k)
+		}
+		return nil
+	}))
+	list := func(pg storage.Page) ([]artifacts.ArtifactSigningKey, string, error) {
+		return q.ListArtifactSigningKeys(ctx, p.ID, pg)
+	}
+	same(t, "paged keys", pageAll(t, 97, list), want)
+	checkClamp(t, len(want), list)
+	got, _ = q.AllArtifactSigningKeys(ctx, p.ID)
+	same(t, "all keys, unpaged", got, want)
+	got, _, _ = q.ListArtifactSigningKeys(ctx, p2.ID, storage.Page{})
+	if len(got) != 1 || got[0].ProjectID != p2.ID {
+		t.Fatalf("keys of the other project: %+v", got)
+	}
+	got, _ = q.AllArtifactSigningKeys(ctx, newID())
+	if len(got) != 0 {
+		t.Fatalf("keys of a missing project: %v", got)
+	}
+}
+
+func mkIntent(o iam.Org, p iam.Project, kind, slug string) artifacts.ArtifactIntent {
+	return artifacts.ArtifactIntent{ID: newID(), Kind: kind, OrgID: o.ID, ProjectID: p.ID, ArtifactKind: "oci", SourceType: "oci_registry",
+		AppSlug: slug, AppVersion: "1.0.0", ArtifactName: "main", CreatedBy: "user:1", CreatedAt: t0, ExpiresAt: at(time.Hour)}
+}
+
+func testArtifactIntents(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := store.Artifacts(db).Read()
+	o, p := tenant(t, db, "intents")
+	_, p2 := tenant(t, db, "intents2")
+	i := artifacts.ArtifactIntent{ID: newID(), Kind: "publish", OrgID: o.ID, ProjectID: p.ID, ArtifactKind: "blob", SourceType: "artifact_store",
+		AppSlug: "llm", AppVersion: "2.1.0", ArtifactName: "weights", Channel: "stable", Repository: o.Slug + "/llm", TagHint: "v2",
+		SourceURI: "s3://bucket/w", UploadID: "up-" + newID(), ArtifactID: newID(), SignatureRequired: true, SignatureScheme: "cosign",
+		SigningKeyID: newID(), ProvenanceRequired: true, CreatedBy: "service_account:sa", CreatedAt: t0, ExpiresAt: at(15 * time.Minute)}
+	noErr(t, "insert intent", q.InsertArtifactIntent(ctx, i))
+	got, err := q.GetArtifactIntent(ctx, p.ID, i.ID)
+	noErr(t, "get intent", err)
+	same(t, "intent round trip", got, i)
+	_, err = q.GetArtifactIntent(ctx, p2.ID, i.ID)
+	wantErr(t, "intent through another project", err, storage.ErrNotFound)
+	_, err = q.GetArtifactIntent(ctx, p.ID, newID())
+	wantErr(t, "missing intent", err, storage.ErrNotFound)
+	wantErr(t, "duplicate intent", q.InsertArtifactIntent(ctx, i), storage.ErrAlreadyExists)
+	bad := mkIntent(o, p, "borrow", "x")
+	wantErr(t, "unknown kind", q.InsertArtifactIntent(ctx, bad), storage.ErrConflict)
+	bad = mkIntent(o, p, "publish", "x")
+	bad.ArtifactKind = "vm"
+	wantErr(t, "unknown artifact kind", q.InsertArtifactIntent(ctx, bad), storage.ErrConflict)
+	bad = mkIntent(o, iam.Project{ID: newID()}, "publish", "x")
+	wantErr(t, "intent of a missing project", q.InsertArtifactIntent(ctx, bad), storage.ErrConflict)
+
+	// By upload: publish intents of the project only.
+	got, err = q.ArtifactIntentByUpload(ctx, p.ID, i.UploadID)
+	noErr(t, "by upload", err)
+	same(t, "by upload", got, i)
+	_, err = q.ArtifactIntentByUpload(ctx, p2.ID, i.UploadID)
+	wantErr(t, "upload through another project", err, storage.ErrNotFound)
+	pull := mkIntent(o, p, "pull", "llm")
+	pull.UploadID = "up-pull"
+	noErr(t, "insert pull", q.InsertArtifactIntent(ctx, pull))
+	_, err = q.ArtifactIntentByUpload(ctx, p.ID, "up-pull")
+	wantErr(t, "upload of a pull intent", err, storage.ErrNotFound)
+
+	// Latest publish intent of a slot: the newest, never a pull, never
+	// another slot's.
+	slot := func(kind string) artifacts.ArtifactIntent {
+		x := mkIntent(o, p, kind, "slot")
+		noErr(t, "insert", q.InsertArtifactIntent(ctx, x))
+		return x
+	}
+	slot("publish")
+	newest := slot("publish")
+	slot("pull")
+	other := mkIntent(o, p, "publish", "slot")
+	other.ArtifactName = "sidecar"
+	noErr(t, "insert other slot", q.InsertArtifactIntent(ctx, other))
+	other = mkIntent(o, p, "publish", "slot")
+	other.ArtifactKind = "blob"
+	noErr(t, "insert other kind", q.InsertArtifactIntent(ctx, other))
+	got, err = q.LatestPublishIntent(ctx, p.ID, "slot", "1.0.0", "main", "oci")
+	noErr(t, "latest", err)
+	same(t, "latest publish intent", got, newest)
+	_, err = q.LatestPublishIntent(ctx, p.ID, "slot", "9.9.9", "main", "oci")
+	wantErr(t, "latest of an empty slot", err, storage.ErrNotFound)
+	_, err = q.LatestPublishIntent(ctx, p2.ID, "slot", "1.0.0", "main", "oci")
+	wantErr(t, "latest through another project", err, storage.ErrNotFound)
+}
+
+func testRegistryCredentials(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := store.Artifacts(db).Read()
+	o, p := tenant(t, db, "creds")
+	i := mkIntent(o, p, "pull", "app")
+	noErr(t, "insert intent", q.InsertArtifactIntent(ctx, i))
+	c := artifacts.RegistryCredential{ID: "gpuaas-" + newID(), IntentID: i.ID, ProjectID: p.ID, ArtifactID: newID(), Repository: o.Slug + "/app",
+		Actions: "pull", SecretHash: "e3b0c442", CreatedAt: t0, ExpiresAt: at(10 * time.Minute)}
+	noErr(t, "insert credential", q.InsertRegistryCredential(ctx, c))
+	got, err := q.GetRegistryCredential(ctx, c.ID)
+	noErr(t, "get credential", err)
+	same(t, "credential round trip", got, c)
+	_, err = q.GetRegistryCredential(ctx, "gpuaas-missing")
+	wantErr(t, "missing credential", err, storage.ErrNotFound)
+	wantErr(t, "duplicate credential", q.InsertRegistryCredential(ctx, c), storage.ErrAlreadyExists)
+	c.ID, c.IntentID = "gpuaas-"+newID(), newID()
+	wantErr(t, "credential of a missing intent", q.InsertRegistryCredential(ctx, c), storage.ErrConflict)
+}
+
+func testCredentialWraps(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	s := store.Artifacts(db)
+	q := s.Read()
+	w := artifacts.CredentialWrap{TokenHash: "wrap-" + newID(), Sealed: "sealed:v1:secret", CreatedAt: t0, ExpiresAt: at(time.Minute)}
+	noErr(t, "insert wrap", q.InsertCredentialWrap(ctx, w))
+	wantErr(t, "duplicate wrap", q.InsertCredentialWrap(ctx, w), storage.ErrAlreadyExists)
+
+	// Consumed once, in a mutation as the vault does.
+	consume := func(hash string, now time.Time) (string, error) {
+		var sealed string
+		err := s.Mutate(ctx, func(tx artifacts.Tx) error {
+			var err error
+			if sealed, err = tx.ConsumeCredentialWrap(ctx, hash, now); err != nil {
+				return err
+			}
+			return audited(tx)
+		})
+		return sealed, err
+	}
+	sealed, err := consume(w.TokenHash, at(30*time.Second))
+	noErr(t, "consume", err)
+	if sealed != w.Sealed {
+		t.Fatalf("consumed %q, want %q", sealed, w.Sealed)
+	}
+	_, err = consume(w.TokenHash, at(31*time.Second))
+	wantErr(t, "consume twice", err, storage.ErrNotFound)
+	_, err = consume("wrap-missing", t0)
+	wantErr(t, "consume a missing wrap", err, storage.ErrNotFound)
+
+	// Expired: at its expiry, not only after.
+	e := artifacts.CredentialWrap{TokenHash: "wrap-" + newID(), Sealed: "s", CreatedAt: t0, ExpiresAt: at(time.Minute)}
+	noErr(t, "insert wrap", q.InsertCredentialWrap(ctx, e))
+	_, err = q.ConsumeCredentialWrap(ctx, e.TokenHash, at(time.Minute))
+	wantErr(t, "consume at expiry", err, storage.ErrNotFound)
+	sealed, err = q.ConsumeCredentialWrap(ctx, e.TokenHash, at(time.Minute-time.Millisecond))
+	if err != nil || sealed != "s" {
+		t.Fatalf("consume just before expiry: %q %v", sealed, err)
+	}
+	u := artifacts.CredentialWrap{TokenHash: "wrap-" + newID(), Sealed: "s", CreatedAt: t0, ExpiresAt: at(time.Hour), UsedAt: t0}
+	noErr(t, "insert used wrap", q.InsertCredentialWrap(ctx, u))
+	_, err = q.ConsumeCredentialWrap(ctx, u.TokenHash, at(time.Minute))
+	wantErr(t, "consume a used wrap", err, storage.ErrNotFound)
+}
+
+func testAppArtifactRoundTrip(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := store.Artifacts(db).Read()
+	o, p := tenant(t, db, "rt")
+	_, p2 := tenant(t, db, "rt2")
+	a := artifacts.AppArtifact{ID: newID(), OrgID: o.ID, ProjectID: p.ID, AppSlug: "llm", AppVersion: "1.2.3", ArtifactName: "server",
+		ArtifactKind: "oci", SourceType: "oci_registry", Repository: o.Slug + "/llm", Digest: "sha256:" + newID(), Tag: "v1.2.3",
+		MediaType: "application/vnd.oci.image.manifest.v1+json", SizeBytes: 1 << 40, SourceURI: "oci://x",
+		SourceMetadata: []byte(`{"labels": {"z": "1", "a": [1, 2]}, "created": "2031-01-01"}`), PublishIntentID: newID(),
+		LifecycleState: artifacts.StateActive, TrustState: artifacts.TrustVerified, TrustReason: "signature_verified", TrustDetail: "cosign",
+		VerifiedKeyID: newID(), VerifiedAt: at(time.Second), SignatureRequired: true, SignatureScheme: "cosign", SigningKeyID: newID(),
+		ProvenanceRequired: true, CreatedBy: "user:1", CreatedAt: t0, UpdatedAt: at(2 * time.Second)}
+	noErr(t, "insert", q.InsertAppArtifact(ctx, a))
+	got, err := q.GetAppArtifact(ctx, p.ID, a.ID)
+	noErr(t, "get", err)
+	sameArtifact(t, "artifact round trip", got, a)
+	if !got.Launchable() {
+		t.Fatal("an active, verified, unrevoked artifact is launchable")
+	}
+	_, err = q.GetAppArtifact(ctx, p2.ID, a.ID)
+	wantErr(t, "artifact through another project", err, storage.ErrNotFound)
+	_, err = q.GetAppArtifact(ctx, p.ID, newID())
+	wantErr(t, "missing artifact", err, storage.ErrNotFound)
+
+	// Optional fields read back empty.
+	b := mkAppArtifact(o, p, "llm", "1.2.3", "sidecar", "sha256:b")
+	noErr(t, "insert minimal", q.InsertAppArtifact(ctx, b))
+	got, _ = q.GetAppArtifact(ctx, p.ID, b.ID)
+	sameArtifact(t, "minimal artifact", got, b)
+	if got.SourceMetadata != nil || !got.VerifiedAt.IsZero() || got.Revoked() {
+		t.Fatalf("minimal artifact: %+v", got)
+	}
+
+	wantErr(t, "duplicate id", q.InsertAppArtifact(ctx, a), storage.ErrAlreadyExists)
+	dup := mkAppArtifact(o, p, "llm", "1.2.3", "server", "sha256:other")
+	wantErr(t, "second live artifact of a name", q.InsertAppArtifact(ctx, dup), storage.ErrAlreadyExists)
+	dup.ProjectID = p2.ID
+	noErr(t, "same name in another project", q.InsertAppArtifact(ctx, dup))
+	revoked := mkAppArtifact(o, p, "llm", "1.2.3", "server", "sha256:old")
+	revoked.RevokedAt, revoked.RevokeReason = t0, "cve"
+	noErr(t, "a revoked artifact beside the live one", q.InsertAppArtifact(ctx, revoked))
+	bad := mkAppArtifact(o, p, "llm", "9", "x", "d")
+	bad.LifecycleState = "exploded"
+	wantErr(t, "unknown lifecycle state", q.InsertAppArtifact(ctx, bad), storage.ErrConflict)
+	bad = mkAppArtifact(o, p, "llm", "9", "x", "d")
+	bad.TrustState = "trusted"
+	wantErr(t, "unknown trust state", q.InsertAppArtifact(ctx, bad), storage.ErrConflict)
+	bad = mkAppArtifact(o, iam.Project{ID: newID()}, "llm", "9", "x", "d")
+	wantErr(t, "artifact of a missing project", q.InsertAppArtifact(ctx, bad), storage.ErrConflict)
+}
+
+func testAppArtifactState(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	s := store.Artifacts(db)
+	q := s.Read()
+	o, p := tenant(t, db, "state")
+	a := mkAppArtifact(o, p, "app", "1", "main", "sha256:s")
+	noErr(t, "insert", q.InsertAppArtifact(ctx, a))
+
+	update := func(next artifacts.AppArtifact, prev artifacts.LifecycleState, prevTrust artifacts.TrustState, prevRevoked bool) error {
+		return s.Mutate(ctx, func(tx artifacts.Tx) error {
+			if err := tx.UpdateAppArtifactState(ctx, next, prev, prevTrust, prevRevoked); err != nil {
+				return err
+			}
+			return audited(tx)
+		})
+	}
+	next := a
+	next.LifecycleState, next.TrustState, next.TrustReason, next.TrustDetail = artifacts.StateStaged, artifacts.TrustVerified, "signature_verified", "ok"
+	next.VerifiedKeyID, next.VerifiedAt, next.UpdatedAt = newID(), at(time.Minute), at(time.Minute)
+	// Every field the guard compares must match what the caller read.
+	wantErr(t, "stale lifecycle state", update(next, artifacts.StateStaged, artifacts.TrustUnverified, false), storage.ErrNotFound)
+	wantErr(t, "stale trust state", update(next, artifacts.StateDraft, artifacts.TrustVerified, false), storage.ErrNotFound)
+	wantErr(t, "stale revocation", update(next, artifacts.StateDraft, artifacts.TrustUnverified, true), storage.ErrNotFound)
+	missing := next
+	missing.ID = newID()
+	wantErr(t, "missing artifact", update(missing, artifacts.StateDraft, artifacts.TrustUnverified, false), storage.ErrNotFound)
+	got, _ := q.GetAppArtifact(ctx, p.ID, a.ID)
+	sameArtifact(t, "unchanged after refused updates", got, a)
+
+	noErr(t, "draft→staged, verified", update(next, artifacts.StateDraft, artifacts.TrustUnverified, false))
+	got, _ = q.GetAppArtifact(ctx, p.ID, a.ID)
+	sameArtifact(t, "after the update", got, next)
+	wantErr(t, "the same update again (a concurrent transition won)", update(next, artifacts.StateDraft, artifacts.TrustUnverified, false), storage.ErrNotFound)
+
+	// Revocation through the state update; then only a caller that read
+	// the revocation may write.
+	rev := next
+	rev.RevokedAt, rev.RevokeReason, rev.UpdatedAt = at(2*time.Minute), "compromised", at(2*time.Minute)
+	noErr(t, "revoke", update(rev, artifacts.StateStaged, artifacts.TrustVerified, false))
+	got, _ = q.GetAppArtifact(ctx, p.ID, a.ID)
+	sameArtifact(t, "revoked", got, rev)
+	if !got.Revoked() || got.Launchable() {
+		t.Fatalf("revoked artifact: revoked %v launchable %v", got.Revoked(), got.Launchable())
+	}
+	retired := rev
+	retired.LifecycleState, retired.UpdatedAt = artifacts.StateRetired, at(3*time.Minute)
+	wantErr(t, "update of a revoked artifact read as unrevoked", update(retired, artifacts.StateStaged, artifacts.TrustVerified, false), storage.ErrNotFound)
+	noErr(t, "update of a revoked artifact", update(retired, artifacts.StateStaged, artifacts.TrustVerified, true))
+	got, _ = q.GetAppArtifact(ctx, p.ID, a.ID)
+	sameArtifact(t, "retired", got, retired)
+	bad := retired
+	bad.TrustState = "trusted"
+	wantErr(t, "unknown trust state", update(bad, artifacts.StateRetired, artifacts.TrustVerified, true), storage.ErrConflict)
+}
+
+func testAppArtifactLists(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := store.Artifacts(db).Read()
+	o, p := tenant(t, db, "lists")
+	o2, p2 := tenant(t, db, "lists2")
+	slug := "app-" + newID()[:8] // the version listing spans projects
+	var all []artifacts.AppArtifact
+	for i, c := range []struct {
+		version, name string
+		state         artifacts.LifecycleState
+		trust         artifacts.TrustState
+		revoked       bool
+	}{
+		{"1", "main", artifacts.StateActive, artifacts.TrustVerified, false},
+		{"1", "side", artifacts.StateDraft, artifacts.TrustUnverified, false},
+		{"2", "main", artifacts.StateActive, artifacts.TrustFailed, false},
+		{"1", "main", artifacts.StateRetired, artifacts.TrustVerified, true},
+		{"2", "side", artifacts.StateActive, artifacts.TrustVerified, false},
+	} {
+		a := mkAppArtifact(o, p, slug, c.version, c.name, fmt.Sprintf("sha256:%d", i))
+		a.LifecycleState, a.TrustState = c.state, c.trust
+		if c.revoked {
+			a.RevokedAt = t0
+		}
+		noErr(t, "insert", q.InsertAppArtifact(ctx, a))
+		all = append(all, a)
+	}
+	elsewhere := mkAppArtifact(o2, p2, slug, "1", "main", "sha256:x")
+	noErr(t, "insert in another project", q.InsertAppArtifact(ctx, elsewhere))
+	pick := func(idx ...int) []artifacts.AppArtifact {
+		var out []artifacts.AppArtifact
+		for _, i := range idx {
+			out = append(out, all[i])
+		}
+		return out
+	}
+	list := func(f artifacts.AppArtifactFilter, limit int) []artifacts.AppArtifact {
+		return pageAll(t, limit, func(pg storage.Page) ([]artifacts.AppArtifact, string, error) {
+			return q.ListAppArtifacts(ctx, p.ID, f, pg)
+		})
+	}
+	same(t, "all of the project", list(artifacts.AppArtifactFilter{}, 2), all)
+	same(t, "of version 1", list(artifacts.AppArtifactFilter{AppSlug: slug, AppVersion: "1"}, 1), pick(0, 1, 3))
+	same(t, "named main", list(artifacts.AppArtifactFilter{ArtifactName: "main"}, 2), pick(0, 2, 3))
+	same(t, "active", list(artifacts.AppArtifactFilter{LifecycleState: artifacts.StateActive}, 2), pick(0, 2, 4))
+	same(t, "verified", list(artifacts.AppArtifactFilter{TrustState: artifacts.TrustVerified}, 2), pick(0, 3, 4))
+	same(t, "active verified main of version 1", list(artifacts.AppArtifactFilter{AppSlug: slug, AppVersion: "1", ArtifactName: "main",
+		LifecycleState: artifacts.StateActive, TrustState: artifacts.TrustVerified}, 5), pick(0))
+	if got := list(artifacts.AppArtifactFilter{AppSlug: "no-such-app"}, 5); len(got) != 0 {
+		t.Fatalf("artifacts of a missing app: %v", got)
+	}
+	if _, _, err := q.ListAppArtifacts(ctx, p.ID, artifacts.AppArtifactFilter{}, storage.Page{Cursor: "garbage!"}); err == nil {
+		t.Fatal("a garbage cursor must be refused")
+	}
+
+	// The catalog's publish gate: unrevoked artifacts of a version in any
+	// project.
+	got, err := q.LiveAppArtifactsOfVersion(ctx, slug, "1")
+	noErr(t, "live of version", err)
+	want := append(pick(0, 1), elsewhere)
+	for i := range got {
+		got[i].SourceMetadata = nil
+	}
+	same(t, "live artifacts of version 1", got, want)
+	got, _ = q.LiveAppArtifactsOfVersion(ctx, slug, "3")
+	if len(got) != 0 {
+		t.Fatalf("live artifacts of a version without any: %v", got)
+	}
+}
+
+func testProjectBlobBytes(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := store.Artifacts(db).Read()
+	o, p := tenant(t, db, "bytes")
+	n, err := q.ProjectBlobBytes(ctx, p.ID)
+	if err != nil || n != 0 {
+		t.Fatalf("bytes of an empty project = %d %v", n, err)
+	}
+	for i, c := range []struct {
+		kind    string
+		size    int64
+		revoked bool
+	}{{"blob", 3 << 30, false}, {"blob", 5 << 30, true}, {"oci", 7 << 30, false}, {"blob", 1, false}} {
+		a := mkAppArtifact(o, p, "b", "1", fmt.Sprintf("n%d", i), "d")
+		a.ArtifactKind, a.SizeBytes = c.kind, c.size
+		if c.revoked {
+			a.RevokedAt = t0
+		}
+		noErr(t, "insert", q.InsertAppArtifact(ctx, a))
+	}
+	n, err = q.ProjectBlobBytes(ctx, p.ID)
+	if err != nil || n != 8<<30+1 {
+		t.Fatalf("blob bytes = %d %v, want %d (blobs, revoked ones included, never OCI)", n, err, int64(8<<30+1))
+	}
+}
+
+func testArtifactDigests(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	s := store.Artifacts(db)
+	q := s.Read()
+	o, p := tenant(t, db, "digests")
+	o2, p2 := tenant(t, db, "digests2")
+	d := "sha256:" + newID()
+	a1 := mkAppArtifact(o, p, "app", "1", "main", d)
+	a1.TrustState = artifacts.TrustVerified
+	a2 := mkAppArtifact(o, p, "app", "2", "main", d)
+	a2.LifecycleState = artifacts.StateActive
+	other := mkAppArtifact(o, p, "app", "3", "main", "sha256:other")
+	foreign := mkAppArtifact(o2, p2, "app", "1", "main", d) // same digest, another project
+	for _, a := range []artifacts.AppArtifact{a1, a2, other, foreign} {
+		noErr(t, "insert", q.InsertAppArtifact(ctx, a))
+	}
+	revoked, err := q.DigestRevoked(ctx, p.ID, d)
+	if err != nil || revoked {
+		t.Fatalf("digest revoked before revocation = %v %v", revoked, err)
+	}
+	_, _, err = q.DigestRevocation(ctx, p.ID, d)
+	wantErr(t, "revocation before revocation", err, storage.ErrNotFound)
+	verified, err := q.RepositoryDigestVerified(ctx, a1.Repository, d)
+	if err != nil || !verified {
+		t.Fatalf("repository digest verified = %v %v", verified, err)
+	}
+	verified, _ = q.RepositoryDigestVerified(ctx, a1.Repository, "sha256:other")
+	if verified {
+		t.Fatal("an unverified digest reads as verified")
+	}
+	got, err := q.UnrevokedArtifactsWithDigest(ctx, p.ID, d)
+	noErr(t, "unrevoked with digest", err)
+	if len(got) != 2 {
+		t.Fatalf("unrevoked with digest: %d", len(got))
+	}
+	same(t, "unrevoked artifacts with the digest", []string{got[0].ID, got[1].ID}, []string{a1.ID, a2.ID})
+
+	noErr(t, "revoke", s.Mutate(ctx, func(tx artifacts.Tx) error {
+		if err := tx.RevokeArtifactsWithDigest(ctx, p.ID, d, "cve-1", at(time.Minute)); err != nil {
+			return err
+		}
+		return audited(tx)
+	}))
+	for _, a := range []artifacts.AppArtifact{a1, a2} {
+		got, _ := q.GetAppArtifact(ctx, p.ID, a.ID)
+		want := a
+		want.RevokedAt, want.RevokeReason, want.UpdatedAt = at(time.Minute), "cve-1", at(time.Minute)
+		sameArtifact(t, "revoked by digest (states kept)", got, want)
+	}
+	for _, a := range []artifacts.AppArtifact{other, foreign} {
+		got, _ := q.GetAppArtifact(ctx, a.ProjectID, a.ID)
+		if got.Revoked() {
+			t.Fatalf("revocation reached %s (digest %s, project %s)", a.ID, a.Digest, a.ProjectID)
+		}
+	}
+	revoked, _ = q.DigestRevoked(ctx, p.ID, d)
+	if !revoked {
+		t.Fatal("digest not revoked after revocation")
+	}
+	revoked, _ = q.DigestRevoked(ctx, p2.ID, d)
+	if revoked {
+		t.Fatal("the digest is revoked in another project")
+	}
+	revoked, err = q.RepositoryDigestRevoked(ctx, a1.Repository, d)
+	if err != nil || !revoked {
+		t.Fatalf("repository digest revoked = %v %v", revoked, err)
+	}
+	revoked, _ = q.RepositoryDigestRevoked(ctx, foreign.Repository, d)
+	if revoked {
+		t.Fatal("the digest is revoked in another repository")
+	}
+	got, _ = q.UnrevokedArtifactsWithDigest(ctx, p.ID, d)
+	if len(got) != 0 {
+		t.Fatalf("unrevoked after revocation: %d", len(got))
+	}
+
+	// A later revocation keeps the first one's time and reason.
+	late := mkAppArtifact(o, p, "app", "4", "main", d)
+	noErr(t, "insert", q.InsertAppArtifact(ctx, late))
+	noErr(t, "revoke again", q.RevokeArtifactsWithDigest(ctx, p.ID, d, "cve-2", at(time.Hour)))
+	when, reason, err := q.DigestRevocation(ctx, p.ID, d)
+	if err != nil || !when.Equal(at(time.Minute)) || reason != "cve-1" {
+		t.Fatalf("first revocation = %v %q %v, want %v cve-1", when, reason, err, at(time.Minute))
+	}
+	for _, a := range []artifacts.AppArtifact{a1, late} {
+		got, _ := q.GetAppArtifact(ctx, p.ID, a.ID)
+		wantAt, wantReason := at(time.Minute), "cve-1"
+		if a.ID == late.ID {
+			wantAt, wantReason = at(time.Hour), "cve-2"
+		}
+		if !got.RevokedAt.Equal(wantAt) || got.RevokeReason != wantReason {
+			t.Fatalf("%s revoked at %v for %q, want %v %q", a.ID, got.RevokedAt, got.RevokeReason, wantAt, wantReason)
+		}
+	}
+}
+
+func testArtifactOwners(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := store.Artifacts(db).Read()
+	o, p := tenant(t, db, "owners")
+	sa := serviceaccounts.ServiceAccount{ID: newID(), OrgID: o.ID, ProjectID: p.ID, Slug: "ci", Name: "CI", Status: serviceaccounts.AccountDisabled,
+		TokensValidAfter: t0, CreatedAt: t0, UpdatedAt: t0}
+	noErr(t, "create account", store.ServiceAccounts(db).Read().CreateServiceAccount(ctx, sa))
+	acct, err := q.ArtifactOwnerAccount(ctx, sa.ID)
+	noErr(t, "owner account", err)
+	same(t, "owner account", acct, artifacts.OwnerAccount{ID: sa.ID, OrgID: o.ID, ProjectID: p.ID, Status: "disabled"})
+	_, err = q.ArtifactOwnerAccount(ctx, newID())
+	wantErr(t, "missing owner account", err, storage.ErrNotFound)
+
+	n := mkNode(t, store.Nodes(db), "owner", nodes.StateDraining, 0, t0)
+	state, err := q.ArtifactOwnerNodeState(ctx, n.ID)
+	if err != nil || state != string(nodes.StateDraining) {
+		t.Fatalf("owner node state = %q %v", state, err)
+	}
+	_, err = q.ArtifactOwnerNodeState(ctx, newID())
+	wantErr(t, "missing owner node", err, storage.ErrNotFound)
+	org, err := q.GetOrg(ctx, o.ID)
+	if err != nil || org.Slug != o.Slug {
+		t.Fatalf("org of an intent: %+v %v", org, err)
+	}
+}

@@ -1,0 +1,13 @@
+package store
+
+import "context"
+
+// LockWaitersOnForTest counts this database's sessions waiting on a lock
+// while running a statement that names table (PostgreSQL): a transaction
+// blocked on another's row lock there.
+func LockWaitersOnForTest(ctx context.Context, db *DB, table string) (int, error) {
+	var n int
+	err := db.sql.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+		AND query LIKE '%' || $1 || '%' AND query NOT LIKE '%pg_stat_activity%'`, table).Scan(&n)
+	return n, err
+}

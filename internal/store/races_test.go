@@ -1,0 +1,142 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/nodes"
+	"github.com/gpuaas/gpuaas/internal/storage"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// The conditional updates the domains rely on to make a change happen
+// once hold when two transactions race, not only one after the other.
+// Only PostgreSQL lets them overlap (SQLite's writers queue at BEGIN, which
+// the sequential cases of the conformance suites cover): transaction B
+// reads the row while A, which changed it, has not committed; B's update
+// waits for A's row lock, and once A commits it must find the row no
+// longer in the state it expected.
+func TestConditionalUpdatesRace(t *testing.T) {
+	db := storetest.Open(t, store.Postgres)
+	ctx := context.Background()
+	ns := store.Nodes(db)
+	as := store.Artifacts(db)
+	o, p := tenant(t, db, "race")
+	n := mkNode(t, ns, "race", nodes.StateReady, 0, t0)
+
+	t.Run("join_token", func(t *testing.T) {
+		tok := nodes.NodeJoinToken{ID: newID(), TokenHash: newID(), CreatedBy: "a", CreatedAt: t0, ExpiresAt: at(time.Hour)}
+		noErr(t, "insert", ns.Read().InsertNodeJoinToken(ctx, tok))
+		err := race(t, db, ns, "node_join_tokens", func(q nodes.Queries) error {
+			if _, err := q.GetNodeJoinTokenByHash(ctx, tok.TokenHash); err != nil {
+				return err
+			}
+			return q.UseNodeJoinToken(ctx, tok.ID, newID(), t0)
+		})
+		wantErr(t, "second join with one token", err, storage.ErrNotFound)
+	})
+	t.Run("task_lease", func(t *testing.T) {
+		tk := nodes.NodeTask{ID: newID(), NodeID: n.ID, Kind: "k", Payload: "p", CreatedAt: t0, UpdatedAt: t0}
+		noErr(t, "insert", ns.Read().InsertNodeTask(ctx, tk))
+		err := race(t, db, ns, "node_tasks", func(q nodes.Queries) error {
+			return q.LeaseNodeTask(ctx, tk.ID, t0, at(time.Minute))
+		})
+		wantErr(t, "second lease of one task", err, storage.ErrNotFound)
+		got, _ := ns.Read().GetNodeTask(ctx, tk.ID)
+		if got.Attempt != 1 {
+			t.Fatalf("attempts after two racing leases = %d, want 1", got.Attempt)
+		}
+	})
+	t.Run("task_complete", func(t *testing.T) {
+		tk := nodes.NodeTask{ID: newID(), NodeID: n.ID, Kind: "k", Payload: "p", CreatedAt: t0, UpdatedAt: t0}
+		noErr(t, "insert", ns.Read().InsertNodeTask(ctx, tk))
+		err := race(t, db, ns, "node_tasks", func(q nodes.Queries) error {
+			return q.CompleteNodeTask(ctx, tk.ID, nodes.TaskSucceeded, "", "", nil, t0)
+		})
+		wantErr(t, "second result of one task", err, storage.ErrNotFound)
+	})
+	t.Run("allocation_state", func(t *testing.T) {
+		a := mkAllocation(o, p, n, nodes.AllocPending)
+		noErr(t, "insert", ns.Read().InsertAllocation(ctx, a))
+		err := race(t, db, ns, "allocations", func(q nodes.Queries) error {
+			return q.SetAllocationState(ctx, a.ID, nodes.AllocPending, nodes.AllocActive, t0)
+		})
+		wantErr(t, "second activation", err, storage.ErrNotFound)
+	})
+	t.Run("credential_wrap", func(t *testing.T) {
+		w := artifacts.CredentialWrap{TokenHash: newID(), Sealed: "s", CreatedAt: t0, ExpiresAt: at(time.Hour)}
+		noErr(t, "insert", as.Read().InsertCredentialWrap(ctx, w))
+		err := race(t, db, as, "credential_wraps", func(q artifacts.Queries) error {
+			_, err := q.ConsumeCredentialWrap(ctx, w.TokenHash, t0)
+			return err
+		})
+		wantErr(t, "second unwrap", err, storage.ErrNotFound)
+	})
+	t.Run("artifact_state", func(t *testing.T) {
+		a := mkAppArtifact(o, p, "race", "1", "main", "d")
+		noErr(t, "insert", as.Read().InsertAppArtifact(ctx, a))
+		next := a
+		next.LifecycleState, next.UpdatedAt = artifacts.StateStaged, at(time.Minute)
+		err := race(t, db, as, "app_artifacts", func(q artifacts.Queries) error {
+			return q.UpdateAppArtifactState(ctx, next, artifacts.StateDraft, artifacts.TrustUnverified, false)
+		})
+		wantErr(t, "second transition from draft", err, storage.ErrNotFound)
+	})
+}
+
+// race runs op in transaction A and, while A holds what op locked, in
+// transaction B; once B waits on A's lock it commits A and returns B's
+// error.
+func race[T storage.Tx, Q any](t *testing.T, db *store.DB, s storage.Store[T, Q], table string, op func(q Q) error) error {
+	t.Helper()
+	ctx := context.Background()
+	doneA, release := make(chan error, 1), make(chan struct{})
+	opA := make(chan error, 1)
+	go func() {
+		doneA <- s.InTx(ctx, func(q Q) error {
+			err := op(q)
+			opA <- err
+			if err != nil {
+				return err
+			}
+			<-release
+			return nil
+		})
+	}()
+	if err := <-opA; err != nil {
+		t.Fatalf("transaction A: %v", err)
+	}
+	doneB := make(chan error, 1)
+	go func() { doneB <- s.InTx(ctx, op) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := store.LockWaitersOnForTest(ctx, db, table)
+		if err != nil {
+			close(release)
+			t.Fatal(err)
+		}
+		if n > 0 {
+			break
+		}
+		select {
+		case err := <-doneB:
+			close(release)
+			<-doneA
+			t.Fatalf("transaction B finished (%v) without waiting on A's lock", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			close(release)
+			t.Fatal("transaction B never waited on A's lock")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	close(release)
+	if err := <-doneA; err != nil {
+		t.Fatalf("commit A: %v", err)
+	}
+	return <-doneB
+}
