@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,34 +20,11 @@ import (
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// gpuaasBinary builds ./cmd/gpuaas once per test run.
-func gpuaasBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpuaas-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "gpuaas")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/gpuaas").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/gpuaas: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// gpuaasBinary is ./cmd/gpuaas, built once per test process.
+func gpuaasBinary(t *testing.T) string { return testbin.Gpuaas(t) }
 
 // child is a gpuaas server running as a separate process.
 type child struct {

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // repoRoot is the repository this test file lives in.
@@ -45,16 +47,11 @@ func missing(t testing.TB, why string) {
 	t.Skipf("SKIPPED: %s (the quickstart needs Go, jq and Docker)", why)
 }
 
-// buildGpuaas builds the CLI into a fresh bin dir and returns that dir.
+// buildGpuaas returns the directory holding the gpuaas binary (built once
+// per test process), to go first on a walk's PATH.
 func buildGpuaas(t testing.TB) string {
 	t.Helper()
-	bin := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "gpuaas"), "./cmd/gpuaas")
-	cmd.Dir = repoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return filepath.Dir(testbin.Gpuaas(t))
 }
 
 func freePort(t testing.TB) string {

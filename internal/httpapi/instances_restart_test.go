@@ -2,14 +2,12 @@ package httpapi_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,6 +19,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/server"
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // devProcess is `gpuaas dev` as a real child process, so the test can
@@ -34,33 +33,13 @@ type devProcess struct {
 	env     []string // added to the environment of the next start
 }
 
-var (
-	gpuaasOnce sync.Once
-	gpuaasBin  string
-	gpuaasErr  error
-)
-
-// buildGpuaas builds the gpuaas binary once per test process.
+// buildGpuaas is the gpuaas binary, built once per test process.
 func buildGpuaas(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the gpuaas binary; skipped with -short")
 	}
-	gpuaasOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpuaas-bin-")
-		if err != nil {
-			gpuaasErr = err
-			return
-		}
-		gpuaasBin = filepath.Join(dir, "gpuaas")
-		if out, err := exec.Command("go", "build", "-o", gpuaasBin, "../../cmd/gpuaas").CombinedOutput(); err != nil {
-			gpuaasErr = fmt.Errorf("build gpuaas: %v\n%s", err, out)
-		}
-	})
-	if gpuaasErr != nil {
-		t.Fatal(gpuaasErr)
-	}
-	return gpuaasBin
+	return testbin.Gpuaas(t)
 }
 
 func freeAddr(t *testing.T) string {
