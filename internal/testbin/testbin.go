@@ -13,12 +13,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // build is one binary: the first caller builds it, the rest wait and share.
@@ -144,3 +146,37 @@ func (m M) Run() int {
 
 // Main is a whole TestMain: func TestMain(m *testing.M) { testbin.Main(m) }.
 func Main(m *testing.M) { os.Exit(M{m}.Run()) }
+
+// WaitReady waits until a gpuaas started with --addr-file addrFile has
+// written the file and answers 200 on /readyz, and returns its base URL
+// (http://host:port). A child process has no hook to wait on, so this
+// polls; on timeout it fails with logs(), which may be nil.
+func WaitReady(t testing.TB, addrFile string, timeout time.Duration, logs func() string) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var why error
+	for {
+		if b, err := os.ReadFile(addrFile); err != nil {
+			why = err
+		} else {
+			base := strings.TrimSpace(string(b))
+			r, err := http.Get(base + "/readyz")
+			if err == nil {
+				r.Body.Close()
+				if r.StatusCode == http.StatusOK {
+					return base
+				}
+				err = fmt.Errorf("%s/readyz: %s", base, r.Status)
+			}
+			why = err
+		}
+		if time.Now().After(deadline) {
+			out := ""
+			if logs != nil {
+				out = logs()
+			}
+			t.Fatalf("gpuaas did not become ready within %s: %v\n%s", timeout, why, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
