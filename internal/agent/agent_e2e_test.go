@@ -18,6 +18,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/moby/moby/client"
 
+	"github.com/moby/moby/client"
+
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/config"
@@ -25,21 +27,11 @@ import (
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
-// buildGpuaas builds the real binary into a temp dir.
-func buildGpuaas(t *testing.T) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..")
-	bin := filepath.Join(t.TempDir(), "gpuaas")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/gpuaas")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
+// buildGpuaas is the real binary, built once per test process.
+func buildGpuaas(t *testing.T) string { return testbin.Gpuaas(t) }
 
 // fakeSMIPath returns a PATH whose first entry holds the fixture nvidia-smi.
 func fakeSMIEnv(t *testing.T) []string {

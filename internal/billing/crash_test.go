@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,34 +20,11 @@ import (
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// gpuaasBinary builds ./cmd/gpuaas once per test run.
-func gpuaasBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpuaas-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "gpuaas")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/gpuaas").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/gpuaas: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// gpuaasBinary is ./cmd/gpuaas, built once per test process.
+func gpuaasBinary(t *testing.T) string { return testbin.Gpuaas(t) }
 
 // child is a gpuaas server running as a separate process.
 type child struct {
@@ -56,33 +32,21 @@ type child struct {
 	base string
 }
 
-func startChild(t *testing.T, bin, dbURL, addr, dataDir string) *child {
+// startChild starts `gpuaas server` on a port of its own choosing (port 0;
+// it reports the bound address with --addr-file) and waits until it is ready.
+func startChild(t *testing.T, bin, dbURL, dataDir string) *child {
 	t.Helper()
-	cmd := exec.Command(bin, "server", "--database-url", dbURL, "--listen", addr, "--data-dir", dataDir,
-		"--log-level", "warn", "--billing-meter-interval", "1h")
+	addrFile := filepath.Join(t.TempDir(), "addr") // a fresh file: a killed child leaves its own behind
+	cmd := exec.Command(bin, "server", "--database-url", dbURL, "--listen", "127.0.0.1:0", "--addr-file", addrFile,
+		"--data-dir", dataDir, "--log-level", "warn", "--billing-meter-interval", "1h")
 	cmd.Env = append(os.Environ(), "GPUAAS_SECRET_KEY="+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{7}, 32)))
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &child{cmd: cmd, base: "http://" + addr}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	// A separate process has no hook to wait on: poll its readiness.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		r, err := http.Get(c.base + "/readyz")
-		if err == nil {
-			r.Body.Close()
-			if r.StatusCode == 200 {
-				return c
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("child server not ready: %v\n%s", err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return &child{cmd: cmd, base: testbin.WaitReady(t, addrFile, 60*time.Second, logs.String)}
 }
 
 func (c *child) kill9(t *testing.T) {
@@ -136,14 +100,8 @@ func TestKillDuringIngestBurst(t *testing.T) {
 		admin := s.Admin()
 		pid := s.Creds.ProjectID
 		wl := newWorkload(t, s, admin, pid, "tok-app", "tokens", "", time.Now().Add(-time.Hour), time.Time{})
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		_ = l.Close()
 		dataDir := t.TempDir()
-		c := startChild(t, bin, dbURL, addr, dataDir)
+		c := startChild(t, bin, dbURL, dataDir)
 
 		// Batches of 100 from 4 concurrent clients: SQLite serialises writers
 		// across the two processes, so fewer, larger commits keep the test short.
@@ -206,7 +164,7 @@ func TestKillDuringIngestBurst(t *testing.T) {
 
 		// Restart; post the whole burst again: acknowledged events are
 		// duplicates, the rest are recorded now, and nothing counts twice.
-		c = startChild(t, bin, dbURL, addr, dataDir)
+		c = startChild(t, bin, dbURL, dataDir)
 		ackedSet := map[string]bool{}
 		for _, id := range acked {
 			ackedSet[id] = true

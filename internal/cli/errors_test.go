@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"context"
-	"net"
 	"strings"
 	"testing"
 
@@ -49,19 +48,14 @@ func TestDescribeError(t *testing.T) {
 		!strings.Contains(s, "\n  /resources/gpu_count: must be at most 2 (out_of_range)") {
 		t.Fatalf("fields: %s", s)
 	}
-	// Nothing listens on a closed port.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
+	// Nothing listens there.
+	addr := refusedAddr(t)
 	t.Setenv(envConfigDir, t.TempDir())
 	t.Setenv(envToken, "")
 	var out, errOut bytes.Buffer
 	root := NewRoot(&out, &errOut)
 	root.SetArgs([]string{"sa", "list", "--project", "p", "--api-url", "http://" + addr})
-	err = root.ExecuteContext(context.Background())
+	err := root.ExecuteContext(context.Background())
 	if s := describeError(nil, err); !strings.Contains(s, "cannot reach the API at http://"+addr) || !strings.Contains(s, "is gpuaas dev running?") {
 		t.Fatalf("unreachable: %s", s)
 	}

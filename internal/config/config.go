@@ -18,6 +18,7 @@ import (
 type Config struct {
 	Listen        string // host:port of the API (and the embedded registry)
 	PublicURL     string // how clients reach the API; default http://<Listen>
+	AddrFile      string // once serving, write http://<bound host:port> here (for --listen with port 0)
 	DatabaseURL   string // postgres://… or sqlite://PATH
 	DataDir       string // embedded state: SQLite file, registry blobs, keys
 	SecretKey     string // base64 master key sealing secrets at rest
@@ -141,6 +142,7 @@ func Defaults() Config {
 func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "host:port to serve the API and registry on")
 	fs.StringVar(&c.PublicURL, "public-url", c.PublicURL, "base URL clients use to reach this server (default http://<listen>)")
+	fs.StringVar(&c.AddrFile, "addr-file", c.AddrFile, "once serving, write the bound API URL (http://host:port) to this file, removed at shutdown; with --listen 127.0.0.1:0 it tells a supervisor or script the port picked")
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "postgres://… or sqlite://PATH")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for embedded state")
 	fs.StringVar(&c.SecretKey, "secret-key", c.SecretKey, "base64 32-byte master key sealing secrets at rest (prefer GPUAAS_SECRET_KEY or --secret-key-file)")

@@ -32,7 +32,7 @@ func BenchmarkUIGateway(b *testing.B) {
 	copyTree(b, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
 	image := fmt.Sprintf("gpuaas-gatewaybench-%d", time.Now().UnixNano())
 	bin := buildGpuaas(b)
-	env := shellEnv(b, bin, "GPUAAS_LISTEN="+freePort(b), "IMAGE="+image)
+	env := shellEnv(b, bin, anyPort, "IMAGE="+image)
 	b.Cleanup(func() { removeImages(b, image) })
 	b.Cleanup(func() { removeProjectContainers(b, filepath.Join(work, ".gpuaas")) })
 	startDevLikeTheReadme(b, bin, work, env)

@@ -39,7 +39,7 @@ func TestPythonSDK(t *testing.T) {
 	copyTree(t, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
 	image := fmt.Sprintf("gpuaas-pysdk-%d", time.Now().UnixNano())
 	bin := buildGpuaas(t)
-	env := shellEnv(t, bin, "GPUAAS_LISTEN="+freePort(t), "IMAGE="+image)
+	env := shellEnv(t, bin, anyPort, "IMAGE="+image)
 	t.Cleanup(func() { removeImages(t, image) })
 	t.Cleanup(func() { removeProjectContainers(t, filepath.Join(work, ".gpuaas")) })
 	startDevLikeTheReadme(t, bin, work, env)

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // repoRoot is the repository this test file lives in.
@@ -45,27 +46,17 @@ func missing(t testing.TB, why string) {
 	t.Skipf("SKIPPED: %s (the quickstart needs Go, jq and Docker)", why)
 }
 
-// buildGpuaas builds the CLI into a fresh bin dir and returns that dir.
+// buildGpuaas returns the directory holding the gpuaas binary (built once
+// per test process), to go first on a walk's PATH.
 func buildGpuaas(t testing.TB) string {
 	t.Helper()
-	bin := t.TempDir()
-	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "gpuaas"), "./cmd/gpuaas")
-	cmd.Dir = repoRoot(t)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return filepath.Dir(testbin.Gpuaas(t))
 }
 
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// anyPort has gpuaas dev bind a port of its own choosing: the walks find
+// it as the docs say, from api_url in .gpuaas/dev-credentials.json (which
+// names the bound port), so no test guesses a free port for another process.
+const anyPort = "GPUAAS_LISTEN=127.0.0.1:0"
 
 // shellEnv is a clean environment for a walk: the built gpuaas first on
 // PATH, its own CLI config dir, nothing inherited that would pick another
@@ -177,7 +168,7 @@ func TestQuickstartDoc(t *testing.T) {
 	copyTree(t, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
 	image := fmt.Sprintf("gpuaas-doctest-%d", time.Now().UnixNano())
 	bin := buildGpuaas(t)
-	env := shellEnv(t, bin, "GPUAAS_LISTEN="+freePort(t), "IMAGE="+image,
+	env := shellEnv(t, bin, anyPort, "IMAGE="+image,
 		"GPUAAS_SERVICE_ACCOUNT_TOKEN_TTL=1m", "GPUAAS_BILLING_METER_INTERVAL=2s")
 	t.Cleanup(func() { removeImages(t, image) })
 	t.Cleanup(func() { removeProjectContainers(t, filepath.Join(work, ".gpuaas")) })
@@ -284,7 +275,7 @@ func TestQuickstartScriptTwice(t *testing.T) {
 	root := repoRoot(t)
 	bin := buildGpuaas(t)
 	data := t.TempDir()
-	env := shellEnv(t, bin, "GPUAAS_LISTEN="+freePort(t), "GPUAAS_DATA_DIR="+data, "DATA_DIR="+data, "GPUAAS_BILLING_METER_INTERVAL=2s")
+	env := shellEnv(t, bin, anyPort, "GPUAAS_DATA_DIR="+data, "DATA_DIR="+data, "GPUAAS_BILLING_METER_INTERVAL=2s")
 	// One gpuaas dev for both runs, stopped with the test.
 	dev := exec.Command(filepath.Join(bin, "gpuaas"), "dev")
 	dev.Env, dev.Dir = env, t.TempDir()

@@ -2,14 +2,10 @@ package httpapi_test
 
 import (
 	"encoding/json"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,6 +17,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/server"
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // devProcess is `gpuaas dev` as a real child process, so the test can
@@ -34,53 +31,33 @@ type devProcess struct {
 	env     []string // added to the environment of the next start
 }
 
-var (
-	gpuaasOnce sync.Once
-	gpuaasBin  string
-	gpuaasErr  error
-)
-
-// buildGpuaas builds the gpuaas binary once per test process.
+// buildGpuaas is the gpuaas binary, built once per test process.
 func buildGpuaas(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the gpuaas binary; skipped with -short")
 	}
-	gpuaasOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpuaas-bin-")
-		if err != nil {
-			gpuaasErr = err
-			return
-		}
-		gpuaasBin = filepath.Join(dir, "gpuaas")
-		if out, err := exec.Command("go", "build", "-o", gpuaasBin, "../../cmd/gpuaas").CombinedOutput(); err != nil {
-			gpuaasErr = fmt.Errorf("build gpuaas: %v\n%s", err, out)
-		}
-	})
-	if gpuaasErr != nil {
-		t.Fatal(gpuaasErr)
-	}
-	return gpuaasBin
+	return testbin.Gpuaas(t)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
+// start starts gpuaas dev and waits until it is ready. The first start
+// binds port 0 and learns the port from --addr-file; a restart binds that
+// same port again (the node, the agent and the test's clients know the URL),
+// which the killed process held until it died.
 func (p *devProcess) start() {
 	p.t.Helper()
-	p.cmd = exec.Command(p.bin, "dev", "--data-dir", p.dataDir, "--listen", p.listen,
+	listen := p.listen
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	addrFile := filepath.Join(p.t.TempDir(), "addr") // fresh: a killed process leaves its own behind
+	p.cmd = exec.Command(p.bin, "dev", "--data-dir", p.dataDir, "--listen", listen, "--addr-file", addrFile,
 		"--node=false", "--node-task-lease", "2s", "--credential-rate", "1000", "--credential-burst", "1000")
 	log, err := os.OpenFile(filepath.Join(p.dataDir, "server.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		p.t.Fatal(err)
 	}
+	defer log.Close()
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	if len(p.env) > 0 {
 		p.cmd.Env = append(os.Environ(), p.env...)
@@ -88,18 +65,11 @@ func (p *devProcess) start() {
 	if err := p.cmd.Start(); err != nil {
 		p.t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if r, err := http.Get("http://" + p.listen + "/readyz"); err == nil {
-			r.Body.Close()
-			if r.StatusCode == 200 {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond) // waiting for a child process to listen
-	}
-	b, _ := os.ReadFile(filepath.Join(p.dataDir, "server.log"))
-	p.t.Fatalf("gpuaas dev did not become ready:\n%s", b)
+	base := testbin.WaitReady(p.t, addrFile, 30*time.Second, func() string {
+		b, _ := os.ReadFile(filepath.Join(p.dataDir, "server.log"))
+		return string(b)
+	})
+	p.listen = strings.TrimPrefix(base, "http://")
 }
 
 // kill sends SIGKILL: no shutdown path runs.
@@ -115,7 +85,7 @@ func (p *devProcess) kill() {
 // the test ends) and returns it with a test server on its credentials.
 func startDev(t *testing.T, bin string) (*devProcess, *servertest.Server) {
 	t.Helper()
-	p := &devProcess{t: t, bin: bin, dataDir: t.TempDir(), listen: freeAddr(t)}
+	p := &devProcess{t: t, bin: bin, dataDir: t.TempDir()}
 	p.start()
 	t.Cleanup(func() {
 		if p.cmd.ProcessState == nil {

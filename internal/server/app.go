@@ -227,6 +227,14 @@ func (a *App) Serve(ctx context.Context) error {
 		return err
 	}
 	defer a.Workers.Stop()
+	// The listener is bound (connections queue until Serve accepts), so
+	// whoever reads the address file may connect at once.
+	if a.Config.AddrFile != "" {
+		if err := writeAddrFile(a.Config.AddrFile, "http://"+a.Addr()); err != nil {
+			return fmt.Errorf("--addr-file: %w", err)
+		}
+		defer os.Remove(a.Config.AddrFile)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- a.http.Serve(a.listener) }()
 	a.Logger.Info("gpuaas listening", "addr", a.Addr(), "database", string(a.DB.Dialect()))

@@ -11,6 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/api"
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/santhosh-tekuri/jsonschema/v6"
+	"gopkg.in/yaml.v3"
 )
 
 // EventContract validates event envelopes against api/asyncapi.yaml: the
@@ -118,4 +119,29 @@ func (s *Server) SettleEvents() {
 	if err := r.WaitRuns(ctx, r.Runs()+2); err != nil {
 		s.T.Fatalf("relay did not run: %v", err)
 	}
+}
+
+// loadSchemaDoc parses a YAML contract and registers it at url with a
+// JSON Schema 2020-12 compiler, so schemas inside it compile by pointer.
+func loadSchemaDoc(name string, yamlDoc []byte, url string) (map[string]any, *jsonschema.Compiler, error) {
+	var raw any
+	if err := yaml.Unmarshal(yamlDoc, &raw); err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	// Round-trip through JSON so the compiler sees plain JSON values.
+	b, err := json.Marshal(raw)
+	if err != nil {
+		return nil, nil, err
+	}
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(string(b)))
+	if err != nil {
+		return nil, nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	if err := c.AddResource(url, doc); err != nil {
+		return nil, nil, err
+	}
+	m, _ := doc.(map[string]any)
+	return m, c, nil
 }

@@ -1,0 +1,182 @@
+// Package testbin builds the gpuaas binary for tests that run it as a child
+// process: once per test process and set of linker flags, however many
+// tests ask. Only tests import it.
+//
+// The binary lives in a temporary directory that [Main] (or [M]) removes
+// when the package's tests end. A test process without that TestMain
+// builds into a fixed directory under the user cache dir instead
+// (os.UserCacheDir()/gpuaas-testbin/<key>/gpuaas), replaced atomically on
+// every build: one file per linker-flag set, never one per run.
+package testbin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// build is one binary: the first caller builds it, the rest wait and share.
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+var (
+	mu      sync.Mutex
+	builds  = map[string]*build{} // by ldflags
+	tempDir string                // set while Main's tests run; removed after
+)
+
+// Gpuaas returns the path of ./cmd/gpuaas built from this module, named
+// "gpuaas" alone in its directory (so filepath.Dir of it can go first on a
+// PATH).
+func Gpuaas(t testing.TB) string { return GpuaasLDFlags(t, "") }
+
+// GpuaasLDFlags is Gpuaas built with go build -ldflags ldflags (e.g. to
+// stamp internal/buildinfo's version); each distinct ldflags builds once.
+func GpuaasLDFlags(t testing.TB, ldflags string) string {
+	t.Helper()
+	mu.Lock()
+	b := builds[ldflags]
+	if b == nil {
+		b = &build{}
+		builds[ldflags] = b
+	}
+	dir := tempDir
+	mu.Unlock()
+	b.once.Do(func() { b.path, b.err = goBuild(dir, ldflags) })
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
+
+func goBuild(tmp, ldflags string) (string, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(root + "\x00" + ldflags))
+	key := hex.EncodeToString(sum[:8])
+	var dir string
+	if tmp != "" {
+		dir = filepath.Join(tmp, key)
+	} else {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("testbin: no TestMain calling testbin.Main and no user cache dir: %w", err)
+		}
+		dir = filepath.Join(cache, "gpuaas-testbin", key)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// Build beside the target and rename over it: another test process
+	// sharing the cache dir runs either the old file or the new one.
+	out := filepath.Join(dir, "gpuaas")
+	part := filepath.Join(dir, fmt.Sprintf(".gpuaas-%d.part", os.Getpid()))
+	args := []string{"build", "-o", part}
+	if ldflags != "" {
+		args = append(args, "-ldflags", ldflags)
+	}
+	cmd := exec.Command("go", append(args, "./cmd/gpuaas")...)
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		_ = os.Remove(part)
+		return "", fmt.Errorf("testbin: go %s ./cmd/gpuaas in %s: %v\n%s", strings.Join(args, " "), root, err, b)
+	}
+	if err := os.Rename(part, out); err != nil {
+		return "", err
+	}
+	return out, nil
+}
+
+// moduleRoot is the directory of this module's go.mod, found from the
+// working directory (a test runs in its package's directory).
+func moduleRoot() (string, error) {
+	if b, err := exec.Command("go", "env", "GOMOD").Output(); err == nil {
+		if gomod := strings.TrimSpace(string(b)); gomod != "" && gomod != os.DevNull {
+			return filepath.Dir(gomod), nil
+		}
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("testbin: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// M wraps a testing.M so that Run removes the binaries built while the
+// tests ran; for a TestMain that already hands m to something else, as
+// goleak.VerifyTestMain(testbin.M{M: m}) does.
+type M struct{ *testing.M }
+
+// Run runs the tests with binaries built into a temporary directory, and
+// removes it after.
+func (m M) Run() int {
+	dir, err := os.MkdirTemp("", "gpuaas-testbin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testbin:", err)
+		return 1
+	}
+	mu.Lock()
+	tempDir = dir
+	mu.Unlock()
+	defer os.RemoveAll(dir)
+	return m.M.Run()
+}
+
+// Main is a whole TestMain: func TestMain(m *testing.M) { testbin.Main(m) }.
+func Main(m *testing.M) { os.Exit(M{m}.Run()) }
+
+// WaitReady waits until a gpuaas started with --addr-file addrFile has
+// written the file and answers 200 on /readyz, and returns its base URL
+// (http://host:port). A child process has no hook to wait on, so this
+// polls; on timeout it fails with logs(), which may be nil.
+func WaitReady(t testing.TB, addrFile string, timeout time.Duration, logs func() string) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var why error
+	for {
+		if b, err := os.ReadFile(addrFile); err != nil {
+			why = err
+		} else {
+			base := strings.TrimSpace(string(b))
+			r, err := http.Get(base + "/readyz")
+			if err == nil {
+				r.Body.Close()
+				if r.StatusCode == http.StatusOK {
+					return base
+				}
+				err = fmt.Errorf("%s/readyz: %s", base, r.Status)
+			}
+			why = err
+		}
+		if time.Now().After(deadline) {
+			out := ""
+			if logs != nil {
+				out = logs()
+			}
+			t.Fatalf("gpuaas did not become ready within %s: %v\n%s", timeout, why, out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
