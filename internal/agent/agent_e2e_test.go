@@ -18,8 +18,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/moby/moby/client"
 
-	"github.com/moby/moby/client"
-
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/config"
