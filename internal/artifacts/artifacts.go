@@ -232,10 +232,14 @@ func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID
 	if !CanTransition(a.LifecycleState, to) {
 		return AppArtifact{}, illegal(a, string(to))
 	}
-	if to == StateRetired && s.Instances != nil {
-		n, err := s.Instances.LiveInstancesUsingDigest(ctx, a.Digest)
-		if err != nil {
-			return AppArtifact{}, err
+	if to == StateRetired {
+		n := 0
+		for _, u := range s.instanceUsers() {
+			live, err := u.LiveInstancesUsingDigest(ctx, a.Digest)
+			if err != nil {
+				return AppArtifact{}, err
+			}
+			n += live
 		}
 		if n > 0 {
 			return AppArtifact{}, errdefs.FailedPrecondition("artifact_in_use",

@@ -11,6 +11,7 @@ package artifacts
 import (
 	"log/slog"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,8 +41,6 @@ type Deps struct {
 	Blobs *blobstore.Store
 	// Vault holds wrapped credentials; nil means the built-in one (database + Sealer).
 	Vault CredentialVault
-	// Instances answers "does a live instance use this digest"; nil means no instances exist.
-	Instances InstanceUsage
 	// BlobQuota caps a project's blob storage; nil means no per-project cap
 	// (the blob store's object size limit still applies).
 	BlobQuota BlobQuota
@@ -54,6 +53,25 @@ type Deps struct {
 type Service struct {
 	Deps
 	reg atomic.Pointer[registryLink]
+
+	usersMu sync.Mutex
+	users   []InstanceUsage
+}
+
+// AddInstanceUsage adds a domain that runs artifacts: an artifact is not
+// retired while any of them runs its digest. The instances domain is built
+// after artifacts (it pulls through them), so it registers here; every
+// registration is asked, none replaces another.
+func (s *Service) AddInstanceUsage(u InstanceUsage) {
+	s.usersMu.Lock()
+	defer s.usersMu.Unlock()
+	s.users = append(s.users, u)
+}
+
+func (s *Service) instanceUsers() []InstanceUsage {
+	s.usersMu.Lock()
+	defer s.usersMu.Unlock()
+	return s.users
 }
 
 // registryLink is the registry the service talks to, attached once the

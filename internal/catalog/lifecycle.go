@@ -211,13 +211,13 @@ func (s *Service) checkArtifacts(ctx context.Context, tx Tx, v AppVersion) error
 // checkNoInstances enforces "retire only when no live instance uses the
 // version". Without an instances domain there are no instances.
 func (s *Service) checkNoInstances(ctx context.Context, tx Tx, v AppVersion) error {
-	gate := s.instanceGate()
-	if gate == nil {
-		return nil
-	}
-	n, err := gate.LiveInstances(ctx, tx, v.AppSlug, v.Version)
-	if err != nil {
-		return fmt.Errorf("instance gate: %w", err)
+	n := 0
+	for _, gate := range s.instanceGateList() {
+		live, err := gate.LiveInstances(ctx, tx, v.AppSlug, v.Version)
+		if err != nil {
+			return fmt.Errorf("instance gate: %w", err)
+		}
+		n += live
 	}
 	if n > 0 {
 		return errdefs.FailedPrecondition("version_in_use",

@@ -3,6 +3,7 @@ package catalog
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,8 +46,9 @@ type Deps struct {
 // Service is the catalog domain: apps, versions, manifests, entitlements.
 type Service struct {
 	Deps
-	artifacts atomic.Pointer[ArtifactGate]
-	instances atomic.Pointer[InstanceGate]
+	artifacts     atomic.Pointer[ArtifactGate]
+	gatesMu       sync.Mutex
+	instanceGates []InstanceGate
 }
 
 // NewService builds the service.
@@ -59,16 +61,26 @@ func NewService(d Deps) *Service {
 	}
 	s := &Service{Deps: d}
 	s.SetArtifactGate(d.ArtifactGate)
-	s.SetInstanceGate(d.InstanceGate)
+	if d.InstanceGate != nil {
+		s.AddInstanceGate(d.InstanceGate)
+	}
 	return s
 }
 
-// SetArtifactGate installs the artifact gate. Domains built after the
-// catalog (and tests) wire themselves in here; it is safe while serving.
+// SetArtifactGate replaces the artifact gate the service was built with:
+// tests that publish without a registry use it; the wiring passes the
+// gate in Deps.
 func (s *Service) SetArtifactGate(g ArtifactGate) { s.artifacts.Store(&g) }
 
-// SetInstanceGate installs the instance gate; safe while serving.
-func (s *Service) SetInstanceGate(g InstanceGate) { s.instances.Store(&g) }
+// AddInstanceGate adds a domain that can hold a version in use: the
+// instances domain is built after the catalog (it resolves launches
+// through it), so it registers here. Every gate is asked; none replaces
+// another.
+func (s *Service) AddInstanceGate(g InstanceGate) {
+	s.gatesMu.Lock()
+	defer s.gatesMu.Unlock()
+	s.instanceGates = append(s.instanceGates, g)
+}
 
 func (s *Service) artifactGate() ArtifactGate {
 	if p := s.artifacts.Load(); p != nil {
@@ -77,9 +89,8 @@ func (s *Service) artifactGate() ArtifactGate {
 	return nil
 }
 
-func (s *Service) instanceGate() InstanceGate {
-	if p := s.instances.Load(); p != nil {
-		return *p
-	}
-	return nil
+func (s *Service) instanceGateList() []InstanceGate {
+	s.gatesMu.Lock()
+	defer s.gatesMu.Unlock()
+	return s.instanceGates
 }

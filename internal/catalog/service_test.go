@@ -115,7 +115,7 @@ func (f *fakeArtifacts) VersionArtifactsReady(_ context.Context, tx storage.Tx, 
 
 type fakeInstances struct{ n int }
 
-func (f fakeInstances) LiveInstances(context.Context, storage.Tx, string, string) (int, error) {
+func (f *fakeInstances) LiveInstances(context.Context, storage.Tx, string, string) (int, error) {
 	return f.n, nil
 }
 
@@ -208,22 +208,25 @@ func TestRetireGate(t *testing.T) {
 	if _, err := step(catalog.ActionDeprecate); err != nil {
 		t.Fatal(err)
 	}
-	f.svc.SetInstanceGate(fakeInstances{n: 2})
-	if _, err := step(catalog.ActionRetire); errCode(err) != "version_in_use" || !strings.Contains(err.Error(), "2 live instance") {
-		t.Fatalf("retire in use: %v", err)
-	}
-	f.svc.SetInstanceGate(fakeInstances{n: 0})
-	v, err := step(catalog.ActionRetire)
-	if err != nil || v.Status != catalog.StatusRetired || v.RetiredAt.IsZero() || v.DeprecatedAt.IsZero() {
-		t.Fatalf("retire: %+v %v", v, err)
-	}
 	// Without an instances domain nothing blocks retiring.
-	f.svc.SetInstanceGate(nil)
 	f.register(t, strings.Replace(bareManifest, "1.0.0", "1.0.1", 1), catalog.SyntaxYAML)
 	for _, a := range []string{catalog.ActionPublish, catalog.ActionDeprecate, catalog.ActionRetire} {
 		if _, err := f.svc.TransitionVersion(f.ctx, f.g, "bare-slurm", "1.0.1", a, "because"); err != nil {
-			t.Fatalf("%s with nil gate: %v", a, err)
+			t.Fatalf("%s with no instance gate: %v", a, err)
 		}
+	}
+	// Every gate is asked: one domain's live instances hold the version
+	// even when another's has none.
+	none, two := &fakeInstances{n: 0}, &fakeInstances{n: 2}
+	f.svc.AddInstanceGate(none)
+	f.svc.AddInstanceGate(two)
+	if _, err := step(catalog.ActionRetire); errCode(err) != "version_in_use" || !strings.Contains(err.Error(), "2 live instance") {
+		t.Fatalf("retire in use: %v", err)
+	}
+	two.n = 0
+	v, err := step(catalog.ActionRetire)
+	if err != nil || v.Status != catalog.StatusRetired || v.RetiredAt.IsZero() || v.DeprecatedAt.IsZero() {
+		t.Fatalf("retire: %+v %v", v, err)
 	}
 	if _, err := step("delete"); errCode(err) != "unknown_action" {
 		t.Fatalf("unknown action: %v", err)

@@ -48,9 +48,9 @@ type Tokens struct {
 	Ring     *Keyring
 	UserTTL  time.Duration
 	SATTL    time.Duration
-	SA       ServiceAccountChecker
-	Node     NodeChecker
-	NodeTTL  time.Duration // node tokens; SATTL when zero
+	sa       ServiceAccountChecker // CheckServiceAccountsWith
+	node     NodeChecker           // CheckNodesWith
+	NodeTTL  time.Duration         // node tokens; SATTL when zero
 	Now      func() time.Time
 	Users    Queries // reads only
 	parser   *jwt.Parser
@@ -149,6 +149,26 @@ func (t *Tokens) Claims(ctx context.Context, raw string) (principal.Principal, A
 	return p, c, err
 }
 
+// CheckServiceAccountsWith names the domain that vouches for
+// service-account tokens. The service-account domain is built after the
+// tokens it mints with, so it registers here, once: a second registration
+// is a wiring bug and panics rather than silently replacing the first.
+func (t *Tokens) CheckServiceAccountsWith(c ServiceAccountChecker) {
+	if t.sa != nil {
+		panic("iam: a service-account checker is already registered")
+	}
+	t.sa = c
+}
+
+// CheckNodesWith names the domain that vouches for node tokens, once (see
+// CheckServiceAccountsWith).
+func (t *Tokens) CheckNodesWith(c NodeChecker) {
+	if t.node != nil {
+		panic("iam: a node checker is already registered")
+	}
+	t.node = c
+}
+
 // Authenticate verifies a bearer token and returns its principal.
 func (t *Tokens) Authenticate(ctx context.Context, raw string) (principal.Principal, error) {
 	p, _, err := t.Claims(ctx, raw)
@@ -176,15 +196,15 @@ func (t *Tokens) check(ctx context.Context, c AccessClaims) (principal.Principal
 		}
 		return principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, nil
 	case string(principal.ServiceAccount):
-		if t.SA == nil {
+		if t.sa == nil {
 			return principal.Principal{}, errBadToken
 		}
-		return t.SA.CheckServiceAccountToken(ctx, c)
+		return t.sa.CheckServiceAccountToken(ctx, c)
 	case string(principal.Node):
-		if t.Node == nil {
+		if t.node == nil {
 			return principal.Principal{}, errBadToken
 		}
-		return t.Node.CheckNodeToken(ctx, c)
+		return t.node.CheckNodeToken(ctx, c)
 	}
 	return principal.Principal{}, errBadToken
 }

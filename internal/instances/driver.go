@@ -35,7 +35,9 @@ const (
 
 // Worker is the durable instance driver as a background job: every pass
 // advances each in-progress operation as far as it can without waiting.
-func (s *Service) Worker() *worker.Periodic {
+func (s *Service) Worker() *worker.Periodic { return s.driver }
+
+func (s *Service) newWorker() *worker.Periodic {
 	owner := iam.NewID()
 	return &worker.Periodic{Name: "instances", Interval: DriveInterval, Timeout: time.Minute, Logger: s.Logger,
 		Run: func(ctx context.Context) error { return s.Drive(ctx, owner) }}
@@ -641,14 +643,14 @@ func (s *Service) finishDecommission(ctx context.Context, inst AppInstance, op I
 // tornDown tells the nodes domain the allocation's teardown is done once
 // no live instance is left on it: a releasing allocation is then released.
 func (s *Service) tornDown(ctx context.Context, tx Tx, allocationID string) error {
-	if s.releases == nil || allocationID == "" {
+	if s.Releases == nil || allocationID == "" {
 		return nil
 	}
 	left, err := tx.LiveInstancesOn(ctx, allocationID, "")
 	if err != nil || len(left) > 0 {
 		return err
 	}
-	return s.releases.AllocationTornDown(ctx, tx, allocationID)
+	return s.Releases.AllocationTornDown(ctx, tx, allocationID)
 }
 
 func jsonOf(v any) ([]byte, error) { return json.Marshal(v) }

@@ -179,7 +179,7 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: iamSvc, Logger: logger, TokenURL: func() string { return "http://api/token" }})
 	f.svc = instances.New(instances.Deps{Store: store.Instances(db), IAM: iamSvc, SA: sa, Allocations: f.allocs, Tasks: f.q, Logger: logger,
 		APIBaseURL: func() string { return "http://api" }})
-	cat.SetInstanceGate(f.svc)
+	cat.AddInstanceGate(f.svc)
 	for _, v := range []struct{ version, digest string }{{"1.0.0", digestV1}, {"2.0.0", digestV2}, {"3.0.0", digestV3}} {
 		f.register(t, v.version, v.digest)
 	}

@@ -18,12 +18,9 @@ type LaunchGate interface {
 	CheckInstance(ctx context.Context, tx storage.Tx, projectID, appSlug string) error
 }
 
-// SetLaunchGate installs the gate (call before serving).
-func (s *Service) SetLaunchGate(g LaunchGate) { s.launchGate = g }
-
 func (s *Service) checkLaunch(ctx context.Context, tx storage.Tx, projectID, appSlug string) error {
-	if s.launchGate == nil {
+	if s.LaunchGate == nil {
 		return nil
 	}
-	return s.launchGate.CheckInstance(ctx, tx, projectID, appSlug)
+	return s.LaunchGate.CheckInstance(ctx, tx, projectID, appSlug)
 }

@@ -105,7 +105,6 @@ func (l NodesLink) Outcome(ctx context.Context, taskID string) (TaskOutcome, err
 // results (which wake the driver once they are committed).
 func (l NodesLink) Attach(s *Service) {
 	l.Nodes.AddHooks(nodeHooks{s})
-	s.releases = l.Nodes
 	l.Nodes.OnTaskResult("", func(_ context.Context, tx storage.Tx, t nodes.Task, _ nodeapi.TaskResult) error {
 		if t.InstanceID != "" {
 			tx.AfterCommit(s.kick)

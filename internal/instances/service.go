@@ -18,6 +18,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/storage"
+	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
 // Allocation is what the instances domain needs to know of a project's GPU
@@ -90,8 +91,12 @@ type Deps struct {
 	RegistryHost func() string
 	// ReadinessTimeout overrides the profile-derived deploy timeout (tests).
 	ReadinessTimeout time.Duration
-	// Kick, when set, asks the driver to run now (after a request queued work).
-	Kick func()
+	// LaunchGate is billing's budget check (issue 13, launchgate.go); nil
+	// checks nothing.
+	LaunchGate LaunchGate
+	// Releases finishes an allocation's release once its instances are torn
+	// down (the nodes domain); nil when there is none.
+	Releases AllocationReleases
 	// UIBasePath, when set, says under which path the UI gateway serves an
 	// instance's UI on a shared origin (path mode); workloads with an
 	// embedded UI get it as GPUAAS_UI_BASE_PATH.
@@ -101,10 +106,8 @@ type Deps struct {
 // Service is the app-instance domain.
 type Service struct {
 	Deps
-	// launchGate: billing's budget check (issue 13, launchgate.go).
-	launchGate LaunchGate
-	// releases: set by NodesLink.Attach, before serving.
-	releases AllocationReleases
+	// driver runs the durable instance operations (Worker); kick wakes it.
+	driver *worker.Periodic
 }
 
 // New builds the service.
@@ -118,14 +121,13 @@ func New(d Deps) *Service {
 	if d.APIBaseURL == nil {
 		d.APIBaseURL = func() string { return "" }
 	}
-	return &Service{Deps: d}
+	s := &Service{Deps: d}
+	s.driver = s.newWorker()
+	return s
 }
 
-func (s *Service) kick() {
-	if s.Kick != nil {
-		s.Kick()
-	}
-}
+// kick asks this replica's driver to run now (after a request queued work).
+func (s *Service) kick() { s.driver.Kick() }
 
 // LiveInstances implements catalog.InstanceGate: a version cannot be
 // retired while a live instance runs it. It reads in the catalog's retire

@@ -17,12 +17,9 @@ type LaunchGate interface {
 	CheckAllocation(ctx context.Context, tx storage.Tx, projectID string, gpus int) error
 }
 
-// SetLaunchGate installs the gate; safe while serving.
-func (s *Service) SetLaunchGate(g LaunchGate) { s.launchGate.Store(&g) }
-
 func (s *Service) checkLaunch(ctx context.Context, tx storage.Tx, projectID string, gpus int) error {
-	if p := s.launchGate.Load(); p != nil && *p != nil {
-		return (*p).CheckAllocation(ctx, tx, projectID, gpus)
+	if s.LaunchGate == nil {
+		return nil
 	}
-	return nil
+	return s.LaunchGate.CheckAllocation(ctx, tx, projectID, gpus)
 }

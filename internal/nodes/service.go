@@ -99,6 +99,9 @@ type Deps struct {
 	Sealer *sealer.Sealer
 	Logger *slog.Logger
 	Now    func() time.Time
+	// LaunchGate is billing's quota and budget check (issue 13,
+	// launchgate.go); nil checks nothing.
+	LaunchGate LaunchGate
 	// TokenURL is the audience of node assertions:
 	// <public-url>/api/v1/nodes/token.
 	TokenURL       func() string
@@ -132,8 +135,6 @@ type Service struct {
 	closeOnce sync.Once
 	// lastPurge is when used assertion ids were last purged (unix nanos).
 	lastPurge atomic.Int64
-	// launchGate: billing's quota and budget check (issue 13, launchgate.go).
-	launchGate atomic.Pointer[LaunchGate]
 }
 
 // New builds the service.

@@ -106,57 +106,60 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if err := db.CheckSchema(ctx); err != nil {
 		return nil, err
 	}
-	iamStore := store.IAM(db)
-	ring, err := iam.LoadKeyring(ctx, iamStore.Read(), seal, "access_token")
-	if err != nil {
-		return nil, err
-	}
-	tokens := iam.NewTokens(iamStore.Read(), ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, nil)
-	svc := &iam.Service{Store: iamStore, Tokens: tokens, Logger: logger}
-	a := &App{Config: cfg, Logger: logger, DB: db, IAM: svc, Tokens: tokens}
-	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: svc, Tokens: tokens, Logger: logger,
-		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})
-	tokens.SA = sa
-	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger})
+	// The domains are built in dependency order, each from its Deps; the
+	// three true back-edges (a domain built later vouching to one built
+	// earlier) are registrations that add and never replace: the token
+	// checkers, and the instances domain's say in retiring versions and
+	// artifacts.
+	a := &App{Config: cfg, Logger: logger, DB: db}
 	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg, key); err != nil {
 		return nil, err
 	}
 	if a.events, err = a.newEventParts(ctx); err != nil {
 		return nil, err
 	}
-	// Open event streams re-check their reader at once when access changes.
-	svc.OnAccessChanged = func() { a.events.wake.Notify(wakeup.AccessChanged) }
 	defer func() {
 		if !ok {
 			a.events.close()
 		}
 	}()
+	wake := a.events.wake
+	iamStore := store.IAM(db)
+	ring, err := iam.LoadKeyring(ctx, iamStore.Read(), seal, "access_token")
+	if err != nil {
+		return nil, err
+	}
+	tokens := iam.NewTokens(iamStore.Read(), ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, nil)
+	tokens.NodeTTL = cfg.NodeTokenTTL
+	// Open event streams, on every replica, re-check their reader at once
+	// when access changes.
+	svc := &iam.Service{Store: iamStore, Tokens: tokens, Logger: logger, OnAccessChanged: func() { wake.Notify(wakeup.AccessChanged) }}
+	a.IAM, a.Tokens = svc, tokens
+	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: svc, Tokens: tokens, Logger: logger,
+		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})
+	tokens.CheckServiceAccountsWith(sa)
+	a.billing = newBillingParts(cfg, db, svc)
 	var quota artifacts.BlobQuota
 	if cfg.ProjectBlobQuota > 0 {
 		quota = artifacts.StaticBlobQuota(cfg.ProjectBlobQuota)
 	}
 	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota})
-	cat.SetArtifactGate(arts)
-	wake := a.events.wake
+	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger, ArtifactGate: arts})
 	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake,
+		LaunchGate:   a.billing.svc,
 		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },
 		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
-	tokens.Node, tokens.NodeTTL = a.Nodes, cfg.NodeTokenTTL
+	tokens.CheckNodesWith(a.Nodes)
 	a.Workers = append(a.Workers, a.Nodes.Liveness(logger))
 	link := instances.NodesLink{Nodes: a.Nodes}
-	a.Instances = instances.New(instances.Deps{Store: store.Instances(db), IAM: svc, SA: sa, Logger: logger, Allocations: link, Tasks: link, Pulls: instances.ArtifactPulls{Artifacts: arts},
+	a.Instances = instances.New(instances.Deps{Store: store.Instances(db), IAM: svc, SA: sa, Logger: logger,
+		Allocations: link, Tasks: link, Releases: a.Nodes, LaunchGate: a.billing.svc, Pulls: instances.ArtifactPulls{Artifacts: arts},
 		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
 		ReadinessTimeout: cfg.InstanceDeployTimeout, UIBasePath: uiBasePath(cfg)})
-	drv := a.Instances.Worker()
-	a.Instances.Kick = drv.Kick
 	link.Attach(a.Instances)
-	a.Workers = append(a.Workers, drv)
-	cat.SetInstanceGate(a.Instances)
-	arts.Instances = a.Instances
-	a.billing = newBillingParts(cfg, db, svc)
-	a.Nodes.SetLaunchGate(a.billing.svc)
-	a.Instances.SetLaunchGate(a.billing.svc)
-	a.Workers = append(a.Workers, a.billing.meter, a.billing.rating)
+	cat.AddInstanceGate(a.Instances)
+	arts.AddInstanceUsage(a.Instances)
+	a.Workers = append(a.Workers, a.Instances.Worker(), a.billing.meter, a.billing.rating)
 	// The edge is not a domain, so store does not name it: NewPort checks
 	// here, at start, that the store implements what the edge declares.
 	a.API = &httpapi.API{
