@@ -15,6 +15,7 @@ import (
 	"github.com/gpuaas/gpuaas/api"
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/gateway"
 	"github.com/gpuaas/gpuaas/internal/httpapi"
@@ -48,6 +49,9 @@ type App struct {
 	events    *eventParts      // NATS, outbox relay, event streams (issue 10)
 	billing   *billingParts    // usage, ledger, budgets (issue 13)
 	gateway   *gateway.Gateway // instance UIs on their own origins (issue 20)
+	// now is the one clock every service reads (config.Now; the wall
+	// clock by default).
+	now func() time.Time
 }
 
 // NewLogger builds the process logger from the config.
@@ -106,18 +110,19 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if err := db.CheckSchema(ctx); err != nil {
 		return nil, err
 	}
+	now := clock.Or(cfg.Now)
 	iamStore := store.IAM(db)
 	ring, err := iam.LoadKeyring(ctx, iamStore.Read(), seal, "access_token")
 	if err != nil {
 		return nil, err
 	}
-	tokens := iam.NewTokens(iamStore.Read(), ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, nil)
-	svc := &iam.Service{Store: iamStore, Tokens: tokens, Logger: logger}
-	a := &App{Config: cfg, Logger: logger, DB: db, IAM: svc, Tokens: tokens}
-	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: svc, Tokens: tokens, Logger: logger,
+	tokens := iam.NewTokens(iamStore.Read(), ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, now)
+	svc := &iam.Service{Store: iamStore, Tokens: tokens, Logger: logger, Now: now}
+	a := &App{Config: cfg, Logger: logger, DB: db, IAM: svc, Tokens: tokens, now: now}
+	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: svc, Tokens: tokens, Logger: logger, Now: now,
 		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})
 	tokens.SA = sa
-	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger})
+	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger, Now: now})
 	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg, key); err != nil {
 		return nil, err
 	}
@@ -135,7 +140,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if cfg.ProjectBlobQuota > 0 {
 		quota = artifacts.StaticBlobQuota(cfg.ProjectBlobQuota)
 	}
-	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota})
+	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota, Now: now})
 	cat.SetArtifactGate(arts)
 	// Wake-ups ("tasks queued for node N") reach the long polls of every
 	// replica over this replica's NATS connection; the subscription ends
@@ -144,13 +149,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if err != nil {
 		return nil, fmt.Errorf("wake-ups over NATS: %w", err)
 	}
-	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake,
+	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake, Now: now,
 		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },
 		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
 	tokens.Node, tokens.NodeTTL = a.Nodes, cfg.NodeTokenTTL
 	a.Workers = append(a.Workers, a.Nodes.Liveness(logger))
 	link := instances.NodesLink{Nodes: a.Nodes}
-	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger, Allocations: link, Tasks: link, Pulls: instances.ArtifactPulls{Artifacts: arts},
+	a.Instances = instances.New(instances.Deps{DB: db, IAM: svc, SA: sa, Logger: logger, Now: now, Allocations: link, Tasks: link, Pulls: instances.ArtifactPulls{Artifacts: arts},
 		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
 		ReadinessTimeout: cfg.InstanceDeployTimeout, UIBasePath: uiBasePath(cfg)})
 	drv := a.Instances.Worker()
@@ -159,7 +164,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	a.Workers = append(a.Workers, drv)
 	cat.SetInstanceGate(a.Instances)
 	arts.Instances = instanceUsage{db: db, instances: a.Instances}
-	a.billing = newBillingParts(cfg, db, svc)
+	a.billing = newBillingParts(cfg, db, svc, now)
 	a.Nodes.SetLaunchGate(a.billing.svc)
 	a.Instances.SetLaunchGate(a.billing.svc)
 	a.Workers = append(a.Workers, a.billing.meter, a.billing.rating)
@@ -258,4 +263,5 @@ func (a *App) Close() error {
 	return errors.Join(a.closeRegistry(), a.DB.Close())
 }
 
-func (a *App) now() time.Time { return time.Now() }
+// Now is the server's clock: what every service reads as the time.
+func (a *App) Now() time.Time { return a.now() }
