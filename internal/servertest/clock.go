@@ -1,6 +1,8 @@
 package servertest
 
 import (
+	"time"
+
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/config"
 )
@@ -9,4 +11,13 @@ import (
 // test moves it (c.Advance, c.Set) instead of sleeping.
 func WithClock(c *clock.Manual) Option {
 	return func(cfg *config.Config) { cfg.Now = c.Now }
+}
+
+// now is the server's clock (WithClock), or the wall clock for a server
+// in another process (no App).
+func (s *Server) now() time.Time {
+	if s.App == nil {
+		return time.Now()
+	}
+	return s.App.Now()
 }
