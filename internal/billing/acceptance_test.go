@@ -57,7 +57,8 @@ func countAllocations(t *testing.T, admin *servertest.Client) int {
 func TestMeteringRatingAndBudgets(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d store.Dialect) {
 		ctx := context.Background()
-		s := servertest.Start(t, d, quietWorkers)
+		clk := newClock()
+		s := servertest.Start(t, d, quietWorkers, servertest.WithClock(clk))
 		admin := s.Admin()
 		pid := s.Creds.ProjectID
 		svc := s.App.Billing()
@@ -71,10 +72,11 @@ func TestMeteringRatingAndBudgets(t *testing.T) {
 			t.Fatalf("budget: %s", b.Body)
 		}
 
-		// Metering cuts intervals at whole hours (the slice length): keep the
-		// allocation's few seconds inside one hour, so it is one record.
-		if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < 15*time.Second {
-			time.Sleep(left + time.Second)
+		// Metering cuts intervals at whole hours (the slice length): the
+		// allocation's few seconds stay inside one hour (newClock), so it is
+		// one record.
+		if left := clk.Now().Truncate(time.Hour).Add(time.Hour).Sub(clk.Now()); left < 15*time.Second {
+			t.Fatalf("the clock stands %v before a whole hour; the allocation would cross it", left)
 		}
 		// Within the quota: placed. Over it: refused, nothing placed.
 		alloc := admin.Do("POST", allocationsAPI, map[string]any{"project_id": pid, "sku": "h100-80gb.1x"}).Want(t, 201)
@@ -90,13 +92,15 @@ func TestMeteringRatingAndBudgets(t *testing.T) {
 
 		// The session: 90 measured seconds on the allocation, inside one
 		// hour (one slice, one record) and wholly in the past.
-		end := time.Now().UTC().Add(-5 * time.Second).Truncate(time.Second)
+		end := clk.Now().UTC().Add(-5 * time.Second).Truncate(time.Second)
 		if end.Sub(end.Truncate(time.Hour)) < 90*time.Second {
 			end = end.Truncate(time.Hour).Add(-time.Minute)
 		}
 		wl := newWorkload(t, s, admin, pid, "sess-app", "session_seconds", allocID, end.Add(-90*time.Second), end)
-		// The allocation: held for at least one whole second, then released.
-		time.Sleep(1100 * time.Millisecond) // the measured interval itself, not a wait for anything
+		// The allocation: held for two whole seconds of the server's clock,
+		// then released.
+		const held = 2
+		clk.Advance(held * time.Second)
 		admin.Do("POST", allocationsAPI+"/"+allocID+"/release", nil).Want(t, 200)
 
 		n, err := svc.Meter(ctx)
@@ -132,12 +136,12 @@ func TestMeteringRatingAndBudgets(t *testing.T) {
 			t.Errorf("session record lacks correlation or interval: %v", sess)
 		}
 		a := admin.Do("GET", "/api/v1/billing/usage?project_id="+pid+"&usage_source=allocation", nil).Want(t, 200).Items()
-		ivs, err := s.DB.Queries().AllocationIntervals(ctx, pid, time.Time{}, time.Now().Add(time.Hour))
+		ivs, err := s.DB.Queries().AllocationIntervals(ctx, pid, time.Time{}, clk.Now().Add(time.Hour))
 		if err != nil || len(ivs) != 1 || len(a) != 1 {
 			t.Fatalf("allocation usage %v, intervals %v %v", a, ivs, err)
 		}
 		gpuSecs := int64(ivs[0].EndedAt.Truncate(time.Second).Sub(ivs[0].StartedAt.Truncate(time.Second)) / time.Second)
-		if gpuSecs < 1 || a[0]["quantity"] != float64(gpuSecs) || a[0]["sku"] != "h100-80gb.1x" || a[0]["allocation_id"] != allocID ||
+		if gpuSecs != held || a[0]["quantity"] != float64(gpuSecs) || a[0]["sku"] != "h100-80gb.1x" || a[0]["allocation_id"] != allocID ||
 			a[0]["usage_unit"] != "gpu_seconds" || a[0]["org_id"] != s.Creds.OrgID || a[0]["project_id"] != pid {
 			t.Fatalf("allocation record %v, want %d gpu_seconds of %s", a[0], gpuSecs, allocID)
 		}

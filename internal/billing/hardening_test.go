@@ -199,11 +199,12 @@ func TestLedgerSumsBeyond64Bits(t *testing.T) {
 func TestUsageWindowAndPriceEffectivity(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, d store.Dialect) {
 		ctx := context.Background()
-		s := servertest.Start(t, d, quietWorkers)
+		clk := newClock()
+		s := servertest.Start(t, d, quietWorkers, servertest.WithClock(clk))
 		admin := s.Admin()
 		svc := s.App.Billing()
 		pid := s.Creds.ProjectID
-		now := time.Now().UTC()
+		now := clk.Now().UTC()
 		wl := newWorkload(t, s, admin, pid, "req-app", "requests", "", now.Add(-time.Hour), time.Time{})
 		path := usagePath(pid, wl.ID)
 		source := "//req-app/" + wl.ID
@@ -231,15 +232,15 @@ func TestUsageWindowAndPriceEffectivity(t *testing.T) {
 			t.Errorf("an unratable price: %s", r.Body)
 		}
 
-		// Wait for a fresh second's first half, so the price is created
-		// after the whole second the event is stamped with.
-		time.Sleep(time.Until(time.Now().Truncate(time.Second).Add(time.Second + 200*time.Millisecond)))
+		// A fresh second's first fifth: the price is created after the
+		// whole second the event is stamped with.
+		clk.Set(clk.Now().Truncate(time.Second).Add(time.Second + 200*time.Millisecond))
 		p := admin.Do("POST", "/api/v1/admin/billing/prices", map[string]any{"usage_source": "app_runtime", "meter": "req-app/requests",
 			"unit_price_micros": 7}).Want(t, 201)
 		if eff, err := time.Parse(time.RFC3339Nano, p.String("effective_from")); err != nil || eff.Nanosecond() != 0 || !strings.HasPrefix(p.String("created_by"), "user:") {
 			t.Errorf("price (want whole-second effect, created by the admin): %s", p.Body)
 		}
-		stamp := time.Now().UTC().Truncate(time.Second)
+		stamp := clk.Now().UTC().Truncate(time.Second)
 		wl.Bot.Do("POST", path, usageEvent("whole-second", source, "requests", 3, stamp), "Content-Type", billing.MediaTypeEvent).Want(t, 200)
 		if _, err := svc.Rate(ctx); err != nil {
 			t.Fatalf("rating the whole-second event: %v", err)
@@ -319,16 +320,22 @@ func TestLargeUsagePostEmitsBoundedEvents(t *testing.T) {
 		if r.JSON["recorded"] != float64(10000) {
 			t.Fatalf("recorded %v", r.JSON["recorded"])
 		}
-		// The relay sequences what the post committed; lists show sequenced events.
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			pending, err := s.DB.Queries().HasUnsequencedEvents(context.Background())
+		// The relay sequences what the post committed; lists show sequenced
+		// events. Kick it and wait for its pass until nothing is pending.
+		relay := s.App.Relay()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for {
+			pending, err := s.DB.Queries().HasUnsequencedEvents(ctx)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !pending {
 				break
 			}
-			if time.Now().After(deadline) {
+			runs := relay.Runs()
+			relay.Kick()
+			if err := relay.WaitRuns(ctx, runs+1); err != nil {
 				t.Fatal("the relay did not sequence the post's events")
 			}
 		}

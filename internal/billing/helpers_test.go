@@ -15,11 +15,26 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
+
+// newClock is a manual clock for a test server (servertest.WithClock), at
+// the wall clock's whole second, so times the server stores stay near
+// those of what still reads the wall clock (audit rows, the outbox). When
+// fewer than five minutes of the hour remain it stands past the next whole
+// hour instead: metering cuts intervals at whole hours, and the few minutes
+// a test moves its clock then stay inside one hour.
+func newClock() *clock.Manual {
+	now := time.Now().UTC().Truncate(time.Second)
+	if next := now.Truncate(time.Hour).Add(time.Hour); next.Sub(now) < 5*time.Minute {
+		now = next.Add(time.Minute)
+	}
+	return clock.NewManual(now)
+}
 
 // joinNode registers a node with gpus GPUs through the real join API (a
 // simulated agent: its own key pair, a node-signed token exchange, one
@@ -42,7 +57,7 @@ func joinNode(t *testing.T, s *servertest.Server, admin *servertest.Client, name
 	}
 	r := s.Anonymous().Do("POST", "/api/v1/nodes/join", nodeapi.JoinRequest{JoinToken: jt, Name: name, PublicKeyPEM: pubPEM, Inventory: inv}).Want(t, 201)
 	id, keyID, tokURL := r.String("node_id"), r.String("key_id"), r.String("token_url")
-	now := time.Now()
+	now := s.App.Now()
 	tok := jwt.NewWithClaims(jwt.SigningMethodEdDSA, jwt.RegisteredClaims{Issuer: id, Subject: id, Audience: jwt.ClaimStrings{tokURL},
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(time.Minute)), ID: uuid.NewString()})
 	tok.Header["kid"] = keyID
@@ -96,7 +111,7 @@ func newWorkload(t *testing.T, s *servertest.Server, admin *servertest.Client, p
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now().UTC()
+	now := s.App.Now().UTC()
 	inst := instances.AppInstance{ID: uuid.Must(uuid.NewV7()).String(), OrgID: p.OrgID, ProjectID: p.ID, AppSlug: slug, DisplayName: slug,
 		Version: "1.0.0", Status: "running", OperatingMode: "tenant_dedicated", ControlPlaneScope: "project",
 		RuntimeBackend: "slurm", TenantBoundaryMode: "dedicated", Effective: []byte(`{}`), TargetAllocationID: allocationID,

@@ -73,6 +73,10 @@ type Config struct {
 	AppTokenTTL        time.Duration // gateway app token lifetime: how long a revoked role keeps app access at most
 	ConsoleIdleTimeout time.Duration // a console session unused this long ends
 	ConsoleMaxAge      time.Duration // every console session ends this long after sign-in
+
+	// Now is the one clock every service of the server reads (no flag:
+	// nil is the wall clock; tests set a clock.Manual's Now to move time).
+	Now func() time.Time
 }
 
 // Events configures NATS, the outbox relay and the event streams.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 )
 
@@ -40,6 +41,9 @@ type Reader struct {
 	// draining its connection for this long is disconnected and resumes
 	// later with Last-Event-ID.
 	WriteTimeout time.Duration
+	// Now is the clock that issued the readers' tokens, against which a
+	// stream ends when its token expires; nil is the wall clock.
+	Now func() time.Time
 
 	stopOnce sync.Once
 	stop     chan struct{}
@@ -232,7 +236,7 @@ func (rd *Reader) Follow(ctx context.Context, f EventFilter, after int64, fr Fra
 	stop := rd.stopCh()
 	check := true // once at the start: access may have changed since the handler checked it
 	for {
-		if acc.expired(time.Now()) {
+		if acc.expired(clock.Or(rd.Now)()) {
 			return end(TokenExpired())
 		}
 		wake := rd.Wake.Wait(wakeup.EventsSequenced) // before reading, so no notice falls between

@@ -13,6 +13,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/billing"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/runtime"
@@ -51,7 +52,9 @@ func TestBillingOverRealInstances(t *testing.T) {
 // recorded; within budget it succeeds.
 func testBillingSession(t *testing.T, d store.Dialect) {
 	ctx := context.Background()
-	e := newInstanceEnv(t, d, "lab", map[string]v1.Image{"1.0.0": nil}, meteredManifest("lab", "session_seconds"), 1, billingByHand)
+	// The server's clock moves only when the test moves it.
+	clk := clock.NewManual(time.Now())
+	e := newInstanceEnv(t, d, "lab", map[string]v1.Image{"1.0.0": nil}, meteredManifest("lab", "session_seconds"), 1, billingByHand, servertest.WithClock(clk))
 	e.node.serve(t, okResult)
 	e.admin.Do("POST", "/api/v1/admin/billing/prices", map[string]any{"usage_source": "allocation", "sku": "test.1x",
 		"unit_price_micros": 3_600_000, "effective_from": "2020-01-01T00:00:00Z"}).Want(t, 201) // 1000 micros per GPU-second
@@ -65,7 +68,9 @@ func testBillingSession(t *testing.T, d store.Dialect) {
 	if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
 		t.Fatalf("create: %s", op.Body)
 	}
-	time.Sleep(1100 * time.Millisecond) // the measured interval itself, not a wait for anything
+	// The measured interval: two seconds of the server's clock.
+	const ran = 2
+	clk.Advance(ran * time.Second)
 	dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
 	waitOp(t, e.bot, e.pid, dec.String("operation_id"))
 	e.admin.Do("POST", "/api/v1/admin/allocations/"+e.alloc+"/release", nil).Want(t, 200)
@@ -96,12 +101,12 @@ func testBillingSession(t *testing.T, d store.Dialect) {
 		}
 	}
 	sessSecs := int64(ranTo.Truncate(time.Second).Sub(ranFrom.Truncate(time.Second)) / time.Second)
-	ivs, err := q.AllocationIntervals(ctx, e.pid, time.Time{}, time.Now().Add(time.Hour))
+	ivs, err := q.AllocationIntervals(ctx, e.pid, time.Time{}, clk.Now().Add(time.Hour))
 	if err != nil || len(ivs) != 1 {
 		t.Fatalf("allocation intervals %v %v", ivs, err)
 	}
 	gpuSecs := int64(ivs[0].EndedAt.Truncate(time.Second).Sub(ivs[0].StartedAt.Truncate(time.Second)) / time.Second)
-	if sessSecs < 1 || gpuSecs < sessSecs {
+	if sessSecs != ran || gpuSecs < sessSecs {
 		t.Fatalf("measured %d session seconds inside %d allocation seconds", sessSecs, gpuSecs)
 	}
 

@@ -61,7 +61,7 @@ func (a *API) postUsage(w http.ResponseWriter, r *http.Request) error {
 		return errdefs.Invalid("unsupported_media_type", "send usage as %s (one event) or %s (an array of events)",
 			billing.MediaTypeEvent, billing.MediaTypeBatch)
 	}
-	events, err := billing.ParseUsageEvents(body, batch, time.Now())
+	events, err := billing.ParseUsageEvents(body, batch, svc.Now())
 	if err != nil {
 		return err
 	}

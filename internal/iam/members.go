@@ -3,6 +3,7 @@ package iam
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/principal"
@@ -17,23 +18,24 @@ type AddMemberInput struct {
 
 // Bind grants role to a principal at a scope inside an open mutation. It is
 // shared by memberships and service accounts so the rules live in one place.
-// The caller records the audit row of the mutation as a whole.
-func Bind(ctx context.Context, tx Binder, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (RoleBinding, error) {
+// The caller records the audit row of the mutation as a whole; at is the
+// binding's creation time (the caller's clock).
+func Bind(ctx context.Context, tx Binder, at time.Time, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (RoleBinding, error) {
 	if !KnownRole(role) {
 		return RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
 			Message: "unknown role; use one of " + joinRoles()}})
 	}
-	return bind(ctx, tx, principalType, principalID, role, scopeType, scopeID, orgID)
+	return bind(ctx, tx, at, principalType, principalID, role, scopeType, scopeID, orgID)
 }
 
 // BindWorkload binds the platform's own instance_workload role to an app
 // instance's service account in its project: the one way that role is
 // granted.
-func BindWorkload(ctx context.Context, tx Binder, serviceAccountID, projectID, orgID string) (RoleBinding, error) {
-	return bind(ctx, tx, principal.ServiceAccount, serviceAccountID, RoleInstanceWorkload, ScopeProject, projectID, orgID)
+func BindWorkload(ctx context.Context, tx Binder, at time.Time, serviceAccountID, projectID, orgID string) (RoleBinding, error) {
+	return bind(ctx, tx, at, principal.ServiceAccount, serviceAccountID, RoleInstanceWorkload, ScopeProject, projectID, orgID)
 }
 
-func bind(ctx context.Context, tx Binder, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (RoleBinding, error) {
+func bind(ctx context.Context, tx Binder, at time.Time, principalType principal.Type, principalID, role, scopeType, scopeID, orgID string) (RoleBinding, error) {
 	if _, ok := roles[role]; !ok {
 		return RoleBinding{}, errdefs.Validation([]errdefs.FieldError{{Field: "/role", Code: "unknown_role",
 			Message: "unknown role; use one of " + joinRoles()}})
@@ -43,7 +45,7 @@ func bind(ctx context.Context, tx Binder, principalType principal.Type, principa
 			Message: "role " + role + " cannot be granted at " + scopeType + " scope"}})
 	}
 	b := RoleBinding{ID: NewID(), PrincipalType: string(principalType), PrincipalID: principalID, Role: role,
-		ScopeType: scopeType, ScopeID: scopeID, OrgID: orgID, CreatedAt: now()}
+		ScopeType: scopeType, ScopeID: scopeID, OrgID: orgID, CreatedAt: at}
 	if err := tx.CreateRoleBinding(ctx, b); err != nil {
 		if errors.Is(err, storage.ErrAlreadyExists) {
 			return RoleBinding{}, errdefs.AlreadyExists("binding_exists", "that principal already holds role %s here", role)
@@ -89,7 +91,7 @@ func (s *Service) AddMember(ctx context.Context, g *Grants, scopeType, scopeID s
 			return err
 		}
 		var err error
-		if b, err = Bind(ctx, tx, principal.User, in.UserID, in.Role, scopeType, scopeID, orgID); err != nil {
+		if b, err = Bind(ctx, tx, s.now(), principal.User, in.UserID, in.Role, scopeType, scopeID, orgID); err != nil {
 			return err
 		}
 		return tx.Audit(storage.AuditEvent{Action: "role_binding.create", ResourceType: "role_binding", ResourceID: b.ID,

@@ -2,10 +2,7 @@
 // of permission keys, the one policy check, passwords and access tokens.
 package iam
 
-import (
-	"sort"
-	"time"
-)
+import "sort"
 
 // Permission keys are dot-named: <domain>.<resource>.<verb>.
 const (
@@ -167,6 +164,3 @@ func roleHas(role, perm string) bool {
 	}
 	return false
 }
-
-// now is the clock of package-level helpers that have no Service.
-var now = func() time.Time { return time.Now() }

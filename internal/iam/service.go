@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/storage"
@@ -46,12 +47,7 @@ func (s *Service) AccessChanged() {
 	}
 }
 
-func (s *Service) now() time.Time {
-	if s.Now != nil {
-		return s.Now()
-	}
-	return time.Now()
-}
+func (s *Service) now() time.Time { return clock.Or(s.Now)() }
 
 // ErrProjectNotFound is what a principal gets for a project it cannot see,
 // whether or not it exists.

@@ -152,7 +152,7 @@ func (s *Service) SeedPlatformAdmin(ctx context.Context, email, password string)
 		}
 	}
 	return s.Store.Mutate(ctx, func(tx Tx) error {
-		b, err := Bind(ctx, tx, principal.User, u.ID, RolePlatformAdmin, ScopePlatform, "", "")
+		b, err := Bind(ctx, tx, s.now(), principal.User, u.ID, RolePlatformAdmin, ScopePlatform, "", "")
 		if err != nil {
 			return err
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/gpuaas/gpuaas/api"
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/gateway"
 	"github.com/gpuaas/gpuaas/internal/httpapi"
@@ -48,6 +49,9 @@ type App struct {
 	events    *eventParts      // NATS, outbox relay, event streams (issue 10)
 	billing   *billingParts    // usage, ledger, budgets (issue 13)
 	gateway   *gateway.Gateway // instance UIs on their own origins (issue 20)
+	// now is the one clock every service reads (config.Now; the wall
+	// clock by default).
+	now func() time.Time
 }
 
 // NewLogger builds the process logger from the config.
@@ -111,7 +115,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	// earlier) are registrations that add and never replace: the token
 	// checkers, and the instances domain's say in retiring versions and
 	// artifacts.
-	a := &App{Config: cfg, Logger: logger, DB: db}
+	now := clock.Or(cfg.Now) // the one clock of this server (config.Config.Now)
+	a := &App{Config: cfg, Logger: logger, DB: db, now: now}
 	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg, key); err != nil {
 		return nil, err
 	}
@@ -129,30 +134,30 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if err != nil {
 		return nil, err
 	}
-	tokens := iam.NewTokens(iamStore.Read(), ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, nil)
+	tokens := iam.NewTokens(iamStore.Read(), ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, now)
 	tokens.NodeTTL = cfg.NodeTokenTTL
 	// Open event streams, on every replica, re-check their reader at once
 	// when access changes.
-	svc := &iam.Service{Store: iamStore, Tokens: tokens, Logger: logger, OnAccessChanged: func() { wake.Notify(wakeup.AccessChanged) }}
+	svc := &iam.Service{Store: iamStore, Tokens: tokens, Logger: logger, Now: now, OnAccessChanged: func() { wake.Notify(wakeup.AccessChanged) }}
 	a.IAM, a.Tokens = svc, tokens
-	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: svc, Tokens: tokens, Logger: logger,
+	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: svc, Tokens: tokens, Logger: logger, Now: now,
 		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})
 	tokens.CheckServiceAccountsWith(sa)
-	a.billing = newBillingParts(cfg, db, svc)
+	a.billing = newBillingParts(cfg, db, svc, now)
 	var quota artifacts.BlobQuota
 	if cfg.ProjectBlobQuota > 0 {
 		quota = artifacts.StaticBlobQuota(cfg.ProjectBlobQuota)
 	}
-	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota})
-	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger, ArtifactGate: arts})
-	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake,
+	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota, Now: now})
+	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger, Now: now, ArtifactGate: arts})
+	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake, Now: now,
 		LaunchGate:   a.billing.svc,
 		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },
 		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
 	tokens.CheckNodesWith(a.Nodes)
 	a.Workers = append(a.Workers, a.Nodes.Liveness(logger))
 	link := instances.NodesLink{Nodes: a.Nodes}
-	a.Instances = instances.New(instances.Deps{Store: store.Instances(db), IAM: svc, SA: sa, Logger: logger,
+	a.Instances = instances.New(instances.Deps{Store: store.Instances(db), IAM: svc, SA: sa, Logger: logger, Now: now,
 		Allocations: link, Tasks: link, Releases: a.Nodes, LaunchGate: a.billing.svc, Pulls: instances.ArtifactPulls{Artifacts: arts},
 		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
 		ReadinessTimeout: cfg.InstanceDeployTimeout, UIBasePath: uiBasePath(cfg)})
@@ -265,4 +270,5 @@ func (a *App) Close() error {
 	return errors.Join(a.closeRegistry(), a.DB.Close())
 }
 
-func (a *App) now() time.Time { return time.Now() }
+// Now is the server's clock: what every service reads as the time.
+func (a *App) Now() time.Time { return a.now() }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/config"
@@ -19,8 +20,8 @@ type billingParts struct {
 	meter, rating *worker.Periodic
 }
 
-func newBillingParts(cfg config.Config, db *store.DB, svc *iam.Service) *billingParts {
-	b := &billingParts{svc: billing.New(billing.Deps{Store: store.Billing(db), IAM: svc, Logger: svc.Logger, Config: billing.Config{
+func newBillingParts(cfg config.Config, db *store.DB, svc *iam.Service, now func() time.Time) *billingParts {
+	b := &billingParts{svc: billing.New(billing.Deps{Store: store.Billing(db), IAM: svc, Logger: svc.Logger, Now: now, Config: billing.Config{
 		Currency: cfg.BillingCurrency, MaxEventAge: cfg.BillingMaxEventAge, SliceLength: cfg.BillingSlice,
 	}})}
 	log := svc.Logger.With("component", "billing")

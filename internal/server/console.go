@@ -33,7 +33,7 @@ func (a *App) webParts(masterKey []byte) error {
 			return err == nil
 		},
 		StripCookies: []string{console.SessionCookie},
-		Backend:      a.Instances, Logger: a.Logger,
+		Backend:      a.Instances, Logger: a.Logger, Now: a.now,
 	})
 	if a.gateway.Enabled() {
 		a.API.UIOpenURL = a.gateway.OpenURL
@@ -50,7 +50,7 @@ func (a *App) webParts(masterKey []byte) error {
 				return "", time.Time{}, err
 			}
 			iss, err := a.Tokens.Issue(principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, "")
-			return iss.AccessToken, time.Now().Add(time.Duration(iss.ExpiresIn) * time.Second), err
+			return iss.AccessToken, a.now().Add(time.Duration(iss.ExpiresIn) * time.Second), err
 		},
 		Grants: func(ctx context.Context, userID string) (*iam.Grants, error) {
 			return iam.LoadGrants(ctx, q, principal.Principal{Type: principal.User, ID: userID})
@@ -60,7 +60,7 @@ func (a *App) webParts(masterKey []byte) error {
 			return inst.ProjectID, err
 		},
 		PublicURL:   func() string { return a.Config.PublicURL },
-		IdleTimeout: cfg.ConsoleIdleTimeout, MaxAge: cfg.ConsoleMaxAge, Logger: a.Logger,
+		IdleTimeout: cfg.ConsoleIdleTimeout, MaxAge: cfg.ConsoleMaxAge, Logger: a.Logger, Now: a.now,
 	})
 	if err != nil {
 		return err

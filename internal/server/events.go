@@ -68,7 +68,7 @@ func (a *App) newEventParts(ctx context.Context) (*eventParts, error) {
 		LeaseTTL: cfg.LeaseTTL, Republish: min(cfg.DuplicateWindow/2, time.Minute), Interval: cfg.RelayInterval, Logger: a.Logger.With("component", "events.relay")}
 	cleaner := &events.Cleaner{Log: eventLog, Relay: relay, Retention: cfg.Retention, Logger: a.Logger.With("component", "events.retention")}
 	p := &eventParts{conn: conn, bus: bus, wake: wake, relay: relay, cleaner: cleaner,
-		reader:  &events.Reader{Log: eventLog, Wake: wake, KeepAlive: cfg.KeepAlive, Reauthorize: cfg.Reauthorize, Poll: cfg.RelayInterval, WriteTimeout: cfg.WriteTimeout},
+		reader:  &events.Reader{Log: eventLog, Wake: wake, KeepAlive: cfg.KeepAlive, Reauthorize: cfg.Reauthorize, Poll: cfg.RelayInterval, WriteTimeout: cfg.WriteTimeout, Now: a.now},
 		workers: worker.Group{relay, cleaner}}
 	// A commit with events wakes the relay wherever it runs; the relay's
 	// sequencing wakes every replica's streams (wakeup.EventsSequenced).

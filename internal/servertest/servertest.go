@@ -187,7 +187,7 @@ func (s *Server) Anonymous() *Client {
 // the token it got.
 func (s *Server) AsServiceAccount(key client.KeyFile) *Client {
 	s.T.Helper()
-	assertion, err := client.SignAssertion(key, key.TokenURL, time.Now())
+	assertion, err := client.SignAssertion(key, key.TokenURL, s.now())
 	if err != nil {
 		s.T.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 			return err
 		}
 		for _, r := range roles {
-			if _, err := iam.Bind(ctx, tx, principal.ServiceAccount, a.ID, r, iam.ScopeProject, p.ID, p.OrgID); err != nil {
+			if _, err := iam.Bind(ctx, tx, now, principal.ServiceAccount, a.ID, r, iam.ScopeProject, p.ID, p.OrgID); err != nil {
 				return err
 			}
 		}

@@ -36,7 +36,7 @@ func (s *Service) ProvisionWorkload(ctx context.Context, outer storage.Tx, p iam
 	if err := tx.CreateServiceAccountKey(ctx, key); err != nil {
 		return IssuedKey{}, err
 	}
-	if _, err := iam.BindWorkload(ctx, tx, a.ID, p.ID, p.OrgID); err != nil {
+	if _, err := iam.BindWorkload(ctx, tx, now, a.ID, p.ID, p.OrgID); err != nil {
 		return IssuedKey{}, err
 	}
 	return IssuedKey{Account: Account{ServiceAccount: a, Roles: []string{iam.RoleInstanceWorkload}, Keys: []ServiceAccountKey{key}},
