@@ -3,8 +3,12 @@ package billing_test
 import (
 	"testing"
 
-	"github.com/gpuaas/gpuaas/internal/servertest"
 	"go.uber.org/goleak"
+
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, servertest.LeakIgnores()...) }
+// The crash test runs the real binary: testbin.M builds it once and removes
+// it after the package's tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(testbin.M{M: m}, servertest.LeakIgnores()...) }
