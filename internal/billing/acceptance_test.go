@@ -17,12 +17,6 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
 
-func forEachDialect(t *testing.T, fn func(t *testing.T, d store.Dialect)) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) { fn(t, d) })
-	}
-}
-
 // quietWorkers leaves metering and rating to the test's explicit calls.
 func quietWorkers(c *config.Config) { c.BillingMeterInterval = time.Hour }
 
@@ -55,7 +49,7 @@ func countAllocations(t *testing.T, admin *servertest.Client) int {
 // linked entry; launches over the GPU quota or the spend budget are refused
 // before anything is placed, and succeed within them.
 func TestMeteringRatingAndBudgets(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		ctx := context.Background()
 		clk := newClock()
 		s := servertest.Start(t, d, quietWorkers, servertest.WithClock(clk))
@@ -262,7 +256,7 @@ func TestThresholdEvent(t *testing.T) {
 // once; events from another instance's token, for another project or in an
 // undeclared unit are refused with a clear error.
 func TestUsageIngest(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		ctx := context.Background()
 		s := servertest.Start(t, d, quietWorkers)
 		admin := s.Admin()

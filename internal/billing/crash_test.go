@@ -93,7 +93,7 @@ func TestKillDuringIngestBurst(t *testing.T) {
 		t.Skip("builds and runs the gpuaas binary")
 	}
 	bin := gpuaasBinary(t)
-	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		ctx := context.Background()
 		dbURL := storetest.URL(t, d)
 		s := servertest.Start(t, d, quietWorkers, func(c *config.Config) { c.DatabaseURL = dbURL })

@@ -21,6 +21,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
 
 // insertUsage stores usage records as they are, bypassing ingest's bounds:
@@ -71,7 +72,7 @@ func metricsText(t *testing.T, s *servertest.Server) string {
 // operators see it in the unrated-usage read and in /metrics, next to a
 // record that waits for a price.
 func TestRatingParksPoisonRecords(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		ctx := context.Background()
 		s := servertest.Start(t, d, quietWorkers)
 		admin := s.Admin()
@@ -124,7 +125,7 @@ func TestRatingParksPoisonRecords(t *testing.T) {
 // accepted on its own) leave the ledger, the costs and the budget readable,
 // with exact totals; so do usage totals past 2^63.
 func TestLedgerSumsBeyond64Bits(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		ctx := context.Background()
 		s := servertest.Start(t, d, quietWorkers)
 		admin := s.Admin()
@@ -197,7 +198,7 @@ func TestLedgerSumsBeyond64Bits(t *testing.T) {
 // with the whole second in which a price was created is rated at that
 // price, which records who created it.
 func TestUsageWindowAndPriceEffectivity(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		ctx := context.Background()
 		clk := newClock()
 		s := servertest.Start(t, d, quietWorkers, servertest.WithClock(clk))
@@ -256,7 +257,7 @@ func TestUsageWindowAndPriceEffectivity(t *testing.T) {
 // events in different orders all succeed, and every event is stored once
 // (PostgreSQL deadlocked on these before inserts were key-ordered).
 func TestOverlappingUsageBatches(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		s := servertest.Start(t, d, quietWorkers)
 		admin := s.Admin()
 		pid := s.Creds.ProjectID
@@ -305,7 +306,7 @@ func TestOverlappingUsageBatches(t *testing.T) {
 // 2.6 MB event over the bus's message limit: it emits one
 // billing.usage.recorded event per 100 new records, each small.
 func TestLargeUsagePostEmitsBoundedEvents(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, d store.Dialect) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		s := servertest.Start(t, d, quietWorkers)
 		admin := s.Admin()
 		pid := s.Creds.ProjectID

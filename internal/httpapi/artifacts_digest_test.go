@@ -21,9 +21,7 @@ import (
 // rewritten by another version's intent; revoking one record revokes the
 // digest for every record, every future registration and every credential.
 func TestArtifactDigestTruth(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) { testArtifactDigestTruth(t, d) })
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testArtifactDigestTruth(t, d) })
 }
 
 func testArtifactDigestTruth(t *testing.T, d store.Dialect) {

@@ -48,9 +48,7 @@ func wrapToken(r *servertest.Response) string {
 // The whole OCI publish path through the real embedded registry on the
 // server's own listener, with a real OCI client.
 func TestArtifactOCILifecycle(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) { testArtifactOCILifecycle(t, d) })
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testArtifactOCILifecycle(t, d) })
 }
 
 func testArtifactOCILifecycle(t *testing.T, d store.Dialect) {
@@ -279,64 +277,62 @@ func testArtifactOCILifecycle(t *testing.T, d store.Dialect) {
 // A blob goes up in chunks through the API, is registered with its digest
 // checked, and comes back byte for byte.
 func TestArtifactBlobRoundTrip(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) {
-			s := servertest.Start(t, d)
-			admin := s.Admin()
-			pid := s.Creds.ProjectID
-			base := "/api/v1/projects/" + pid + "/app-artifacts"
-			pi := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": "demo", "app_version": "2.0.0",
-				"artifact_name": "weights", "artifact_kind": "blob", "source_type": "artifact_store"}).Want(t, 201)
-			uri := pi.String("source_uri")
-			if uri != "artifact_store://projects/"+pid+"/artifacts/demo/2.0.0/weights" || pi.String("upload_path") == "" {
-				t.Fatalf("blob intent: %s", pi.Body)
-			}
-			up := pi.String("upload_url")
-			data := bytes.Repeat([]byte("gpuaas-blob-"), 50000)
-			sum := sha256.Sum256(data)
-			digest := "sha256:" + hex.EncodeToString(sum[:])
-			half := len(data) / 2
-			admin.Do("PATCH", up, data[:half], "Upload-Offset", "0").Want(t, 200)
-			st := admin.Do("GET", up, nil).Want(t, 200)
-			if int(st.JSON["offset"].(float64)) != half || st.Header.Get("Upload-Offset") != strconv.Itoa(half) {
-				t.Fatalf("status: %s", st.Body)
-			}
-			if r := admin.Do("PATCH", up, data[half:], "Upload-Offset", "1"); r.Status != 409 {
-				t.Fatalf("wrong offset: %d %s", r.Status, r.Body)
-			}
-			// Registration before the commit finds nothing.
-			regBody := map[string]any{"app_slug": "demo", "app_version": "2.0.0", "artifact_name": "weights", "artifact_kind": "blob",
-				"source_type": "artifact_store", "source_uri": uri, "digest": digest}
-			if r := admin.Do("POST", base, regBody); r.Status != 422 || r.ErrorCode() != "object_not_found" {
-				t.Fatalf("register before upload: %d %s", r.Status, r.Body)
-			}
-			admin.Do("PUT", up+"?digest="+digest, data[half:], "Content-Range", fmt.Sprintf("bytes %d-%d/%d", half, len(data)-1, len(data))).Want(t, 201)
-			wrong := map[string]any{}
-			for k, v := range regBody {
-				wrong[k] = v
-			}
-			wrong["digest"] = "sha256:" + strings.Repeat("0", 64)
-			if r := admin.Do("POST", base, wrong); r.Status != 422 || r.ErrorCode() != "digest_mismatch" {
-				t.Fatalf("wrong digest: %d %s", r.Status, r.Body)
-			}
-			wrong["digest"], wrong["source_uri"] = digest, "artifact_store://projects/"+pid+"/artifacts/demo/2.0.0/other"
-			admin.Do("POST", base, wrong).Want(t, 422)
-			art := admin.Do("POST", base, regBody).Want(t, 201)
-			id := art.String("id")
-			got := admin.Do("GET", base+"/"+id+"/content", nil).Want(t, 200)
-			if !bytes.Equal(got.Body, data) || got.Header.Get("Docker-Content-Digest") != digest {
-				t.Fatalf("round trip: %d bytes, digest header %q", len(got.Body), got.Header.Get("Docker-Content-Digest"))
-			}
-			v := admin.Do("POST", base+"/"+id+"/verify", nil).Want(t, 200)
-			if v.String("trust_state") != "verified" {
-				t.Fatalf("blob verify: %s", v.Body)
-			}
-			pull := admin.Do("POST", base+"/"+id+"/pull-intents", nil).Want(t, 201)
-			if pull.String("download_url") == "" {
-				t.Fatalf("blob pull intent: %s", pull.Body)
-			}
-		})
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		s := servertest.Start(t, d)
+		admin := s.Admin()
+		pid := s.Creds.ProjectID
+		base := "/api/v1/projects/" + pid + "/app-artifacts"
+		pi := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": "demo", "app_version": "2.0.0",
+			"artifact_name": "weights", "artifact_kind": "blob", "source_type": "artifact_store"}).Want(t, 201)
+		uri := pi.String("source_uri")
+		if uri != "artifact_store://projects/"+pid+"/artifacts/demo/2.0.0/weights" || pi.String("upload_path") == "" {
+			t.Fatalf("blob intent: %s", pi.Body)
+		}
+		up := pi.String("upload_url")
+		data := bytes.Repeat([]byte("gpuaas-blob-"), 50000)
+		sum := sha256.Sum256(data)
+		digest := "sha256:" + hex.EncodeToString(sum[:])
+		half := len(data) / 2
+		admin.Do("PATCH", up, data[:half], "Upload-Offset", "0").Want(t, 200)
+		st := admin.Do("GET", up, nil).Want(t, 200)
+		if int(st.JSON["offset"].(float64)) != half || st.Header.Get("Upload-Offset") != strconv.Itoa(half) {
+			t.Fatalf("status: %s", st.Body)
+		}
+		if r := admin.Do("PATCH", up, data[half:], "Upload-Offset", "1"); r.Status != 409 {
+			t.Fatalf("wrong offset: %d %s", r.Status, r.Body)
+		}
+		// Registration before the commit finds nothing.
+		regBody := map[string]any{"app_slug": "demo", "app_version": "2.0.0", "artifact_name": "weights", "artifact_kind": "blob",
+			"source_type": "artifact_store", "source_uri": uri, "digest": digest}
+		if r := admin.Do("POST", base, regBody); r.Status != 422 || r.ErrorCode() != "object_not_found" {
+			t.Fatalf("register before upload: %d %s", r.Status, r.Body)
+		}
+		admin.Do("PUT", up+"?digest="+digest, data[half:], "Content-Range", fmt.Sprintf("bytes %d-%d/%d", half, len(data)-1, len(data))).Want(t, 201)
+		wrong := map[string]any{}
+		for k, v := range regBody {
+			wrong[k] = v
+		}
+		wrong["digest"] = "sha256:" + strings.Repeat("0", 64)
+		if r := admin.Do("POST", base, wrong); r.Status != 422 || r.ErrorCode() != "digest_mismatch" {
+			t.Fatalf("wrong digest: %d %s", r.Status, r.Body)
+		}
+		wrong["digest"], wrong["source_uri"] = digest, "artifact_store://projects/"+pid+"/artifacts/demo/2.0.0/other"
+		admin.Do("POST", base, wrong).Want(t, 422)
+		art := admin.Do("POST", base, regBody).Want(t, 201)
+		id := art.String("id")
+		got := admin.Do("GET", base+"/"+id+"/content", nil).Want(t, 200)
+		if !bytes.Equal(got.Body, data) || got.Header.Get("Docker-Content-Digest") != digest {
+			t.Fatalf("round trip: %d bytes, digest header %q", len(got.Body), got.Header.Get("Docker-Content-Digest"))
+		}
+		v := admin.Do("POST", base+"/"+id+"/verify", nil).Want(t, 200)
+		if v.String("trust_state") != "verified" {
+			t.Fatalf("blob verify: %s", v.Body)
+		}
+		pull := admin.Do("POST", base+"/"+id+"/pull-intents", nil).Want(t, 201)
+		if pull.String("download_url") == "" {
+			t.Fatalf("blob pull intent: %s", pull.Body)
+		}
+	})
 }
 
 // patternReader yields n deterministic pseudo-random bytes without holding them.

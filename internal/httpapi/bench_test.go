@@ -40,65 +40,61 @@ func rawDo(b *testing.B, c *http.Client, method, url, token string, body []byte)
 // BenchmarkAuthenticatedWrite: create a project (token check, policy,
 // one transaction with its audit row).
 func BenchmarkAuthenticatedWrite(b *testing.B) {
-	for _, d := range storetest.Dialects {
-		b.Run(string(d), func(b *testing.B) {
-			s := servertest.Start(b, d)
-			tok := s.Admin().Token
-			hc := &http.Client{}
-			url := s.URL + "/api/v1/orgs/" + s.Creds.OrgID + "/projects"
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				rawDo(b, hc, "POST", url, tok, []byte(fmt.Sprintf(`{"slug":"bench-%d","name":"Bench"}`, i)))
-			}
-		})
-	}
+	storetest.EachDialect(b, func(b *testing.B, d store.Dialect) {
+		s := servertest.Start(b, d)
+		tok := s.Admin().Token
+		hc := &http.Client{}
+		url := s.URL + "/api/v1/orgs/" + s.Creds.OrgID + "/projects"
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			rawDo(b, hc, "POST", url, tok, []byte(fmt.Sprintf(`{"slug":"bench-%d","name":"Bench"}`, i)))
+		}
+	})
 }
 
 // BenchmarkList10k: read all 10,000 projects of an org, 500 per page.
 func BenchmarkList10k(b *testing.B) {
-	for _, d := range storetest.Dialects {
-		b.Run(string(d), func(b *testing.B) {
-			s := servertest.Start(b, d)
-			tok := s.Admin().Token
-			ctx := context.Background()
-			err := s.DB.InTx(ctx, func(q *store.Queries) error {
-				for i := 0; i < 10_000; i++ {
-					if err := q.CreateProject(ctx, iam.Project{ID: iam.NewID(), OrgID: s.Creds.OrgID, Slug: fmt.Sprintf("p-%05d", i), Name: "P", CreatedAt: time.Now()}); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			hc := &http.Client{}
-			base := s.URL + "/api/v1/orgs/" + s.Creds.OrgID + "/projects?limit=500"
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				n, cursor := 0, ""
-				for {
-					url := base
-					if cursor != "" {
-						url += "&cursor=" + cursor
-					}
-					var page struct {
-						Items      []json.RawMessage `json:"items"`
-						NextCursor string            `json:"next_cursor"`
-					}
-					if err := json.Unmarshal(rawDo(b, hc, "GET", url, tok, nil), &page); err != nil {
-						b.Fatal(err)
-					}
-					n += len(page.Items)
-					if page.NextCursor == "" {
-						break
-					}
-					cursor = page.NextCursor
-				}
-				if n != 10_001 { // plus the seeded dev project
-					b.Fatalf("listed %d rows", n)
+	storetest.EachDialect(b, func(b *testing.B, d store.Dialect) {
+		s := servertest.Start(b, d)
+		tok := s.Admin().Token
+		ctx := context.Background()
+		err := s.DB.InTx(ctx, func(q *store.Queries) error {
+			for i := 0; i < 10_000; i++ {
+				if err := q.CreateProject(ctx, iam.Project{ID: iam.NewID(), OrgID: s.Creds.OrgID, Slug: fmt.Sprintf("p-%05d", i), Name: "P", CreatedAt: time.Now()}); err != nil {
+					return err
 				}
 			}
+			return nil
 		})
-	}
+		if err != nil {
+			b.Fatal(err)
+		}
+		hc := &http.Client{}
+		base := s.URL + "/api/v1/orgs/" + s.Creds.OrgID + "/projects?limit=500"
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			n, cursor := 0, ""
+			for {
+				url := base
+				if cursor != "" {
+					url += "&cursor=" + cursor
+				}
+				var page struct {
+					Items      []json.RawMessage `json:"items"`
+					NextCursor string            `json:"next_cursor"`
+				}
+				if err := json.Unmarshal(rawDo(b, hc, "GET", url, tok, nil), &page); err != nil {
+					b.Fatal(err)
+				}
+				n += len(page.Items)
+				if page.NextCursor == "" {
+					break
+				}
+				cursor = page.NextCursor
+			}
+			if n != 10_001 { // plus the seeded dev project
+				b.Fatalf("listed %d rows", n)
+			}
+		}
+	})
 }

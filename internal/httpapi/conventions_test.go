@@ -14,9 +14,7 @@ import (
 )
 
 func forEachDialect(t *testing.T, fn func(t *testing.T, s *servertest.Server)) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) { fn(t, servertest.Start(t, d)) })
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { fn(t, servertest.Start(t, d)) })
 }
 
 func auditCount(t *testing.T, s *servertest.Server) int {

@@ -58,9 +58,7 @@ func pollOp(b *testing.B, hc *http.Client, url, token string) string {
 // of a launch (add the engine's container start and readiness, measured by
 // BenchmarkDockerRunBaseline, for the whole).
 func BenchmarkInstanceControlPlane(b *testing.B) {
-	for _, d := range storetest.Dialects {
-		b.Run(string(d), func(b *testing.B) { benchInstanceControlPlane(b, d) })
-	}
+	storetest.EachDialect(b, func(b *testing.B, d store.Dialect) { benchInstanceControlPlane(b, d) })
 }
 
 func benchInstanceControlPlane(b *testing.B, d store.Dialect) {

@@ -319,9 +319,7 @@ func waitOp(t *testing.T, c *servertest.Client, pid, opID string) *servertest.Re
 // reverts by itself, rollback, decommission; the timeline and the event
 // stream carry the seeds' types in order, one correlation id per request.
 func TestInstanceLifecycleAPI(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) { testInstanceLifecycleAPI(t, d) })
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testInstanceLifecycleAPI(t, d) })
 }
 
 func testInstanceLifecycleAPI(t *testing.T, d store.Dialect) {
@@ -636,54 +634,52 @@ func TestInstanceNodeLoss(t *testing.T) {
 // GPUs back — only once the node verified the teardown. The events say so
 // in order.
 func TestAllocationReleaseTearsDownInstances(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) {
-			e := newInstanceEnv(t, d, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 1)
-			gate := make(chan struct{})
-			e.node.serve(t, func(task nodeapi.Task) nodeapi.TaskResult {
-				if task.Kind == nodeapi.KindTeardownVerify {
-					<-gate // the node is slow to tear down
-				}
-				return okResult(task)
-			})
-			cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "released"}).Want(t, 202)
-			id := cr.String("id")
-			waitOp(t, e.bot, e.pid, cr.String("operation_id"))
-
-			rel := e.admin.Do("POST", "/api/v1/admin/allocations/"+e.alloc+"/release", nil).Want(t, 200)
-			if rel.String("state") != "releasing" {
-				t.Fatalf("release of an allocation with a running instance: %s", rel.Body)
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		e := newInstanceEnv(t, d, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 1)
+		gate := make(chan struct{})
+		e.node.serve(t, func(task nodeapi.Task) nodeapi.TaskResult {
+			if task.Kind == nodeapi.KindTeardownVerify {
+				<-gate // the node is slow to tear down
 			}
-			if got := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200); got.String("status") != "decommissioning" || got.String("reason_code") != "allocation_released" {
-				t.Fatalf("instance on a releasing allocation: %s", got.Body)
-			}
-			// Its GPU is still held: nothing else can be placed on the node.
-			if r := e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 1, "sku": "test.1x", "node_id": e.node.id}).Want(t, 409); r.ErrorCode() != "insufficient_capacity" {
-				t.Fatalf("placement on a releasing allocation's GPU: %s", r.Body)
-			}
-			// Asking again changes nothing.
-			if again := e.admin.Do("POST", "/api/v1/admin/allocations/"+e.alloc+"/release", nil).Want(t, 200); again.String("state") != "releasing" {
-				t.Fatalf("second release: %s", again.Body)
-			}
-			close(gate)
-			waitStatus(t, e, id, "decommissioned")
-			if got := e.bot.Do("GET", "/api/v1/projects/"+e.pid+"/allocations/"+e.alloc, nil).Want(t, 200); got.String("state") != "released" || got.String("released_at") == "" {
-				t.Fatalf("after teardown: %s", got.Body)
-			}
-			e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 1, "sku": "test.1x", "node_id": e.node.id}).Want(t, 201)
-			var types []string
-			for deadline := time.Now().Add(20 * time.Second); len(types) < 4 && time.Now().Before(deadline); {
-				types = nil
-				for _, ev := range e.admin.Do("GET", "/api/v1/projects/"+e.pid+"/events?limit=200&type=nodes.allocation.", nil).Want(t, 200).Items() {
-					if ev["subject"] == "allocations/"+e.alloc {
-						types = append(types, ev["type"].(string))
-					}
-				}
-				time.Sleep(50 * time.Millisecond) // events are listed once the relay sequenced them
-			}
-			if want := []string{"nodes.allocation.pending", "nodes.allocation.active", "nodes.allocation.releasing", "nodes.allocation.released"}; !slices.Equal(types, want) {
-				t.Fatalf("allocation events %v, want %v", types, want)
-			}
+			return okResult(task)
 		})
-	}
+		cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "released"}).Want(t, 202)
+		id := cr.String("id")
+		waitOp(t, e.bot, e.pid, cr.String("operation_id"))
+
+		rel := e.admin.Do("POST", "/api/v1/admin/allocations/"+e.alloc+"/release", nil).Want(t, 200)
+		if rel.String("state") != "releasing" {
+			t.Fatalf("release of an allocation with a running instance: %s", rel.Body)
+		}
+		if got := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200); got.String("status") != "decommissioning" || got.String("reason_code") != "allocation_released" {
+			t.Fatalf("instance on a releasing allocation: %s", got.Body)
+		}
+		// Its GPU is still held: nothing else can be placed on the node.
+		if r := e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 1, "sku": "test.1x", "node_id": e.node.id}).Want(t, 409); r.ErrorCode() != "insufficient_capacity" {
+			t.Fatalf("placement on a releasing allocation's GPU: %s", r.Body)
+		}
+		// Asking again changes nothing.
+		if again := e.admin.Do("POST", "/api/v1/admin/allocations/"+e.alloc+"/release", nil).Want(t, 200); again.String("state") != "releasing" {
+			t.Fatalf("second release: %s", again.Body)
+		}
+		close(gate)
+		waitStatus(t, e, id, "decommissioned")
+		if got := e.bot.Do("GET", "/api/v1/projects/"+e.pid+"/allocations/"+e.alloc, nil).Want(t, 200); got.String("state") != "released" || got.String("released_at") == "" {
+			t.Fatalf("after teardown: %s", got.Body)
+		}
+		e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 1, "sku": "test.1x", "node_id": e.node.id}).Want(t, 201)
+		var types []string
+		for deadline := time.Now().Add(20 * time.Second); len(types) < 4 && time.Now().Before(deadline); {
+			types = nil
+			for _, ev := range e.admin.Do("GET", "/api/v1/projects/"+e.pid+"/events?limit=200&type=nodes.allocation.", nil).Want(t, 200).Items() {
+				if ev["subject"] == "allocations/"+e.alloc {
+					types = append(types, ev["type"].(string))
+				}
+			}
+			time.Sleep(50 * time.Millisecond) // events are listed once the relay sequenced them
+		}
+		if want := []string{"nodes.allocation.pending", "nodes.allocation.active", "nodes.allocation.releasing", "nodes.allocation.released"}; !slices.Equal(types, want) {
+			t.Fatalf("allocation events %v, want %v", types, want)
+		}
+	})
 }

@@ -83,26 +83,24 @@ func body(method, pattern, userID string) any {
 // names an org-B id answers exactly as it does for an id that does not
 // exist, and no response carries org B's identifiers.
 func TestOrgMemberSeesNothingOfAnotherOrg(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) {
-			f := newTenancy(t, d)
-			// Roles are read per request, so the token from before the grant
-			// already carries the new role.
-			uid, a := f.s.NewUser(f.admin, "a-admin@example.com")
-			f.admin.Do("POST", "/api/v1/orgs/"+f.orgA+"/members", map[string]string{"user_id": uid, "role": "org_admin"}).Want(t, 201)
-			sa := f.admin.Do("POST", "/api/v1/projects/"+f.projA+"/service-accounts",
-				map[string]any{"name": "bot", "slug": "bot", "roles": []string{"project_admin"}}).Want(t, 201)
-			key := client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
-				PrivateKeyPEM: sa.String("private_key_pem"), TokenURL: sa.String("token_url")}
-			bot := f.s.AsServiceAccount(key)
-			for _, who := range []struct {
-				name string
-				c    *servertest.Client
-			}{{"org_admin", a}, {"service_account", bot}} {
-				t.Run(who.name, func(t *testing.T) { sweepOtherOrg(t, f, who.c, uid) })
-			}
-		})
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		f := newTenancy(t, d)
+		// Roles are read per request, so the token from before the grant
+		// already carries the new role.
+		uid, a := f.s.NewUser(f.admin, "a-admin@example.com")
+		f.admin.Do("POST", "/api/v1/orgs/"+f.orgA+"/members", map[string]string{"user_id": uid, "role": "org_admin"}).Want(t, 201)
+		sa := f.admin.Do("POST", "/api/v1/projects/"+f.projA+"/service-accounts",
+			map[string]any{"name": "bot", "slug": "bot", "roles": []string{"project_admin"}}).Want(t, 201)
+		key := client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
+			PrivateKeyPEM: sa.String("private_key_pem"), TokenURL: sa.String("token_url")}
+		bot := f.s.AsServiceAccount(key)
+		for _, who := range []struct {
+			name string
+			c    *servertest.Client
+		}{{"org_admin", a}, {"service_account", bot}} {
+			t.Run(who.name, func(t *testing.T) { sweepOtherOrg(t, f, who.c, uid) })
+		}
+	})
 }
 
 func sweepOtherOrg(t *testing.T, f tenancyFixture, a *servertest.Client, uid string) {
@@ -140,34 +138,32 @@ func sweepOtherOrg(t *testing.T, f tenancyFixture, a *servertest.Client, uid str
 
 // A project viewer can read its project but change nothing anywhere.
 func TestProjectViewerCannotChangeAnything(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) {
-			f := newTenancy(t, d)
-			uid, v := f.s.NewUser(f.admin, "viewer@example.com")
-			f.admin.Do("POST", "/api/v1/projects/"+f.projA+"/members", map[string]string{"user_id": uid, "role": "project_viewer"}).Want(t, 201)
-			v.Do("GET", "/api/v1/projects/"+f.projA, nil).Want(t, 200)
-			before := successAudits(t, f.s)
-			for _, rt := range f.s.App.API.Routes() {
-				if rt.Public || rt.Method == http.MethodGet {
-					continue
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		f := newTenancy(t, d)
+		uid, v := f.s.NewUser(f.admin, "viewer@example.com")
+		f.admin.Do("POST", "/api/v1/projects/"+f.projA+"/members", map[string]string{"user_id": uid, "role": "project_viewer"}).Want(t, 201)
+		v.Do("GET", "/api/v1/projects/"+f.projA, nil).Want(t, 200)
+		before := successAudits(t, f.s)
+		for _, rt := range f.s.App.API.Routes() {
+			if rt.Public || rt.Method == http.MethodGet {
+				continue
+			}
+			t.Run(rt.Method+" "+rt.Path, func(t *testing.T) {
+				r := v.Do(rt.Method, fill(rt.Path, map[string]string{"org_id": f.orgA, "project_id": f.projA}), body(rt.Method, rt.Path, uid))
+				if r.Status < 400 {
+					t.Fatalf("viewer changed something: %d %s", r.Status, r.Body)
 				}
-				t.Run(rt.Method+" "+rt.Path, func(t *testing.T) {
-					r := v.Do(rt.Method, fill(rt.Path, map[string]string{"org_id": f.orgA, "project_id": f.projA}), body(rt.Method, rt.Path, uid))
-					if r.Status < 400 {
-						t.Fatalf("viewer changed something: %d %s", r.Status, r.Body)
-					}
-				})
-			}
-			if after := successAudits(t, f.s); after != before {
-				t.Fatalf("viewer's attempts wrote %d success audit rows", after-before)
-			}
-			// The refused privileged attempts are audited as denied.
-			evs, _, err := f.s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{ActorID: uid, Outcome: "denied"}, store.Page{Limit: 500})
-			if err != nil || len(evs) == 0 {
-				t.Fatalf("no denied audit rows for the viewer (%v)", err)
-			}
-		})
-	}
+			})
+		}
+		if after := successAudits(t, f.s); after != before {
+			t.Fatalf("viewer's attempts wrote %d success audit rows", after-before)
+		}
+		// The refused privileged attempts are audited as denied.
+		evs, _, err := f.s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{ActorID: uid, Outcome: "denied"}, store.Page{Limit: 500})
+		if err != nil || len(evs) == 0 {
+			t.Fatalf("no denied audit rows for the viewer (%v)", err)
+		}
+	})
 }
 
 func successAudits(t *testing.T, s *servertest.Server) int {

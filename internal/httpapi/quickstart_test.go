@@ -21,9 +21,7 @@ import (
 // publish the version until its artifact is active and verified; after
 // entitlement the service account previews a launch.
 func TestQuickstartWalk(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) { testQuickstartWalk(t, d) })
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testQuickstartWalk(t, d) })
 }
 
 func testQuickstartWalk(t *testing.T, d store.Dialect) {

@@ -21,9 +21,7 @@ import (
 // the ledger, the catalog or artifacts, and no pull credentials. Every
 // route is swept with the project's real ids and the other instance's id.
 func TestInstanceIdentityIsLeastPrivilege(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) { testInstanceIdentityIsLeastPrivilege(t, d) })
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testInstanceIdentityIsLeastPrivilege(t, d) })
 }
 
 func testInstanceIdentityIsLeastPrivilege(t *testing.T, d store.Dialect) {

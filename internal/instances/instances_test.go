@@ -259,9 +259,7 @@ func fieldCode(t *testing.T, err error) (string, string) {
 }
 
 func TestLifecycle(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) { testLifecycle(t, d) })
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testLifecycle(t, d) })
 }
 
 func testLifecycle(t *testing.T, d store.Dialect) {
@@ -602,9 +600,7 @@ func TestNodeLossAndReturn(t *testing.T) {
 // pinned has failed the step: create fails with digest_mismatch, and an
 // upgrade whose node runs the wrong image reverts to the version before.
 func TestNodeReportedDigestIsChecked(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) { testNodeReportedDigestIsChecked(t, d) })
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testNodeReportedDigestIsChecked(t, d) })
 }
 
 func testNodeReportedDigestIsChecked(t *testing.T, d store.Dialect) {

@@ -103,39 +103,37 @@ func BenchmarkRawCommit(b *testing.B) {
 // (one beat every TTL/3 = 3.33 s each: 300 beats/s). The client runs in the
 // same process, so the figure is an upper bound for the server alone.
 func BenchmarkHeartbeat(b *testing.B) {
-	for _, d := range storetest.Dialects {
-		b.Run(string(d), func(b *testing.B) {
-			s := servertest.Start(b, d)
-			ids := seedNodes(b, s.DB, 1000, 8)
-			clients := make([]*servertest.Client, len(ids))
-			for i, id := range ids {
-				tok, err := s.App.Tokens.Issue(principal.Principal{Type: principal.Node, ID: id}, "")
-				if err != nil {
-					b.Fatal(err)
-				}
-				clients[i] = s.As(tok.AccessToken)
+	storetest.EachDialect(b, func(b *testing.B, d store.Dialect) {
+		s := servertest.Start(b, d)
+		ids := seedNodes(b, s.DB, 1000, 8)
+		clients := make([]*servertest.Client, len(ids))
+		for i, id := range ids {
+			tok, err := s.App.Tokens.Issue(principal.Principal{Type: principal.Node, ID: id}, "")
+			if err != nil {
+				b.Fatal(err)
 			}
-			wl := []nodeapi.Workload{{ContainerID: "c1", Name: "w1", State: "running"}, {ContainerID: "c2", Name: "w2", State: "running"}}
-			for i, c := range clients { // first beat stores the workloads
-				c.Do("POST", "/api/v1/nodes/"+ids[i]+"/heartbeat", nodeapi.Heartbeat{Workloads: wl}).Want(b, 200)
-			}
-			var next atomic.Int64
-			cpu0 := cpuTime()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					i := int(next.Add(1)) % len(ids)
-					if r := clients[i].Do("POST", "/api/v1/nodes/"+ids[i]+"/heartbeat", nodeapi.Heartbeat{Workloads: wl}); r.Status != 200 {
-						b.Errorf("beat: %d %s", r.Status, r.Body)
-					}
+			clients[i] = s.As(tok.AccessToken)
+		}
+		wl := []nodeapi.Workload{{ContainerID: "c1", Name: "w1", State: "running"}, {ContainerID: "c2", Name: "w2", State: "running"}}
+		for i, c := range clients { // first beat stores the workloads
+			c.Do("POST", "/api/v1/nodes/"+ids[i]+"/heartbeat", nodeapi.Heartbeat{Workloads: wl}).Want(b, 200)
+		}
+		var next atomic.Int64
+		cpu0 := cpuTime()
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				i := int(next.Add(1)) % len(ids)
+				if r := clients[i].Do("POST", "/api/v1/nodes/"+ids[i]+"/heartbeat", nodeapi.Heartbeat{Workloads: wl}); r.Status != 200 {
+					b.Errorf("beat: %d %s", r.Status, r.Body)
 				}
-			})
-			b.StopTimer()
-			perBeat := (cpuTime() - cpu0).Seconds() / float64(b.N)
-			b.ReportMetric(perBeat*1e6, "cpu-µs/beat")
-			b.ReportMetric(perBeat*1000/(nodes.DefaultHeartbeatTTL.Seconds()/3), "cpu-s/s@1000agents")
+			}
 		})
-	}
+		b.StopTimer()
+		perBeat := (cpuTime() - cpu0).Seconds() / float64(b.N)
+		b.ReportMetric(perBeat*1e6, "cpu-µs/beat")
+		b.ReportMetric(perBeat*1000/(nodes.DefaultHeartbeatTTL.Seconds()/3), "cpu-s/s@1000agents")
+	})
 }
 
 func cpuTime() time.Duration {

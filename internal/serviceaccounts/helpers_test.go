@@ -50,9 +50,7 @@ func start(t *testing.T, d store.Dialect) *env {
 }
 
 func forEachDialect(t *testing.T, fn func(t *testing.T, e *env)) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) { fn(t, start(t, d)) })
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { fn(t, start(t, d)) })
 }
 
 func (e *env) remember(secrets ...string) {

@@ -390,25 +390,23 @@ func testSchemaVersion(t *testing.T, db *store.DB) {
 }
 
 func TestRefusesNewerSchema(t *testing.T) {
-	for _, d := range storetest.Dialects {
-		t.Run(string(d), func(t *testing.T) {
-			ctx := context.Background()
-			db := storetest.Open(t, d)
-			latest := store.LatestVersion(d)
-			if err := db.InTx(ctx, func(q *store.Queries) error {
-				return store.ForceSchemaVersionForTest(ctx, q, latest+1)
-			}); err != nil {
-				t.Fatal(err)
-			}
-			var tooNew store.ErrSchemaTooNew
-			if err := db.CheckSchema(ctx); !errors.As(err, &tooNew) {
-				t.Fatalf("CheckSchema = %v, want ErrSchemaTooNew", err)
-			}
-			if _, err := db.Migrate(ctx); !errors.As(err, &tooNew) {
-				t.Fatalf("Migrate = %v, want ErrSchemaTooNew", err)
-			}
-		})
-	}
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		db := storetest.Open(t, d)
+		latest := store.LatestVersion(d)
+		if err := db.InTx(ctx, func(q *store.Queries) error {
+			return store.ForceSchemaVersionForTest(ctx, q, latest+1)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var tooNew store.ErrSchemaTooNew
+		if err := db.CheckSchema(ctx); !errors.As(err, &tooNew) {
+			t.Fatalf("CheckSchema = %v, want ErrSchemaTooNew", err)
+		}
+		if _, err := db.Migrate(ctx); !errors.As(err, &tooNew) {
+			t.Fatalf("Migrate = %v, want ErrSchemaTooNew", err)
+		}
+	})
 }
 
 // Every OnEventsCommitted registration runs: a second one does not replace

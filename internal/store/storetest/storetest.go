@@ -86,13 +86,17 @@ func PostgresURL(t testing.TB) string {
 	return u
 }
 
-// ForEachDialect runs fn as a subtest per dialect.
-func ForEachDialect(t *testing.T, fn func(t *testing.T, db *store.DB)) {
+// EachDialect runs fn as a subtest (a sub-benchmark for a *testing.B) per
+// dialect: the one loop every test of both databases goes through.
+func EachDialect[T interface{ Run(string, func(T)) bool }](t T, fn func(t T, d store.Dialect)) {
 	for _, d := range Dialects {
-		t.Run(string(d), func(t *testing.T) {
-			fn(t, Open(t, d))
-		})
+		t.Run(string(d), func(t T) { fn(t, d) })
 	}
+}
+
+// ForEachDialect runs fn per dialect with a fresh, migrated database.
+func ForEachDialect(t *testing.T, fn func(t *testing.T, db *store.DB)) {
+	EachDialect(t, func(t *testing.T, d store.Dialect) { fn(t, Open(t, d)) })
 }
 
 func randHex(n int) string {
