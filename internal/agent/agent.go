@@ -64,6 +64,9 @@ type Config struct {
 	ResultsKept     int
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// NVIDIA reads the NVIDIA driver and GPUs for the inventory
+	// (inventory.ReadNVIDIA, nvidia-smi from PATH, when nil).
+	NVIDIA func(context.Context) (inventory.NVIDIA, error)
 }
 
 // DefaultImagePruneGrace is how long a pulled image no container uses stays.
@@ -253,7 +256,7 @@ func (a *Agent) Heartbeats() *worker.Periodic { return a.beat }
 
 func (a *Agent) inventory(ctx context.Context) nodeapi.Inventory {
 	return inventory.Collect(ctx, inventory.Options{DiskPath: a.cfg.DataDir, AgentVersion: a.cfg.Version, Address: a.cfg.AdvertiseAddress,
-		Engine: func(ctx context.Context) (inventory.Engine, error) {
+		NVIDIA: a.cfg.NVIDIA, Engine: func(ctx context.Context) (inventory.Engine, error) {
 			e, err := a.drv.Engine(ctx)
 			return inventory.Engine{Version: e.Version, APIVersion: e.APIVersion, Runtimes: e.Runtimes}, err
 		}})
