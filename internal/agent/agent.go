@@ -64,6 +64,9 @@ type Config struct {
 	ResultsKept     int
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+	// NVIDIA reads the NVIDIA driver and GPUs for the inventory
+	// (inventory.ReadNVIDIA, nvidia-smi from PATH, when nil).
+	NVIDIA func(context.Context) (inventory.NVIDIA, error)
 }
 
 // DefaultImagePruneGrace is how long a pulled image no container uses stays.
@@ -86,8 +89,9 @@ type Agent struct {
 	tok     *tokens
 	drv     driver.Driver
 	results results
-	started results  // tasks begun: their containers are not orphans
-	lock    *os.File // the data dir's lock, held while the agent lives
+	started results         // tasks begun: their containers are not orphans
+	conns   *http.Transport // the agent's own connections, closed at Stop
+	lock    *os.File        // the data dir's lock, held while the agent lives
 
 	mu        sync.Mutex
 	invDigest string // digest the server holds
@@ -164,9 +168,10 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), results: results{filepath.Join(dir, "tasks")},
 		started: results{filepath.Join(dir, "started")}, lock: lock, interval: 10 * time.Second, joined: make(chan struct{})}
+	a.conns = http.DefaultTransport.(*http.Transport).Clone()
 	a.api = client.New(cfg.Server, "")
 	a.api.UserAgent = "gpuaas-agent/" + cfg.Version
-	a.api.HTTP = &http.Client{Timeout: time.Duration(cfg.PollWait+30) * time.Second}
+	a.api.HTTP = &http.Client{Timeout: time.Duration(cfg.PollWait+30) * time.Second, Transport: a.conns}
 	newDriver := cfg.Driver
 	if newDriver == nil {
 		newDriver = engine.New
@@ -217,7 +222,9 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	id.priv = priv
 	a.id = id
-	a.tok = &tokens{api: client.New(a.cfg.Server, ""), id: &a.id}
+	tokAPI := client.New(a.cfg.Server, "")
+	tokAPI.HTTP.Transport = a.conns
+	a.tok = &tokens{api: tokAPI, id: &a.id}
 	a.drv.SetNodeID(id.NodeID)
 	a.beat = &worker.Periodic{Name: "agent-heartbeat", Interval: time.Second, Timeout: 30 * time.Second, Logger: a.log, Run: a.heartbeat}
 	a.poll = &worker.Periodic{Name: "agent-tasks", Interval: 10 * time.Millisecond, Jitter: 0.5, Timeout: 24 * time.Hour, Logger: a.log, Run: a.pollOnce}
@@ -229,14 +236,20 @@ func (a *Agent) Start(ctx context.Context) error {
 }
 
 // Stop ends the loops and the tasks in flight (their leases run out and
-// the server delivers them again) and releases the data dir; running
-// workloads keep running. Call it after a failed Start too.
+// the server delivers them again), closes the agent's connections and
+// releases the data dir; running workloads keep running. Call it after a
+// failed Start too.
 func (a *Agent) Stop() {
 	a.group.Stop()
 	if a.stopTasks != nil {
 		a.stopTasks()
 		a.tasks.Wait()
 	}
+	// Its concurrent requests (beats, polls, results) can leave a
+	// connection dialled and never used, which a server counts busy for 5
+	// seconds in its graceful shutdown: close the idle ones, and (no
+	// request follows) those whose dial completes later.
+	a.conns.CloseIdleConnections()
 	if a.drv != nil {
 		a.drv.Close()
 		a.drv = nil
@@ -253,7 +266,7 @@ func (a *Agent) Heartbeats() *worker.Periodic { return a.beat }
 
 func (a *Agent) inventory(ctx context.Context) nodeapi.Inventory {
 	return inventory.Collect(ctx, inventory.Options{DiskPath: a.cfg.DataDir, AgentVersion: a.cfg.Version, Address: a.cfg.AdvertiseAddress,
-		Engine: func(ctx context.Context) (inventory.Engine, error) {
+		NVIDIA: a.cfg.NVIDIA, Engine: func(ctx context.Context) (inventory.Engine, error) {
 			e, err := a.drv.Engine(ctx)
 			return inventory.Engine{Version: e.Version, APIVersion: e.APIVersion, Runtimes: e.Runtimes}, err
 		}})

@@ -107,6 +107,10 @@ func (e *instanceEnv) publishArtifact(t testing.TB, slug, v, artifactName string
 	if err := remote.Write(ref, img, creds.opts(ctx)...); err != nil {
 		t.Fatalf("push: %v", err)
 	}
+	// The push's parallel uploads can leave a connection dialled and never
+	// used; the server counts such a new connection as busy for 5 seconds
+	// and its graceful shutdown at cleanup waits for it.
+	remote.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	dg, _ := img.Digest()
 	mt, _ := img.MediaType()
 	art := e.bot.Do("POST", e.path("/app-artifacts"), map[string]any{"app_slug": slug, "app_version": v, "artifact_name": artifactName,

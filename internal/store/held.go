@@ -39,8 +39,13 @@ func (q *Queries) execHeld(ctx context.Context, query string, args ...any) error
 }
 
 // sendHeld sends the held inserts, if any. The first error is kept: the
-// transaction cannot go on after it.
+// transaction cannot go on after it. Queries that hold nothing (outside a
+// PostgreSQL transaction) write nothing here: one of them may be shared by
+// concurrent requests (iam's token check keeps one).
 func (q *Queries) sendHeld(ctx context.Context) error {
+	if !q.hold {
+		return nil
+	}
 	if q.heldErr != nil {
 		return q.heldErr
 	}

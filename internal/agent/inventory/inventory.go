@@ -30,6 +30,9 @@ type Options struct {
 	AgentVersion string
 	Address      string
 	Engine       func(ctx context.Context) (Engine, error) // nil: no engine
+	// NVIDIA reads the driver and its GPUs (ReadNVIDIA, nvidia-smi from
+	// PATH, when nil).
+	NVIDIA func(ctx context.Context) (NVIDIA, error)
 }
 
 // Collect reads the inventory. Missing parts (no engine, no nvidia-smi)
@@ -58,7 +61,11 @@ func Collect(ctx context.Context, o Options) nodeapi.Inventory {
 			}
 		}
 	}
-	if n, err := ReadNVIDIA(ctx); err == nil {
+	readNVIDIA := o.NVIDIA
+	if readNVIDIA == nil {
+		readNVIDIA = ReadNVIDIA
+	}
+	if n, err := readNVIDIA(ctx); err == nil {
 		inv.NVIDIADriver, inv.CUDAVersion, inv.GPUs = n.Driver, n.CUDA, n.GPUs
 	}
 	return inv

@@ -81,6 +81,17 @@ func TestCollectWithoutNvidiaSMI(t *testing.T) {
 	}
 }
 
+// An injected reader replaces nvidia-smi (in-process test agents).
+func TestCollectWithInjectedNVIDIA(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	inv := inventory.Collect(context.Background(), inventory.Options{NVIDIA: func(context.Context) (inventory.NVIDIA, error) {
+		return inventory.NVIDIA{Driver: "580.159.04", CUDA: "13.0", GPUs: []nodeapi.GPU{wantGPU}}, nil
+	}})
+	if len(inv.GPUs) != 1 || inv.GPUs[0] != wantGPU || inv.NVIDIADriver != "580.159.04" || inv.CUDAVersion != "13.0" {
+		t.Fatalf("inventory %+v", inv)
+	}
+}
+
 func FuzzParseSMIXML(f *testing.F) {
 	f.Add(read(f, "nvidia-smi-q.xml"))
 	f.Add([]byte("<nvidia_smi_log><gpu><fb_memory_usage><total>x MiB</total></fb_memory_usage></gpu></nvidia_smi_log>"))
