@@ -15,9 +15,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/instances"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -132,7 +132,7 @@ func newWorkload(t *testing.T, s *servertest.Server, admin *servertest.Client, p
 		for _, e := range timeline {
 			payload, _ := json.Marshal(map[string]string{"status": e.Status})
 			if err := q.InsertInstanceEvent(ctx, instances.InstanceEvent{ID: uuid.Must(uuid.NewV7()).String(), InstanceID: inst.ID,
-				ProjectID: inst.ProjectID, EventType: "apps.instance." + e.Status, Status: e.Status, Payload: payload, OccurredAt: e.At}); err != nil {
+				ProjectID: inst.ProjectID, EventType: "apps.instance." + e.Status, Status: instances.InstanceStatus(e.Status), Payload: payload, OccurredAt: e.At}); err != nil {
 				return err
 			}
 		}

@@ -8,11 +8,12 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/agenttest/fleet"
 	"github.com/gpuaas/gpuaas/internal/agent/driver"
 	"github.com/gpuaas/gpuaas/internal/agent/driver/drivertest"
 	"github.com/gpuaas/gpuaas/internal/config"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"

@@ -218,7 +218,7 @@ func (a *API) listInstanceEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	writeJSON(w, http.StatusOK, mapList(es, next, func(e instances.InstanceEvent) instanceEventView {
-		return instanceEventView{ID: e.ID, AppInstanceID: e.InstanceID, EventType: e.EventType, Status: e.Status, OperationID: e.OperationID,
+		return instanceEventView{ID: e.ID, AppInstanceID: e.InstanceID, EventType: e.EventType, Status: string(e.Status), OperationID: e.OperationID,
 			CorrelationID: e.CorrelationID, Payload: nullIfEmpty(e.Payload), OccurredAt: rfc3339(e.OccurredAt)}
 	}))
 	return nil

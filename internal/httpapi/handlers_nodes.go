@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/nodes"
 )
 

@@ -3,7 +3,7 @@ package instances
 import (
 	"context"
 
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/storage"
 )
 

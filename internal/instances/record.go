@@ -57,7 +57,7 @@ func (s *Service) record(ctx context.Context, tx Tx, inst AppInstance, op Instan
 		return err
 	}
 	return tx.InsertInstanceEvent(ctx, InstanceEvent{ID: iam.NewID(), InstanceID: inst.ID, ProjectID: inst.ProjectID,
-		EventType: eventType, Status: string(inst.Status), OperationID: op.ID, CorrelationID: d.CorrelationID, Payload: payload,
+		EventType: eventType, Status: inst.Status, OperationID: op.ID, CorrelationID: d.CorrelationID, Payload: payload,
 		OccurredAt: s.Now().UTC()})
 }
 

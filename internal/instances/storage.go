@@ -75,7 +75,7 @@ type InstanceEvent struct {
 	InstanceID    string
 	ProjectID     string
 	EventType     string
-	Status        string
+	Status        InstanceStatus
 	OperationID   string
 	CorrelationID string
 	Payload       []byte

@@ -1,5 +1,5 @@
 // Package runtime renders an app version's runtime profile into the typed
-// node tasks of internal/nodeapi: one container.run for launchable_oci, a
+// node tasks of client/nodeapi: one container.run for launchable_oci, a
 // compose.up built by a platform-owned curated renderer for docker_compose.
 // Everything that reaches a node comes from the server's own data — the
 // version's verified artifacts (by digest), the effective launch values and
@@ -12,9 +12,9 @@ import (
 	"fmt"
 	"strconv"
 
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/manifest"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 )
 
 // IdentityPath is where the workload finds its service-account key file.

@@ -7,8 +7,8 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/manifest"
-	"github.com/gpuaas/gpuaas/internal/nodeapi"
 )
 
 // renderers are the curated Compose renderers, by the name a manifest's

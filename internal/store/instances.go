@@ -198,14 +198,14 @@ const instanceEventCols = `id, instance_id, project_id, event_type, status, oper
 
 func scanInstanceEvent(s interface{ Scan(...any) error }) (instances.InstanceEvent, error) {
 	var e instances.InstanceEvent
-	err := s.Scan(&e.ID, &e.InstanceID, &e.ProjectID, &e.EventType, &e.Status, &e.OperationID, &e.CorrelationID, scanJSON(&e.Payload), scanTime(&e.OccurredAt))
+	err := s.Scan(&e.ID, &e.InstanceID, &e.ProjectID, &e.EventType, (*string)(&e.Status), &e.OperationID, &e.CorrelationID, scanJSON(&e.Payload), scanTime(&e.OccurredAt))
 	return e, err
 }
 
 // InsertInstanceEvent appends to an instance's timeline.
 func (q *Queries) InsertInstanceEvent(ctx context.Context, e instances.InstanceEvent) error {
 	_, err := q.exec(ctx, `INSERT INTO app_instance_events (`+instanceEventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		e.ID, e.InstanceID, e.ProjectID, e.EventType, e.Status, e.OperationID, e.CorrelationID, jsonText(e.Payload), ts(e.OccurredAt))
+		e.ID, e.InstanceID, e.ProjectID, e.EventType, string(e.Status), e.OperationID, e.CorrelationID, jsonText(e.Payload), ts(e.OccurredAt))
 	return err
 }
 
