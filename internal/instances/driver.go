@@ -260,7 +260,7 @@ func workloadName(instanceID string, n int) string {
 
 // teardownThen queues the removal of every workload of the instance not
 // yet removed, then moves to phase.
-func (s *Service) teardownThen(ctx context.Context, inst AppInstance, op InstanceOperation, phase string, status InstanceStatus, description string) error {
+func (s *Service) teardownThen(ctx context.Context, inst AppInstance, op InstanceOperation, phase OperationPhase, status InstanceStatus, description string) error {
 	members, _, err := s.Store.Read().ListInstanceMembers(ctx, inst.ID, storage.Page{Limit: storage.MaxPageLimit})
 	if err != nil {
 		return err
@@ -297,7 +297,7 @@ func (s *Service) profileKind(ctx context.Context, inst AppInstance) string {
 
 // queue enqueues tasks on the instance's node and moves the operation to
 // phase, in one transaction with its audit row (and event, if any).
-func (s *Service) queue(ctx context.Context, inst AppInstance, op InstanceOperation, phase, event string, tasks []runtime.Task, action string) error {
+func (s *Service) queue(ctx context.Context, inst AppInstance, op InstanceOperation, phase OperationPhase, event string, tasks []runtime.Task, action string) error {
 	prevPhase, prevStatus := op.Phase, inst.Status
 	cur, err := s.Store.Read().GetAppInstanceByID(ctx, inst.ID)
 	if err != nil {
@@ -336,7 +336,7 @@ func (s *Service) queue(ctx context.Context, inst AppInstance, op InstanceOperat
 // pull credentials, one run task. A launch that no longer resolves (an
 // artifact revoked since, the allocation gone) fails the operation with its
 // reason instead.
-func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceOperation, version string, status InstanceStatus, event, phase string) error {
+func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceOperation, version string, status InstanceStatus, event string, phase OperationPhase) error {
 	q := s.Store.Read()
 	p, err := q.GetProject(ctx, inst.ProjectID)
 	if err != nil {

@@ -89,17 +89,19 @@ const (
 // RolePrimary is the member role of a version's primary image.
 const RolePrimary = "primary"
 
-// Phases of an operation: the worker's durable cursor. Each phase either
-// queues node tasks (and moves on) or waits for the task it queued.
+// OperationPhase is an operation's durable cursor in the worker. Each phase
+// either queues node tasks (and moves on) or waits for the task it queued.
+type OperationPhase string
+
 const (
-	phaseStart       = "start"        // nothing queued yet
-	phaseRemoveOld   = "remove_old"   // waiting for the previous workload's removal
-	phaseRun         = "run"          // waiting for the new workload's run task
-	phaseRevertClean = "revert_clean" // upgrade failed: waiting for the failed workload's removal
-	phaseRevertRun   = "revert_run"   // waiting for the previous version's run task
-	phaseTeardown    = "teardown"     // waiting for container/compose removal
-	phaseVerify      = "verify"       // waiting for teardown.verify
-	phaseDone        = "done"
+	phaseStart       OperationPhase = "start"        // nothing queued yet
+	phaseRemoveOld                  = "remove_old"   // waiting for the previous workload's removal
+	phaseRun                        = "run"          // waiting for the new workload's run task
+	phaseRevertClean                = "revert_clean" // upgrade failed: waiting for the failed workload's removal
+	phaseRevertRun                  = "revert_run"   // waiting for the previous version's run task
+	phaseTeardown                   = "teardown"     // waiting for container/compose removal
+	phaseVerify                     = "verify"       // waiting for teardown.verify
+	phaseDone                       = "done"
 )
 
 // busy reports whether a lifecycle operation is under way in status s.

@@ -52,7 +52,7 @@ type InstanceOperation struct {
 	ProjectID      string
 	Kind           OperationKind
 	State          OperationState
-	Phase          string
+	Phase          OperationPhase
 	FromVersion    string
 	TargetVersion  string
 	Description    string
@@ -128,7 +128,7 @@ type Queries interface {
 	InsertInstanceOperation(ctx context.Context, o InstanceOperation) error
 	// UpdateInstanceOperation writes o only while the row is in progress at
 	// prevPhase.
-	UpdateInstanceOperation(ctx context.Context, o InstanceOperation, prevPhase string) error
+	UpdateInstanceOperation(ctx context.Context, o InstanceOperation, prevPhase OperationPhase) error
 	GetInstanceOperation(ctx context.Context, projectID, id string) (InstanceOperation, error)
 	OpenInstanceOperations(ctx context.Context, now time.Time, limit int) ([]InstanceOperation, error)
 	LeaseInstanceOperation(ctx context.Context, id, owner string, now, until time.Time) (bool, error)

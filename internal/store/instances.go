@@ -134,7 +134,7 @@ const instanceOperationCols = `id, instance_id, org_id, project_id, kind, state,
 
 func scanInstanceOperation(s interface{ Scan(...any) error }) (instances.InstanceOperation, error) {
 	var o instances.InstanceOperation
-	err := s.Scan(&o.ID, &o.InstanceID, &o.OrgID, &o.ProjectID, (*string)(&o.Kind), (*string)(&o.State), &o.Phase, &o.FromVersion, &o.TargetVersion, &o.Description,
+	err := s.Scan(&o.ID, &o.InstanceID, &o.OrgID, &o.ProjectID, (*string)(&o.Kind), (*string)(&o.State), (*string)(&o.Phase), &o.FromVersion, &o.TargetVersion, &o.Description,
 		&o.ReasonCode, &o.TaskID, &o.CorrelationID, &o.Actor, &o.LeaseOwner, scanTime(&o.LeaseExpiresAt), scanTime(&o.CreatedAt),
 		scanTime(&o.UpdatedAt), scanTime(&o.CompletedAt))
 	return o, err
@@ -143,7 +143,7 @@ func scanInstanceOperation(s interface{ Scan(...any) error }) (instances.Instanc
 // InsertInstanceOperation writes a new operation.
 func (q *Queries) InsertInstanceOperation(ctx context.Context, o instances.InstanceOperation) error {
 	_, err := q.exec(ctx, `INSERT INTO app_instance_operations (`+instanceOperationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		o.ID, o.InstanceID, o.OrgID, o.ProjectID, string(o.Kind), string(o.State), o.Phase, o.FromVersion, o.TargetVersion, o.Description,
+		o.ID, o.InstanceID, o.OrgID, o.ProjectID, string(o.Kind), string(o.State), string(o.Phase), o.FromVersion, o.TargetVersion, o.Description,
 		o.ReasonCode, o.TaskID, o.CorrelationID, o.Actor, o.LeaseOwner, nullTS(o.LeaseExpiresAt), ts(o.CreatedAt), ts(o.UpdatedAt), nullTS(o.CompletedAt))
 	return err
 }
@@ -151,10 +151,10 @@ func (q *Queries) InsertInstanceOperation(ctx context.Context, o instances.Insta
 // UpdateInstanceOperation writes the progress of o, but only while the row
 // is still in_progress at phase prevPhase: two drivers can never both
 // advance one step.
-func (q *Queries) UpdateInstanceOperation(ctx context.Context, o instances.InstanceOperation, prevPhase string) error {
+func (q *Queries) UpdateInstanceOperation(ctx context.Context, o instances.InstanceOperation, prevPhase instances.OperationPhase) error {
 	return q.execOne(ctx, `UPDATE app_instance_operations SET state = ?, phase = ?, description = ?, reason_code = ?, task_id = ?,
 		updated_at = ?, completed_at = ? WHERE id = ? AND state = 'in_progress' AND phase = ?`,
-		string(o.State), o.Phase, o.Description, o.ReasonCode, o.TaskID, ts(o.UpdatedAt), nullTS(o.CompletedAt), o.ID, prevPhase)
+		string(o.State), string(o.Phase), o.Description, o.ReasonCode, o.TaskID, ts(o.UpdatedAt), nullTS(o.CompletedAt), o.ID, string(prevPhase))
 }
 
 // GetInstanceOperation reads one operation of a project.
