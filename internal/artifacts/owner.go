@@ -6,7 +6,9 @@ import (
 	"strings"
 
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
@@ -44,7 +46,7 @@ func ownerMay(ctx context.Context, q OwnerReader, key string, it ArtifactIntent,
 		if err != nil {
 			return false, err
 		}
-		if a.Status != "active" {
+		if a.Status != serviceaccounts.AccountActive {
 			return false, nil
 		}
 		p = principal.Principal{Type: principal.ServiceAccount, ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID}
@@ -58,7 +60,7 @@ func ownerMay(ctx context.Context, q OwnerReader, key string, it ArtifactIntent,
 		if err != nil {
 			return false, err
 		}
-		return state != "removed" && perm == iam.PermArtifactRead, nil
+		return state != nodes.StateRemoved && perm == iam.PermArtifactRead, nil
 	default:
 		return false, nil
 	}

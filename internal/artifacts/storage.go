@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/nodes"
+	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
@@ -128,7 +130,7 @@ type AppArtifactFilter struct {
 // account (the serviceaccounts domain owns the rest of it).
 type OwnerAccount struct {
 	ID, OrgID, ProjectID string
-	Status               string // active | disabled
+	Status               serviceaccounts.AccountStatus
 }
 
 // OwnerReader reads the principal an intent was created by, as the
@@ -139,7 +141,7 @@ type OwnerReader interface {
 	// ArtifactOwnerAccount reads a service account; ErrNotFound if none.
 	ArtifactOwnerAccount(ctx context.Context, id string) (OwnerAccount, error)
 	// ArtifactOwnerNodeState reads a node's state; ErrNotFound if none.
-	ArtifactOwnerNodeState(ctx context.Context, id string) (string, error)
+	ArtifactOwnerNodeState(ctx context.Context, id string) (nodes.NodeState, error)
 }
 
 // VersionReader reads the unrevoked artifacts of an app version in any

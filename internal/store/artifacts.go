@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 )
 
 var (
@@ -234,14 +235,14 @@ func (q *Queries) ArtifactOwnerAccount(ctx context.Context, id string) (artifact
 	if err != nil {
 		return artifacts.OwnerAccount{}, err
 	}
-	return artifacts.OwnerAccount{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, Status: string(a.Status)}, nil
+	return artifacts.OwnerAccount{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, Status: a.Status}, nil
 }
 
 // ArtifactOwnerNodeState reads the state of a node that owns a pull intent.
-func (q *Queries) ArtifactOwnerNodeState(ctx context.Context, id string) (string, error) {
+func (q *Queries) ArtifactOwnerNodeState(ctx context.Context, id string) (nodes.NodeState, error) {
 	n, err := q.GetNode(ctx, id)
 	if err != nil {
 		return "", err
 	}
-	return string(n.State), nil
+	return n.State, nil
 }

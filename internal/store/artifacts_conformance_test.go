@@ -558,7 +558,7 @@ func testArtifactOwners(t *testing.T, db *store.DB) {
 
 	n := mkNode(t, store.Nodes(db), "owner", nodes.StateDraining, 0, t0)
 	state, err := q.ArtifactOwnerNodeState(ctx, n.ID)
-	if err != nil || state != string(nodes.StateDraining) {
+	if err != nil || state != nodes.StateDraining {
 		t.Fatalf("owner node state = %q %v", state, err)
 	}
 	_, err = q.ArtifactOwnerNodeState(ctx, newID())
