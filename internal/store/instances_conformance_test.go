@@ -382,7 +382,7 @@ func testInstanceOperationPhaseGuard(t *testing.T, db *store.DB) {
 	op := newOperation(i, instances.OpCreate, t0)
 	op.TargetVersion, op.CorrelationID, op.Actor = "1", "corr", "user:1"
 	noErr(t, "insert", q.InsertInstanceOperation(ctx, op))
-	step := func(next instances.InstanceOperation, prevPhase string) error {
+	step := func(next instances.InstanceOperation, prevPhase instances.OperationPhase) error {
 		return s.Mutate(ctx, func(tx instances.Tx) error {
 			if err := tx.UpdateInstanceOperation(ctx, next, prevPhase); err != nil {
 				return err
