@@ -523,7 +523,7 @@ func testInstanceOperationLease(t *testing.T, db *store.DB) {
 }
 
 func newEvent(i instances.AppInstance, typ string, when time.Time) instances.InstanceEvent {
-	return instances.InstanceEvent{ID: newID(), InstanceID: i.ID, ProjectID: i.ProjectID, EventType: typ, Status: string(i.Status),
+	return instances.InstanceEvent{ID: newID(), InstanceID: i.ID, ProjectID: i.ProjectID, EventType: typ, Status: i.Status,
 		Payload: []byte(`{}`), OccurredAt: when}
 }
 
