@@ -535,7 +535,7 @@ func testInstanceEvents(t *testing.T, db *store.DB) {
 	i := mkInstance(t, s, newInstance(o, p, "ev", "1", instances.StatusRunning))
 	other := mkInstance(t, s, newInstance(o, p, "ev-other", "1", instances.StatusRunning))
 	noErr(t, "other's event", q.InsertInstanceEvent(ctx, newEvent(other, instances.EventRunning, t0)))
-	e := instances.InstanceEvent{ID: newID(), InstanceID: i.ID, ProjectID: p.ID, EventType: instances.EventUpgraded, Status: string(instances.StatusRunning),
+	e := instances.InstanceEvent{ID: newID(), InstanceID: i.ID, ProjectID: p.ID, EventType: instances.EventUpgraded, Status: instances.StatusRunning,
 		OperationID: newID(), CorrelationID: "corr-" + newID(), Payload: []byte(`{"from": "1", "to": "2", "digests": ["a", "b"]}`), OccurredAt: at(time.Second)}
 	noErr(t, "insert", q.InsertInstanceEvent(ctx, e))
 	wantErr(t, "duplicate event", q.InsertInstanceEvent(ctx, e), storage.ErrAlreadyExists)
