@@ -107,15 +107,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	}
 	requireTools(t)
 	browser := chromium(t)
-	root := repoRoot(t)
-	work := t.TempDir()
-	copyTree(t, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
-	image := fmt.Sprintf("gpuaas-browsertest-%d", time.Now().UnixNano())
-	bin := buildGpuaas(t)
-	env := shellEnv(t, bin, anyPort, "IMAGE="+image)
-	t.Cleanup(func() { removeImages(t, image) })
-	t.Cleanup(func() { removeProjectContainers(t, filepath.Join(work, ".gpuaas")) })
-	startDevLikeTheReadme(t, bin, work, env)
+	work, env := devWithExampleApp(t, "gpuaas-browsertest")
 	out := runBash(t, work, env, shipScript, "1.0.0")
 	out += runBash(t, work, env, otherTenantScript)
 	if !strings.Contains(out, "shipped my-app 1.0.0") || !strings.Contains(out, "other tenant ready") {

@@ -3,7 +3,6 @@ package doctest
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -27,15 +26,7 @@ import (
 //	go test ./internal/doctest -run '^$' -bench BenchmarkUIGateway -benchtime 5000x
 func BenchmarkUIGateway(b *testing.B) {
 	requireTools(b)
-	root := repoRoot(b)
-	work := b.TempDir()
-	copyTree(b, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
-	image := fmt.Sprintf("gpuaas-gatewaybench-%d", time.Now().UnixNano())
-	bin := buildGpuaas(b)
-	env := shellEnv(b, bin, anyPort, "IMAGE="+image)
-	b.Cleanup(func() { removeImages(b, image) })
-	b.Cleanup(func() { removeProjectContainers(b, filepath.Join(work, ".gpuaas")) })
-	startDevLikeTheReadme(b, bin, work, env)
+	work, env := devWithExampleApp(b, "gpuaas-gatewaybench")
 	runBash(b, work, env, shipScript, "1.0.0")
 	out := runBash(b, work, env, `export GPUAAS_API_URL="$(jq -er .api_url .gpuaas/dev-credentials.json)" GPUAAS_PROJECT_ID="$(jq -er .project_id .gpuaas/dev-credentials.json)"
 gpuaas instance create my-app 1.0.0 --name bench --wait -o json > instance.json`)

@@ -1,12 +1,10 @@
 package doctest
 
 import (
-	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // python finds a Python 3 with the SDK's Debian-packaged dependencies
@@ -35,14 +33,7 @@ func TestPythonSDK(t *testing.T) {
 	requireTools(t)
 	py := python(t)
 	root := repoRoot(t)
-	work := t.TempDir()
-	copyTree(t, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
-	image := fmt.Sprintf("gpuaas-pysdk-%d", time.Now().UnixNano())
-	bin := buildGpuaas(t)
-	env := shellEnv(t, bin, anyPort, "IMAGE="+image)
-	t.Cleanup(func() { removeImages(t, image) })
-	t.Cleanup(func() { removeProjectContainers(t, filepath.Join(work, ".gpuaas")) })
-	startDevLikeTheReadme(t, bin, work, env)
+	work, env := devWithExampleApp(t, "gpuaas-pysdk")
 	out := runBash(t, work, env, shipScript, "1.0.0", "sdk-app", "requests")
 	out += runBash(t, work, env, shipScript, "2.0.0", "sdk-app", "requests")
 	if !strings.Contains(out, "shipped sdk-app 2.0.0") {

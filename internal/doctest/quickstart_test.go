@@ -164,15 +164,8 @@ func TestQuickstartDoc(t *testing.T) {
 	if len(blocks) < 12 {
 		t.Fatalf("docs/quickstart.md has %d sh blocks; the walk needs all of them", len(blocks))
 	}
-	work := t.TempDir()
-	copyTree(t, filepath.Join(root, "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
-	image := fmt.Sprintf("gpuaas-doctest-%d", time.Now().UnixNano())
-	bin := buildGpuaas(t)
-	env := shellEnv(t, bin, anyPort, "IMAGE="+image,
+	work, env := devWithExampleApp(t, "gpuaas-doctest",
 		"GPUAAS_SERVICE_ACCOUNT_TOKEN_TTL=1m", "GPUAAS_BILLING_METER_INTERVAL=2s")
-	t.Cleanup(func() { removeImages(t, image) })
-	t.Cleanup(func() { removeProjectContainers(t, filepath.Join(work, ".gpuaas")) })
-	startDevLikeTheReadme(t, bin, work, env)
 
 	var parts []string
 	for _, b := range blocks {
@@ -199,6 +192,24 @@ func TestQuickstartDoc(t *testing.T) {
 	if t.Failed() || testing.Verbose() {
 		t.Logf("output:\n%s", out)
 	}
+}
+
+// devWithExampleApp starts gpuaas dev the way the README does in a fresh
+// directory holding a copy of examples/my-app, with IMAGE set to a name
+// unique to this test (prefix-<nanoseconds>) and extra in the environment.
+// Its images and containers are removed at cleanup. It returns the
+// directory and the environment the walk's scripts run with.
+func devWithExampleApp(t testing.TB, prefix string, extra ...string) (work string, env []string) {
+	t.Helper()
+	work = t.TempDir()
+	copyTree(t, filepath.Join(repoRoot(t), "examples", "my-app"), filepath.Join(work, "examples", "my-app"))
+	image := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+	bin := buildGpuaas(t)
+	env = shellEnv(t, bin, append([]string{anyPort, "IMAGE=" + image}, extra...)...)
+	t.Cleanup(func() { removeImages(t, image) })
+	t.Cleanup(func() { removeProjectContainers(t, filepath.Join(work, ".gpuaas")) })
+	startDevLikeTheReadme(t, bin, work, env)
+	return work, env
 }
 
 // startDevLikeTheReadme runs `gpuaas dev` in dir, as the README's first
