@@ -58,6 +58,11 @@ type Config struct {
 	// InstanceDeployTimeout, when set, bounds how long a deploy waits for
 	// the workload to become ready (0: the version's readiness probe budget).
 	InstanceDeployTimeout time.Duration
+	// InstanceDriveInterval is how often each replica's instance driver
+	// looks for work when no wake-up announced any: a fallback, since
+	// every change that lets an operation move wakes the drivers of all
+	// replicas at once.
+	InstanceDriveInterval time.Duration
 
 	// Billing (issue 13).
 	BillingCurrency      string        // the one currency of prices, budgets and the ledger
@@ -131,6 +136,7 @@ func Defaults() Config {
 		NodeHeartbeatGrace:     5 * time.Second,
 		NodeTokenTTL:           15 * time.Minute,
 		NodeTaskLease:          2 * time.Minute,
+		InstanceDriveInterval:  5 * time.Second,
 		AppTokenTTL:            5 * time.Minute,
 		ConsoleIdleTimeout:     30 * time.Minute,
 		ConsoleMaxAge:          12 * time.Hour,
@@ -180,6 +186,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.NodeTokenTTL, "node-token-ttl", c.NodeTokenTTL, "lifetime of node access tokens")
 	fs.DurationVar(&c.NodeTaskLease, "node-task-lease", c.NodeTaskLease, "how long a delivered task waits for its result before it is delivered again")
 	fs.DurationVar(&c.InstanceDeployTimeout, "instance-deploy-timeout", c.InstanceDeployTimeout, "how long a deploy waits for an app instance to become ready (0: the version's readiness probe budget)")
+	fs.DurationVar(&c.InstanceDriveInterval, "instance-drive-interval", c.InstanceDriveInterval, "how often each replica's instance driver looks for work that no wake-up announced (a fallback: queued operations and task results wake every replica's driver at once)")
 	e := &c.Events
 	fs.StringVar(&c.AppsDomain, "apps-domain", c.AppsDomain, "UI gateway: serve each instance's UI at <instance-id>.<apps-domain> (needs wildcard DNS to this server; gpuaas dev uses apps.localhost); empty turns the gateway off")
 	fs.BoolVar(&c.AppsPathMode, "apps-path-mode", c.AppsPathMode, "UI gateway: also serve UIs at /apps/instances/<id>/ui/ on the console's own origin (apps then share its origin; see docs/console.md)")
@@ -250,6 +257,9 @@ func (c *Config) Validate() error {
 	}
 	if c.NodeTokenTTL < time.Minute || c.NodeTokenTTL > time.Hour {
 		errs = append(errs, errors.New("--node-token-ttl must be between 1m and 1h"))
+	}
+	if c.InstanceDriveInterval < 100*time.Millisecond || c.InstanceDriveInterval > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--instance-drive-interval %s: want between 100ms and 10m", c.InstanceDriveInterval))
 	}
 	if c.NodeTaskLease < time.Second || c.NodeTaskLease > time.Hour {
 		errs = append(errs, errors.New("--node-task-lease must be between 1s and 1h"))

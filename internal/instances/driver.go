@@ -23,9 +23,11 @@ import (
 
 // Driver settings.
 const (
-	// DriveInterval is how often the driver looks for work when nothing
-	// kicks it (task results arriving kick it).
-	DriveInterval = 500 * time.Millisecond
+	// DriveInterval is how often the driver looks for work when no notice
+	// of wakeup.InstanceOperations came: the slow fallback for a notice
+	// lost with a replica, and for an operation lease left by a replica
+	// that died. Every change that lets an operation move notifies.
+	DriveInterval = 5 * time.Second
 	// leaseFor bounds how long one replica holds an operation: a replica
 	// killed mid-step loses it to another after this long.
 	leaseFor = 30 * time.Second
@@ -39,7 +41,7 @@ func (s *Service) Worker() *worker.Periodic { return s.driver }
 
 func (s *Service) newWorker() *worker.Periodic {
 	owner := iam.NewID()
-	return &worker.Periodic{Name: "instances", Interval: DriveInterval, Timeout: time.Minute, Logger: s.Logger,
+	return &worker.Periodic{Name: "instances", Interval: s.DriveInterval, Timeout: time.Minute, Logger: s.Logger,
 		Run: func(ctx context.Context) error { return s.Drive(ctx, owner) }}
 }
 

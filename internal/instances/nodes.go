@@ -107,7 +107,7 @@ func (s *Service) recoverNode(ctx context.Context, tx Tx, nodeID string, workloa
 			return err
 		}
 	}
-	s.kick()
+	tx.AfterCommit(s.kick)
 	return nil
 }
 
@@ -150,7 +150,7 @@ func (s *Service) AllocationReleased(ctx context.Context, stx storage.Tx, alloca
 			return err
 		}
 	}
-	s.kick()
+	tx.AfterCommit(s.kick)
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/storage"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
@@ -101,6 +102,11 @@ type Deps struct {
 	// instance's UI on a shared origin (path mode); workloads with an
 	// embedded UI get it as GPUAAS_UI_BASE_PATH.
 	UIBasePath func(instanceID string) string
+	// Wake carries "an operation can move" to every replica's driver
+	// (wakeup.InstanceOperations); nil: a hub for this process only.
+	Wake *wakeup.Hub
+	// DriveInterval overrides the driver's fallback look (DriveInterval).
+	DriveInterval time.Duration
 }
 
 // Service is the app-instance domain.
@@ -121,13 +127,22 @@ func New(d Deps) *Service {
 	if d.APIBaseURL == nil {
 		d.APIBaseURL = func() string { return "" }
 	}
+	if d.Wake == nil {
+		d.Wake = wakeup.New()
+	}
+	if d.DriveInterval <= 0 {
+		d.DriveInterval = DriveInterval
+	}
 	s := &Service{Deps: d}
 	s.driver = s.newWorker()
+	d.Wake.OnNotify(wakeup.InstanceOperations, s.driver.Kick)
 	return s
 }
 
-// kick asks this replica's driver to run now (after a request queued work).
-func (s *Service) kick() { s.driver.Kick() }
+// kick tells every replica's driver that an operation can move. Call it
+// once the change committed (tx.AfterCommit inside a transaction): a
+// driver woken earlier would not see it yet.
+func (s *Service) kick() { s.Wake.Notify(wakeup.InstanceOperations) }
 
 // LiveInstances implements catalog.InstanceGate: a version cannot be
 // retired while a live instance runs it. It reads in the catalog's retire

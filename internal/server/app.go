@@ -160,7 +160,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	a.Instances = instances.New(instances.Deps{Store: store.Instances(db), IAM: svc, SA: sa, Logger: logger, Now: now,
 		Allocations: link, Tasks: link, Releases: a.Nodes, LaunchGate: a.billing.svc, Pulls: instances.ArtifactPulls{Artifacts: arts},
 		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
-		ReadinessTimeout: cfg.InstanceDeployTimeout, UIBasePath: uiBasePath(cfg)})
+		ReadinessTimeout: cfg.InstanceDeployTimeout, UIBasePath: uiBasePath(cfg), Wake: wake,
+		DriveInterval: cfg.InstanceDriveInterval})
 	link.Attach(a.Instances)
 	cat.AddInstanceGate(a.Instances)
 	arts.AddInstanceUsage(a.Instances)

@@ -129,5 +129,11 @@ const AccessChanged = "access-changed"
 // every replica forgets the node credentials it checked.
 const NodeAccess = "node-access"
 
+// InstanceOperations is the topic of "an instance operation was queued or
+// can move on" (a request queued one, a node task it waits on finished, a
+// node came back): every replica's instance driver takes a pass, and the one
+// that wins the operation's lease advances it.
+const InstanceOperations = "instance-operations"
+
 // NodeTasks is the topic of the tasks queued for one node.
 func NodeTasks(nodeID string) string { return "node-tasks." + nodeID }
