@@ -195,6 +195,8 @@ type Queries interface {
 	GetNode(ctx context.Context, id string) (Node, error)
 	LockNode(ctx context.Context, id string) (Node, error)
 	ListNodes(ctx context.Context, state NodeState, p storage.Page) ([]Node, string, error)
+	// StaleNodes and AllocationsOfNode return rows in one of states;
+	// with no state given, none.
 	StaleNodes(ctx context.Context, cutoff time.Time, limit int, states ...NodeState) ([]Node, error)
 	NodeAuth(ctx context.Context, id string) (state NodeState, validAfter time.Time, err error)
 	TouchNode(ctx context.Context, id string, at time.Time) error

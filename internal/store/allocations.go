@@ -83,6 +83,9 @@ func (q *Queries) ListAllocations(ctx context.Context, f nodes.AllocationFilter,
 
 // AllocationsOfNode lists a node's allocations in one of states.
 func (q *Queries) AllocationsOfNode(ctx context.Context, nodeID string, states ...nodes.AllocationState) ([]nodes.Allocation, error) {
+	if len(states) == 0 { // IN () is an error on PostgreSQL; no state, no allocation
+		return nil, nil
+	}
 	args := []any{nodeID}
 	for _, s := range states {
 		args = append(args, string(s))

@@ -327,6 +327,9 @@ func (q *Queries) ReturnNodeCapacity(ctx context.Context, nodeID, allocationID s
 // StaleNodes lists nodes in one of states whose last heartbeat is before
 // cutoff, oldest first.
 func (q *Queries) StaleNodes(ctx context.Context, cutoff time.Time, limit int, states ...nodes.NodeState) ([]nodes.Node, error) {
+	if len(states) == 0 { // IN () is an error on PostgreSQL; no state, no node
+		return nil, nil
+	}
 	args := []any{ts(cutoff)}
 	for _, s := range states {
 		args = append(args, string(s))

@@ -337,6 +337,9 @@ func testStaleNodes(t *testing.T, db *store.DB) {
 	if err != nil || len(got) != 1 || got[0].ID != draining.ID {
 		t.Fatalf("stale draining nodes: %v %v", got, err)
 	}
+	if got, err := s.Read().StaleNodes(ctx, cutoff, 10); err != nil || len(got) != 0 {
+		t.Fatalf("stale nodes in no state: %v %v", got, err)
+	}
 	// A heartbeat takes a node out.
 	noErr(t, "touch", s.Read().TouchNode(ctx, oldest.ID, t0))
 	got, _ = s.Read().StaleNodes(ctx, cutoff, 10, watched...)
@@ -669,6 +672,9 @@ func testAllocationLists(t *testing.T, db *store.DB) {
 	got, _ = q.AllocationsOfNode(ctx, newID(), nodes.AllocActive)
 	if len(got) != 0 {
 		t.Fatalf("allocations of a missing node: %v", got)
+	}
+	if got, err := q.AllocationsOfNode(ctx, n1.ID); err != nil || len(got) != 0 {
+		t.Fatalf("allocations in no state: %v %v", got, err)
 	}
 }
 
