@@ -382,14 +382,26 @@ func TestInstanceVLLMComposeDocker(t *testing.T) {
 // container, or "" when it has none.
 func containerState(t *testing.T, d agenttest.Docker, id string) string {
 	t.Helper()
-	ids := strings.Fields(d.Must("", "ps", "-a", "-q", "--no-trunc", "--filter", "label=gpuaas.instance_id="+id))
-	switch len(ids) {
-	case 0:
-		return ""
-	case 1:
-		return strings.TrimSpace(d.Must("", "inspect", "-f", "{{.Id}} {{.State.StartedAt}} {{.State.Running}}", ids[0]))
+	// A container can go between the list and the inspect (the agent
+	// replacing it): then the list is taken again.
+	for range 5 {
+		ids := strings.Fields(d.Must("", "ps", "-a", "-q", "--no-trunc", "--filter", "label=gpuaas.instance_id="+id))
+		switch len(ids) {
+		case 0:
+			return ""
+		case 1:
+			out, err := d.Run("", "inspect", "-f", "{{.Id}} {{.State.StartedAt}} {{.State.Running}}", ids[0])
+			if err != nil && strings.Contains(out+err.Error(), "No such") {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("inspect %s: %v: %s", ids[0], err, out)
+			}
+			return strings.TrimSpace(out)
+		}
+		t.Fatalf("instance %s has %d containers: %v", id, len(ids), ids)
 	}
-	t.Fatalf("instance %s has %d containers: %v", id, len(ids), ids)
+	t.Fatalf("instance %s: its container kept vanishing between docker ps and docker inspect", id)
 	return ""
 }
 
