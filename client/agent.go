@@ -13,12 +13,16 @@ import (
 // NodeToken.
 
 // JoinNode redeems a single-use join token.
+//
+// Operation: joinNode
 func (c *Client) JoinNode(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.JoinResponse, error) {
 	var out nodeapi.JoinResponse
 	return out, c.Do(ctx, "POST", "/api/v1/nodes/join", nil, in, &out)
 }
 
 // NodeToken exchanges a node-signed assertion for a node access token.
+//
+// Operation: exchangeNodeToken
 func (c *Client) NodeToken(ctx context.Context, assertion string) (nodeapi.TokenResponse, error) {
 	var out nodeapi.TokenResponse
 	return out, c.Do(ctx, "POST", "/api/v1/nodes/token", nil, nodeapi.TokenRequest{Assertion: assertion}, &out)
@@ -27,12 +31,16 @@ func (c *Client) NodeToken(ctx context.Context, assertion string) (nodeapi.Token
 func nodePath(nodeID string) string { return "/api/v1/nodes/" + url.PathEscape(nodeID) }
 
 // NodeHeartbeat reports that the node is alive.
+//
+// Operation: nodeHeartbeat
 func (c *Client) NodeHeartbeat(ctx context.Context, nodeID string, hb nodeapi.Heartbeat) (nodeapi.HeartbeatResponse, error) {
 	var out nodeapi.HeartbeatResponse
 	return out, c.Do(ctx, "POST", nodePath(nodeID)+"/heartbeat", nil, hb, &out)
 }
 
 // PollNodeTasks long-polls the node's task queue for up to waitSeconds.
+//
+// Operation: pollNodeTasks
 func (c *Client) PollNodeTasks(ctx context.Context, nodeID string, waitSeconds int) ([]nodeapi.Task, error) {
 	var out nodeapi.TaskList
 	q := url.Values{"wait_seconds": {strconv.Itoa(waitSeconds)}}
@@ -40,6 +48,8 @@ func (c *Client) PollNodeTasks(ctx context.Context, nodeID string, waitSeconds i
 }
 
 // ReportNodeTaskResult reports how a task ended.
+//
+// Operation: reportNodeTaskResult
 func (c *Client) ReportNodeTaskResult(ctx context.Context, nodeID, taskID string, r nodeapi.TaskResult) error {
 	return c.Do(ctx, "POST", nodePath(nodeID)+"/tasks/"+url.PathEscape(taskID)+"/result", nil, r, nil)
 }

@@ -9,7 +9,6 @@ import (
 	"math/big"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -109,13 +108,8 @@ type BillingQuery struct {
 }
 
 func (q BillingQuery) values() url.Values {
-	v := url.Values{}
-	for k, s := range map[string]string{"org_id": q.OrgID, "project_id": q.ProjectID, "app_instance_id": q.AppInstanceID,
-		"usage_source": q.UsageSource, "usage_unit": q.UsageUnit, "cursor": q.Cursor} {
-		if s != "" {
-			v.Set(k, s)
-		}
-	}
+	v := listQuery(map[string]string{"org_id": q.OrgID, "project_id": q.ProjectID, "app_instance_id": q.AppInstanceID,
+		"usage_source": q.UsageSource, "usage_unit": q.UsageUnit, "cursor": q.Cursor}, q.Limit)
 	if !q.From.IsZero() {
 		v.Set("from", q.From.UTC().Format(time.RFC3339))
 	}
@@ -125,13 +119,12 @@ func (q BillingQuery) values() url.Values {
 	if len(q.GroupBy) > 0 {
 		v.Set("group_by", strings.Join(q.GroupBy, ","))
 	}
-	if q.Limit > 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
 	return v
 }
 
 // ListUsage lists usage records.
+//
+// Operation: listBillingUsage
 func (c *Client) ListUsage(ctx context.Context, q BillingQuery) (CatalogPage[UsageRecord], error) {
 	var out CatalogPage[UsageRecord]
 	q.GroupBy = nil
@@ -139,18 +132,24 @@ func (c *Client) ListUsage(ctx context.Context, q BillingQuery) (CatalogPage[Usa
 }
 
 // GroupUsage returns usage totals grouped by q.GroupBy.
+//
+// Operation: listBillingUsage
 func (c *Client) GroupUsage(ctx context.Context, q BillingQuery) (UsageGroups, error) {
 	var out UsageGroups
 	return out, c.Do(ctx, "GET", "/api/v1/billing/usage", q.values(), nil, &out)
 }
 
 // ListLedger lists ledger entries with the balance.
+//
+// Operation: listBillingLedger
 func (c *Client) ListLedger(ctx context.Context, q BillingQuery) (LedgerPage, error) {
 	var out LedgerPage
 	return out, c.Do(ctx, "GET", "/api/v1/billing/ledger", q.values(), nil, &out)
 }
 
 // Costs returns the combined cost (or the operators' breakdown).
+//
+// Operation: getBillingCosts
 func (c *Client) Costs(ctx context.Context, q BillingQuery) (BillingCosts, error) {
 	var out BillingCosts
 	return out, c.Do(ctx, "GET", "/api/v1/billing/costs", q.values(), nil, &out)
@@ -158,24 +157,12 @@ func (c *Client) Costs(ctx context.Context, q BillingQuery) (BillingCosts, error
 
 // ExportCSV streams a billing read ("usage", "ledger" or "costs") as CSV
 // into w.
+//
+// Operation: listBillingUsage listBillingLedger getBillingCosts
 func (c *Client) ExportCSV(ctx context.Context, what string, q BillingQuery, w io.Writer) error {
 	v := q.values()
 	v.Set("format", "csv")
-	req, err := http.NewRequestWithContext(ctx, "GET", c.BaseURL+"/api/v1/billing/"+what+"?"+v.Encode(), nil)
-	if err != nil {
-		return err
-	}
-	c.authorize(req)
-	req.Header.Set("Accept", "text/csv")
-	resp, err := c.HTTP.Do(req)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode >= 400 {
-		return decodeResponse(req, resp, nil, 1<<20)
-	}
-	defer resp.Body.Close()
-	_, err = io.Copy(w, resp.Body)
+	_, err := c.download(ctx, "/api/v1/billing/"+what, v, "text/csv", w)
 	return err
 }
 
@@ -200,17 +187,22 @@ type Budget struct {
 type BudgetInput struct {
 	GPUQuota             *int64 `json:"gpu_quota"`
 	SpendLimitMicros     *int64 `json:"spend_limit_micros"`
+	Currency             string `json:"currency,omitempty"` // the platform's one currency
 	Period               string `json:"period,omitempty"`
 	SoftThresholdPercent *int   `json:"soft_threshold_percent,omitempty"`
 }
 
 // GetBudget reads a project's budget.
+//
+// Operation: getProjectBudget
 func (c *Client) GetBudget(ctx context.Context, projectID string) (Budget, error) {
 	var out Budget
 	return out, c.Do(ctx, "GET", "/api/v1/projects/"+url.PathEscape(projectID)+"/billing/budget", nil, nil, &out)
 }
 
 // PutBudget sets a project's budget.
+//
+// Operation: putProjectBudget
 func (c *Client) PutBudget(ctx context.Context, projectID string, in BudgetInput) (Budget, error) {
 	var out Budget
 	return out, c.Do(ctx, "PUT", "/api/v1/projects/"+url.PathEscape(projectID)+"/billing/budget", nil, in, &out)
@@ -238,29 +230,66 @@ type PriceInput struct {
 	UsageSource     string `json:"usage_source"`
 	SKU             string `json:"sku,omitempty"`
 	Meter           string `json:"meter,omitempty"`
+	UsageUnit       string `json:"usage_unit,omitempty"`
 	UnitPriceMicros int64  `json:"unit_price_micros"`
 	PerQuantity     int64  `json:"per_quantity,omitempty"`
+	Currency        string `json:"currency,omitempty"` // the platform's one currency
 	EffectiveFrom   string `json:"effective_from,omitempty"`
 	Note            string `json:"note,omitempty"`
 }
 
 // CreatePrice adds a price version (platform admins).
+//
+// Operation: createBillingPrice
 func (c *Client) CreatePrice(ctx context.Context, in PriceInput) (Price, error) {
 	var out Price
 	return out, c.Do(ctx, "POST", "/api/v1/admin/billing/prices", nil, in, &out)
 }
 
 // ListPrices lists price versions.
+//
+// Operation: listBillingPrices
 func (c *Client) ListPrices(ctx context.Context, limit int, cursor string) (CatalogPage[Price], error) {
 	var out CatalogPage[Price]
 	return out, c.Do(ctx, "GET", "/api/v1/admin/billing/prices", BillingQuery{Limit: limit, Cursor: cursor}.values(), nil, &out)
 }
 
 // CorrectLedgerEntry posts a compensating entry linked to entryID.
+//
+// Operation: correctLedgerEntry
 func (c *Client) CorrectLedgerEntry(ctx context.Context, entryID string, amountMicros int64, reason string) (LedgerEntry, error) {
 	var out LedgerEntry
 	return out, c.Do(ctx, "POST", "/api/v1/admin/billing/ledger/"+url.PathEscape(entryID)+"/corrections", nil,
-		map[string]any{"amount_micros": amountMicros, "reason": reason}, &out)
+		correctionRequest{AmountMicros: amountMicros, Reason: reason}, &out)
+}
+
+type correctionRequest struct {
+	AmountMicros int64  `json:"amount_micros"`
+	Reason       string `json:"reason"`
+}
+
+// UnratedUsage is a usage record the ledger holds no charge for, and why.
+type UnratedUsage struct {
+	UsageRecord UsageRecord `json:"usage_record"`
+	Reason      string      `json:"reason"` // no_price | amount_overflow | rating_failed | pending
+	Detail      string      `json:"detail"`
+	ParkedAt    string      `json:"parked_at,omitempty"`
+}
+
+// UnratedUsageList is one page of unrated usage and the count of all
+// unrated records by reason.
+type UnratedUsageList struct {
+	Items      []UnratedUsage   `json:"items"`
+	NextCursor string           `json:"next_cursor"`
+	Counts     map[string]int64 `json:"counts"`
+}
+
+// ListUnratedUsage lists usage records with no charge, and why (operators).
+//
+// Operation: listUnratedUsage
+func (c *Client) ListUnratedUsage(ctx context.Context, o CatalogListOptions) (UnratedUsageList, error) {
+	var out UnratedUsageList
+	return out, c.Do(ctx, "GET", "/api/v1/admin/billing/unrated-usage", o.query(), nil, &out)
 }
 
 // UsageEvent is what a workload reports: one measurement, sent as a
@@ -286,20 +315,43 @@ type UsageResult struct {
 	} `json:"results"`
 }
 
+// UsageCloudEvent is a usage measurement as it travels: a CloudEvents 1.0
+// envelope (ReportUsage builds them from UsageEvents).
+type UsageCloudEvent struct {
+	SpecVersion     string    `json:"specversion"` // 1.0
+	ID              string    `json:"id"`
+	Source          string    `json:"source"`
+	Type            string    `json:"type"` // gpuaas.usage.v1
+	Subject         string    `json:"subject,omitempty"`
+	Time            string    `json:"time,omitempty"`
+	DataContentType string    `json:"datacontenttype,omitempty"`
+	ProjectID       string    `json:"projectid,omitempty"`
+	CorrelationID   string    `json:"correlationid,omitempty"`
+	Data            UsageData `json:"data"`
+}
+
+// UsageData is the measurement of a UsageCloudEvent.
+type UsageData struct {
+	UsageUnit string `json:"usage_unit"`
+	Quantity  int64  `json:"quantity"`
+	StartTime string `json:"start_time,omitempty"`
+}
+
 // ReportUsage posts events as one CloudEvents batch for an app instance,
 // with the instance's own service-account token. The answer comes after
 // the events are committed.
+//
+// Operation: reportAppUsage
 func (c *Client) ReportUsage(ctx context.Context, projectID, instanceID string, events []UsageEvent) (UsageResult, error) {
-	batch := make([]map[string]any, len(events))
+	batch := make([]UsageCloudEvent, len(events))
 	for i, e := range events {
-		data := map[string]any{"usage_unit": e.UsageUnit, "quantity": e.Quantity}
+		ev := UsageCloudEvent{SpecVersion: "1.0", ID: e.ID, Source: e.Source, Type: "gpuaas.usage.v1", Subject: instanceID,
+			DataContentType: "application/json", Data: UsageData{UsageUnit: e.UsageUnit, Quantity: e.Quantity}}
 		if !e.StartTime.IsZero() {
-			data["start_time"] = e.StartTime.UTC().Format(time.RFC3339Nano)
+			ev.Data.StartTime = e.StartTime.UTC().Format(time.RFC3339Nano)
 		}
-		ev := map[string]any{"specversion": "1.0", "id": e.ID, "source": e.Source, "type": "gpuaas.usage.v1",
-			"subject": instanceID, "datacontenttype": "application/json", "data": data}
 		if !e.Time.IsZero() {
-			ev["time"] = e.Time.UTC().Format(time.RFC3339Nano)
+			ev.Time = e.Time.UTC().Format(time.RFC3339Nano)
 		}
 		batch[i] = ev
 	}

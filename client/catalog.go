@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/url"
 	"path"
-	"strconv"
 	"strings"
 )
 
@@ -88,6 +88,40 @@ type Entitlement struct {
 	UpdatedAt       string          `json:"updated_at"`
 }
 
+// VersionActionRequest gives the reason of a version's lifecycle change,
+// for the audit log.
+type VersionActionRequest struct {
+	Reason string `json:"reason"`
+}
+
+type entitlementRequest struct {
+	Enabled         bool            `json:"enabled"`
+	PolicyOverrides PolicyOverrides `json:"policy_overrides"`
+}
+
+// ManifestProblem is one thing wrong with a submitted manifest.
+type ManifestProblem struct {
+	Pointer string `json:"pointer"` // RFC 6901 JSON pointer into the document
+	Line    int    `json:"line,omitempty"`
+	Message string `json:"message"`
+}
+
+// ManifestProblems returns the problems of a manifest_invalid error (nil
+// for any other error).
+func ManifestProblems(err error) []ManifestProblem {
+	var api *APIError
+	if !errors.As(err, &api) || api.Code != "manifest_invalid" {
+		return nil
+	}
+	b, err := json.Marshal(api.Details["problems"])
+	if err != nil {
+		return nil
+	}
+	var out []ManifestProblem
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
 // ProjectCatalogEntry is an app a project may launch, with its launchable versions.
 type ProjectCatalogEntry struct {
 	App         CatalogApp   `json:"app"`
@@ -131,8 +165,24 @@ type LaunchEffective struct {
 	Parameters      json.RawMessage `json:"parameters,omitempty"`
 	// TargetAllocations and LaunchRefusal: which allocations fit, and what
 	// create would answer now (nil: it would accept the launch).
-	TargetAllocations []map[string]any `json:"target_allocations,omitempty"`
-	LaunchRefusal     *LaunchRefusal   `json:"launch_refusal,omitempty"`
+	TargetAllocations []TargetAllocation `json:"target_allocations,omitempty"`
+	LaunchRefusal     *LaunchRefusal     `json:"launch_refusal,omitempty"`
+}
+
+// TargetAllocation is one of the project's live allocations and whether
+// the previewed launch can run on it.
+type TargetAllocation struct {
+	AllocationID string `json:"allocation_id"`
+	NodeID       string `json:"node_id"`
+	Shape        string `json:"shape"`
+	State        string `json:"state"`
+	GPUCount     int    `json:"gpu_count"`
+	Compatible   bool   `json:"compatible"`
+	Problems     []struct {
+		Field   string `json:"field"`
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"problems"`
 }
 
 // LaunchRefusal is the error an instance create would answer, with its
@@ -149,14 +199,7 @@ type CatalogListOptions struct {
 }
 
 func (o CatalogListOptions) query() url.Values {
-	q := url.Values{}
-	if o.Limit > 0 {
-		q.Set("limit", strconv.Itoa(o.Limit))
-	}
-	if o.Cursor != "" {
-		q.Set("cursor", o.Cursor)
-	}
-	return q
+	return listQuery(map[string]string{"cursor": o.Cursor}, o.Limit)
 }
 
 // CatalogPage is one page of a catalog list.
@@ -168,6 +211,8 @@ type CatalogPage[T any] struct {
 // RegisterManifest submits a manifest package exactly as written (so
 // problem lines match the file). filename picks the media type: .json is
 // sent as JSON, anything else as YAML.
+//
+// Operation: submitAppManifest
 func (c *Client) RegisterManifest(ctx context.Context, filename string, data []byte) (ManifestRegistration, error) {
 	ct := "application/yaml"
 	if strings.EqualFold(path.Ext(filename), ".json") {
@@ -189,18 +234,24 @@ func catalogRawBody(ct string, data []byte) RequestOption {
 }
 
 // ListCatalog lists the raw platform catalog (not entitlement-filtered).
+//
+// Operation: listCatalogApps
 func (c *Client) ListCatalog(ctx context.Context, o CatalogListOptions) (CatalogPage[CatalogApp], error) {
 	var out CatalogPage[CatalogApp]
 	return out, c.Do(ctx, http.MethodGet, "/api/v1/apps/catalog", o.query(), nil, &out)
 }
 
 // GetCatalogApp reads one app of the raw catalog.
+//
+// Operation: getCatalogApp
 func (c *Client) GetCatalogApp(ctx context.Context, appSlug string) (CatalogApp, error) {
 	var out CatalogApp
 	return out, c.Do(ctx, http.MethodGet, "/api/v1/apps/catalog/"+url.PathEscape(appSlug), nil, nil, &out)
 }
 
 // ListAppVersions lists an app's versions, only those in status when set.
+//
+// Operation: listCatalogAppVersions
 func (c *Client) ListAppVersions(ctx context.Context, appSlug, status string, o CatalogListOptions) (CatalogPage[AppVersion], error) {
 	q := o.query()
 	if status != "" {
@@ -212,38 +263,50 @@ func (c *Client) ListAppVersions(ctx context.Context, appSlug, status string, o 
 
 // TransitionAppVersion publishes, deprecates or retires a version (action
 // is "publish", "deprecate" or "retire"), with a reason for the audit log.
+//
+// Operation: publishAppVersion deprecateAppVersion retireAppVersion
 func (c *Client) TransitionAppVersion(ctx context.Context, appSlug, version, action, reason string) (AppVersion, error) {
 	var out AppVersion
 	p := "/api/v1/admin/apps/catalog/" + url.PathEscape(appSlug) + "/versions/" + url.PathEscape(version) + "/" + url.PathEscape(action)
-	return out, c.Do(ctx, http.MethodPost, p, nil, map[string]string{"reason": reason}, &out)
+	return out, c.Do(ctx, http.MethodPost, p, nil, VersionActionRequest{Reason: reason}, &out)
 }
 
 // ProjectCatalog lists the apps a project is entitled to and their launchable versions.
+//
+// Operation: listProjectCatalogApps
 func (c *Client) ProjectCatalog(ctx context.Context, projectID string, o CatalogListOptions) (CatalogPage[ProjectCatalogEntry], error) {
 	var out CatalogPage[ProjectCatalogEntry]
 	return out, c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(projectID)+"/apps/catalog", o.query(), nil, &out)
 }
 
 // ListEntitlements lists a project's app entitlements.
+//
+// Operation: listAppEntitlements
 func (c *Client) ListEntitlements(ctx context.Context, projectID string, o CatalogListOptions) (CatalogPage[Entitlement], error) {
 	var out CatalogPage[Entitlement]
 	return out, c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(projectID)+"/apps/entitlements", o.query(), nil, &out)
 }
 
 // GetEntitlement reads a project's entitlement to one app.
+//
+// Operation: getAppEntitlement
 func (c *Client) GetEntitlement(ctx context.Context, projectID, appSlug string) (Entitlement, error) {
 	var out Entitlement
 	return out, c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(projectID)+"/apps/entitlements/"+url.PathEscape(appSlug), nil, nil, &out)
 }
 
 // PutEntitlement enables, disables or narrows a project's entitlement to an app.
+//
+// Operation: putAppEntitlement
 func (c *Client) PutEntitlement(ctx context.Context, projectID, appSlug string, enabled bool, o PolicyOverrides) (Entitlement, error) {
 	var out Entitlement
-	in := map[string]any{"enabled": enabled, "policy_overrides": o}
+	in := entitlementRequest{Enabled: enabled, PolicyOverrides: o}
 	return out, c.Do(ctx, http.MethodPut, "/api/v1/projects/"+url.PathEscape(projectID)+"/apps/entitlements/"+url.PathEscape(appSlug), nil, in, &out)
 }
 
 // PreviewLaunch resolves a launch without creating anything.
+//
+// Operation: previewAppLaunch
 func (c *Client) PreviewLaunch(ctx context.Context, projectID, appSlug, version string, req LaunchRequest) (LaunchEffective, error) {
 	var out LaunchEffective
 	p := "/api/v1/projects/" + url.PathEscape(projectID) + "/apps/catalog/" + url.PathEscape(appSlug) + "/versions/" + url.PathEscape(version) + "/launch-preview"

@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -41,6 +43,11 @@ type APIError struct {
 
 func (e *APIError) Error() string {
 	return fmt.Sprintf("%s (HTTP %d, code %s, correlation_id %s)", e.Message, e.Status, e.Code, e.CorrelationID)
+}
+
+// errorEnvelope is how every error comes: {"error": {…}}.
+type errorEnvelope struct {
+	Error APIError `json:"error"`
 }
 
 // RequestOption adjusts one request.
@@ -84,6 +91,21 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	return c.send(req, out, 64<<20)
 }
 
+// listQuery is a list's query: the parameters that are set, and limit when
+// positive.
+func listQuery(params map[string]string, limit int) url.Values {
+	q := url.Values{}
+	for k, v := range params {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	return q
+}
+
 // authorize sets the headers every request carries: Accept, User-Agent, a
 // fresh X-Request-ID and the bearer token.
 func (c *Client) authorize(req *http.Request) {
@@ -113,9 +135,7 @@ func decodeResponse(req *http.Request, resp *http.Response, out any, limit int64
 		return err
 	}
 	if resp.StatusCode >= 400 {
-		var env struct {
-			Error APIError `json:"error"`
-		}
+		var env errorEnvelope
 		if json.Unmarshal(data, &env) != nil || env.Error.Code == "" {
 			return &APIError{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(data))}
 		}
@@ -137,26 +157,131 @@ type Token struct {
 	ExpiresIn   int    `json:"expires_in"`
 }
 
+type loginRequest struct {
+	Email    string `json:"email"`
+	Password string `json:"password"`
+}
+
 // Login signs in with email and password and keeps the token on c.
+//
+// Operation: login
 func (c *Client) Login(ctx context.Context, email, password string) (Token, error) {
 	var t Token
-	err := c.Do(ctx, http.MethodPost, "/api/v1/auth/login", nil, map[string]string{"email": email, "password": password}, &t)
+	err := c.Do(ctx, http.MethodPost, "/api/v1/auth/login", nil, loginRequest{Email: email, Password: password}, &t)
 	if err == nil {
 		c.Token = t.AccessToken
 	}
 	return t, err
 }
 
-// Me is the calling principal.
+// Me is the calling principal and its role bindings.
 type Me struct {
-	ID        string `json:"id"`
-	Type      string `json:"type"`
-	Email     string `json:"email,omitempty"`
-	ProjectID string `json:"project_id,omitempty"`
+	ID        string        `json:"id"`
+	Type      string        `json:"type"` // user | service_account | node
+	Email     string        `json:"email,omitempty"`
+	OrgID     string        `json:"org_id,omitempty"`
+	ProjectID string        `json:"project_id,omitempty"`
+	Bindings  []RoleBinding `json:"bindings"`
 }
 
 // Me returns the calling principal.
+//
+// Operation: getMe
 func (c *Client) Me(ctx context.Context) (Me, error) {
 	var m Me
 	return m, c.Do(ctx, http.MethodGet, "/api/v1/me", nil, nil, &m)
+}
+
+// Health is the liveness answer.
+type Health struct {
+	Status string `json:"status"` // ok
+}
+
+// Healthz says whether the process is up.
+//
+// Operation: getHealthz
+func (c *Client) Healthz(ctx context.Context) (Health, error) {
+	var h Health
+	return h, c.Do(ctx, http.MethodGet, "/healthz", nil, nil, &h)
+}
+
+// Readiness is the readiness answer and its checks.
+type Readiness struct {
+	Status string            `json:"status"` // ready | not_ready
+	Checks map[string]string `json:"checks"`
+}
+
+// Readyz reads the server's readiness (database reachable, schema
+// current). A server that is not ready answers 503 with its checks: that
+// answer is returned as it is, with no error.
+//
+// Operation: getReadyz
+func (c *Client) Readyz(ctx context.Context) (Readiness, error) {
+	var r Readiness
+	err := c.Do(ctx, http.MethodGet, "/readyz", nil, nil, &r)
+	var api *APIError
+	if errors.As(err, &api) && api.Status == http.StatusServiceUnavailable && api.Code == "http_error" {
+		if json.Unmarshal([]byte(api.Message), &r) == nil && r.Status != "" {
+			return r, nil
+		}
+	}
+	return r, err
+}
+
+// JWKS is the JSON Web Key Set that verifies the server's access tokens.
+type JWKS struct {
+	Keys []JWK `json:"keys"`
+}
+
+// JWK is one public key of a JWKS.
+type JWK struct {
+	Kty string `json:"kty"`
+	Kid string `json:"kid"`
+	Alg string `json:"alg"`
+	Use string `json:"use,omitempty"`
+	Crv string `json:"crv,omitempty"`
+	X   string `json:"x,omitempty"`
+}
+
+// JWKS reads the keys that verify the server's access tokens.
+//
+// Operation: getJWKS
+func (c *Client) JWKS(ctx context.Context) (JWKS, error) {
+	var k JWKS
+	return k, c.Do(ctx, http.MethodGet, "/.well-known/jwks.json", nil, nil, &k)
+}
+
+// AsyncAPI reads the event contract (AsyncAPI 3.0, YAML).
+//
+// Operation: getAsyncAPI
+func (c *Client) AsyncAPI(ctx context.Context) ([]byte, error) {
+	var b bytes.Buffer
+	_, err := c.download(ctx, "/api/asyncapi.yaml", nil, "application/yaml", &b)
+	return b.Bytes(), err
+}
+
+// download streams the body of a GET that answers something other than
+// JSON (a YAML document, CSV, a blob) into w, and returns the response
+// headers; an error answer comes back as *APIError.
+func (c *Client) download(ctx context.Context, path string, query url.Values, accept string, w io.Writer) (http.Header, error) {
+	u := c.BaseURL + path
+	if len(query) > 0 {
+		u += "?" + query.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, err
+	}
+	c.authorize(req)
+	req.Header.Set("Accept", accept)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode >= 400 {
+		return resp.Header, decodeResponse(req, resp, nil, 1<<20)
+	}
+	defer resp.Body.Close()
+	_, err = io.Copy(w, resp.Body)
+	return resp.Header, err
 }

@@ -86,16 +86,49 @@ type Republished struct {
 	Events       int64 `json:"events"`
 }
 
+type republishRequest struct {
+	Since  string `json:"since"`
+	Reason string `json:"reason"`
+}
+
 // RepublishEvents (platform admins) has the relay publish the retained
 // events from since (a sequence, an event id or an RFC 3339 time,
 // inclusive) to JetStream again, with Nats-Msg-Id = event id.
+//
+// Operation: republishEvents
 func (c *Client) RepublishEvents(ctx context.Context, since, reason string) (Republished, error) {
 	var out Republished
-	err := c.Do(ctx, http.MethodPost, PlatformEventsPath+"/republish", nil, map[string]string{"since": since, "reason": reason}, &out)
+	err := c.Do(ctx, http.MethodPost, PlatformEventsPath+"/republish", nil, republishRequest{Since: since, Reason: reason}, &out)
 	return out, err
 }
 
+// ParkedEvent is an event the bus refused for good.
+type ParkedEvent struct {
+	Event    Event  `json:"event"`
+	Reason   string `json:"reason"` // payload_too_large | invalid_subject
+	ParkedAt string `json:"parked_at"`
+}
+
+// ParkedEventList is one page of parked events, oldest first, with the
+// count of all parked events by reason.
+type ParkedEventList struct {
+	Items      []ParkedEvent    `json:"items"`
+	NextCursor string           `json:"next_cursor"`
+	Counts     map[string]int64 `json:"counts"`
+}
+
+// ListParkedEvents lists the events the bus refused for good (platform
+// admins).
+//
+// Operation: listParkedEvents
+func (c *Client) ListParkedEvents(ctx context.Context, o CatalogListOptions) (ParkedEventList, error) {
+	var out ParkedEventList
+	return out, c.Do(ctx, http.MethodGet, PlatformEventsPath+"/parked", o.query(), nil, &out)
+}
+
 // ListEvents reads one page of events under path (a *EventsPath).
+//
+// Operation: listProjectEvents listOrgEvents listPlatformEvents
 func (c *Client) ListEvents(ctx context.Context, path string, f EventFilter) (EventList, error) {
 	var out EventList
 	err := c.Do(ctx, http.MethodGet, path, f.query(), nil, &out)
@@ -109,6 +142,8 @@ func (c *Client) ListEvents(ctx context.Context, path string, f EventFilter) (Ev
 // event exactly once and in order. It returns when ctx ends (nil), when fn
 // returns an error (that error), or on an API error such as 410
 // cursor_expired (*APIError).
+//
+// Operation: streamProjectEvents
 func (c *Client) StreamEvents(ctx context.Context, projectID, lastEventID string, fn func(Event) error) error {
 	return c.FollowEvents(ctx, ProjectEventsPath(projectID), EventFilter{}, lastEventID, fn)
 }
@@ -119,7 +154,8 @@ func (c *Client) StreamEvents(ctx context.Context, projectID, lastEventID string
 const ResumeNow = "now"
 
 // FollowEvents is StreamEvents for any scope's path and filter.
-
+//
+// Operation: streamProjectEvents streamOrgEvents streamPlatformEvents
 func (c *Client) FollowEvents(ctx context.Context, path string, f EventFilter, lastEventID string, fn func(Event) error) error {
 	hc := *c.HTTP
 	hc.Timeout = 0 // a stream lives as long as ctx

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 )
 
 // AppInstanceRequest launches an app version (POST …/app-instances).
@@ -37,13 +39,15 @@ type LaunchResources struct {
 
 // AppInstanceAccess says how to reach an instance's private endpoint.
 type AppInstanceAccess struct {
-	Exposure     string `json:"exposure"`
-	NodeID       string `json:"node_id"`
-	NodeAddress  string `json:"node_address,omitempty"`
-	HostPort     int    `json:"host_port"`
-	LocalURL     string `json:"local_url"`
-	SSHTunnel    string `json:"ssh_tunnel,omitempty"`
-	Instructions string `json:"instructions"`
+	Exposure     string                `json:"exposure"`
+	NodeID       string                `json:"node_id"`
+	NodeAddress  string                `json:"node_address,omitempty"`
+	HostPort     int                   `json:"host_port"`
+	LocalURL     string                `json:"local_url"`
+	SSHTunnel    string                `json:"ssh_tunnel,omitempty"`
+	Instructions string                `json:"instructions"`
+	BindAddress  string                `json:"bind_address,omitempty"`
+	Ports        []nodeapi.PortMapping `json:"ports,omitempty"` // every published port, host as bound
 }
 
 // Operation is one lifecycle request, polled by id.
@@ -142,6 +146,8 @@ func instancePath(projectID, id string) string {
 
 // CreateAppInstance launches an instance; the answer is 202 with the
 // operation that drives it.
+//
+// Operation: createAppInstance
 func (c *Client) CreateAppInstance(ctx context.Context, projectID string, in AppInstanceRequest, opts ...RequestOption) (AppInstance, error) {
 	var out AppInstance
 	err := c.Do(ctx, http.MethodPost, instancesPath(projectID), nil, in, &out, opts...)
@@ -149,6 +155,8 @@ func (c *Client) CreateAppInstance(ctx context.Context, projectID string, in App
 }
 
 // ListAppInstances lists a project's instances (status "" for all).
+//
+// Operation: listAppInstances
 func (c *Client) ListAppInstances(ctx context.Context, projectID, status string, limit int, cursor string) (AppInstanceList, error) {
 	q := url.Values{}
 	if status != "" {
@@ -166,6 +174,8 @@ func (c *Client) ListAppInstances(ctx context.Context, projectID, status string,
 }
 
 // GetAppInstance reads one instance.
+//
+// Operation: getAppInstance
 func (c *Client) GetAppInstance(ctx context.Context, projectID, id string) (AppInstance, error) {
 	var out AppInstance
 	err := c.Do(ctx, http.MethodGet, instancePath(projectID, id), nil, nil, &out)
@@ -175,18 +185,28 @@ func (c *Client) GetAppInstance(ctx context.Context, projectID, id string) (AppI
 // UpgradeAppInstance and RollbackAppInstance move an instance to
 // targetVersion; DecommissionAppInstance tears it down. Each answers 202
 // with its operation.
+//
+// Operation: upgradeAppInstance
 func (c *Client) UpgradeAppInstance(ctx context.Context, projectID, id, targetVersion string, opts ...RequestOption) (AppInstance, error) {
-	return c.instanceAction(ctx, projectID, id, "upgrade", map[string]string{"target_version": targetVersion}, opts)
+	return c.instanceAction(ctx, projectID, id, "upgrade", targetVersionRequest{TargetVersion: targetVersion}, opts)
 }
 
 // RollbackAppInstance: see UpgradeAppInstance.
+//
+// Operation: rollbackAppInstance
 func (c *Client) RollbackAppInstance(ctx context.Context, projectID, id, targetVersion string, opts ...RequestOption) (AppInstance, error) {
-	return c.instanceAction(ctx, projectID, id, "rollback", map[string]string{"target_version": targetVersion}, opts)
+	return c.instanceAction(ctx, projectID, id, "rollback", targetVersionRequest{TargetVersion: targetVersion}, opts)
 }
 
 // DecommissionAppInstance: see UpgradeAppInstance.
+//
+// Operation: decommissionAppInstance
 func (c *Client) DecommissionAppInstance(ctx context.Context, projectID, id string, opts ...RequestOption) (AppInstance, error) {
 	return c.instanceAction(ctx, projectID, id, "decommission", nil, opts)
+}
+
+type targetVersionRequest struct {
+	TargetVersion string `json:"target_version"`
 }
 
 func (c *Client) instanceAction(ctx context.Context, projectID, id, action string, in any, opts []RequestOption) (AppInstance, error) {
@@ -196,6 +216,8 @@ func (c *Client) instanceAction(ctx context.Context, projectID, id, action strin
 }
 
 // AppInstanceEvents reads a page of an instance's timeline.
+//
+// Operation: listAppInstanceEvents
 func (c *Client) AppInstanceEvents(ctx context.Context, projectID, id string, limit int, cursor string) (AppInstanceEventList, error) {
 	q := url.Values{}
 	if limit > 0 {
@@ -210,6 +232,8 @@ func (c *Client) AppInstanceEvents(ctx context.Context, projectID, id string, li
 }
 
 // AppInstanceLogs reads the workload's last log lines.
+//
+// Operation: getAppInstanceLogs
 func (c *Client) AppInstanceLogs(ctx context.Context, projectID, id string) (AppInstanceLogs, error) {
 	var out AppInstanceLogs
 	err := c.Do(ctx, http.MethodGet, instancePath(projectID, id)+"/logs", nil, nil, &out)
@@ -217,10 +241,53 @@ func (c *Client) AppInstanceLogs(ctx context.Context, projectID, id string) (App
 }
 
 // GetOperation reads one operation.
+//
+// Operation: getOperation
 func (c *Client) GetOperation(ctx context.Context, projectID, id string) (Operation, error) {
 	var out Operation
 	err := c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(projectID)+"/operations/"+url.PathEscape(id), nil, nil, &out)
 	return out, err
+}
+
+// AppInstanceMember is one workload an instance runs (or ran) on its node.
+type AppInstanceMember struct {
+	ID           string   `json:"id"`
+	AllocationID string   `json:"allocation_id"`
+	NodeID       string   `json:"node_id"`
+	Role         string   `json:"role"`
+	Status       string   `json:"status"` // deploying | running | failed | removed
+	Version      string   `json:"version"`
+	Digest       string   `json:"digest"`
+	WorkloadName string   `json:"workload_name"`
+	ContainerIDs []string `json:"container_ids"`
+	CreatedAt    string   `json:"created_at"`
+	UpdatedAt    string   `json:"updated_at"`
+}
+
+// ListAppInstanceMembers lists the workloads an instance runs (or ran).
+//
+// Operation: listAppInstanceMembers
+func (c *Client) ListAppInstanceMembers(ctx context.Context, projectID, id string, o CatalogListOptions) (CatalogPage[AppInstanceMember], error) {
+	var out CatalogPage[AppInstanceMember]
+	return out, c.Do(ctx, http.MethodGet, instancePath(projectID, id)+"/members", o.query(), nil, &out)
+}
+
+// UIOpen is a one-time link to a running instance's UI through the UI
+// gateway, valid for a minute and redeemable once.
+type UIOpen struct {
+	Code          string `json:"code"` // empty in an idempotent replay
+	AppInstanceID string `json:"app_instance_id"`
+	URL           string `json:"url"` // open it in the person's browser
+	ExpiresAt     string `json:"expires_at"`
+}
+
+// OpenAppInstanceUI asks for a one-time link to an instance's UI (people
+// only).
+//
+// Operation: openAppInstanceUI
+func (c *Client) OpenAppInstanceUI(ctx context.Context, projectID, id string, opts ...RequestOption) (UIOpen, error) {
+	var out UIOpen
+	return out, c.Do(ctx, http.MethodPost, instancePath(projectID, id)+"/ui-open", nil, nil, &out, opts...)
 }
 
 // AppInstanceEventData is the data of an apps.instance.* event.

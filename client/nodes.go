@@ -2,8 +2,9 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"net/url"
+
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 )
 
 // NodeJoinToken is a new join token; JoinToken is shown once.
@@ -16,22 +17,22 @@ type NodeJoinToken struct {
 
 // Node is a GPU host as admins see it.
 type Node struct {
-	ID              string          `json:"id"`
-	Name            string          `json:"name"`
-	State           string          `json:"state"`
-	KeyID           string          `json:"key_id"`
-	GPUCount        int             `json:"gpu_count"`
-	FreeGPUs        int             `json:"free_gpus"`
-	GPUModel        string          `json:"gpu_model"`
-	LiveAllocations int             `json:"live_allocations"`
-	InventoryDigest string          `json:"inventory_digest"`
-	Inventory       json.RawMessage `json:"inventory,omitempty"`
-	Workloads       json.RawMessage `json:"workloads,omitempty"`
-	GPUs            []NodeGPU       `json:"gpus,omitempty"`
-	LastHeartbeatAt string          `json:"last_heartbeat_at"`
-	StateChangedAt  string          `json:"state_changed_at"`
-	CreatedAt       string          `json:"created_at"`
-	UpdatedAt       string          `json:"updated_at"`
+	ID              string             `json:"id"`
+	Name            string             `json:"name"`
+	State           string             `json:"state"`
+	KeyID           string             `json:"key_id"`
+	GPUCount        int                `json:"gpu_count"`
+	FreeGPUs        int                `json:"free_gpus"`
+	GPUModel        string             `json:"gpu_model"`
+	LiveAllocations int                `json:"live_allocations"`
+	InventoryDigest string             `json:"inventory_digest"`
+	Inventory       *nodeapi.Inventory `json:"inventory,omitempty"`
+	Workloads       []nodeapi.Workload `json:"workloads,omitempty"`
+	GPUs            []NodeGPU          `json:"gpus,omitempty"`
+	LastHeartbeatAt string             `json:"last_heartbeat_at"`
+	StateChangedAt  string             `json:"state_changed_at"`
+	CreatedAt       string             `json:"created_at"`
+	UpdatedAt       string             `json:"updated_at"`
 }
 
 // NodeGPU is one GPU of a node.
@@ -71,22 +72,27 @@ type AllocationRequest struct {
 	NodeID          string `json:"node_id,omitempty"`
 }
 
+// NodeJoinTokenRequest asks for a join token; TTLSeconds 0 is the default
+// (15 minutes).
+type NodeJoinTokenRequest struct {
+	Description string `json:"description,omitempty"`
+	TTLSeconds  int    `json:"ttl_seconds,omitempty"`
+}
+
 // CreateNodeJoinToken mints a single-use join token (ttlSeconds 0: the default).
+//
+// Operation: createNodeJoinToken
 func (c *Client) CreateNodeJoinToken(ctx context.Context, description string, ttlSeconds int) (NodeJoinToken, error) {
 	var out NodeJoinToken
-	in := map[string]any{"description": description}
-	if ttlSeconds > 0 {
-		in["ttl_seconds"] = ttlSeconds
-	}
+	in := NodeJoinTokenRequest{Description: description, TTLSeconds: ttlSeconds}
 	return out, c.Do(ctx, "POST", "/api/v1/admin/nodes/join-tokens", nil, in, &out)
 }
 
 // ListNodes lists nodes (one page), optionally of one state.
+//
+// Operation: listNodes
 func (c *Client) ListNodes(ctx context.Context, state, cursor string) ([]Node, string, error) {
-	var out struct {
-		Items      []Node `json:"items"`
-		NextCursor string `json:"next_cursor"`
-	}
+	var out CatalogPage[Node]
 	q := url.Values{}
 	if state != "" {
 		q.Set("state", state)
@@ -99,29 +105,34 @@ func (c *Client) ListNodes(ctx context.Context, state, cursor string) ([]Node, s
 }
 
 // GetNode reads one node with its inventory and GPUs.
+//
+// Operation: getNode
 func (c *Client) GetNode(ctx context.Context, id string) (Node, error) {
 	var out Node
 	return out, c.Do(ctx, "GET", "/api/v1/admin/nodes/"+url.PathEscape(id), nil, nil, &out)
 }
 
 // CreateAllocation places an allocation.
+//
+// Operation: createAllocation
 func (c *Client) CreateAllocation(ctx context.Context, in AllocationRequest) (Allocation, error) {
 	var out Allocation
 	return out, c.Do(ctx, "POST", "/api/v1/admin/allocations", nil, in, &out)
 }
 
 // ReleaseAllocation releases an allocation.
+//
+// Operation: releaseAllocation
 func (c *Client) ReleaseAllocation(ctx context.Context, id string) (Allocation, error) {
 	var out Allocation
 	return out, c.Do(ctx, "POST", "/api/v1/admin/allocations/"+url.PathEscape(id)+"/release", nil, map[string]any{}, &out)
 }
 
 // ListProjectAllocations lists a project's allocations (one page).
+//
+// Operation: listProjectAllocations
 func (c *Client) ListProjectAllocations(ctx context.Context, projectID, state, cursor string) ([]Allocation, string, error) {
-	var out struct {
-		Items      []Allocation `json:"items"`
-		NextCursor string       `json:"next_cursor"`
-	}
+	var out CatalogPage[Allocation]
 	q := url.Values{}
 	if state != "" {
 		q.Set("state", state)
@@ -134,7 +145,42 @@ func (c *Client) ListProjectAllocations(ctx context.Context, projectID, state, c
 }
 
 // GetProjectAllocation reads one allocation of a project.
+//
+// Operation: getProjectAllocation
 func (c *Client) GetProjectAllocation(ctx context.Context, projectID, id string) (Allocation, error) {
 	var out Allocation
 	return out, c.Do(ctx, "GET", "/api/v1/projects/"+url.PathEscape(projectID)+"/allocations/"+url.PathEscape(id), nil, nil, &out)
+}
+
+// DrainNode stops placing allocations on a node; what runs keeps running.
+//
+// Operation: drainNode
+func (c *Client) DrainNode(ctx context.Context, id string) (Node, error) {
+	var out Node
+	return out, c.Do(ctx, "POST", "/api/v1/admin/nodes/"+url.PathEscape(id)+"/drain", nil, nil, &out)
+}
+
+// RemoveNode retires a node; its credentials stop working at once
+// (release its allocations first).
+//
+// Operation: removeNode
+func (c *Client) RemoveNode(ctx context.Context, id string) (Node, error) {
+	var out Node
+	return out, c.Do(ctx, "POST", "/api/v1/admin/nodes/"+url.PathEscape(id)+"/remove", nil, nil, &out)
+}
+
+// AllocationFilter narrows ListAllocations; empty fields match everything.
+type AllocationFilter struct {
+	ProjectID, NodeID, State string
+	Limit                    int
+	Cursor                   string
+}
+
+// ListAllocations lists allocations platform-wide (one page).
+//
+// Operation: listAllocations
+func (c *Client) ListAllocations(ctx context.Context, f AllocationFilter) (CatalogPage[Allocation], error) {
+	q := listQuery(map[string]string{"project_id": f.ProjectID, "node_id": f.NodeID, "state": f.State, "cursor": f.Cursor}, f.Limit)
+	var out CatalogPage[Allocation]
+	return out, c.Do(ctx, "GET", "/api/v1/admin/allocations", q, nil, &out)
 }

@@ -108,12 +108,16 @@ func saPath(projectID string, rest ...string) string {
 
 // CreateServiceAccount creates a service account; the answer holds the
 // private key of its first key, once.
+//
+// Operation: createServiceAccount
 func (c *Client) CreateServiceAccount(ctx context.Context, projectID string, in CreateServiceAccountRequest, opts ...RequestOption) (IssuedServiceAccountKey, error) {
 	var out IssuedServiceAccountKey
 	return out, c.Do(ctx, http.MethodPost, saPath(projectID), nil, in, &out, opts...)
 }
 
 // ListServiceAccounts lists one page of a project's service accounts.
+//
+// Operation: listServiceAccounts
 func (c *Client) ListServiceAccounts(ctx context.Context, projectID string, limit int, cursor string) (ServiceAccountList, error) {
 	q := url.Values{}
 	if limit > 0 {
@@ -127,30 +131,40 @@ func (c *Client) ListServiceAccounts(ctx context.Context, projectID string, limi
 }
 
 // GetServiceAccount reads one service account.
+//
+// Operation: getServiceAccount
 func (c *Client) GetServiceAccount(ctx context.Context, projectID, id string) (ServiceAccount, error) {
 	var out ServiceAccount
 	return out, c.Do(ctx, http.MethodGet, saPath(projectID, id), nil, nil, &out)
 }
 
 // DisableServiceAccount disables an account; its tokens stop working.
+//
+// Operation: disableServiceAccount
 func (c *Client) DisableServiceAccount(ctx context.Context, projectID, id string) (ServiceAccount, error) {
 	var out ServiceAccount
 	return out, c.Do(ctx, http.MethodPost, saPath(projectID, id, "disable"), nil, nil, &out)
 }
 
 // EnableServiceAccount enables a disabled account.
+//
+// Operation: enableServiceAccount
 func (c *Client) EnableServiceAccount(ctx context.Context, projectID, id string) (ServiceAccount, error) {
 	var out ServiceAccount
 	return out, c.Do(ctx, http.MethodPost, saPath(projectID, id, "enable"), nil, nil, &out)
 }
 
 // RotateServiceAccountKey adds a key and returns its private key, once.
+//
+// Operation: rotateServiceAccountKey
 func (c *Client) RotateServiceAccountKey(ctx context.Context, projectID, id string, in RotateServiceAccountKeyRequest) (IssuedServiceAccountKey, error) {
 	var out IssuedServiceAccountKey
 	return out, c.Do(ctx, http.MethodPost, saPath(projectID, id, "rotate-key"), nil, in, &out)
 }
 
 // DeleteServiceAccount deletes an account, its keys and its role bindings.
+//
+// Operation: deleteServiceAccount
 func (c *Client) DeleteServiceAccount(ctx context.Context, projectID, id string) error {
 	return c.Do(ctx, http.MethodDelete, saPath(projectID, id), nil, nil, nil)
 }
@@ -279,11 +293,22 @@ func (c *Client) TokenURL(k KeyFile) string {
 	return c.BaseURL + ServiceAccountTokenPath
 }
 
+// ServiceAccountTokenRequest is the RFC 7523 token exchange. The optional
+// ids, when set, must equal the assertion's iss and kid.
+type ServiceAccountTokenRequest struct {
+	GrantType        string `json:"grant_type"` // GrantTypeJWTBearer
+	Assertion        string `json:"assertion"`
+	ServiceAccountID string `json:"service_account_id,omitempty"`
+	KeyID            string `json:"key_id,omitempty"`
+}
+
 // ExchangeAssertion trades a signed assertion for an access token.
+//
+// Operation: exchangeServiceAccountToken
 func (c *Client) ExchangeAssertion(ctx context.Context, assertion string) (Token, error) {
 	var t Token
 	err := c.Do(ctx, http.MethodPost, ServiceAccountTokenPath, nil,
-		map[string]string{"grant_type": GrantTypeJWTBearer, "assertion": assertion}, &t)
+		ServiceAccountTokenRequest{GrantType: GrantTypeJWTBearer, Assertion: assertion}, &t)
 	return t, err
 }
 

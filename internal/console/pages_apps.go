@@ -129,7 +129,7 @@ type launchData struct {
 	Fields      []field
 	DisplayName string
 	Allocation  string
-	Targets     []map[string]any
+	Targets     []client.TargetAllocation
 	Effective   *client.LaunchEffective
 	EffJSON     string
 	Problems    map[string]string

@@ -308,28 +308,63 @@ func (c *Client) Do(method, path string, body any, headers ...string) *Response 
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "application/json") && len(out.Body) > 0 {
 		_ = json.Unmarshal(out.Body, &out.JSON)
 	}
-	p := req.URL.Path
-	if err := c.S.Contract.Check(method, p, resp.StatusCode, resp.Header, out.Body); err != nil {
-		c.S.T.Errorf("contract: %v", err)
-	}
-	// A replayed response is the stored first one, correlation id included.
-	if resp.StatusCode >= 400 && resp.Header.Get("Idempotent-Replayed") == "" {
-		if cid := errorCorrelation(out); cid == "" || cid != resp.Header.Get("X-Request-ID") {
-			c.S.T.Errorf("%s %s -> %d: error correlation_id %q does not match X-Request-ID %q", method, p, resp.StatusCode, cid, resp.Header.Get("X-Request-ID"))
-		}
-	}
-	if resp.StatusCode < 300 && isMutation(method, p) && resp.Header.Get("Idempotent-Replayed") == "" {
-		c.S.mu.Lock()
-		c.S.mutations = append(c.S.mutations, mutation{method: method, path: p, correlationID: resp.Header.Get("X-Request-ID")})
-		c.S.mu.Unlock()
-	}
+	c.S.observe(method, req.URL.Path, resp.StatusCode, resp.Header, out.Body)
 	return out
 }
 
-func errorCorrelation(r *Response) string {
-	e, _ := r.JSON["error"].(map[string]any)
-	s, _ := e["correlation_id"].(string)
-	return s
+// observe checks one response: against the contract, an error's
+// correlation id against X-Request-ID, and it notes a successful mutation
+// for the audit check at cleanup.
+func (s *Server) observe(method, path string, status int, header http.Header, body []byte) {
+	if err := s.Contract.Check(method, path, status, header, body); err != nil {
+		s.T.Errorf("contract: %v", err)
+	}
+	// A replayed response is the stored first one, correlation id included.
+	if status >= 400 && header.Get("Idempotent-Replayed") == "" {
+		var env struct {
+			Error struct {
+				CorrelationID string `json:"correlation_id"`
+			} `json:"error"`
+		}
+		_ = json.Unmarshal(body, &env)
+		if cid := env.Error.CorrelationID; cid == "" || cid != header.Get("X-Request-ID") {
+			s.T.Errorf("%s %s -> %d: error correlation_id %q does not match X-Request-ID %q", method, path, status, cid, header.Get("X-Request-ID"))
+		}
+	}
+	if status < 300 && isMutation(method, path) && header.Get("Idempotent-Replayed") == "" {
+		s.mu.Lock()
+		s.mutations = append(s.mutations, mutation{method: method, path: path, correlationID: header.Get("X-Request-ID")})
+		s.mu.Unlock()
+	}
+}
+
+// HTTPClient returns an HTTP client whose every response is checked as
+// Client.Do checks them (the contract, the error's correlation id, one
+// audit row per mutation at cleanup). Give it to the Go client
+// (client.Client.HTTP) to hold the SDK to the same rules. Event streams
+// pass unchecked.
+func (s *Server) HTTPClient() *http.Client {
+	return &http.Client{Timeout: 30 * time.Second, Transport: checked{s: s, base: http.DefaultTransport}}
+}
+
+type checked struct {
+	s    *Server
+	base http.RoundTripper
+}
+
+func (c checked) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := c.base.RoundTrip(req)
+	if err != nil || strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return resp, err
+	}
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	c.s.observe(req.Method, req.URL.Path, resp.StatusCode, resp.Header, body)
+	return resp, nil
 }
 
 // RequestHash is the hash the idempotency layer keys a request by.
