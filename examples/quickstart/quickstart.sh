@@ -64,7 +64,7 @@ ship() {
   for s in staged canary active; do
     gpuaas artifact promote "my-app/$version/runtime" --to "$s" --reason rollout -o json | jq -r '"state: " + .lifecycle_state'
   done
-  sed -e "s|\${IMAGE_REF}|$ref|" -e "s|\${VERSION}|$version|" "$APP_SRC/my-app.yaml" > "$WORK/my-app-$version.yaml"
+  gpuaas manifest render "$APP_SRC/my-app.yaml" --set version="$version" --set image_ref="$ref" --out "$WORK/my-app-$version.yaml"
   gpuaas manifest validate "$WORK/my-app-$version.yaml"
   gpuaas manifest register "$WORK/my-app-$version.yaml" -o table
   gpuaas app publish my-app "$version" --reason "quickstart run $RUN" -o table

@@ -49,9 +49,9 @@ art="$(gpuaas artifact push "$IMAGE:$APP-$V" --app "$APP" --version "$V" --sign-
 ref="$REGISTRY/$(jq -er '.repository + "@" + .digest' <<<"$art")"
 gpuaas artifact verify "$APP/$V/runtime" --reason check >/dev/null
 for s in staged canary active; do gpuaas artifact promote "$APP/$V/runtime" --to "$s" --reason rollout >/dev/null; done
-sed -e "s|\${IMAGE_REF}|$ref|" -e "s|\${VERSION}|$V|" -e "s|slug: my-app|slug: $APP|" examples/my-app/my-app.yaml > "$APP-$V.yaml"
-if [ -n "$METERING" ]; then sed -i "s|metering: {kind: session_seconds}|metering: {kind: $METERING}|" "$APP-$V.yaml"; fi
-gpuaas manifest register "$APP-$V.yaml" >/dev/null
+set -- --set version="$V" --set image_ref="$ref" --set app.slug="$APP"
+if [ -n "$METERING" ]; then set -- "$@" --set version.metering.kind="$METERING"; fi
+gpuaas manifest register examples/my-app/my-app.yaml "$@" >/dev/null
 gpuaas app publish "$APP" "$V" --reason doc-test >/dev/null
 gpuaas app entitle "$APP" --mode tenant_dedicated --scope project >/dev/null
 echo "shipped $APP $V"

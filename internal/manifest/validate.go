@@ -26,11 +26,17 @@ type ReportVersion struct {
 // ValidateFile validates the manifest file at path offline. err is for I/O
 // and internal failures only; an invalid manifest is a Report with problems.
 func ValidateFile(path string) (Report, error) {
-	r := Report{File: path}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return r, err
+		return Report{File: path}, err
 	}
+	return Validate(data, path)
+}
+
+// Validate is ValidateFile on bytes already read (and perhaps rendered);
+// path names them in the report.
+func Validate(data []byte, path string) (Report, error) {
+	r := Report{File: path}
 	pkg, problems, err := Parse(data, path)
 	if err != nil {
 		return r, err
