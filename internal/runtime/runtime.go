@@ -8,6 +8,7 @@
 package runtime
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -165,6 +166,11 @@ func env(d Deployment) map[string]string {
 	}
 	if d.UIBasePath != "" {
 		e["GPUAAS_UI_BASE_PATH"] = d.UIBasePath
+	}
+	// The launch's effective parameters (validated against the profile's
+	// schema, defaults applied), as one JSON object the app decodes.
+	if p := bytes.TrimSpace(d.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) && !bytes.Equal(p, []byte("{}")) {
+		e["GPUAAS_PARAMETERS"] = string(p)
 	}
 	if d.Identity != nil {
 		e["GPUAAS_IDENTITY_FILE"] = IdentityPath

@@ -137,6 +137,18 @@ func TestRenderContainer(t *testing.T) {
 	if _, ok := run.Env["GPUAAS_UI_BASE_PATH"]; ok {
 		t.Errorf("a UI on its own origin was handed a base path: %v", run.Env)
 	}
+	if _, ok := run.Env["GPUAAS_PARAMETERS"]; ok {
+		t.Errorf("a launch without parameters was handed some: %v", run.Env)
+	}
+	// The launch's parameters reach the app as one JSON object.
+	task, err = runtime.Render(runtime.Deployment{InstanceID: "i", Name: "n", Profile: prof, Parameters: []byte(`{"greeting":"hi","workers":2}`),
+		Images: map[string]nodeapi.ImagePull{runtime.LaunchImage: {Repository: "reg/a", Digest: digestA}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := task.Payload.(nodeapi.ContainerRun).Env["GPUAAS_PARAMETERS"]; got != `{"greeting":"hi","workers":2}` {
+		t.Errorf("GPUAAS_PARAMETERS = %q", got)
+	}
 	// In the gateway's path mode the workload is told where its UI lives.
 	task, err = runtime.Render(runtime.Deployment{InstanceID: "i", Name: "n", Profile: prof, UIBasePath: "/apps/instances/i/ui",
 		Images: map[string]nodeapi.ImagePull{runtime.LaunchImage: {Repository: "reg/a", Digest: digestA}}})
