@@ -71,6 +71,13 @@ seeds a dev org, project and platform admin (once), and writes
 				fmt.Fprintf(out, "  node:         none (--node=false)\n")
 				return app.Serve(ctx)
 			}
+			if socket := server.DockerSocket(); server.DockerAnswers(ctx, socket) {
+				if err := app.ListenForWorkloads(ctx, socket); err != nil {
+					fmt.Fprintf(out, "  warning:      %v; app instances cannot call the API (set --workload-api-url)\n", err)
+				} else if app.Config.WorkloadAPIURL != "" {
+					fmt.Fprintf(out, "  instances:    call the API at %s\n", app.Config.WorkloadAPIURL)
+				}
+			}
 			go func() {
 				n := app.StartDevNode(ctx, devAgentStarter, creds, 60*time.Second)
 				if n.Reason != "" && n.NodeID == "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,14 +17,19 @@ import (
 
 // Config configures a control-plane process (dev or server).
 type Config struct {
-	Listen        string // host:port of the API (and the embedded registry)
-	PublicURL     string // how clients reach the API; default http://<Listen>
-	AddrFile      string // once serving, write http://<bound host:port> here (for --listen with port 0)
-	DatabaseURL   string // postgres://… or sqlite://PATH
-	DataDir       string // embedded state: SQLite file, registry blobs, keys
-	SecretKey     string // base64 master key sealing secrets at rest
-	SecretKeyFile string // file holding SecretKey (created in dev mode)
-	AutoMigrate   bool   // apply pending migrations at start
+	Listen    string // host:port of the API (and the embedded registry)
+	PublicURL string // how clients reach the API; default http://<Listen>
+	// WorkloadAPIURL is how app instances on the nodes reach the API (their
+	// GPUAAS_API_BASE_URL); default PublicURL. `gpuaas dev` sets it to a
+	// listener on the Docker bridge when the API listens on loopback,
+	// which a container cannot reach.
+	WorkloadAPIURL string
+	AddrFile       string // once serving, write http://<bound host:port> here (for --listen with port 0)
+	DatabaseURL    string // postgres://… or sqlite://PATH
+	DataDir        string // embedded state: SQLite file, registry blobs, keys
+	SecretKey      string // base64 master key sealing secrets at rest
+	SecretKeyFile  string // file holding SecretKey (created in dev mode)
+	AutoMigrate    bool   // apply pending migrations at start
 
 	LogLevel  string // debug | info | warn | error
 	LogFormat string // json | text
@@ -152,6 +158,7 @@ func Defaults() Config {
 func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "host:port to serve the API and registry on")
 	fs.StringVar(&c.PublicURL, "public-url", c.PublicURL, "base URL clients use to reach this server (default http://<listen>)")
+	fs.StringVar(&c.WorkloadAPIURL, "workload-api-url", c.WorkloadAPIURL, "base URL app instances on the nodes use to reach this server (default --public-url; gpuaas dev picks the Docker bridge when --listen is loopback)")
 	fs.StringVar(&c.AddrFile, "addr-file", c.AddrFile, "once serving, write the bound API URL (http://host:port) to this file, removed at shutdown; with --listen 127.0.0.1:0 it tells a supervisor or script the port picked")
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "postgres://… or sqlite://PATH")
 	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for embedded state")
@@ -321,6 +328,12 @@ func (c *Config) Validate() error {
 		c.PublicURL = "http://" + c.Listen
 	}
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	c.WorkloadAPIURL = strings.TrimRight(c.WorkloadAPIURL, "/")
+	if c.WorkloadAPIURL != "" {
+		if u, err := url.Parse(c.WorkloadAPIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("--workload-api-url %q: want an absolute http(s) URL", c.WorkloadAPIURL))
+		}
+	}
 	if c.DataDir != "" {
 		abs, err := filepath.Abs(c.DataDir)
 		if err == nil {

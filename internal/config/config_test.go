@@ -36,11 +36,12 @@ func TestValidateNamesEveryProblem(t *testing.T) {
 	c.Listen = "nope"
 	c.ServiceAccountTokenTTL = 2 * time.Hour
 	c.LogFormat = "xml"
+	c.WorkloadAPIURL = "172.17.0.1:8080" // no scheme
 	err := c.Validate()
 	if err == nil {
 		t.Fatal("invalid config accepted")
 	}
-	for _, want := range []string{"--listen", "--database-url", "master key", "--service-account-token-ttl", "--log-format"} {
+	for _, want := range []string{"--listen", "--database-url", "master key", "--service-account-token-ttl", "--log-format", "--workload-api-url"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %s: %v", want, err)
 		}

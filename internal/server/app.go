@@ -38,9 +38,12 @@ type App struct {
 	Tokens *iam.Tokens
 	API    *httpapi.API
 
-	listener  net.Listener
-	http      *http.Server
-	artifacts *artifactParts // registry and blob store (issue 5)
+	listener net.Listener
+	// workloadListener serves the same API where app instances reach it
+	// (ListenForWorkloads); nil when they use the main listener.
+	workloadListener net.Listener
+	http             *http.Server
+	artifacts        *artifactParts // registry and blob store (issue 5)
 	// Nodes is the nodes domain; Workers are the background jobs Serve runs.
 	Nodes   *nodes.Service
 	Workers worker.Group
@@ -159,7 +162,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	link := instances.NodesLink{Nodes: a.Nodes}
 	a.Instances = instances.New(instances.Deps{Store: store.Instances(db), IAM: svc, SA: sa, Logger: logger, Now: now,
 		Allocations: link, Tasks: link, Releases: a.Nodes, LaunchGate: a.billing.svc, Pulls: instances.ArtifactPulls{Artifacts: arts},
-		APIBaseURL: func() string { return a.Config.PublicURL }, RegistryHost: a.RegistryHost,
+		APIBaseURL: a.workloadAPIURL, RegistryHost: a.RegistryHost,
 		ReadinessTimeout: cfg.InstanceDeployTimeout, UIBasePath: uiBasePath(cfg), Wake: wake,
 		DriveInterval: cfg.InstanceDriveInterval})
 	link.Attach(a.Instances)
@@ -244,8 +247,11 @@ func (a *App) Serve(ctx context.Context) error {
 		}
 		defer os.Remove(a.Config.AddrFile)
 	}
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- a.http.Serve(a.listener) }()
+	if a.workloadListener != nil {
+		go func() { errc <- a.http.Serve(a.workloadListener) }()
+	}
 	a.Logger.Info("gpuaas listening", "addr", a.Addr(), "database", string(a.DB.Dialect()))
 	select {
 	case err := <-errc:
