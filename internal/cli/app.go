@@ -22,7 +22,7 @@ func newAppCmd() *cobra.Command {
 		newAppTransitionCmd("publish", "Publish a draft version (platform admin; its artifacts must be active and verified)"),
 		newAppTransitionCmd("deprecate", "Deprecate a published version: existing instances continue, no new launches"),
 		newAppTransitionCmd("retire", "Retire a deprecated version (refused while a live instance uses it)"),
-		newAppEntitleCmd(), newAppEntitlementsCmd(), newAppPreviewCmd())
+		newAppEntitleCmd(), newAppEntitlementsCmd(), newAppPreviewCmd(), newAppSmokeCmd())
 	addClientFlags(cmd)
 	projectFlag(cmd, true)
 	return cmd

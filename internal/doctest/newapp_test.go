@@ -10,7 +10,7 @@ import (
 )
 
 // TestNewAppDoc runs docs/new-app.md: `gpuaas init` in an empty directory,
-// then build, push signed, register with --set, publish, entitle, launch
+// then build, `gpuaas app smoke` passing, push signed, register with --set, publish, entitle, launch
 // with a parameter, the app's own usage report, decommission — against a
 // gpuaas dev started as the README says, with a real Docker engine.
 func TestNewAppDoc(t *testing.T) {
@@ -19,7 +19,7 @@ func TestNewAppDoc(t *testing.T) {
 	}
 	requireTools(t)
 	blocks := shBlocks(t, filepath.Join(repoRoot(t), "docs", "new-app.md"))
-	if len(blocks) < 7 {
+	if len(blocks) < 8 {
 		t.Fatalf("docs/new-app.md has %d sh blocks; the walk needs all of them", len(blocks))
 	}
 	work := t.TempDir()
@@ -31,7 +31,7 @@ func TestNewAppDoc(t *testing.T) {
 	startDevLikeTheReadme(t, bin, work, env)
 
 	out := runBash(t, work, env, strings.Join(blocks, "\n"))
-	for _, want := range []string{"wrote hello-kit (template http)", "gpuaas.yaml: ok: hello-kit 0.1.0", "trust: verified",
+	for _, want := range []string{"wrote hello-kit (template http)", "gpuaas.yaml: ok: hello-kit 0.1.0", "✓ usage deduplicated", "smoke passed in", "trust: verified",
 		"app hello-kit: registered", "howdy from hello-kit 1.0.0", "requests reported: 5", `"msg":"usage reported"`,
 		"hello-kit/requests", "decommissioned", "containers left: 0"} {
 		if !strings.Contains(out, want) {

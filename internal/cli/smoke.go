@@ -1,0 +1,673 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/gpuaas/gpuaas/client/nodeapi"
+	agentdocker "github.com/gpuaas/gpuaas/internal/agent/docker"
+	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/scaffold"
+	"github.com/gpuaas/gpuaas/internal/server"
+
+	"github.com/moby/moby/api/types/container"
+	docker "github.com/moby/moby/client"
+)
+
+// SmokeFile declares an app's smoke checks, beside its manifest.
+const SmokeFile = "smoke.yaml"
+
+// smokeSpec is smoke.yaml: the HTTP calls to make to a running instance,
+// and the usage the app must report for them.
+type smokeSpec struct {
+	// Params are the launch parameters (JSON Schema-checked like a launch).
+	Params map[string]any `yaml:"params"`
+	Checks []smokeCheck   `yaml:"checks"`
+	Usage  *struct {
+		Unit string `yaml:"unit"`
+		// Min is the least total the app must report before it is stopped.
+		Min int64 `yaml:"min"`
+		// Within bounds the wait for it (default 60s).
+		Within time.Duration `yaml:"within"`
+	} `yaml:"usage"`
+}
+
+type smokeCheck struct {
+	Name         string `yaml:"name"`
+	Method       string `yaml:"method"` // default GET
+	Path         string `yaml:"path"`
+	Body         string `yaml:"body"`
+	Status       int    `yaml:"status"` // default 200
+	BodyContains string `yaml:"body_contains"`
+}
+
+func readSmokeSpec(dir string) (smokeSpec, error) {
+	var s smokeSpec
+	b, err := os.ReadFile(filepath.Join(dir, SmokeFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return s, nil // no checks: launch, stop, verify teardown
+	}
+	if err != nil {
+		return s, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&s); err != nil && !errors.Is(err, io.EOF) {
+		return s, fmt.Errorf("%s: %w", filepath.Join(dir, SmokeFile), err)
+	}
+	for i, c := range s.Checks {
+		if !strings.HasPrefix(c.Path, "/") {
+			return s, fmt.Errorf("%s: checks[%d].path %q must start with /", SmokeFile, i, c.Path)
+		}
+	}
+	return s, nil
+}
+
+func newAppSmokeCmd() *cobra.Command {
+	var image, devDir string
+	cmd := &cobra.Command{
+		Use:   "smoke [DIR] --image IMAGE",
+		Short: "Run an app image as the platform would, check it, and tear it down (a local release rehearsal)",
+		Long: `Take the app in DIR (default .: its gpuaas.yaml and smoke.yaml) and IMAGE
+(an image in the local Docker engine) through what a release does, on a
+control plane of its own started in this process (or the gpuaas dev whose
+data dir is --dev), with its node agent running the workload on this
+machine's Docker exactly as on a GPU host: push signed, verify, promote,
+register, publish, entitle, launch (identity mounted, readiness probed),
+the HTTP checks of smoke.yaml, the usage the app must report, decommission,
+and a check that nothing labelled with the instance remains.
+
+Each step prints with its time. On a failure the step, the reason and the
+workload's last log lines are printed and the exit status is 1.
+
+smoke.yaml:
+  params: {greeting: hi}                 # launch parameters (optional)
+  checks:
+    - {name: answers, path: /, status: 200, body_contains: "from my-app"}
+  usage: {unit: requests, min: 1, within: 60s}`,
+		Example: `  docker build -q -f Dockerfile.prebuilt -t hello:smoke . && gpuaas app smoke --image hello:smoke`,
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := "."
+			if len(args) == 1 {
+				dir = args[0]
+			}
+			if image == "" {
+				return usageError{"--image is required: the image to smoke-test, e.g. docker build -t my-app:smoke . then --image my-app:smoke"}
+			}
+			s := &smokeRun{out: cmd.OutOrStdout(), dir: dir, image: image, devDir: devDir}
+			return s.run(cmd.Context())
+		},
+	}
+	cmd.Flags().StringVar(&image, "image", "", "the app image in the local Docker engine (required)")
+	cmd.Flags().StringVar(&devDir, "dev", "", "use the running gpuaas dev with this data dir (e.g. .gpuaas) instead of starting a control plane")
+	return cmd
+}
+
+type smokeRun struct {
+	out                io.Writer
+	dir, image, devDir string
+	work               string // keys, CLI config, logs
+	apiURL             string
+	slug, version      string
+	instance           string
+	started            time.Time
+	ctx                context.Context // of the gpuaas commands run
+}
+
+// step runs fn and prints its outcome and time.
+func (s *smokeRun) step(name string, fn func() (string, error)) error {
+	t := time.Now()
+	note, err := fn()
+	d := time.Since(t).Round(10 * time.Millisecond)
+	if err != nil {
+		fmt.Fprintf(s.out, "  ✗ %-22s %7s  %v\n", name, d, err)
+		return &smokeFailure{step: name, err: err}
+	}
+	fmt.Fprintf(s.out, "  ✓ %-22s %7s  %s\n", name, d, note)
+	return nil
+}
+
+type smokeFailure struct {
+	step string
+	err  error
+}
+
+func (f *smokeFailure) Error() string { return "smoke failed at " + f.step + ": " + f.err.Error() }
+
+func (s *smokeRun) run(ctx context.Context) (err error) {
+	s.started, s.ctx = time.Now(), ctx
+	spec, err := readSmokeSpec(s.dir)
+	if err != nil {
+		return err
+	}
+	s.work, err = os.MkdirTemp("", "gpuaas-smoke-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(s.work)
+	fmt.Fprintf(s.out, "smoke %s with %s\n", s.dir, s.image)
+	defer func() {
+		var f *smokeFailure
+		if errors.As(err, &f) {
+			s.printWorkloadLogs(ctx)
+			s.cleanUp(ctx)
+			err = exitCode(1)
+		}
+	}()
+
+	var admin smokeCreds
+	var stopControlPlane func()
+	defer func() {
+		if stopControlPlane != nil {
+			stopControlPlane()
+		}
+	}()
+	if err := s.step("control plane", func() (string, error) {
+		var err error
+		admin, stopControlPlane, err = s.controlPlane(ctx)
+		return s.apiURL, err
+	}); err != nil {
+		return err
+	}
+	for _, kv := range [][2]string{{envConfigDir, filepath.Join(s.work, "config")}, {envAPIURL, s.apiURL}, {envToken, ""}, {envProfile, ""},
+		{"GPUAAS_PROJECT_ID", admin.ProjectID}} {
+		if err := os.Setenv(kv[0], kv[1]); err != nil {
+			return err
+		}
+	}
+	s.version = fmt.Sprintf("0.0.0-smoke.%d", time.Now().Unix())
+	if err := s.step("sign in", func() (string, error) {
+		_, err := s.cli(admin.AdminPassword+"\n", "login", "--email", admin.AdminEmail, "--password-stdin")
+		return admin.AdminEmail, err
+	}); err != nil {
+		return err
+	}
+	var ref string
+	if err := s.step("push, signed", func() (string, error) {
+		key := filepath.Join(s.work, "cosign")
+		if _, err := s.cli("", "artifact", "keygen", "--out", key); err != nil {
+			return "", err
+		}
+		if _, err := s.cli("", "artifact", "signing-key", "add", "--name", "smoke-"+s.version, "--public-key-file", key+".pub"); err != nil {
+			return "", err
+		}
+		r, err := manifest.ValidateFile(filepath.Join(s.dir, scaffold.ManifestFile))
+		if err != nil {
+			return "", err
+		}
+		if !r.Valid {
+			return "", fmt.Errorf("%s is not a valid manifest: run gpuaas manifest validate %s", r.File, r.File)
+		}
+		s.slug = r.App
+		out, err := s.cli("", "artifact", "push", s.image, "--app", s.slug, "--version", s.version, "--sign-key", key+".key", "-o", "json")
+		if err != nil {
+			return "", err
+		}
+		var art struct{ Repository, Digest string }
+		if err := json.Unmarshal([]byte(out), &art); err != nil {
+			return "", fmt.Errorf("push answer: %w", err)
+		}
+		ref = strings.TrimPrefix(strings.TrimPrefix(s.apiURL, "http://"), "https://") + "/" + art.Repository + "@" + art.Digest
+		return ref, nil
+	}); err != nil {
+		return err
+	}
+	artifact := s.slug + "/" + s.version + "/runtime"
+	if err := s.step("verify, promote", func() (string, error) {
+		if _, err := s.cli("", "artifact", "verify", artifact, "--reason", "smoke"); err != nil {
+			return "", err
+		}
+		for _, st := range []string{"staged", "canary", "active"} {
+			if _, err := s.cli("", "artifact", "promote", artifact, "--to", st, "--reason", "smoke"); err != nil {
+				return "", err
+			}
+		}
+		return "verified, active", nil
+	}); err != nil {
+		return err
+	}
+	if err := s.step("register, publish", func() (string, error) {
+		if _, err := s.cli("", "manifest", "register", filepath.Join(s.dir, scaffold.ManifestFile), "--set", "version="+s.version, "--set", "image_ref="+ref); err != nil {
+			return "", err
+		}
+		if _, err := s.cli("", "app", "publish", s.slug, s.version, "--reason", "smoke"); err != nil {
+			return "", err
+		}
+		_, err := s.cli("", "app", "entitle", s.slug, "--mode", "tenant_dedicated", "--scope", "project")
+		return s.slug + " " + s.version, err
+	}); err != nil {
+		return err
+	}
+	var url string
+	if err := s.step("launch", func() (string, error) {
+		args := []string{"instance", "create", s.slug, s.version, "--name", "smoke", "--wait", "-o", "json"}
+		if len(spec.Params) > 0 {
+			b, _ := json.Marshal(spec.Params)
+			args = append(args, "--params", string(b))
+		}
+		out, err := s.cli("", args...)
+		var full struct {
+			ID         string `json:"id"`
+			Status     string `json:"status"`
+			ReasonCode string `json:"reason_code"`
+			Access     struct {
+				LocalURL string `json:"local_url"`
+			} `json:"access"`
+		}
+		if jerr := json.Unmarshal([]byte(lastJSON(out)), &full); jerr == nil && full.ID != "" {
+			s.instance = full.ID
+		}
+		if err != nil && s.instance != "" {
+			// The platform's own account of why is better than --wait's trace.
+			if got, gerr := s.cli("", "instance", "get", s.instance, "-o", "json"); gerr == nil {
+				var why struct{ Status, ReasonCode, ReasonMessage string }
+				_ = json.Unmarshal([]byte(got), &struct {
+					Status        *string `json:"status"`
+					ReasonCode    *string `json:"reason_code"`
+					ReasonMessage *string `json:"reason_message"`
+				}{&why.Status, &why.ReasonCode, &why.ReasonMessage})
+				return "", fmt.Errorf("the instance is %s: %s: %s", why.Status, why.ReasonCode, why.ReasonMessage)
+			}
+		}
+		if err != nil {
+			return "", err
+		}
+		if full.Status != "running" {
+			return "", fmt.Errorf("instance %s is %s (%s)", full.ID, full.Status, full.ReasonCode)
+		}
+		out, err = s.cli("", "instance", "get", full.ID, "-o", "json")
+		if err != nil {
+			return "", err
+		}
+		if err := json.Unmarshal([]byte(out), &full); err != nil {
+			return "", err
+		}
+		url = strings.TrimRight(full.Access.LocalURL, "/")
+		return "running at " + url, nil
+	}); err != nil {
+		return err
+	}
+	for _, c := range spec.Checks {
+		if err := s.step("check "+c.name(), func() (string, error) { return s.check(ctx, url, c) }); err != nil {
+			return err
+		}
+	}
+	if spec.Usage != nil {
+		if err := s.step("usage reported", func() (string, error) { return s.waitUsage(ctx, spec.Usage.Unit, spec.Usage.Min, spec.Usage.Within) }); err != nil {
+			return err
+		}
+	}
+	if err := s.step("decommission", func() (string, error) {
+		_, err := s.cli("", "instance", "decommission", s.instance, "--wait")
+		return "stopped with SIGTERM", err
+	}); err != nil {
+		return err
+	}
+	if err := s.step("nothing left", func() (string, error) {
+		n, err := s.labelledContainers(ctx)
+		if err != nil {
+			return "", err
+		}
+		if n > 0 {
+			return "", fmt.Errorf("%d container(s) labelled with the instance remain", n)
+		}
+		return "no container labelled with the instance", nil
+	}); err != nil {
+		return err
+	}
+	if spec.Usage != nil {
+		if err := s.step("usage deduplicated", func() (string, error) { return s.checkUsageOnce(spec.Usage.Unit, spec.Usage.Min) }); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(s.out, "smoke passed in %s\n", time.Since(s.started).Round(100*time.Millisecond))
+	return nil
+}
+
+func (c smokeCheck) name() string {
+	if c.Name != "" {
+		return c.Name
+	}
+	return c.method() + " " + c.Path
+}
+
+func (c smokeCheck) method() string {
+	if c.Method == "" {
+		return http.MethodGet
+	}
+	return strings.ToUpper(c.Method)
+}
+
+func (s *smokeRun) check(ctx context.Context, base string, c smokeCheck) (string, error) {
+	want := c.Status
+	if want == 0 {
+		want = http.StatusOK
+	}
+	req, err := http.NewRequestWithContext(ctx, c.method(), base+c.Path, strings.NewReader(c.Body))
+	if err != nil {
+		return "", err
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != want {
+		return "", fmt.Errorf("%s %s answered %d, want %d: %s", c.method(), c.Path, resp.StatusCode, want, clip(body))
+	}
+	if c.BodyContains != "" && !bytes.Contains(body, []byte(c.BodyContains)) {
+		return "", fmt.Errorf("%s %s: body lacks %q: %s", c.method(), c.Path, c.BodyContains, clip(body))
+	}
+	return fmt.Sprintf("%d %s", resp.StatusCode, clip(body)), nil
+}
+
+func clip(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if len(s) > 80 {
+		s = s[:80] + "…"
+	}
+	return s
+}
+
+type usageRow struct {
+	Quantity    int64  `json:"quantity"`
+	EventSource string `json:"event_source"`
+	EventID     string `json:"event_id"`
+}
+
+func (s *smokeRun) usage(unit string) ([]usageRow, error) {
+	out, err := s.cli("", "usage", "--instance", s.instance, "--unit", unit, "--limit", "500", "-o", "json")
+	if err != nil {
+		return nil, err
+	}
+	var page struct {
+		Items []usageRow `json:"items"`
+	}
+	return page.Items, json.Unmarshal([]byte(out), &page)
+}
+
+func (s *smokeRun) waitUsage(ctx context.Context, unit string, min int64, within time.Duration) (string, error) {
+	if within <= 0 {
+		within = time.Minute
+	}
+	deadline := time.Now().Add(within)
+	var total int64
+	for {
+		rows, err := s.usage(unit)
+		if err != nil {
+			return "", err
+		}
+		total = 0
+		for _, r := range rows {
+			total += r.Quantity
+		}
+		if total >= min {
+			return fmt.Sprintf("%d %s in %d report(s)", total, unit, len(rows)), nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("%d %s reported in %s, want at least %d (does the app report with its identity? see its log)", total, unit, within, min)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second): // usage arrives on the app's own schedule
+		}
+	}
+}
+
+func (s *smokeRun) checkUsageOnce(unit string, min int64) (string, error) {
+	rows, err := s.usage(unit)
+	if err != nil {
+		return "", err
+	}
+	seen := map[string]bool{}
+	var total int64
+	for _, r := range rows {
+		k := r.EventSource + " " + r.EventID
+		if seen[k] {
+			return "", fmt.Errorf("event %s counted twice", k)
+		}
+		seen[k] = true
+		total += r.Quantity
+	}
+	if total < min {
+		return "", fmt.Errorf("%d %s after the stop, want at least %d", total, unit, min)
+	}
+	return fmt.Sprintf("%d %s in %d distinct report(s) after the stop", total, unit, len(rows)), nil
+}
+
+// cli runs one gpuaas command in this process, as a user would type it.
+func (s *smokeRun) cli(stdin string, args ...string) (string, error) {
+	var out, errOut bytes.Buffer
+	root := NewRoot(&out, &errOut)
+	root.SetIn(strings.NewReader(stdin))
+	root.SetArgs(args)
+	if err := root.ExecuteContext(s.ctx); err != nil {
+		msg := strings.TrimSpace(errOut.String())
+		if msg == "" {
+			msg = describeError(nil, err)
+		}
+		return out.String(), fmt.Errorf("gpuaas %s: %s", strings.Join(args[:min(len(args), 3)], " "), msg)
+	}
+	return out.String(), nil
+}
+
+// lastJSON is the last top-level JSON document of out (a --wait prints
+// progress before the result).
+func lastJSON(out string) string {
+	if i := strings.LastIndex(out, "\n{"); i >= 0 {
+		return out[i+1:]
+	}
+	return out
+}
+
+type smokeCreds struct {
+	APIURL        string `json:"api_url"`
+	ProjectID     string `json:"project_id"`
+	AdminEmail    string `json:"admin_email"`
+	AdminPassword string `json:"admin_password"`
+}
+
+// controlPlane starts one in this process (SQLite and the registry under
+// the work dir, the node agent on this machine's Docker), or reads the
+// credentials of the running gpuaas dev in --dev.
+func (s *smokeRun) controlPlane(ctx context.Context) (smokeCreds, func(), error) {
+	var c smokeCreds
+	if s.devDir != "" {
+		b, err := os.ReadFile(server.CredentialsPath(s.devDir))
+		if err != nil {
+			return c, nil, fmt.Errorf("--dev %s: %w (is gpuaas dev running with that data dir?)", s.devDir, err)
+		}
+		if err := json.Unmarshal(b, &c); err != nil {
+			return c, nil, err
+		}
+		s.apiURL = c.APIURL
+		return c, nil, nil
+	}
+	cfg := config.Defaults()
+	cfg.DataDir = filepath.Join(s.work, "platform")
+	cfg.Listen = "127.0.0.1:0"
+	cfg, err := server.DevConfig(cfg)
+	if err != nil {
+		return c, nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return c, nil, err
+	}
+	logFile, err := os.Create(filepath.Join(s.work, "control-plane.log"))
+	if err != nil {
+		return c, nil, err
+	}
+	// The in-process node agent logs to the default logger: into the file
+	// too, so that the steps are what the terminal shows.
+	logger := slog.New(slog.NewTextHandler(logFile, nil))
+	prevDefault := slog.Default()
+	slog.SetDefault(logger)
+	ctx, cancel := context.WithCancel(ctx)
+	app, err := server.New(ctx, cfg, logger)
+	if err != nil {
+		cancel()
+		return c, nil, err
+	}
+	done := make(chan error, 1)
+	stop := func() {
+		cancel()
+		<-done
+		_ = app.Close()
+		slog.SetDefault(prevDefault)
+		_ = logFile.Close()
+	}
+	if err := app.Listen(); err != nil {
+		cancel()
+		_ = app.Close()
+		return c, nil, err
+	}
+	creds, err := app.SeedDev(ctx)
+	if err != nil {
+		cancel()
+		_ = app.Close()
+		return c, nil, err
+	}
+	socket := server.DockerSocket()
+	if !server.DockerAnswers(ctx, socket) {
+		cancel()
+		_ = app.Close()
+		return c, nil, fmt.Errorf("no Docker engine answers at %s: the workload cannot run", socket)
+	}
+	if err := app.ListenForWorkloads(ctx, socket); err != nil {
+		cancel()
+		_ = app.Close()
+		return c, nil, err
+	}
+	go func() { done <- app.Serve(ctx) }()
+	n := app.StartDevNode(ctx, devAgentStarter, creds, 60*time.Second)
+	if n.Stop != nil {
+		inner := stop
+		stop = func() { n.Stop(); inner() }
+	}
+	if n.AllocationID == "" {
+		stop()
+		return c, nil, fmt.Errorf("no node: %s", n.Reason)
+	}
+	s.apiURL = creds.APIURL
+	return smokeCreds{APIURL: creds.APIURL, ProjectID: creds.ProjectID, AdminEmail: creds.AdminEmail, AdminPassword: creds.AdminPassword}, stop, nil
+}
+
+// instanceContainers lists the containers, running or not, labelled with
+// the instance; the caller closes the client.
+func (s *smokeRun) instanceContainers(ctx context.Context) (*docker.Client, []container.Summary, error) {
+	c, err := docker.New(docker.FromEnv, docker.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, nil, err
+	}
+	res, err := c.ContainerList(ctx, docker.ContainerListOptions{All: true, Filters: docker.Filters{}.Add("label", nodeapi.LabelInstance+"="+s.instance)})
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, res.Items, nil
+}
+
+// labelledContainers counts containers, running or not, labelled with the
+// instance: what the node agent must have removed.
+func (s *smokeRun) labelledContainers(ctx context.Context) (int, error) {
+	c, items, err := s.instanceContainers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return len(items), nil
+}
+
+// cleanUp takes down what a failed smoke launched: through the platform
+// first (as a passing one does), then, when the platform is this process's
+// and is about to go, whatever labelled container is left.
+func (s *smokeRun) cleanUp(ctx context.Context) {
+	if s.instance == "" {
+		return
+	}
+	outer := s.ctx
+	var cancel context.CancelFunc
+	s.ctx, cancel = context.WithTimeout(ctx, time.Minute)
+	_, _ = s.cli("", "instance", "decommission", s.instance, "--wait")
+	cancel()
+	s.ctx = outer
+	if s.devDir != "" {
+		return
+	}
+	c, items, err := s.instanceContainers(ctx)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	for _, it := range items {
+		_, _ = c.ContainerRemove(ctx, it.ID, docker.ContainerRemoveOptions{Force: true})
+	}
+}
+
+// printWorkloadLogs shows the last lines the workload wrote: the ones the
+// platform kept with a failure, else the container's own.
+func (s *smokeRun) printWorkloadLogs(ctx context.Context) {
+	if s.instance == "" {
+		return
+	}
+	lines := s.platformLogs()
+	if len(lines) == 0 {
+		lines = s.containerLogs(ctx)
+	}
+	if len(lines) == 0 {
+		fmt.Fprintf(s.out, "  (the workload wrote no log lines)\n")
+		return
+	}
+	fmt.Fprintf(s.out, "  last log lines of the workload:\n")
+	for _, l := range lines {
+		fmt.Fprintf(s.out, "    %s\n", l)
+	}
+}
+
+func (s *smokeRun) platformLogs() []string {
+	out, err := s.cli("", "instance", "logs", s.instance, "-o", "json")
+	if err != nil {
+		return nil
+	}
+	var l struct {
+		Lines []string `json:"lines"`
+	}
+	_ = json.Unmarshal([]byte(out), &l)
+	return tail(l.Lines, 20)
+}
+
+func (s *smokeRun) containerLogs(ctx context.Context) []string {
+	c, items, err := s.instanceContainers(ctx)
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	if len(items) == 0 {
+		return nil
+	}
+	return (&agentdocker.Driver{C: c}).LogTail(ctx, items[0].ID, 20)
+}
+
+func tail(lines []string, n int) []string {
+	if len(lines) > n {
+		return lines[len(lines)-n:]
+	}
+	return lines
+}
