@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -179,7 +180,8 @@ func TestQuickstartDoc(t *testing.T) {
 		`"lifecycle_state": "active"`, `"status": "published"`, `"tenant_boundary_mode": "project_isolated"`,
 		`Active profile: "default"`, `"status": "running"`, "hello from my-app 1.0.0", "hello from my-app 2.0.0",
 		`The token of profile "publisher" expired; minted a new one`, "apps.instance.upgraded", "apps.instance.rolled_back",
-		"decommissioned", "no container left", "session_seconds", "my-app/session_seconds"} {
+		"decommissioned", "no container left", "wrote .quickstart/my-app (template http)", "✓ usage deduplicated", "smoke passed in",
+		"my-app/requests"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the walk's output lacks %q", want)
 		}
@@ -188,6 +190,11 @@ func TestQuickstartDoc(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(work, leaked)); err == nil {
 			t.Errorf("the walk wrote %s outside .quickstart/", leaked)
 		}
+	}
+	// The app reported its requests itself (three in step 8, two more in
+	// step 10): a row on its own meter, source app_runtime.
+	if !regexp.MustCompile(`app_runtime\s+requests\s+[1-9][0-9]*\s+my-app/requests`).MatchString(out) {
+		t.Errorf("no usage row of requests the app reported")
 	}
 	if t.Failed() || testing.Verbose() {
 		t.Logf("output:\n%s", out)
