@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/sealer"
@@ -29,8 +30,8 @@ const RegistryKeyPurpose = "registry_token"
 // the keys live in signing_keys (private halves sealed), the oldest unretired
 // key signs, every other key still verifies. The first start creates one.
 // Two replicas racing on an empty table both insert; both then pick the
-// oldest, so they converge.
-func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer) (*registry.KeySet, error) {
+// oldest, so they converge. now stamps a created key (nil: the wall clock).
+func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, now func() time.Time) (*registry.KeySet, error) {
 	rows, err := db.SigningKeys(ctx, RegistryKeyPurpose)
 	if err != nil {
 		return nil, fmt.Errorf("load registry token keys: %w", err)
@@ -53,7 +54,7 @@ func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer) (*
 			return nil, err
 		}
 		if err := db.InsertSigningKey(ctx, iam.SigningKey{KID: k.KeyID(), Purpose: RegistryKeyPurpose,
-			Algorithm: string(k.Algorithm()), PrivateKey: sealed, PublicKey: string(pub), CreatedAt: time.Now()}); err != nil {
+			Algorithm: string(k.Algorithm()), PrivateKey: sealed, PublicKey: string(pub), CreatedAt: clock.Or(now)()}); err != nil {
 			return nil, fmt.Errorf("store registry token key: %w", err)
 		}
 		if rows, err = db.SigningKeys(ctx, RegistryKeyPurpose); err != nil {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/blobstore"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/registry"
@@ -85,9 +86,7 @@ type registryLink struct {
 
 // New builds the service.
 func New(d Deps) *Service {
-	if d.Now == nil {
-		d.Now = time.Now
-	}
+	d.Now = clock.Or(d.Now)
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -41,6 +41,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 )
 
@@ -108,9 +109,7 @@ func New(root string, opts Options) (*Store, error) {
 		maxSize:    opts.MaxObjectSize,
 		checkpoint: opts.CheckpointBytes,
 	}
-	if s.now == nil {
-		s.now = time.Now
-	}
+	s.now = clock.Or(s.now)
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

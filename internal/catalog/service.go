@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/storage"
@@ -53,9 +54,7 @@ type Service struct {
 
 // NewService builds the service.
 func NewService(d Deps) *Service {
-	if d.Now == nil {
-		d.Now = time.Now
-	}
+	d.Now = clock.Or(d.Now)
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/storage"
 )
@@ -111,9 +112,7 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Now = clock.Or(cfg.Now)
 	c := &Console{cfg: cfg, pages: map[string]*template.Template{}}
 	if err := c.parse(); err != nil {
 		return nil, err

@@ -3,13 +3,14 @@ package events
 import (
 	"context"
 	"errors"
-	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/storage"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
@@ -41,10 +42,13 @@ type Relay struct {
 	// rows again (keep it well inside the bus's duplicate window).
 	Republish time.Duration
 	Logger    *slog.Logger
+	// Now is the server's clock: the lease, the sequencing and publishing
+	// times it stamps and the republish cutoff (nil: the wall clock).
+	Now func() time.Time
 
 	periodic worker.Periodic
 	leader   atomic.Bool
-	renewed  time.Time // last lease renewal (the periodic goroutine only)
+	renewed  time.Time // last lease renewal, by Now (the periodic goroutine only)
 
 	mu          sync.Mutex
 	backoff     time.Duration
@@ -66,6 +70,7 @@ func (r *Relay) Start(ctx context.Context) error {
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
 	}
+	r.Now = clock.Or(r.Now)
 	r.periodic.Name, r.periodic.Interval, r.periodic.Timeout = "events.relay", r.Interval, r.LeaseTTL
 	r.periodic.Run, r.periodic.Logger = r.pass, r.Logger
 	return r.periodic.Start(ctx)
@@ -100,9 +105,10 @@ func (r *Relay) pass(ctx context.Context) error {
 	// A leader renews its lease every quarter TTL, not every pass: each
 	// commit kicks a pass, and sequencing checks the lease in its own
 	// transaction anyway.
-	ok := r.leader.Load() && time.Since(r.renewed) < r.LeaseTTL/4
+	// The lease's expiry is stamped by Now, so its renewal is judged by Now.
+	ok := r.leader.Load() && r.Now().Sub(r.renewed) < r.LeaseTTL/4
 	if !ok {
-		now := time.Now()
+		now := r.Now()
 		var err error
 		if ok, err = r.Log.Read().AcquireLease(ctx, LeaseName, r.Holder, now, r.LeaseTTL); err != nil {
 			return err
@@ -114,7 +120,7 @@ func (r *Relay) pass(ctx context.Context) error {
 	if was := r.leader.Swap(ok); was != ok {
 		r.Logger.InfoContext(ctx, "event relay lease", "leader", ok, "holder", r.Holder)
 		if ok && r.Bus != nil && r.Republish > 0 {
-			n, err := r.Log.Read().UnmarkPublished(ctx, time.Now().Add(-r.Republish))
+			n, err := r.Log.Read().UnmarkPublished(ctx, r.Now().Add(-r.Republish))
 			if err != nil {
 				r.leader.Store(false) // try the takeover again next pass
 				return err
@@ -132,7 +138,7 @@ func (r *Relay) pass(ctx context.Context) error {
 			}
 			break
 		}
-		n, _, err := r.Log.SequenceEvents(ctx, LeaseName, r.Holder, time.Now(), r.Batch)
+		n, _, err := r.Log.SequenceEvents(ctx, LeaseName, r.Holder, r.Now(), r.Batch)
 		if errors.Is(err, ErrLeaseLost) {
 			r.leader.Store(false)
 			return nil
@@ -197,7 +203,7 @@ func (r *Relay) publishAll(ctx context.Context) error {
 		}
 		acked, perr := r.Bus.Publish(ctx, envs)
 		if acked > 0 {
-			if err := q.MarkPublished(ctx, rows[acked-1].Position, time.Now()); err != nil {
+			if err := q.MarkPublished(ctx, rows[acked-1].Position, r.Now()); err != nil {
 				return err
 			}
 		}
@@ -206,7 +212,7 @@ func (r *Relay) publishAll(ctx context.Context) error {
 			// One message the bus will never take must not hold up every
 			// tenant's events behind it: park it, visibly, and go on.
 			bad := rows[refused.Index]
-			if err := q.ParkEvent(ctx, bad.Position, refused.Reason, time.Now()); err != nil {
+			if err := q.ParkEvent(ctx, bad.Position, refused.Reason, r.Now()); err != nil {
 				return err
 			}
 			r.Logger.ErrorContext(ctx, "event parked: the bus refuses it", "event_id", bad.ID, "type", bad.Type,
@@ -231,7 +237,10 @@ type Cleaner struct {
 	Retention time.Duration
 	Interval  time.Duration // default 1m
 	Logger    *slog.Logger
-	periodic  worker.Periodic
+	// Now is the server's clock, against which Retention is cut (nil: the
+	// wall clock); the relay stamps published_at with the same one.
+	Now      func() time.Time
+	periodic worker.Periodic
 }
 
 // Start implements worker.Service.
@@ -239,6 +248,7 @@ func (c *Cleaner) Start(ctx context.Context) error {
 	if c.Interval <= 0 {
 		c.Interval = time.Minute
 	}
+	c.Now = clock.Or(c.Now)
 	c.periodic.Name, c.periodic.Interval, c.periodic.Logger = "events.retention", c.Interval, c.Logger
 	c.periodic.Run = c.run
 	return c.periodic.Start(ctx)
@@ -250,6 +260,9 @@ func (c *Cleaner) Stop() { c.periodic.Stop() }
 // WaitRuns is the test hook.
 func (c *Cleaner) WaitRuns(ctx context.Context, n uint64) error { return c.periodic.WaitRuns(ctx, n) }
 
+// Runs reports completed runs.
+func (c *Cleaner) Runs() uint64 { return c.periodic.Runs() }
+
 // Kick asks for a run now.
 func (c *Cleaner) Kick() { c.periodic.Kick() }
 
@@ -257,7 +270,7 @@ func (c *Cleaner) run(ctx context.Context) error {
 	if c.Retention <= 0 || (c.Relay != nil && !c.Relay.Leader()) {
 		return nil
 	}
-	_, err := c.Log.Read().PruneEvents(ctx, time.Now().Add(-c.Retention))
+	_, err := c.Log.Read().PruneEvents(ctx, c.Now().Add(-c.Retention))
 	return err
 }
 

@@ -222,7 +222,7 @@ func (rd *Reader) Follow(ctx context.Context, f EventFilter, after int64, fr Fra
 		recheck = t.C
 	}
 	if !acc.Expires.IsZero() {
-		t := time.NewTimer(time.Until(acc.Expires))
+		t := time.NewTimer(acc.Expires.Sub(clock.Or(rd.Now)())) // by the clock that issued the token
 		defer t.Stop()
 		expiry = t.C
 	}

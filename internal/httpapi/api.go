@@ -14,6 +14,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/iam"
@@ -56,6 +57,9 @@ type API struct {
 	// StreamTimeout is the read/write deadline of streaming routes (blob
 	// uploads, the registry), which the server's shorter timeouts would cut.
 	StreamTimeout time.Duration
+	// Now is the server's clock: it stamps idempotency records and their
+	// expiry (nil: the wall clock).
+	Now func() time.Time
 	// UIOpenURL builds the gateway link that redeems a one-time UI code
 	// (nil: no gateway, the ui-open route refuses).
 	UIOpenURL func(instanceID, path, code string) string
@@ -178,6 +182,7 @@ func (a *API) build() http.Handler {
 	if a.Logger == nil {
 		a.Logger = slog.New(slog.DiscardHandler)
 	}
+	a.Now = clock.Or(a.Now)
 	a.metrics = newMetrics()
 	if a.Billing != nil {
 		a.metrics.reg.MustRegister(countsCollector{unratedDesc, a.Billing.UnratedCounts})

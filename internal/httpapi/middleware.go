@@ -218,7 +218,7 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	hash := RequestHash(r.Method, r.URL.Path, body)
 	claim := storage.IdempotencyClaim{Principal: principal.From(ctx).Key(), Key: key, ClaimID: uuid.NewString()}
-	now := time.Now()
+	now := a.Now()
 	q := a.Store.Read()
 	err = q.ClaimIdempotencyKey(ctx, storage.IdempotencyRecord{Principal: claim.Principal, Key: key, Method: r.Method, Path: r.URL.Path,
 		RequestHash: hash, CreatedAt: now, ExpiresAt: now.Add(a.IdempotencyTTL), ClaimID: claim.ClaimID})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 )
 
@@ -24,10 +25,14 @@ type Keyring struct {
 	keys    KeyStore
 	sealer  *sealer.Sealer
 	purpose string
+	now     func() time.Time // stamps the keys it creates (the server's clock)
 
-	mu         sync.RWMutex
-	signing    *ringKey
-	byKID      map[string]*ringKey
+	mu      sync.RWMutex
+	signing *ringKey
+	byKID   map[string]*ringKey
+	// lastReload is when the set was last read, by the wall clock: it
+	// only throttles reloads, and is never stored or compared with a
+	// stamped time.
 	lastReload time.Time
 }
 
@@ -53,9 +58,10 @@ type ringKey struct {
 	pub  ed25519.PublicKey
 }
 
-// LoadKeyring loads the keys of purpose, creating the first one if none exist.
-func LoadKeyring(ctx context.Context, keys KeyStore, s *sealer.Sealer, purpose string) (*Keyring, error) {
-	k := &Keyring{keys: keys, sealer: s, purpose: purpose}
+// LoadKeyring loads the keys of purpose, creating the first one if none
+// exist; now stamps the keys it creates (nil: the wall clock).
+func LoadKeyring(ctx context.Context, keys KeyStore, s *sealer.Sealer, purpose string, now func() time.Time) (*Keyring, error) {
+	k := &Keyring{keys: keys, sealer: s, purpose: purpose, now: clock.Or(now)}
 	if err := k.Reload(ctx); err != nil {
 		return nil, err
 	}
@@ -113,7 +119,7 @@ func (k *Keyring) Rotate(ctx context.Context) error {
 	}
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
 	if err := k.keys.InsertSigningKey(ctx, SigningKey{
-		KID: kid, Purpose: k.purpose, Algorithm: "EdDSA", PrivateKey: sealed, PublicKey: string(pubPEM), CreatedAt: time.Now(),
+		KID: kid, Purpose: k.purpose, Algorithm: "EdDSA", PrivateKey: sealed, PublicKey: string(pubPEM), CreatedAt: k.now(),
 	}); err != nil {
 		return fmt.Errorf("store signing key: %w", err)
 	}

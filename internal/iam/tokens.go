@@ -7,6 +7,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/storage"
@@ -59,9 +60,7 @@ type Tokens struct {
 
 // NewTokens builds the token service.
 func NewTokens(users Queries, ring *Keyring, userTTL, saTTL time.Duration, now func() time.Time) *Tokens {
-	if now == nil {
-		now = time.Now
-	}
+	now = clock.Or(now)
 	return &Tokens{
 		Ring: ring, UserTTL: userTTL, SATTL: saTTL, Now: now, Users: users,
 		parser: jwt.NewParser(jwt.WithValidMethods([]string{"EdDSA"}), jwt.WithIssuer(TokenIssuer),

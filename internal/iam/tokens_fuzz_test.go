@@ -19,7 +19,7 @@ func newTokens(t testing.TB) (*iam.Tokens, iam.Queries) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ring, err := iam.LoadKeyring(context.Background(), db, seal, "access_token")
+	ring, err := iam.LoadKeyring(context.Background(), db, seal, "access_token", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
@@ -118,9 +119,7 @@ type Service struct {
 
 // New builds the service.
 func New(d Deps) *Service {
-	if d.Now == nil {
-		d.Now = time.Now
-	}
+	d.Now = clock.Or(d.Now)
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}

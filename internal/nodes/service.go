@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/storage"
@@ -139,9 +140,7 @@ type Service struct {
 
 // New builds the service.
 func New(d Deps) *Service {
-	if d.Now == nil {
-		d.Now = time.Now
-	}
+	d.Now = clock.Or(d.Now)
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}

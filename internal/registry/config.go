@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/clock"
 )
 
 // Defaults applied by Config.withDefaults.
@@ -77,9 +79,7 @@ func (c Config) withDefaults() Config {
 			c.Service = c.Host
 		}
 	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
+	c.Now = clock.Or(c.Now)
 	return c
 }
 

@@ -63,18 +63,18 @@ func (a *testAuthz) Allowed(_ context.Context, s Subject, repo string, requested
 	return slices.Clone(a.grants[s.ID][repo]), nil
 }
 
-// clock is an injectable clock; zero offset means real time.
-type clock struct{ offset atomic.Int64 }
+// offsetClock is an injectable clock; zero offset means real time.
+type offsetClock struct{ offset atomic.Int64 }
 
-func (c *clock) Now() time.Time      { return time.Now().Add(time.Duration(c.offset.Load())) }
-func (c *clock) set(d time.Duration) { c.offset.Store(int64(d)) }
+func (c *offsetClock) Now() time.Time      { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *offsetClock) set(d time.Duration) { c.offset.Store(int64(d)) }
 
 type testEnv struct {
 	reg   *Registry
 	srv   *httptest.Server
 	host  string
 	authz *testAuthz
-	clock *clock
+	clock *offsetClock
 	tr    *http.Transport
 }
 
@@ -82,7 +82,7 @@ type testEnv struct {
 // at /v2/ of a mux like the control plane's.
 func newTestEnv(t testing.TB, mutateCfg func(*Config)) *testEnv {
 	t.Helper()
-	env := &testEnv{authz: newTestAuthz(), clock: &clock{}}
+	env := &testEnv{authz: newTestAuthz(), clock: &offsetClock{}}
 	env.srv = httptest.NewUnstartedServer(nil)
 	env.host = env.srv.Listener.Addr().String()
 	cfg := Config{

@@ -95,10 +95,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if err != nil {
 		return nil, err
 	}
+	now := clock.Or(cfg.Now) // the one clock of this server (config.Config.Now)
 	db, err := store.Open(ctx, cfg.DatabaseURL, logger)
 	if err != nil {
 		return nil, err
 	}
+	db.SetClock(now) // what the store stamps itself: audit, outbox, idempotency commits
 	ok := false
 	defer func() {
 		if !ok {
@@ -118,9 +120,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	// earlier) are registrations that add and never replace: the token
 	// checkers, and the instances domain's say in retiring versions and
 	// artifacts.
-	now := clock.Or(cfg.Now) // the one clock of this server (config.Config.Now)
 	a := &App{Config: cfg, Logger: logger, DB: db, now: now}
-	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg, key); err != nil {
+	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg, key, now); err != nil {
 		return nil, err
 	}
 	if a.events, err = a.newEventParts(ctx); err != nil {
@@ -133,7 +134,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	}()
 	wake := a.events.wake
 	iamStore := store.IAM(db)
-	ring, err := iam.LoadKeyring(ctx, iamStore.Read(), seal, "access_token")
+	ring, err := iam.LoadKeyring(ctx, iamStore.Read(), seal, "access_token", now)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +177,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst, StreamTimeout: cfg.StreamTimeout,
 		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, RelayKick: func() { wake.Notify(wakeup.EventsCommitted) }, WebSocketOrigins: cfg.Events.WebSocketOrigins, Billing: a.billing.svc,
-		PublicURL: func() string { return a.Config.PublicURL },
+		PublicURL: func() string { return a.Config.PublicURL }, Now: now,
 	}
 	if err := a.webParts(key); err != nil {
 		return nil, err

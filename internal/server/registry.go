@@ -6,13 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/gpuaas/gpuaas/internal/config"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/blobstore"
+	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -27,16 +28,16 @@ type artifactParts struct {
 	registry   *registry.Registry
 }
 
-func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, cfg config.Config, masterKey []byte) (*artifactParts, error) {
+func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, cfg config.Config, masterKey []byte, now func() time.Time) (*artifactParts, error) {
 	blobDir := cfg.BlobDir
 	if blobDir == "" {
 		blobDir = filepath.Join(cfg.DataDir, "blobs")
 	}
-	blobs, err := blobstore.New(blobDir, blobstore.Options{MaxObjectSize: cfg.MaxBlobBytes})
+	blobs, err := blobstore.New(blobDir, blobstore.Options{MaxObjectSize: cfg.MaxBlobBytes, Clock: now})
 	if err != nil {
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
-	keys, err := artifacts.LoadRegistryKeys(ctx, db.Queries(), seal)
+	keys, err := artifacts.LoadRegistryKeys(ctx, db.Queries(), seal, now)
 	if err != nil {
 		return nil, err
 	}
@@ -56,6 +57,8 @@ func (a *App) startRegistry() error {
 	if err != nil || pub.Host == "" {
 		return fmt.Errorf("--public-url %q: want an absolute URL", a.Config.PublicURL)
 	}
+	// Now stays the wall clock: the embedded distribution registry checks
+	// the times of the tokens it is handed by the wall clock.
 	cfg := registry.Config{
 		Host:        pub.Host,
 		Realm:       a.Config.PublicURL + registry.TokenPath,

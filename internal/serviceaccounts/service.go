@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/iam"
 )
 
@@ -57,9 +58,7 @@ type Service struct {
 
 // New builds the service.
 func New(d Deps) *Service {
-	if d.Now == nil {
-		d.Now = time.Now
-	}
+	d.Now = clock.Or(d.Now)
 	if d.Logger == nil {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -14,9 +14,11 @@ import (
 	"log/slog"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" database/sql driver
 
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
@@ -39,7 +41,15 @@ type DB struct {
 	stmts *stmtCache
 	// statements counts the statements run through this DB (Statements).
 	statements atomic.Int64
+	// now stamps what the store fills in itself: audit and event times,
+	// idempotency commits, applied migrations (SetClock; the wall clock).
+	now func() time.Time
 }
+
+// SetClock makes the store stamp its own times (audit rows, outbox
+// events, idempotency commits, applied migrations) from now, the server's
+// one clock; nil is the wall clock. Call it before the DB is used.
+func (db *DB) SetClock(now func() time.Time) { db.now = clock.Or(now) }
 
 // Statements is how many statements this DB has run: what benchmarks count
 // when they say what a request or an idle agent costs the database.
@@ -75,7 +85,7 @@ func Open(ctx context.Context, url string, logger *slog.Logger) (*DB, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("connect to %s database: %w", d, err)
 	}
-	out := &DB{sql: db, dialect: d, logger: logger}
+	out := &DB{sql: db, dialect: d, logger: logger, now: clock.Or(nil)}
 	if d == SQLite {
 		out.stmts = newStmtCache(db)
 	}

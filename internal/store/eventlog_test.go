@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
@@ -149,4 +150,30 @@ func TestEventLogInFlightCommitsLater(t *testing.T) {
 	if len(rows) != 1 || rows[0].Type != "test.slow.committed" || len(first) != 1 || rows[0].ID > first[0].ID {
 		t.Fatalf("after position 1: %+v (first %+v); want the slow, older-id event", rows, first)
 	}
+}
+
+// The store stamps the audit rows and outbox events it fills in by the
+// clock the server set (DB.SetClock), not the wall clock.
+func TestStoreStampsBySetClock(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		at := time.Date(2031, 5, 6, 7, 8, 9, 0, time.UTC)
+		db.SetClock(clock.NewManual(at).Now)
+		defer db.SetClock(nil)
+		emitOne(t, db, "test.thing.happened", "p1")
+		if ok, err := db.Queries().AcquireLease(ctx, "r", "a", at, time.Minute); err != nil || !ok {
+			t.Fatalf("acquire: %v %v", ok, err)
+		}
+		if _, _, err := db.SequenceEvents(ctx, "r", "a", at, 10); err != nil {
+			t.Fatal(err)
+		}
+		evs, err := db.Queries().ListEvents(ctx, events.EventFilter{}, 0, 10)
+		if err != nil || len(evs) != 1 || !evs[0].Time.Equal(at) {
+			t.Fatalf("event: %+v %v, want its time %s", evs, err, at)
+		}
+		audits, _, err := db.Queries().ListAudit(ctx, store.AuditFilter{Action: "test.emit"}, store.Page{Limit: 10})
+		if err != nil || len(audits) != 1 || !audits[0].OccurredAt.Equal(at) {
+			t.Fatalf("audit: %+v %v, want occurred_at %s", audits, err, at)
+		}
+	})
 }

@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 )
 
 //go:embed migrations/postgres/*.sql migrations/sqlite/*.sql
@@ -124,7 +123,7 @@ func (db *DB) Migrate(ctx context.Context) (applied int, err error) {
 				return fmt.Errorf("migration %04d_%s: %w", m.Version, m.Name, err)
 			}
 			if _, err := q.exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.Version, m.Name, ts(time.Now())); err != nil {
+				m.Version, m.Name, ts(db.now())); err != nil {
 				return err
 			}
 			done = true

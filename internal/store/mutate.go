@@ -17,6 +17,7 @@ import (
 // audit record the mutation must leave and the outbox events it emits.
 type Tx struct {
 	*Queries
+	now    func() time.Time // the store's clock (DB.SetClock)
 	audits []AuditEvent
 	events []Event
 	after  []func()
@@ -67,7 +68,7 @@ func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 	var after []func()
 	emitted := false
 	err := db.InTx(ctx, func(q *Queries) error {
-		tx := &Tx{Queries: q}
+		tx := &Tx{Queries: q, now: db.now}
 		defer func() { after, emitted = tx.after, len(tx.events) > 0 }()
 		if err := fn(tx); err != nil {
 			return err
@@ -78,7 +79,7 @@ func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 		// A keyed request's commit is recorded with its change: a retry
 		// after a crash between here and the answer never runs it again.
 		if c, ok := idempotencyClaimFrom(ctx); ok {
-			if err := q.commitIdempotencyClaim(ctx, c, time.Now(), tx.audits[0].ResourceType, tx.audits[0].ResourceID); err != nil {
+			if err := q.commitIdempotencyClaim(ctx, c, db.now(), tx.audits[0].ResourceType, tx.audits[0].ResourceID); err != nil {
 				return err
 			}
 		}
@@ -122,7 +123,7 @@ func (db *DB) OnEventsCommitted(f func()) {
 
 func (t *Tx) flush(ctx context.Context, outcome string) error {
 	actor := principal.From(ctx)
-	now := time.Now()
+	now := t.now()
 	for _, e := range t.audits {
 		e.ID = uuid.Must(uuid.NewV7()).String()
 		if e.OccurredAt.IsZero() {
@@ -144,7 +145,7 @@ func (t *Tx) flush(ctx context.Context, outcome string) error {
 // nothing — a denied privileged action or a refused credential exchange.
 func (db *DB) RecordOutcome(ctx context.Context, e AuditEvent, outcome string) error {
 	return db.InTx(ctx, func(q *Queries) error {
-		tx := &Tx{Queries: q, audits: []AuditEvent{e}}
+		tx := &Tx{Queries: q, now: db.now, audits: []AuditEvent{e}}
 		return tx.flush(ctx, outcome)
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -51,7 +50,7 @@ func (t *Tx) Emit(e Event, data any) error {
 
 func (t *Tx) flushEvents(ctx context.Context) error {
 	actor := principal.From(ctx)
-	now := time.Now()
+	now := t.now()
 	for _, e := range t.events {
 		e.ID = uuid.Must(uuid.NewV7()).String()
 		if e.Source == "" {
