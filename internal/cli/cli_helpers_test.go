@@ -15,7 +15,9 @@ import (
 type cliRunner func(stdin string, args ...string) (string, string, error)
 
 // cliAgainst points the CLI at s with a fresh config dir (no profile, no
-// token, no project from the environment) and returns a runner.
+// token, no project from the environment) and returns a runner. It sets
+// the process environment (t.Setenv), so a test that uses it, or sets
+// the environment itself, cannot be parallel; the CLI's other tests are.
 func cliAgainst(t *testing.T, s *servertest.Server) cliRunner {
 	t.Helper()
 	t.Setenv(envConfigDir, filepath.Join(t.TempDir(), "config"))

@@ -11,6 +11,7 @@ import (
 
 // An unknown subcommand is an error (with a suggestion), never help and exit 0.
 func TestUnknownSubcommandIsAnError(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"artifact", "lst"}, {"sa", "nope"}, {"auth", "stats"}, {"nosuch"}} {
 		var out, errOut bytes.Buffer
 		root := NewRoot(&out, &errOut)
@@ -69,6 +70,7 @@ func TestDescribeError(t *testing.T) {
 
 // The publish gate's refusal prints, per artifact, the pin and what is registered.
 func TestDescribePublishGate(t *testing.T) {
+	t.Parallel()
 	e := &client.APIError{Status: 409, Code: "artifacts_not_ready", Message: "my-app 1.0.0: artifact(s) runtime are not ready", CorrelationID: "c-2",
 		Details: map[string]any{"artifacts": []any{map[string]any{"name": "runtime", "expected_repository": "gpuaas/apps/o/p/my-app", "expected_digest": "",
 			"problem":    "a1 is draft and unverified: verify it and promote it to active",

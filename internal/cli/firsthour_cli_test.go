@@ -185,6 +185,7 @@ func TestFirstHourMessages(t *testing.T) {
 // A single object's table: nested objects as dotted rows, lists of scalars
 // joined, multi-line strings (a PEM) one line per row, never escaped JSON.
 func TestSingleObjectTable(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	pem := "-----BEGIN PUBLIC KEY-----\nMFkwEw\n-----END PUBLIC KEY-----\n"
 	err := writeTable(&out, map[string]any{"id": "k1", "key": map[string]any{"public_key": pem, "alg": "ecdsa"},

@@ -6,6 +6,7 @@ import (
 )
 
 func TestMoneyRendersBigAndNegativeAmounts(t *testing.T) {
+	t.Parallel()
 	huge, _ := new(big.Int).SetString("27670116110564327421", 10) // 3 × (2^63−1)
 	cases := map[string]string{
 		money(huge, "USD"):                   "27670116110564.327421 USD",

@@ -45,6 +45,7 @@ func TestNodeAndAllocationCommands(t *testing.T) {
 // A refused join speaks of the join token only: the agent has no profile,
 // so the CLI's sign-in advice must not precede the server's message.
 func TestAgentRefusedJoinNamesTheJoinTokenOnly(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	var out, errOut bytes.Buffer
 	code := Run(context.Background(), []string{"agent", "--server", s.URL, "--join-token", "gpjt_not-a-real-token",

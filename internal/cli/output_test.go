@@ -19,6 +19,7 @@ import (
 // Every verb of every noun inherits -o, and every --project takes a slug
 // and falls back to GPUAAS_PROJECT_ID (one flag helper, one resolver).
 func TestEveryVerbHasOutputAndProjectFlags(t *testing.T) {
+	t.Parallel()
 	root := NewRoot(&bytes.Buffer{}, &bytes.Buffer{})
 	var walk func(*cobra.Command)
 	walk = func(c *cobra.Command) {

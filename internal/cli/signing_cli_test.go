@@ -209,6 +209,7 @@ func TestArtifactSigningCLI(t *testing.T) {
 
 // The default --key-id is the registered key whose public half matches.
 func TestRegisteredKeyID(t *testing.T) {
+	t.Parallel()
 	var keys []client.ArtifactSigningKey
 	var privs [][]byte
 	for i, alg := range []signature.Algorithm{signature.AlgEd25519, signature.AlgECDSAP256, signature.AlgECDSAP256} {

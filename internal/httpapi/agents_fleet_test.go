@@ -47,8 +47,10 @@ func launchOn(t *testing.T, e *instanceEnv, f *fleet.Fleet, i int) string {
 // pinned, and is decommissioned with a verified teardown. Only the second
 // agent's driver was asked to do anything.
 func TestFleetRunsAnInstanceOnItsNode(t *testing.T) {
+	t.Parallel()
 	for _, d := range storetest.Dialects {
 		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
 			e, f, ctx := fleetEnv(t, d, 3, nil)
 			for _, m := range f.Agents {
 				inv := e.admin.Do("GET", "/api/v1/admin/nodes/"+m.NodeID, nil).Want(t, 200)
@@ -86,6 +88,7 @@ func TestFleetRunsAnInstanceOnItsNode(t *testing.T) {
 // A driver whose Run fails with a reason fails the instance with that
 // reason, message and log tail, visible through the API.
 func TestFleetRunFailureFailsTheInstance(t *testing.T) {
+	t.Parallel()
 	fake := &drivertest.Fake{Errs: map[string]error{"Run": &driver.Failure{Reason: nodeapi.ReasonContainerExited, Message: "exited with 3",
 		LogTail: []string{"boom: this release exits before it is ready"}}}}
 	e, f, ctx := fleetEnv(t, store.SQLite, 1, []fleet.Option{fleet.ForAgent(0, func(s *fleet.Spec) { s.Driver = fake })})
@@ -105,6 +108,9 @@ func TestFleetRunFailureFailsTheInstance(t *testing.T) {
 // ready; restarted on its data dir, the agent is the same node, reports
 // the workload its driver still runs, and the instance runs again without
 // a redeploy.
+//
+// Serial (no t.Parallel): with a 3 s TTL, the node that stays must beat in
+// time, and other tests' load may delay its agent's heartbeat.
 func TestFleetNodeLoss(t *testing.T) {
 	e, f, ctx := fleetEnv(t, store.SQLite, 2, nil, func(c *config.Config) {
 		c.NodeHeartbeatTTL, c.NodeHeartbeatGrace = 3*time.Second, time.Second

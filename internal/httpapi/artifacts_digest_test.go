@@ -21,7 +21,11 @@ import (
 // rewritten by another version's intent; revoking one record revokes the
 // digest for every record, every future registration and every credential.
 func TestArtifactDigestTruth(t *testing.T) {
-	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testArtifactDigestTruth(t, d) })
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		testArtifactDigestTruth(t, d)
+	})
 }
 
 func testArtifactDigestTruth(t *testing.T, d store.Dialect) {

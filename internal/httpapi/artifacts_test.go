@@ -48,7 +48,11 @@ func wrapToken(r *servertest.Response) string {
 // The whole OCI publish path through the real embedded registry on the
 // server's own listener, with a real OCI client.
 func TestArtifactOCILifecycle(t *testing.T) {
-	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testArtifactOCILifecycle(t, d) })
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		testArtifactOCILifecycle(t, d)
+	})
 }
 
 func testArtifactOCILifecycle(t *testing.T, d store.Dialect) {
@@ -277,7 +281,9 @@ func testArtifactOCILifecycle(t *testing.T, d store.Dialect) {
 // A blob goes up in chunks through the API, is registered with its digest
 // checked, and comes back byte for byte.
 func TestArtifactBlobRoundTrip(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		s := servertest.Start(t, d)
 		admin := s.Admin()
 		pid := s.Creds.ProjectID
@@ -357,6 +363,9 @@ func (p *patternReader) Read(b []byte) (int, error) {
 
 // A 1 GiB blob streams through the HTTP API while the server's heap stays
 // far below the blob's size (the server runs in this process).
+//
+// Serial (no t.Parallel): it samples the whole process's heap, which
+// parallel tests' servers would add to.
 func TestArtifactBlobOneGiB(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1 GiB upload: skipped with -short")

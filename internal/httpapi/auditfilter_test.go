@@ -10,6 +10,7 @@ import (
 // A scoped caller's org_id filter is intersected with the project it may
 // see, not replaced by the project's org.
 func TestAuditOrgFilterHonouredForScopedCallers(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	admin := s.Admin()
 	pid := s.Creds.ProjectID

@@ -40,9 +40,16 @@ func billingByHand(c *config.Config) { c.BillingMeterInterval = time.Hour }
 // API, the node task queue, a simulated node) on a real allocation, and
 // bills them.
 func TestBillingOverRealInstances(t *testing.T) {
+	t.Parallel()
 	for _, d := range storetest.Dialects {
-		t.Run(string(d)+"/session_and_gpu_seconds", func(t *testing.T) { testBillingSession(t, d) })
-		t.Run(string(d)+"/workload_identity", func(t *testing.T) { testBillingIdentity(t, d) })
+		t.Run(string(d)+"/session_and_gpu_seconds", func(t *testing.T) {
+			t.Parallel()
+			testBillingSession(t, d)
+		})
+		t.Run(string(d)+"/workload_identity", func(t *testing.T) {
+			t.Parallel()
+			testBillingIdentity(t, d)
+		})
 	}
 }
 

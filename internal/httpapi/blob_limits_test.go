@@ -15,6 +15,7 @@ import (
 // Blob uploads stop at the configured object size and at the project's
 // quota, refused with a code a client can act on; what fits still uploads.
 func TestBlobUploadLimits(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite, func(c *config.Config) {
 		c.MaxBlobBytes = 4096
 		c.ProjectBlobQuota = 6000

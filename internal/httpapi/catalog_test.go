@@ -134,6 +134,7 @@ func (readyArtifacts) VersionArtifactsReady(context.Context, storage.Tx, string,
 }
 
 func TestCatalogManifestRegistration(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		// The two seed samples register, as JSON and as YAML.
@@ -212,6 +213,7 @@ func TestCatalogManifestRegistration(t *testing.T) {
 }
 
 func TestCatalogLifecycleAndEntitlements(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		pid := s.Creds.ProjectID
@@ -353,6 +355,7 @@ func TestCatalogLifecycleAndEntitlements(t *testing.T) {
 }
 
 func TestCatalogEntitlementIsolation(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		pidA := s.Creds.ProjectID
@@ -391,6 +394,7 @@ func TestCatalogEntitlementIsolation(t *testing.T) {
 }
 
 func TestCatalogLaunchPreviewBounds(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		pid := s.Creds.ProjectID

@@ -13,8 +13,13 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
 
+// forEachDialect runs fn against a fresh server per dialect, the two in
+// parallel (each server has its own database, data dir and port).
 func forEachDialect(t *testing.T, fn func(t *testing.T, s *servertest.Server)) {
-	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { fn(t, servertest.Start(t, d)) })
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		fn(t, servertest.Start(t, d))
+	})
 }
 
 func auditCount(t *testing.T, s *servertest.Server) int {
@@ -27,6 +32,7 @@ func auditCount(t *testing.T, s *servertest.Server) int {
 }
 
 func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		path := "/api/v1/orgs/" + s.Creds.OrgID + "/projects"
@@ -81,6 +87,7 @@ func TestBadInputIsRefusedAndWritesNothing(t *testing.T) {
 }
 
 func TestRequestIDIsEchoedAndCarried(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	admin := s.Admin()
 	r := admin.Do("POST", "/api/v1/orgs", map[string]string{"slug": "traced", "name": "T"}, "X-Request-ID", "trace-me-123")
@@ -103,6 +110,7 @@ func TestRequestIDIsEchoedAndCarried(t *testing.T) {
 }
 
 func TestIdempotencyKeys(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		path := "/api/v1/orgs/" + s.Creds.OrgID + "/projects"
@@ -150,6 +158,7 @@ func TestIdempotencyKeys(t *testing.T) {
 }
 
 func TestIdempotencyInFlightWithMatchingHash(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	admin := s.Admin()
 	path := "/api/v1/orgs/" + s.Creds.OrgID + "/projects"
@@ -169,6 +178,7 @@ func TestIdempotencyInFlightWithMatchingHash(t *testing.T) {
 }
 
 func TestHealthReadyMetrics(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	anon := s.Anonymous()
 	anon.Do("GET", "/healthz", nil).Want(t, 200)

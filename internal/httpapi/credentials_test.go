@@ -25,6 +25,7 @@ func registryToken(t *testing.T, s *servertest.Server, rc regCreds) int {
 // owning project; the credentials then die with their owner on the next
 // registry token request.
 func TestRegistryCredentialsAreBoundToTheirOwner(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		pid := s.Creds.ProjectID

@@ -24,6 +24,7 @@ var authRefused = regexp.MustCompile(`(?i)denied|unauthorized|insufficient_scope
 // pulled back by digest with pull-intent credentials. The publish
 // credentials cannot push into another project's repository.
 func TestDockerPushIntoEmbeddedRegistry(t *testing.T) {
+	t.Parallel()
 	d := agenttest.RequireDocker(t)
 	t.Cleanup(d.RemoveImages)
 	start := time.Now()

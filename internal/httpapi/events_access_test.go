@@ -120,6 +120,9 @@ func tokenExpiry(t *testing.T, tok string) time.Time {
 // naming the reason), at project, org and platform level. The periodic
 // re-check is set to its longest (5s): the changes made through this
 // replica must end the stream at once, well within it.
+//
+// Serial (no t.Parallel): it bounds how late the stream ends (3 s), which
+// other tests' load would stretch.
 func TestEventStreamsEndWhenAccessEnds(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		s := servertest.Start(t, db.Dialect(), func(c *config.Config) { c.Events.Reauthorize = 5 * time.Second })
@@ -221,6 +224,9 @@ func TestEventStreamsEndWhenAccessEnds(t *testing.T) {
 // A change made where this replica does not see it (another replica, or
 // the database directly) ends the stream at the next periodic re-check;
 // the Go client returns the reason as an *APIError instead of reconnecting.
+//
+// Serial (no t.Parallel): it bounds how late the re-check ends the stream
+// (2 s), which other tests' load would stretch.
 func TestEventStreamsRecheckPeriodically(t *testing.T) {
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
 		s := servertest.Start(t, db.Dialect(), func(c *config.Config) { c.Events.Reauthorize = 300 * time.Millisecond })
@@ -275,7 +281,9 @@ func TestEventStreamsRecheckPeriodically(t *testing.T) {
 // position never echoed — on the project and org streams, over SSE and
 // WebSocket.
 func TestEventResumeStaysInScope(t *testing.T) {
+	t.Parallel()
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		t.Parallel()
 		f := newTenancy(t, db.Dialect())
 		s := f.s
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

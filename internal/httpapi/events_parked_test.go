@@ -20,7 +20,9 @@ import (
 // it is parked with its reason, counted in /metrics and listed for
 // operators, and the other tenant's events behind it are published.
 func TestRelayParksWhatTheBusRefuses(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		s := servertest.Start(t, d)
 		ctx := context.Background()
 		// What a 10,000-event usage post once emitted: one

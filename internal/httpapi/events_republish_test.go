@@ -57,7 +57,9 @@ func busIDs(t *testing.T, s *servertest.Server) []string {
 // retained event with its id; a second republish inside the duplicate
 // window adds nothing. Only platform admins may, and it is audited.
 func TestRepublishEventsAfterTheBusLostThem(t *testing.T) {
+	t.Parallel()
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		t.Parallel()
 		s := servertest.Start(t, db.Dialect())
 		admin := s.Admin()
 		createSAs(t, admin, s.Creds.ProjectID, 3)

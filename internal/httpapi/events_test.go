@@ -49,7 +49,9 @@ func createSAs(t *testing.T, c *servertest.Client, projectID string, n int) {
 // exactly after any id, stay inside their tenant, and reach JetStream once
 // per id; a resume point past retention is 410, never a silent skip.
 func TestProjectEvents(t *testing.T) {
+	t.Parallel()
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		t.Parallel()
 		f := newTenancy(t, db.Dialect())
 		s := f.s
 		adminTok := f.admin.Token

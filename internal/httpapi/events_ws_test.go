@@ -62,7 +62,9 @@ func wsRead(t *testing.T, ctx context.Context, c *websocket.Conn, n int) []event
 // last_event_id, tenant isolation, Origin check, and cursor_expired as an
 // error message and close code 4410 rather than a silent skip.
 func TestEventsWebSocket(t *testing.T) {
+	t.Parallel()
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		t.Parallel()
 		f := newTenancy(t, db.Dialect())
 		s := f.s
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -226,7 +228,9 @@ func slowServer(t *testing.T, d store.Dialect) *servertest.Server {
 // A consumer that stops reading is disconnected after the write timeout
 // instead of holding the server, and resumes exactly from its last id.
 func TestEventStreamDisconnectsSlowConsumer(t *testing.T) {
+	t.Parallel()
 	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		t.Parallel()
 		s := slowServer(t, db.Dialect())
 		admin := s.Admin()
 		floodEvents(t, s, floodN)

@@ -18,6 +18,7 @@ import (
 // Unknown routes and wrong methods answered concurrently must not share
 // state between requests (run with -race).
 func TestConcurrentUnmatchedRoutes(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, "sqlite")
 	c := s.Anonymous()
 	var wg sync.WaitGroup
@@ -38,6 +39,7 @@ func TestConcurrentUnmatchedRoutes(t *testing.T) {
 // A cursor this server did not issue is refused on every list, audit events
 // included, instead of answering an empty or a full page.
 func TestBadCursorIsRefusedEverywhere(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		for _, path := range []string{
@@ -59,6 +61,7 @@ func TestBadCursorIsRefusedEverywhere(t *testing.T) {
 // NUL and invalid UTF-8 are refused at the edge with 400 invalid_encoding
 // on both dialects, wherever they arrive: body, path, header, query, login.
 func TestInvalidEncodingIsRefusedAtTheEdge(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		projects := "/api/v1/orgs/" + s.Creds.OrgID + "/projects"
@@ -99,6 +102,7 @@ func TestInvalidEncodingIsRefusedAtTheEdge(t *testing.T) {
 // A body trickled a byte at a time is cut by the server's read timeout: the
 // connection is closed well before the client's own give-up bound.
 func TestSlowlorisBodyIsCut(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, "sqlite", func(c *config.Config) { c.ReadTimeout = 500 * time.Millisecond })
 	token := s.Admin().Token
 	conn, err := net.Dial("tcp", strings.TrimPrefix(s.URL, "http://"))

@@ -10,6 +10,9 @@ import (
 // answer (the process exits there, as on kill -9): after a restart, the
 // retry with the same key does not run the change again. It learns the
 // change took effect and what it changed; one org, one audit row.
+//
+// Serial (no t.Parallel): the restart binds the port the killed process
+// held, which a parallel test's listener on port 0 could take meanwhile.
 func TestIdempotentChangeSurvivesACrashBetweenCommitAndAnswer(t *testing.T) {
 	p, s := startDev(t, buildGpuaas(t))
 	admin := s.Admin()

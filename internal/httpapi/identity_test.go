@@ -11,6 +11,7 @@ import (
 )
 
 func TestLoginAndDisabledUser(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		anon := s.Anonymous()
@@ -47,6 +48,7 @@ func TestLoginAndDisabledUser(t *testing.T) {
 }
 
 func TestTokenExpiry(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	admin := s.Admin()
 	// Mint a token that is already past its lifetime with the server's own keys.
@@ -62,6 +64,7 @@ func TestTokenExpiry(t *testing.T) {
 }
 
 func TestMembershipsAndAuditLog(t *testing.T) {
+	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
 		admin := s.Admin()
 		proj := s.Creds.ProjectID
@@ -118,6 +121,7 @@ func TestMembershipsAndAuditLog(t *testing.T) {
 // burst is served, the next request gets 429 with Retry-After, and a
 // signed-in caller's other requests are not affected.
 func TestCredentialEndpointsAreRateLimited(t *testing.T) {
+	t.Parallel()
 	// A refill every 1,000 s: none happens while the test runs, however
 	// slowly a loaded machine hashes the passwords.
 	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.CredentialRate, c.CredentialBurst = 0.001, 3 })

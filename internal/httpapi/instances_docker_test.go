@@ -201,6 +201,7 @@ func dockerLeft(t testing.TB, d agenttest.Docker, instanceID string) []string {
 // keeps serving; rollback to v1; decommission → decommissioned and Docker
 // holds nothing of the instance, nor does the agent's scratch space.
 func TestInstanceDockerWalk(t *testing.T) {
+	t.Parallel()
 	d := agenttest.RequireDocker(t)
 	bin := buildGpuaas(t)
 	images := map[string]v1.Image{
@@ -305,6 +306,7 @@ func pulledDigests(t *testing.T, d agenttest.Docker, digests map[string]string) 
 // instance runs, its OpenAI endpoint answers on the access port, and
 // decommission leaves no container, network, volume or scratch path.
 func TestInstanceVLLMComposeDocker(t *testing.T) {
+	t.Parallel()
 	d := agenttest.RequireDocker(t)
 	bin := buildGpuaas(t)
 	s := servertest.Start(t, store.SQLite)
@@ -415,6 +417,10 @@ func containerState(t *testing.T, d agenttest.Docker, id string) string {
 // agent again and remove the container behind its back: this time the
 // return redeploys (deploying → running on a new container). Decommission
 // leaves nothing.
+//
+// Serial (no t.Parallel): it bounds how late node_lost comes (TTL + grace
+// + 5 s) and the agent must beat within a 3 s TTL; other tests' load
+// stretches both.
 func TestInstanceAgentKillRealAgent(t *testing.T) {
 	d := agenttest.RequireDocker(t)
 	bin := buildGpuaas(t)

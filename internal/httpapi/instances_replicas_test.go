@@ -20,6 +20,7 @@ import (
 // operation queued on A, the deploy task queued by B, the result posted
 // to B.
 func TestInstanceOperationOnOneReplicaWakesTheDriverOnAnother(t *testing.T) {
+	t.Parallel()
 	const fallback = time.Minute
 	a, b := servertest.TwoReplicas(t, func(c *config.Config) { c.InstanceDriveInterval = fallback })
 	a.App.Instances.Worker().Stop()

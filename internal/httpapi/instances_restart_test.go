@@ -114,6 +114,9 @@ func startDev(t *testing.T, bin string) (*devProcess, *servertest.Server) {
 // task is delivered again once its lease lapses. The node is simulated so
 // the test can withhold a result deterministically; the same kills against
 // a real agent and real containers are TestInstanceServerKillRealAgent.
+//
+// Serial (no t.Parallel): each restart binds the port the killed process
+// held, which a parallel test's listener on port 0 could take meanwhile.
 func TestInstanceSurvivesServerKill(t *testing.T) {
 	p, s := startDev(t, buildGpuaas(t))
 	e := setupInstanceEnv(t, s, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 1)
@@ -184,6 +187,10 @@ func waitHeld(t *testing.T, held chan string, kind string) {
 // so the server dies while the instance is decommissioning and its
 // container still runs; after the restart the teardown completes and
 // Docker holds nothing of the instance.
+//
+// Serial (no t.Parallel): each restart binds the port the killed process
+// held, which a parallel test's listener on port 0 could take meanwhile,
+// and the kill must land within half the app's 5 s readiness wait.
 func TestInstanceServerKillRealAgent(t *testing.T) {
 	d := agenttest.RequireDocker(t)
 	bin := buildGpuaas(t)

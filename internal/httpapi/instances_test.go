@@ -324,7 +324,11 @@ func waitOp(t *testing.T, c *servertest.Client, pid, opID string) *servertest.Re
 // reverts by itself, rollback, decommission; the timeline and the event
 // stream carry the seeds' types in order, one correlation id per request.
 func TestInstanceLifecycleAPI(t *testing.T) {
-	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testInstanceLifecycleAPI(t, d) })
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		testInstanceLifecycleAPI(t, d)
+	})
 }
 
 func testInstanceLifecycleAPI(t *testing.T, d store.Dialect) {
@@ -469,6 +473,7 @@ var errDone = fmt.Errorf("done")
 
 // Every refusal of create answers 400 with its field error.
 func TestInstanceCreateRefusals(t *testing.T) {
+	t.Parallel()
 	e := newInstanceEnv(t, store.SQLite, "echo", map[string]v1.Image{"1.0.0": nil, "2.0.0": nil}, echoManifest("echo"), 1)
 	// Another project and its allocation.
 	other := e.admin.Do("POST", "/api/v1/orgs/"+e.s.Creds.OrgID+"/projects", map[string]string{"slug": "other", "name": "Other"}).Want(t, 201).String("id")
@@ -578,6 +583,10 @@ var nodeLossTimeline = []string{"apps.instance.requested", "apps.instance.deploy
 // within the liveness window (TTL + grace). When the agent comes back and
 // reports the workload still running, the instance is running again at
 // once; when it reports nothing, the instance is redeployed.
+//
+// Serial (no t.Parallel): it bounds how late node_lost comes (10 s) and
+// the simulated node must beat within a 2 s TTL; other tests' load
+// stretches both.
 func TestInstanceNodeLoss(t *testing.T) {
 	e := newInstanceEnv(t, store.SQLite, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 1, func(c *config.Config) {
 		c.NodeHeartbeatTTL, c.NodeHeartbeatGrace = 2*time.Second, time.Second
@@ -639,7 +648,9 @@ func TestInstanceNodeLoss(t *testing.T) {
 // GPUs back — only once the node verified the teardown. The events say so
 // in order.
 func TestAllocationReleaseTearsDownInstances(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		e := newInstanceEnv(t, d, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 1)
 		gate := make(chan struct{})
 		e.node.serve(t, func(task nodeapi.Task) nodeapi.TaskResult {

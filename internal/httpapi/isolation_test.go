@@ -83,7 +83,9 @@ func body(method, pattern, userID string) any {
 // names an org-B id answers exactly as it does for an id that does not
 // exist, and no response carries org B's identifiers.
 func TestOrgMemberSeesNothingOfAnotherOrg(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		f := newTenancy(t, d)
 		// Roles are read per request, so the token from before the grant
 		// already carries the new role.
@@ -138,7 +140,9 @@ func sweepOtherOrg(t *testing.T, f tenancyFixture, a *servertest.Client, uid str
 
 // A project viewer can read its project but change nothing anywhere.
 func TestProjectViewerCannotChangeAnything(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		f := newTenancy(t, d)
 		uid, v := f.s.NewUser(f.admin, "viewer@example.com")
 		f.admin.Do("POST", "/api/v1/projects/"+f.projA+"/members", map[string]string{"user_id": uid, "role": "project_viewer"}).Want(t, 201)

@@ -16,6 +16,7 @@ import (
 // direction-changing code points are refused, and compatibility forms fold
 // onto the account they imitate.
 func TestLookAlikeEmailsRefused(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	admin := s.Admin()
 	for _, email := range []string{"admin\u200b@gpuaas.dev", "\u202eadmin@gpuaas.dev", "admin@gpuaas.dev\ufeff"} {
@@ -29,6 +30,7 @@ func TestLookAlikeEmailsRefused(t *testing.T) {
 // Wrong passwords for one email from any address lock that email out with a
 // growing back-off; unknown emails get the same answer; success resets.
 func TestLoginPerAccountBackoff(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	clock := time.Now()
 	s.App.IAM.Now = func() time.Time { return clock }
@@ -65,6 +67,9 @@ func TestLoginPerAccountBackoff(t *testing.T) {
 
 // The registry's token endpoint, where docker login sends secrets, shares the
 // per-address limiter with sign-in and answers 429 in the registry's format.
+//
+// Serial (no t.Parallel): the limiter refills a token every 2 s, so the
+// three requests must come within 2 s, which other tests' load may stretch.
 func TestRegistryTokenIsRateLimited(t *testing.T) {
 	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.CredentialRate, c.CredentialBurst = 0.5, 2 })
 	get := func() *http.Response {

@@ -10,6 +10,7 @@ import (
 
 // The served contract names the host it was fetched from, not a fixed address.
 func TestOpenAPIServersReflectServingHost(t *testing.T) {
+	t.Parallel()
 	r := httptest.NewRequest("GET", "http://api.example.test:9443/api/openapi.yaml", nil)
 	got := string(withServerOrigin(api.OpenAPI, r))
 	if !strings.Contains(got, "servers:\n  - url: 'http://api.example.test:9443'\n") {

@@ -18,6 +18,7 @@ import (
 // every change that was acknowledged is there afterwards. The database is
 // a private server of this test (the shared one serves other packages).
 func TestDatabaseRestartUnderLoadAnswers503(t *testing.T) {
+	t.Parallel()
 	storetest.PostgresURL(t) // runs where the PostgreSQL tests run; fails under CI without it
 	pg := storetest.StartPostgres(t)
 	s := servertest.Start(t, store.Postgres, func(c *config.Config) { c.DatabaseURL = pg.URL() })

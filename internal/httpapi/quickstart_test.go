@@ -21,7 +21,11 @@ import (
 // publish the version until its artifact is active and verified; after
 // entitlement the service account previews a launch.
 func TestQuickstartWalk(t *testing.T) {
-	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testQuickstartWalk(t, d) })
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		testQuickstartWalk(t, d)
+	})
 }
 
 func testQuickstartWalk(t *testing.T, d store.Dialect) {

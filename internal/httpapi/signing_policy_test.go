@@ -16,6 +16,7 @@ import (
 // digest alone; once the project registers a key, the same image must be
 // signed to verify — the project's keys decide, not the old intent.
 func TestProjectKeysDecideWhetherSignaturesAreRequired(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := servertest.Start(t, store.SQLite)
 	admin := s.Admin()

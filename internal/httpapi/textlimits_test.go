@@ -8,6 +8,7 @@ import (
 )
 
 func TestTextLimitsNameTheField(t *testing.T) {
+	t.Parallel()
 	long := func(n int) string { return strings.Repeat("é", n) } // runes, not bytes
 	cases := []struct {
 		body, field string

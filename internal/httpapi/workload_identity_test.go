@@ -22,7 +22,11 @@ import (
 // the ledger, the catalog or artifacts, and no pull credentials. Every
 // route is swept with the project's real ids and the other instance's id.
 func TestInstanceIdentityIsLeastPrivilege(t *testing.T) {
-	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) { testInstanceIdentityIsLeastPrivilege(t, d) })
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		testInstanceIdentityIsLeastPrivilege(t, d)
+	})
 }
 
 func testInstanceIdentityIsLeastPrivilege(t *testing.T, d store.Dialect) {

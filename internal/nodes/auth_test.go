@@ -19,6 +19,7 @@ import (
 // naming a key that is not the node's, unknown issuer, a symmetric
 // algorithm, an over-long lifetime, a replay — each with its own reason.
 func TestNodeAssertionRefusals(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	admin := s.Admin()
 	a := join(t, s, admin, "gpu-a", 0)

@@ -16,6 +16,7 @@ import (
 // a starter that joins over the real API and beats once) gets a node, and
 // the dev project a baremetal allocation of it — on a 0-GPU machine too.
 func TestDevNodeGetsTheDevAllocation(t *testing.T) {
+	t.Parallel()
 	if !server.DockerAnswers(context.Background(), server.DockerSocket()) {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("no Docker engine answers; CI must have one")

@@ -19,6 +19,7 @@ import (
 // result handler sees each task's first result once, inside the recording
 // transaction, and the result carries its reason code.
 func TestEnqueueInCallersTransactionAndResultHandlers(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	a := join(t, s, s.Admin(), "h", 0)
 	ctx := principal.With(context.Background(), principal.SystemActor)

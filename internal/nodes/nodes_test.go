@@ -18,7 +18,9 @@ import (
 // A join token works once; the node it makes can exchange assertions for
 // tokens (each assertion once) and beats into ready.
 func TestJoinTokenSingleUseAndNodeToken(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		s := servertest.Start(t, d)
 		admin := s.Admin()
 		a := join(t, s, admin, "gpu-1", 1)
@@ -65,7 +67,9 @@ func TestJoinTokenSingleUseAndNodeToken(t *testing.T) {
 // A node sees only its own tasks: another node's token cannot poll,
 // heartbeat for or report results of a node that is not itself.
 func TestTaskQueueAndNodeIsolation(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		s := servertest.Start(t, d)
 		admin := s.Admin()
 		a := join(t, s, admin, "gpu-a", 0)
@@ -111,7 +115,9 @@ func TestTaskQueueAndNodeIsolation(t *testing.T) {
 // Allocations: placement holds specific GPUs, project members read them,
 // release returns the GPUs; a 0-GPU node hosts CPU-only slices.
 func TestAllocationLifecycle(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		s := servertest.Start(t, d)
 		admin := s.Admin()
 		n := join(t, s, admin, "gpu-8", 2)
@@ -169,7 +175,9 @@ func TestAllocationLifecycle(t *testing.T) {
 // again with the next attempt number, until a result arrives. A long poll
 // returns a task queued while it waits.
 func TestTaskLeaseExpiryRedelivers(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		s := servertest.Start(t, d)
 		a := join(t, s, s.Admin(), "lease", 0)
 		now := time.Now()

@@ -20,7 +20,9 @@ import (
 // succeed with six different GPUs, the rest are refused with
 // insufficient_capacity, and the database holds each GPU once.
 func TestConcurrentPlacementNeverGivesAGPUTwice(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		s := servertest.Start(t, d)
 		admin := s.Admin()
 		for _, name := range []string{"n1", "n2", "n3"} {
@@ -100,7 +102,9 @@ func (h *recordingHooks) NodeReady(_ context.Context, _ storage.Tx, n nodes.Node
 // allocations lost (hooks see them); a beat brings it back ready with its
 // allocations active again. Time is moved, not slept.
 func TestLivenessMarksDownAfterTTLPlusGrace(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		s := servertest.Start(t, d)
 		admin := s.Admin()
 		n := join(t, s, admin, "mortal", 1)
@@ -157,6 +161,7 @@ func TestLivenessMarksDownAfterTTLPlusGrace(t *testing.T) {
 // The server's own liveness worker, with a short TTL, marks a silent node
 // down; the test waits on the worker's runs, not on a clock.
 func TestLivenessWorkerWithShortTTL(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.NodeHeartbeatTTL, c.NodeHeartbeatGrace = time.Second, 0 })
 	admin := s.Admin()
 	n := join(t, s, admin, "short", 0)

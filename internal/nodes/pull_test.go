@@ -17,7 +17,9 @@ import (
 // works for its node afterwards. What it unwraps is pull-only for the one
 // repository of the artifact's project.
 func TestNodePullCredentialsAreBoundToTheNode(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
 		s := servertest.Start(t, d)
 		admin := s.Admin()
 		a := join(t, s, admin, "puller", 0)

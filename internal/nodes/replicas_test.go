@@ -76,6 +76,7 @@ func crossReplicaWakes(t testing.TB, n int) []time.Duration {
 // replica B at once: the wake-up travels over NATS, not through B's slow
 // fallback look. (How fast: BenchmarkCrossReplicaWake.)
 func TestTaskQueuedOnOneReplicaWakesAPollOnAnother(t *testing.T) {
+	t.Parallel()
 	crossReplicaWakes(t, 10)
 }
 
@@ -154,6 +155,7 @@ const wakeup60 = 60 * time.Second
 // A long poll may wait longer than the server's write timeout: its answer
 // is still written.
 func TestLongPollOutlivesTheWriteTimeout(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.WriteTimeout = time.Second })
 	ag := join(t, s, s.Admin(), "gpu-1", 0)
 	c := client.New(s.URL, ag.token(t))
@@ -169,6 +171,9 @@ func TestLongPollOutlivesTheWriteTimeout(t *testing.T) {
 
 // Replicas remember a node's standing to spare idle agents a query per
 // poll; a removal through one replica is still refused by the other at once.
+//
+// Serial (no t.Parallel): "at once" is bounded (2 s), which other tests'
+// load would stretch.
 func TestNodeRemovedOnOneReplicaIsRefusedOnAnother(t *testing.T) {
 	a, b := twoReplicas(t)
 	admin := b.Admin()

@@ -15,6 +15,7 @@ import (
 // refused (the org list is empty, the registry contract is public), and no
 // answer leaks the other node or the project.
 func TestNodeTokenOpensOnlyItsOwnEndpoints(t *testing.T) {
+	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
 	admin := s.Admin()
 	a := join(t, s, admin, "self", 1)
