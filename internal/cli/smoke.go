@@ -180,7 +180,10 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 	if err := s.step("control plane", func() (string, error) {
 		var err error
 		admin, stopControlPlane, err = s.controlPlane(ctx)
-		return s.apiURL, err
+		if s.devDir != "" {
+			return s.apiURL + " (the gpuaas dev of " + s.devDir + ")", err
+		}
+		return s.apiURL + " (in this process)", err
 	}); err != nil {
 		return err
 	}
@@ -252,6 +255,11 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 		return s.slug + " " + s.version, err
 	}); err != nil {
 		return err
+	}
+	if s.devDir != "" {
+		if err := s.step("node ready", func() (string, error) { return s.waitAllocation(ctx) }); err != nil {
+			return err
+		}
 	}
 	var url string
 	if err := s.step("launch", func() (string, error) {
@@ -337,6 +345,35 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 	}
 	fmt.Fprintf(s.out, "smoke passed in %s\n", time.Since(s.started).Round(100*time.Millisecond))
 	return nil
+}
+
+// waitAllocation waits for the project's active allocation: a gpuaas dev
+// started a moment ago may still be bringing up its node.
+func (s *smokeRun) waitAllocation(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		out, err := s.cli("", "allocation", "list", "-o", "json")
+		if err != nil {
+			return "", err
+		}
+		var page struct {
+			Items []struct{ ID, State, NodeID string } `json:"items"`
+		}
+		_ = json.Unmarshal([]byte(out), &page)
+		for _, a := range page.Items {
+			if a.State == "active" {
+				return "allocation " + a.ID, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return "", errors.New("the project has no active allocation after a minute: is a Docker engine answering for gpuaas dev's node? (gpuaas node list)")
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(500 * time.Millisecond): // another process's node coming up; nothing to subscribe to here
+		}
+	}
 }
 
 func (c smokeCheck) name() string {
