@@ -274,6 +274,9 @@ func (a *App) Serve(ctx context.Context) error {
 
 // Close stops the event pipeline and releases the database.
 func (a *App) Close() error {
+	if a.workloadListener != nil {
+		_ = a.workloadListener.Close() // already closed when Serve ran
+	}
 	a.events.close()
 	return errors.Join(a.closeRegistry(), a.DB.Close())
 }
