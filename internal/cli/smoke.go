@@ -161,20 +161,21 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 	}
 	defer os.RemoveAll(s.work)
 	fmt.Fprintf(s.out, "smoke %s with %s\n", s.dir, s.image)
+	// Deferred in this order so that, on a failure, the logs are read and
+	// the instance taken down while the control plane still runs.
+	var admin smokeCreds
+	var stopControlPlane func()
+	defer func() {
+		if stopControlPlane != nil {
+			stopControlPlane()
+		}
+	}()
 	defer func() {
 		var f *smokeFailure
 		if errors.As(err, &f) {
 			s.printWorkloadLogs(ctx)
 			s.cleanUp(ctx)
 			err = exitCode(1)
-		}
-	}()
-
-	var admin smokeCreds
-	var stopControlPlane func()
-	defer func() {
-		if stopControlPlane != nil {
-			stopControlPlane()
 		}
 	}()
 	if err := s.step("control plane", func() (string, error) {

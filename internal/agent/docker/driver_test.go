@@ -163,7 +163,8 @@ func TestRunFailures(t *testing.T) {
 	}
 	_, err = e.d.Run(ctx, docker.Owner{TaskID: "t2-" + inst, InstanceID: inst}, nodeapi.ContainerRun{Name: "gpuaas-test-slow-" + inst, Image: e.pull(t),
 		Ports: []nodeapi.PortMapping{{Container: 8081}}, Readiness: &nodeapi.Readiness{Port: 8081, TimeoutSeconds: 1}})
-	if f := docker.AsFailure(err); f.Reason != nodeapi.ReasonReadinessTimeout {
+	// The message says what the last probe saw: nothing listening on 8081.
+	if f := docker.AsFailure(err); f.Reason != nodeapi.ReasonReadinessTimeout || !strings.Contains(f.Message, "the last probe: TCP ") {
 		t.Fatalf("timeout: %+v", f)
 	}
 	// command replaces the image's entrypoint: a binary the image lacks

@@ -280,7 +280,8 @@ func (d *Driver) WaitReady(ctx context.Context, id string, ports []nodeapi.PortM
 	// readiness is noticed within ~10% of when it happened.
 	wait := readinessFirstWait
 	for {
-		if probe(ctx, hc, addr, rd.HTTPPath) {
+		ok, last := probe(ctx, hc, addr, rd.HTTPPath)
+		if ok {
 			return nil
 		}
 		// Not ready: a workload that exited fails now, with its logs.
@@ -288,7 +289,7 @@ func (d *Driver) WaitReady(ctx context.Context, id string, ports []nodeapi.PortM
 			return err
 		}
 		if time.Now().After(deadline) {
-			return &Failure{Reason: nodeapi.ReasonReadinessTimeout, Message: fmt.Sprintf("nothing answered on %s within %s", addr, timeout), LogTail: d.LogTail(ctx, id, 50)}
+			return &Failure{Reason: nodeapi.ReasonReadinessTimeout, Message: fmt.Sprintf("not ready within %s; the last probe: %s", timeout, last), LogTail: d.LogTail(ctx, id, 50)}
 		}
 		select {
 		case <-ctx.Done():
@@ -305,32 +306,42 @@ const (
 	readinessMaxWait   = 250 * time.Millisecond
 )
 
-func probe(ctx context.Context, hc *http.Client, addr, path string) bool {
+// probe reports whether the workload is ready and, when not, what the probe
+// saw: an operator reading a readiness timeout needs to know whether
+// nothing listened or the app answered on the wrong path.
+func probe(ctx context.Context, hc *http.Client, addr, path string) (bool, string) {
 	if path == "" {
 		// Docker's userland proxy accepts on the host port even when nothing
 		// listens in the container, then closes the connection: a probe that
 		// is closed at once is not ready; one held open (or answered) is.
 		c, err := (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, "tcp", addr)
 		if err != nil {
-			return false
+			return false, "TCP connect to " + addr + ": " + err.Error()
 		}
 		defer c.Close()
 		_ = c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 		var b [1]byte
 		_, err = c.Read(b[:])
 		var ne net.Error
-		return err == nil || (errors.As(err, &ne) && ne.Timeout())
+		if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+			return true, ""
+		}
+		return false, "TCP " + addr + " accepted and closed at once (nothing listens in the container)"
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+	url := "http://" + addr + path
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return false
+		return false, err.Error()
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return false
+		return false, "GET " + url + ": " + err.Error()
 	}
 	resp.Body.Close()
-	return resp.StatusCode < 400
+	if resp.StatusCode < 400 {
+		return true, ""
+	}
+	return false, "GET " + url + " answered " + resp.Status
 }
 
 func (d *Driver) checkRunning(ctx context.Context, id string) error {
