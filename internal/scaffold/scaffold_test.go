@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"gopkg.in/yaml.v3"
+
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/scaffold"
 )
@@ -45,11 +47,18 @@ func TestEveryTemplateWritesAValidApp(t *testing.T) {
 			if err != nil || !r.Valid || r.App != "my-svc" {
 				t.Fatalf("the written manifest: %v %+v", err, r)
 			}
-			// Nothing left unrendered.
+			// Nothing left unrendered; every YAML file (the CI workflow,
+			// smoke.yaml) parses.
 			for _, f := range files {
 				b, _ := os.ReadFile(filepath.Join(dir, f))
 				if strings.Contains(string(b), "[[") {
 					t.Errorf("%s has an unrendered [[ ]]", f)
+				}
+				if strings.HasSuffix(f, ".yml") || strings.HasSuffix(f, ".yaml") {
+					var v map[string]any
+					if err := yaml.Unmarshal(b, &v); err != nil || len(v) == 0 {
+						t.Errorf("%s: not a YAML mapping: %v", f, err)
+					}
 				}
 			}
 			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
