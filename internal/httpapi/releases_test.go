@@ -7,6 +7,8 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
+	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -150,6 +152,38 @@ func TestPlatformReleases(t *testing.T) {
 		ev := admin.Do("GET", "/api/v1/admin/events?type=platform.release.published", nil).Want(t, 200)
 		if items := ev.Items(); len(items) != 1 || items[0]["subject"] != "platform-releases/1.2.0" {
 			t.Fatalf("events: %s", ev.Body)
+		}
+	})
+}
+
+// gpuaas dev serves its own build: the running executable becomes the
+// release of its version (once), downloadable without signing in.
+func TestDevServesItsOwnBuild(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
+		ctx := context.Background()
+		own, err := s.App.ServeOwnBuild(ctx)
+		if err != nil || !own.Published {
+			t.Fatalf("first start: %+v, %v", own, err)
+		}
+		if !strings.HasPrefix(own.Version, "0.0.0-devel+") || own.Artifact != "gpuaas-"+runtime.GOOS+"-"+runtime.GOARCH {
+			t.Fatalf("own release %+v", own)
+		}
+		again, err := s.App.ServeOwnBuild(ctx)
+		if err != nil || again.Published || again.Version != own.Version {
+			t.Fatalf("second start: %+v, %v", again, err)
+		}
+		exe, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := os.ReadFile(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := s.Anonymous().Do("GET", releasePub+own.Version+"/artifacts/"+own.Artifact, nil).Want(t, 200)
+		if sha256Hex(r.Body) != sha256Hex(want) {
+			t.Fatal("the served build is not the running executable")
 		}
 	})
 }
