@@ -16,8 +16,9 @@ import (
 // key: platform-level content (the platform's own releases) whose
 // references live in the database. It returns the sha256 digest and size;
 // content larger than maxBytes (0: the store's limit) is ErrTooLarge and
-// leaves nothing behind. Identical content is stored once.
-func (s *Store) PutContent(ctx context.Context, r io.Reader, maxBytes int64) (string, int64, error) {
+// leaves nothing behind, and so does content whose digest is not expected
+// (when set): ErrDigestMismatch. Identical content is stored once.
+func (s *Store) PutContent(ctx context.Context, r io.Reader, maxBytes int64, expected string) (string, int64, error) {
 	if maxBytes <= 0 {
 		maxBytes = s.maxSize
 	}
@@ -54,6 +55,9 @@ func (s *Store) PutContent(ctx context.Context, r io.Reader, maxBytes int64) (st
 		return "", 0, fmt.Errorf("blobstore: put: %w", err)
 	}
 	digest := "sha256:" + hex.EncodeToString(h.Sum(nil))
+	if expected != "" && expected != digest {
+		return "", 0, fail(ErrDigestMismatch, "the content has digest %s, not the expected %s", digest, expected)
+	}
 	if err := s.storeBlob(tmp.Name(), digest); err != nil {
 		return "", 0, err
 	}

@@ -27,7 +27,7 @@ func TestPutContent(t *testing.T) {
 	sum := sha256.Sum256([]byte(body))
 	want := "sha256:" + hex.EncodeToString(sum[:])
 	for range 2 {
-		d, n, err := s.PutContent(ctx, strings.NewReader(body), 0)
+		d, n, err := s.PutContent(ctx, strings.NewReader(body), 0, want)
 		if err != nil || d != want || n != int64(len(body)) {
 			t.Fatalf("put: %s %d %v", d, n, err)
 		}
@@ -44,8 +44,11 @@ func TestPutContent(t *testing.T) {
 	if string(b) != body[8:] {
 		t.Fatalf("read back %q", b)
 	}
-	if _, _, err := s.PutContent(ctx, strings.NewReader(body), 10); !errors.Is(err, blobstore.ErrTooLarge) {
+	if _, _, err := s.PutContent(ctx, strings.NewReader(body), 10, ""); !errors.Is(err, blobstore.ErrTooLarge) {
 		t.Fatalf("over the limit: %v", err)
+	}
+	if _, _, err := s.PutContent(ctx, strings.NewReader("other"), 0, want); !errors.Is(err, blobstore.ErrDigestMismatch) {
+		t.Fatalf("unexpected digest: %v", err)
 	}
 	left, _ := filepath.Glob(filepath.Join(root, "blobs", ".put-*"))
 	if len(left) != 0 {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/blobstore"
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
@@ -34,7 +35,9 @@ const DefaultMaxArtifactBytes = 1 << 30
 
 // Blobs is where artifact bytes live: content-addressed, streamed.
 type Blobs interface {
-	PutContent(ctx context.Context, r io.Reader, maxBytes int64) (digest string, size int64, err error)
+	// PutContent stores r; content over maxBytes or not of the expected
+	// digest (when set) is refused and leaves nothing behind.
+	PutContent(ctx context.Context, r io.Reader, maxBytes int64, expected string) (digest string, size int64, err error)
 	OpenContent(ctx context.Context, digest string) (io.ReadSeekCloser, int64, error)
 }
 
@@ -160,12 +163,12 @@ func (s *Service) upload(ctx context.Context, in UploadInput) (Artifact, error) 
 	} else if err != nil && !errors.Is(err, storage.ErrNotFound) {
 		return Artifact{}, err
 	}
-	digest, size, err := s.Blobs.PutContent(ctx, in.Body, s.MaxArtifactBytes)
+	digest, size, err := s.Blobs.PutContent(ctx, in.Body, s.MaxArtifactBytes, in.Digest)
+	if errors.Is(err, blobstore.ErrDigestMismatch) {
+		return Artifact{}, errdefs.Invalid("digest_mismatch", "the uploaded content is not the %s the Digest header named (%v); upload the file again", in.Digest, err)
+	}
 	if err != nil {
 		return Artifact{}, err
-	}
-	if in.Digest != "" && in.Digest != digest {
-		return Artifact{}, errdefs.Invalid("digest_mismatch", "the uploaded content has digest %s, not the %s the request named; upload the file again", digest, in.Digest)
 	}
 	if size == 0 {
 		return Artifact{}, errdefs.Invalid("empty_artifact", "the request body is empty; send the artifact's bytes")
