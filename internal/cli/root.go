@@ -85,12 +85,18 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 }
 
 func newVersionCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, check bool
 	cmd := &cobra.Command{
 		Use:   "version",
-		Short: "Print the gpuaas version, commit and build date",
+		Short: "Print the gpuaas version, commit and build date (--check: is a newer release published?)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if check {
+				if asJSON {
+					_ = cmd.Flag("output").Value.Set(outputJSON)
+				}
+				return checkVersion(cmd, versionOverride(cmd))
+			}
 			in := buildinfo.Read()
 			return printOr(cmd, asJSON, in, func(out io.Writer) error {
 				modified := ""
@@ -103,5 +109,9 @@ func newVersionCmd() *cobra.Command {
 		},
 	}
 	addJSONAlias(cmd, &asJSON)
+	cmd.Flags().BoolVar(&check, "check", false, "ask the API whether a newer release than this build is published")
+	cmd.Flags().String("compare-as", "", "with --check: compare this version instead of the build's own")
+	_ = cmd.Flags().MarkHidden("compare-as")
+	addClientFlags(cmd)
 	return cmd
 }

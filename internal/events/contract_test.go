@@ -8,6 +8,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/events"
+	"github.com/gpuaas/gpuaas/internal/releases"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"gopkg.in/yaml.v3"
 )
@@ -64,6 +65,7 @@ func TestAsyncAPIDocument(t *testing.T) {
 		catalog.EventVersionRetired, catalog.EventEntitlementUpdated,
 		"iam.service_account.created", "iam.service_account.enabled", "iam.service_account.disabled",
 		"iam.service_account.key_rotated", "iam.service_account.deleted",
+		releases.EventPublished,
 	}
 	for _, typ := range emitted {
 		if _, ok := doc.Components.Messages[typ]; !ok {

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/nodes"
+	"github.com/gpuaas/gpuaas/internal/releases"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 )
 
@@ -38,6 +39,7 @@ type API struct {
 	Billing        *billing.Service
 	Instances      *instances.Service
 	Nodes          *nodes.Service
+	Releases       *releases.Service
 	// PublicURL is the server's public base URL (known once it listens).
 	PublicURL func() string
 	Events    *events.Reader
@@ -134,6 +136,7 @@ func (a *API) routes() []route {
 	rs = append(rs, a.instanceRoutes()...)
 	rs = append(rs, a.nodeRoutes()...)
 	rs = append(rs, a.eventRoutes()...)
+	rs = append(rs, a.releaseRoutes()...)
 	for i := range rs {
 		rs[i].pattern = rs[i].method + " " + rs[i].path
 	}

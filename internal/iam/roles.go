@@ -51,6 +51,9 @@ const (
 	// PermInstanceSelfRead lets an app instance's own identity read that
 	// one instance (whose service_account_id is the caller), nothing else.
 	PermInstanceSelfRead = "apps.instance.self.read"
+	// PermReleasePublish uploads and publishes the platform's own releases
+	// (issue 21); held only by platform admins.
+	PermReleasePublish = "platform.release.publish"
 )
 
 // Role names of the built-in roles.

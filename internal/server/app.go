@@ -22,6 +22,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/nodes"
+	"github.com/gpuaas/gpuaas/internal/releases"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -49,9 +50,11 @@ type App struct {
 	Workers worker.Group
 	// Instances is the app-instance domain; its driver is one of Workers.
 	Instances *instances.Service
-	events    *eventParts      // NATS, outbox relay, event streams (issue 10)
-	billing   *billingParts    // usage, ledger, budgets (issue 13)
-	gateway   *gateway.Gateway // instance UIs on their own origins (issue 20)
+	// Releases is the platform's own release catalog (issue 21).
+	Releases *releases.Service
+	events   *eventParts      // NATS, outbox relay, event streams (issue 10)
+	billing  *billingParts    // usage, ledger, budgets (issue 13)
+	gateway  *gateway.Gateway // instance UIs on their own origins (issue 20)
 	// now is the one clock every service reads (config.Now; the wall
 	// clock by default).
 	now func() time.Time
@@ -170,13 +173,18 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	cat.AddInstanceGate(a.Instances)
 	arts.AddInstanceUsage(a.Instances)
 	a.Workers = append(a.Workers, a.Instances.Worker(), a.billing.meter, a.billing.rating)
+	releaseKey, err := releases.LoadSigningKey(ctx, db.Queries(), seal, now)
+	if err != nil {
+		return nil, err
+	}
+	a.Releases = releases.New(releases.Deps{Store: store.Releases(db), IAM: svc, Blobs: a.artifacts.blobs, Key: releaseKey, Logger: logger, Now: now})
 	// The edge is not a domain, so store does not name it: NewPort checks
 	// here, at start, that the store implements what the edge declares.
 	a.API = &httpapi.API{
 		Store: store.NewPort[httpapi.Tx, httpapi.Queries](db), Health: db, IAM: svc, Tokens: tokens, Logger: logger,
 		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst, StreamTimeout: cfg.StreamTimeout,
-		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, RelayKick: func() { wake.Notify(wakeup.EventsCommitted) }, WebSocketOrigins: cfg.Events.WebSocketOrigins, Billing: a.billing.svc,
+		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, RelayKick: func() { wake.Notify(wakeup.EventsCommitted) }, WebSocketOrigins: cfg.Events.WebSocketOrigins, Billing: a.billing.svc, Releases: a.Releases,
 		PublicURL: func() string { return a.Config.PublicURL }, Now: now,
 	}
 	if err := a.webParts(key); err != nil {

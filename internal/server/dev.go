@@ -2,12 +2,19 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"runtime"
+
+	"github.com/gpuaas/gpuaas/internal/buildinfo"
+	"github.com/gpuaas/gpuaas/internal/releases"
 
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/iam"
@@ -118,4 +125,53 @@ func writeCreds(path string, c DevCredentials) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// OwnRelease is what ServeOwnBuild did.
+type OwnRelease struct {
+	Version   string // the release version of the running build
+	Artifact  string // gpuaas-<GOOS>-<GOARCH>
+	Published bool   // false: a release of this version already existed
+}
+
+// OwnReleaseVersion is the release version of the running build: its
+// stamped version, or for a devel build 0.0.0-devel+<commit>.<exe digest>
+// (build metadata: every distinct devel binary is its own release, and
+// semver precedence ignores it, so a devel build never looks newer).
+func OwnReleaseVersion(stamped, commit, exeDigestHex string) string {
+	if releases.ValidVersion(stamped) {
+		return stamped
+	}
+	v := "0.0.0-devel+"
+	if len(commit) >= 12 && commit != "unknown" {
+		v += commit[:12] + "."
+	}
+	return v + exeDigestHex[:12]
+}
+
+// ServeOwnBuild makes `gpuaas dev` serve its own binary: unless a release
+// of the running build's version exists, it publishes one holding the
+// running executable as gpuaas-<GOOS>-<GOARCH> (kind cli), so a fresh
+// machine can `curl -fO <api>/api/v1/platform/releases/<v>/artifacts/gpuaas-linux-amd64`.
+func (a *App) ServeOwnBuild(ctx context.Context) (OwnRelease, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return OwnRelease{}, fmt.Errorf("own build: %w", err)
+	}
+	f, err := os.Open(exe)
+	if err != nil {
+		return OwnRelease{}, fmt.Errorf("own build: %w", err)
+	}
+	h := sha256.New()
+	_, err = io.Copy(h, f)
+	f.Close()
+	if err != nil {
+		return OwnRelease{}, fmt.Errorf("own build: %w", err)
+	}
+	bi := buildinfo.Read()
+	out := OwnRelease{Version: OwnReleaseVersion(bi.Version, bi.Commit, hex.EncodeToString(h.Sum(nil))),
+		Artifact: "gpuaas-" + runtime.GOOS + "-" + runtime.GOARCH}
+	out.Published, err = a.Releases.EnsureLocal(ctx, out.Version, []releases.LocalFile{{
+		Path: exe, Name: out.Artifact, OS: runtime.GOOS, Arch: runtime.GOARCH, Kind: releases.KindCLI}})
+	return out, err
 }
