@@ -63,14 +63,20 @@ seeds a dev org, project and platform admin (once), and writes
 			}
 			_ = lock.Describe(fmt.Sprintf("gpuaas dev (pid %d, API %s)", os.Getpid(), creds.APIURL))
 			out := cmd.OutOrStdout()
-			own, ownErr := app.ServeOwnBuild(ctx)
 			fmt.Fprintf(out, "\ngpuaas dev is running\n  API:          %s\n  registry:     %s (OCI, token auth; push with publish-intent credentials)\n  admin:        %s\n  credentials:  %s\n  data dir:     %s\n\n",
 				creds.APIURL, app.RegistryHost(), creds.AdminEmail, server.CredentialsPath(c.DataDir), c.DataDir)
-			if ownErr != nil {
-				fmt.Fprintf(out, "  warning:      this build is not served as a release: %v\n", ownErr)
-			} else {
+			// Hashing and storing this binary (tens of MB) must not hold up
+			// the API: it is published beside Serve and says when it is there.
+			go func() {
+				own, err := app.ServeOwnBuild(ctx)
+				if err != nil {
+					if ctx.Err() == nil {
+						fmt.Fprintf(out, "  warning:      this build is not served as a release: %v\n", err)
+					}
+					return
+				}
 				fmt.Fprintf(out, "  release:      %s (curl -fO %s/api/v1/platform/releases/%s/artifacts/%s)\n", own.Version, creds.APIURL, own.Version, own.Artifact)
-			}
+			}()
 			// The node needs the API serving (its agent joins over HTTP), so
 			// it starts beside Serve and reports when it is there.
 			if !withNode {
