@@ -312,7 +312,9 @@ func TestEventsSurviveKill9(t *testing.T) {
 			bin := buildBinary(t)
 			dataDir := filepath.Join(t.TempDir(), "data")
 			port := freePort(t)
-			extra := []string{"--node=false", "--events-relay-interval", "100ms", "--events-lease-ttl", "1s", "--log-level", "warn"}
+			// No node and no release of this binary: the event log holds
+			// the mutations' events only, so its sequence has no gaps.
+			extra := []string{"--node=false", "--serve-own-build=false", "--events-relay-interval", "100ms", "--events-lease-ttl", "1s", "--log-level", "warn"}
 			var nproc *natsProc
 			natsURL, natsPort := "", freePort(t)
 			if mode == "external" {
@@ -376,7 +378,8 @@ func TestEventsTwoReplicas(t *testing.T) {
 	// master key for both: the replicas share the database's sealed keys.
 	dirA, dirB := filepath.Join(t.TempDir(), "a"), filepath.Join(t.TempDir(), "b")
 	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
-	extra := []string{"--database-url", dbURL, "--nats-url", nproc.url(), "--secret-key", key, "--node=false",
+	// No node and no release of this binary: only the mutations' events.
+	extra := []string{"--database-url", dbURL, "--nats-url", nproc.url(), "--secret-key", key, "--node=false", "--serve-own-build=false",
 		"--events-relay-interval", "100ms", "--events-lease-ttl", "1s", "--log-level", "warn"}
 	portA, portB := freePort(t), freePort(t)
 	a, _ := startDev(t, bin, dirA, portA, extra...)

@@ -21,7 +21,7 @@ var devAgentStarter server.DevAgentStarter
 func newDevCmd() *cobra.Command {
 	cfg := config.Defaults()
 	cfg.LogFormat = "text"
-	withNode := true
+	withNode, ownBuild := true, true
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything on this machine with no setup (embedded SQLite)",
@@ -68,6 +68,9 @@ seeds a dev org, project and platform admin (once), and writes
 			// Hashing and storing this binary (tens of MB) must not hold up
 			// the API: it is published beside Serve and says when it is there.
 			go func() {
+				if !ownBuild {
+					return
+				}
 				own, err := app.ServeOwnBuild(ctx)
 				if err != nil {
 					if ctx.Err() == nil {
@@ -106,6 +109,7 @@ seeds a dev org, project and platform admin (once), and writes
 	}
 	cfg.Bind(cmd.Flags())
 	cmd.Flags().BoolVar(&withNode, "node", withNode, "run an in-process node agent (with a dev allocation) when a Docker engine answers")
+	cmd.Flags().BoolVar(&ownBuild, "serve-own-build", ownBuild, "publish this binary as the platform release of its version (gpuaas-<os>-<arch>), so that other machines can download it")
 	return cmd
 }
 
