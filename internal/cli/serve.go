@@ -21,7 +21,7 @@ var devAgentStarter server.DevAgentStarter
 func newDevCmd() *cobra.Command {
 	cfg := config.Defaults()
 	cfg.LogFormat = "text"
-	withNode, ownBuild := true, true
+	withNode, ownBuild := true, false
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything on this machine with no setup (embedded SQLite)",
@@ -109,7 +109,7 @@ seeds a dev org, project and platform admin (once), and writes
 	}
 	cfg.Bind(cmd.Flags())
 	cmd.Flags().BoolVar(&withNode, "node", withNode, "run an in-process node agent (with a dev allocation) when a Docker engine answers")
-	cmd.Flags().BoolVar(&ownBuild, "serve-own-build", ownBuild, "publish this binary as the platform release of its version (gpuaas-<os>-<arch>), so that other machines can download it")
+	cmd.Flags().BoolVar(&ownBuild, "serve-own-build", ownBuild, "publish this binary as the platform release of its version (gpuaas-<os>-<arch>), so that other machines can download it (off by default for now: see docs/releases.md)")
 	return cmd
 }
 
