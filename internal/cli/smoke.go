@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
+	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	agentdocker "github.com/gpuaas/gpuaas/internal/agent/docker"
 	"github.com/gpuaas/gpuaas/internal/config"
@@ -270,43 +271,30 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 			args = append(args, "--params", string(b))
 		}
 		out, err := s.cli("", args...)
-		var full struct {
-			ID         string `json:"id"`
-			Status     string `json:"status"`
-			ReasonCode string `json:"reason_code"`
-			Access     struct {
-				LocalURL string `json:"local_url"`
-			} `json:"access"`
-		}
-		if jerr := json.Unmarshal([]byte(lastJSON(out)), &full); jerr == nil && full.ID != "" {
-			s.instance = full.ID
+		var created client.AppInstance
+		if jerr := json.Unmarshal([]byte(lastJSON(out)), &created); jerr == nil && created.ID != "" {
+			s.instance = created.ID
 		}
 		if err != nil && s.instance != "" {
 			// The platform's own account of why is better than --wait's trace.
-			if got, gerr := s.cli("", "instance", "get", s.instance, "-o", "json"); gerr == nil {
-				var why struct{ Status, ReasonCode, ReasonMessage string }
-				_ = json.Unmarshal([]byte(got), &struct {
-					Status        *string `json:"status"`
-					ReasonCode    *string `json:"reason_code"`
-					ReasonMessage *string `json:"reason_message"`
-				}{&why.Status, &why.ReasonCode, &why.ReasonMessage})
-				return "", fmt.Errorf("the instance is %s: %s: %s", why.Status, why.ReasonCode, why.ReasonMessage)
+			if inst, gerr := s.instanceGet(); gerr == nil {
+				return "", fmt.Errorf("the instance is %s: %s: %s", inst.Status, inst.ReasonCode, inst.ReasonMessage)
 			}
 		}
 		if err != nil {
 			return "", err
 		}
-		if full.Status != "running" {
-			return "", fmt.Errorf("instance %s is %s (%s)", full.ID, full.Status, full.ReasonCode)
+		if created.Status != "running" {
+			return "", fmt.Errorf("instance %s is %s (%s)", created.ID, created.Status, created.ReasonCode)
 		}
-		out, err = s.cli("", "instance", "get", full.ID, "-o", "json")
+		inst, err := s.instanceGet()
 		if err != nil {
 			return "", err
 		}
-		if err := json.Unmarshal([]byte(out), &full); err != nil {
-			return "", err
+		if inst.Access == nil {
+			return "", fmt.Errorf("instance %s is running but names no access URL", inst.ID)
 		}
-		url = strings.TrimRight(full.Access.LocalURL, "/")
+		url = strings.TrimRight(inst.Access.LocalURL, "/")
 		return "running at " + url, nil
 	}); err != nil {
 		return err
@@ -358,7 +346,7 @@ func (s *smokeRun) waitAllocation(ctx context.Context) (string, error) {
 			return "", err
 		}
 		var page struct {
-			Items []struct{ ID, State, NodeID string } `json:"items"`
+			Items []client.Allocation `json:"items"`
 		}
 		_ = json.Unmarshal([]byte(out), &page)
 		for _, a := range page.Items {
@@ -375,6 +363,16 @@ func (s *smokeRun) waitAllocation(ctx context.Context) (string, error) {
 		case <-time.After(500 * time.Millisecond): // another process's node coming up; nothing to subscribe to here
 		}
 	}
+}
+
+// instanceGet reads the smoke's instance as the platform has it.
+func (s *smokeRun) instanceGet() (client.AppInstance, error) {
+	var inst client.AppInstance
+	out, err := s.cli("", "instance", "get", s.instance, "-o", "json")
+	if err != nil {
+		return inst, err
+	}
+	return inst, json.Unmarshal([]byte(out), &inst)
 }
 
 func (c smokeCheck) name() string {
@@ -423,19 +421,13 @@ func clip(b []byte) string {
 	return s
 }
 
-type usageRow struct {
-	Quantity    int64  `json:"quantity"`
-	EventSource string `json:"event_source"`
-	EventID     string `json:"event_id"`
-}
-
-func (s *smokeRun) usage(unit string) ([]usageRow, error) {
+func (s *smokeRun) usage(unit string) ([]client.UsageRecord, error) {
 	out, err := s.cli("", "usage", "--instance", s.instance, "--unit", unit, "--limit", "500", "-o", "json")
 	if err != nil {
 		return nil, err
 	}
 	var page struct {
-		Items []usageRow `json:"items"`
+		Items []client.UsageRecord `json:"items"`
 	}
 	return page.Items, json.Unmarshal([]byte(out), &page)
 }
