@@ -101,12 +101,18 @@ func (a *API) getReleaseSigningKey(w http.ResponseWriter, r *http.Request) error
 	return nil
 }
 
-func (a *API) getReleaseManifest(w http.ResponseWriter, r *http.Request) error {
+// pathRelease is the release the request's {version} names.
+func (a *API) pathRelease(r *http.Request) (releases.Release, error) {
 	svc, err := a.releasesService()
 	if err != nil {
-		return err
+		return releases.Release{}, err
 	}
 	rel, _, err := svc.Get(r.Context(), r.PathValue("version"))
+	return rel, err
+}
+
+func (a *API) getReleaseManifest(w http.ResponseWriter, r *http.Request) error {
+	rel, err := a.pathRelease(r)
 	if err != nil {
 		return err
 	}
@@ -116,11 +122,7 @@ func (a *API) getReleaseManifest(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) getReleaseSignature(w http.ResponseWriter, r *http.Request) error {
-	svc, err := a.releasesService()
-	if err != nil {
-		return err
-	}
-	rel, _, err := svc.Get(r.Context(), r.PathValue("version"))
+	rel, err := a.pathRelease(r)
 	if err != nil {
 		return err
 	}
