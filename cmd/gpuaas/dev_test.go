@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 var (
@@ -45,7 +46,8 @@ func buildBinary(t testing.TB) string {
 		}
 		binPath = filepath.Join(dir, "gpuaas")
 		// -buildvcs=true: stamp the commit even where GOFLAGS turns it off.
-		cmd := exec.Command("go", "build", "-buildvcs=true", "-o", binPath, ".")
+		args := append([]string{"build", "-buildvcs=true", "-o", binPath}, testbin.BuildFlags()...)
+		cmd := exec.Command("go", append(args, ".")...)
 		cmd.Stderr = os.Stderr
 		buildErr = cmd.Run()
 	})

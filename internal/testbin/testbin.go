@@ -65,7 +65,7 @@ func goBuild(tmp, ldflags string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(root + "\x00" + ldflags))
+	sum := sha256.Sum256([]byte(fmt.Sprint(root, "\x00", ldflags, "\x00", raceEnabled)))
 	key := hex.EncodeToString(sum[:8])
 	var dir string
 	if tmp != "" {
@@ -84,7 +84,7 @@ func goBuild(tmp, ldflags string) (string, error) {
 	// sharing the cache dir runs either the old file or the new one.
 	out := filepath.Join(dir, "gpuaas")
 	part := filepath.Join(dir, fmt.Sprintf(".gpuaas-%d.part", os.Getpid()))
-	args := []string{"build", "-o", part}
+	args := append([]string{"build", "-o", part}, BuildFlags()...)
 	if ldflags != "" {
 		args = append(args, "-ldflags", ldflags)
 	}
@@ -98,6 +98,16 @@ func goBuild(tmp, ldflags string) (string, error) {
 		return "", err
 	}
 	return out, nil
+}
+
+// BuildFlags are the go build flags a test's own build of a binary it
+// runs should carry: -race when the test binary has the race detector, so
+// both builds share compiled packages.
+func BuildFlags() []string {
+	if raceEnabled {
+		return []string{"-race"}
+	}
+	return nil
 }
 
 // moduleRoot is the directory of this module's go.mod, found from the
