@@ -36,7 +36,10 @@ its manifest gpuaas.yaml validates as written. DIR must be empty unless
 			for _, f := range files {
 				fmt.Fprintf(w, "  %s\n", f)
 			}
-			fmt.Fprintf(w, "\nnext:\n  cd %s\n  go run .                              # try it: curl localhost:8080/\n  gpuaas manifest validate %s\n  # then README.md, \"Release it to a gpuaas platform\"\n", dir, scaffold.ManifestFile)
+			fmt.Fprintf(w, "\nnext:\n  cd %s\n", dir)
+			for _, line := range strings.Split(strings.TrimSpace(scaffold.Next(o.Template)), "\n") {
+				fmt.Fprintf(w, "  %s\n", line)
+			}
 			return nil
 		},
 	}

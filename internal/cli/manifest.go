@@ -25,7 +25,7 @@ func newManifestCmd() *cobra.Command {
 
 // setFlag adds --set KEY=VALUE (repeatable) to a manifest command.
 func setFlag(cmd *cobra.Command) *[]string {
-	return cmd.Flags().StringArray("set", nil, "replace a manifest value before use: version=V, image_ref=REGISTRY/REPO@sha256:…, or a dotted path like version.runtime_profile.args=[a,b] (repeatable)")
+	return cmd.Flags().StringArray("set", nil, "replace a manifest value before use: version=V, image_ref=REGISTRY/REPO@sha256:…, artifact.NAME=REPO@sha256:…, or a dotted path like version.runtime_profile.args=[a,b] (repeatable)")
 }
 
 // readManifest reads path and applies the --set values. name is what

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	agentdocker "github.com/gpuaas/gpuaas/internal/agent/docker"
+	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/scaffold"
@@ -38,7 +39,12 @@ type smokeSpec struct {
 	// Params are the launch parameters (JSON Schema-checked like a launch).
 	Params map[string]any `yaml:"params"`
 	Checks []smokeCheck   `yaml:"checks"`
-	Usage  *struct {
+	// Set are KEY=VALUE settings (as gpuaas manifest --set) applied when
+	// the smoke registers the manifest: e.g. let a CPU stand-in of a GPU
+	// app be placed on a machine with no GPU. The release registers the
+	// manifest without them.
+	Set   []string `yaml:"set"`
+	Usage *struct {
 		Unit string `yaml:"unit"`
 		// Min is the least total the app must report before it is stopped.
 		Min int64 `yaml:"min"`
@@ -75,11 +81,17 @@ func readSmokeSpec(dir string) (smokeSpec, error) {
 			return s, fmt.Errorf("%s: checks[%d].path %q must start with /", SmokeFile, i, c.Path)
 		}
 	}
+	for i, kv := range s.Set {
+		if _, err := manifest.ParseSetting(kv); err != nil {
+			return s, fmt.Errorf("%s: set[%d]: %w", SmokeFile, i, err)
+		}
+	}
 	return s, nil
 }
 
 func newAppSmokeCmd() *cobra.Command {
-	var image, devDir string
+	var images []string
+	var devDir string
 	cmd := &cobra.Command{
 		Use:   "smoke [DIR] --image IMAGE",
 		Short: "Run an app image as the platform would, check it, and tear it down (a local release rehearsal)",
@@ -107,27 +119,28 @@ smoke.yaml:
 			if len(args) == 1 {
 				dir = args[0]
 			}
-			if image == "" {
+			if len(images) == 0 {
 				return usageError{"--image is required: the image to smoke-test, e.g. docker build -t my-app:smoke . then --image my-app:smoke"}
 			}
-			s := &smokeRun{out: cmd.OutOrStdout(), dir: dir, image: image, devDir: devDir}
+			s := &smokeRun{out: cmd.OutOrStdout(), dir: dir, images: images, devDir: devDir}
 			return s.run(cmd.Context())
 		},
 	}
-	cmd.Flags().StringVar(&image, "image", "", "the app image in the local Docker engine (required)")
+	cmd.Flags().StringArrayVar(&images, "image", nil, "the app image in the local Docker engine (required); for a version that lists several artifacts, NAME=IMAGE for each")
 	cmd.Flags().StringVar(&devDir, "dev", "", "use the running gpuaas dev with this data dir (e.g. .gpuaas) instead of starting a control plane")
 	return cmd
 }
 
 type smokeRun struct {
-	out                io.Writer
-	dir, image, devDir string
-	work               string // keys, CLI config, logs
-	apiURL             string
-	slug, version      string
-	instance           string
-	started            time.Time
-	ctx                context.Context // of the gpuaas commands run
+	out           io.Writer
+	dir, devDir   string
+	images        []string // IMAGE, or NAME=IMAGE per artifact
+	work          string   // keys, CLI config, logs
+	apiURL        string
+	slug, version string
+	instance      string
+	started       time.Time
+	ctx           context.Context // of the gpuaas commands run
 }
 
 // step runs fn and prints its outcome and time.
@@ -156,12 +169,17 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	// Which image is which artifact, before anything starts.
+	var pushes []smokePush
+	if s.slug, pushes, err = s.plan(); err != nil {
+		return err
+	}
 	s.work, err = os.MkdirTemp("", "gpuaas-smoke-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(s.work)
-	fmt.Fprintf(s.out, "smoke %s with %s\n", s.dir, s.image)
+	fmt.Fprintf(s.out, "smoke %s with %s\n", s.dir, strings.Join(s.images, ", "))
 	// Deferred in this order so that, on a failure, the logs are read and
 	// the instance taken down while the control plane still runs.
 	var admin smokeCreds
@@ -202,7 +220,7 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 	}); err != nil {
 		return err
 	}
-	var ref string
+	sets := []string{"version=" + s.version}
 	if err := s.step("push, signed", func() (string, error) {
 		key := filepath.Join(s.work, "cosign")
 		if _, err := s.cli("", "artifact", "keygen", "--out", key); err != nil {
@@ -211,35 +229,39 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 		if _, err := s.cli("", "artifact", "signing-key", "add", "--name", "smoke-"+s.version, "--public-key-file", key+".pub"); err != nil {
 			return "", err
 		}
-		r, err := manifest.ValidateFile(filepath.Join(s.dir, scaffold.ManifestFile))
-		if err != nil {
-			return "", err
+		var notes []string
+		for _, p := range pushes {
+			out, err := s.cli("", "artifact", "push", p.image, "--app", s.slug, "--version", s.version, "--name", p.name, "--sign-key", key+".key", "-o", "json")
+			if err != nil {
+				return "", err
+			}
+			var art struct{ Repository, Digest string }
+			if err := json.Unmarshal([]byte(out), &art); err != nil {
+				return "", fmt.Errorf("push answer: %w", err)
+			}
+			if p.imageRef {
+				ref := strings.TrimPrefix(strings.TrimPrefix(s.apiURL, "http://"), "https://") + "/" + art.Repository + "@" + art.Digest
+				sets = append(sets, "image_ref="+ref)
+				notes = append(notes, ref)
+			} else {
+				sets = append(sets, "artifact."+p.name+"="+art.Repository+"@"+art.Digest)
+				notes = append(notes, p.name+" "+art.Repository+"@"+art.Digest)
+			}
 		}
-		if !r.Valid {
-			return "", fmt.Errorf("%s is not a valid manifest: run gpuaas manifest validate %s", r.File, r.File)
-		}
-		s.slug = r.App
-		out, err := s.cli("", "artifact", "push", s.image, "--app", s.slug, "--version", s.version, "--sign-key", key+".key", "-o", "json")
-		if err != nil {
-			return "", err
-		}
-		var art struct{ Repository, Digest string }
-		if err := json.Unmarshal([]byte(out), &art); err != nil {
-			return "", fmt.Errorf("push answer: %w", err)
-		}
-		ref = strings.TrimPrefix(strings.TrimPrefix(s.apiURL, "http://"), "https://") + "/" + art.Repository + "@" + art.Digest
-		return ref, nil
+		return strings.Join(notes, ", "), nil
 	}); err != nil {
 		return err
 	}
-	artifact := s.slug + "/" + s.version + "/runtime"
 	if err := s.step("verify, promote", func() (string, error) {
-		if _, err := s.cli("", "artifact", "verify", artifact, "--reason", "smoke"); err != nil {
-			return "", err
-		}
-		for _, st := range []string{"staged", "canary", "active"} {
-			if _, err := s.cli("", "artifact", "promote", artifact, "--to", st, "--reason", "smoke"); err != nil {
+		for _, p := range pushes {
+			artifact := s.slug + "/" + s.version + "/" + p.name
+			if _, err := s.cli("", "artifact", "verify", artifact, "--reason", "smoke"); err != nil {
 				return "", err
+			}
+			for _, st := range []string{"staged", "canary", "active"} {
+				if _, err := s.cli("", "artifact", "promote", artifact, "--to", st, "--reason", "smoke"); err != nil {
+					return "", err
+				}
 			}
 		}
 		return "verified, active", nil
@@ -247,14 +269,22 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 		return err
 	}
 	if err := s.step("register, publish", func() (string, error) {
-		if _, err := s.cli("", "manifest", "register", filepath.Join(s.dir, scaffold.ManifestFile), "--set", "version="+s.version, "--set", "image_ref="+ref); err != nil {
+		args := []string{"manifest", "register", filepath.Join(s.dir, scaffold.ManifestFile)}
+		for _, kv := range append(sets, spec.Set...) {
+			args = append(args, "--set", kv)
+		}
+		if _, err := s.cli("", args...); err != nil {
 			return "", err
 		}
 		if _, err := s.cli("", "app", "publish", s.slug, s.version, "--reason", "smoke"); err != nil {
 			return "", err
 		}
 		_, err := s.cli("", "app", "entitle", s.slug, "--mode", "tenant_dedicated", "--scope", "project")
-		return s.slug + " " + s.version, err
+		note := s.slug + " " + s.version
+		if len(spec.Set) > 0 {
+			note += fmt.Sprintf(" (with %d setting(s) of %s)", len(spec.Set), SmokeFile)
+		}
+		return note, err
 	}); err != nil {
 		return err
 	}
@@ -334,6 +364,67 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 	}
 	fmt.Fprintf(s.out, "smoke passed in %s\n", time.Since(s.started).Round(100*time.Millisecond))
 	return nil
+}
+
+// smokePush is one local image to push as one of the version's artifacts.
+type smokePush struct {
+	name, image string
+	imageRef    bool // the launchable image: registered as image_ref
+}
+
+// plan reads the manifest and matches --image to its artifacts: a
+// launchable_oci version takes one image (its image_ref); a version that
+// lists artifacts takes NAME=IMAGE for each, or one IMAGE when it lists one.
+func (s *smokeRun) plan() (slug string, out []smokePush, err error) {
+	file := filepath.Join(s.dir, scaffold.ManifestFile)
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", nil, err
+	}
+	pkg, problems, err := manifest.Parse(data, file)
+	if err != nil {
+		return "", nil, err
+	}
+	if len(problems) > 0 || len(pkg.Versions) != 1 {
+		return "", nil, fmt.Errorf("%s is not a valid manifest of one version: run gpuaas manifest validate %s", file, file)
+	}
+	v := pkg.Versions[0]
+	named := map[string]string{}
+	var bare []string
+	for _, img := range s.images {
+		if name, image, ok := strings.Cut(img, "="); ok {
+			named[name] = image
+		} else {
+			bare = append(bare, img)
+		}
+	}
+	if len(v.Artifacts) == 0 {
+		if len(s.images) != 1 || len(bare) != 1 {
+			return "", nil, fmt.Errorf("%s runs one image (its image_ref): give one --image IMAGE", file)
+		}
+		return pkg.App.Slug, []smokePush{{name: catalog.DefaultArtifactName, image: bare[0], imageRef: true}}, nil
+	}
+	var names []string
+	for _, a := range v.Artifacts {
+		names = append(names, a.Name)
+	}
+	if len(bare) == 1 && len(named) == 0 && len(v.Artifacts) == 1 {
+		named[v.Artifacts[0].Name] = bare[0]
+	} else if len(bare) > 0 {
+		return "", nil, fmt.Errorf("%s lists the artifacts %s: give --image NAME=IMAGE for each", file, strings.Join(names, ", "))
+	}
+	for _, a := range v.Artifacts {
+		img, ok := named[a.Name]
+		if !ok {
+			return "", nil, fmt.Errorf("no --image %s=IMAGE for the artifact %s (the version lists %s)", a.Name, a.Name, strings.Join(names, ", "))
+		}
+		delete(named, a.Name)
+		out = append(out, smokePush{name: a.Name, image: img})
+	}
+	for n := range named {
+		return "", nil, fmt.Errorf("--image %s=…: the version has no artifact %s (it lists %s)", n, n, strings.Join(names, ", "))
+	}
+	return pkg.App.Slug, out, nil
 }
 
 // waitAllocation waits for the project's active allocation: a gpuaas dev

@@ -19,8 +19,11 @@ import (
 // `app.display_name`) or one of two short names that find the field in
 // either manifest form, as long as the package has one version:
 //
-//	version    the version string
-//	image_ref  the launchable OCI image of the runtime profile
+//	version        the version string
+//	image_ref      the launchable OCI image of the runtime profile
+//	artifact.NAME  REPOSITORY@DIGEST of the artifact named NAME: both its
+//	               repository and digest (what `gpuaas artifact push -o json`
+//	               prints), for versions that list artifacts
 type Setting struct {
 	Key, Value string
 }
@@ -52,6 +55,12 @@ func Render(data []byte, filename string, sets []Setting) ([]byte, error) {
 	}
 	root := doc.Content[0]
 	for _, s := range sets {
+		if name, ok := strings.CutPrefix(s.Key, "artifact."); ok {
+			if err := setArtifact(root, name, s.Value); err != nil {
+				return nil, fmt.Errorf("--set %s: %w", s.Key, err)
+			}
+			continue
+		}
 		path, asString, err := resolveKey(root, s.Key)
 		if err != nil {
 			return nil, fmt.Errorf("--set %s: %w", s.Key, err)
@@ -85,6 +94,54 @@ func Render(data []byte, filename string, sets []Setting) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// setArtifact points the artifact named name at ref (REPOSITORY@DIGEST).
+func setArtifact(root *yaml.Node, name, ref string) error {
+	repo, digest, ok := strings.Cut(ref, "@")
+	if !ok || repo == "" || !strings.HasPrefix(digest, "sha256:") {
+		return fmt.Errorf("want REPOSITORY@sha256:…, the repository and digest gpuaas artifact push prints, not %q", ref)
+	}
+	base, err := versionBase(root, "artifact."+name)
+	if err != nil {
+		return err
+	}
+	list := lookup(root, append(base, "artifacts"))
+	if list == nil || list.Kind != yaml.SequenceNode {
+		return fmt.Errorf("the version lists no artifacts (a launchable_oci version names its image with image_ref)")
+	}
+	var names []string
+	for i, a := range list.Content {
+		n := mapValue(a, "name")
+		if n == nil {
+			continue
+		}
+		if n.Value == name {
+			at := append(base, "artifacts", strconv.Itoa(i))
+			if err := setPath(root, append(at, "repository"), repo, true); err != nil {
+				return err
+			}
+			return setPath(root, append(at, "digest"), digest, true)
+		}
+		names = append(names, n.Value)
+	}
+	return fmt.Errorf("no artifact named %q; the version's artifacts are: %s", name, strings.Join(names, ", "))
+}
+
+// versionBase is the path of the one version of the package: the root of a
+// flat manifest, version or versions.0 of a nested one.
+func versionBase(root *yaml.Node, key string) ([]string, error) {
+	if mapValue(root, "app") == nil {
+		return nil, nil
+	}
+	switch vs := mapValue(root, "versions"); {
+	case vs != nil && vs.Kind == yaml.SequenceNode && len(vs.Content) == 1:
+		return []string{"versions", "0"}, nil
+	case vs != nil:
+		return nil, fmt.Errorf("the package lists several versions; name one, e.g. versions.0.%s=…", key)
+	default:
+		return []string{"version"}, nil
+	}
+}
+
 // resolveKey turns KEY into path segments. The short names must find their
 // field; a dotted path may name a field that is not there yet. asString
 // says the value is text whatever it looks like ("1.10" is a version, not a
@@ -92,16 +149,9 @@ func Render(data []byte, filename string, sets []Setting) ([]byte, error) {
 func resolveKey(root *yaml.Node, key string) (path []string, asString bool, err error) {
 	switch key {
 	case "version", "image_ref":
-		var base []string
-		if mapValue(root, "app") != nil { // nested form: {app, version|versions}
-			switch vs := mapValue(root, "versions"); {
-			case vs != nil && vs.Kind == yaml.SequenceNode && len(vs.Content) == 1:
-				base = []string{"versions", "0"}
-			case vs != nil:
-				return nil, false, fmt.Errorf("the package lists several versions; name one, e.g. versions.0.%s=…", strings.Replace(key, "image_ref", "runtime_profile.image_ref", 1))
-			default:
-				base = []string{"version"}
-			}
+		base, err := versionBase(root, strings.Replace(key, "image_ref", "runtime_profile.image_ref", 1))
+		if err != nil {
+			return nil, false, err
 		}
 		if key == "version" {
 			path = append(base, "version")

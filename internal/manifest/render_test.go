@@ -125,6 +125,37 @@ func TestRenderRefusesWhatItCannotPlace(t *testing.T) {
 	}
 }
 
+func TestRenderSetsAnArtifactByName(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "manifests", "vllm-openai-compose.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Render(data, "v.yaml", mustSettings(t, "artifact.metrics-sidecar=apps/other/side@"+digestA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkg, problems, err := Parse(out, "v.yaml")
+	if err != nil || len(problems) > 0 {
+		t.Fatalf("rendered manifest invalid: %v %v", err, problems)
+	}
+	arts := pkg.Versions[0].Artifacts
+	if arts[1].Name != "metrics-sidecar" || arts[1].Repository != "apps/other/side" || arts[1].Digest != digestA {
+		t.Errorf("sidecar = %+v", arts[1])
+	}
+	if arts[0].Repository != "apps/vllm-openai/vllm" || arts[0].Digest == digestA {
+		t.Errorf("the other artifact changed: %+v", arts[0])
+	}
+	for _, c := range []struct{ doc, set, want string }{
+		{string(data), "artifact.nope=apps/x@" + digestA, `no artifact named "nope"; the version's artifacts are: vllm, metrics-sidecar`},
+		{string(data), "artifact.vllm=apps/x:latest", "want REPOSITORY@sha256:"},
+		{nestedManifest, "artifact.runtime=apps/x@" + digestA, "lists no artifacts"},
+	} {
+		if _, err := Render([]byte(c.doc), "m.yaml", mustSettings(t, c.set)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--set %s: err = %v, want it to say %q", c.set, err, c.want)
+		}
+	}
+}
+
 func TestRenderKeepsJSONAsJSON(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "examples", "manifests", "jupyter-cuda-dev.json"))
 	if err != nil {

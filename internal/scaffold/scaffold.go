@@ -1,7 +1,10 @@
 // Package scaffold writes a new app from a template (`gpuaas init`): source
 // that already does what the platform expects of a workload, its manifest,
-// image build, README and CI workflow. Templates live in templates/NAME;
-// a file whose name ends in .tmpl is a text/template with [[ ]] delimiters
+// image build, README and CI workflow. Templates live in templates/NAME,
+// over the files of templates/_shared that every template gets (the usage
+// reporter, go.mod, ignore files, the release workflow; a template's own
+// file of the same name wins, and its _skip lists shared files it does
+// without). A file whose name ends in .tmpl is a text/template with [[ ]] delimiters
 // (CI files are full of {{ }}), any other is copied as it is. Files named
 // gitignore, dockerignore and github/… are written with a leading dot: a
 // dot-file would not be embedded, and a .github tree would be read as this
@@ -48,7 +51,7 @@ func Templates() []string {
 	entries, _ := fs.ReadDir(templates, "templates")
 	var names []string
 	for _, e := range entries {
-		if e.IsDir() {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), "_") {
 			names = append(names, e.Name())
 		}
 	}
@@ -94,8 +97,13 @@ func Write(dir string, o Options) ([]string, error) {
 		return nil, err
 	} else if len(problems) > 0 {
 		var msgs []string
+		ours := false // a problem outside the slug and name is the template's
 		for _, p := range problems {
 			msgs = append(msgs, p.Pointer+": "+p.Message)
+			ours = ours || !strings.Contains(p.Pointer, "slug") && !strings.Contains(p.Pointer, "display_name")
+		}
+		if ours {
+			return nil, fmt.Errorf("template %s writes a manifest that does not validate (a bug in gpuaas; please report it): %s", o.Template, strings.Join(msgs, "; "))
 		}
 		return nil, fmt.Errorf("slug %q or display name %q would not make a valid app: %s (choose another with --slug)", o.Slug, o.DisplayName, strings.Join(msgs, "; "))
 	}
@@ -120,11 +128,34 @@ func Write(dir string, o Options) ([]string, error) {
 	return written, nil
 }
 
+// Next is what to do after Write, for the template: the commands that try
+// the app, one per line, to print after cd DIR.
+func Next(template string) string {
+	b, _ := templates.ReadFile(path.Join("templates", template, "_next.txt"))
+	return string(b)
+}
+
 // render returns every file of the template, by output path.
 func render(o Options) (map[string][]byte, error) {
-	root := path.Join("templates", o.Template)
 	out := map[string][]byte{}
-	err := fs.WalkDir(templates, root, func(p string, d fs.DirEntry, err error) error {
+	for _, dir := range []string{sharedDir, o.Template} { // the template's own files last: they win
+		if err := renderDir(path.Join("templates", dir), o, out); err != nil {
+			return nil, err
+		}
+	}
+	// _skip names shared files the template does without, one per line.
+	skip, _ := templates.ReadFile(path.Join("templates", o.Template, "_skip"))
+	for _, name := range strings.Fields(string(skip)) {
+		delete(out, dotted(strings.TrimSuffix(name, ".tmpl")))
+	}
+	return out, nil
+}
+
+// sharedDir holds the files every template gets.
+const sharedDir = "_shared"
+
+func renderDir(root string, o Options, out map[string][]byte) error {
+	return fs.WalkDir(templates, root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
@@ -133,6 +164,9 @@ func render(o Options) (map[string][]byte, error) {
 			return err
 		}
 		name := strings.TrimPrefix(p, root+"/")
+		if strings.HasPrefix(name, "_") {
+			return nil // about the template (_next.txt), not part of the app
+		}
 		if strings.HasSuffix(name, ".tmpl") {
 			name = strings.TrimSuffix(name, ".tmpl")
 			t, err := template.New(name).Delims("[[", "]]").Option("missingkey=error").Funcs(funcs).Parse(string(data))
@@ -148,7 +182,6 @@ func render(o Options) (map[string][]byte, error) {
 		out[dotted(name)] = data
 		return nil
 	})
-	return out, err
 }
 
 // funcs: json quotes a value for YAML and JSON files (a JSON string is a

@@ -54,6 +54,9 @@ func TestEveryTemplateWritesAValidApp(t *testing.T) {
 				if strings.Contains(string(b), "[[") {
 					t.Errorf("%s has an unrendered [[ ]]", f)
 				}
+				if strings.HasPrefix(filepath.Base(f), "_") {
+					t.Errorf("%s is about the template, not part of the app", f)
+				}
 				if strings.HasSuffix(f, ".yml") || strings.HasSuffix(f, ".yaml") {
 					var v map[string]any
 					if err := yaml.Unmarshal(b, &v); err != nil || len(v) == 0 {
@@ -93,7 +96,8 @@ func TestWriteRefuses(t *testing.T) {
 	}{
 		{scaffold.Options{Slug: "Bad_Slug"}, "/app/slug: slug must start with a lowercase letter"},
 		{scaffold.Options{Slug: "x"}, "2 to 63 characters"},
-		{scaffold.Options{Slug: "fine", Template: "nope"}, `no template "nope"; there are: http`},
+		{scaffold.Options{Slug: "fine", Template: "nope"}, `no template "nope"; there are: http, jupyter, vllm-compose`},
+		{scaffold.Options{Slug: "fine", Template: "_shared"}, `no template "_shared"`},
 	} {
 		dir := filepath.Join(t.TempDir(), "new")
 		_, err := scaffold.Write(dir, c.o)

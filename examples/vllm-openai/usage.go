@@ -37,9 +37,6 @@ import (
 	"time"
 )
 
-// usageUnit must equal the manifest's metering.kind.
-const usageUnit = "requests"
-
 type keyFile struct {
 	ServiceAccountID string `json:"service_account_id"`
 	ProjectID        string `json:"project_id"`
@@ -52,6 +49,7 @@ type keyFile struct {
 type usageReporter struct {
 	log      *slog.Logger
 	enabled  bool
+	unit     string // the manifest's metering.kind
 	key      keyFile
 	signer   crypto.Signer
 	alg      string
@@ -87,8 +85,10 @@ type usageEvent struct {
 	} `json:"data"`
 }
 
-func newUsageReporter(log *slog.Logger) (*usageReporter, error) {
-	r := &usageReporter{log: log, interval: 10 * time.Second, since: time.Now().UTC(), http: &http.Client{Timeout: 15 * time.Second}}
+// newUsageReporter reports in unit, which must equal the manifest's
+// metering.kind.
+func newUsageReporter(log *slog.Logger, unit string) (*usageReporter, error) {
+	r := &usageReporter{log: log, unit: unit, interval: 10 * time.Second, since: time.Now().UTC(), http: &http.Client{Timeout: 15 * time.Second}}
 	path := os.Getenv("GPUAAS_IDENTITY_FILE")
 	instance := os.Getenv("GPUAAS_APP_INSTANCE_ID")
 	if path == "" || instance == "" {
@@ -168,7 +168,7 @@ func (r *usageReporter) Flush(ctx context.Context) error {
 		now := time.Now().UTC()
 		ev := &usageEvent{SpecVersion: "1.0", ID: fmt.Sprintf("%s-%d", r.idPrefix, r.seq), Source: r.source,
 			Type: "gpuaas.usage.v1", Subject: os.Getenv("GPUAAS_APP_INSTANCE_ID"), Time: now, DataContentType: "application/json"}
-		ev.Data.UsageUnit, ev.Data.Quantity, ev.Data.StartTime = usageUnit, n, r.since
+		ev.Data.UsageUnit, ev.Data.Quantity, ev.Data.StartTime = r.unit, n, r.since
 		r.cut, r.since = ev, now
 	}
 	delay := 500 * time.Millisecond

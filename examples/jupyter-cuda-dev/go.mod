@@ -1,0 +1,3 @@
+module github.com/gpuaas/gpuaas/examples/jupyter-cuda-dev
+
+go 1.26

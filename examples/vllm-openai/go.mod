@@ -1,0 +1,3 @@
+module github.com/gpuaas/gpuaas/examples/vllm-openai
+
+go 1.26
