@@ -17,6 +17,11 @@ import (
 func TestShippedManifestsValidateAsTheyAre(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join("..", "..", "examples", "manifests", "*"))
 	files = append(files, filepath.Join("..", "..", "examples", "my-app", "my-app.yaml"))
+	refs, _ := filepath.Glob(filepath.Join("..", "..", "examples", "*", "gpuaas.yaml"))
+	if len(refs) < 2 {
+		t.Fatalf("reference apps' manifests: %v", refs)
+	}
+	files = append(files, refs...)
 	for _, f := range files {
 		r, err := manifest.ValidateFile(f)
 		if err != nil || !r.Valid {
