@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -82,7 +83,7 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 			if f.Hidden {
 				return
 			}
-			score := 2 * editDistance(name, f.Name)
+			score := 2 * levenshtein.ComputeDistance(name, f.Name)
 			if strings.HasPrefix(f.Name, name) {
 				score = min(score, 2) - 1
 			}
@@ -95,25 +96,4 @@ func suggestFlag(cmd *cobra.Command, err error) error {
 		}
 	}
 	return usageError{fmt.Sprintf("%s (see %s --help)", msg, cmd.CommandPath())}
-}
-
-// editDistance is the Levenshtein distance of a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			sub := prev[j-1]
-			if a[i-1] != b[j-1] {
-				sub++
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }

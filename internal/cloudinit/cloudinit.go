@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/agnivade/levenshtein"
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpuaas/gpuaas/internal/manifest"
@@ -339,32 +340,11 @@ func known() []string {
 func suggest(key string) string {
 	best, bestD := "", 3
 	for _, k := range known() {
-		if d := distance(key, k); d < bestD {
+		if d := levenshtein.ComputeDistance(key, k); d < bestD {
 			best, bestD = k, d
 		}
 	}
 	return best
-}
-
-// distance is the Levenshtein distance of a and b.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 func escape(t string) string {
