@@ -46,9 +46,14 @@ func buildBinary(t testing.TB) string {
 		}
 		binPath = filepath.Join(dir, "gpuaas")
 		// -buildvcs=true: stamp the commit even where GOFLAGS turns it off.
-		args := append([]string{"build", "-buildvcs=true", "-o", binPath}, testbin.BuildFlags()...)
-		cmd := exec.Command("go", append(args, ".")...)
+		cmd := exec.Command("go", "build", "-buildvcs=true", "-o", binPath, ".")
 		cmd.Stderr = os.Stderr
+		unlock, err := testbin.LockBuilds()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		defer unlock()
 		buildErr = cmd.Run()
 	})
 	if buildErr != nil {

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -65,7 +66,7 @@ func goBuild(tmp, ldflags string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(fmt.Sprint(root, "\x00", ldflags, "\x00", raceEnabled)))
+	sum := sha256.Sum256([]byte(root + "\x00" + ldflags))
 	key := hex.EncodeToString(sum[:8])
 	var dir string
 	if tmp != "" {
@@ -84,12 +85,20 @@ func goBuild(tmp, ldflags string) (string, error) {
 	// sharing the cache dir runs either the old file or the new one.
 	out := filepath.Join(dir, "gpuaas")
 	part := filepath.Join(dir, fmt.Sprintf(".gpuaas-%d.part", os.Getpid()))
-	args := append([]string{"build", "-o", part}, BuildFlags()...)
+	args := []string{"build", "-o", part}
 	if ldflags != "" {
 		args = append(args, "-ldflags", ldflags)
 	}
 	cmd := exec.Command("go", append(args, "./cmd/gpuaas")...)
 	cmd.Dir = root
+	// go test runs packages in parallel processes. On a cold build cache
+	// each would compile the whole tree at the same time; one at a time,
+	// the first compiles and the rest find the packages cached and link.
+	unlock, err := LockBuilds()
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		_ = os.Remove(part)
 		return "", fmt.Errorf("testbin: go %s ./cmd/gpuaas in %s: %v\n%s", strings.Join(args, " "), root, err, b)
@@ -100,14 +109,18 @@ func goBuild(tmp, ldflags string) (string, error) {
 	return out, nil
 }
 
-// BuildFlags are the go build flags a test's own build of a binary it
-// runs should carry: -race when the test binary has the race detector, so
-// both builds share compiled packages.
-func BuildFlags() []string {
-	if raceEnabled {
-		return []string{"-race"}
+// LockBuilds takes a lock shared by every test process of this machine;
+// a test that builds a binary of this module itself holds it while it does.
+func LockBuilds() (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "gpuaas-testbin.lock"), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return nil, fmt.Errorf("testbin: build lock: %w", err)
 	}
-	return nil
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("testbin: build lock: %w", err)
+	}
+	return func() { _ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN); f.Close() }, nil
 }
 
 // moduleRoot is the directory of this module's go.mod, found from the
