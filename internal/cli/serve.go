@@ -3,8 +3,10 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/config"
@@ -21,7 +23,7 @@ var devAgentStarter server.DevAgentStarter
 func newDevCmd() *cobra.Command {
 	cfg := config.Defaults()
 	cfg.LogFormat = "text"
-	withNode, ownBuild := true, false
+	withNode, ownBuild := true, true
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run everything on this machine with no setup (embedded SQLite)",
@@ -62,7 +64,9 @@ seeds a dev org, project and platform admin (once), and writes
 				return err
 			}
 			_ = lock.Describe(fmt.Sprintf("gpuaas dev (pid %d, API %s)", os.Getpid(), creds.APIURL))
-			out := cmd.OutOrStdout()
+			// The release and node lines are written from their own
+			// goroutines, as each finishes.
+			out := &lockedWriter{w: cmd.OutOrStdout()}
 			fmt.Fprintf(out, "\ngpuaas dev is running\n  API:          %s\n  registry:     %s (OCI, token auth; push with publish-intent credentials)\n  admin:        %s\n  credentials:  %s\n  data dir:     %s\n\n",
 				creds.APIURL, app.RegistryHost(), creds.AdminEmail, server.CredentialsPath(c.DataDir), c.DataDir)
 			// Hashing and storing this binary (tens of MB) must not hold up
@@ -109,7 +113,7 @@ seeds a dev org, project and platform admin (once), and writes
 	}
 	cfg.Bind(cmd.Flags())
 	cmd.Flags().BoolVar(&withNode, "node", withNode, "run an in-process node agent (with a dev allocation) when a Docker engine answers")
-	cmd.Flags().BoolVar(&ownBuild, "serve-own-build", ownBuild, "publish this binary as the platform release of its version (gpuaas-<os>-<arch>), so that other machines can download it (off by default for now: see docs/releases.md)")
+	cmd.Flags().BoolVar(&ownBuild, "serve-own-build", ownBuild, "publish this binary as the platform release of its version (gpuaas-<os>-<arch>), so that other machines can download it")
 	return cmd
 }
 
@@ -179,4 +183,16 @@ func checkListen(addr string) error {
 		return fmt.Errorf("cannot listen on %s: %w (is another gpuaas running? pass --listen)", addr, err)
 	}
 	return l.Close()
+}
+
+// lockedWriter serializes writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

@@ -111,7 +111,12 @@ smoke.yaml:
   params: {greeting: hi}                 # launch parameters (optional)
   checks:
     - {name: answers, path: /, status: 200, body_contains: "from my-app"}
-  usage: {unit: requests, min: 1, within: 60s}`,
+  usage: {unit: requests, min: 1, within: 60s}
+  set:                                   # manifest --set values for the rehearsal only,
+    - version.compatibility.min_gpu_count=0   # e.g. a CPU stand-in of a GPU app
+
+A version that lists artifacts (docker_compose) takes --image NAME=IMAGE for
+each artifact, or one --image IMAGE when it lists one.`,
 		Example: `  docker build -q -f Dockerfile.prebuilt -t hello:smoke . && gpuaas app smoke --image hello:smoke`,
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
