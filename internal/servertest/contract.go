@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gpuaas/gpuaas/api"
 	"github.com/pb33f/libopenapi"
@@ -27,8 +28,12 @@ import (
 // documented, the content type must be one the response documents, and a
 // body must match the documented schema (OpenAPI 3.1, JSON Schema 2020-12).
 // A few rules of this API the validator does not hold are checked here, each
-// saying why below. Safe for concurrent use.
+// saying why below. Safe for concurrent use: one check at a time, because
+// the validator renders and caches schemas in the shared model as it goes
+// (libopenapi's DynamicValue is written during rendering), which the race
+// detector caught with parallel tests sharing one Contract.
 type Contract struct {
+	mu        sync.Mutex
 	model     *v3.Document
 	opts      *config.ValidationOptions
 	responses responses.ResponseBodyValidator
@@ -85,12 +90,16 @@ func request(method, path string) *http.Request {
 
 // Template finds the documented path template matching a concrete path.
 func (c *Contract) Template(path string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	tmpl, item, _ := c.find(http.MethodGet, path)
 	return tmpl, item != nil
 }
 
 // Check validates one response.
 func (c *Contract) Check(method, path string, status int, header http.Header, body []byte) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	tmpl, item, op := c.find(method, path)
 	if item == nil || op == nil {
 		// The mux answers an unknown path or method with the error
