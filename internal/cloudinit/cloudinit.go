@@ -178,6 +178,18 @@ func list(c *checker, ptr string, n *yaml.Node) {
 
 func anyShape(*checker, string, *yaml.Node) {}
 
+// items checks that n is a list (want says of what) and calls each with
+// every item and its pointer.
+func items(c *checker, ptr string, n *yaml.Node, want string, each func(ip string, item *yaml.Node)) {
+	if n.Kind != yaml.SequenceNode {
+		c.add(ptr, n.Line, "%s", want)
+		return
+	}
+	for i, item := range n.Content {
+		each(ptr+"/"+strconv.Itoa(i), item)
+	}
+}
+
 func sshPwauth(c *checker, ptr string, n *yaml.Node) {
 	boolean(c, ptr, n)
 	if n.Value == "true" {
@@ -187,29 +199,19 @@ func sshPwauth(c *checker, ptr string, n *yaml.Node) {
 
 // packages are names, or [name, version] pairs.
 func packages(c *checker, ptr string, n *yaml.Node) {
-	if n.Kind != yaml.SequenceNode {
-		c.add(ptr, n.Line, "want a list of package names")
-		return
-	}
-	for i, p := range n.Content {
-		ip := ptr + "/" + strconv.Itoa(i)
+	items(c, ptr, n, "want a list of package names", func(ip string, p *yaml.Node) {
 		switch {
 		case p.Kind == yaml.ScalarNode && p.Value != "":
 		case p.Kind == yaml.SequenceNode && len(p.Content) == 2:
 		default:
 			c.add(ip, p.Line, "want a package name, or [name, version]")
 		}
-	}
+	})
 }
 
 // commands are shell strings, or argv lists run without a shell.
 func commands(c *checker, ptr string, n *yaml.Node) {
-	if n.Kind != yaml.SequenceNode {
-		c.add(ptr, n.Line, "want a list of commands (each a string for the shell, or a list of arguments)")
-		return
-	}
-	for i, cmd := range n.Content {
-		ip := ptr + "/" + strconv.Itoa(i)
+	items(c, ptr, n, "want a list of commands (each a string for the shell, or a list of arguments)", func(ip string, cmd *yaml.Node) {
 		switch cmd.Kind {
 		case yaml.ScalarNode:
 			if strings.TrimSpace(cmd.Value) == "" {
@@ -227,7 +229,7 @@ func commands(c *checker, ptr string, n *yaml.Node) {
 		default:
 			c.add(ip, cmd.Line, "want a string or a list of arguments")
 		}
-	}
+	})
 }
 
 var (
@@ -237,15 +239,10 @@ var (
 )
 
 func writeFiles(c *checker, ptr string, n *yaml.Node) {
-	if n.Kind != yaml.SequenceNode {
-		c.add(ptr, n.Line, "want a list of files ({path, content, permissions, owner})")
-		return
-	}
-	for i, f := range n.Content {
-		ip := ptr + "/" + strconv.Itoa(i)
+	items(c, ptr, n, "want a list of files ({path, content, permissions, owner})", func(ip string, f *yaml.Node) {
 		if f.Kind != yaml.MappingNode {
 			c.add(ip, f.Line, "want a mapping {path, content, …}")
-			continue
+			return
 		}
 		var path *yaml.Node
 		hasBody := false
@@ -286,16 +283,11 @@ func writeFiles(c *checker, ptr string, n *yaml.Node) {
 		if !hasBody {
 			c.add(ip, f.Line, "a file needs content (or source)")
 		}
-	}
+	})
 }
 
 func users(c *checker, ptr string, n *yaml.Node) {
-	if n.Kind != yaml.SequenceNode {
-		c.add(ptr, n.Line, "want a list of users (default, or {name, …})")
-		return
-	}
-	for i, u := range n.Content {
-		ip := ptr + "/" + strconv.Itoa(i)
+	items(c, ptr, n, "want a list of users (default, or {name, …})", func(ip string, u *yaml.Node) {
 		switch {
 		case u.Kind == yaml.ScalarNode && u.Value == "default":
 		case u.Kind == yaml.MappingNode:
@@ -311,20 +303,16 @@ func users(c *checker, ptr string, n *yaml.Node) {
 		default:
 			c.add(ip, u.Line, "want default or a mapping {name, groups, shell, ssh_authorized_keys, …}")
 		}
-	}
+	})
 }
 
 func authorizedKeys(c *checker, ptr string, n *yaml.Node) {
-	if n.Kind != yaml.SequenceNode {
-		c.add(ptr, n.Line, "want a list of public keys")
-		return
-	}
-	for i, k := range n.Content {
+	items(c, ptr, n, "want a list of public keys", func(ip string, k *yaml.Node) {
 		f := strings.Fields(k.Value)
 		if k.Kind != yaml.ScalarNode || len(f) < 2 || !(strings.HasPrefix(f[0], "ssh-") || strings.HasPrefix(f[0], "ecdsa-") || strings.HasPrefix(f[0], "sk-")) {
-			c.add(ptr+"/"+strconv.Itoa(i), k.Line, "not an OpenSSH public key line (TYPE BASE64 [comment])")
+			c.add(ip, k.Line, "not an OpenSSH public key line (TYPE BASE64 [comment])")
 		}
-	}
+	})
 }
 
 func known() []string {
