@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -102,6 +103,109 @@ type AppInstance struct {
 	DecommissionedAt   string     `json:"decommissioned_at,omitempty"`
 	OperationID        string     `json:"operation_id,omitempty"`
 	Operation          *Operation `json:"operation,omitempty"`
+	// Health is what the workload reports about itself (runtime events).
+	Health AppInstanceHealth `json:"health"`
+}
+
+// AppInstanceHealth is an instance's runtime health: unknown, healthy,
+// unhealthy, or degraded (its heartbeat is late).
+type AppInstanceHealth struct {
+	State                   string `json:"state"`
+	Reason                  string `json:"reason,omitempty"`
+	ChangedAt               string `json:"changed_at,omitempty"`
+	LastHeartbeatAt         string `json:"last_heartbeat_at,omitempty"`
+	HeartbeatTimeoutSeconds int    `json:"heartbeat_timeout_seconds,omitempty"`
+	HeartbeatDueAt          string `json:"heartbeat_due_at,omitempty"`
+}
+
+// Runtime event types a workload reports about its own instance.
+const (
+	RuntimeHeartbeat      = "heartbeat"
+	RuntimeStartCompleted = "start_completed"
+	RuntimeHealthy        = "healthy"
+	RuntimeUnhealthy      = "unhealthy"
+	RuntimeMemberAdded    = "member_added"
+	RuntimeMemberRemoved  = "member_removed"
+	RuntimeMemberFailed   = "member_failed"
+)
+
+// RuntimeEvent is one runtime event to report (ReportRuntimeEvents builds
+// the CloudEvents). ID and Source identify it: a repeat is recognised.
+type RuntimeEvent struct {
+	ID, Source, Type string
+	Time             time.Time // when it happened; zero: now
+	Health           string    // heartbeat only: healthy or unhealthy
+	Reason, Message  string
+	Member, Role     string // member_* only
+}
+
+// RuntimeCloudEvent is a runtime event as it travels: a CloudEvents 1.0
+// envelope.
+type RuntimeCloudEvent struct {
+	SpecVersion     string            `json:"specversion"` // 1.0
+	ID              string            `json:"id"`
+	Source          string            `json:"source"`
+	Type            string            `json:"type"`
+	Subject         string            `json:"subject,omitempty"`
+	Time            string            `json:"time,omitempty"`
+	DataContentType string            `json:"datacontenttype,omitempty"`
+	ProjectID       string            `json:"projectid,omitempty"`
+	CorrelationID   string            `json:"correlationid,omitempty"`
+	Data            *RuntimeEventData `json:"data,omitempty"`
+}
+
+// RuntimeEventData is what a runtime event says beyond its type.
+type RuntimeEventData struct {
+	Health  string `json:"health,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	Member  string `json:"member,omitempty"`
+	Role    string `json:"role,omitempty"`
+}
+
+// RuntimeEventReport answers a runtime-event post.
+type RuntimeEventReport struct {
+	Recorded   int    `json:"recorded"`
+	Duplicates int    `json:"duplicates"`
+	Applied    int    `json:"applied"`
+	Health     string `json:"health"`
+	Results    []struct {
+		ID     string `json:"id"`
+		Source string `json:"source"`
+		Status string `json:"status"` // recorded | duplicate | applied
+	} `json:"results"`
+}
+
+// ReportRuntimeEvents posts events as one CloudEvents batch about the
+// caller's own instance; only the instance's own identity may. The answer
+// comes after the events are committed.
+//
+// Operation: reportRuntimeEvents
+func (c *Client) ReportRuntimeEvents(ctx context.Context, projectID, instanceID string, events []RuntimeEvent) (RuntimeEventReport, error) {
+	batch := make([]RuntimeCloudEvent, len(events))
+	for i, e := range events {
+		ev := RuntimeCloudEvent{SpecVersion: "1.0", ID: e.ID, Source: e.Source, Type: e.Type, Subject: instanceID,
+			DataContentType: "application/json"}
+		if !e.Time.IsZero() {
+			ev.Time = e.Time.UTC().Format(time.RFC3339Nano)
+		}
+		if d := (RuntimeEventData{Health: e.Health, Reason: e.Reason, Message: e.Message, Member: e.Member, Role: e.Role}); d != (RuntimeEventData{}) {
+			ev.Data = &d
+		}
+		batch[i] = ev
+	}
+	body, err := json.Marshal(batch)
+	if err != nil {
+		return RuntimeEventReport{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, "POST", c.BaseURL+instancePath(projectID, instanceID)+"/runtime-events", bytes.NewReader(body))
+	if err != nil {
+		return RuntimeEventReport{}, err
+	}
+	c.authorize(req)
+	req.Header.Set("Content-Type", "application/cloudevents-batch+json")
+	var out RuntimeEventReport
+	return out, c.send(req, &out, 16<<20)
 }
 
 // AppInstanceList is one page of instances.

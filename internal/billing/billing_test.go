@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/cloudevents"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 )
 
@@ -116,7 +117,7 @@ func FuzzParseUsageEvents(f *testing.F) {
 		}
 		for _, ev := range evs {
 			if ev.ID == "" || ev.Source == "" || ev.UsageUnit == "" || ev.Quantity < 0 || ev.Quantity > MaxQuantity ||
-				ev.StartTime.After(ev.Time) || !printable(ev.ID) || !printable(ev.Source) {
+				ev.StartTime.After(ev.Time) || !cloudevents.Printable(ev.ID) || !cloudevents.Printable(ev.Source) {
 				t.Fatalf("accepted an invalid event %+v", ev)
 			}
 		}

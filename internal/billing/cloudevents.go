@@ -4,20 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strconv"
-	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
-	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/cloudevents"
 )
 
 // Media types of the CloudEvents JSON format (structured mode).
 const (
-	MediaTypeEvent = "application/cloudevents+json"
-	MediaTypeBatch = "application/cloudevents-batch+json"
+	MediaTypeEvent = cloudevents.MediaTypeEvent
+	MediaTypeBatch = cloudevents.MediaTypeBatch
 )
 
 // UsageEvent is one app usage event: a CloudEvents 1.0 envelope whose data
@@ -36,50 +32,17 @@ type UsageEvent struct {
 	StartTime     time.Time // data.start_time, or Time
 }
 
-type wireEvent struct {
-	SpecVersion     string          `json:"specversion"`
-	ID              string          `json:"id"`
-	Source          string          `json:"source"`
-	Type            string          `json:"type"`
-	Subject         string          `json:"subject"`
-	Time            string          `json:"time"`
-	DataContentType string          `json:"datacontenttype"`
-	ProjectID       string          `json:"projectid"`
-	CorrelationID   string          `json:"correlationid"`
-	Data            json.RawMessage `json:"data"`
-}
-
 type wireUsage struct {
 	UsageUnit string          `json:"usage_unit"`
 	Quantity  json.RawMessage `json:"quantity"`
 	StartTime string          `json:"start_time"`
 }
 
-// Limits on one event's fields, so a dedupe key stays small and every
+// MaxQuantity is the most units one usage event may carry (10^9: a billion
+// tokens or 31 years of GPU-seconds; report more as several events). Every
 // accepted quantity can be rated: MaxQuantity × any price the platform
 // accepts (MaxUnitPriceMicros) still fits in 64 bits.
-const (
-	maxIDLen     = 256
-	maxSourceLen = 1024
-	// MaxQuantity is the most units one usage event may carry (10^9: a
-	// billion tokens or 31 years of GPU-seconds; report more as several
-	// events).
-	MaxQuantity = 1_000_000_000
-)
-
-// printable reports whether s is valid UTF-8 with no control characters
-// (NUL included): the same text on both dialects, and one a person can read.
-func printable(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
-}
+const MaxQuantity = 1_000_000_000
 
 // ParseUsageEvents reads a structured-mode body: one event (batch false) or
 // a JSON array of events (batch true). now is the receive time, used when an
@@ -87,102 +50,41 @@ func printable(s string) bool {
 // pointer to the event and field, and nothing is accepted unless all are
 // valid: a batch is recorded whole or not at all.
 func ParseUsageEvents(body []byte, batch bool, now time.Time) ([]UsageEvent, error) {
-	body = bytes.TrimSpace(body)
-	if len(body) == 0 {
-		return nil, errdefs.Invalid("empty_body", "the request body is empty; send a CloudEvents 1.0 JSON event (or an array of them with %s)", MediaTypeBatch)
-	}
-	var raws []json.RawMessage
-	if batch {
-		if body[0] != '[' {
-			return nil, errdefs.Invalid("malformed_batch", "a %s body must be a JSON array of events", MediaTypeBatch)
-		}
-		if err := json.Unmarshal(body, &raws); err != nil {
-			return nil, errdefs.Invalid("malformed_json", "the batch is not valid JSON: %v", err)
-		}
-		if len(raws) == 0 {
-			return nil, errdefs.Invalid("empty_batch", "the batch holds no events")
-		}
-	} else {
-		if body[0] != '{' {
-			return nil, errdefs.Invalid("malformed_event", "a %s body must be one JSON object; send arrays as %s", MediaTypeEvent, MediaTypeBatch)
-		}
-		raws = []json.RawMessage{body}
+	raws, err := cloudevents.Split(body, batch)
+	if err != nil {
+		return nil, err
 	}
 	out := make([]UsageEvent, 0, len(raws))
-	var problems []errdefs.FieldError
+	problems := cloudevents.NewProblems(batch)
 	for i, raw := range raws {
-		prefix := ""
-		if batch {
-			prefix = "/" + strconv.Itoa(i)
+		before := problems.Len()
+		ev := parseOne(raw, now, problems.At(i))
+		if problems.Full() {
+			break
 		}
-		ev, fe := parseOne(raw, prefix, now)
-		if len(fe) > 0 {
-			problems = append(problems, fe...)
-			if len(problems) >= 20 {
-				break // enough to act on; the rest likely repeat
-			}
-			continue
+		if problems.Len() == before {
+			out = append(out, ev)
 		}
-		out = append(out, ev)
 	}
-	if len(problems) > 0 {
-		e := errdefs.Validation(problems)
-		e.Code = "invalid_usage_event"
-		return nil, e
+	if err := problems.Err("invalid_usage_event"); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-func parseOne(raw json.RawMessage, prefix string, now time.Time) (UsageEvent, []errdefs.FieldError) {
-	var w wireEvent
-	var fe []errdefs.FieldError
-	bad := func(field, code, msg string, args ...any) {
-		fe = append(fe, errdefs.FieldError{Field: prefix + "/" + field, Code: code, Message: fmt.Sprintf(msg, args...)})
-	}
-	if err := json.Unmarshal(raw, &w); err != nil {
-		bad("", "malformed_event", "is not a CloudEvents JSON object: %v", err)
-		return UsageEvent{}, fe
-	}
-	if w.SpecVersion != "1.0" {
-		bad("specversion", "unsupported", "must be \"1.0\"")
-	}
-	switch {
-	case w.ID == "" || len(w.ID) > maxIDLen:
-		bad("id", "required", "is required: 1 to %d characters, unique per source", maxIDLen)
-	case !printable(w.ID):
-		bad("id", "invalid", "must be UTF-8 text without control characters (NUL, newlines, …)")
-	}
-	switch {
-	case w.Source == "" || len(w.Source) > maxSourceLen:
-		bad("source", "required", "is required: a URI reference of at most %d characters", maxSourceLen)
-	case !printable(w.Source):
-		bad("source", "invalid", "must be UTF-8 text without control characters (NUL, newlines, …)")
-	}
-	if w.Type == "" {
-		bad("type", "required", "is required (for example \"gpuaas.usage.v1\")")
-	}
-	if w.DataContentType != "" && !strings.HasPrefix(w.DataContentType, "application/json") {
-		bad("datacontenttype", "unsupported", "must be application/json when set")
-	}
-	ev := UsageEvent{ID: w.ID, Source: w.Source, Type: w.Type, Subject: w.Subject, ProjectID: w.ProjectID,
-		CorrelationID: w.CorrelationID, Time: now}
-	if w.Time != "" {
-		t, err := time.Parse(time.RFC3339Nano, w.Time)
-		if err != nil {
-			bad("time", "invalid_time", "must be an RFC 3339 timestamp")
-		}
-		ev.Time = t.UTC()
+func parseOne(raw json.RawMessage, now time.Time, bad func(field, code, msg string, args ...any)) UsageEvent {
+	env := cloudevents.Decode(raw, now, true, bad)
+	ev := UsageEvent{ID: env.ID, Source: env.Source, Type: env.Type, Subject: env.Subject, ProjectID: env.ProjectID,
+		CorrelationID: env.CorrelationID, Time: env.Time}
+	if len(env.Data) == 0 {
+		return ev
 	}
 	var d wireUsage
-	dec := json.NewDecoder(bytes.NewReader(w.Data))
+	dec := json.NewDecoder(bytes.NewReader(env.Data))
 	dec.UseNumber()
-	if len(w.Data) == 0 || w.Data[0] != '{' {
-		bad("data", "required", "must be an object with usage_unit and quantity")
-		return ev, fe
-	}
 	if err := dec.Decode(&d); err != nil {
 		bad("data", "invalid", "must be an object with usage_unit (string) and quantity (integer): %v", err)
-		return ev, fe
+		return ev
 	}
 	ev.UsageUnit = d.UsageUnit
 	if d.UsageUnit == "" {
@@ -216,5 +118,5 @@ func parseOne(raw json.RawMessage, prefix string, now time.Time) (UsageEvent, []
 			ev.StartTime = t.UTC()
 		}
 	}
-	return ev, fe
+	return ev
 }

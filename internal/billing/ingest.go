@@ -2,11 +2,10 @@ package billing
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"slices"
 
+	"github.com/gpuaas/gpuaas/internal/cloudevents"
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
@@ -42,14 +41,10 @@ type IngestResult struct {
 	Results    []EventResult `json:"results"`
 }
 
-// DedupeKeyForEvent is the durable dedupe key of an app event: the
-// CloudEvents (source, id) pair, within the project (so one tenant's ids can
-// never swallow another's events). The source is hashed to a fixed width;
-// the id is kept as sent, so ids that grow in order (counters, UUIDv7) land
-// side by side in the unique index instead of at random pages.
+// DedupeKeyForEvent is the durable dedupe key of an app usage event
+// (cloudevents.Key in the "app" namespace).
 func DedupeKeyForEvent(projectID, source, id string) string {
-	sum := sha256.Sum256([]byte(source))
-	return "app:" + projectID + ":" + hex.EncodeToString(sum[:16]) + ":" + id
+	return cloudevents.Key("app", projectID, source, id)
 }
 
 // RecordAppUsage stores usage events an app instance reports about itself.
@@ -108,20 +103,15 @@ func (s *Service) checkEvents(inst Instance, events []UsageEvent) error {
 		if len(events) == 1 {
 			at = ""
 		}
+		if err := cloudevents.CheckOwn("usage", ev.ID, ev.ProjectID, ev.Subject, inst.ID, inst.ProjectID); err != nil {
+			return err
+		}
 		switch {
 		case ev.UsageUnit != inst.MeteringKind:
 			return errdefs.Unprocessable("usage_unit_not_declared",
 				"event %q reports unit %q, but app %s version %s declares metering.kind %q; report usage in %q only",
 				ev.ID, ev.UsageUnit, inst.AppSlug, inst.Version, inst.MeteringKind, inst.MeteringKind).
 				WithDetails(map[string]any{"event_id": ev.ID, "usage_unit": ev.UsageUnit, "declared": []string{inst.MeteringKind}})
-		case ev.ProjectID != "" && ev.ProjectID != inst.ProjectID:
-			return errdefs.Unprocessable("usage_project_mismatch",
-				"event %q names project %s, but app instance %s belongs to project %s; an instance reports only its own usage",
-				ev.ID, ev.ProjectID, inst.ID, inst.ProjectID)
-		case ev.Subject != "" && ev.Subject != inst.ID:
-			return errdefs.Unprocessable("usage_instance_mismatch",
-				"event %q has subject %q, but it was posted for app instance %s; an instance reports only its own usage",
-				ev.ID, ev.Subject, inst.ID)
 		case ev.Time.Before(now.Add(-s.Config.MaxEventAge)):
 			fe = append(fe, errdefs.FieldError{Field: at + "/time", Code: "too_old",
 				Message: "is older than the " + s.Config.MaxEventAge.String() + " a late event may be; it cannot be billed any more"})

@@ -65,6 +65,7 @@ type instanceView struct {
 	CreatedAt          string                     `json:"created_at"`
 	UpdatedAt          string                     `json:"updated_at"`
 	DecommissionedAt   string                     `json:"decommissioned_at,omitempty"`
+	Health             instanceHealthView         `json:"health"`
 	// Set on the answer of a lifecycle request: the operation it started.
 	OperationID string         `json:"operation_id,omitempty"`
 	Operation   *operationView `json:"operation,omitempty"`
@@ -90,7 +91,48 @@ func viewInstance(i instances.AppInstance) instanceView {
 	for _, h := range instances.HistoryOf(i) {
 		v.History = append(v.History, instanceVersionView{Version: h.Version, Digest: h.Digest})
 	}
+	v.Health = instanceHealthView{State: string(i.Health.State), Reason: i.Health.Reason, ChangedAt: rfc3339(i.Health.ChangedAt),
+		LastHeartbeatAt: rfc3339(i.Health.LastHeartbeatAt), HeartbeatTimeoutSeconds: i.Health.HeartbeatTimeoutSeconds,
+		HeartbeatDueAt: rfc3339(i.Health.HeartbeatDueAt)}
 	return v
+}
+
+// instanceHealthView is what the workload reported about itself.
+type instanceHealthView struct {
+	State                   string `json:"state"`
+	Reason                  string `json:"reason,omitempty"`
+	ChangedAt               string `json:"changed_at,omitempty"`
+	LastHeartbeatAt         string `json:"last_heartbeat_at,omitempty"`
+	HeartbeatTimeoutSeconds int    `json:"heartbeat_timeout_seconds,omitempty"`
+	HeartbeatDueAt          string `json:"heartbeat_due_at,omitempty"`
+}
+
+// runtimeEventsMaxBody admits a full batch of runtime events
+// (instances.MaxRuntimeBatch events with their longest messages).
+const runtimeEventsMaxBody = 4 << 20
+
+// postRuntimeEvents takes what a workload reports about its own instance
+// (heartbeat, health, start_completed, member changes) as CloudEvents,
+// like usage; the answer comes once they are committed.
+func (a *API) postRuntimeEvents(w http.ResponseWriter, r *http.Request) error {
+	svc, err := a.instancesService()
+	if err != nil {
+		return err
+	}
+	body, batch, err := readCloudEvents(r)
+	if err != nil {
+		return err
+	}
+	events, err := instances.ParseRuntimeEvents(body, batch, svc.Now())
+	if err != nil {
+		return err
+	}
+	res, err := svc.ReportRuntimeEvents(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("app_instance_id"), events)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
 }
 
 // accepted answers a lifecycle request: 202, the instance, and the

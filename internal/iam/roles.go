@@ -51,6 +51,9 @@ const (
 	// PermInstanceSelfRead lets an app instance's own identity read that
 	// one instance (whose service_account_id is the caller), nothing else.
 	PermInstanceSelfRead = "apps.instance.self.read"
+	// PermInstanceSelfReport lets an app instance's own identity report
+	// runtime events (heartbeat, health, members) for that one instance.
+	PermInstanceSelfReport = "apps.instance.self.report"
 	// PermReleasePublish uploads and publishes the platform's own releases
 	// (issue 21); held only by platform admins.
 	PermReleasePublish = "platform.release.publish"
@@ -99,7 +102,7 @@ var roles = map[string][]string{
 	RoleAppOperator:   operatorPerms,
 	// Usage reporting is further bound to the instance (billing checks the
 	// caller is the instance's own account).
-	RoleInstanceWorkload: {PermInstanceSelfRead, PermBillingUsageReport},
+	RoleInstanceWorkload: {PermInstanceSelfRead, PermInstanceSelfReport, PermBillingUsageReport},
 }
 
 // platformRoles are bound by the platform itself, never through the API.

@@ -119,7 +119,7 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 		OperatingMode: t.effective.OperatingMode, ControlPlaneScope: t.effective.ControlPlaneScope,
 		RuntimeBackend: t.effective.RuntimeBackend, TenantBoundaryMode: t.effective.TenantBoundaryMode,
 		Effective: doc, TargetAllocationID: t.allocation.ID, NodeID: t.allocation.NodeID, HostPort: t.effective.Resources.HostPort,
-		CreatedBy: who, CreatedAt: now, UpdatedAt: now}
+		CreatedBy: who, CreatedAt: now, UpdatedAt: now, Health: Health{State: HealthUnknown}}
 	op := s.newOperation(ctx, inst, OpCreate, "", inst.Version, fmt.Sprintf("launch %s %s", inst.AppSlug, inst.Version))
 	inst.CurrentOperationID = op.ID
 	err = s.Store.Mutate(ctx, func(tx Tx) error {

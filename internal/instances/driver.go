@@ -100,6 +100,8 @@ func (s *Service) step(ctx context.Context, projectID, opID string) (bool, error
 			return false, err
 		}
 		return true, s.resume(ctx, inst, op, out)
+	case phaseAwaitStart, phaseRevertAwaitStart:
+		return s.awaitStart(ctx, inst, op)
 	}
 	return false, fmt.Errorf("operation %s: unknown phase %q", op.ID, op.Phase)
 }
@@ -168,8 +170,13 @@ func (s *Service) resume(ctx context.Context, inst AppInstance, op InstanceOpera
 		default:
 			return s.deployStep(ctx, inst, op, op.TargetVersion, inst.Status, "", phaseRun)
 		}
-	case phaseRun:
+	case phaseRun, phaseAwaitStart:
 		if ok {
+			if op.Phase == phaseRun {
+				if wait, err := s.waitsForStart(ctx, inst, op.TargetVersion); err != nil || wait {
+					return s.toAwaitStart(ctx, inst, op, phaseAwaitStart, err)
+				}
+			}
 			return s.reachRunning(ctx, inst, op, res, "")
 		}
 		if op.Kind == OpUpgrade {
@@ -183,8 +190,13 @@ func (s *Service) resume(ctx context.Context, inst AppInstance, op InstanceOpera
 		return s.fail(ctx, inst, op, reasonOf(res), res.Message, res.LogTail)
 	case phaseRevertClean:
 		return s.deployStep(ctx, inst, op, op.FromVersion, inst.Status, "", phaseRevertRun)
-	case phaseRevertRun:
+	case phaseRevertRun, phaseRevertAwaitStart:
 		if ok {
+			if op.Phase == phaseRevertRun {
+				if wait, err := s.waitsForStart(ctx, inst, op.FromVersion); err != nil || wait {
+					return s.toAwaitStart(ctx, inst, op, phaseRevertAwaitStart, err)
+				}
+			}
 			return s.reachRunning(ctx, inst, op, res, ReasonUpgradeReverted)
 		}
 		return s.fail(ctx, inst, op, reasonOf(res), "reverting to "+op.FromVersion+" failed too: "+res.Message, res.LogTail)
@@ -506,6 +518,10 @@ func (s *Service) reachRunning(ctx context.Context, inst AppInstance, op Instanc
 			digest = m.Digest
 		}
 	}
+	profile, err := s.profileOf(ctx, inst.AppSlug, version)
+	if err != nil {
+		return err
+	}
 	now := s.Now().UTC()
 	return s.Store.Mutate(ctx, func(tx Tx) error {
 		ids, _ := json.Marshal(out.ContainerIDs)
@@ -555,6 +571,9 @@ func (s *Service) reachRunning(ctx context.Context, inst AppInstance, op Instanc
 			return err
 		}
 		if err := s.record(ctx, tx, inst, op, event, x); err != nil {
+			return err
+		}
+		if err := s.armHeartbeat(ctx, tx, inst, profile, now); err != nil {
 			return err
 		}
 		return tx.Audit(storage.AuditEvent{Action: "app_instance." + strings.TrimPrefix(event, "apps.instance."), ResourceType: "app_instance",
@@ -656,3 +675,114 @@ func (s *Service) tornDown(ctx context.Context, tx Tx, allocationID string) erro
 }
 
 func jsonOf(v any) ([]byte, error) { return json.Marshal(v) }
+
+// profileOf reads the runtime profile of an app version (nil when it has
+// none).
+func (s *Service) profileOf(ctx context.Context, appSlug, version string) (*manifest.RuntimeProfile, error) {
+	v, err := s.Store.Read().GetAppVersion(ctx, appSlug, version)
+	if err != nil {
+		return nil, err
+	}
+	var mv manifest.Version
+	if err := json.Unmarshal(v.Manifest, &mv); err != nil {
+		return nil, fmt.Errorf("stored manifest of %s %s: %w", appSlug, version, err)
+	}
+	return mv.RuntimeProfile, nil
+}
+
+// waitsForStart reports whether a deployment of version that the node
+// started must still wait for its workload's start_completed event: the
+// version says readiness comes from it, and none came for this deployment
+// yet.
+func (s *Service) waitsForStart(ctx context.Context, inst AppInstance, version string) (bool, error) {
+	p, err := s.profileOf(ctx, inst.AppSlug, version)
+	if err != nil || p == nil || p.Readiness == nil || p.Readiness.Type != manifest.ReadinessStartCompleted {
+		return false, err
+	}
+	cur, err := s.Store.Read().GetAppInstanceByID(ctx, inst.ID)
+	if err != nil {
+		return false, err
+	}
+	return cur.Health.StartReportedSeq != cur.DeploySeq, nil
+}
+
+// toAwaitStart moves an operation whose workload the node started to wait
+// for the workload's start_completed event; op.UpdatedAt marks when the
+// wait began, and op.TaskID keeps the run task, whose result reachRunning
+// reads once the event came.
+func (s *Service) toAwaitStart(ctx context.Context, inst AppInstance, op InstanceOperation, phase OperationPhase, err error) error {
+	if err != nil {
+		return err
+	}
+	prev := op.Phase
+	op.Phase, op.UpdatedAt = phase, s.Now().UTC()
+	op.Description = fmt.Sprintf("%s: the workload started; waiting for it to report start_completed", op.Kind)
+	return s.Store.Mutate(ctx, func(tx Tx) error {
+		if err := tx.UpdateInstanceOperation(ctx, op, prev); err != nil {
+			return err
+		}
+		return tx.Audit(storage.AuditEvent{Action: "app_instance.await_start", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
+	})
+}
+
+// awaitStart moves an operation on once the workload reported
+// start_completed for its current deployment, or treats the deployment as
+// not ready once the readiness budget passed. It reports whether it moved.
+func (s *Service) awaitStart(ctx context.Context, inst AppInstance, op InstanceOperation) (bool, error) {
+	if inst.Health.StartReportedSeq == inst.DeploySeq {
+		out, done, err := s.outcomes(ctx, op.TaskID)
+		if err != nil || !done {
+			return false, err
+		}
+		return true, s.resume(ctx, inst, op, out)
+	}
+	version := op.TargetVersion
+	if op.Phase == phaseRevertAwaitStart {
+		version = op.FromVersion
+	}
+	p, err := s.profileOf(ctx, inst.AppSlug, version)
+	if err != nil {
+		return false, err
+	}
+	var r *manifest.Readiness
+	if p != nil {
+		r = p.Readiness
+	}
+	wait := time.Duration(runtime.ReadinessBudgetSeconds(r)) * time.Second
+	if s.ReadinessTimeout > 0 {
+		wait = s.ReadinessTimeout
+	}
+	if s.Now().UTC().Before(op.UpdatedAt.Add(wait)) {
+		return false, nil
+	}
+	// The node's view is that the workload runs; the platform's is that it
+	// never said it started. That is a readiness failure, with the same
+	// consequences as a failed probe (an upgrade reverts).
+	failed := nodeapi.TaskResult{State: nodeapi.ResultFailed, ReasonCode: ReasonReadinessTimeout,
+		Message: fmt.Sprintf("the workload did not report start_completed within %s", wait)}
+	return true, s.resume(ctx, inst, op, failed)
+}
+
+// armHeartbeat starts the heartbeat clock of a deployment that reached
+// running: the version's timeout, due a timeout from now. A new deployment
+// is not degraded by the old one's silence.
+func (s *Service) armHeartbeat(ctx context.Context, tx Tx, inst AppInstance, p *manifest.RuntimeProfile, now time.Time) error {
+	cur, err := tx.LockAppInstance(ctx, inst.ID)
+	if err != nil {
+		return err
+	}
+	h, from := cur.Health, cur.Health.State
+	h.HeartbeatTimeoutSeconds, h.HeartbeatDueAt = 0, time.Time{}
+	if p != nil && p.Health != nil && p.Health.HeartbeatTimeoutSeconds > 0 {
+		h.HeartbeatTimeoutSeconds = p.Health.HeartbeatTimeoutSeconds
+		h.HeartbeatDueAt = now.Add(time.Duration(h.HeartbeatTimeoutSeconds) * time.Second)
+	}
+	if h.State == HealthDegraded {
+		h.State, h.Reason, h.ChangedAt = HealthUnknown, "", now
+		if err := s.recordHealth(ctx, tx, cur, from, h); err != nil {
+			return err
+		}
+	}
+	return tx.UpdateAppInstanceHealth(ctx, inst.ID, h)
+}

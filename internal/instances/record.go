@@ -29,12 +29,15 @@ type EventData struct {
 	ReasonCode        string   `json:"reason_code,omitempty"`
 	Reason            string   `json:"reason,omitempty"`
 	LogTail           []string `json:"log_tail,omitempty"`
+	// Health is set on apps.instance.health_changed.
+	Health *HealthChange `json:"health,omitempty"`
 }
 
 // extra carries what a transition adds to the event beyond the instance.
 type extra struct {
 	reasonCode, reason string
 	logTail            []string
+	health             *HealthChange
 }
 
 // record appends the instance's timeline row and emits the outbox event of
@@ -42,12 +45,9 @@ type extra struct {
 // of the request that started the operation (the worker runs each step
 // under it).
 func (s *Service) record(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, eventType string, x *extra) error {
-	d := EventData{OrgID: inst.OrgID, ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
-		OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
-		CorrelationID: correlation.ID(ctx), Status: string(inst.Status), Version: inst.Version, Digest: inst.Digest,
-		OperationID: op.ID, FromVersion: op.FromVersion, TargetVersion: op.TargetVersion}
+	d := s.eventData(ctx, inst, op)
 	if x != nil {
-		d.ReasonCode, d.Reason, d.LogTail = x.reasonCode, x.reason, x.logTail
+		d.ReasonCode, d.Reason, d.LogTail, d.Health = x.reasonCode, x.reason, x.logTail, x.health
 	}
 	if err := tx.Emit(storage.Event{Type: eventType, Subject: "app-instances/" + inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID}, d); err != nil {
 		return err
@@ -59,6 +59,15 @@ func (s *Service) record(ctx context.Context, tx Tx, inst AppInstance, op Instan
 	return tx.InsertInstanceEvent(ctx, InstanceEvent{ID: iam.NewID(), InstanceID: inst.ID, ProjectID: inst.ProjectID,
 		EventType: eventType, Status: inst.Status, OperationID: op.ID, CorrelationID: d.CorrelationID, Payload: payload,
 		OccurredAt: s.Now().UTC()})
+}
+
+// eventData is what every apps.instance.* event says of the instance and
+// the operation (if any) behind it.
+func (s *Service) eventData(ctx context.Context, inst AppInstance, op InstanceOperation) EventData {
+	return EventData{OrgID: inst.OrgID, ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
+		OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
+		CorrelationID: correlation.ID(ctx), Status: string(inst.Status), Version: inst.Version, Digest: inst.Digest,
+		OperationID: op.ID, FromVersion: op.FromVersion, TargetVersion: op.TargetVersion}
 }
 
 // newOperation starts an operation record under the request's correlation id.

@@ -115,6 +115,8 @@ type Service struct {
 	Deps
 	// driver runs the durable instance operations (Worker); kick wakes it.
 	driver *worker.Periodic
+	// heartbeats degrades instances whose heartbeat is overdue.
+	heartbeats *worker.Periodic
 }
 
 // New builds the service.
@@ -134,6 +136,7 @@ func New(d Deps) *Service {
 	}
 	s := &Service{Deps: d}
 	s.driver = s.newWorker()
+	s.heartbeats = s.newHeartbeatWorker()
 	d.Wake.OnNotify(wakeup.InstanceOperations, s.driver.Kick)
 	return s
 }

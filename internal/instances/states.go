@@ -94,14 +94,16 @@ const RolePrimary = "primary"
 type OperationPhase string
 
 const (
-	phaseStart       OperationPhase = "start"        // nothing queued yet
-	phaseRemoveOld                  = "remove_old"   // waiting for the previous workload's removal
-	phaseRun                        = "run"          // waiting for the new workload's run task
-	phaseRevertClean                = "revert_clean" // upgrade failed: waiting for the failed workload's removal
-	phaseRevertRun                  = "revert_run"   // waiting for the previous version's run task
-	phaseTeardown                   = "teardown"     // waiting for container/compose removal
-	phaseVerify                     = "verify"       // waiting for teardown.verify
-	phaseDone                       = "done"
+	phaseStart            OperationPhase = "start"        // nothing queued yet
+	phaseRemoveOld                       = "remove_old"   // waiting for the previous workload's removal
+	phaseRun                             = "run"          // waiting for the new workload's run task
+	phaseRevertClean                     = "revert_clean" // upgrade failed: waiting for the failed workload's removal
+	phaseRevertRun                       = "revert_run"   // waiting for the previous version's run task
+	phaseAwaitStart                      = "await_start"  // run succeeded; waiting for the workload's start_completed
+	phaseRevertAwaitStart                = "revert_await_start"
+	phaseTeardown                        = "teardown" // waiting for container/compose removal
+	phaseVerify                          = "verify"   // waiting for teardown.verify
+	phaseDone                            = "done"
 )
 
 // busy reports whether a lifecycle operation is under way in status s.
@@ -112,3 +114,34 @@ func busy(s InstanceStatus) bool {
 	}
 	return false
 }
+
+// HealthState is how a running instance's workload says it is.
+type HealthState string
+
+// Health states. Unknown until the workload reports; degraded when the
+// version declares a heartbeat timeout and no heartbeat came in time.
+const (
+	HealthUnknown   HealthState = "unknown"
+	HealthHealthy   HealthState = "healthy"
+	HealthUnhealthy HealthState = "unhealthy"
+	HealthDegraded  HealthState = "degraded"
+)
+
+// HealthStates lists every health state.
+var HealthStates = []HealthState{HealthUnknown, HealthHealthy, HealthUnhealthy, HealthDegraded}
+
+// Events of what a workload reports about itself (runtimeevents.go).
+const (
+	// EventHealthChanged: the instance's health moved (data: from, to,
+	// reason).
+	EventHealthChanged = "apps.instance.health_changed"
+	// EventRuntimeReported: the workload reported runtime events other
+	// than heartbeats (start_completed, member changes, health).
+	EventRuntimeReported = "apps.instance.runtime_reported"
+)
+
+// Health reasons the platform sets itself.
+const (
+	ReasonHeartbeatMissed  = "heartbeat_missed"
+	ReasonHeartbeatResumed = "heartbeat_resumed"
+)

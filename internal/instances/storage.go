@@ -42,6 +42,28 @@ type AppInstance struct {
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
 	DecommissionedAt   time.Time
+	// Health is what the workload reports about itself; only
+	// UpdateAppInstanceHealth writes it.
+	Health Health
+}
+
+// Health is an instance's runtime health as its workload reports it
+// (runtimeevents.go). It is separate from Status: the lifecycle says where
+// the platform is with the instance, health says how the app says it is.
+type Health struct {
+	State     HealthState
+	Reason    string
+	ChangedAt time.Time
+	// LastHeartbeatAt is the newest heartbeat's time.
+	LastHeartbeatAt time.Time
+	// HeartbeatTimeoutSeconds is the running version's heartbeat timeout
+	// (0: none declared); HeartbeatDueAt is when the instance degrades
+	// unless a heartbeat arrives (zero: never).
+	HeartbeatTimeoutSeconds int
+	HeartbeatDueAt          time.Time
+	// StartReportedSeq is the deployment (DeploySeq) for which the workload
+	// reported start_completed.
+	StartReportedSeq int
 }
 
 // InstanceOperation is one lifecycle request of an instance.
@@ -71,11 +93,14 @@ type InstanceOperation struct {
 // instance's status after the transition, as the row recorded it (an
 // InstanceStatus's text).
 type InstanceEvent struct {
-	ID            string
-	InstanceID    string
-	ProjectID     string
-	EventType     string
-	Status        InstanceStatus
+	ID         string
+	InstanceID string
+	ProjectID  string
+	EventType  string
+	Status     InstanceStatus
+	// DedupeKey is set on rows an app reported: the CloudEvent's durable
+	// key, unique across the table.
+	DedupeKey     string
 	OperationID   string
 	CorrelationID string
 	Payload       []byte
@@ -120,6 +145,14 @@ type Queries interface {
 	UpdateAppInstance(ctx context.Context, i AppInstance, prevStatus InstanceStatus) error
 	GetAppInstance(ctx context.Context, projectID, id string) (AppInstance, error)
 	GetAppInstanceByID(ctx context.Context, id string) (AppInstance, error)
+	// LockAppInstance reads an instance and holds it against concurrent
+	// writers until the transaction ends.
+	LockAppInstance(ctx context.Context, id string) (AppInstance, error)
+	// UpdateAppInstanceHealth writes only the health columns of instance id.
+	UpdateAppInstanceHealth(ctx context.Context, id string, h Health) error
+	// HeartbeatsOverdue lists running instances not yet degraded whose
+	// heartbeat was due before now.
+	HeartbeatsOverdue(ctx context.Context, now time.Time, limit int) ([]AppInstance, error)
 	ListAppInstances(ctx context.Context, projectID string, status InstanceStatus, p storage.Page) ([]AppInstance, string, error)
 	CountLiveInstancesOfVersion(ctx context.Context, appSlug, version string) (int, error)
 	CountLiveInstancesUsingDigest(ctx context.Context, digest string) (int, error)
@@ -135,6 +168,9 @@ type Queries interface {
 	ReleaseInstanceOperation(ctx context.Context, id, owner string) error
 
 	InsertInstanceEvent(ctx context.Context, e InstanceEvent) error
+	// InsertReportedInstanceEvent appends a row with a dedupe key; false
+	// when a row with that key exists (nothing is written).
+	InsertReportedInstanceEvent(ctx context.Context, e InstanceEvent) (bool, error)
 	ListInstanceEvents(ctx context.Context, instanceID string, p storage.Page) ([]InstanceEvent, string, error)
 
 	InsertInstanceMember(ctx context.Context, m InstanceMember) error

@@ -202,7 +202,7 @@ func (c *checker) launchable(ptr string, p *RuntimeProfile) {
 			names[pt.Name] = true
 		}
 	}
-	if r := p.Readiness; r != nil && len(p.Ports) > 0 && !ports[r.Port] {
+	if r := p.Readiness; r != nil && r.Type != ReadinessStartCompleted && len(p.Ports) > 0 && !ports[r.Port] {
 		c.add(ptr+"/readiness/port", "readiness port %d is not one of the declared ports", r.Port)
 	}
 }
@@ -262,7 +262,7 @@ func (c *checker) compose(ptr string, p *RuntimeProfile, artifacts map[string]Ar
 			c.add(mp+"/target", "mount target must not contain '..'")
 		}
 	}
-	if r := p.Readiness; r != nil && len(t.Endpoints) > 0 && !endpointPorts[r.Port] {
+	if r := p.Readiness; r != nil && r.Type != ReadinessStartCompleted && len(t.Endpoints) > 0 && !endpointPorts[r.Port] {
 		c.add(ptr+"/readiness/port", "readiness port %d is not the port of a declared endpoint", r.Port)
 	}
 }

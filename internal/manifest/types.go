@@ -169,7 +169,15 @@ type RuntimeProfile struct {
 	Topology   *Topology       `json:"topology,omitempty"`
 	Resources  *Resources      `json:"resources,omitempty"`
 	Readiness  *Readiness      `json:"readiness,omitempty"`
+	Health     *Health         `json:"health,omitempty"`
 	Parameters json.RawMessage `json:"parameters,omitempty"`
+}
+
+// Health is what the workload promises to report while it runs.
+type Health struct {
+	// HeartbeatTimeoutSeconds: a running instance whose workload sent no
+	// heartbeat for this long is degraded (0: heartbeats are optional).
+	HeartbeatTimeoutSeconds int `json:"heartbeat_timeout_seconds,omitempty"`
 }
 
 // EnvVar is a fixed, non-secret environment variable of the container.
@@ -206,11 +214,17 @@ type Resources struct {
 	MinVCPU      int     `json:"min_vcpu,omitempty"`
 }
 
-// Readiness is the probe that decides when an instance is running.
+// ReadinessStartCompleted is the readiness type by which the workload
+// itself says it started: it posts a start_completed runtime event, and the
+// platform probes nothing.
+const ReadinessStartCompleted = "start_completed"
+
+// Readiness decides when an instance is running: a probe the node agent
+// runs (http, tcp), or the workload's own start_completed event.
 type Readiness struct {
 	Type                string `json:"type"`
 	Path                string `json:"path,omitempty"`
-	Port                int    `json:"port"`
+	Port                int    `json:"port,omitempty"`
 	InitialDelaySeconds int    `json:"initial_delay_seconds,omitempty"`
 	PeriodSeconds       int    `json:"period_seconds,omitempty"`
 	TimeoutSeconds      int    `json:"timeout_seconds,omitempty"`

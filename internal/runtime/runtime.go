@@ -187,12 +187,26 @@ func identityMounts(d Deployment) []nodeapi.Mount {
 	return []nodeapi.Mount{{Kind: "file", Target: IdentityPath, Content: d.Identity.keyFile(), Mode: 0o440, ReadOnly: true}}
 }
 
+// ReadinessBudgetSeconds bounds how long a deployment waits to be ready
+// (for its probe, or for a start_completed event): the budget its profile
+// declares (initial delay + period × failure threshold), else the default.
+func ReadinessBudgetSeconds(r *manifest.Readiness) int {
+	if r != nil {
+		if budget := r.InitialDelaySeconds + r.PeriodSeconds*r.FailureThreshold; budget > 0 {
+			return budget
+		}
+	}
+	return DefaultReadinessTimeoutSeconds
+}
+
 // readiness turns the profile's probe into the agent's, with the deploy
 // timeout: the probe's own budget (initial delay + period × failure
 // threshold) when it declares one, else the default.
 func readiness(d Deployment, port int) *nodeapi.Readiness {
 	r := d.Profile.Readiness
-	if r == nil && port == 0 {
+	if (r == nil && port == 0) || (r != nil && r.Type == manifest.ReadinessStartCompleted) {
+		// Nothing to probe: the node reports the workload started, and the
+		// control plane waits for its start_completed event.
 		return nil
 	}
 	out := &nodeapi.Readiness{Port: port, TimeoutSeconds: DefaultReadinessTimeoutSeconds}
@@ -204,9 +218,7 @@ func readiness(d Deployment, port int) *nodeapi.Readiness {
 				out.HTTPPath = "/"
 			}
 		}
-		if budget := r.InitialDelaySeconds + r.PeriodSeconds*r.FailureThreshold; budget > 0 {
-			out.TimeoutSeconds = budget
-		}
+		out.TimeoutSeconds = ReadinessBudgetSeconds(r)
 	}
 	if d.ReadinessTimeoutSeconds > 0 {
 		out.TimeoutSeconds = d.ReadinessTimeoutSeconds

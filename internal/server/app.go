@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	link.Attach(a.Instances)
 	cat.AddInstanceGate(a.Instances)
 	arts.AddInstanceUsage(a.Instances)
-	a.Workers = append(a.Workers, a.Instances.Worker(), a.billing.meter, a.billing.rating)
+	a.Workers = append(a.Workers, a.Instances.Worker(), a.Instances.HeartbeatWorker(), a.billing.meter, a.billing.rating)
 	releaseKey, err := releases.LoadSigningKey(ctx, db.Queries(), seal, now)
 	if err != nil {
 		return nil, err

@@ -126,8 +126,10 @@ func (b *syncBuffer) String() string {
 func (s *Server) LogText() string { return s.logs.String() }
 
 // nonMutating lists POSTs that change no resource (so leave no audit row of
-// their own): sign-in, token exchange, previews.
-var nonMutating = []string{"/api/v1/auth/", "/launch-preview", "/unwrap", "/api/v1/nodes/token", "/heartbeat"}
+// their own): sign-in, token exchange, previews, liveness. A workload's
+// runtime-event post is audited when it records something or moves health,
+// but a heartbeat-only one is liveness bookkeeping, like a node's heartbeat.
+var nonMutating = []string{"/api/v1/auth/", "/launch-preview", "/unwrap", "/api/v1/nodes/token", "/heartbeat", "/runtime-events"}
 
 func isMutation(method, path string) bool {
 	if method == http.MethodGet || method == http.MethodHead {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
@@ -21,12 +22,19 @@ const appInstanceCols = `id, org_id, project_id, app_slug, display_name, version
 	service_account_id, host_port, deploy_seq, access, log_tail, history, current_operation_id, created_by, created_at,
 	updated_at, decommissioned_at`
 
+// appInstanceReadCols adds the health columns, which only
+// UpdateAppInstanceHealth writes (new rows take their defaults).
+const appInstanceReadCols = appInstanceCols + `, health, health_reason, health_changed_at, last_heartbeat_at,
+	heartbeat_timeout_seconds, heartbeat_due_at, start_reported_seq`
+
 func scanAppInstance(s interface{ Scan(...any) error }) (instances.AppInstance, error) {
 	var i instances.AppInstance
 	err := s.Scan(&i.ID, &i.OrgID, &i.ProjectID, &i.AppSlug, &i.DisplayName, &i.Version, &i.Digest, (*string)(&i.Status), &i.ReasonCode, &i.ReasonMessage,
 		&i.OperatingMode, &i.ControlPlaneScope, &i.RuntimeBackend, &i.TenantBoundaryMode, scanJSON(&i.Effective), &i.TargetAllocationID, &i.NodeID,
 		&i.ServiceAccountID, &i.HostPort, &i.DeploySeq, scanJSON(&i.Access), scanJSON(&i.LogTail), scanJSON(&i.History), &i.CurrentOperationID,
-		&i.CreatedBy, scanTime(&i.CreatedAt), scanTime(&i.UpdatedAt), scanTime(&i.DecommissionedAt))
+		&i.CreatedBy, scanTime(&i.CreatedAt), scanTime(&i.UpdatedAt), scanTime(&i.DecommissionedAt),
+		(*string)(&i.Health.State), &i.Health.Reason, scanTime(&i.Health.ChangedAt), scanTime(&i.Health.LastHeartbeatAt),
+		&i.Health.HeartbeatTimeoutSeconds, scanTime(&i.Health.HeartbeatDueAt), &i.Health.StartReportedSeq)
 	return i, err
 }
 
@@ -61,14 +69,45 @@ func (q *Queries) UpdateAppInstance(ctx context.Context, i instances.AppInstance
 
 // GetAppInstance reads one instance of a project.
 func (q *Queries) GetAppInstance(ctx context.Context, projectID, id string) (instances.AppInstance, error) {
-	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceCols+` FROM app_instances WHERE project_id = ? AND id = ?`, projectID, id))
+	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceReadCols+` FROM app_instances WHERE project_id = ? AND id = ?`, projectID, id))
 	return i, scanOne(err)
 }
 
 // GetAppInstanceByID reads one instance whatever its project (workers).
 func (q *Queries) GetAppInstanceByID(ctx context.Context, id string) (instances.AppInstance, error) {
-	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceCols+` FROM app_instances WHERE id = ?`, id))
+	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceReadCols+` FROM app_instances WHERE id = ?`, id))
 	return i, scanOne(err)
+}
+
+// LockAppInstance reads an instance and, on PostgreSQL, holds its row lock
+// until the transaction ends (SQLite transactions hold the database's write
+// lock from BEGIN).
+func (q *Queries) LockAppInstance(ctx context.Context, id string) (instances.AppInstance, error) {
+	sfx := ""
+	if q.d == Postgres {
+		sfx = " FOR UPDATE"
+	}
+	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceReadCols+` FROM app_instances WHERE id = ?`+sfx, id))
+	return i, scanOne(err)
+}
+
+// UpdateAppInstanceHealth writes the health columns of one instance.
+func (q *Queries) UpdateAppInstanceHealth(ctx context.Context, id string, h instances.Health) error {
+	return q.execOne(ctx, `UPDATE app_instances SET health = ?, health_reason = ?, health_changed_at = ?, last_heartbeat_at = ?,
+		heartbeat_timeout_seconds = ?, heartbeat_due_at = ?, start_reported_seq = ? WHERE id = ?`,
+		string(h.State), h.Reason, nullTS(h.ChangedAt), nullTS(h.LastHeartbeatAt), h.HeartbeatTimeoutSeconds, nullTS(h.HeartbeatDueAt),
+		h.StartReportedSeq, id)
+}
+
+// HeartbeatsOverdue lists running, not yet degraded instances whose
+// heartbeat was due before now, earliest due first.
+func (q *Queries) HeartbeatsOverdue(ctx context.Context, now time.Time, limit int) ([]instances.AppInstance, error) {
+	rows, err := q.query(ctx, `SELECT `+appInstanceReadCols+` FROM app_instances WHERE heartbeat_due_at IS NOT NULL AND heartbeat_due_at < ?
+		AND status = 'running' AND health <> 'degraded' ORDER BY heartbeat_due_at, id`+limitClause(limit), ts(now))
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAppInstance)
 }
 
 // ListAppInstances lists a project's instances in creation order,
@@ -78,7 +117,7 @@ func (q *Queries) ListAppInstances(ctx context.Context, projectID string, status
 	if err != nil {
 		return nil, "", err
 	}
-	query, args := `SELECT `+appInstanceCols+` FROM app_instances WHERE project_id = ? AND id > ?`, []any{projectID, after}
+	query, args := `SELECT `+appInstanceReadCols+` FROM app_instances WHERE project_id = ? AND id > ?`, []any{projectID, after}
 	if status != "" {
 		query += ` AND status = ?`
 		args = append(args, string(status))
@@ -118,9 +157,9 @@ func (q *Queries) CountLiveInstancesUsingDigest(ctx context.Context, digest stri
 // LiveInstancesOn lists the live instances placed on an allocation (when
 // allocationID is set) or a node (when nodeID is set).
 func (q *Queries) LiveInstancesOn(ctx context.Context, allocationID, nodeID string) ([]instances.AppInstance, error) {
-	query, arg := `SELECT `+appInstanceCols+` FROM app_instances WHERE target_allocation_id = ?`, allocationID
+	query, arg := `SELECT `+appInstanceReadCols+` FROM app_instances WHERE target_allocation_id = ?`, allocationID
 	if allocationID == "" {
-		query, arg = `SELECT `+appInstanceCols+` FROM app_instances WHERE node_id = ?`, nodeID
+		query, arg = `SELECT `+appInstanceReadCols+` FROM app_instances WHERE node_id = ?`, nodeID
 	}
 	rows, err := q.query(ctx, query+` AND `+liveInstance+` ORDER BY id`, arg)
 	if err != nil {
@@ -194,19 +233,34 @@ func (q *Queries) ReleaseInstanceOperation(ctx context.Context, id, owner string
 	return err
 }
 
-const instanceEventCols = `id, instance_id, project_id, event_type, status, operation_id, correlation_id, payload, occurred_at`
+const instanceEventCols = `id, instance_id, project_id, event_type, status, operation_id, correlation_id, payload, occurred_at, dedupe_key`
 
 func scanInstanceEvent(s interface{ Scan(...any) error }) (instances.InstanceEvent, error) {
 	var e instances.InstanceEvent
-	err := s.Scan(&e.ID, &e.InstanceID, &e.ProjectID, &e.EventType, (*string)(&e.Status), &e.OperationID, &e.CorrelationID, scanJSON(&e.Payload), scanTime(&e.OccurredAt))
+	err := s.Scan(&e.ID, &e.InstanceID, &e.ProjectID, &e.EventType, (*string)(&e.Status), &e.OperationID, &e.CorrelationID, scanJSON(&e.Payload), scanTime(&e.OccurredAt), &e.DedupeKey)
 	return e, err
 }
 
 // InsertInstanceEvent appends to an instance's timeline.
 func (q *Queries) InsertInstanceEvent(ctx context.Context, e instances.InstanceEvent) error {
-	_, err := q.exec(ctx, `INSERT INTO app_instance_events (`+instanceEventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		e.ID, e.InstanceID, e.ProjectID, e.EventType, string(e.Status), e.OperationID, e.CorrelationID, jsonText(e.Payload), ts(e.OccurredAt))
+	_, err := q.exec(ctx, `INSERT INTO app_instance_events (`+instanceEventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		e.ID, e.InstanceID, e.ProjectID, e.EventType, string(e.Status), e.OperationID, e.CorrelationID, jsonText(e.Payload), ts(e.OccurredAt), e.DedupeKey)
 	return err
+}
+
+// InsertReportedInstanceEvent appends a timeline row unless one with its
+// dedupe key exists; it reports whether it wrote.
+func (q *Queries) InsertReportedInstanceEvent(ctx context.Context, e instances.InstanceEvent) (bool, error) {
+	if e.DedupeKey == "" {
+		return false, fmt.Errorf("store: a reported instance event needs a dedupe key")
+	}
+	res, err := q.exec(ctx, `INSERT INTO app_instance_events (`+instanceEventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+		e.ID, e.InstanceID, e.ProjectID, e.EventType, string(e.Status), e.OperationID, e.CorrelationID, jsonText(e.Payload), ts(e.OccurredAt), e.DedupeKey)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, mapErr(err)
 }
 
 // ListInstanceEvents pages through an instance's timeline, oldest first.

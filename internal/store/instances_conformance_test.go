@@ -31,6 +31,8 @@ func TestInstancesConformance(t *testing.T) {
 			{"operation_lease", testInstanceOperationLease},
 			{"events", testInstanceEvents},
 			{"members", testInstanceMembers},
+			{"health", testInstanceHealth},
+			{"reported_events", testReportedInstanceEvents},
 			{"ui_open_codes", testUIOpenCodes},
 		} {
 			t.Run(c.name, func(t *testing.T) { c.run(t, db) })
@@ -41,7 +43,8 @@ func TestInstancesConformance(t *testing.T) {
 func newInstance(o iam.Org, p iam.Project, slug, version string, status instances.InstanceStatus) instances.AppInstance {
 	return instances.AppInstance{ID: newID(), OrgID: o.ID, ProjectID: p.ID, AppSlug: slug, DisplayName: slug, Version: version, Status: status,
 		OperatingMode: "managed", ControlPlaneScope: "project", RuntimeBackend: "docker", TenantBoundaryMode: "shared",
-		Effective: []byte(`{}`), History: []byte(`[]`), CreatedBy: "user:1", CreatedAt: t0, UpdatedAt: t0}
+		Effective: []byte(`{}`), History: []byte(`[]`), CreatedBy: "user:1", CreatedAt: t0, UpdatedAt: t0,
+		Health: instances.Health{State: instances.HealthUnknown}} // a new row's health is the column's default
 }
 
 func mkInstance(t *testing.T, s instances.Store, i instances.AppInstance) instances.AppInstance {
@@ -83,7 +86,8 @@ func testInstanceRoundTrip(t *testing.T, db *store.DB) {
 		Access:             []byte(`{"url": "https://x.example/", "ports": [8888, 6006]}`),
 		LogTail:            []byte(`["line one", "line \"two\""]`),
 		History:            []byte(`[{"version": "1.2.2", "digest": "sha256:old"}]`),
-		CurrentOperationID: newID(), CreatedBy: "user:42", CreatedAt: at(-time.Hour), UpdatedAt: at(time.Second), DecommissionedAt: at(time.Minute)}
+		CurrentOperationID: newID(), CreatedBy: "user:42", CreatedAt: at(-time.Hour), UpdatedAt: at(time.Second), DecommissionedAt: at(time.Minute),
+		Health: instances.Health{State: instances.HealthUnknown}}
 	noErr(t, "insert", q.InsertAppInstance(ctx, i))
 	got, err := q.GetAppInstance(ctx, p.ID, i.ID)
 	noErr(t, "get", err)
@@ -736,5 +740,85 @@ func testUIOpenCodes(t *testing.T, db *store.DB) {
 	noErr(t, "an unpruned code redeems", err)
 	if got.CodeHash != old.CodeHash {
 		t.Fatalf("redeemed %q", got.CodeHash)
+	}
+}
+
+// Health is written only by UpdateAppInstanceHealth, and the lifecycle's
+// conditional update leaves it alone (and the other way round);
+// HeartbeatsOverdue finds running, not yet degraded instances past due.
+func testInstanceHealth(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	s := store.Instances(db)
+	q := s.Read()
+	o, p := tenant(t, db, "health")
+	i := mkInstance(t, s, newInstance(o, p, "hb", "1", instances.StatusRunning))
+	late := mkInstance(t, s, newInstance(o, p, "hb-late", "1", instances.StatusRunning))
+	stopped := mkInstance(t, s, newInstance(o, p, "hb-stopped", "1", instances.StatusFailed))
+	h := instances.Health{State: instances.HealthHealthy, Reason: "warm", ChangedAt: at(time.Second), LastHeartbeatAt: at(2 * time.Second),
+		HeartbeatTimeoutSeconds: 30, HeartbeatDueAt: at(32 * time.Second), StartReportedSeq: 3}
+	noErr(t, "health", q.UpdateAppInstanceHealth(ctx, i.ID, h))
+	got, err := q.GetAppInstanceByID(ctx, i.ID)
+	noErr(t, "get", err)
+	same(t, "health round trip", got.Health, h)
+	wantErr(t, "health of a missing instance", q.UpdateAppInstanceHealth(ctx, newID(), h), storage.ErrNotFound)
+
+	next := got
+	next.Health, next.ReasonCode, next.UpdatedAt = instances.Health{State: instances.HealthDegraded}, "x", at(time.Hour)
+	noErr(t, "lifecycle update", s.Mutate(ctx, func(tx instances.Tx) error {
+		if err := tx.UpdateAppInstance(ctx, next, instances.StatusRunning); err != nil {
+			return err
+		}
+		return audited(tx)
+	}))
+	got, _ = q.GetAppInstanceByID(ctx, i.ID)
+	same(t, "health after a lifecycle update", got.Health, h)
+	noErr(t, "lock", s.InTx(ctx, func(q instances.Queries) error {
+		locked, err := q.LockAppInstance(ctx, i.ID)
+		if err == nil && locked.Health != h {
+			t.Errorf("locked health %+v, want %+v", locked.Health, h)
+		}
+		return err
+	}))
+
+	for _, x := range []instances.AppInstance{late, stopped} {
+		noErr(t, "due", q.UpdateAppInstanceHealth(ctx, x.ID, instances.Health{State: instances.HealthHealthy, HeartbeatTimeoutSeconds: 10, HeartbeatDueAt: at(5 * time.Second)}))
+	}
+	overdue, err := q.HeartbeatsOverdue(ctx, at(10*time.Second), 10)
+	noErr(t, "overdue", err)
+	same(t, "overdue at +10s (running only)", instanceIDs(overdue), []string{late.ID})
+	overdue, _ = q.HeartbeatsOverdue(ctx, at(40*time.Second), 10)
+	same(t, "overdue at +40s, earliest due first", instanceIDs(overdue), []string{late.ID, i.ID})
+	noErr(t, "degrade", q.UpdateAppInstanceHealth(ctx, late.ID, instances.Health{State: instances.HealthDegraded, HeartbeatTimeoutSeconds: 10, HeartbeatDueAt: at(5 * time.Second)}))
+	overdue, _ = q.HeartbeatsOverdue(ctx, at(40*time.Second), 10)
+	same(t, "a degraded instance is not overdue again", instanceIDs(overdue), []string{i.ID})
+}
+
+// A reported timeline row is written once per dedupe key, across instances.
+func testReportedInstanceEvents(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	s := store.Instances(db)
+	q := s.Read()
+	o, p := tenant(t, db, "reported")
+	i := mkInstance(t, s, newInstance(o, p, "rep", "1", instances.StatusRunning))
+	e := instances.InstanceEvent{ID: newID(), InstanceID: i.ID, ProjectID: p.ID, EventType: "member_failed", Status: instances.StatusRunning,
+		CorrelationID: "c", Payload: []byte(`{"member": "w-1"}`), OccurredAt: at(time.Second), DedupeKey: "runtime:" + p.ID + ":s:1"}
+	fresh, err := q.InsertReportedInstanceEvent(ctx, e)
+	noErr(t, "insert", err)
+	again := e
+	again.ID = newID()
+	dup, err := q.InsertReportedInstanceEvent(ctx, again)
+	noErr(t, "repeat", err)
+	if !fresh || dup {
+		t.Fatalf("first insert wrote %v, repeat wrote %v", fresh, dup)
+	}
+	got, _, err := q.ListInstanceEvents(ctx, i.ID, storage.Page{Limit: 10})
+	noErr(t, "list", err)
+	if len(got) != 1 || got[0].DedupeKey != e.DedupeKey {
+		t.Fatalf("timeline %+v", got)
+	}
+	noKey := e
+	noKey.ID, noKey.DedupeKey = newID(), ""
+	if _, err := q.InsertReportedInstanceEvent(ctx, noKey); err == nil {
+		t.Fatal("a reported event without a dedupe key was written")
 	}
 }

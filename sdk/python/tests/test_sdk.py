@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gpuaas_sdk import (AuthenticationError, Client, Event, InvalidRequest, KeyFile, NotFound, PermissionDenied,
+from gpuaas_sdk import (AuthenticationError, Client, Event, InvalidRequest, KeyFile, NotFound, PermissionDenied, RuntimeEvent,
                         ServiceAccountCredentials, UsageReporter)
 
 APP = os.environ.get("GPUAAS_TEST_APP", "sdk-app")
@@ -92,10 +92,23 @@ def test_instance_lifecycle_usage_and_events(dev: dict[str, Any], admin: Client,
     first_report = reporter.report("req-batch-1", "requests", 7)
     again = reporter.report("req-batch-1", "requests", 7)  # a retry: counted once
     assert first_report["recorded"] == 1 and again["duplicates"] == 1, (first_report, again)
+    # Runtime events from the same identity: alive, and a member it runs.
+    beat = reporter.client.heartbeat(project, inst["id"], "//python-sdk-test")
+    assert beat["health"] == "healthy" and beat["applied"] == 1, beat
+    member = RuntimeEvent(id="m-1", source="//python-sdk-test", type="member_added", member="worker-1", role="worker")
+    assert reporter.client.report_runtime_events(project, inst["id"], [member])["recorded"] == 1
+    assert reporter.client.report_runtime_events(project, inst["id"], [member])["duplicates"] == 1
+    assert admin.get_instance(project, inst["id"])["health"]["state"] == "healthy"
+    timeline = admin.request("GET", f"/api/v1/projects/{project}/app-instances/{inst['id']}/events", params={"limit": 200})
+    assert [e["event_type"] for e in timeline["items"]].count("member_added") == 1, timeline
+    with pytest.raises(PermissionDenied):  # an admin cannot speak for the workload
+        admin.heartbeat(project, inst["id"], "//admin")
     # The instance's own identity reports for itself only.
     other = admin.create_instance(project, APP, "1.0.0", "python-sdk-other", resources={"gpu_count": 0})
     with pytest.raises((PermissionDenied, NotFound)):
         UsageReporter(reporter.client, project, other["id"]).report("x-1", "requests", 1)
+    with pytest.raises(NotFound):
+        reporter.client.heartbeat(project, other["id"], "//python-sdk-test")
     _wait(admin, project, other)
 
     for i in (inst, other):

@@ -1,12 +1,12 @@
 """gpuaas-sdk: the Python client of the gpuaas app platform."""
 
-from .client import Client, Event, UsageEvent
+from .client import Client, Event, RuntimeEvent, UsageEvent
 from .credentials import KeyFile, ServiceAccountCredentials, StaticToken, sign_assertion
 from .errors import (AuthenticationError, Conflict, GpuaasError, InvalidRequest, NotFound, PermissionDenied,
                      RateLimited, ServerError, Unavailable)
 from .usage import UsageReporter
 
-__all__ = ["Client", "Event", "UsageEvent", "KeyFile", "ServiceAccountCredentials", "StaticToken", "sign_assertion",
+__all__ = ["Client", "Event", "RuntimeEvent", "UsageEvent", "KeyFile", "ServiceAccountCredentials", "StaticToken", "sign_assertion",
            "GpuaasError", "InvalidRequest", "AuthenticationError", "PermissionDenied", "NotFound", "Conflict",
            "RateLimited", "Unavailable", "ServerError", "UsageReporter"]
 __version__ = "0.1.0"

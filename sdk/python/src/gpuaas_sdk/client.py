@@ -60,6 +60,35 @@ class UsageEvent:
         return ev
 
 
+@dataclass
+class RuntimeEvent:
+    """One runtime event a workload reports about its own instance:
+    ``heartbeat``, ``start_completed``, ``healthy``, ``unhealthy``,
+    ``member_added``, ``member_removed`` or ``member_failed``. ``id`` must be
+    stable across retries: the platform applies each (source, id) once."""
+
+    id: str
+    source: str
+    type: str
+    time: datetime | None = None
+    health: str | None = None  # heartbeat only: healthy or unhealthy
+    reason: str | None = None  # a lower-case code, e.g. gpu_xid_error
+    message: str | None = None
+    member: str | None = None  # member_* only (required there)
+    role: str | None = None  # member_* only: controller, worker, head or node
+
+    def envelope(self, instance_id: str) -> dict[str, Any]:
+        ev: dict[str, Any] = {"specversion": "1.0", "id": self.id, "source": self.source, "type": self.type,
+                              "subject": instance_id, "datacontenttype": "application/json"}
+        data = _clean({"health": self.health, "reason": self.reason, "message": self.message, "member": self.member,
+                       "role": self.role})
+        if data:
+            ev["data"] = data
+        if self.time is not None:
+            ev["time"] = _rfc3339(self.time)
+        return ev
+
+
 def _rfc3339(t: datetime) -> str:
     if t.tzinfo is None:
         t = t.replace(tzinfo=timezone.utc)
@@ -288,6 +317,23 @@ class Client:
         body = json.dumps([e.envelope(instance_id) for e in events]).encode()
         return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/usage",
                             content=body, headers={"Content-Type": "application/cloudevents-batch+json"})
+
+    # ---- runtime events -----------------------------------------------
+
+    def report_runtime_events(self, project_id: str, instance_id: str, events: list[RuntimeEvent]) -> dict[str, Any]:
+        """Reports runtime events of the caller's own instance (its mounted
+        identity only) as one CloudEvents batch; a retry with the same ids
+        is applied once. The answer carries the instance's health."""
+        body = json.dumps([e.envelope(instance_id) for e in events]).encode()
+        return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/runtime-events",
+                            content=body, headers={"Content-Type": "application/cloudevents-batch+json"})
+
+    def heartbeat(self, project_id: str, instance_id: str, source: str, health: str | None = None) -> dict[str, Any]:
+        """Tells the platform the instance is alive (and, optionally, healthy
+        or unhealthy). Call it more often than the version's
+        heartbeat_timeout_seconds."""
+        return self.report_runtime_events(project_id, instance_id,
+                                          [RuntimeEvent(id=str(uuid.uuid4()), source=source, type="heartbeat", health=health)])
 
     # ---- paging -------------------------------------------------------
 

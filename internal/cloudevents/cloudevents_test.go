@@ -1,0 +1,92 @@
+package cloudevents
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+)
+
+func TestDecode(t *testing.T) {
+	now := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	var problems []string
+	bad := func(field, code, msg string, args ...any) { problems = append(problems, field+":"+code) }
+	ev := Decode([]byte(`{"specversion":"1.0","id":"e1","source":"//a","type":"t","subject":"i","time":"2026-11-27T07:00:00Z",
+		"projectid":"p","correlationid":"c","data":{"k":1}}`), now, true, bad)
+	if len(problems) > 0 || ev.ID != "e1" || ev.Source != "//a" || ev.Subject != "i" || ev.ProjectID != "p" || ev.CorrelationID != "c" ||
+		!ev.Time.Equal(now.Add(-time.Hour)) || string(ev.Data) != `{"k":1}` {
+		t.Fatalf("%+v %v", ev, problems)
+	}
+	for body, want := range map[string]string{
+		`{"specversion":"0.3","id":"e","source":"s","type":"t"}`:                            "specversion:unsupported",
+		`{"specversion":"1.0","id":"","source":"s","type":"t"}`:                             "id:required",
+		`{"specversion":"1.0","id":"e\n","source":"s","type":"t"}`:                          "id:invalid",
+		`{"specversion":"1.0","id":"e","source":"","type":"t"}`:                             "source:required",
+		`{"specversion":"1.0","id":"e","source":"s"}`:                                       "type:required",
+		`{"specversion":"1.0","id":"e","source":"s","type":"t","time":"now"}`:               "time:invalid_time",
+		`{"specversion":"1.0","id":"e","source":"s","type":"t","datacontenttype":"text/x"}`: "datacontenttype:unsupported",
+		`{"specversion":"1.0","id":"e","source":"s","type":"t","data":[1]}`:                 "data:required",
+		`["not an object"]`: ":malformed_event",
+	} {
+		problems = nil
+		Decode([]byte(body), now, false, bad)
+		if len(problems) == 0 || problems[0] != want {
+			t.Errorf("%s: %v, want %s", body, problems, want)
+		}
+	}
+	problems = nil
+	if ev := Decode([]byte(`{"specversion":"1.0","id":"e","source":"s","type":"t","data":null}`), now, false, bad); len(problems) > 0 || ev.Data != nil {
+		t.Errorf("optional null data: %+v %v", ev, problems)
+	}
+	problems = nil
+	if Decode([]byte(`{"specversion":"1.0","id":"e","source":"s","type":"t"}`), now, true, bad); len(problems) != 1 || problems[0] != "data:required" {
+		t.Errorf("required data missing: %v", problems)
+	}
+}
+
+func TestSplitAndProblems(t *testing.T) {
+	for _, c := range []struct {
+		body  string
+		batch bool
+		code  string
+	}{{"", false, "empty_body"}, {"[]", true, "empty_batch"}, {"{}", true, "malformed_batch"}, {"[{}]", false, "malformed_event"}, {"[{", true, "malformed_json"}} {
+		_, err := Split([]byte(c.body), c.batch)
+		if e, ok := errdefs.As(err); !ok || e.Code != c.code {
+			t.Errorf("%q batch=%v: %v, want %s", c.body, c.batch, err, c.code)
+		}
+	}
+	p := NewProblems(true)
+	p.At(3)("data/x", "invalid", "is %s", "wrong")
+	err := p.Err("invalid_thing")
+	e, ok := errdefs.As(err)
+	if !ok || e.Code != "invalid_thing" || !strings.Contains(e.Message, "/3/data/x") {
+		t.Fatalf("%v", err)
+	}
+	if NewProblems(false).Err("x") != nil {
+		t.Fatal("no problems, yet an error")
+	}
+	if Key("a", "p", "s", "1") == Key("b", "p", "s", "1") || Key("a", "p", "s", "1") == Key("a", "q", "s", "1") {
+		t.Fatal("keys of different namespaces or projects collide")
+	}
+}
+
+// FuzzDecode: whatever a workload sends, decoding reports problems or gives
+// an envelope whose identifying fields are printable and bounded.
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"specversion":"1.0","id":"e1","source":"s","type":"t","data":{}}`), true)
+	f.Add([]byte(`{"specversion":"1.0","id":"e\u0000","source":"s","type":"t","time":"2026-01-01T00:00:00Z"}`), false)
+	f.Add([]byte(`{"data":7}`), false)
+	now := time.Now()
+	f.Fuzz(func(t *testing.T, raw []byte, required bool) {
+		n := 0
+		ev := Decode(raw, now, required, func(string, string, string, ...any) { n++ })
+		if n > 0 {
+			return
+		}
+		if ev.ID == "" || len(ev.ID) > MaxIDLen || !Printable(ev.ID) || ev.Source == "" || len(ev.Source) > MaxSourceLen ||
+			!Printable(ev.Source) || ev.Type == "" || (required && len(ev.Data) == 0) {
+			t.Fatalf("accepted %q as %+v", raw, ev)
+		}
+	})
+}

@@ -1,0 +1,319 @@
+package httpapi_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/gpuaas/gpuaas/internal/clock"
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// str reads a string at a dotted path of a JSON answer.
+func str(r *servertest.Response, path string) string {
+	var v any = r.JSON
+	for _, k := range strings.Split(path, ".") {
+		m, _ := v.(map[string]any)
+		v = m[k]
+	}
+	s, _ := v.(string)
+	return s
+}
+
+// num reads a number at a dotted path of a JSON answer.
+func num(r *servertest.Response, path string) int {
+	var v any = r.JSON
+	for _, k := range strings.Split(path, ".") {
+		m, _ := v.(map[string]any)
+		v = m[k]
+	}
+	f, _ := v.(float64)
+	return int(f)
+}
+
+// withRuntimeProfile changes the runtime profile of an echo manifest.
+func withRuntimeProfile(base func(version, imageRef string) map[string]any, change func(p map[string]any)) func(version, imageRef string) map[string]any {
+	return func(version, imageRef string) map[string]any {
+		m := base(version, imageRef)
+		change(m["runtime_profile"].(map[string]any))
+		return m
+	}
+}
+
+// runtimeEvent is one CloudEvent a workload posts about itself.
+func runtimeEvent(id, typ string, at time.Time, data map[string]any) map[string]any {
+	ev := map[string]any{"specversion": "1.0", "id": id, "source": "//echo/worker", "type": typ, "time": at.UTC().Format(time.RFC3339Nano)}
+	if data != nil {
+		ev["data"] = data
+	}
+	return ev
+}
+
+func postRuntime(c *servertest.Client, e *instanceEnv, id string, events ...map[string]any) *servertest.Response {
+	return c.Do("POST", e.path("/app-instances/"+id+"/runtime-events"), events, "Content-Type", "application/cloudevents-batch+json")
+}
+
+// A workload reports heartbeats, health and member changes with its own
+// identity only; repeats are recognised; a late heartbeat degrades the
+// instance with an event, and the next one makes it healthy again. Time
+// moves on the server's clock, not by sleeping.
+func TestRuntimeEvents(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		testRuntimeEvents(t, d)
+	})
+}
+
+func testRuntimeEvents(t *testing.T, d store.Dialect) {
+	clk := clock.NewManual(time.Now().UTC().Truncate(time.Second)) // near the wall clock the test clients sign with
+	manifest := withRuntimeProfile(echoManifest("echo"), func(p map[string]any) {
+		p["health"] = map[string]any{"heartbeat_timeout_seconds": 30}
+	})
+	e := newInstanceEnv(t, d, "echo", map[string]v1.Image{"1.0.0": nil}, manifest, 2, servertest.WithClock(clk))
+	e.node.serve(t, okResult)
+	create := func(name string) string {
+		cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": name}).Want(t, 202)
+		if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
+			t.Fatalf("create %s: %s", name, op.Body)
+		}
+		return cr.String("id")
+	}
+	mine, other := create("mine"), create("other")
+	inst := e.bot.Do("GET", e.path("/app-instances/"+mine), nil).Want(t, 200)
+	if str(inst, "health.state") != "unknown" || num(inst, "health.heartbeat_timeout_seconds") != 30 || str(inst, "health.heartbeat_due_at") == "" {
+		t.Fatalf("a fresh instance's health: %s", inst.Body)
+	}
+	identity, otherIdentity := workloadClient(t, e, mine), workloadClient(t, e, other)
+	now := clk.Now
+
+	// Who may report: the instance's own identity, for itself only.
+	beat := runtimeEvent("b1", "heartbeat", now(), nil)
+	for who, c := range map[string]*servertest.Client{"a platform admin": e.admin, "the project's operator account": e.bot} {
+		if r := postRuntime(c, e, mine, beat); r.Status != 403 {
+			t.Fatalf("%s reported for the instance: %d %s", who, r.Status, r.Body)
+		}
+	}
+	// To an instance identity, another instance does not exist (as GET).
+	if r := postRuntime(otherIdentity, e, mine, beat); r.Status != 404 {
+		t.Fatalf("another instance's identity reported for the instance: %d %s", r.Status, r.Body)
+	}
+	if r := postRuntime(identity, e, other, beat); r.Status != 404 {
+		t.Fatalf("an identity reported for another instance: %d %s", r.Status, r.Body)
+	}
+	if h := e.bot.Do("GET", e.path("/app-instances/"+mine), nil).Want(t, 200); str(h, "health.last_heartbeat_at") != "" {
+		t.Fatalf("a refused heartbeat counted: %s", h.Body)
+	}
+
+	// A heartbeat: alive, healthy, next one due a timeout later.
+	r := postRuntime(identity, e, mine, beat).Want(t, 200)
+	if num(r, "applied") != 1 || r.String("health") != "healthy" {
+		t.Fatalf("heartbeat: %s", r.Body)
+	}
+	inst = e.bot.Do("GET", e.path("/app-instances/"+mine), nil).Want(t, 200)
+	if str(inst, "health.state") != "healthy" || str(inst, "health.last_heartbeat_at") == "" {
+		t.Fatalf("after a heartbeat: %s", inst.Body)
+	}
+
+	// Member changes land on the timeline once.
+	added := runtimeEvent("m1", "member_added", now(), map[string]any{"member": "worker-1", "role": "worker"})
+	failed := runtimeEvent("m2", "member_failed", now(), map[string]any{"member": "worker-1", "role": "worker", "reason": "gpu_xid_error", "message": "Xid 79 on GPU 0"})
+	if r := postRuntime(identity, e, mine, added, failed).Want(t, 200); num(r, "recorded") != 2 || num(r, "duplicates") != 0 {
+		t.Fatalf("member events: %s", r.Body)
+	}
+	if r := postRuntime(identity, e, mine, failed).Want(t, 200); num(r, "recorded") != 0 || num(r, "duplicates") != 1 {
+		t.Fatalf("a repeated event: %s", r.Body)
+	}
+	count := func(typ string) int {
+		n := 0
+		for _, ev := range e.bot.Do("GET", e.path("/app-instances/"+mine+"/events?limit=200"), nil).Want(t, 200).Items() {
+			if ev["event_type"] == typ {
+				n++
+			}
+		}
+		return n
+	}
+	if count("member_added") != 1 || count("member_failed") != 1 || count("heartbeat") != 0 {
+		t.Fatalf("timeline: member_added %d, member_failed %d, heartbeat %d", count("member_added"), count("member_failed"), count("heartbeat"))
+	}
+	// busEvents lists the events of typ once at least want of them match
+	// (events are listed once the relay sequenced them).
+	busEvents := func(typ string, want int, match func(data map[string]any) bool) []map[string]any {
+		var got []map[string]any
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			got = nil
+			for _, ev := range e.admin.Do("GET", e.path("/events?limit=200&type="+typ), nil).Want(t, 200).Items() {
+				if data, _ := ev["data"].(map[string]any); data["app_instance_id"] == mine && match(data) {
+					got = append(got, ev)
+				}
+			}
+			if len(got) >= want {
+				break
+			}
+		}
+		return got
+	}
+	reported := busEvents("apps.instance.runtime_reported", 1, func(map[string]any) bool { return true })
+	if len(reported) != 1 || !strings.Contains(fmt.Sprint(reported[0]["data"]), "gpu_xid_error") {
+		t.Fatalf("runtime_reported events: %v", reported)
+	}
+
+	// Refused whole, with the field to fix.
+	bad := []struct {
+		ev    map[string]any
+		code  int
+		field string
+	}{
+		{runtimeEvent("x1", "bogus", now(), nil), 400, "/0/type"},
+		{runtimeEvent("x2", "member_failed", now(), map[string]any{"reason": "oom"}), 400, "/0/data/member"},
+		{runtimeEvent("x3", "healthy", now(), map[string]any{"reason": "Not A Code"}), 400, "/0/data/reason"},
+		{runtimeEvent("x4", "heartbeat", now().Add(time.Hour), nil), 400, "/time"},
+	}
+	for _, b := range bad {
+		r := postRuntime(identity, e, mine, b.ev)
+		if r.Status != b.code || !strings.Contains(string(r.Body), b.field) {
+			t.Errorf("%v: %d %s, want %d naming %s", b.ev, r.Status, r.Body, b.code, b.field)
+		}
+	}
+	wrong := runtimeEvent("x5", "healthy", now(), nil)
+	wrong["subject"] = other
+	if r := postRuntime(identity, e, mine, wrong); r.Status != 422 {
+		t.Fatalf("an event about another instance: %d %s", r.Status, r.Body)
+	}
+
+	// The heartbeat is late: degraded, with an event; the next one heals.
+	ctx := context.Background()
+	if err := e.s.App.Instances.SweepHeartbeats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if h := e.bot.Do("GET", e.path("/app-instances/"+mine), nil).Want(t, 200); str(h, "health.state") != "healthy" {
+		t.Fatalf("degraded before the timeout: %s", h.Body)
+	}
+	clk.Advance(31 * time.Second)
+	if err := e.s.App.Instances.SweepHeartbeats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	inst = e.bot.Do("GET", e.path("/app-instances/"+mine), nil).Want(t, 200)
+	if str(inst, "health.state") != "degraded" || str(inst, "health.reason") != "heartbeat_missed" || inst.String("status") != "running" {
+		t.Fatalf("after a missed heartbeat: %s", inst.Body)
+	}
+	if h := e.bot.Do("GET", e.path("/app-instances/"+other), nil).Want(t, 200); str(h, "health.state") != "degraded" {
+		t.Fatalf("the instance that never beat: %s", h.Body)
+	}
+	degraded := busEvents("apps.instance.health_changed", 1, func(data map[string]any) bool {
+		h, _ := data["health"].(map[string]any)
+		return h["to"] == "degraded" && h["from"] == "healthy" && h["reason"] == "heartbeat_missed"
+	})
+	if len(degraded) != 1 {
+		t.Fatalf("health_changed events to degraded: %v", degraded)
+	}
+	r = postRuntime(identity, e, mine, runtimeEvent("b2", "heartbeat", now(), nil)).Want(t, 200)
+	if r.String("health") != "healthy" {
+		t.Fatalf("heartbeat after degrading: %s", r.Body)
+	}
+	if inst := e.bot.Do("GET", e.path("/app-instances/"+mine), nil).Want(t, 200); str(inst, "health.reason") != "heartbeat_resumed" {
+		t.Fatalf("after the heartbeat resumed: %s", inst.Body)
+	}
+	if count("apps.instance.health_changed") != 3 { // unknown→healthy, healthy→degraded, degraded→healthy
+		t.Fatalf("health changes on the timeline: %d", count("apps.instance.health_changed"))
+	}
+
+	// An unhealthy statement holds through plain heartbeats.
+	postRuntime(identity, e, mine, runtimeEvent("h1", "unhealthy", now(), map[string]any{"reason": "model_not_loaded"})).Want(t, 200)
+	if r := postRuntime(identity, e, mine, runtimeEvent("b3", "heartbeat", now(), nil)).Want(t, 200); r.String("health") != "unhealthy" {
+		t.Fatalf("a heartbeat overrode the app's unhealthy: %s", r.Body)
+	}
+
+	// Once decommissioned, the instance takes no more reports.
+	dr := e.bot.Do("POST", e.path("/app-instances/"+mine+"/decommission"), nil).Want(t, 202)
+	waitOp(t, e.bot, e.pid, dr.String("operation_id"))
+	if r := postRuntime(identity, e, mine, runtimeEvent("b4", "heartbeat", now(), nil)); r.Status < 400 {
+		t.Fatalf("a decommissioned instance took a heartbeat: %d %s", r.Status, r.Body)
+	}
+}
+
+// A version whose readiness is start_completed runs once its workload says
+// it started, not when the node started it; one that never says so fails
+// with readiness_timeout once the readiness budget passed.
+func TestStartCompletedReadiness(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		testStartCompletedReadiness(t, d)
+	})
+}
+
+func testStartCompletedReadiness(t *testing.T, d store.Dialect) {
+	clk := clock.NewManual(time.Now().UTC().Truncate(time.Second)) // near the wall clock the test clients sign with
+	manifest := withRuntimeProfile(echoManifest("ctl"), func(p map[string]any) {
+		p["readiness"] = map[string]any{"type": "start_completed", "period_seconds": 5, "failure_threshold": 6}
+	})
+	e := newInstanceEnv(t, d, "ctl", map[string]v1.Image{"1.0.0": nil}, manifest, 2, servertest.WithClock(clk))
+	e.node.serve(t, okResult)
+	launch := func(name string) (string, string) {
+		cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "ctl", "version": "1.0.0", "display_name": name}).Want(t, 202)
+		return cr.String("id"), cr.String("operation_id")
+	}
+	awaiting := func(opID string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		var op *servertest.Response
+		for time.Now().Before(deadline) {
+			op = e.bot.Do("GET", e.path("/operations/"+opID), nil).Want(t, 200)
+			if op.String("state") != "in_progress" {
+				t.Fatalf("the operation ended without start_completed: %s", op.Body)
+			}
+			if strings.Contains(op.String("description"), "start_completed") {
+				return
+			}
+			time.Sleep(20 * time.Millisecond) // polling an async API, as a client would
+		}
+		t.Fatalf("operation %s never waited for start_completed: %s\n%s", opID, op.Body, e.s.LogText())
+	}
+
+	id, opID := launch("starts")
+	awaiting(opID)
+	if inst := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200); inst.String("status") != "deploying" {
+		t.Fatalf("running before the workload said it started: %s", inst.Body)
+	}
+	identity := workloadClient(t, e, id)
+	postRuntime(identity, e, id, runtimeEvent("s1", "start_completed", clk.Now(), map[string]any{"message": "3 workers joined"})).Want(t, 200)
+	if op := waitOp(t, e.bot, e.pid, opID); op.String("state") != "succeeded" {
+		t.Fatalf("after start_completed: %s", op.Body)
+	}
+	var order []string
+	for _, ev := range e.bot.Do("GET", e.path("/app-instances/"+id+"/events?limit=100"), nil).Want(t, 200).Items() {
+		order = append(order, ev["event_type"].(string))
+	}
+	if got := strings.Join(order, ","); !strings.Contains(got, "apps.instance.deploying,start_completed,apps.instance.running") {
+		t.Fatalf("timeline: %s", got)
+	}
+
+	silent, silentOp := launch("silent")
+	awaiting(silentOp)
+	clk.Advance(29 * time.Second)
+	driver := e.s.App.Instances.Worker()
+	runs := driver.Runs()
+	driver.Kick()
+	if err := driver.WaitRuns(context.Background(), runs+1); err != nil { // a whole pass ran: it must not fail the operation early
+		t.Fatal(err)
+	}
+	if op := e.bot.Do("GET", e.path("/operations/"+silentOp), nil).Want(t, 200); op.String("state") != "in_progress" {
+		t.Fatalf("failed before the readiness budget passed: %s", op.Body)
+	}
+	clk.Advance(2 * time.Second)
+	e.s.App.Instances.Worker().Kick()
+	op := waitOp(t, e.bot, e.pid, silentOp)
+	if op.String("state") != "failed" || op.String("reason_code") != "readiness_timeout" {
+		t.Fatalf("a workload that never said it started: %s", op.Body)
+	}
+	if inst := e.bot.Do("GET", e.path("/app-instances/"+silent), nil).Want(t, 200); inst.String("status") != "failed" || inst.String("reason_code") != "readiness_timeout" {
+		t.Fatalf("instance: %s", inst.Body)
+	}
+}

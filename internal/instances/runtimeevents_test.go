@@ -1,0 +1,106 @@
+package instances
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/cloudevents"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+)
+
+func TestParseRuntimeEvents(t *testing.T) {
+	now := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	beat := `{"specversion":"1.0","id":"b1","source":"//app","type":"heartbeat"}`
+	evs, err := ParseRuntimeEvents([]byte(beat), false, now)
+	if err != nil || len(evs) != 1 || evs[0].Type != RuntimeHeartbeat || !evs[0].Time.Equal(now) {
+		t.Fatalf("a bare heartbeat: %+v %v", evs, err)
+	}
+	batch := `[{"specversion":"1.0","id":"m1","source":"//app","type":"member_failed","time":"2026-11-27T07:59:00Z",
+		"data":{"member":"worker-3","role":"worker","reason":"gpu_xid_error","message":"Xid 79"}},
+		{"specversion":"1.0","id":"b2","source":"//app","type":"heartbeat","data":{"health":"unhealthy","reason":"queue_full"}}]`
+	evs, err = ParseRuntimeEvents([]byte(batch), true, now)
+	if err != nil || len(evs) != 2 || evs[0].Member != "worker-3" || evs[0].Role != "worker" || evs[0].Reason != "gpu_xid_error" ||
+		evs[1].Health != HealthUnhealthy {
+		t.Fatalf("a batch: %+v %v", evs, err)
+	}
+	bad := []struct{ body, field string }{
+		{`{"specversion":"1.0","id":"x","source":"s","type":"exploded"}`, "/type"},
+		{`{"specversion":"1.0","id":"x","source":"s","type":"member_added"}`, "/data/member"},
+		{`{"specversion":"1.0","id":"x","source":"s","type":"member_added","data":{"member":"w","role":"boss"}}`, "/data/role"},
+		{`{"specversion":"1.0","id":"x","source":"s","type":"healthy","data":{"member":"w"}}`, "/data/member"},
+		{`{"specversion":"1.0","id":"x","source":"s","type":"healthy","data":{"health":"healthy"}}`, "/data/health"},
+		{`{"specversion":"1.0","id":"x","source":"s","type":"heartbeat","data":{"health":"degraded"}}`, "/data/health"},
+		{`{"specversion":"1.0","id":"x","source":"s","type":"unhealthy","data":{"reason":"DROP TABLE"}}`, "/data/reason"},
+		{`{"specversion":"1.0","id":"x","source":"s","type":"unhealthy","data":{"message":"a\u0000b"}}`, "/data/message"},
+		{`{"specversion":"1.0","id":"x","source":"s","type":"heartbeat","data":{"cpu":99}}`, "/data"},
+		{`{"specversion":"1.0","id":"x","source":"s","type":"heartbeat","data":"alive"}`, "/data"},
+		{`{"specversion":"1.0","source":"s","type":"heartbeat"}`, "/id"},
+	}
+	for _, b := range bad {
+		_, err := ParseRuntimeEvents([]byte(b.body), false, now)
+		e, ok := errdefs.As(err)
+		if !ok || e.Kind != errdefs.KindInvalidArgument || !strings.Contains(e.Message, b.field) {
+			t.Errorf("%s: %v, want a refusal naming %s", b.body, err, b.field)
+		}
+	}
+	many := "[" + strings.TrimSuffix(strings.Repeat(beat+",", MaxRuntimeBatch+1), ",") + "]"
+	if _, err := ParseRuntimeEvents([]byte(many), true, now); err == nil {
+		t.Error("an oversized batch was accepted")
+	}
+}
+
+func TestHeartbeatHealth(t *testing.T) {
+	now := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		from   HealthState
+		stated HealthState
+		want   HealthState
+	}{
+		{HealthUnknown, "", HealthHealthy},
+		{HealthDegraded, "", HealthHealthy},
+		{HealthUnhealthy, "", HealthUnhealthy}, // the app said so; a heartbeat alone does not undo it
+		{HealthHealthy, HealthUnhealthy, HealthUnhealthy},
+		{HealthUnhealthy, HealthHealthy, HealthHealthy},
+	} {
+		h := Health{State: c.from, HeartbeatTimeoutSeconds: 30}
+		heartbeat(&h, RuntimeEvent{Type: RuntimeHeartbeat, Health: c.stated}, now)
+		if h.State != c.want || !h.LastHeartbeatAt.Equal(now) || !h.HeartbeatDueAt.Equal(now.Add(30*time.Second)) {
+			t.Errorf("%s + heartbeat(%q): %+v, want %s", c.from, c.stated, h, c.want)
+		}
+	}
+	h := Health{State: HealthHealthy}
+	heartbeat(&h, RuntimeEvent{Type: RuntimeHeartbeat}, now)
+	if !h.HeartbeatDueAt.IsZero() {
+		t.Errorf("a version without a heartbeat timeout got a due time: %+v", h)
+	}
+}
+
+// FuzzParseRuntimeEvents: whatever a workload sends, parsing answers with
+// events or a client error, never a panic or an internal error, and every
+// accepted event is one the rest of the platform can store.
+func FuzzParseRuntimeEvents(f *testing.F) {
+	f.Add([]byte(`{"specversion":"1.0","id":"b1","source":"s","type":"heartbeat"}`), false)
+	f.Add([]byte(`[{"specversion":"1.0","id":"m","source":"s","type":"member_added","data":{"member":"w-1","role":"worker"}}]`), true)
+	f.Add([]byte(`{"specversion":"1.0","id":"h","source":"s","type":"unhealthy","data":{"reason":"oom","message":"x"}}`), false)
+	f.Add([]byte(`[]`), true)
+	f.Add([]byte(`{"data":null,"type":"healthy"}`), false)
+	now := time.Now()
+	f.Fuzz(func(t *testing.T, body []byte, batch bool) {
+		evs, err := ParseRuntimeEvents(body, batch, now)
+		if err != nil {
+			if e, ok := errdefs.As(err); !ok || e.Kind != errdefs.KindInvalidArgument {
+				t.Fatalf("non-client error %v", err)
+			}
+			return
+		}
+		for _, ev := range evs {
+			member := strings.HasPrefix(ev.Type, "member_")
+			if ev.ID == "" || ev.Source == "" || !slices.Contains(RuntimeEventTypes, ev.Type) || !cloudevents.Printable(ev.ID) ||
+				!cloudevents.Printable(ev.Message) || member != (ev.Member != "") || (ev.Reason != "" && !reasonPattern.MatchString(ev.Reason)) {
+				t.Fatalf("accepted an invalid event %+v", ev)
+			}
+		}
+	})
+}
