@@ -10,6 +10,11 @@ package main
 // id fixed when the report is cut and kept across retries, so a report that
 // reached the platform before a timeout is counted once.
 //
+// The same identity sends the instance's heartbeat (a runtime event) on the
+// same schedule, so the platform knows the app is alive: the manifest's
+// health.heartbeat_timeout_seconds says how late one may be before the
+// instance is marked degraded.
+//
 // Outside the platform (no identity file) reporting is off and Add is free.
 // With access to the gpuaas Go module, client.ServiceAccountSession does the
 // token half of this for you; this file keeps the app free of dependencies.
@@ -55,6 +60,7 @@ type usageReporter struct {
 	alg      string
 	base     string // the API, as the platform told this instance to reach it
 	url      string // the instance's usage endpoint
+	events   string // the instance's runtime-events endpoint
 	source   string
 	idPrefix string
 	interval time.Duration
@@ -65,6 +71,7 @@ type usageReporter struct {
 	mu      sync.Mutex // one report in flight at a time
 	cut     *usageEvent
 	seq     int
+	beats   int
 	since   time.Time
 	token   string
 	renewAt time.Time
@@ -117,6 +124,7 @@ func newUsageReporter(log *slog.Logger, unit string) (*usageReporter, error) {
 	}
 	r.enabled, r.base = true, base
 	r.url = base + "/api/v1/projects/" + project + "/app-instances/" + instance + "/usage"
+	r.events = base + "/api/v1/projects/" + project + "/app-instances/" + instance + "/runtime-events"
 	r.source = "//gpuaas/app-instances/" + instance
 	// Unique per process: a restarted container starts a new series.
 	r.idPrefix = fmt.Sprintf("%s-%d", instance, time.Now().UnixNano())
@@ -132,11 +140,13 @@ func (r *usageReporter) Add(n int64) {
 	}
 }
 
-// Run reports every interval until ctx ends.
+// Run sends a heartbeat at once and then reports usage and a heartbeat
+// every interval until ctx ends.
 func (r *usageReporter) Run(ctx context.Context) {
 	if !r.enabled {
 		return
 	}
+	r.beat(ctx)
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
 	for {
@@ -147,6 +157,7 @@ func (r *usageReporter) Run(ctx context.Context) {
 			if err := r.Flush(ctx); err != nil && ctx.Err() == nil {
 				r.log.Warn("usage report failed; it is kept and retried", "err", err)
 			}
+			r.beat(ctx)
 		}
 	}
 }
@@ -195,14 +206,32 @@ func (r *usageReporter) Flush(ctx context.Context) error {
 	return err
 }
 
+// beat sends one heartbeat. A lost one is not retried: the next comes an
+// interval later, well inside the timeout.
+func (r *usageReporter) beat(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.beats++
+	ev := map[string]any{"specversion": "1.0", "id": fmt.Sprintf("%s-beat-%d", r.idPrefix, r.beats), "source": r.source,
+		"type": "heartbeat", "time": time.Now().UTC()}
+	if _, err := r.post(ctx, r.events, ev); err != nil && ctx.Err() == nil {
+		r.log.Warn("heartbeat failed", "err", err)
+	}
+}
+
 // send posts the cut report once; retry says whether trying again may help.
 func (r *usageReporter) send(ctx context.Context) (retry bool, err error) {
+	return r.post(ctx, r.url, r.cut)
+}
+
+// post sends one CloudEvent as a batch of one, with the instance's token.
+func (r *usageReporter) post(ctx context.Context, url string, event any) (retry bool, err error) {
 	tok, err := r.accessToken(ctx)
 	if err != nil {
 		return true, err
 	}
-	body, _ := json.Marshal([]*usageEvent{r.cut})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.url, bytes.NewReader(body))
+	body, _ := json.Marshal([]any{event})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return false, err
 	}
@@ -219,11 +248,11 @@ func (r *usageReporter) send(ctx context.Context) (retry bool, err error) {
 		return false, nil
 	case resp.StatusCode == http.StatusUnauthorized:
 		r.token = "" // expired or revoked: sign in again on the next try
-		return true, fmt.Errorf("usage endpoint: %s: %s", resp.Status, msg)
+		return true, fmt.Errorf("%s: %s: %s", url, resp.Status, msg)
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return true, fmt.Errorf("usage endpoint: %s: %s", resp.Status, msg)
+		return true, fmt.Errorf("%s: %s: %s", url, resp.Status, msg)
 	default:
-		return false, fmt.Errorf("usage endpoint: %s: %s", resp.Status, msg)
+		return false, fmt.Errorf("%s: %s: %s", url, resp.Status, msg)
 	}
 }
 

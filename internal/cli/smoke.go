@@ -144,6 +144,9 @@ type smokeRun struct {
 	apiURL        string
 	slug, version string
 	instance      string
+	// heartbeat is the version's health.heartbeat_timeout_seconds: the
+	// workload promises a heartbeat at least this often.
+	heartbeat time.Duration
 	started       time.Time
 	ctx           context.Context // of the gpuaas commands run
 }
@@ -344,6 +347,11 @@ func (s *smokeRun) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	if s.heartbeat > 0 {
+		if err := s.step("heartbeat", func() (string, error) { return s.waitHeartbeat(ctx) }); err != nil {
+			return err
+		}
+	}
 	if err := s.step("decommission", func() (string, error) {
 		_, err := s.cli("", "instance", "decommission", s.instance, "--wait")
 		return "stopped with SIGTERM", err
@@ -394,6 +402,9 @@ func (s *smokeRun) plan() (slug string, out []smokePush, err error) {
 		return "", nil, fmt.Errorf("%s is not a valid manifest of one version: run gpuaas manifest validate %s", file, file)
 	}
 	v := pkg.Versions[0]
+	if p := v.RuntimeProfile; p != nil && p.Health != nil {
+		s.heartbeat = time.Duration(p.Health.HeartbeatTimeoutSeconds) * time.Second
+	}
 	named := map[string]string{}
 	var bare []string
 	for _, img := range s.images {
@@ -553,6 +564,30 @@ func (s *smokeRun) waitUsage(ctx context.Context, unit string, min int64, within
 		case <-ctx.Done():
 			return "", ctx.Err()
 		case <-time.After(time.Second): // usage arrives on the app's own schedule
+		}
+	}
+}
+
+// waitHeartbeat waits, at most the version's heartbeat timeout, for the
+// workload's heartbeat to reach the platform with its own identity.
+func (s *smokeRun) waitHeartbeat(ctx context.Context) (string, error) {
+	deadline := time.Now().Add(s.heartbeat)
+	for {
+		inst, err := s.instanceGet()
+		if err != nil {
+			return "", err
+		}
+		if h := inst.Health; h.LastHeartbeatAt != "" && h.State == "healthy" {
+			return "healthy, last heartbeat " + h.LastHeartbeatAt, nil
+		}
+		if time.Now().After(deadline) {
+			return "", fmt.Errorf("no heartbeat within %s (health.heartbeat_timeout_seconds); the instance's health is %s: the app must post a heartbeat runtime event with its identity (docs/instances.md#runtime-events)",
+				s.heartbeat, inst.Health.State)
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second): // heartbeats arrive on the app's own schedule
 		}
 	}
 }

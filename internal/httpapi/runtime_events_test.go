@@ -2,7 +2,9 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -316,4 +318,60 @@ func testStartCompletedReadiness(t *testing.T, d store.Dialect) {
 	if inst := e.bot.Do("GET", e.path("/app-instances/"+silent), nil).Want(t, 200); inst.String("status") != "failed" || inst.String("reason_code") != "readiness_timeout" {
 		t.Fatalf("instance: %s", inst.Body)
 	}
+}
+
+// BenchmarkRuntimeEvents: a workload's runtime events through the real API
+// (token check, parse, the instance's row lock, one timeline row per event
+// with its durable dedupe key, one outbox event and one audit row per post,
+// committed before the answer): batches of 1,000 member events, and
+// heartbeat-only posts (liveness: no timeline row). Run with:
+//
+//	GPUAAS_TEST_DATABASE_URL=postgres://… go test -run '^$' -bench BenchmarkRuntimeEvents -benchtime 20000x ./internal/httpapi/
+func BenchmarkRuntimeEvents(b *testing.B) {
+	storetest.EachDialect(b, func(b *testing.B, d store.Dialect) {
+		e := newInstanceEnv(b, d, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 2)
+		e.node.serve(b, okResult)
+		cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "bench"}).Want(b, 202)
+		id := cr.String("id")
+		for deadline := time.Now().Add(time.Minute); e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(b, 200).String("status") != "running"; {
+			if time.Now().After(deadline) {
+				b.Fatal("the instance never ran")
+			}
+			time.Sleep(20 * time.Millisecond) // polling an async API, as a client would
+		}
+		token := workloadClient(b, e, id).Token
+		hc := &http.Client{}
+		url := e.s.URL + e.path("/app-instances/"+id+"/runtime-events")
+		seq := 0
+		body := func(n int, typ string) []byte {
+			out := []byte{'['}
+			for i := range n {
+				if i > 0 {
+					out = append(out, ',')
+				}
+				seq++
+				out = fmt.Appendf(out, `{"specversion":"1.0","id":"ev-%d","source":"//bench","type":%q`, seq, typ)
+				if typ != "heartbeat" {
+					out = fmt.Appendf(out, `,"data":{"member":"worker-%d","role":"worker"}`, seq%64)
+				}
+				out = append(out, '}')
+			}
+			return append(out, ']')
+		}
+		b.Run("batch1000", func(b *testing.B) {
+			for done := 0; done < b.N; done += 1000 {
+				var rep struct{ Recorded int }
+				if err := json.Unmarshal(rawDo(b, hc, "POST", url, token, body(1000, "member_added")), &rep); err != nil || rep.Recorded != 1000 {
+					b.Fatalf("recorded %d of 1000: %v", rep.Recorded, err)
+				}
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		})
+		b.Run("heartbeat", func(b *testing.B) {
+			for range b.N {
+				rawDo(b, hc, "POST", url, token, body(1, "heartbeat"))
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "posts/s")
+		})
+	})
 }

@@ -85,7 +85,7 @@ func emptyList(r *servertest.Response) bool {
 // workloadClient signs in with the identity key the platform mounted into
 // instance id (read from its container.run task, as the workload reads the
 // file) and returns a client acting as that identity.
-func workloadClient(t *testing.T, e *instanceEnv, id string) *servertest.Client {
+func workloadClient(t testing.TB, e *instanceEnv, id string) *servertest.Client {
 	t.Helper()
 	for _, task := range e.node.tasks() {
 		if task.Kind != nodeapi.KindContainerRun || task.InstanceID != id {

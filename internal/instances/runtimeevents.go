@@ -256,18 +256,18 @@ func (s *Service) ReportRuntimeEvents(ctx context.Context, g *iam.Grants, projec
 		now := s.Now().UTC()
 		h, from := cur.Health, cur.Health.State
 		rep = RuntimeReport{Results: make([]RuntimeEventResult, len(events))}
-		var recorded []ReportedEvent
+		// Every event but a heartbeat is a timeline row, written in one go;
+		// then each event takes effect in the order it was posted.
+		rows := make([]InstanceEvent, len(events))
+		reported := make([]ReportedEvent, len(events))
+		var timeline []InstanceEvent
 		for i, ev := range events {
-			res := RuntimeEventResult{ID: ev.ID, Source: ev.Source, Status: "applied"}
 			if ev.Type == RuntimeHeartbeat {
-				heartbeat(&h, ev, now)
-				rep.Applied++
-				rep.Results[i] = res
 				continue
 			}
-			r := ReportedEvent{ID: ev.ID, Source: ev.Source, Type: ev.Type, Time: ev.Time.Format(time.RFC3339Nano), Reason: ev.Reason,
+			reported[i] = ReportedEvent{ID: ev.ID, Source: ev.Source, Type: ev.Type, Time: ev.Time.Format(time.RFC3339Nano), Reason: ev.Reason,
 				Message: ev.Message, Member: ev.Member, Role: ev.Role}
-			payload, err := json.Marshal(r)
+			payload, err := json.Marshal(reported[i])
 			if err != nil {
 				return err
 			}
@@ -275,32 +275,40 @@ func (s *Service) ReportRuntimeEvents(ctx context.Context, g *iam.Grants, projec
 			if cid == "" {
 				cid = correlation.ID(ctx)
 			}
-			fresh, err := tx.InsertReportedInstanceEvent(ctx, InstanceEvent{ID: iam.NewID(), InstanceID: cur.ID, ProjectID: cur.ProjectID,
-				EventType: ev.Type, Status: cur.Status, CorrelationID: cid, Payload: payload, OccurredAt: ev.Time,
-				DedupeKey: cloudevents.Key("runtime", cur.ProjectID, ev.Source, ev.ID)})
-			if err != nil {
-				return err
-			}
-			if !fresh {
+			rows[i] = InstanceEvent{ID: iam.NewID(), InstanceID: cur.ID, ProjectID: cur.ProjectID, EventType: ev.Type, Status: cur.Status,
+				CorrelationID: cid, Payload: payload, OccurredAt: ev.Time, DedupeKey: cloudevents.Key("runtime", cur.ProjectID, ev.Source, ev.ID)}
+			timeline = append(timeline, rows[i])
+		}
+		written, err := tx.InsertReportedInstanceEvents(ctx, timeline)
+		if err != nil {
+			return err
+		}
+		var recorded []ReportedEvent
+		for i, ev := range events {
+			res := RuntimeEventResult{ID: ev.ID, Source: ev.Source, Status: "applied"}
+			switch {
+			case ev.Type == RuntimeHeartbeat:
+				heartbeat(&h, ev, now)
+				rep.Applied++
+			case !written[rows[i].ID]:
 				res.Status = "duplicate"
 				rep.Duplicates++
-				rep.Results[i] = res
-				continue
-			}
-			res.Status = "recorded"
-			rep.Recorded++
-			rep.Results[i] = res
-			recorded = append(recorded, r)
-			switch ev.Type {
-			case RuntimeStartCompleted:
-				if h.StartReportedSeq != cur.DeploySeq {
-					h.StartReportedSeq, started = cur.DeploySeq, true
+			default:
+				res.Status = "recorded"
+				rep.Recorded++
+				recorded = append(recorded, reported[i])
+				switch ev.Type {
+				case RuntimeStartCompleted:
+					if h.StartReportedSeq != cur.DeploySeq {
+						h.StartReportedSeq, started = cur.DeploySeq, true
+					}
+				case RuntimeHealthy:
+					h.State, h.Reason = HealthHealthy, ev.Reason
+				case RuntimeUnhealthy:
+					h.State, h.Reason = HealthUnhealthy, ev.Reason
 				}
-			case RuntimeHealthy:
-				h.State, h.Reason = HealthHealthy, ev.Reason
-			case RuntimeUnhealthy:
-				h.State, h.Reason = HealthUnhealthy, ev.Reason
 			}
+			rep.Results[i] = res
 		}
 		if h.State != from {
 			h.ChangedAt = now

@@ -168,9 +168,9 @@ type Queries interface {
 	ReleaseInstanceOperation(ctx context.Context, id, owner string) error
 
 	InsertInstanceEvent(ctx context.Context, e InstanceEvent) error
-	// InsertReportedInstanceEvent appends a row with a dedupe key; false
-	// when a row with that key exists (nothing is written).
-	InsertReportedInstanceEvent(ctx context.Context, e InstanceEvent) (bool, error)
+	// InsertReportedInstanceEvents appends rows that carry a dedupe key,
+	// skipping each whose key exists; it returns the ids it wrote.
+	InsertReportedInstanceEvents(ctx context.Context, events []InstanceEvent) (map[string]bool, error)
 	ListInstanceEvents(ctx context.Context, instanceID string, p storage.Page) ([]InstanceEvent, string, error)
 
 	InsertInstanceMember(ctx context.Context, m InstanceMember) error

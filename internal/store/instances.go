@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
@@ -248,19 +250,66 @@ func (q *Queries) InsertInstanceEvent(ctx context.Context, e instances.InstanceE
 	return err
 }
 
-// InsertReportedInstanceEvent appends a timeline row unless one with its
-// dedupe key exists; it reports whether it wrote.
-func (q *Queries) InsertReportedInstanceEvent(ctx context.Context, e instances.InstanceEvent) (bool, error) {
-	if e.DedupeKey == "" {
-		return false, fmt.Errorf("store: a reported instance event needs a dedupe key")
+// reportedInsertChunk bounds the rows of one multi-row INSERT (10
+// parameters each, far below either dialect's limit).
+const reportedInsertChunk = 200
+
+// InsertReportedInstanceEvents appends timeline rows, skipping every row
+// whose dedupe key exists (or came earlier in events); it returns the ids
+// of the rows it wrote. Rows go in dedupe-key order, so two concurrent
+// posts take their keys in one order and never deadlock.
+func (q *Queries) InsertReportedInstanceEvents(ctx context.Context, events []instances.InstanceEvent) (map[string]bool, error) {
+	events = slices.Clone(events)
+	slices.SortStableFunc(events, func(a, b instances.InstanceEvent) int { return strings.Compare(a.DedupeKey, b.DedupeKey) })
+	stored := make(map[string]bool, len(events))
+	for start := 0; start < len(events); start += reportedInsertChunk {
+		chunk := events[start:min(start+reportedInsertChunk, len(events))]
+		var sql strings.Builder
+		sql.WriteString(`INSERT INTO app_instance_events (` + instanceEventCols + `) VALUES `)
+		args := make([]any, 0, 10*len(chunk))
+		ids := make([]any, len(chunk))
+		for i, e := range chunk {
+			if e.DedupeKey == "" {
+				return nil, fmt.Errorf("store: a reported instance event needs a dedupe key")
+			}
+			if i > 0 {
+				sql.WriteString(", ")
+			}
+			sql.WriteString(`(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+			args = append(args, e.ID, e.InstanceID, e.ProjectID, e.EventType, string(e.Status), e.OperationID, e.CorrelationID,
+				jsonText(e.Payload), ts(e.OccurredAt), e.DedupeKey)
+			ids[i] = e.ID
+		}
+		res, err := q.exec(ctx, sql.String()+` ON CONFLICT DO NOTHING`, args...)
+		if err != nil {
+			return nil, err
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return nil, mapErr(err)
+		}
+		if int(n) == len(chunk) { // the common case: no repeat
+			for _, e := range chunk {
+				stored[e.ID] = true
+			}
+			continue
+		}
+		rows, err := q.query(ctx, `SELECT id FROM app_instance_events WHERE id IN (`+placeholders(len(chunk))+`)`, ids...)
+		if err != nil {
+			return nil, err
+		}
+		written, err := collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
+			var id string
+			return id, s.Scan(&id)
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, id := range written {
+			stored[id] = true
+		}
 	}
-	res, err := q.exec(ctx, `INSERT INTO app_instance_events (`+instanceEventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
-		e.ID, e.InstanceID, e.ProjectID, e.EventType, string(e.Status), e.OperationID, e.CorrelationID, jsonText(e.Payload), ts(e.OccurredAt), e.DedupeKey)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, mapErr(err)
+	return stored, nil
 }
 
 // ListInstanceEvents pages through an instance's timeline, oldest first.

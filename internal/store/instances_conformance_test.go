@@ -802,23 +802,30 @@ func testReportedInstanceEvents(t *testing.T, db *store.DB) {
 	i := mkInstance(t, s, newInstance(o, p, "rep", "1", instances.StatusRunning))
 	e := instances.InstanceEvent{ID: newID(), InstanceID: i.ID, ProjectID: p.ID, EventType: "member_failed", Status: instances.StatusRunning,
 		CorrelationID: "c", Payload: []byte(`{"member": "w-1"}`), OccurredAt: at(time.Second), DedupeKey: "runtime:" + p.ID + ":s:1"}
-	fresh, err := q.InsertReportedInstanceEvent(ctx, e)
-	noErr(t, "insert", err)
 	again := e
 	again.ID = newID()
-	dup, err := q.InsertReportedInstanceEvent(ctx, again)
+	written, err := q.InsertReportedInstanceEvents(ctx, []instances.InstanceEvent{e, again})
+	noErr(t, "insert", err)
+	if !written[e.ID] || written[again.ID] {
+		t.Fatalf("a batch with one key twice wrote %v", written)
+	}
+	later := again
+	later.ID = newID()
+	other := e
+	other.ID, other.DedupeKey = newID(), "runtime:"+p.ID+":s:2"
+	written, err = q.InsertReportedInstanceEvents(ctx, []instances.InstanceEvent{later, other})
 	noErr(t, "repeat", err)
-	if !fresh || dup {
-		t.Fatalf("first insert wrote %v, repeat wrote %v", fresh, dup)
+	if written[later.ID] || !written[other.ID] {
+		t.Fatalf("a repeat beside a new event wrote %v", written)
 	}
 	got, _, err := q.ListInstanceEvents(ctx, i.ID, storage.Page{Limit: 10})
 	noErr(t, "list", err)
-	if len(got) != 1 || got[0].DedupeKey != e.DedupeKey {
+	if len(got) != 2 || got[0].DedupeKey != e.DedupeKey || got[1].DedupeKey != other.DedupeKey {
 		t.Fatalf("timeline %+v", got)
 	}
 	noKey := e
 	noKey.ID, noKey.DedupeKey = newID(), ""
-	if _, err := q.InsertReportedInstanceEvent(ctx, noKey); err == nil {
+	if _, err := q.InsertReportedInstanceEvents(ctx, []instances.InstanceEvent{noKey}); err == nil {
 		t.Fatal("a reported event without a dedupe key was written")
 	}
 }
