@@ -84,6 +84,19 @@ func printInstance(w io.Writer, i client.AppInstance) error {
 	if i.ReasonCode != "" {
 		fmt.Fprintf(tw, "reason\t%s: %s\n", i.ReasonCode, i.ReasonMessage)
 	}
+	if h := i.Health; h.State != "" {
+		line := h.State
+		if h.Reason != "" {
+			line += " (" + h.Reason + ")"
+		}
+		if h.LastHeartbeatAt != "" {
+			line += ", last heartbeat " + h.LastHeartbeatAt
+		}
+		if h.HeartbeatTimeoutSeconds > 0 {
+			line += fmt.Sprintf(", due every %d s", h.HeartbeatTimeoutSeconds)
+		}
+		fmt.Fprintf(tw, "health\t%s\n", line)
+	}
 	fmt.Fprintf(tw, "mode\t%s / %s (%s, %s)\nallocation\t%s on node %s\n", i.OperatingMode, i.ControlPlaneScope, i.TenantBoundaryMode,
 		i.RuntimeBackend, i.TargetAllocationID, i.NodeID)
 	if i.Access != nil {
@@ -197,8 +210,8 @@ func newInstanceListCmd() *cobra.Command {
 				return err
 			}
 			return printPage(cmd, &f, client.CatalogPage[client.AppInstance]{Items: page.Items, NextCursor: page.NextCursor},
-				"ID\tNAME\tAPP\tVERSION\tSTATUS\tREASON", func(i client.AppInstance) string {
-					return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s", i.ID, i.DisplayName, i.AppSlug, i.Version, i.Status, i.ReasonCode)
+				"ID\tNAME\tAPP\tVERSION\tSTATUS\tHEALTH\tREASON", func(i client.AppInstance) string {
+					return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", i.ID, i.DisplayName, i.AppSlug, i.Version, i.Status, i.Health.State, i.ReasonCode)
 				})
 		},
 	}
