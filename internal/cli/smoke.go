@@ -147,8 +147,8 @@ type smokeRun struct {
 	// heartbeat is the version's health.heartbeat_timeout_seconds: the
 	// workload promises a heartbeat at least this often.
 	heartbeat time.Duration
-	started       time.Time
-	ctx           context.Context // of the gpuaas commands run
+	started   time.Time
+	ctx       context.Context // of the gpuaas commands run
 }
 
 // step runs fn and prints its outcome and time.
