@@ -40,6 +40,7 @@ func (in CreateInput) launchRequest() catalog.LaunchRequest {
 // Field error codes of refused launches (beside the catalog's).
 const (
 	CodeRequired              = "required"
+	CodeHostPortInUse         = "host_port_in_use"
 	CodeNotEntitled           = "not_entitled"
 	CodeNotFound              = "not_found"
 	CodeVersionNotLaunchable  = "version_not_launchable"
@@ -108,7 +109,8 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 	if err != nil {
 		return AppInstance{}, InstanceOperation{}, err
 	}
-	doc, err := json.Marshal(LaunchDoc{Request: in.launchRequest(), Effective: t.effective})
+	req := in.launchRequest()
+	doc, err := json.Marshal(LaunchDoc{Request: req, Effective: t.effective})
 	if err != nil {
 		return AppInstance{}, InstanceOperation{}, err
 	}
@@ -125,6 +127,9 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		// Billing (issue 13): the project's spend budget, before anything is recorded.
 		if err := s.checkLaunch(ctx, tx, p.ID, inst.AppSlug); err != nil {
+			return err
+		}
+		if err := s.reserveHostPort(ctx, tx, &inst, t, req); err != nil {
 			return err
 		}
 		if err := tx.InsertAppInstance(ctx, inst); err != nil {
@@ -441,4 +446,66 @@ func contains(list []string, v string) bool {
 // instance's tasks wait in that node's queue either way.
 func runnable(state nodes.AllocationState) bool {
 	return state == nodes.AllocActive || state == nodes.AllocPending
+}
+
+// reserveHostPort makes sure the host port an instance will publish on its
+// node is not held by another instance there (one not yet decommissioned:
+// a failed instance's container may still hold it). A port the request
+// named is refused when held; the profile's default moves up to the next
+// free port within the profile's bounds, and the choice is written into the
+// instance's launch request, so every later deployment (upgrade, recovery)
+// keeps it. A port the node picks (none requested or defaulted) is the
+// node's to keep free.
+//
+// Two launches on one node at the same instant can still both pass (the
+// agent then refuses the second at container start, with its reason);
+// this closes the common case, a second launch of a default.
+func (s *Service) reserveHostPort(ctx context.Context, tx Tx, inst *AppInstance, t target, req catalog.LaunchRequest) error {
+	if inst.HostPort == 0 {
+		return nil
+	}
+	held, err := tx.HostPortsHeld(ctx, inst.NodeID)
+	if err != nil {
+		return err
+	}
+	holder, taken := held[inst.HostPort]
+	if !taken {
+		return nil
+	}
+	lo, hi := inst.HostPort, inst.HostPort
+	if b := hostPortBounds(t.manifest); b != nil && b.Max != nil {
+		hi = *b.Max
+	}
+	if req.Resources.HostPort != nil {
+		return errdefs.Validation([]errdefs.FieldError{{Field: "/resources/host_port", Code: CodeHostPortInUse,
+			Message: fmt.Sprintf("host port %d on node %s is held by app instance %s; choose another (%d–%d), or leave host_port out to take the next free one",
+				inst.HostPort, inst.NodeID, holder, lo, hi)}})
+	}
+	for port := lo; port <= hi; port++ {
+		if _, taken := held[port]; taken {
+			continue
+		}
+		var doc LaunchDoc
+		if err := json.Unmarshal(inst.Effective, &doc); err != nil {
+			return err
+		}
+		doc.Request.Resources.HostPort = &port
+		doc.Effective.Resources.HostPort = port
+		if inst.Effective, err = json.Marshal(doc); err != nil {
+			return err
+		}
+		inst.HostPort = port
+		return nil
+	}
+	return errdefs.Validation([]errdefs.FieldError{{Field: "/resources/host_port", Code: CodeHostPortInUse,
+		Message: fmt.Sprintf("every host port the version allows (%d–%d) is held on node %s; decommission an instance there, or launch onto another allocation",
+			lo, hi, inst.NodeID)}})
+}
+
+// hostPortBounds reads the profile's host_port bounds (nil when none).
+func hostPortBounds(mv manifest.Version) *manifest.Bounds {
+	if p := mv.RuntimeProfile; p != nil && p.Resources != nil {
+		return p.Resources.HostPort
+	}
+	return nil
 }

@@ -157,6 +157,9 @@ type Queries interface {
 	CountLiveInstancesOfVersion(ctx context.Context, appSlug, version string) (int, error)
 	CountLiveInstancesUsingDigest(ctx context.Context, digest string) (int, error)
 	LiveInstancesOn(ctx context.Context, allocationID, nodeID string) ([]AppInstance, error)
+	// HostPortsHeld maps each host port held on a node by an instance not
+	// yet decommissioned to that instance's id.
+	HostPortsHeld(ctx context.Context, nodeID string) (map[int]string, error)
 
 	InsertInstanceOperation(ctx context.Context, o InstanceOperation) error
 	// UpdateInstanceOperation writes o only while the row is in progress at

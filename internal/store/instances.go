@@ -170,6 +170,33 @@ func (q *Queries) LiveInstancesOn(ctx context.Context, allocationID, nodeID stri
 	return collect(rows, scanAppInstance)
 }
 
+// HostPortsHeld maps the host ports held on a node by live instances to
+// the instance holding each.
+func (q *Queries) HostPortsHeld(ctx context.Context, nodeID string) (map[int]string, error) {
+	rows, err := q.query(ctx, `SELECT host_port, id FROM app_instances WHERE node_id = ? AND host_port > 0 AND `+liveInstance+` ORDER BY id`, nodeID)
+	if err != nil {
+		return nil, err
+	}
+	type held struct {
+		port int
+		id   string
+	}
+	list, err := collect(rows, func(s interface{ Scan(...any) error }) (held, error) {
+		var h held
+		return h, s.Scan(&h.port, &h.id)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]string, len(list))
+	for _, h := range list {
+		if _, ok := out[h.port]; !ok {
+			out[h.port] = h.id
+		}
+	}
+	return out, nil
+}
+
 const instanceOperationCols = `id, instance_id, org_id, project_id, kind, state, phase, from_version, target_version, description,
 	reason_code, task_id, correlation_id, actor, lease_owner, lease_expires_at, created_at, updated_at, completed_at`
 

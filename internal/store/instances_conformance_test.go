@@ -32,6 +32,7 @@ func TestInstancesConformance(t *testing.T) {
 			{"events", testInstanceEvents},
 			{"members", testInstanceMembers},
 			{"health", testInstanceHealth},
+			{"host_ports", testHostPortsHeld},
 			{"reported_events", testReportedInstanceEvents},
 			{"ui_open_codes", testUIOpenCodes},
 		} {
@@ -828,4 +829,25 @@ func testReportedInstanceEvents(t *testing.T, db *store.DB) {
 	if _, err := q.InsertReportedInstanceEvents(ctx, []instances.InstanceEvent{noKey}); err == nil {
 		t.Fatal("a reported event without a dedupe key was written")
 	}
+}
+
+// HostPortsHeld: the ports of a node's instances that are not yet
+// decommissioned, each with its holder.
+func testHostPortsHeld(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	s := store.Instances(db)
+	o, p := tenant(t, db, "ports")
+	node, elsewhere := newID(), newID()
+	mk := func(port int, nodeID string, status instances.InstanceStatus) instances.AppInstance {
+		i := newInstance(o, p, "p", "1", status)
+		i.HostPort, i.NodeID = port, nodeID
+		return mkInstance(t, s, i)
+	}
+	running, failed := mk(18000, node, instances.StatusRunning), mk(18001, node, instances.StatusFailed)
+	mk(18002, node, instances.StatusDecommissioned)
+	mk(18003, elsewhere, instances.StatusRunning)
+	mk(0, node, instances.StatusRunning)
+	held, err := s.Read().HostPortsHeld(ctx, node)
+	noErr(t, "held", err)
+	same(t, "ports held on the node", held, map[int]string{18000: running.ID, 18001: failed.ID})
 }
