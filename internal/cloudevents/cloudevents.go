@@ -206,6 +206,11 @@ func Decode(raw json.RawMessage, now time.Time, dataRequired bool, bad func(fiel
 	case len(w.Type) > MaxTypeLen || !Printable(w.Type):
 		bad("type", "invalid", "must be printable text of at most %d characters", MaxTypeLen)
 	}
+	for _, f := range []struct{ name, v string }{{"subject", w.Subject}, {"projectid", w.ProjectID}, {"correlationid", w.CorrelationID}} {
+		if len(f.v) > MaxIDLen || !Printable(f.v) {
+			bad(f.name, "invalid", "must be printable text of at most %d characters", MaxIDLen)
+		}
+	}
 	if w.DataContentType != "" && !strings.HasPrefix(w.DataContentType, "application/json") {
 		bad("datacontenttype", "unsupported", "must be application/json when set")
 	}

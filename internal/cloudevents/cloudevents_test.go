@@ -28,6 +28,7 @@ func TestDecode(t *testing.T) {
 		`{"specversion":"1.0","id":"e","source":"s","type":"t","datacontenttype":"text/x"}`: "datacontenttype:unsupported",
 		`{"specversion":"1.0","id":"e","source":"s","type":"t","data":[1]}`:                 "data:required",
 		`["not an object"]`: ":malformed_event",
+		`{"specversion":"1.0","id":"e","source":"s","type":"t","correlationid":"a\nb"}`: "correlationid:invalid",
 	} {
 		problems = nil
 		Decode([]byte(body), now, false, bad)
@@ -85,7 +86,7 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		if ev.ID == "" || len(ev.ID) > MaxIDLen || !Printable(ev.ID) || ev.Source == "" || len(ev.Source) > MaxSourceLen ||
-			!Printable(ev.Source) || ev.Type == "" || (required && len(ev.Data) == 0) {
+			!Printable(ev.Source) || ev.Type == "" || (required && len(ev.Data) == 0) || len(ev.CorrelationID) > MaxIDLen || !Printable(ev.Subject) {
 			t.Fatalf("accepted %q as %+v", raw, ev)
 		}
 	})

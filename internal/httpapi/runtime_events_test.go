@@ -12,6 +12,8 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/gpuaas/gpuaas/internal/clock"
+	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
@@ -48,6 +50,10 @@ func withRuntimeProfile(base func(version, imageRef string) map[string]any, chan
 	}
 }
 
+// steadyNodes keeps simulated nodes ready while a test moves the server's
+// clock by minutes: their beats come on the wall clock.
+func steadyNodes(c *config.Config) { c.NodeHeartbeatTTL = 10 * time.Minute }
+
 // runtimeEvent is one CloudEvent a workload posts about itself.
 func runtimeEvent(id, typ string, at time.Time, data map[string]any) map[string]any {
 	ev := map[string]any{"specversion": "1.0", "id": id, "source": "//echo/worker", "type": typ, "time": at.UTC().Format(time.RFC3339Nano)}
@@ -78,7 +84,7 @@ func testRuntimeEvents(t *testing.T, d store.Dialect) {
 	manifest := withRuntimeProfile(echoManifest("echo"), func(p map[string]any) {
 		p["health"] = map[string]any{"heartbeat_timeout_seconds": 30}
 	})
-	e := newInstanceEnv(t, d, "echo", map[string]v1.Image{"1.0.0": nil}, manifest, 2, servertest.WithClock(clk))
+	e := newInstanceEnv(t, d, "echo", map[string]v1.Image{"1.0.0": nil}, manifest, 2, servertest.WithClock(clk), steadyNodes)
 	e.node.serve(t, okResult)
 	create := func(name string) string {
 		cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": name}).Want(t, 202)
@@ -132,14 +138,19 @@ func testRuntimeEvents(t *testing.T, d store.Dialect) {
 	if r := postRuntime(identity, e, mine, failed).Want(t, 200); num(r, "recorded") != 0 || num(r, "duplicates") != 1 {
 		t.Fatalf("a repeated event: %s", r.Body)
 	}
-	count := func(typ string) int {
-		n := 0
-		for _, ev := range e.bot.Do("GET", e.path("/app-instances/"+mine+"/events?limit=200"), nil).Want(t, 200).Items() {
-			if ev["event_type"] == typ {
-				n++
+	count := func(typ string) int { // over the whole timeline, page by page
+		n, cursor := 0, ""
+		for {
+			page := e.bot.Do("GET", e.path("/app-instances/"+mine+"/events?limit=500&cursor="+cursor), nil).Want(t, 200)
+			for _, ev := range page.Items() {
+				if ev["event_type"] == typ {
+					n++
+				}
+			}
+			if cursor = page.String("next_cursor"); cursor == "" {
+				return n
 			}
 		}
-		return n
 	}
 	if count("member_added") != 1 || count("member_failed") != 1 || count("heartbeat") != 0 {
 		t.Fatalf("timeline: member_added %d, member_failed %d, heartbeat %d", count("member_added"), count("member_failed"), count("heartbeat"))
@@ -164,6 +175,22 @@ func testRuntimeEvents(t *testing.T, d store.Dialect) {
 	reported := busEvents("apps.instance.runtime_reported", 1, func(map[string]any) bool { return true })
 	if len(reported) != 1 || !strings.Contains(fmt.Sprint(reported[0]["data"]), "gpu_xid_error") {
 		t.Fatalf("runtime_reported events: %v", reported)
+	}
+
+	// A full batch of the largest events: every one recorded, announced in
+	// events small enough for the bus.
+	var big []map[string]any
+	for n := range instances.MaxRuntimeBatch {
+		ev := runtimeEvent(fmt.Sprintf("big-%d", n), "member_removed", now(), map[string]any{"member": strings.Repeat("w", 128),
+			"message": strings.Repeat("m", 1024), "reason": "scaled_down"})
+		ev["source"] = "//" + strings.Repeat("s", 1000)
+		big = append(big, ev)
+	}
+	if r := postRuntime(identity, e, mine, big...).Want(t, 200); num(r, "recorded") != instances.MaxRuntimeBatch {
+		t.Fatalf("a full batch recorded %d", num(r, "recorded"))
+	}
+	if n := len(busEvents("apps.instance.runtime_reported", 17, func(map[string]any) bool { return true })); n != 17 { // 1 + ⌈1000/64⌉
+		t.Fatalf("%d runtime_reported events, want 17", n)
 	}
 
 	// Refused whole, with the field to fix.
@@ -256,7 +283,7 @@ func testStartCompletedReadiness(t *testing.T, d store.Dialect) {
 	manifest := withRuntimeProfile(echoManifest("ctl"), func(p map[string]any) {
 		p["readiness"] = map[string]any{"type": "start_completed", "period_seconds": 5, "failure_threshold": 6}
 	})
-	e := newInstanceEnv(t, d, "ctl", map[string]v1.Image{"1.0.0": nil}, manifest, 2, servertest.WithClock(clk))
+	e := newInstanceEnv(t, d, "ctl", map[string]v1.Image{"1.0.0": nil}, manifest, 2, servertest.WithClock(clk), steadyNodes)
 	e.node.serve(t, okResult)
 	launch := func(name string) (string, string) {
 		cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "ctl", "version": "1.0.0", "display_name": name}).Want(t, 202)

@@ -52,6 +52,10 @@ const (
 	runtimeMaxSkew = 5 * time.Minute
 	maxMemberLen   = 128
 	maxMessageLen  = 1024
+	// maxReportedPerEvent bounds the events one runtime_reported event
+	// lists: each is at most ~2.5 KB (its fields are bounded at parse), so
+	// an event stays well inside storage.MaxEventDataBytes.
+	maxReportedPerEvent = 64
 	// heartbeatSweepLimit bounds the overdue instances one sweep degrades.
 	heartbeatSweepLimit = 200
 	// HeartbeatSweepInterval is how often overdue heartbeats are looked for.
@@ -320,10 +324,10 @@ func (s *Service) ReportRuntimeEvents(ctx context.Context, g *iam.Grants, projec
 		if err := tx.UpdateAppInstanceHealth(ctx, cur.ID, h); err != nil {
 			return err
 		}
-		if len(recorded) > 0 {
-			d := s.eventData(ctx, cur, InstanceOperation{})
+		d := s.eventData(ctx, cur, InstanceOperation{})
+		for chunk := range slices.Chunk(recorded, maxReportedPerEvent) {
 			if err := tx.Emit(storage.Event{Type: EventRuntimeReported, Subject: "app-instances/" + cur.ID, OrgID: cur.OrgID, ProjectID: cur.ProjectID},
-				runtimeReported{EventData: d, Events: recorded}); err != nil {
+				runtimeReported{EventData: d, Events: chunk}); err != nil {
 				return err
 			}
 		}
