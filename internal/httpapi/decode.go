@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/gpuaas/gpuaas/internal/cloudevents"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 )
 
@@ -179,4 +180,31 @@ func checkTextLimits(body []byte) error {
 			stack[len(stack)-1].wantKey = true
 		}
 	}
+}
+
+// readCloudEvents reads a structured-mode CloudEvents body: one event
+// (application/cloudevents+json) or a batch
+// (application/cloudevents-batch+json); plain application/json is read as
+// either, by its first character.
+func readCloudEvents(r *http.Request) (body []byte, batch bool, err error) {
+	mt := cloudevents.MediaTypeEvent
+	if ct := r.Header.Get("Content-Type"); ct != "" {
+		if mt, _, err = mime.ParseMediaType(ct); err != nil {
+			mt = ""
+		}
+	}
+	if body, err = io.ReadAll(r.Body); err != nil {
+		return nil, false, decodeError(err)
+	}
+	switch mt {
+	case cloudevents.MediaTypeBatch:
+		batch = true
+	case cloudevents.MediaTypeEvent:
+	case "application/json":
+		batch = strings.HasPrefix(strings.TrimSpace(string(body)), "[")
+	default:
+		return nil, false, errdefs.Invalid("unsupported_media_type", "send events as %s (one event) or %s (an array of events)",
+			cloudevents.MediaTypeEvent, cloudevents.MediaTypeBatch)
+	}
+	return body, batch, nil
 }
