@@ -611,10 +611,25 @@ func TestInstanceNodeLoss(t *testing.T) {
 	if got.String("reason_code") != "node_lost" || time.Since(lostAt) > 10*time.Second {
 		t.Fatalf("node loss: %s after %s", got.Body, time.Since(lostAt))
 	}
+	memberStatus := func() string { // the current workload's member
+		var st []string
+		for _, m := range e.bot.Do("GET", e.path("/app-instances/"+id+"/members"), nil).Want(t, 200).Items() {
+			if m["workload_name"] == workload {
+				st = append(st, m["status"].(string))
+			}
+		}
+		return strings.Join(st, ",")
+	}
+	if got := memberStatus(); got != "failed" {
+		t.Fatalf("the member on the lost node is %q, want failed", got)
+	}
 	e.node.resume([]nodeapi.Workload{{InstanceID: id, ContainerID: "c1", Name: "/" + workload, State: "running"}})
 	got = waitStatus(t, e, id, "running")
 	if got.String("reason_code") != "" {
 		t.Fatalf("reconciled: %s", got.Body)
+	}
+	if got := memberStatus(); got != "running" {
+		t.Fatalf("the member that outlived the node's silence is %q, want running", got)
 	}
 
 	// Again, and this time nothing survived: a redeploy.

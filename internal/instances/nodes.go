@@ -61,6 +61,11 @@ func (s *Service) failNode(ctx context.Context, tx Tx, nodeID string) error {
 		if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
 			return err
 		}
+		// Its members on the node are failed with it; a recovery redeploys
+		// them, or finds them running again.
+		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, workloadName(inst.ID, inst.DeploySeq), MemberFailed, nil, now); err != nil {
+			return err
+		}
 		op := InstanceOperation{ID: inst.CurrentOperationID}
 		if err := s.record(ctx, tx, inst, op, EventFailed, &extra{reasonCode: ReasonNodeLost, reason: inst.ReasonMessage}); err != nil {
 			return err
@@ -175,6 +180,9 @@ func (s *Service) reconcileRunning(ctx context.Context, tx Tx, inst AppInstance,
 	prev := inst.Status
 	inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusRunning, "", "", s.Now().UTC()
 	if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+		return err
+	}
+	if err := tx.SetInstanceMembersStatus(ctx, inst.ID, workloadName(inst.ID, inst.DeploySeq), MemberRunning, nil, inst.UpdatedAt); err != nil {
 		return err
 	}
 	reason := fmt.Sprintf("node %s is back and reports the workload still running", nodeID)
