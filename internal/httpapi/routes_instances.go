@@ -17,7 +17,8 @@ func (a *API) instanceRoutes() []route {
 		{method: "GET", path: instance + "/events", handler: a.listInstanceEvents},
 		{method: "GET", path: instance + "/members", handler: a.listInstanceMembers},
 		{method: "GET", path: instance + "/logs", handler: a.instanceLogs},
-		{method: "POST", path: instance + "/runtime-events", handler: a.postRuntimeEvents, maxBody: runtimeEventsMaxBody},
+		// The CloudEvents (source, id) of each event is its idempotency key.
+		{method: "POST", path: instance + "/runtime-events", handler: a.postRuntimeEvents, maxBody: runtimeEventsMaxBody, noIdempotency: true},
 		{method: "POST", path: instance + "/ui-open", handler: a.openInstanceUI},
 		{method: "GET", path: "/api/v1/projects/{project_id}/operations/{operation_id}", handler: a.getOperation},
 	}
