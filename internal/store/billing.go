@@ -65,40 +65,52 @@ func (q *Queries) InsertUsageRecords(ctx context.Context, recs []billing.UsageRe
 	stored := make(map[string]bool, len(recs))
 	for start := 0; start < len(recs); start += usageInsertChunk {
 		chunk := recs[start:min(start+usageInsertChunk, len(recs))]
-		res, err := q.exec(ctx, usageInsert(chunk, true), usageChunkArgs(chunk)...)
-		if err != nil {
-			return nil, err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return nil, err
-		}
-		if int(n) == len(chunk) { // the common case: nothing was a duplicate
-			for _, u := range chunk {
-				stored[u.ID] = true
-			}
-			continue
-		}
-		args := make([]any, len(chunk))
+		ids := make([]string, len(chunk))
 		for i, u := range chunk {
-			args[i] = u.ID
+			ids[i] = u.ID
 		}
-		rows, err := q.query(ctx, `SELECT id FROM usage_records WHERE id IN (`+placeholders(len(chunk))+`)`, args...)
-		if err != nil {
+		if err := q.insertSkippingConflicts(ctx, usageInsert(chunk, true), usageChunkArgs(chunk), "usage_records", ids, stored); err != nil {
 			return nil, err
-		}
-		ids, err := collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
-			var id string
-			return id, s.Scan(&id)
-		})
-		if err != nil {
-			return nil, err
-		}
-		for _, id := range ids {
-			stored[id] = true
 		}
 	}
 	return stored, nil
+}
+
+// insertSkippingConflicts runs one multi-row INSERT … ON CONFLICT DO
+// NOTHING of the rows whose ids are ids into table, and marks in stored the
+// ids it wrote: every one when the row count says nothing conflicted (the
+// common case), else those the table holds afterwards.
+func (q *Queries) insertSkippingConflicts(ctx context.Context, insert string, args []any, table string, ids []string, stored map[string]bool) error {
+	res, err := q.exec(ctx, insert, args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return mapErr(err)
+	}
+	if int(n) == len(ids) {
+		for _, id := range ids {
+			stored[id] = true
+		}
+		return nil
+	}
+	anyIDs := make([]any, len(ids))
+	for i, id := range ids {
+		anyIDs[i] = id
+	}
+	rows, err := q.query(ctx, `SELECT id FROM `+table+` WHERE id IN (`+placeholders(len(ids))+`)`, anyIDs...)
+	if err != nil {
+		return err
+	}
+	written, err := collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
+		var id string
+		return id, s.Scan(&id)
+	})
+	for _, id := range written {
+		stored[id] = true
+	}
+	return err
 }
 
 // usageInsert is one multi-row INSERT of chunk; dedupe skips rows whose

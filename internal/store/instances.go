@@ -294,7 +294,7 @@ func (q *Queries) InsertReportedInstanceEvents(ctx context.Context, events []ins
 		var sql strings.Builder
 		sql.WriteString(`INSERT INTO app_instance_events (` + instanceEventCols + `) VALUES `)
 		args := make([]any, 0, 10*len(chunk))
-		ids := make([]any, len(chunk))
+		ids := make([]string, len(chunk))
 		for i, e := range chunk {
 			if e.DedupeKey == "" {
 				return nil, fmt.Errorf("store: a reported instance event needs a dedupe key")
@@ -307,33 +307,8 @@ func (q *Queries) InsertReportedInstanceEvents(ctx context.Context, events []ins
 				jsonText(e.Payload), ts(e.OccurredAt), e.DedupeKey)
 			ids[i] = e.ID
 		}
-		res, err := q.exec(ctx, sql.String()+` ON CONFLICT DO NOTHING`, args...)
-		if err != nil {
+		if err := q.insertSkippingConflicts(ctx, sql.String()+` ON CONFLICT DO NOTHING`, args, "app_instance_events", ids, stored); err != nil {
 			return nil, err
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return nil, mapErr(err)
-		}
-		if int(n) == len(chunk) { // the common case: no repeat
-			for _, e := range chunk {
-				stored[e.ID] = true
-			}
-			continue
-		}
-		rows, err := q.query(ctx, `SELECT id FROM app_instance_events WHERE id IN (`+placeholders(len(chunk))+`)`, ids...)
-		if err != nil {
-			return nil, err
-		}
-		written, err := collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
-			var id string
-			return id, s.Scan(&id)
-		})
-		if err != nil {
-			return nil, err
-		}
-		for _, id := range written {
-			stored[id] = true
 		}
 	}
 	return stored, nil
