@@ -50,26 +50,10 @@ const MaxQuantity = 1_000_000_000
 // pointer to the event and field, and nothing is accepted unless all are
 // valid: a batch is recorded whole or not at all.
 func ParseUsageEvents(body []byte, batch bool, now time.Time) ([]UsageEvent, error) {
-	raws, err := cloudevents.Split(body, batch)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]UsageEvent, 0, len(raws))
-	problems := cloudevents.NewProblems(batch)
-	for i, raw := range raws {
-		before := problems.Len()
-		ev := parseOne(raw, now, problems.At(i))
-		if problems.Full() {
-			break
-		}
-		if problems.Len() == before {
-			out = append(out, ev)
-		}
-	}
-	if err := problems.Err("invalid_usage_event"); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return cloudevents.ParseBatch(body, batch, 0, "", "invalid_usage_event",
+		func(raw json.RawMessage, bad func(field, code, msg string, args ...any)) UsageEvent {
+			return parseOne(raw, now, bad)
+		})
 }
 
 func parseOne(raw json.RawMessage, now time.Time, bad func(field, code, msg string, args ...any)) UsageEvent {

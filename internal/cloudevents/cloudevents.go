@@ -132,6 +132,39 @@ func Split(body []byte, batch bool) ([]json.RawMessage, error) {
 	return raws, nil
 }
 
+// ParseBatch reads a structured-mode body (one event, or an array when
+// batch) and turns each event's raw JSON into a T with parse, which reports
+// every problem through bad. At most max events are taken (0: no bound;
+// what names them in the refusal). Nothing is returned unless every event
+// is valid: a batch is accepted whole or refused whole, with every problem
+// (up to a screenful) addressed by a JSON pointer, under code.
+func ParseBatch[T any](body []byte, batch bool, max int, what, code string,
+	parse func(raw json.RawMessage, bad func(field, code, msg string, args ...any)) T) ([]T, error) {
+	raws, err := Split(body, batch)
+	if err != nil {
+		return nil, err
+	}
+	if max > 0 && len(raws) > max {
+		return nil, errdefs.Invalid("batch_too_large", "a batch may hold at most %d %s; this one holds %d — split it", max, what, len(raws))
+	}
+	problems := NewProblems(batch)
+	out := make([]T, 0, len(raws))
+	for i, raw := range raws {
+		before := problems.Len()
+		v := parse(raw, problems.At(i))
+		if problems.Full() {
+			break
+		}
+		if problems.Len() == before {
+			out = append(out, v)
+		}
+	}
+	if err := problems.Err(code); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // Problems collects field errors across a batch, addressed by the event's
 // index when the body was a batch.
 type Problems struct {

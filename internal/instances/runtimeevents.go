@@ -94,30 +94,10 @@ type wireRuntimeData struct {
 // event, or an array when batch. Nothing is accepted unless every event is
 // valid; each problem is addressed by a JSON pointer.
 func ParseRuntimeEvents(body []byte, batch bool, now time.Time) ([]RuntimeEvent, error) {
-	raws, err := cloudevents.Split(body, batch)
-	if err != nil {
-		return nil, err
-	}
-	if len(raws) > MaxRuntimeBatch {
-		return nil, errdefs.Invalid("batch_too_large", "a batch may hold at most %d runtime events; this one holds %d — split it",
-			MaxRuntimeBatch, len(raws))
-	}
-	problems := cloudevents.NewProblems(batch)
-	out := make([]RuntimeEvent, 0, len(raws))
-	for i, raw := range raws {
-		before := problems.Len()
-		ev := parseRuntimeEvent(raw, now, problems.At(i))
-		if problems.Full() {
-			break
-		}
-		if problems.Len() == before {
-			out = append(out, ev)
-		}
-	}
-	if err := problems.Err("invalid_runtime_event"); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return cloudevents.ParseBatch(body, batch, MaxRuntimeBatch, "runtime events", "invalid_runtime_event",
+		func(raw json.RawMessage, bad func(field, code, msg string, args ...any)) RuntimeEvent {
+			return parseRuntimeEvent(raw, now, bad)
+		})
 }
 
 func parseRuntimeEvent(raw json.RawMessage, now time.Time, bad func(field, code, msg string, args ...any)) RuntimeEvent {
