@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"math/big"
 	"net/http"
@@ -355,17 +354,23 @@ func (c *Client) ReportUsage(ctx context.Context, projectID, instanceID string, 
 		}
 		batch[i] = ev
 	}
+	var out UsageResult
+	return out, c.postCloudEvents(ctx, instancePath(projectID, instanceID)+"/usage", batch, &out, 64<<20)
+}
+
+// postCloudEvents posts batch as one CloudEvents batch
+// (application/cloudevents-batch+json) to path and decodes the answer, at
+// most limit bytes, into out.
+func (c *Client) postCloudEvents(ctx context.Context, path string, batch any, out any, limit int64) error {
 	body, err := json.Marshal(batch)
 	if err != nil {
-		return UsageResult{}, err
+		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, "POST", fmt.Sprintf("%s/api/v1/projects/%s/app-instances/%s/usage", c.BaseURL,
-		url.PathEscape(projectID), url.PathEscape(instanceID)), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.BaseURL+path, bytes.NewReader(body))
 	if err != nil {
-		return UsageResult{}, err
+		return err
 	}
 	c.authorize(req)
 	req.Header.Set("Content-Type", "application/cloudevents-batch+json")
-	var out UsageResult
-	return out, c.send(req, &out, 64<<20)
+	return c.send(req, out, limit)
 }

@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -194,18 +193,8 @@ func (c *Client) ReportRuntimeEvents(ctx context.Context, projectID, instanceID 
 		}
 		batch[i] = ev
 	}
-	body, err := json.Marshal(batch)
-	if err != nil {
-		return RuntimeEventReport{}, err
-	}
-	req, err := http.NewRequestWithContext(ctx, "POST", c.BaseURL+instancePath(projectID, instanceID)+"/runtime-events", bytes.NewReader(body))
-	if err != nil {
-		return RuntimeEventReport{}, err
-	}
-	c.authorize(req)
-	req.Header.Set("Content-Type", "application/cloudevents-batch+json")
 	var out RuntimeEventReport
-	return out, c.send(req, &out, 16<<20)
+	return out, c.postCloudEvents(ctx, instancePath(projectID, instanceID)+"/runtime-events", batch, &out, 16<<20)
 }
 
 // AppInstanceList is one page of instances.
