@@ -19,25 +19,25 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
 
-// str reads a string at a dotted path of a JSON answer.
-func str(r *servertest.Response, path string) string {
+// jsonAt reads the value at a dotted path of a JSON answer (nil when absent).
+func jsonAt(r *servertest.Response, path string) any {
 	var v any = r.JSON
 	for _, k := range strings.Split(path, ".") {
 		m, _ := v.(map[string]any)
 		v = m[k]
 	}
-	s, _ := v.(string)
+	return v
+}
+
+// str reads a string at a dotted path of a JSON answer.
+func str(r *servertest.Response, path string) string {
+	s, _ := jsonAt(r, path).(string)
 	return s
 }
 
 // num reads a number at a dotted path of a JSON answer.
 func num(r *servertest.Response, path string) int {
-	var v any = r.JSON
-	for _, k := range strings.Split(path, ".") {
-		m, _ := v.(map[string]any)
-		v = m[k]
-	}
-	f, _ := v.(float64)
+	f, _ := jsonAt(r, path).(float64)
 	return int(f)
 }
 
