@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/servertest"
-	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -51,10 +50,9 @@ func TestRelayParksWhatTheBusRefuses(t *testing.T) {
 		if err := emit("tenant-a", usage(10000)); err == nil || !strings.Contains(err.Error(), "over the") {
 			t.Fatalf("Emit took a 10,000-record event: %v", err)
 		}
-		limit := storage.MaxEventDataBytes
-		storage.MaxEventDataBytes = 8 << 20
+		s.DB.SetMaxEventDataBytes(8 << 20) // this test server's DB only
 		err := emit("tenant-a", usage(10000))
-		storage.MaxEventDataBytes = limit
+		s.DB.SetMaxEventDataBytes(0)
 		if err != nil {
 			t.Fatal(err)
 		}

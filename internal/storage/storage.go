@@ -122,6 +122,5 @@ type Event struct {
 }
 
 // MaxEventDataBytes bounds one event's data, far below NATS's default
-// 1 MiB payload limit so the envelope around it fits too. A variable only
-// so a test can write the oversized row an older binary might have left.
-var MaxEventDataBytes = 256 << 10
+// 1 MiB payload limit so the envelope around it fits too.
+const MaxEventDataBytes = 256 << 10

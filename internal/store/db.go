@@ -44,6 +44,22 @@ type DB struct {
 	// now stamps what the store fills in itself: audit and event times,
 	// idempotency commits, applied migrations (SetClock; the wall clock).
 	now func() time.Time
+	// maxEventData overrides storage.MaxEventDataBytes for this DB's
+	// emits when set (SetMaxEventDataBytes).
+	maxEventData atomic.Int64
+}
+
+// SetMaxEventDataBytes changes the bound on one event's data for this DB
+// (0: storage.MaxEventDataBytes). A test uses it to write the oversized
+// outbox row an older binary might have left; the bound of every other DB
+// stays as it is.
+func (db *DB) SetMaxEventDataBytes(n int) { db.maxEventData.Store(int64(n)) }
+
+func (db *DB) eventDataLimit() int {
+	if n := db.maxEventData.Load(); n > 0 {
+		return int(n)
+	}
+	return storage.MaxEventDataBytes
 }
 
 // SetClock makes the store stamp its own times (audit rows, outbox

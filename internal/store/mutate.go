@@ -18,6 +18,8 @@ import (
 type Tx struct {
 	*Queries
 	now    func() time.Time // the store's clock (DB.SetClock)
+	// maxData bounds one emitted event's data (DB.SetMaxEventDataBytes).
+	maxData int
 	audits []AuditEvent
 	events []Event
 	after  []func()
@@ -68,7 +70,7 @@ func (db *DB) Mutate(ctx context.Context, fn func(tx *Tx) error) error {
 	var after []func()
 	emitted := false
 	err := db.InTx(ctx, func(q *Queries) error {
-		tx := &Tx{Queries: q, now: db.now}
+		tx := &Tx{Queries: q, now: db.now, maxData: db.eventDataLimit()}
 		defer func() { after, emitted = tx.after, len(tx.events) > 0 }()
 		if err := fn(tx); err != nil {
 			return err
@@ -145,7 +147,7 @@ func (t *Tx) flush(ctx context.Context, outcome string) error {
 // nothing — a denied privileged action or a refused credential exchange.
 func (db *DB) RecordOutcome(ctx context.Context, e AuditEvent, outcome string) error {
 	return db.InTx(ctx, func(q *Queries) error {
-		tx := &Tx{Queries: q, now: db.now, audits: []AuditEvent{e}}
+		tx := &Tx{Queries: q, now: db.now, maxData: db.eventDataLimit(), audits: []AuditEvent{e}}
 		return tx.flush(ctx, outcome)
 	})
 }

@@ -39,10 +39,10 @@ func (t *Tx) Emit(e Event, data any) error {
 		}
 		e.Data = b
 	}
-	if len(e.Data) > storage.MaxEventDataBytes {
+	if len(e.Data) > t.maxData {
 		// A bug of the emitter, refused here so it can never reach the
 		// relay: the bus takes messages of 1 MiB at most.
-		return fmt.Errorf("store: event %s data is %d bytes, over the %d-byte limit: emit smaller events", e.Type, len(e.Data), storage.MaxEventDataBytes)
+		return fmt.Errorf("store: event %s data is %d bytes, over the %d-byte limit: emit smaller events", e.Type, len(e.Data), t.maxData)
 	}
 	t.events = append(t.events, e)
 	return nil
