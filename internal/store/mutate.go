@@ -17,12 +17,12 @@ import (
 // audit record the mutation must leave and the outbox events it emits.
 type Tx struct {
 	*Queries
-	now    func() time.Time // the store's clock (DB.SetClock)
+	now func() time.Time // the store's clock (DB.SetClock)
 	// maxData bounds one emitted event's data (DB.SetMaxEventDataBytes).
 	maxData int
-	audits []AuditEvent
-	events []Event
-	after  []func()
+	audits  []AuditEvent
+	events  []Event
+	after   []func()
 }
 
 // AfterCommit runs fn once the transaction has committed, never on
