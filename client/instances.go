@@ -65,6 +65,8 @@ type Operation struct {
 	CreatedAt     string `json:"created_at"`
 	UpdatedAt     string `json:"updated_at"`
 	CompletedAt   string `json:"completed_at,omitempty"`
+	// MemberIDs are the members a member operation acts on.
+	MemberIDs []string `json:"member_ids,omitempty"`
 }
 
 // AppInstance is an app instance as the server decided it.
@@ -344,17 +346,67 @@ func (c *Client) GetOperation(ctx context.Context, projectID, id string) (Operat
 
 // AppInstanceMember is one workload an instance runs (or ran) on its node.
 type AppInstanceMember struct {
-	ID           string   `json:"id"`
-	AllocationID string   `json:"allocation_id"`
-	NodeID       string   `json:"node_id"`
-	Role         string   `json:"role"`
-	Status       string   `json:"status"` // deploying | running | failed | removed
-	Version      string   `json:"version"`
-	Digest       string   `json:"digest"`
-	WorkloadName string   `json:"workload_name"`
-	ContainerIDs []string `json:"container_ids"`
-	CreatedAt    string   `json:"created_at"`
-	UpdatedAt    string   `json:"updated_at"`
+	ID   string `json:"id"`
+	Name string `json:"name,omitempty"` // an added member's name (worker-1)
+	// Added: a member added by AddAppInstanceMembers; false: a workload of
+	// the instance's own deployment.
+	Added         bool     `json:"added"`
+	AllocationID  string   `json:"allocation_id"`
+	NodeID        string   `json:"node_id"`
+	Role          string   `json:"role"`
+	Status        string   `json:"status"` // deploying | running | failed | removed
+	ReasonCode    string   `json:"reason_code,omitempty"`
+	ReasonMessage string   `json:"reason_message,omitempty"`
+	Version       string   `json:"version"`
+	Digest        string   `json:"digest"`
+	WorkloadName  string   `json:"workload_name"`
+	ContainerIDs  []string `json:"container_ids"`
+	GPUUUIDs      []string `json:"gpu_uuids,omitempty"`
+	CreatedAt     string   `json:"created_at"`
+	UpdatedAt     string   `json:"updated_at"`
+}
+
+// AddMembersRequest adds Count members of Role on an allocation of the
+// project (empty: the instance's own).
+type AddMembersRequest struct {
+	Role         string `json:"role"`
+	AllocationID string `json:"allocation_id,omitempty"`
+	Count        int    `json:"count,omitempty"`
+}
+
+// MemberOperation is the answer to a member request: the operation that
+// acts and the members it acts on.
+type MemberOperation struct {
+	AppInstanceID string              `json:"app_instance_id"`
+	OperationID   string              `json:"operation_id"`
+	Operation     Operation           `json:"operation"`
+	Members       []AppInstanceMember `json:"members"`
+}
+
+// AddAppInstanceMembers adds members (workers, heads, nodes) to a running
+// instance whose version declares them; follow the operation.
+//
+// Operation: addAppInstanceMembers
+func (c *Client) AddAppInstanceMembers(ctx context.Context, projectID, id string, in AddMembersRequest, opts ...RequestOption) (MemberOperation, error) {
+	var out MemberOperation
+	return out, c.Do(ctx, http.MethodPost, instancePath(projectID, id)+"/members", nil, in, &out, opts...)
+}
+
+// RemoveAppInstanceMember removes an added member; its removal is verified
+// on its node.
+//
+// Operation: removeAppInstanceMember
+func (c *Client) RemoveAppInstanceMember(ctx context.Context, projectID, id, memberID string, opts ...RequestOption) (MemberOperation, error) {
+	var out MemberOperation
+	return out, c.Do(ctx, http.MethodPost, instancePath(projectID, id)+"/members/"+url.PathEscape(memberID)+"/remove", nil, nil, &out, opts...)
+}
+
+// RecoverAppInstanceMember redeploys a failed member where it was.
+//
+// Operation: recoverAppInstanceMember
+func (c *Client) RecoverAppInstanceMember(ctx context.Context, projectID, id, memberID string, opts ...RequestOption) (MemberOperation, error) {
+	var out MemberOperation
+	return out, c.Do(ctx, http.MethodPost, instancePath(projectID, id)+"/members/"+url.PathEscape(memberID)+"/recover", nil, nil, &out, opts...)
 }
 
 // ListAppInstanceMembers lists the workloads an instance runs (or ran).

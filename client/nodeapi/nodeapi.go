@@ -248,6 +248,10 @@ type ComposeDown struct {
 // remains: containers, networks, volumes, scratch paths.
 type TeardownVerify struct {
 	InstanceID string `json:"instance_id"`
+	// Names, when set, narrows the proof to these workloads (containers
+	// by name) of the instance: a removed member's, while the rest of the
+	// instance runs on.
+	Names []string `json:"names,omitempty"`
 }
 
 // Task result states.
@@ -335,4 +339,6 @@ const (
 	LabelOrg      = "gpuaas.org_id"
 	LabelApp      = "gpuaas.app_slug"
 	LabelVersion  = "gpuaas.app_version"
+	// LabelMember marks the containers of a member added to an instance.
+	LabelMember = "gpuaas.member_id"
 )

@@ -139,7 +139,7 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if v.InstanceID == "" {
 			v.InstanceID = t.InstanceID
 		}
-		rem, err := a.drv.Verify(ctx, v.InstanceID)
+		rem, err := a.drv.Verify(ctx, v.InstanceID, v.Names)
 		if err != nil {
 			return nil, err
 		}

@@ -23,12 +23,15 @@ type operationView struct {
 	CreatedAt     string `json:"created_at"`
 	UpdatedAt     string `json:"updated_at"`
 	CompletedAt   string `json:"completed_at,omitempty"`
+	// MemberIDs are the members a member operation acts on.
+	MemberIDs []string `json:"member_ids,omitempty"`
 }
 
 func viewOperation(o instances.InstanceOperation) operationView {
 	return operationView{ID: o.ID, AppInstanceID: o.InstanceID, ProjectID: o.ProjectID, Kind: string(o.Kind), State: string(o.State),
 		Description: o.Description, ReasonCode: o.ReasonCode, FromVersion: o.FromVersion, TargetVersion: o.TargetVersion,
-		CorrelationID: o.CorrelationID, CreatedAt: rfc3339(o.CreatedAt), UpdatedAt: rfc3339(o.UpdatedAt), CompletedAt: rfc3339(o.CompletedAt)}
+		CorrelationID: o.CorrelationID, CreatedAt: rfc3339(o.CreatedAt), UpdatedAt: rfc3339(o.UpdatedAt), CompletedAt: rfc3339(o.CompletedAt),
+		MemberIDs: o.MemberIDs}
 }
 
 type instanceVersionView struct {
@@ -267,17 +270,33 @@ func (a *API) listInstanceEvents(w http.ResponseWriter, r *http.Request) error {
 }
 
 type instanceMemberView struct {
-	ID           string   `json:"id"`
-	AllocationID string   `json:"allocation_id"`
-	NodeID       string   `json:"node_id"`
-	Role         string   `json:"role"`
-	Status       string   `json:"status"`
-	Version      string   `json:"version"`
-	Digest       string   `json:"digest"`
-	WorkloadName string   `json:"workload_name"`
-	ContainerIDs []string `json:"container_ids"`
-	CreatedAt    string   `json:"created_at"`
-	UpdatedAt    string   `json:"updated_at"`
+	ID            string   `json:"id"`
+	Name          string   `json:"name,omitempty"`
+	Added         bool     `json:"added"`
+	AllocationID  string   `json:"allocation_id"`
+	NodeID        string   `json:"node_id"`
+	Role          string   `json:"role"`
+	Status        string   `json:"status"`
+	ReasonCode    string   `json:"reason_code,omitempty"`
+	ReasonMessage string   `json:"reason_message,omitempty"`
+	Version       string   `json:"version"`
+	Digest        string   `json:"digest"`
+	WorkloadName  string   `json:"workload_name"`
+	ContainerIDs  []string `json:"container_ids"`
+	GPUUUIDs      []string `json:"gpu_uuids,omitempty"`
+	CreatedAt     string   `json:"created_at"`
+	UpdatedAt     string   `json:"updated_at"`
+}
+
+func viewMember(m instances.InstanceMember) instanceMemberView {
+	ids := []string{}
+	_ = json.Unmarshal(m.ContainerIDs, &ids)
+	if ids == nil {
+		ids = []string{}
+	}
+	return instanceMemberView{ID: m.ID, Name: m.Name, Added: m.Added, AllocationID: m.AllocationID, NodeID: m.NodeID, Role: m.Role,
+		Status: string(m.Status), ReasonCode: m.ReasonCode, ReasonMessage: m.ReasonMessage, Version: m.Version, Digest: m.Digest,
+		WorkloadName: m.WorkloadName, ContainerIDs: ids, GPUUUIDs: m.GPUUUIDs, CreatedAt: rfc3339(m.CreatedAt), UpdatedAt: rfc3339(m.UpdatedAt)}
 }
 
 func (a *API) listInstanceMembers(w http.ResponseWriter, r *http.Request) error {
@@ -293,17 +312,62 @@ func (a *API) listInstanceMembers(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, mapList(ms, next, func(m instances.InstanceMember) instanceMemberView {
-		ids := []string{}
-		_ = json.Unmarshal(m.ContainerIDs, &ids)
-		if ids == nil {
-			ids = []string{}
-		}
-		return instanceMemberView{ID: m.ID, AllocationID: m.AllocationID, NodeID: m.NodeID, Role: m.Role, Status: string(m.Status),
-			Version: m.Version, Digest: m.Digest, WorkloadName: m.WorkloadName, ContainerIDs: ids,
-			CreatedAt: rfc3339(m.CreatedAt), UpdatedAt: rfc3339(m.UpdatedAt)}
-	}))
+	writeJSON(w, http.StatusOK, mapList(ms, next, viewMember))
 	return nil
+}
+
+// memberOperationView answers a member request: the operation that acts,
+// and the members it acts on as they are now.
+type memberOperationView struct {
+	AppInstanceID string               `json:"app_instance_id"`
+	OperationID   string               `json:"operation_id"`
+	Operation     operationView        `json:"operation"`
+	Members       []instanceMemberView `json:"members"`
+}
+
+func acceptedMembers(w http.ResponseWriter, inst instances.AppInstance, op instances.InstanceOperation, ms []instances.InstanceMember) {
+	v := memberOperationView{AppInstanceID: inst.ID, OperationID: op.ID, Operation: viewOperation(op), Members: []instanceMemberView{}}
+	for _, m := range ms {
+		v.Members = append(v.Members, viewMember(m))
+	}
+	w.Header().Set("Location", "/api/v1/projects/"+inst.ProjectID+"/operations/"+op.ID)
+	writeJSON(w, http.StatusAccepted, v)
+}
+
+func (a *API) addInstanceMembers(w http.ResponseWriter, r *http.Request) error {
+	var in instances.MembersInput
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	svc, err := a.instancesService()
+	if err != nil {
+		return err
+	}
+	inst, op, ms, err := svc.AddMembers(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("app_instance_id"), in)
+	if err != nil {
+		return err
+	}
+	acceptedMembers(w, inst, op, ms)
+	return nil
+}
+
+func (a *API) instanceMemberAction(recover bool) func(http.ResponseWriter, *http.Request) error {
+	return func(w http.ResponseWriter, r *http.Request) error {
+		svc, err := a.instancesService()
+		if err != nil {
+			return err
+		}
+		act := svc.RemoveMember
+		if recover {
+			act = svc.RecoverMember
+		}
+		inst, op, m, err := act(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("app_instance_id"), r.PathValue("member_id"))
+		if err != nil {
+			return err
+		}
+		acceptedMembers(w, inst, op, []instances.InstanceMember{m})
+		return nil
+	}
 }
 
 type instanceLogsView struct {

@@ -16,6 +16,9 @@ func (a *API) instanceRoutes() []route {
 		{method: "POST", path: instance + "/decommission", handler: a.decommissionInstance},
 		{method: "GET", path: instance + "/events", handler: a.listInstanceEvents},
 		{method: "GET", path: instance + "/members", handler: a.listInstanceMembers},
+		{method: "POST", path: instance + "/members", handler: a.addInstanceMembers},
+		{method: "POST", path: instance + "/members/{member_id}/remove", handler: a.instanceMemberAction(false)},
+		{method: "POST", path: instance + "/members/{member_id}/recover", handler: a.instanceMemberAction(true)},
 		{method: "GET", path: instance + "/logs", handler: a.instanceLogs},
 		// The CloudEvents (source, id) of each event is its idempotency key.
 		{method: "POST", path: instance + "/runtime-events", handler: a.postRuntimeEvents, maxBody: runtimeEventsMaxBody, noIdempotency: true},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,10 +20,19 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
 
-// jsonAt reads the value at a dotted path of a JSON answer (nil when absent).
+// jsonAt reads the value at a dotted path of a JSON answer (nil when
+// absent); a number indexes a list.
 func jsonAt(r *servertest.Response, path string) any {
 	var v any = r.JSON
 	for _, k := range strings.Split(path, ".") {
+		if list, ok := v.([]any); ok {
+			i, err := strconv.Atoi(k)
+			if err != nil || i < 0 || i >= len(list) {
+				return nil
+			}
+			v = list[i]
+			continue
+		}
 		m, _ := v.(map[string]any)
 		v = m[k]
 	}

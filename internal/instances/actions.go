@@ -96,7 +96,12 @@ func (s *Service) changeVersion(ctx context.Context, g *iam.Grants, projectID, i
 }
 
 // targetRefusal points the catalog's /version refusals at /target_version.
-func targetRefusal(err error) error {
+func targetRefusal(err error) error { return movedField(err, "/version", "/target_version") }
+
+// movedField points the field errors of err at field from to field to: a
+// refusal of the launch resolution, answered for a request that names the
+// field otherwise.
+func movedField(err error, from, to string) error {
 	e, ok := errdefs.As(err)
 	if !ok {
 		return err
@@ -104,8 +109,8 @@ func targetRefusal(err error) error {
 	if fields, ok := e.Details["fields"].([]errdefs.FieldError); ok {
 		out := make([]errdefs.FieldError, len(fields))
 		for i, f := range fields {
-			if f.Field == "/version" {
-				f.Field = "/target_version"
+			if f.Field == from {
+				f.Field = to
 			}
 			out[i] = f
 		}
@@ -176,6 +181,18 @@ func (s *Service) begin(ctx context.Context, inst AppInstance, op InstanceOperat
 	before := inst
 	inst.Status, inst.CurrentOperationID, inst.UpdatedAt = status, op.ID, s.Now().UTC()
 	err := s.Store.Mutate(ctx, func(tx Tx) error {
+		// A member operation leaves the status as it was: what it holds is
+		// the instance's current operation.
+		cur, err := tx.LockAppInstance(ctx, inst.ID)
+		if err != nil {
+			return err
+		}
+		if open, err := s.opOpen(ctx, tx, cur); err != nil || open {
+			if err == nil {
+				err = errBusy(cur)
+			}
+			return err
+		}
 		if err := tx.UpdateAppInstance(ctx, inst, before.Status); err != nil {
 			if errors.Is(err, storage.ErrNotFound) {
 				cur, gerr := tx.GetAppInstanceByID(ctx, inst.ID)

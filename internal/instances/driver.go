@@ -91,6 +91,9 @@ func (s *Service) step(ctx context.Context, projectID, opID string) (bool, error
 	// Every step acts for the platform, under the correlation id of the
 	// request that started the operation.
 	ctx = correlation.With(principal.With(ctx, principal.SystemActor), op.CorrelationID)
+	if memberOp(op.Kind) {
+		return s.stepMembers(ctx, inst, op)
+	}
 	switch op.Phase {
 	case phaseStart:
 		return true, s.start(ctx, inst, op)
@@ -201,11 +204,19 @@ func (s *Service) resume(ctx context.Context, inst AppInstance, op InstanceOpera
 		}
 		return s.fail(ctx, inst, op, reasonOf(res), "reverting to "+op.FromVersion+" failed too: "+res.Message, res.LogTail)
 	case phaseTeardown:
-		return s.queue(ctx, inst, op, phaseVerify, "", []runtime.Task{runtime.Verify(inst.ID)}, "app_instance.teardown_verify")
+		nodes, err := s.instanceNodes(ctx, inst)
+		if err != nil {
+			return err
+		}
+		var tasks []placed
+		for _, n := range nodes {
+			tasks = append(tasks, placed{n, runtime.Verify(inst.ID)})
+		}
+		return s.queue(ctx, inst, op, phaseVerify, "", tasks, "app_instance.teardown_verify")
 	case phaseVerify:
 		var v nodeapi.VerifyOutput
 		_ = json.Unmarshal(res.Output, &v)
-		if ok && len(v.Remaining) == 0 {
+		if ok && len(v.Remaining) == 0 { // every node's verify succeeded (the first failure wins)
 			return s.finishDecommission(ctx, inst, op)
 		}
 		// Never a claim without proof: tear down again, then verify again.
@@ -273,32 +284,60 @@ func workloadName(instanceID string, n int) string {
 }
 
 // teardownThen queues the removal of every workload of the instance not
-// yet removed, then moves to phase.
+// yet removed — its own deployment's on its node, each added member's on
+// the member's node — then moves to phase.
 func (s *Service) teardownThen(ctx context.Context, inst AppInstance, op InstanceOperation, phase OperationPhase, status InstanceStatus, description string) error {
 	members, _, err := s.Store.Read().ListInstanceMembers(ctx, inst.ID, storage.Page{Limit: storage.MaxPageLimit})
 	if err != nil {
 		return err
 	}
 	kind := s.profileKind(ctx, inst)
-	var tasks []runtime.Task
+	var tasks []placed
 	seen := map[string]bool{}
 	for _, m := range members {
 		if m.Status == MemberRemoved || seen[m.WorkloadName] {
 			continue
 		}
 		seen[m.WorkloadName] = true
-		tasks = append(tasks, runtime.Teardown(kind, inst.ID, m.WorkloadName))
+		if m.Added {
+			tasks = append(tasks, placed{m.NodeID, runtime.Teardown(manifest.ProfileLaunchableOCI, inst.ID, m.WorkloadName)})
+			continue
+		}
+		tasks = append(tasks, placed{inst.NodeID, runtime.Teardown(kind, inst.ID, m.WorkloadName)})
 	}
 	if phase == phaseTeardown {
 		// Decommission: finally everything labelled for the instance, with
-		// its scratch path and config files, whatever made it.
-		tasks = append(tasks, runtime.TeardownInstance(inst.ID))
+		// its scratch path and config files, whatever made it, on every
+		// node it ran on.
+		nodes, err := s.instanceNodes(ctx, inst)
+		if err != nil {
+			return err
+		}
+		for _, n := range nodes {
+			tasks = append(tasks, placed{n, runtime.TeardownInstance(inst.ID)})
+		}
 	}
 	inst.Status = status
 	if description != "" {
 		op.Description = description
 	}
 	return s.queue(ctx, inst, op, phase, "", tasks, "app_instance.teardown")
+}
+
+// instanceNodes lists the nodes an instance runs on: its own, then those of
+// its added members not yet removed.
+func (s *Service) instanceNodes(ctx context.Context, inst AppInstance) ([]string, error) {
+	members, _, err := s.Store.Read().ListInstanceMembers(ctx, inst.ID, storage.Page{Limit: storage.MaxPageLimit})
+	if err != nil {
+		return nil, err
+	}
+	out := []string{inst.NodeID}
+	for _, m := range liveAdded(members) {
+		if !slices.Contains(out, m.NodeID) {
+			out = append(out, m.NodeID)
+		}
+	}
+	return out, nil
 }
 
 // profileKind reads the runtime profile kind of the instance's version.
@@ -309,9 +348,9 @@ func (s *Service) profileKind(ctx context.Context, inst AppInstance) string {
 	return manifest.ProfileLaunchableOCI
 }
 
-// queue enqueues tasks on the instance's node and moves the operation to
+// queue enqueues tasks, each on its node, and moves the operation to
 // phase, in one transaction with its audit row (and event, if any).
-func (s *Service) queue(ctx context.Context, inst AppInstance, op InstanceOperation, phase OperationPhase, event string, tasks []runtime.Task, action string) error {
+func (s *Service) queue(ctx context.Context, inst AppInstance, op InstanceOperation, phase OperationPhase, event string, tasks []placed, action string) error {
 	prevPhase, prevStatus := op.Phase, inst.Status
 	cur, err := s.Store.Read().GetAppInstanceByID(ctx, inst.ID)
 	if err != nil {
@@ -321,7 +360,7 @@ func (s *Service) queue(ctx context.Context, inst AppInstance, op InstanceOperat
 	return s.Store.Mutate(ctx, func(tx Tx) error {
 		var ids []string
 		for _, t := range tasks {
-			id, err := s.Tasks.Enqueue(ctx, tx, inst.NodeID, t.Kind, inst.ID, inst.ProjectID, t.Payload)
+			id, err := s.Tasks.Enqueue(ctx, tx, t.node, t.task.Kind, inst.ID, inst.ProjectID, t.task.Payload)
 			if err != nil {
 				return err
 			}
@@ -376,6 +415,16 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 		}
 		images[art] = pull
 	}
+	// The instance's added members are part of its deployment: each is
+	// redeployed at version on its own node beside it.
+	all, err := s.members(ctx, q, inst.ID)
+	if err != nil {
+		return err
+	}
+	renders, err := s.renderMembers(ctx, inst, liveAdded(all), version)
+	if err != nil {
+		return s.fail(ctx, inst, op, refusalReason(err), err.Error(), nil)
+	}
 	prevPhase, prevStatus := op.Phase, inst.Status
 	return s.Store.Mutate(ctx, func(tx Tx) error {
 		id, err := s.identity(ctx, tx, p, &inst)
@@ -412,8 +461,12 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 				return err
 			}
 		}
+		memberTasks, err := s.deployMembers(ctx, tx, inst, renders, now)
+		if err != nil {
+			return err
+		}
 		inst.Status, inst.UpdatedAt = status, now
-		op.Phase, op.TaskID, op.UpdatedAt = phase, taskID, now
+		op.Phase, op.TaskID, op.UpdatedAt = phase, strings.Join(append([]string{taskID}, memberTasks...), ","), now
 		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
 			return err
 		}
@@ -530,7 +583,7 @@ func (s *Service) reachRunning(ctx context.Context, inst AppInstance, op Instanc
 		}
 		// Earlier workloads were removed before this one started.
 		for _, m := range members {
-			if m.WorkloadName != current && m.Status != MemberRemoved {
+			if !m.Added && m.WorkloadName != current && m.Status != MemberRemoved {
 				if err := tx.SetInstanceMembersStatus(ctx, inst.ID, m.WorkloadName, MemberRemoved, nil, now); err != nil {
 					return err
 				}
@@ -576,6 +629,11 @@ func (s *Service) reachRunning(ctx context.Context, inst AppInstance, op Instanc
 		if err := s.armHeartbeat(ctx, tx, inst, profile, now); err != nil {
 			return err
 		}
+		// The added members were redeployed with it (their runs succeeded,
+		// or the operation would not be here).
+		if _, _, err := s.settleMembers(ctx, tx, inst, op, deployingAdded(members), "", now); err != nil {
+			return err
+		}
 		return tx.Audit(storage.AuditEvent{Action: "app_instance." + strings.TrimPrefix(event, "apps.instance."), ResourceType: "app_instance",
 			ResourceID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
 	})
@@ -600,9 +658,21 @@ func (s *Service) fail(ctx context.Context, inst AppInstance, op InstanceOperati
 	if reason == "" {
 		reason = ReasonDeployFailed
 	}
+	members, err := s.members(ctx, s.Store.Read(), inst.ID)
+	if err != nil {
+		return err
+	}
 	return s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, workloadName(inst.ID, inst.DeploySeq), MemberFailed, nil, now); err != nil {
 			return err
+		}
+		// Added members being redeployed with it fail with it; recovering
+		// the instance redeploys them.
+		for _, m := range deployingAdded(members) {
+			m.Status, m.ReasonCode, m.ReasonMessage, m.UpdatedAt = MemberFailed, reason, "the instance's "+string(op.Kind)+" failed", now
+			if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+				return err
+			}
 		}
 		inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusFailed, reason, message, now
 		if tail != nil {

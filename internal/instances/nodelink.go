@@ -116,7 +116,16 @@ func (l NodesLink) Attach(s *Service) {
 // nodeHooks get the nodes domain's transaction, which they join.
 type nodeHooks struct{ s *Service }
 
-var _ nodes.ReleaseHooks = nodeHooks{}
+var (
+	_ nodes.ReleaseHooks  = nodeHooks{}
+	_ nodes.WorkloadHooks = nodeHooks{}
+)
+
+// WorkloadsReported fails the added members whose containers the node no
+// longer reports running.
+func (h nodeHooks) WorkloadsReported(ctx context.Context, nodeID string, ws []nodeapi.Workload) error {
+	return h.s.WorkloadsReported(ctx, nodeID, ws)
+}
 
 func (h nodeHooks) NodeDown(ctx context.Context, tx storage.Tx, node nodes.Node, _ []nodes.Allocation) error {
 	return h.s.failNode(ctx, h.s.Store.Join(tx), node.ID)

@@ -3,7 +3,9 @@ package instances
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/correlation"
@@ -30,6 +32,9 @@ import (
 
 // failNode fails the instances of a node that stopped heartbeating.
 func (s *Service) failNode(ctx context.Context, tx Tx, nodeID string) error {
+	if err := s.failNodeMembers(ctx, tx, nodeID); err != nil {
+		return err
+	}
 	list, err := tx.LiveInstancesOn(ctx, "", nodeID)
 	if err != nil {
 		return err
@@ -80,6 +85,9 @@ func (s *Service) failNode(ctx context.Context, tx Tx, nodeID string) error {
 
 // recoverNode recovers the instances a node's loss failed.
 func (s *Service) recoverNode(ctx context.Context, tx Tx, nodeID string, workloads []nodeapi.Workload) error {
+	if err := s.recoverNodeMembers(ctx, tx, nodeID, workloads); err != nil {
+		return err
+	}
 	list, err := tx.LiveInstancesOn(ctx, "", nodeID)
 	if err != nil {
 		return err
@@ -191,4 +199,197 @@ func (s *Service) reconcileRunning(ctx context.Context, tx Tx, inst AppInstance,
 	}
 	return tx.Audit(storage.AuditEvent{Action: "app_instance.reconcile", ResourceType: "app_instance", ResourceID: inst.ID,
 		OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: reason}, nil, auditState(inst))
+}
+
+// failNodeMembers fails the added members on a lost node (node_lost),
+// whatever node their instance runs on, and fails a member operation that
+// waits on one of them.
+func (s *Service) failNodeMembers(ctx context.Context, tx Tx, nodeID string) error {
+	ms, err := tx.AddedMembersOn(ctx, "", nodeID)
+	if err != nil {
+		return err
+	}
+	now := s.Now().UTC()
+	for _, m := range ms {
+		if m.Status == MemberFailed {
+			continue
+		}
+		inst, err := tx.GetAppInstanceByID(ctx, m.InstanceID)
+		if err != nil {
+			return err
+		}
+		op := InstanceOperation{ID: inst.CurrentOperationID}
+		if inst.CurrentOperationID != "" {
+			cur, err := tx.GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID)
+			if err != nil {
+				return err
+			}
+			if cur.State == OpInProgress && memberOp(cur.Kind) && slices.Contains(cur.MemberIDs, m.ID) {
+				phase := cur.Phase
+				cur.State, cur.Phase, cur.ReasonCode, cur.TaskID, cur.UpdatedAt, cur.CompletedAt = OpFailed, phaseDone, ReasonNodeLost, "", now, now
+				cur.Description = fmt.Sprintf("%s failed: node %s stopped answering", cur.Kind, nodeID)
+				if err := tx.UpdateInstanceOperation(ctx, cur, phase); err != nil {
+					return err
+				}
+			}
+			op = cur
+		}
+		m.Status, m.ReasonCode, m.UpdatedAt = MemberFailed, ReasonNodeLost, now
+		m.ReasonMessage = fmt.Sprintf("node %s missed its heartbeats; the member's state is unknown", nodeID)
+		if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+			return err
+		}
+		if err := s.recordMember(ctx, tx, inst, op, EventMemberFailed, m); err != nil {
+			return err
+		}
+		if err := tx.Audit(storage.AuditEvent{Action: "app_instance.member_failed", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: ReasonNodeLost + ": member " + m.Name}, nil, auditState(inst)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recoverNodeMembers reconciles the added members a node's loss failed:
+// one whose workload still runs is running again; the others of a running
+// instance are redeployed by a member_recover operation (one per instance,
+// when no other operation is under way; else recover them by hand).
+func (s *Service) recoverNodeMembers(ctx context.Context, tx Tx, nodeID string, workloads []nodeapi.Workload) error {
+	ms, err := tx.AddedMembersOn(ctx, "", nodeID)
+	if err != nil {
+		return err
+	}
+	now := s.Now().UTC()
+	redeploy := map[string][]InstanceMember{}
+	var order []string
+	for _, m := range ms {
+		if m.Status != MemberFailed || m.ReasonCode != ReasonNodeLost {
+			continue
+		}
+		inst, err := tx.GetAppInstanceByID(ctx, m.InstanceID)
+		if err != nil {
+			return err
+		}
+		if runningWorkload(m.WorkloadName, workloads) {
+			m.Status, m.ReasonCode, m.ReasonMessage, m.UpdatedAt = MemberRunning, "", fmt.Sprintf("node %s is back and reports the member still running", nodeID), now
+			if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+				return err
+			}
+			if err := s.recordMember(ctx, tx, inst, InstanceOperation{ID: inst.CurrentOperationID}, EventMemberRecovered, m); err != nil {
+				return err
+			}
+			if err := tx.Audit(storage.AuditEvent{Action: "app_instance.member_reconcile", ResourceType: "app_instance", ResourceID: inst.ID,
+				OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: m.ReasonMessage}, nil, auditState(inst)); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, ok := redeploy[inst.ID]; !ok {
+			order = append(order, inst.ID)
+		}
+		redeploy[inst.ID] = append(redeploy[inst.ID], m)
+	}
+	for _, id := range order {
+		inst, err := tx.LockAppInstance(ctx, id)
+		if err != nil {
+			return err
+		}
+		if open, err := s.opOpen(ctx, tx, inst); err != nil || open || inst.Status != StatusRunning {
+			if err != nil {
+				return err
+			}
+			continue
+		}
+		rctx := correlation.With(ctx, correlation.New())
+		op := s.newOperation(rctx, inst, OpMemberRecover, inst.Version, inst.Version, fmt.Sprintf("recover %d member(s) after node %s returned", len(redeploy[id]), nodeID))
+		for _, m := range redeploy[id] {
+			op.MemberIDs = append(op.MemberIDs, m.ID)
+			m.Status, m.UpdatedAt = MemberDeploying, now
+			if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+				return err
+			}
+		}
+		prev := inst.Status
+		inst.CurrentOperationID, inst.UpdatedAt = op.ID, now
+		if err := tx.InsertInstanceOperation(ctx, op); err != nil {
+			return err
+		}
+		if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+			return err
+		}
+		if err := tx.Audit(storage.AuditEvent{Action: "app_instance.member_recover", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runningWorkload reports whether the node reports the named workload
+// running.
+func runningWorkload(name string, workloads []nodeapi.Workload) bool {
+	for _, w := range workloads {
+		if w.State == "running" && (strings.TrimPrefix(w.Name, "/") == name || w.ComposeProject == name) {
+			return true
+		}
+	}
+	return false
+}
+
+// memberGrace is how long a running member's workload may be absent from
+// its node's report before it counts as gone: a report taken just before
+// the container started can arrive after the member was marked running.
+const memberGrace = 30 * time.Second
+
+// WorkloadsReported fails the running added members of a node whose
+// workload the node reports exited (container_exited) or no longer has
+// (workload_missing). The nodes domain calls it after it stored a changed
+// workload list; each failure is its own mutation with its event and audit
+// row.
+func (s *Service) WorkloadsReported(ctx context.Context, nodeID string, workloads []nodeapi.Workload) error {
+	ms, err := s.Store.Read().AddedMembersOn(ctx, "", nodeID)
+	if err != nil {
+		return err
+	}
+	now := s.Now().UTC()
+	for _, m := range ms {
+		if m.Status != MemberRunning {
+			continue
+		}
+		reason, state := ReasonWorkloadMissing, ""
+		for _, w := range workloads {
+			if strings.TrimPrefix(w.Name, "/") == m.WorkloadName {
+				reason, state = ReasonContainerExited, w.State
+			}
+		}
+		if state == "running" || state == "created" || state == "restarting" || (state == "" && now.Sub(m.UpdatedAt) < memberGrace) {
+			continue
+		}
+		msg := fmt.Sprintf("node %s reports the member's container %s", nodeID, state)
+		if state == "" {
+			msg = fmt.Sprintf("node %s no longer reports the member's container", nodeID)
+		}
+		if err := s.Store.Mutate(ctx, func(tx Tx) error {
+			cur, err := tx.GetInstanceMember(ctx, m.InstanceID, m.ID)
+			if err != nil || cur.Status != MemberRunning || cur.TaskID != m.TaskID {
+				return err // moved on meanwhile
+			}
+			inst, err := tx.GetAppInstanceByID(ctx, m.InstanceID)
+			if err != nil {
+				return err
+			}
+			cur.Status, cur.ReasonCode, cur.ReasonMessage, cur.UpdatedAt = MemberFailed, reason, msg, now
+			if err := tx.UpdateInstanceMember(ctx, cur); err != nil {
+				return err
+			}
+			if err := s.recordMember(ctx, tx, inst, InstanceOperation{ID: inst.CurrentOperationID}, EventMemberFailed, cur); err != nil {
+				return err
+			}
+			return tx.Audit(storage.AuditEvent{Action: "app_instance.member_failed", ResourceType: "app_instance", ResourceID: inst.ID,
+				OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: reason + ": member " + cur.Name}, nil, auditState(inst))
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

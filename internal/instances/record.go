@@ -31,6 +31,8 @@ type EventData struct {
 	LogTail           []string `json:"log_tail,omitempty"`
 	// Health is set on apps.instance.health_changed.
 	Health *HealthChange `json:"health,omitempty"`
+	// Member is set on apps.instance.member_* events.
+	Member *MemberData `json:"member,omitempty"`
 }
 
 // extra carries what a transition adds to the event beyond the instance.
@@ -38,6 +40,7 @@ type extra struct {
 	reasonCode, reason string
 	logTail            []string
 	health             *HealthChange
+	member             *MemberData
 }
 
 // record appends the instance's timeline row and emits the outbox event of
@@ -47,7 +50,7 @@ type extra struct {
 func (s *Service) record(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, eventType string, x *extra) error {
 	d := s.eventData(ctx, inst, op)
 	if x != nil {
-		d.ReasonCode, d.Reason, d.LogTail, d.Health = x.reasonCode, x.reason, x.logTail, x.health
+		d.ReasonCode, d.Reason, d.LogTail, d.Health, d.Member = x.reasonCode, x.reason, x.logTail, x.health, x.member
 	}
 	if err := tx.Emit(storage.Event{Type: eventType, Subject: "app-instances/" + inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID}, d); err != nil {
 		return err

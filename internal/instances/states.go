@@ -63,7 +63,17 @@ const (
 	OpUpgrade      OperationKind = "upgrade"
 	OpRollback     OperationKind = "rollback"
 	OpDecommission OperationKind = "decommission"
+	// Member operations (members.go): the instance stays running.
+	OpMemberAdd     OperationKind = "member_add"
+	OpMemberRemove  OperationKind = "member_remove"
+	OpMemberRecover OperationKind = "member_recover"
 )
+
+// memberOp reports whether k acts on added members rather than on the
+// instance's own deployment.
+func memberOp(k OperationKind) bool {
+	return k == OpMemberAdd || k == OpMemberRemove || k == OpMemberRecover
+}
 
 // OperationState is where an operation is.
 type OperationState string
@@ -88,6 +98,17 @@ const (
 
 // RolePrimary is the member role of a version's primary image.
 const RolePrimary = "primary"
+
+// Events of added members (members.go).
+const (
+	EventMemberAdded     = "apps.instance.member_added"
+	EventMemberRemoved   = "apps.instance.member_removed"
+	EventMemberFailed    = "apps.instance.member_failed"
+	EventMemberRecovered = "apps.instance.member_recovered"
+)
+
+// MemberEventTypes lists the member events.
+var MemberEventTypes = []string{EventMemberAdded, EventMemberRemoved, EventMemberFailed, EventMemberRecovered}
 
 // OperationPhase is an operation's durable cursor in the worker. Each phase
 // either queues node tasks (and moves on) or waits for the task it queued.

@@ -87,6 +87,8 @@ type InstanceOperation struct {
 	CreatedAt      time.Time
 	UpdatedAt      time.Time
 	CompletedAt    time.Time
+	// MemberIDs are the members a member operation acts on.
+	MemberIDs []string
 }
 
 // InstanceEvent is one row of an instance's timeline; Status is the
@@ -107,7 +109,10 @@ type InstanceEvent struct {
 	OccurredAt    time.Time
 }
 
-// InstanceMember is one workload an instance runs on a node.
+// InstanceMember is one workload an instance runs on a node: a row of
+// the instance's own deployment (one per artifact it runs), or a member an
+// operator added (Added: a worker, head or node of a cluster app, on an
+// allocation of its own, with a stable Name and ID).
 type InstanceMember struct {
 	ID           string
 	InstanceID   string
@@ -121,6 +126,17 @@ type InstanceMember struct {
 	ContainerIDs []byte // JSON list
 	CreatedAt    time.Time
 	UpdatedAt    time.Time
+	// Name is an added member's name within its instance (worker-1).
+	Name  string
+	Added bool
+	// ReasonCode and ReasonMessage say why the member failed.
+	ReasonCode    string
+	ReasonMessage string
+	// TaskID is the member's last run task; KeyID the workload key its
+	// container holds; GPUUUIDs the allocation's GPUs it was given.
+	TaskID   string
+	KeyID    string
+	GPUUUIDs []string
 }
 
 // UIOpenCode is a one-time code that opens an instance's UI through the
@@ -179,6 +195,12 @@ type Queries interface {
 	InsertInstanceMember(ctx context.Context, m InstanceMember) error
 	SetInstanceMembersStatus(ctx context.Context, instanceID, workloadName string, status MemberStatus, containerIDs []byte, now time.Time) error
 	ListInstanceMembers(ctx context.Context, instanceID string, p storage.Page) ([]InstanceMember, string, error)
+	// UpdateInstanceMember writes one member's state, deployment and reason.
+	UpdateInstanceMember(ctx context.Context, m InstanceMember) error
+	GetInstanceMember(ctx context.Context, instanceID, id string) (InstanceMember, error)
+	// AddedMembersOn lists added members not yet removed on a node (or,
+	// with nodeID empty, on an allocation).
+	AddedMembersOn(ctx context.Context, allocationID, nodeID string) ([]InstanceMember, error)
 
 	InsertUIOpenCode(ctx context.Context, c UIOpenCode) error
 	RedeemUIOpenCode(ctx context.Context, codeHash, instanceID string, at time.Time) (UIOpenCode, error)

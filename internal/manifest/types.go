@@ -170,7 +170,20 @@ type RuntimeProfile struct {
 	Resources  *Resources      `json:"resources,omitempty"`
 	Readiness  *Readiness      `json:"readiness,omitempty"`
 	Health     *Health         `json:"health,omitempty"`
+	Members    *Members        `json:"members,omitempty"`
 	Parameters json.RawMessage `json:"parameters,omitempty"`
+}
+
+// Members says which members operators may add to a running instance of a
+// launchable_oci version (a cluster app: a controller and its workers).
+// Each member runs the version's image on an allocation of its own, told
+// its role and name; without it a version runs as one workload.
+type Members struct {
+	// Roles are the roles a member may have (worker, head, node,
+	// controller).
+	Roles []string `json:"roles"`
+	// MaxCount bounds the members one instance may have at once.
+	MaxCount int `json:"max_count,omitempty"`
 }
 
 // Health is what the workload promises to report while it runs.

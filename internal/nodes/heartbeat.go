@@ -61,8 +61,8 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 	if !revive && inv == nil && n.PendingAllocations == 0 {
 		if bytes.Equal(workloads, n.Workloads) {
 			err = q.TouchNode(ctx, nodeID, now)
-		} else {
-			err = q.SetNodeWorkloads(ctx, nodeID, workloads, now)
+		} else if err = q.SetNodeWorkloads(ctx, nodeID, workloads, now); err == nil {
+			s.workloadsReported(ctx, nodeID, hb.Workloads)
 		}
 		return s.beatResponse(n.State, n.InventoryDigest), err
 	}
@@ -114,6 +114,19 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 		return nodeapi.HeartbeatResponse{}, err
 	}
 	return s.beatResponse(state, stored), nil
+}
+
+// workloadsReported tells the hooks that watch workloads what a node now
+// reports. A hook's failure is logged, not the node's: its report is
+// stored, and the hook sees the next change.
+func (s *Service) workloadsReported(ctx context.Context, nodeID string, ws []nodeapi.Workload) {
+	for _, h := range s.lifecycleHooks() {
+		if wh, ok := h.(WorkloadHooks); ok {
+			if err := wh.WorkloadsReported(ctx, nodeID, ws); err != nil {
+				s.Logger.WarnContext(ctx, "reacting to a node's workload report failed", "node_id", nodeID, "err", err)
+			}
+		}
+	}
 }
 
 // markReady moves a joining or down node to ready: its lost allocations

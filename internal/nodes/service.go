@@ -88,6 +88,14 @@ type ReleaseHooks interface {
 	AllocationReleasing(ctx context.Context, tx storage.Tx, a Allocation) (busy bool, err error)
 }
 
+// WorkloadHooks is what a Hooks value may also implement to learn what a
+// node reports running whenever the report changes (a container exited,
+// one is gone). It runs after the report is stored, outside any
+// transaction: each consequence is the hook's own mutation.
+type WorkloadHooks interface {
+	WorkloadsReported(ctx context.Context, nodeID string, workloads []nodeapi.Workload) error
+}
+
 // ResultHandler learns how a task ended, inside the transaction that
 // records the result.
 type ResultHandler func(ctx context.Context, tx storage.Tx, task Task, result nodeapi.TaskResult) error

@@ -76,6 +76,16 @@ type Deployment struct {
 	// (path mode), handed to the app as GPUAAS_UI_BASE_PATH; "" when the
 	// UI has its own origin.
 	UIBasePath string
+	// Member is set when the workload is a member added to the instance
+	// (a worker of a cluster app); nil for the instance's own deployment.
+	Member *Member
+}
+
+// Member is who an added member is: the workload learns it from
+// GPUAAS_MEMBER_ID, GPUAAS_MEMBER_NAME and GPUAAS_MEMBER_ROLE, and its
+// containers carry the member label.
+type Member struct {
+	ID, Name, Role string
 }
 
 // LaunchImage is the Images key of a launchable_oci profile's image.
@@ -133,6 +143,12 @@ func Verify(instanceID string) Task {
 	return Task{Kind: nodeapi.KindTeardownVerify, Payload: nodeapi.TeardownVerify{InstanceID: instanceID}}
 }
 
+// VerifyNamed proves that none of the named workloads of the instance
+// remains (a removed member's), leaving the rest of it alone.
+func VerifyNamed(instanceID string, names []string) Task {
+	return Task{Kind: nodeapi.KindTeardownVerify, Payload: nodeapi.TeardownVerify{InstanceID: instanceID, Names: names}}
+}
+
 func pickGPUs(all []string, n int) ([]string, error) {
 	if n > len(all) {
 		return nil, fmt.Errorf("%d GPU(s) asked for, the allocation holds %d", n, len(all))
@@ -143,7 +159,7 @@ func pickGPUs(all []string, n int) ([]string, error) {
 // Labels are the ownership labels every workload object of an instance
 // carries; teardown.verify looks for them.
 func Labels(d Deployment) map[string]string {
-	return map[string]string{
+	l := map[string]string{
 		nodeapi.LabelManaged:  "true",
 		nodeapi.LabelInstance: d.InstanceID,
 		nodeapi.LabelProject:  d.ProjectID,
@@ -152,6 +168,10 @@ func Labels(d Deployment) map[string]string {
 		nodeapi.LabelApp:      d.AppSlug,
 		nodeapi.LabelVersion:  d.Version,
 	}
+	if d.Member != nil {
+		l[nodeapi.LabelMember] = d.Member.ID
+	}
+	return l
 }
 
 // env is what every workload receives besides its profile's own values:
@@ -166,6 +186,9 @@ func env(d Deployment) map[string]string {
 	}
 	if d.UIBasePath != "" {
 		e["GPUAAS_UI_BASE_PATH"] = d.UIBasePath
+	}
+	if d.Member != nil {
+		e["GPUAAS_MEMBER_ID"], e["GPUAAS_MEMBER_NAME"], e["GPUAAS_MEMBER_ROLE"] = d.Member.ID, d.Member.Name, d.Member.Role
 	}
 	// The launch's effective parameters (validated against the profile's
 	// schema, defaults applied), as one JSON object the app decodes.

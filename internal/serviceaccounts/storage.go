@@ -62,6 +62,9 @@ type Queries interface {
 	GetServiceAccountKey(ctx context.Context, id string) (ServiceAccountKey, error)
 	KeysOfServiceAccounts(ctx context.Context, ids []string) ([]ServiceAccountKey, error)
 	ExpireServiceAccountKeys(ctx context.Context, accountID string, at time.Time) (int64, error)
+	// ExpireServiceAccountKey makes one key expire at at, unless it expires
+	// earlier.
+	ExpireServiceAccountKey(ctx context.Context, accountID, keyID string, at time.Time) error
 	ServiceAccountWithKey(ctx context.Context, accountID, keyID string) (ServiceAccount, ServiceAccountKey, error)
 
 	UseAssertionID(ctx context.Context, accountID, jti string, expiresAt time.Time) error

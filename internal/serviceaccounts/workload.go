@@ -67,6 +67,35 @@ func (s *Service) RekeyWorkload(ctx context.Context, outer storage.Tx, projectID
 	return IssuedKey{Account: cur, Key: key, PrivateKeyPEM: priv, TokenURL: s.TokenURL()}, nil
 }
 
+// KeyWorkload gives a workload account one more key and keeps the others:
+// a member added to a running instance holds its own key beside the
+// instance's deployment, and loses only its own when it is removed.
+func (s *Service) KeyWorkload(ctx context.Context, outer storage.Tx, projectID, id string) (IssuedKey, error) {
+	tx := s.Store.Join(outer)
+	cur, err := s.load(ctx, tx, projectID, id)
+	if err != nil {
+		return IssuedKey{}, err
+	}
+	key, priv, err := s.newKey("", "", s.Now())
+	if err != nil {
+		return IssuedKey{}, err
+	}
+	key.ServiceAccountID = id
+	if err := tx.CreateServiceAccountKey(ctx, key); err != nil {
+		return IssuedKey{}, err
+	}
+	return IssuedKey{Account: cur, Key: key, PrivateKeyPEM: priv, TokenURL: s.TokenURL()}, nil
+}
+
+// ExpireWorkloadKey ends one key of a workload account now (a removed
+// member's); its tokens stop working at once.
+func (s *Service) ExpireWorkloadKey(ctx context.Context, outer storage.Tx, id, keyID string) error {
+	if id == "" || keyID == "" {
+		return nil
+	}
+	return s.Store.Join(outer).ExpireServiceAccountKey(ctx, id, keyID, s.Now())
+}
+
 // RetireWorkload disables a workload account (its tokens stop working at
 // once) and deletes it with its keys and bindings. Retiring an account that
 // is already gone is a no-op, so teardown can be repeated.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -48,6 +49,29 @@ func (q *Queries) InsertAppInstance(ctx context.Context, i instances.AppInstance
 		i.ServiceAccountID, i.HostPort, i.DeploySeq, jsonText(i.Access), jsonText(i.LogTail), jsonText(orEmptyList(i.History)), i.CurrentOperationID,
 		i.CreatedBy, ts(i.CreatedAt), ts(i.UpdatedAt), nullTS(i.DecommissionedAt))
 	return err
+}
+
+// commaList scans a comma-joined text column into a list (nil when empty).
+type commaList struct{ out *[]string }
+
+func scanList(out *[]string) commaList { return commaList{out} }
+
+func (c commaList) Scan(v any) error {
+	var s string
+	switch x := v.(type) {
+	case string:
+		s = x
+	case []byte:
+		s = string(x)
+	case nil:
+	default:
+		return fmt.Errorf("comma list: unexpected %T", v)
+	}
+	*c.out = nil
+	if s != "" {
+		*c.out = strings.Split(s, ",")
+	}
+	return nil
 }
 
 func orEmptyList(b []byte) []byte {
@@ -198,21 +222,22 @@ func (q *Queries) HostPortsHeld(ctx context.Context, nodeID string) (map[int]str
 }
 
 const instanceOperationCols = `id, instance_id, org_id, project_id, kind, state, phase, from_version, target_version, description,
-	reason_code, task_id, correlation_id, actor, lease_owner, lease_expires_at, created_at, updated_at, completed_at`
+	reason_code, task_id, correlation_id, actor, lease_owner, lease_expires_at, created_at, updated_at, completed_at, member_ids`
 
 func scanInstanceOperation(s interface{ Scan(...any) error }) (instances.InstanceOperation, error) {
 	var o instances.InstanceOperation
 	err := s.Scan(&o.ID, &o.InstanceID, &o.OrgID, &o.ProjectID, (*string)(&o.Kind), (*string)(&o.State), (*string)(&o.Phase), &o.FromVersion, &o.TargetVersion, &o.Description,
 		&o.ReasonCode, &o.TaskID, &o.CorrelationID, &o.Actor, &o.LeaseOwner, scanTime(&o.LeaseExpiresAt), scanTime(&o.CreatedAt),
-		scanTime(&o.UpdatedAt), scanTime(&o.CompletedAt))
+		scanTime(&o.UpdatedAt), scanTime(&o.CompletedAt), scanList(&o.MemberIDs))
 	return o, err
 }
 
 // InsertInstanceOperation writes a new operation.
 func (q *Queries) InsertInstanceOperation(ctx context.Context, o instances.InstanceOperation) error {
-	_, err := q.exec(ctx, `INSERT INTO app_instance_operations (`+instanceOperationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := q.exec(ctx, `INSERT INTO app_instance_operations (`+instanceOperationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		o.ID, o.InstanceID, o.OrgID, o.ProjectID, string(o.Kind), string(o.State), string(o.Phase), o.FromVersion, o.TargetVersion, o.Description,
-		o.ReasonCode, o.TaskID, o.CorrelationID, o.Actor, o.LeaseOwner, nullTS(o.LeaseExpiresAt), ts(o.CreatedAt), ts(o.UpdatedAt), nullTS(o.CompletedAt))
+		o.ReasonCode, o.TaskID, o.CorrelationID, o.Actor, o.LeaseOwner, nullTS(o.LeaseExpiresAt), ts(o.CreatedAt), ts(o.UpdatedAt), nullTS(o.CompletedAt),
+		strings.Join(o.MemberIDs, ","))
 	return err
 }
 
@@ -332,21 +357,76 @@ func (q *Queries) ListInstanceEvents(ctx context.Context, instanceID string, p P
 	return out, next, nil
 }
 
-const instanceMemberCols = `id, instance_id, allocation_id, node_id, role, status, version, digest, workload_name, container_ids, created_at, updated_at`
+const instanceMemberCols = `id, instance_id, allocation_id, node_id, role, status, version, digest, workload_name, container_ids, created_at, updated_at,
+	name, added, reason_code, reason_message, task_id, key_id, gpu_uuids`
 
 func scanInstanceMember(s interface{ Scan(...any) error }) (instances.InstanceMember, error) {
 	var m instances.InstanceMember
+	var gpus []byte
+	var added int
 	err := s.Scan(&m.ID, &m.InstanceID, &m.AllocationID, &m.NodeID, &m.Role, (*string)(&m.Status), &m.Version, &m.Digest, &m.WorkloadName,
-		scanJSON(&m.ContainerIDs), scanTime(&m.CreatedAt), scanTime(&m.UpdatedAt))
+		scanJSON(&m.ContainerIDs), scanTime(&m.CreatedAt), scanTime(&m.UpdatedAt),
+		&m.Name, &added, &m.ReasonCode, &m.ReasonMessage, &m.TaskID, &m.KeyID, scanJSON(&gpus))
+	m.Added = added == 1
+	if err == nil && len(gpus) > 0 {
+		err = json.Unmarshal(gpus, &m.GPUUUIDs)
+	}
+	if len(m.GPUUUIDs) == 0 {
+		m.GPUUUIDs = nil
+	}
 	return m, err
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func memberGPUs(m instances.InstanceMember) []byte {
+	if len(m.GPUUUIDs) == 0 {
+		return []byte("[]")
+	}
+	b, _ := json.Marshal(m.GPUUUIDs)
+	return b
 }
 
 // InsertInstanceMember records a workload of an instance.
 func (q *Queries) InsertInstanceMember(ctx context.Context, m instances.InstanceMember) error {
-	_, err := q.exec(ctx, `INSERT INTO app_instance_members (`+instanceMemberCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := q.exec(ctx, `INSERT INTO app_instance_members (`+instanceMemberCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		m.ID, m.InstanceID, m.AllocationID, m.NodeID, m.Role, string(m.Status), m.Version, m.Digest, m.WorkloadName,
-		jsonText(orEmptyList(m.ContainerIDs)), ts(m.CreatedAt), ts(m.UpdatedAt))
+		jsonText(orEmptyList(m.ContainerIDs)), ts(m.CreatedAt), ts(m.UpdatedAt),
+		m.Name, boolInt(m.Added), m.ReasonCode, m.ReasonMessage, m.TaskID, m.KeyID, jsonText(memberGPUs(m)))
 	return err
+}
+
+// UpdateInstanceMember writes one member's state, deployment and reason.
+func (q *Queries) UpdateInstanceMember(ctx context.Context, m instances.InstanceMember) error {
+	return q.execOne(ctx, `UPDATE app_instance_members SET status = ?, version = ?, digest = ?, workload_name = ?, container_ids = ?,
+		reason_code = ?, reason_message = ?, task_id = ?, key_id = ?, gpu_uuids = ?, updated_at = ? WHERE instance_id = ? AND id = ?`,
+		string(m.Status), m.Version, m.Digest, m.WorkloadName, jsonText(orEmptyList(m.ContainerIDs)), m.ReasonCode, m.ReasonMessage,
+		m.TaskID, m.KeyID, jsonText(memberGPUs(m)), ts(m.UpdatedAt), m.InstanceID, m.ID)
+}
+
+// GetInstanceMember reads one member of an instance.
+func (q *Queries) GetInstanceMember(ctx context.Context, instanceID, id string) (instances.InstanceMember, error) {
+	m, err := scanInstanceMember(q.queryRow(ctx, `SELECT `+instanceMemberCols+` FROM app_instance_members WHERE instance_id = ? AND id = ?`, instanceID, id))
+	return m, scanOne(err)
+}
+
+// AddedMembersOn lists the added members not yet removed that run on a
+// node (or, with an empty node id, on an allocation), oldest first.
+func (q *Queries) AddedMembersOn(ctx context.Context, allocationID, nodeID string) ([]instances.InstanceMember, error) {
+	query, arg := `SELECT `+instanceMemberCols+` FROM app_instance_members WHERE node_id = ?`, nodeID
+	if nodeID == "" {
+		query, arg = `SELECT `+instanceMemberCols+` FROM app_instance_members WHERE allocation_id = ?`, allocationID
+	}
+	rows, err := q.query(ctx, query+` AND added = 1 AND status <> 'removed' ORDER BY id`, arg)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanInstanceMember)
 }
 
 // SetInstanceMembersStatus moves the members of one workload (or, with an

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -31,6 +32,7 @@ func TestInstancesConformance(t *testing.T) {
 			{"operation_lease", testInstanceOperationLease},
 			{"events", testInstanceEvents},
 			{"members", testInstanceMembers},
+			{"added_members", testAddedMembers},
 			{"health", testInstanceHealth},
 			{"host_ports", testHostPortsHeld},
 			{"reported_events", testReportedInstanceEvents},
@@ -354,8 +356,12 @@ func testInstanceOperations(t *testing.T, db *store.DB) {
 	got, err := q.GetInstanceOperation(ctx, p.ID, op.ID)
 	noErr(t, "get", err)
 	same(t, "operation round trip", got, op)
-	for _, k := range []instances.OperationKind{instances.OpCreate, instances.OpUpgrade, instances.OpRollback, instances.OpDecommission} {
+	for _, k := range []instances.OperationKind{instances.OpCreate, instances.OpUpgrade, instances.OpRollback, instances.OpDecommission,
+		instances.OpMemberAdd, instances.OpMemberRemove, instances.OpMemberRecover} {
 		ko := newOperation(i, k, t0)
+		if k == instances.OpMemberAdd {
+			ko.MemberIDs = []string{newID(), newID()} // kept in order
+		}
 		noErr(t, "insert "+string(k), q.InsertInstanceOperation(ctx, ko))
 		got, err := q.GetInstanceOperation(ctx, p.ID, ko.ID)
 		noErr(t, "get "+string(k), err)
@@ -850,4 +856,76 @@ func testHostPortsHeld(t *testing.T, db *store.DB) {
 	held, err := s.Read().HostPortsHeld(ctx, node)
 	noErr(t, "held", err)
 	same(t, "ports held on the node", held, map[int]string{18000: running.ID, 18001: failed.ID})
+}
+
+// Added members: every column round-trips, UpdateInstanceMember writes one
+// member of one instance, AddedMembersOn finds the live added members of a
+// node or an allocation, and a workload-wide status change leaves added
+// members to their own writes unless it covers every member.
+func testAddedMembers(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	s := store.Instances(db)
+	q := s.Read()
+	o, p := tenant(t, db, "added")
+	i := mkInstance(t, s, newInstance(o, p, "cluster", "1", instances.StatusRunning))
+	other := mkInstance(t, s, newInstance(o, p, "cluster-other", "1", instances.StatusRunning))
+	node, alloc := newID(), newID()
+	mk := func(inst instances.AppInstance, name, nodeID, allocID string, st instances.MemberStatus) instances.InstanceMember {
+		m := instances.InstanceMember{ID: newID(), InstanceID: inst.ID, AllocationID: allocID, NodeID: nodeID, Role: "worker", Status: st,
+			Version: "1", Digest: "sha256:w", WorkloadName: "gpuaas-" + inst.ID + "-" + name, ContainerIDs: []byte(`[]`), CreatedAt: t0, UpdatedAt: t0,
+			Name: name, Added: true, TaskID: newID(), KeyID: newID(), GPUUUIDs: []string{"GPU-a", "GPU-b"}}
+		noErr(t, "insert "+name, q.InsertInstanceMember(ctx, m))
+		return m
+	}
+	w1 := mk(i, "worker-1", node, alloc, instances.MemberRunning)
+	got, err := q.GetInstanceMember(ctx, i.ID, w1.ID)
+	noErr(t, "get", err)
+	same(t, "added member round trip", got, w1)
+	_, err = q.GetInstanceMember(ctx, other.ID, w1.ID)
+	wantErr(t, "member of another instance", err, storage.ErrNotFound)
+
+	w2 := mk(i, "worker-2", node, newID(), instances.MemberDeploying)
+	gone := mk(i, "worker-3", node, alloc, instances.MemberRemoved)
+	theirs := mk(other, "worker-1", newID(), alloc, instances.MemberRunning)
+	own := instances.InstanceMember{ID: newID(), InstanceID: i.ID, AllocationID: alloc, NodeID: node, Role: instances.RolePrimary,
+		Status: instances.MemberRunning, Version: "1", Digest: "sha256:p", WorkloadName: "gpuaas-" + i.ID + "-1", CreatedAt: t0, UpdatedAt: t0}
+	noErr(t, "insert own", q.InsertInstanceMember(ctx, own))
+	ids := func(ms []instances.InstanceMember, err error) []string {
+		t.Helper()
+		noErr(t, "added members on", err)
+		var out []string
+		for _, m := range ms {
+			out = append(out, m.ID)
+		}
+		slices.Sort(out)
+		return out
+	}
+	sorted := func(v ...string) []string { slices.Sort(v); return v }
+	same(t, "added members on the node", ids(q.AddedMembersOn(ctx, "", node)), sorted(w1.ID, w2.ID))
+	same(t, "added members on the allocation", ids(q.AddedMembersOn(ctx, alloc, "")), sorted(w1.ID, theirs.ID))
+
+	w1.Status, w1.ReasonCode, w1.ReasonMessage, w1.UpdatedAt = instances.MemberFailed, instances.ReasonNodeLost, "node gone", at(time.Minute)
+	w1.Version, w1.Digest, w1.TaskID, w1.KeyID, w1.GPUUUIDs, w1.ContainerIDs = "2", "sha256:w2", newID(), newID(), []string{"GPU-c"}, []byte(`["c-9"]`)
+	noErr(t, "update", q.UpdateInstanceMember(ctx, w1))
+	got, err = q.GetInstanceMember(ctx, i.ID, w1.ID)
+	noErr(t, "get updated", err)
+	sameJSON(t, "updated containers", got.ContainerIDs, w1.ContainerIDs)
+	got.ContainerIDs, w1.ContainerIDs = nil, nil
+	same(t, "updated member", got, w1)
+	if g, _ := q.GetInstanceMember(ctx, i.ID, w2.ID); g.Status != instances.MemberDeploying || !g.UpdatedAt.Equal(t0) {
+		t.Fatalf("another member moved: %q at %v", g.Status, g.UpdatedAt)
+	}
+	wrong := w2
+	wrong.InstanceID = other.ID
+	wantErr(t, "update through another instance", q.UpdateInstanceMember(ctx, wrong), storage.ErrNotFound)
+
+	// Removing every member of the instance covers added ones too.
+	noErr(t, "remove all", q.SetInstanceMembersStatus(ctx, i.ID, "", instances.MemberRemoved, nil, at(time.Hour)))
+	same(t, "no added members left on the node", ids(q.AddedMembersOn(ctx, "", node)), []string(nil))
+	if g, _ := q.GetInstanceMember(ctx, i.ID, gone.ID); !g.UpdatedAt.Equal(t0) {
+		t.Fatalf("a removed member moved again: %v", g.UpdatedAt)
+	}
+	if g, _ := q.GetInstanceMember(ctx, other.ID, theirs.ID); g.Status != instances.MemberRunning {
+		t.Fatalf("another instance's member moved: %q", g.Status)
+	}
 }

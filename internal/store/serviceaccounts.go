@@ -122,6 +122,14 @@ func (q *Queries) ExpireServiceAccountKeys(ctx context.Context, accountID string
 	return res.RowsAffected()
 }
 
+// ExpireServiceAccountKey makes one key of an account expire at at, unless
+// it expires earlier.
+func (q *Queries) ExpireServiceAccountKey(ctx context.Context, accountID, keyID string, at time.Time) error {
+	_, err := q.exec(ctx, `UPDATE service_account_keys SET expires_at = ? WHERE service_account_id = ? AND id = ? AND (expires_at IS NULL OR expires_at > ?)`,
+		ts(at), accountID, keyID, ts(at))
+	return err
+}
+
 // ServiceAccountWithKey reads an account and one of its keys in one query:
 // the per-request check of service-account tokens.
 func (q *Queries) ServiceAccountWithKey(ctx context.Context, accountID, keyID string) (serviceaccounts.ServiceAccount, serviceaccounts.ServiceAccountKey, error) {

@@ -72,7 +72,7 @@ volumes:
 			t.Fatalf("mount into %v: %v", bad, err)
 		}
 	}
-	if rem, _ := d.Verify(ctx, inst); len(rem) != 0 {
+	if rem, _ := d.Verify(ctx, inst, nil); len(rem) != 0 {
 		t.Fatalf("a refused up left %v", rem)
 	}
 	up.Mounts = []nodeapi.Mount{identity}
@@ -122,7 +122,7 @@ volumes:
 	if string(body) != `{"key":"secret"}` {
 		t.Fatalf("web reads %d %q", r.StatusCode, body)
 	}
-	if rem, _ := d.Verify(ctx, inst); len(rem) != 5 { // 2 containers, network, volume, the instance's path
+	if rem, _ := d.Verify(ctx, inst, nil); len(rem) != 5 { // 2 containers, network, volume, the instance's path
 		t.Fatalf("before down: %v", rem)
 	}
 	// Up again (re-delivery) adopts what runs.
@@ -133,7 +133,7 @@ volumes:
 	if err := compose.Down(ctx, d, project, inst); err != nil {
 		t.Fatal(err)
 	}
-	if rem, err := d.Verify(ctx, inst); err != nil || len(rem) != 0 {
+	if rem, err := d.Verify(ctx, inst, nil); err != nil || len(rem) != 0 {
 		t.Fatalf("after down: %v %v", err, rem)
 	}
 }

@@ -127,7 +127,7 @@ func TestRunPullReadinessStopRemove(t *testing.T) {
 	if err != nil || len(ws) != 1 || ws[0].State != "running" || ws[0].StartedAt.IsZero() || !slices.Contains(logs, "listening on 9000") {
 		t.Fatalf("inspect: %v %+v %q", err, ws, logs)
 	}
-	if rem, _ := e.d.Verify(ctx, inst); len(rem) != 2 {
+	if rem, _ := e.d.Verify(ctx, inst, nil); len(rem) != 2 {
 		t.Fatalf("before teardown, remaining %v", rem)
 	}
 	if err := e.d.Stop(ctx, nodeapi.ContainerRef{InstanceID: inst, TimeoutSec: 5}); err != nil {
@@ -139,7 +139,7 @@ func TestRunPullReadinessStopRemove(t *testing.T) {
 	if err := e.d.RemoveInstanceDir(inst); err != nil {
 		t.Fatal(err)
 	}
-	if rem, err := e.d.Verify(ctx, inst); err != nil || len(rem) != 0 {
+	if rem, err := e.d.Verify(ctx, inst, nil); err != nil || len(rem) != 0 {
 		t.Fatalf("after teardown: %v %v", err, rem)
 	}
 	// Stopping and removing what is gone succeeds.

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -442,8 +443,10 @@ func (d *Driver) Inspect(ctx context.Context, ref nodeapi.ContainerRef, tail int
 }
 
 // Verify lists what still exists for an instance: labelled containers,
-// networks and volumes, and its scratch path.
-func (d *Driver) Verify(ctx context.Context, instanceID string) ([]string, error) {
+// networks and volumes, and its scratch path. With names, it lists only
+// which of the instance's containers of those names remain (a removed
+// member's), whatever else of the instance runs.
+func (d *Driver) Verify(ctx context.Context, instanceID string, names []string) ([]string, error) {
 	if instanceID == "" {
 		return nil, fail(nodeapi.ReasonInvalidTask, "teardown.verify needs an instance id")
 	}
@@ -454,7 +457,13 @@ func (d *Driver) Verify(ctx context.Context, instanceID string) ([]string, error
 		return nil, err
 	}
 	for _, c := range cs.Items {
+		if names != nil && (len(c.Names) == 0 || !slices.Contains(names, strings.TrimPrefix(c.Names[0], "/"))) {
+			continue
+		}
 		remaining = append(remaining, "container:"+c.ID)
+	}
+	if names != nil {
+		return remaining, nil
 	}
 	ns, err := d.C.NetworkList(ctx, client.NetworkListOptions{Filters: f})
 	if err != nil {

@@ -43,8 +43,9 @@ type Driver interface {
 	Inspect(ctx context.Context, ref nodeapi.ContainerRef, tail int) ([]nodeapi.Workload, []string, error)
 	// Workloads lists every gpuaas-labelled workload of the engine.
 	Workloads(ctx context.Context) ([]nodeapi.Workload, error)
-	// Verify lists what still exists of an instance (empty: torn down).
-	Verify(ctx context.Context, instanceID string) ([]string, error)
+	// Verify lists what still exists of an instance (empty: torn down);
+	// with names, only which of those workloads (containers) remain.
+	Verify(ctx context.Context, instanceID string, names []string) ([]string, error)
 	// SetNodeID names the node whose label the driver writes (known once joined).
 	SetNodeID(id string)
 	// Housekeep removes labelled orphans and unused pulled images past

@@ -186,7 +186,7 @@ func (f *Fake) Inspect(_ context.Context, ref nodeapi.ContainerRef, tail int) ([
 	return ws, slices.Clone(logs), nil
 }
 
-func (f *Fake) Verify(_ context.Context, instanceID string) ([]string, error) {
+func (f *Fake) Verify(_ context.Context, instanceID string, names []string) ([]string, error) {
 	if err := f.call("Verify"); err != nil {
 		return nil, err
 	}
@@ -197,9 +197,12 @@ func (f *Fake) Verify(_ context.Context, instanceID string) ([]string, error) {
 	defer f.mu.Unlock()
 	remaining := []string{}
 	for _, w := range f.workloads {
-		if w.InstanceID == instanceID {
+		if w.InstanceID == instanceID && (names == nil || slices.Contains(names, w.Name)) {
 			remaining = append(remaining, "container:"+w.ContainerID)
 		}
+	}
+	if names != nil {
+		return remaining, nil
 	}
 	return append(remaining, f.Remains[instanceID]...), nil
 }

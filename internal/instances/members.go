@@ -1,0 +1,700 @@
+package instances
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpuaas/gpuaas/client/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/runtime"
+	"github.com/gpuaas/gpuaas/internal/storage"
+)
+
+// Members of a cluster app. A version whose runtime profile declares
+// `members` lets an operator add workers (or heads, nodes, controllers) to
+// a running instance: each member is its own workload — the version's image,
+// told its role and name — on an allocation of the project, on any node.
+// Members belong to the instance's deployment: an upgrade, a rollback and a
+// recovery redeploy them with it, a decommission removes them on every node
+// and verifies each. Each member operation (add, remove, recover) is an
+// instance operation that names its members; the instance stays running
+// while it runs, and no other operation starts on it meanwhile.
+//
+// A member fails (member_failed) when its node is lost (node_lost), when its
+// node reports its container exited (container_exited), or when its run
+// failed; recover redeploys it where it was.
+
+// Member limits.
+const (
+	// maxMembersPerAdd bounds one add request.
+	maxMembersPerAdd = 16
+	// defaultMaxMembers bounds an instance's live members when its version
+	// declares no max_count.
+	defaultMaxMembers = 64
+)
+
+// Field error codes of member requests.
+const (
+	CodeMembersNotSupported = "members_not_supported"
+	CodeRoleNotAllowed      = "role_not_allowed"
+	CodeTooManyMembers      = "too_many_members"
+	CodeGPUsInUse           = "gpus_in_use"
+	memberNotFoundCode      = "app_instance_member_not_found"
+)
+
+// Reasons only members carry.
+const (
+	ReasonWorkloadMissing = "workload_missing"
+)
+
+// MembersInput is the body of an add: count members of role on an
+// allocation (empty: the instance's own).
+type MembersInput struct {
+	Role         string `json:"role"`
+	AllocationID string `json:"allocation_id"`
+	Count        int    `json:"count"`
+}
+
+func errMemberNotFound(id string) error {
+	return errdefs.NotFound(memberNotFoundCode, "app instance member %q does not exist on this instance; list them with GET …/members", id)
+}
+
+// memberWorkload names an added member's workload: stable for the member,
+// since every (re)deployment of it removes the previous one first.
+func memberWorkload(instanceID, name string) string {
+	return "gpuaas-" + instanceID + "-" + name
+}
+
+// liveAdded lists an instance's added members not yet removed.
+func liveAdded(ms []InstanceMember) []InstanceMember {
+	var out []InstanceMember
+	for _, m := range ms {
+		if m.Added && m.Status != MemberRemoved {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// deployingAdded lists the added members being (re)deployed.
+func deployingAdded(ms []InstanceMember) []InstanceMember {
+	var out []InstanceMember
+	for _, m := range ms {
+		if m.Added && m.Status == MemberDeploying {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (s *Service) members(ctx context.Context, q Queries, instanceID string) ([]InstanceMember, error) {
+	ms, _, err := q.ListInstanceMembers(ctx, instanceID, storage.Page{Limit: storage.MaxPageLimit})
+	return ms, err
+}
+
+// memberReady refuses a member operation on an instance that is not
+// running or has an operation under way.
+func (s *Service) memberReady(ctx context.Context, inst AppInstance, verb string, allowFailed bool) error {
+	if busy(inst.Status) {
+		return errBusy(inst)
+	}
+	if open, err := s.opOpen(ctx, s.Store.Read(), inst); err != nil || open {
+		if err == nil {
+			err = errBusy(inst)
+		}
+		return err
+	}
+	if inst.Status != StatusRunning && !(allowFailed && inst.Status == StatusFailed) {
+		return errdefs.FailedPrecondition("instance_not_running",
+			"app instance %s is %s; members can be %s only while it runs", inst.ID, inst.Status, verb)
+	}
+	return nil
+}
+
+// opOpen reports whether the instance's current operation is in progress
+// (a member operation leaves the instance's status as it was).
+func (s *Service) opOpen(ctx context.Context, q Queries, inst AppInstance) (bool, error) {
+	if inst.CurrentOperationID == "" {
+		return false, nil
+	}
+	op, err := q.GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return false, nil
+	}
+	return op.State == OpInProgress, err
+}
+
+// AddMembers adds count members of a role to a running instance on an
+// allocation of its project; the worker deploys them. Every refusal names
+// its field.
+func (s *Service) AddMembers(ctx context.Context, g *iam.Grants, projectID, id string, in MembersInput) (AppInstance, InstanceOperation, []InstanceMember, error) {
+	p, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceUpdate)
+	if err != nil {
+		return AppInstance{}, InstanceOperation{}, nil, err
+	}
+	if err := s.memberReady(ctx, inst, "added", false); err != nil {
+		return AppInstance{}, InstanceOperation{}, nil, err
+	}
+	in.Role, in.AllocationID = strings.TrimSpace(in.Role), strings.TrimSpace(in.AllocationID)
+	if in.Count == 0 {
+		in.Count = 1
+	}
+	if in.AllocationID == "" {
+		in.AllocationID = inst.TargetAllocationID
+	}
+	prof, err := s.profileOf(ctx, inst.AppSlug, inst.Version)
+	if err != nil {
+		return AppInstance{}, InstanceOperation{}, nil, err
+	}
+	var fe []errdefs.FieldError
+	bad := func(field, code, format string, args ...any) {
+		fe = append(fe, errdefs.FieldError{Field: field, Code: code, Message: fmt.Sprintf(format, args...)})
+	}
+	if prof == nil || prof.Members == nil || prof.Kind != manifest.ProfileLaunchableOCI {
+		bad("/role", CodeMembersNotSupported, "%s %s declares no members (runtime_profile.members of a launchable_oci profile); it runs as one workload", inst.AppSlug, inst.Version)
+		return AppInstance{}, InstanceOperation{}, nil, errdefs.Validation(fe)
+	}
+	if in.Role == "" {
+		bad("/role", CodeRequired, "is required: one of %v", prof.Members.Roles)
+	} else if !slices.Contains(prof.Members.Roles, in.Role) {
+		bad("/role", CodeRoleNotAllowed, "%s %s allows members of roles %v, not %q", inst.AppSlug, inst.Version, prof.Members.Roles, in.Role)
+	}
+	if in.Count < 1 || in.Count > maxMembersPerAdd {
+		bad("/count", "out_of_range", "must be between 1 and %d", maxMembersPerAdd)
+	}
+	all, err := s.members(ctx, s.Store.Read(), inst.ID)
+	if err != nil {
+		return AppInstance{}, InstanceOperation{}, nil, err
+	}
+	live := liveAdded(all)
+	limit := prof.Members.MaxCount
+	if limit == 0 {
+		limit = defaultMaxMembers
+	}
+	if len(fe) == 0 && len(live)+in.Count > limit {
+		bad("/count", CodeTooManyMembers, "the instance has %d member(s); %s %s allows at most %d", len(live), inst.AppSlug, inst.Version, limit)
+	}
+	if fe != nil {
+		return AppInstance{}, InstanceOperation{}, nil, errdefs.Validation(fe)
+	}
+	var doc LaunchDoc
+	if err := json.Unmarshal(inst.Effective, &doc); err != nil {
+		return AppInstance{}, InstanceOperation{}, nil, err
+	}
+	t, err := s.resolve(ctx, s.Store.Read(), p, inst.AppSlug, inst.Version, doc.Request, in.AllocationID, true)
+	if err != nil {
+		return AppInstance{}, InstanceOperation{}, nil, movedField(err, "/target_allocation_id", "/allocation_id")
+	}
+	gpus, err := s.freeGPUs(inst, t.allocation, live, t.effective.Resources.GPUCount, in.Count)
+	if err != nil {
+		return AppInstance{}, InstanceOperation{}, nil, err
+	}
+	now := s.Now().UTC()
+	var added []InstanceMember
+	seq := 0
+	for _, m := range all {
+		if m.Added {
+			seq++
+		}
+	}
+	for i := range in.Count {
+		seq++
+		name := fmt.Sprintf("%s-%d", in.Role, seq)
+		added = append(added, InstanceMember{ID: iam.NewID(), InstanceID: inst.ID, AllocationID: t.allocation.ID, NodeID: t.allocation.NodeID,
+			Role: in.Role, Status: MemberDeploying, Version: inst.Version, Digest: t.digest, WorkloadName: memberWorkload(inst.ID, name),
+			Name: name, Added: true, GPUUUIDs: gpus[i], CreatedAt: now, UpdatedAt: now})
+	}
+	op := s.newOperation(ctx, inst, OpMemberAdd, inst.Version, inst.Version,
+		fmt.Sprintf("add %d %s member(s) to %s on allocation %s (node %s)", in.Count, in.Role, inst.AppSlug, t.allocation.ID, t.allocation.NodeID))
+	for _, m := range added {
+		op.MemberIDs = append(op.MemberIDs, m.ID)
+	}
+	out, err := s.beginMembers(ctx, inst, op, added, nil, "app_instance.member_add")
+	return out, op, added, err
+}
+
+// freeGPUs picks per member the GPUs it gets on an allocation: none of
+// those the instance's own deployment or its other members hold there.
+func (s *Service) freeGPUs(inst AppInstance, a Allocation, live []InstanceMember, per, count int) ([][]string, error) {
+	out := make([][]string, count)
+	if per == 0 {
+		return out, nil
+	}
+	held := map[string]bool{}
+	if inst.TargetAllocationID == a.ID {
+		for _, u := range a.GPUUUIDs[:min(per, len(a.GPUUUIDs))] {
+			held[u] = true
+		}
+	}
+	for _, m := range live {
+		for _, u := range m.GPUUUIDs {
+			held[u] = true
+		}
+	}
+	var free []string
+	for _, u := range a.GPUUUIDs {
+		if !held[u] {
+			free = append(free, u)
+		}
+	}
+	if len(free) < per*count {
+		return nil, errdefs.Validation([]errdefs.FieldError{{Field: "/count", Code: CodeGPUsInUse,
+			Message: fmt.Sprintf("%d member(s) of %d GPU(s) each need %d GPUs; allocation %s has %d of its %d free (the instance and its members hold the rest)",
+				count, per, per*count, a.ID, len(free), len(a.GPUUUIDs))}})
+	}
+	for i := range count {
+		out[i] = free[i*per : (i+1)*per]
+	}
+	return out, nil
+}
+
+// RemoveMember removes one added member: its workload is removed and its
+// absence verified on its node, and its key expires.
+func (s *Service) RemoveMember(ctx context.Context, g *iam.Grants, projectID, id, memberID string) (AppInstance, InstanceOperation, InstanceMember, error) {
+	inst, m, err := s.addedMember(ctx, g, projectID, id, memberID)
+	if err != nil {
+		return AppInstance{}, InstanceOperation{}, m, err
+	}
+	if err := s.memberReady(ctx, inst, "removed", true); err != nil {
+		return AppInstance{}, InstanceOperation{}, m, err
+	}
+	if m.Status == MemberRemoved {
+		return AppInstance{}, InstanceOperation{}, m, errdefs.Conflict("member_already_removed", "member %s (%s) was removed at %s", m.ID, m.Name, m.UpdatedAt.Format("2006-01-02T15:04:05Z"))
+	}
+	op := s.newOperation(ctx, inst, OpMemberRemove, inst.Version, inst.Version, fmt.Sprintf("remove member %s (%s) from node %s", m.Name, m.ID, m.NodeID))
+	op.MemberIDs = []string{m.ID}
+	out, err := s.beginMembers(ctx, inst, op, nil, nil, "app_instance.member_remove")
+	return out, op, m, err
+}
+
+// RecoverMember redeploys a failed member where it was.
+func (s *Service) RecoverMember(ctx context.Context, g *iam.Grants, projectID, id, memberID string) (AppInstance, InstanceOperation, InstanceMember, error) {
+	inst, m, err := s.addedMember(ctx, g, projectID, id, memberID)
+	if err != nil {
+		return AppInstance{}, InstanceOperation{}, m, err
+	}
+	if err := s.memberReady(ctx, inst, "recovered", false); err != nil {
+		return AppInstance{}, InstanceOperation{}, m, err
+	}
+	if m.Status != MemberFailed {
+		return AppInstance{}, InstanceOperation{}, m, errdefs.FailedPrecondition("member_not_failed",
+			"member %s (%s) is %s; only a failed member can be recovered", m.ID, m.Name, m.Status)
+	}
+	op := s.newOperation(ctx, inst, OpMemberRecover, inst.Version, inst.Version, fmt.Sprintf("recover member %s (%s) on node %s", m.Name, m.ID, m.NodeID))
+	op.MemberIDs = []string{m.ID}
+	m.Status, m.UpdatedAt = MemberDeploying, s.Now().UTC()
+	out, err := s.beginMembers(ctx, inst, op, nil, []InstanceMember{m}, "app_instance.member_recover")
+	return out, op, m, err
+}
+
+// addedMember resolves an instance the caller may update and one of its
+// added members.
+func (s *Service) addedMember(ctx context.Context, g *iam.Grants, projectID, id, memberID string) (AppInstance, InstanceMember, error) {
+	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceUpdate)
+	if err != nil {
+		return AppInstance{}, InstanceMember{}, err
+	}
+	m, err := s.Store.Read().GetInstanceMember(ctx, inst.ID, memberID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return AppInstance{}, InstanceMember{}, errMemberNotFound(memberID)
+	}
+	if err != nil {
+		return AppInstance{}, InstanceMember{}, err
+	}
+	if !m.Added {
+		return AppInstance{}, InstanceMember{}, errdefs.FailedPrecondition("member_not_added",
+			"member %s is the instance's own %s workload; it comes and goes with the instance (upgrade, rollback, decommission)", m.ID, m.Role)
+	}
+	return inst, m, nil
+}
+
+// beginMembers records a member request: the operation, the new members
+// (or the members' changed rows), the instance's current operation and the
+// audit row — refused with 409 when another operation won the race.
+func (s *Service) beginMembers(ctx context.Context, inst AppInstance, op InstanceOperation, insert, update []InstanceMember, action string) (AppInstance, error) {
+	before := inst
+	inst.CurrentOperationID, inst.UpdatedAt = op.ID, s.Now().UTC()
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
+		cur, err := tx.LockAppInstance(ctx, inst.ID)
+		if err != nil {
+			return err
+		}
+		if open, err := s.opOpen(ctx, tx, cur); err != nil || open || cur.Status != before.Status {
+			if err == nil {
+				err = errBusy(cur)
+			}
+			return err
+		}
+		if err := tx.UpdateAppInstance(ctx, inst, before.Status); err != nil {
+			return err
+		}
+		if err := tx.InsertInstanceOperation(ctx, op); err != nil {
+			return err
+		}
+		for _, m := range insert {
+			if err := tx.InsertInstanceMember(ctx, m); err != nil {
+				return err
+			}
+		}
+		for _, m := range update {
+			if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+				return err
+			}
+		}
+		return tx.Audit(storage.AuditEvent{Action: action, ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, auditState(before), auditState(inst))
+	})
+	if err != nil {
+		return AppInstance{}, err
+	}
+	s.kick()
+	return inst, nil
+}
+
+// placed is a node task with the node it goes to.
+type placed struct {
+	node string
+	task runtime.Task
+}
+
+func on(node string, tasks ...runtime.Task) []placed {
+	out := make([]placed, len(tasks))
+	for i, t := range tasks {
+		out[i] = placed{node, t}
+	}
+	return out
+}
+
+// opMembers reads the members an operation names.
+func (s *Service) opMembers(ctx context.Context, q Queries, inst AppInstance, op InstanceOperation) ([]InstanceMember, error) {
+	out := make([]InstanceMember, 0, len(op.MemberIDs))
+	for _, id := range op.MemberIDs {
+		m, err := q.GetInstanceMember(ctx, inst.ID, id)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// stepMembers advances a member operation by at most one phase.
+func (s *Service) stepMembers(ctx context.Context, inst AppInstance, op InstanceOperation) (bool, error) {
+	ms, err := s.opMembers(ctx, s.Store.Read(), inst, op)
+	if err != nil {
+		return false, err
+	}
+	if op.Phase != phaseStart {
+		if _, done, err := s.outcomes(ctx, op.TaskID); err != nil || !done {
+			return false, err
+		}
+	}
+	switch {
+	case op.Phase == phaseStart && op.Kind == OpMemberAdd:
+		return true, s.queueMembers(ctx, inst, op, phaseRun, ms, inst.Version)
+	case op.Phase == phaseStart: // recover and remove: the old workload goes first
+		next := OperationPhase(phaseRemoveOld)
+		if op.Kind == OpMemberRemove {
+			next = phaseTeardown
+		}
+		return true, s.queue(ctx, inst, op, next, "", s.memberTeardown(ms), "app_instance.member_teardown")
+	case op.Phase == phaseRemoveOld:
+		return true, s.queueMembers(ctx, inst, op, phaseRun, ms, inst.Version)
+	case op.Phase == phaseRun:
+		return true, s.finishMembers(ctx, inst, op, ms)
+	case op.Phase == phaseTeardown:
+		var tasks []placed
+		for node, names := range byNode(ms) {
+			tasks = append(tasks, placed{node, runtime.VerifyNamed(inst.ID, names)})
+		}
+		return true, s.queue(ctx, inst, op, phaseVerify, "", tasks, "app_instance.member_teardown_verify")
+	case op.Phase == phaseVerify:
+		var remaining []string
+		for _, id := range strings.Split(op.TaskID, ",") {
+			o, err := s.Tasks.Outcome(ctx, id)
+			if err != nil {
+				return false, err
+			}
+			var v nodeapi.VerifyOutput
+			_ = json.Unmarshal(o.Result.Output, &v)
+			if o.Result.State != nodeapi.ResultSucceeded {
+				remaining = append(remaining, "verify failed: "+reasonOf(o.Result))
+			}
+			remaining = append(remaining, v.Remaining...)
+		}
+		if len(remaining) == 0 {
+			return true, s.removedMembers(ctx, inst, op, ms)
+		}
+		op.Description = "member teardown incomplete, retrying: " + strings.Join(remaining, ", ")
+		return true, s.queue(ctx, inst, op, phaseTeardown, "", s.memberTeardown(ms), "app_instance.member_teardown")
+	}
+	return false, fmt.Errorf("operation %s: unknown phase %q", op.ID, op.Phase)
+}
+
+// byNode groups members' workload names by node.
+func byNode(ms []InstanceMember) map[string][]string {
+	out := map[string][]string{}
+	for _, m := range ms {
+		out[m.NodeID] = append(out[m.NodeID], m.WorkloadName)
+	}
+	return out
+}
+
+// memberTeardown lists the removal of each member's workload on its node.
+func (s *Service) memberTeardown(ms []InstanceMember) []placed {
+	var out []placed
+	for _, m := range ms {
+		out = append(out, placed{m.NodeID, runtime.Teardown(manifest.ProfileLaunchableOCI, m.InstanceID, m.WorkloadName)})
+	}
+	return out
+}
+
+// queueMembers deploys members at version (one run task each, on its node)
+// and moves the operation to phase.
+func (s *Service) queueMembers(ctx context.Context, inst AppInstance, op InstanceOperation, phase OperationPhase, ms []InstanceMember, version string) error {
+	prevPhase := op.Phase
+	now := s.Now().UTC()
+	renders, err := s.renderMembers(ctx, inst, ms, version)
+	if err != nil {
+		return s.failMembers(ctx, inst, op, ms, refusalReason(err), err.Error())
+	}
+	return s.Store.Mutate(ctx, func(tx Tx) error {
+		ids, err := s.deployMembers(ctx, tx, inst, renders, now)
+		if err != nil {
+			return err
+		}
+		op.Phase, op.TaskID, op.UpdatedAt = phase, strings.Join(ids, ","), now
+		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
+			return err
+		}
+		return tx.Audit(storage.AuditEvent{Action: "app_instance.member_deploy", ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
+			ProjectID: inst.ProjectID, Reason: fmt.Sprintf("deploy %d member(s) of %s %s", len(ms), inst.AppSlug, version)}, nil, auditState(inst))
+	})
+}
+
+// memberRender is a member's deployment, rendered but for its key.
+type memberRender struct {
+	m InstanceMember
+	d runtime.Deployment
+}
+
+// renderMembers resolves each member's allocation and pulls for version.
+// Nothing is written: a launch that no longer resolves is the caller's
+// failure to record.
+func (s *Service) renderMembers(ctx context.Context, inst AppInstance, ms []InstanceMember, version string) ([]memberRender, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	q := s.Store.Read()
+	p, err := q.GetProject(ctx, inst.ProjectID)
+	if err != nil {
+		return nil, err
+	}
+	var doc LaunchDoc
+	if err := json.Unmarshal(inst.Effective, &doc); err != nil {
+		return nil, err
+	}
+	var out []memberRender
+	for _, m := range ms {
+		t, err := s.resolve(ctx, q, p, inst.AppSlug, version, doc.Request, m.AllocationID, true)
+		if err != nil {
+			return nil, err
+		}
+		a := t.artifacts[runtime.LaunchImage]
+		pull := nodeapi.ImagePull{Repository: s.imageRepository(t, runtime.LaunchImage, a), Digest: a.Digest}
+		if s.Pulls != nil {
+			if pull, err = s.Pulls.NodePull(ctx, m.NodeID, a); err != nil {
+				return nil, errdefs.FailedPrecondition(ReasonImagePullFailed, "no pull credentials for node %s: %v", m.NodeID, err)
+			}
+		}
+		res := t.effective.Resources
+		res.HostPort = 0 // a member publishes on a port its node picks
+		m.Version, m.Digest = version, a.Digest
+		out = append(out, memberRender{m: m, d: runtime.Deployment{InstanceID: inst.ID, ProjectID: inst.ProjectID, OrgID: inst.OrgID,
+			NodeID: m.NodeID, AppSlug: inst.AppSlug, Version: version, Name: m.WorkloadName, Profile: t.manifest.RuntimeProfile,
+			Images: map[string]nodeapi.ImagePull{runtime.LaunchImage: pull}, Resources: res, Parameters: t.effective.Parameters,
+			GPUUUIDs: m.GPUUUIDs, ReadinessTimeoutSeconds: int(s.ReadinessTimeout.Seconds()),
+			Member: &runtime.Member{ID: m.ID, Name: m.Name, Role: m.Role}}})
+	}
+	return out, nil
+}
+
+// deployMembers gives each rendered member a key of its own, queues its run
+// task and records it deploying, in tx; it returns the task ids.
+func (s *Service) deployMembers(ctx context.Context, tx Tx, inst AppInstance, rs []memberRender, now time.Time) ([]string, error) {
+	var ids []string
+	for _, r := range rs {
+		m := r.m
+		if s.SA != nil && inst.ServiceAccountID != "" {
+			if err := s.SA.ExpireWorkloadKey(ctx, tx, inst.ServiceAccountID, m.KeyID); err != nil {
+				return nil, err
+			}
+			k, err := s.SA.KeyWorkload(ctx, tx, inst.ProjectID, inst.ServiceAccountID)
+			if err != nil {
+				return nil, err
+			}
+			m.KeyID = k.Key.ID
+			r.d.Identity = &runtime.Identity{ServiceAccountID: inst.ServiceAccountID, ProjectID: inst.ProjectID, KeyID: k.Key.ID,
+				Algorithm: k.Key.Algorithm, PrivateKeyPEM: k.PrivateKeyPEM, TokenURL: k.TokenURL, APIBaseURL: s.APIBaseURL()}
+		}
+		task, err := runtime.Render(r.d)
+		if err != nil {
+			return nil, errdefs.FailedPrecondition(ReasonRenderFailed, "render member %s of %s %s: %v", m.Name, inst.AppSlug, r.d.Version, err)
+		}
+		id, err := s.Tasks.Enqueue(ctx, tx, m.NodeID, task.Kind, inst.ID, inst.ProjectID, task.Payload)
+		if err != nil {
+			return nil, err
+		}
+		m.Status, m.TaskID, m.ContainerIDs, m.ReasonCode, m.ReasonMessage, m.UpdatedAt = MemberDeploying, id, nil, "", "", now
+		if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// settleMembers reads each member's run task and records it running or
+// failed with its event, in tx; it returns the first failure's reason.
+func (s *Service) settleMembers(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, ms []InstanceMember, ok string, now time.Time) (string, string, error) {
+	var reason, message string
+	for _, m := range ms {
+		o, err := s.Tasks.Outcome(ctx, m.TaskID)
+		if err != nil {
+			return "", "", err
+		}
+		res := o.Result
+		var out nodeapi.RunOutput
+		_ = json.Unmarshal(res.Output, &out)
+		if res.State == nodeapi.ResultSucceeded && !slices.Equal(slices.Compact(slices.Sorted(slices.Values(out.ImageDigests))), []string{m.Digest}) {
+			res = nodeapi.TaskResult{State: nodeapi.ResultFailed, ReasonCode: nodeapi.ReasonDigestMismatch,
+				Message: fmt.Sprintf("the node runs %v; the member pins %s", out.ImageDigests, m.Digest)}
+		}
+		event := ok
+		if res.State == nodeapi.ResultSucceeded {
+			ids, _ := json.Marshal(out.ContainerIDs)
+			m.Status, m.ContainerIDs, m.ReasonCode, m.ReasonMessage = MemberRunning, ids, "", ""
+		} else {
+			m.Status, m.ReasonCode, m.ReasonMessage, event = MemberFailed, reasonOf(res), res.Message, EventMemberFailed
+			if reason == "" {
+				reason, message = m.ReasonCode, fmt.Sprintf("member %s: %s", m.Name, res.Message)
+			}
+		}
+		m.UpdatedAt = now
+		if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+			return "", "", err
+		}
+		if event != "" {
+			if err := s.recordMember(ctx, tx, inst, op, event, m); err != nil {
+				return "", "", err
+			}
+		}
+	}
+	return reason, message, nil
+}
+
+// finishMembers ends an add or recover once every member's run ended.
+func (s *Service) finishMembers(ctx context.Context, inst AppInstance, op InstanceOperation, ms []InstanceMember) error {
+	prevPhase := op.Phase
+	now := s.Now().UTC()
+	event := EventMemberAdded
+	if op.Kind == OpMemberRecover {
+		event = EventMemberRecovered
+	}
+	return s.Store.Mutate(ctx, func(tx Tx) error {
+		reason, message, err := s.settleMembers(ctx, tx, inst, op, ms, event, now)
+		if err != nil {
+			return err
+		}
+		op.State, op.Phase, op.TaskID, op.UpdatedAt, op.CompletedAt = OpSucceeded, phaseDone, "", now, now
+		op.Description = fmt.Sprintf("%s: %d member(s) running", op.Kind, len(ms))
+		if reason != "" {
+			op.State, op.ReasonCode, op.Description = OpFailed, reason, fmt.Sprintf("%s failed: %s", op.Kind, message)
+		}
+		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
+			return err
+		}
+		return tx.Audit(storage.AuditEvent{Action: "app_instance." + string(op.Kind) + "ed", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
+	})
+}
+
+// failMembers ends a member operation that could not deploy: its members
+// failed with reason.
+func (s *Service) failMembers(ctx context.Context, inst AppInstance, op InstanceOperation, ms []InstanceMember, reason, message string) error {
+	prevPhase := op.Phase
+	now := s.Now().UTC()
+	return s.Store.Mutate(ctx, func(tx Tx) error {
+		for _, m := range ms {
+			m.Status, m.ReasonCode, m.ReasonMessage, m.UpdatedAt = MemberFailed, reason, message, now
+			if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+				return err
+			}
+			if err := s.recordMember(ctx, tx, inst, op, EventMemberFailed, m); err != nil {
+				return err
+			}
+		}
+		op.State, op.Phase, op.ReasonCode, op.TaskID, op.UpdatedAt, op.CompletedAt = OpFailed, phaseDone, reason, "", now, now
+		op.Description = fmt.Sprintf("%s failed: %s: %s", op.Kind, reason, message)
+		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
+			return err
+		}
+		return tx.Audit(storage.AuditEvent{Action: "app_instance.member_failed", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
+	})
+}
+
+// removedMembers records a verified member removal: the members removed,
+// their keys expired, the event.
+func (s *Service) removedMembers(ctx context.Context, inst AppInstance, op InstanceOperation, ms []InstanceMember) error {
+	prevPhase := op.Phase
+	now := s.Now().UTC()
+	return s.Store.Mutate(ctx, func(tx Tx) error {
+		for _, m := range ms {
+			if s.SA != nil {
+				if err := s.SA.ExpireWorkloadKey(ctx, tx, inst.ServiceAccountID, m.KeyID); err != nil {
+					return err
+				}
+			}
+			m.Status, m.ContainerIDs, m.ReasonCode, m.ReasonMessage, m.UpdatedAt = MemberRemoved, nil, "", "", now
+			if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+				return err
+			}
+			if err := s.recordMember(ctx, tx, inst, op, EventMemberRemoved, m); err != nil {
+				return err
+			}
+		}
+		op.State, op.Phase, op.TaskID, op.UpdatedAt, op.CompletedAt = OpSucceeded, phaseDone, "", now, now
+		op.Description = fmt.Sprintf("removed %d member(s): teardown verified on their nodes", len(ms))
+		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
+			return err
+		}
+		return tx.Audit(storage.AuditEvent{Action: "app_instance.member_removed", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
+	})
+}
+
+// MemberData is what a member event says of its member.
+type MemberData struct {
+	ID           string `json:"id"`
+	Name         string `json:"name"`
+	Role         string `json:"role"`
+	Status       string `json:"status"`
+	NodeID       string `json:"node_id"`
+	AllocationID string `json:"allocation_id"`
+	WorkloadName string `json:"workload_name"`
+}
+
+// recordMember appends the timeline row and emits the event of a member's
+// transition.
+func (s *Service) recordMember(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, event string, m InstanceMember) error {
+	return s.record(ctx, tx, inst, op, event, &extra{reasonCode: m.ReasonCode, reason: m.ReasonMessage,
+		member: &MemberData{ID: m.ID, Name: m.Name, Role: m.Role, Status: string(m.Status), NodeID: m.NodeID, AllocationID: m.AllocationID, WorkloadName: m.WorkloadName}})
+}
