@@ -39,6 +39,13 @@ type agentProcess struct {
 // extra agent flags.
 func startRealAgent(t testing.TB, s *servertest.Server, admin *servertest.Client, bin, dataDir string, flags ...string) *agentProcess {
 	t.Helper()
+	return startNamedAgent(t, s, admin, bin, dataDir, "walk-node", flags...)
+}
+
+// startNamedAgent is startRealAgent for a node of the given name (a second
+// agent beside the first).
+func startNamedAgent(t testing.TB, s *servertest.Server, admin *servertest.Client, bin, dataDir, name string, flags ...string) *agentProcess {
+	t.Helper()
 	if out, err := exec.Command(bin, "agent", "--help").CombinedOutput(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true and this build has no `gpuaas agent`: %s", out)
@@ -46,7 +53,7 @@ func startRealAgent(t testing.TB, s *servertest.Server, admin *servertest.Client
 		t.Skipf("!!! SKIPPED: this build has no `gpuaas agent` (the agent branch has not merged); the real-agent walk is NOT tested !!!\n%s", out)
 	}
 	jt := admin.Do("POST", "/api/v1/admin/nodes/join-tokens", map[string]any{"description": "docker walk"}).Want(t, 201).String("join_token")
-	a := &agentProcess{t: t, bin: bin, server: s.URL, dataDir: dataDir, name: "walk-node"}
+	a := &agentProcess{t: t, bin: bin, server: s.URL, dataDir: dataDir, name: name}
 	t.Cleanup(func() {
 		if a.cmd != nil && a.cmd.ProcessState == nil {
 			_ = a.cmd.Process.Kill()

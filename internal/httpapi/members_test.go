@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,7 +14,10 @@ import (
 
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/client/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/instances/instancetest"
+	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -290,4 +295,80 @@ func TestInstanceMembersNotDeclared(t *testing.T) {
 	if r := e.bot.Do("POST", e.path("/app-instances/"+cr.String("id")+"/members/"+own[0]["id"].(string)+"/remove"), nil); r.Status != 409 || !strings.Contains(string(r.Body), "member_not_added") {
 		t.Fatalf("removing the instance's own workload: %d %s", r.Status, r.Body)
 	}
+}
+
+// The members walk on real agents and the real Docker engine: a cluster
+// app's instance on one node, two workers added on a second node (a second
+// agent), one killed (member_failed, container_exited) and recovered, the
+// other removed (its container gone), then decommission leaves nothing of
+// the instance on either node.
+func TestInstanceMembersDocker(t *testing.T) {
+	t.Parallel()
+	d := agenttest.RequireDocker(t)
+	bin := buildGpuaas(t)
+	images := map[string]v1.Image{"1.0.0": instancetest.Image(t, instancetest.Build(t, "1.0.0", instancetest.ModeServe))}
+	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.NodeHeartbeatTTL = 6 * time.Second }) // agents beat every 2 s
+	e := setupInstanceEnv(t, s, "cluster", images, clusterManifest("cluster"), -1)
+	_, dirA := e.withRealAgent(t, bin)
+	dirB := filepath.Join(t.TempDir(), "agent-b")
+	if err := os.MkdirAll(dirB, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	b := startNamedAgent(t, s, e.admin, bin, dirB, "node-b")
+	allocB := e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 0, "sku": "cpu.0x", "node_id": b.nodeID}).Want(t, 201).String("id")
+
+	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "cluster", "version": "1.0.0", "display_name": "cluster"}).Want(t, 202)
+	id := cr.String("id")
+	removeInstanceOnExit(t, d, id)
+	if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("create: %s", op.Body)
+	}
+	members := e.path("/app-instances/" + id + "/members")
+	add := e.bot.Do("POST", members, map[string]any{"role": "worker", "allocation_id": allocB, "count": 2}).Want(t, 202)
+	if op := waitOp(t, e.bot, e.pid, add.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("add: %s", op.Body)
+	}
+	state := func(workload string) string {
+		out, _ := d.Run("", "inspect", "--format", "{{.State.Status}} {{index .Config.Labels \"gpuaas.node_id\"}} {{index .Config.Labels \"gpuaas.member_id\"}}", workload)
+		return strings.TrimSpace(out)
+	}
+	ms := memberByName(t, e, id)
+	w1, w2 := ms["worker-1"], ms["worker-2"]
+	for _, m := range []map[string]any{w1, w2} {
+		if got, want := state(m["workload_name"].(string)), "running "+b.nodeID+" "+m["id"].(string); got != want {
+			t.Fatalf("member %s's container: %q, want %q", m["name"], got, want)
+		}
+	}
+
+	// Killed: node-b reports it exited, the member fails; recover brings it back.
+	d.Must("", "kill", w1["workload_name"].(string))
+	if m := waitMember(t, e, id, "worker-1", "failed"); m["reason_code"] != "container_exited" {
+		t.Fatalf("killed member: %v", m)
+	}
+	rec := e.bot.Do("POST", members+"/"+w1["id"].(string)+"/recover", nil).Want(t, 202)
+	if op := waitOp(t, e.bot, e.pid, rec.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("recover: %s", op.Body)
+	}
+	if got := state(w1["workload_name"].(string)); !strings.HasPrefix(got, "running ") {
+		t.Fatalf("recovered member's container: %q", got)
+	}
+
+	// Removed: its container is gone, verified by node-b.
+	rm := e.bot.Do("POST", members+"/"+w2["id"].(string)+"/remove", nil).Want(t, 202)
+	if op := waitOp(t, e.bot, e.pid, rm.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("remove: %s", op.Body)
+	}
+	if out, _ := d.Run("", "ps", "-aq", "--filter", "name=^"+w2["workload_name"].(string)+"$"); strings.TrimSpace(out) != "" {
+		t.Fatalf("the removed member's container is still there: %s", out)
+	}
+	if got := state(w1["workload_name"].(string)); !strings.HasPrefix(got, "running ") {
+		t.Fatalf("removing worker-2 touched worker-1: %q", got)
+	}
+
+	dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
+	if op := waitOp(t, e.bot, e.pid, dec.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("decommission: %s", op.Body)
+	}
+	requireTornDown(t, d, id, dirA)
+	requireTornDown(t, d, id, dirB)
 }

@@ -113,6 +113,12 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 	if err != nil {
 		return nodeapi.HeartbeatResponse{}, err
 	}
+	if !revive && !bytes.Equal(workloads, n.Workloads) {
+		// A beat that also changed the inventory or confirmed placements
+		// changes the workload report like a plain one (a revived node's
+		// hooks saw it as NodeReady).
+		s.workloadsReported(ctx, nodeID, hb.Workloads)
+	}
 	return s.beatResponse(state, stored), nil
 }
 
