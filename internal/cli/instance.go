@@ -19,16 +19,18 @@ func init() { commandFactories = append(commandFactories, newInstanceCmd) }
 func newInstanceCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "instance",
-		Short: "Launch, upgrade, roll back and decommission app instances",
+		Short: "Launch, upgrade, roll back and decommission app instances, and manage their members",
 		Long: `App instances run an entitled, published app version on one of the project's
 allocations. Lifecycle requests answer at once with an operation; --wait follows
-the project's event stream until it ends and exits non-zero when it fails.`,
+the project's event stream until it ends and exits non-zero when it fails.
+A cluster app's instance can also be given members (workers, heads, nodes):
+see gpuaas instance member.`,
 	}
 	projectFlag(cmd, true)
 	cmd.AddCommand(newInstanceCreateCmd(), newInstanceListCmd(), newInstanceGetCmd(),
 		newInstanceVersionCmd("upgrade", "Upgrade a running instance to another version (health-gated; reverts by itself if the new version does not become ready)"),
 		newInstanceVersionCmd("rollback", "Roll a running instance back to a version it ran before"),
-		newInstanceDecommissionCmd(), newInstanceEventsCmd(), newInstanceLogsCmd())
+		newInstanceDecommissionCmd(), newInstanceEventsCmd(), newInstanceLogsCmd(), newInstanceMemberCmd())
 	addClientFlags(cmd)
 	return cmd
 }
@@ -49,18 +51,7 @@ func (w *waitFlag) finish(cmd *cobra.Command, api *client.Client, pid string, in
 			return err
 		})
 	}
-	out := cmd.ErrOrStderr()
-	fmt.Fprintf(out, "%s: operation %s in progress\n", inst.ID, inst.OperationID)
-	op, err := api.WaitOperation(cmd.Context(), pid, inst.ID, inst.OperationID, func(e client.Event, d client.AppInstanceEventData) {
-		line := fmt.Sprintf("%s  %-36s %-15s %s", e.Time.Local().Format("15:04:05"), e.Type, d.Status, d.Version)
-		if d.ReasonCode != "" {
-			line += "  reason=" + d.ReasonCode
-		}
-		fmt.Fprintln(out, line)
-		for _, l := range d.LogTail {
-			fmt.Fprintln(out, "    | "+l)
-		}
-	})
+	op, err := followOperation(cmd, api, pid, inst.ID, inst.OperationID)
 	if err != nil {
 		return err
 	}
@@ -75,6 +66,35 @@ func (w *waitFlag) finish(cmd *cobra.Command, api *client.Client, pid string, in
 		return fmt.Errorf("operation %s %s: %s", op.ID, op.State, op.Description)
 	}
 	return nil
+}
+
+// followOperation prints an operation's events on stderr as they come,
+// until the operation ends, and returns it as it ended.
+func followOperation(cmd *cobra.Command, api *client.Client, pid, instanceID, operationID string) (client.Operation, error) {
+	out := cmd.ErrOrStderr()
+	fmt.Fprintf(out, "%s: operation %s in progress\n", instanceID, operationID)
+	return api.WaitOperation(cmd.Context(), pid, instanceID, operationID, func(e client.Event, d client.AppInstanceEventData) {
+		line := fmt.Sprintf("%s  %-36s %-15s %s", e.Time.Local().Format("15:04:05"), e.Type, d.Status, d.Version)
+		// A member event names its member (the client's event data does
+		// not carry it).
+		var m struct {
+			Member *struct{ Name, Role, Status string } `json:"member"`
+		}
+		if json.Unmarshal(e.Data, &m) == nil && m.Member != nil {
+			name := m.Member.Name
+			if name == "" {
+				name = m.Member.Role
+			}
+			line += fmt.Sprintf("  member=%s (%s)", name, m.Member.Status)
+		}
+		if d.ReasonCode != "" {
+			line += "  reason=" + d.ReasonCode
+		}
+		fmt.Fprintln(out, line)
+		for _, l := range d.LogTail {
+			fmt.Fprintln(out, "    | "+l)
+		}
+	})
 }
 
 // printInstance is the table form of one instance.
@@ -342,4 +362,201 @@ func newInstanceLogsCmd() *cobra.Command {
 	}
 	addJSONAlias(cmd, &asJSON)
 	return cmd
+}
+
+func newInstanceMemberCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "member",
+		Aliases: []string{"members"},
+		Short:   "List, add, remove and recover the members of a cluster app's instance",
+		Long: `Members are the workloads an instance runs: its own workload, and the members
+(workers, heads, nodes) added to a running instance whose app version declares
+them (runtime_profile.members). Each member runs as its own workload on an
+allocation of the project, on any node. Add, remove and recover answer at once
+with an operation; --wait follows it until it ends and exits non-zero when it
+fails.`,
+	}
+	cmd.AddCommand(newInstanceMemberListCmd(), newInstanceMemberAddCmd(),
+		newInstanceMemberActionCmd("remove", "Remove a member that was added (not the instance's own workload)",
+			`Removes an added member: its workload is removed on its node, and the removal
+is verified there before the operation succeeds. Asynchronous: use --wait to
+follow it. The instance's own workload goes only with the instance (decommission).`),
+		newInstanceMemberActionCmd("recover", "Redeploy a failed member where it was",
+			`Redeploys a failed member on its node and allocation. Only a failed member can
+be recovered. Asynchronous: use --wait to follow it.`))
+	return cmd
+}
+
+// memberHeader and memberRow are the table form of members.
+const memberHeader = "ID\tNAME\tROLE\tADDED\tSTATUS\tREASON\tNODE"
+
+func memberRow(m client.AppInstanceMember) string {
+	name, added := m.Name, "no"
+	if name == "" {
+		name = m.WorkloadName
+	}
+	if m.Added {
+		added = "yes"
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s", m.ID, name, m.Role, added, m.Status, m.ReasonCode, m.NodeID)
+}
+
+// printMemberOperation is the table form of a member request's answer: the
+// operation, then the members it acts on.
+func printMemberOperation(w io.Writer, mo client.MemberOperation) error {
+	op := mo.Operation
+	if op.ID == "" {
+		op.ID = mo.OperationID
+	}
+	line := fmt.Sprintf("operation %s %s", op.ID, op.State)
+	if op.Description != "" {
+		line += ": " + op.Description
+	}
+	if op.ReasonCode != "" {
+		line += " (reason " + op.ReasonCode + ")"
+	}
+	fmt.Fprintln(w, line)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, memberHeader)
+	for _, m := range mo.Members {
+		fmt.Fprintln(tw, memberRow(m))
+	}
+	return tw.Flush()
+}
+
+func newInstanceMemberListCmd() *cobra.Command {
+	var f pageFlags
+	cmd := &cobra.Command{
+		Use:   "list INSTANCE_ID",
+		Short: "List an instance's members: its own workload and added members (removed ones too)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, api, err := projectClient(cmd)
+			if err != nil {
+				return err
+			}
+			page, err := api.ListAppInstanceMembers(cmd.Context(), pid, args[0], f.options())
+			if err != nil {
+				return err
+			}
+			return printPage(cmd, &f, page, memberHeader, memberRow)
+		},
+	}
+	f.add(cmd)
+	return cmd
+}
+
+func newInstanceMemberAddCmd() *cobra.Command {
+	var (
+		in client.AddMembersRequest
+		w  waitFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "add INSTANCE_ID --role ROLE",
+		Short: "Add members (workers, heads, nodes) to a running instance whose version declares them",
+		Long: `Adds --count members of --role to a running instance. Its app version must
+declare members (runtime_profile.members) and allow the role. Each member runs the
+instance's version as its own workload on --allocation (default: the instance's
+own allocation). Asynchronous: the answer names the operation and the new
+members, which are deploying; use --wait to follow them until they run.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, api, err := projectClient(cmd)
+			if err != nil {
+				return err
+			}
+			mo, err := api.AddAppInstanceMembers(cmd.Context(), pid, args[0], in)
+			if err != nil {
+				return err
+			}
+			return w.finishMembers(cmd, api, pid, args[0], mo)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&in.Role, "role", "", "role of the new members, one the version allows (e.g. worker)")
+	f.StringVar(&in.AllocationID, "allocation", "", "allocation of the project to run them on (default: the instance's own)")
+	f.IntVar(&in.Count, "count", 1, "how many members to add")
+	w.add(cmd)
+	return cmd
+}
+
+func newInstanceMemberActionCmd(action, short, long string) *cobra.Command {
+	var w waitFlag
+	cmd := &cobra.Command{
+		Use:   action + " INSTANCE_ID MEMBER_ID",
+		Short: short,
+		Long:  long,
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, api, err := projectClient(cmd)
+			if err != nil {
+				return err
+			}
+			act := api.RemoveAppInstanceMember
+			if action == "recover" {
+				act = api.RecoverAppInstanceMember
+			}
+			mo, err := act(cmd.Context(), pid, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			return w.finishMembers(cmd, api, pid, args[0], mo)
+		},
+	}
+	w.add(cmd)
+	return cmd
+}
+
+// finishMembers is finish for a member request: without --wait it prints
+// the operation and its members as answered; with --wait it follows the
+// operation, then prints it and its members as they ended, and fails when
+// the operation failed.
+func (w *waitFlag) finishMembers(cmd *cobra.Command, api *client.Client, pid, instanceID string, mo client.MemberOperation) error {
+	if mo.AppInstanceID != "" {
+		instanceID = mo.AppInstanceID
+	}
+	if w.wait {
+		op, err := followOperation(cmd, api, pid, instanceID, mo.OperationID)
+		if err != nil {
+			return err
+		}
+		mo.Operation = op
+		if mo.Members, err = membersNow(cmd, api, pid, instanceID, mo.Members); err != nil {
+			return err
+		}
+	}
+	if err := printOr(cmd, w.asJSON, mo, func(out io.Writer) error { return printMemberOperation(out, mo) }); err != nil {
+		return err
+	}
+	if w.wait && mo.Operation.State != "succeeded" {
+		return fmt.Errorf("operation %s %s: %s", mo.Operation.ID, mo.Operation.State, mo.Operation.Description)
+	}
+	return nil
+}
+
+// membersNow reads the instance's members again and returns ms as they are
+// now (a member no longer listed stays as it was).
+func membersNow(cmd *cobra.Command, api *client.Client, pid, instanceID string, ms []client.AppInstanceMember) ([]client.AppInstanceMember, error) {
+	now := map[string]client.AppInstanceMember{}
+	for o := (client.CatalogListOptions{Limit: 500}); ; {
+		page, err := api.ListAppInstanceMembers(cmd.Context(), pid, instanceID, o)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range page.Items {
+			now[m.ID] = m
+		}
+		if page.NextCursor == "" || len(page.Items) == 0 {
+			break
+		}
+		o.Cursor = page.NextCursor
+	}
+	out := make([]client.AppInstanceMember, len(ms))
+	for i, m := range ms {
+		if n, ok := now[m.ID]; ok {
+			m = n
+		}
+		out[i] = m
+	}
+	return out, nil
 }
