@@ -39,7 +39,8 @@ type LaunchResources struct {
 
 // AppInstanceAccess says how to reach an instance's private endpoint.
 type AppInstanceAccess struct {
-	Exposure     string                `json:"exposure"`
+	Exposure     string                `json:"exposure"`      // private_host_local | external_worker
+	URL          string                `json:"url,omitempty"` // external_worker: where the worker says the app answers
 	NodeID       string                `json:"node_id"`
 	NodeAddress  string                `json:"node_address,omitempty"`
 	HostPort     int                   `json:"host_port"`

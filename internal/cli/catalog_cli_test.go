@@ -78,10 +78,11 @@ func TestCatalogCLI(t *testing.T) {
 	if out := run("app", "catalog", "--project", pid); !strings.Contains(out, "slurm-reference") {
 		t.Fatalf("project catalog: %q", out)
 	}
-	// The effective values print; the exit status is create's answer, and
-	// node agents do not run slurm versions.
+	// The effective values print; the exit status is create's answer: an
+	// external worker runs slurm versions (they declare its contract), but
+	// the project has no allocation to place the instance on.
 	out, _, err := runCLI(t, append([]string{"app", "preview", "slurm-reference", "24.05.0", "--project", pid, "--placement", `{"controller_allocation_ids":["a"]}`}, conn...)...)
-	if !strings.Contains(out, `"tenant_boundary_mode": "project_isolated"`) || err == nil || !strings.Contains(err.Error(), "would be refused") || !strings.Contains(err.Error(), "runtime backend slurm") {
+	if !strings.Contains(out, `"tenant_boundary_mode": "project_isolated"`) || err == nil || !strings.Contains(err.Error(), "would be refused") || !strings.Contains(describeError(nil, err), "/target_allocation_id") {
 		t.Fatalf("preview: %v %q", err, out)
 	}
 	_, _, err = runCLI(t, append([]string{"app", "preview", "slurm-reference", "24.05.0", "--project", pid, "--scope", "tenant"}, conn...)...)

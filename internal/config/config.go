@@ -69,6 +69,10 @@ type Config struct {
 	// every change that lets an operation move wakes the drivers of all
 	// replicas at once.
 	InstanceDriveInterval time.Duration
+	// WorkerOperationTimeout bounds an external worker's operation;
+	// WorkerLease is how long one acquisition or heartbeat holds it.
+	WorkerOperationTimeout time.Duration
+	WorkerLease            time.Duration
 
 	// Billing (issue 13).
 	BillingCurrency      string        // the one currency of prices, budgets and the ledger
@@ -143,6 +147,8 @@ func Defaults() Config {
 		NodeTokenTTL:           15 * time.Minute,
 		NodeTaskLease:          2 * time.Minute,
 		InstanceDriveInterval:  5 * time.Second,
+		WorkerOperationTimeout: time.Hour,
+		WorkerLease:            time.Minute,
 		AppTokenTTL:            5 * time.Minute,
 		ConsoleIdleTimeout:     30 * time.Minute,
 		ConsoleMaxAge:          12 * time.Hour,
@@ -193,6 +199,8 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.NodeTokenTTL, "node-token-ttl", c.NodeTokenTTL, "lifetime of node access tokens")
 	fs.DurationVar(&c.NodeTaskLease, "node-task-lease", c.NodeTaskLease, "how long a delivered task waits for its result before it is delivered again")
 	fs.DurationVar(&c.InstanceDeployTimeout, "instance-deploy-timeout", c.InstanceDeployTimeout, "how long a deploy waits for an app instance to become ready (0: the version's readiness probe budget)")
+	fs.DurationVar(&c.WorkerOperationTimeout, "worker-operation-timeout", c.WorkerOperationTimeout, "the longest an external worker's operation may take; past it the operation fails with operation_timeout and a cleanup operation follows")
+	fs.DurationVar(&c.WorkerLease, "worker-lease", c.WorkerLease, "how long an external worker's acquire or heartbeat holds its operation; an expired lease makes the operation available to any worker of the app")
 	fs.DurationVar(&c.InstanceDriveInterval, "instance-drive-interval", c.InstanceDriveInterval, "how often each replica's instance driver looks for work that no wake-up announced (a fallback: queued operations and task results wake every replica's driver at once)")
 	e := &c.Events
 	fs.StringVar(&c.AppsDomain, "apps-domain", c.AppsDomain, "UI gateway: serve each instance's UI at <instance-id>.<apps-domain> (needs wildcard DNS to this server; gpuaas dev uses apps.localhost); empty turns the gateway off")
@@ -264,6 +272,12 @@ func (c *Config) Validate() error {
 	}
 	if c.NodeTokenTTL < time.Minute || c.NodeTokenTTL > time.Hour {
 		errs = append(errs, errors.New("--node-token-ttl must be between 1m and 1h"))
+	}
+	if c.WorkerOperationTimeout < time.Second || c.WorkerOperationTimeout > 7*24*time.Hour {
+		errs = append(errs, fmt.Errorf("--worker-operation-timeout %s: want between 1s and 168h", c.WorkerOperationTimeout))
+	}
+	if c.WorkerLease < time.Second || c.WorkerLease > time.Hour {
+		errs = append(errs, fmt.Errorf("--worker-lease %s: want between 1s and 1h", c.WorkerLease))
 	}
 	if c.InstanceDriveInterval < 100*time.Millisecond || c.InstanceDriveInterval > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--instance-drive-interval %s: want between 100ms and 10m", c.InstanceDriveInterval))

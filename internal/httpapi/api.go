@@ -134,6 +134,7 @@ func (a *API) routes() []route {
 	rs = append(rs, a.artifactRoutes()...)
 	rs = append(rs, a.billingRoutes()...)
 	rs = append(rs, a.instanceRoutes()...)
+	rs = append(rs, a.workerRoutes()...)
 	rs = append(rs, a.nodeRoutes()...)
 	rs = append(rs, a.eventRoutes()...)
 	rs = append(rs, a.releaseRoutes()...)

@@ -189,12 +189,17 @@ func (s *Service) resolve(ctx context.Context, q Queries, p iam.Project, appSlug
 	if err := json.Unmarshal(v.Manifest, &t.manifest); err != nil {
 		return target{}, fmt.Errorf("stored manifest of %s %s: %w", appSlug, version, err)
 	}
-	if t.manifest.RuntimeProfile == nil || (t.manifest.RuntimeBackend != manifest.BackendLaunchableOCI && t.manifest.RuntimeBackend != manifest.BackendDockerCompose) {
+	switch {
+	case workerDriven(t.manifest.RuntimeBackend) && t.manifest.ExternalWorkerContract != nil:
+		// An external worker of the app carries its operations out
+		// (external.go); it pins what it runs itself.
+	case t.manifest.RuntimeProfile == nil || workerDriven(t.manifest.RuntimeBackend):
 		return target{}, errdefs.Validation([]errdefs.FieldError{{Field: "/version", Code: CodeBackendNotSupported,
-			Message: fmt.Sprintf("version %s runs on runtime backend %s, which node agents do not run; pick a launchable_oci or docker_compose version", version, t.manifest.RuntimeBackend)}})
-	}
-	if t.artifacts, t.digest, err = s.pinArtifacts(ctx, q, v, t.manifest); err != nil {
-		return target{}, err
+			Message: fmt.Sprintf("version %s runs on runtime backend %s, which node agents do not run and for which it declares no external_worker_contract; pick a launchable_oci or docker_compose version", version, t.manifest.RuntimeBackend)}})
+	default:
+		if t.artifacts, t.digest, err = s.pinArtifacts(ctx, q, v, t.manifest); err != nil {
+			return target{}, err
+		}
 	}
 	if t.allocation, err = s.placement(ctx, p, t.manifest, eff, allocationID); err != nil {
 		return target{}, err

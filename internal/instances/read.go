@@ -22,7 +22,9 @@ import (
 // endpoint: on the node's loopback, through an ssh tunnel (or directly,
 // when the node is this machine).
 type Access struct {
-	Exposure     string `json:"exposure"` // private_host_local
+	Exposure string `json:"exposure"` // private_host_local, or external_worker
+	// URL is where an external worker says the app answers.
+	URL          string `json:"url,omitempty"`
 	NodeID       string `json:"node_id"`
 	NodeAddress  string `json:"node_address,omitempty"`
 	HostPort     int    `json:"host_port"`

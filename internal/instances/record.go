@@ -76,9 +76,14 @@ func (s *Service) eventData(ctx context.Context, inst AppInstance, op InstanceOp
 // newOperation starts an operation record under the request's correlation id.
 func (s *Service) newOperation(ctx context.Context, inst AppInstance, kind OperationKind, from, to, description string) InstanceOperation {
 	now := s.Now().UTC()
-	return InstanceOperation{ID: iam.NewID(), InstanceID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID,
+	op := InstanceOperation{ID: iam.NewID(), InstanceID: inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID,
 		Kind: kind, State: OpInProgress, Phase: phaseStart, FromVersion: from, TargetVersion: to, Description: description,
-		CorrelationID: correlation.ID(ctx), Actor: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now}
+		CorrelationID: correlation.ID(ctx), Actor: principal.From(ctx).Key(), CreatedAt: now, UpdatedAt: now,
+		Executor: ExecutorPlatform, AppSlug: inst.AppSlug}
+	if workerDriven(inst.RuntimeBackend) {
+		op.Executor, op.DeadlineAt = ExecutorWorker, now.Add(s.WorkerOperationTimeout)
+	}
+	return op
 }
 
 // auditState is what audit rows keep of an instance (no secrets live on it).

@@ -108,6 +108,12 @@ type Deps struct {
 	Wake *wakeup.Hub
 	// DriveInterval overrides the driver's fallback look (DriveInterval).
 	DriveInterval time.Duration
+	// WorkerOperationTimeout is the longest an external worker's operation
+	// may take (default DefaultWorkerOperationTimeout); WorkerLease how
+	// long one acquisition or heartbeat holds it (default
+	// DefaultWorkerLease).
+	WorkerOperationTimeout time.Duration
+	WorkerLease            time.Duration
 }
 
 // Service is the app-instance domain.
@@ -117,6 +123,8 @@ type Service struct {
 	driver *worker.Periodic
 	// heartbeats degrades instances whose heartbeat is overdue.
 	heartbeats *worker.Periodic
+	// deadlines fails external workers' operations past their deadline.
+	deadlines *worker.Periodic
 }
 
 // New builds the service.
@@ -134,9 +142,16 @@ func New(d Deps) *Service {
 	if d.DriveInterval <= 0 {
 		d.DriveInterval = DriveInterval
 	}
+	if d.WorkerOperationTimeout <= 0 {
+		d.WorkerOperationTimeout = DefaultWorkerOperationTimeout
+	}
+	if d.WorkerLease <= 0 {
+		d.WorkerLease = DefaultWorkerLease
+	}
 	s := &Service{Deps: d}
 	s.driver = s.newWorker()
 	s.heartbeats = s.newHeartbeatWorker()
+	s.deadlines = s.newDeadlineWorker()
 	d.Wake.OnNotify(wakeup.InstanceOperations, s.driver.Kick)
 	return s
 }

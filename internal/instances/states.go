@@ -67,6 +67,15 @@ const (
 	OpMemberAdd     OperationKind = "member_add"
 	OpMemberRemove  OperationKind = "member_remove"
 	OpMemberRecover OperationKind = "member_recover"
+	// OpCleanup removes what a failed or timed-out worker operation may
+	// have left (external.go: orphan mitigation).
+	OpCleanup OperationKind = "cleanup"
+)
+
+// Who carries an operation out.
+const (
+	ExecutorPlatform = "platform" // the driver, through node agents
+	ExecutorWorker   = "worker"   // an external worker of the app
 )
 
 // memberOp reports whether k acts on added members rather than on the

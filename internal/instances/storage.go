@@ -89,6 +89,28 @@ type InstanceOperation struct {
 	CompletedAt    time.Time
 	// MemberIDs are the members a member operation acts on.
 	MemberIDs []string
+	// Executor says who carries the operation out: the platform's driver
+	// through node agents, or an external worker of the app (external.go).
+	Executor string
+	// AppSlug is the instance's app (what a worker acquires by).
+	AppSlug string
+	// A worker operation's lease (LeaseOwner is the worker's principal),
+	// how many times it was acquired, its deadline, the worker's last
+	// progress message and the opaque state it left on completion.
+	LeaseID     string
+	Attempt     int
+	DeadlineAt  time.Time
+	Progress    string
+	WorkerState []byte
+}
+
+// AppWorkerGrant lets a service account work an app's operations.
+type AppWorkerGrant struct {
+	AppSlug          string
+	ServiceAccountID string
+	ProjectID        string // the account's project
+	GrantedBy        string
+	CreatedAt        time.Time
 }
 
 // InstanceEvent is one row of an instance's timeline; Status is the
@@ -184,6 +206,19 @@ type Queries interface {
 	GetInstanceOperation(ctx context.Context, projectID, id string) (InstanceOperation, error)
 	OpenInstanceOperations(ctx context.Context, now time.Time, limit int) ([]InstanceOperation, error)
 	LeaseInstanceOperation(ctx context.Context, id, owner string, now, until time.Time) (bool, error)
+
+	// External workers (external.go).
+	GetWorkerOperation(ctx context.Context, appSlug, id string) (InstanceOperation, error)
+	HeldWorkerOperation(ctx context.Context, appSlug, owner string, now time.Time) (InstanceOperation, error)
+	AvailableWorkerOperations(ctx context.Context, appSlug string, now time.Time, limit int) ([]InstanceOperation, error)
+	LeaseWorkerOperation(ctx context.Context, id, owner, leaseID string, now, until time.Time) (bool, error)
+	ExtendWorkerLease(ctx context.Context, id, leaseID string, until time.Time, progress string) (bool, error)
+	OverdueWorkerOperations(ctx context.Context, now time.Time, limit int) ([]InstanceOperation, error)
+	LastWorkerState(ctx context.Context, instanceID string) ([]byte, error)
+	PutAppWorkerGrant(ctx context.Context, g AppWorkerGrant) error
+	GetAppWorkerGrant(ctx context.Context, appSlug, serviceAccountID string) (AppWorkerGrant, error)
+	DeleteAppWorkerGrant(ctx context.Context, appSlug, serviceAccountID string) error
+	ListAppWorkerGrants(ctx context.Context, appSlug string, p storage.Page) ([]AppWorkerGrant, string, error)
 	ReleaseInstanceOperation(ctx context.Context, id, owner string) error
 
 	InsertInstanceEvent(ctx context.Context, e InstanceEvent) error

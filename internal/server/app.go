@@ -168,11 +168,11 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		Allocations: link, Tasks: link, Releases: a.Nodes, LaunchGate: a.billing.svc, Pulls: instances.ArtifactPulls{Artifacts: arts},
 		APIBaseURL: a.workloadAPIURL, RegistryHost: a.RegistryHost,
 		ReadinessTimeout: cfg.InstanceDeployTimeout, UIBasePath: uiBasePath(cfg), Wake: wake,
-		DriveInterval: cfg.InstanceDriveInterval})
+		DriveInterval: cfg.InstanceDriveInterval, WorkerOperationTimeout: cfg.WorkerOperationTimeout, WorkerLease: cfg.WorkerLease})
 	link.Attach(a.Instances)
 	cat.AddInstanceGate(a.Instances)
 	arts.AddInstanceUsage(a.Instances)
-	a.Workers = append(a.Workers, a.Instances.Worker(), a.Instances.HeartbeatWorker(), a.billing.meter, a.billing.rating)
+	a.Workers = append(a.Workers, a.Instances.Worker(), a.Instances.HeartbeatWorker(), a.Instances.DeadlineWorker(), a.billing.meter, a.billing.rating)
 	releaseKey, err := releases.LoadSigningKey(ctx, db.Queries(), seal, now)
 	if err != nil {
 		return nil, err

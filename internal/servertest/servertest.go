@@ -129,7 +129,9 @@ func (s *Server) LogText() string { return s.logs.String() }
 // their own): sign-in, token exchange, previews, liveness. A workload's
 // runtime-event post is audited when it records something or moves health,
 // but a heartbeat-only one is liveness bookkeeping, like a node's heartbeat.
-var nonMutating = []string{"/api/v1/auth/", "/launch-preview", "/unwrap", "/api/v1/nodes/token", "/heartbeat", "/runtime-events"}
+// A worker's acquire is audited when it takes a lease, not when it finds
+// nothing or hands a worker back the operation it holds.
+var nonMutating = []string{"/api/v1/auth/", "/launch-preview", "/unwrap", "/api/v1/nodes/token", "/heartbeat", "/runtime-events", "/worker/acquire"}
 
 func isMutation(method, path string) bool {
 	if method == http.MethodGet || method == http.MethodHead {

@@ -67,6 +67,12 @@ func (s *Service) RekeyWorkload(ctx context.Context, outer storage.Tx, projectID
 	return IssuedKey{Account: cur, Key: key, PrivateKeyPEM: priv, TokenURL: s.TokenURL()}, nil
 }
 
+// Lookup reads an account by id, whatever its project (the platform's own
+// checks, such as granting an account an app's worker operations).
+func (s *Service) Lookup(ctx context.Context, id string) (ServiceAccount, error) {
+	return s.Store.Read().GetServiceAccount(ctx, id)
+}
+
 // KeyWorkload gives a workload account one more key and keeps the others:
 // a member added to a running instance holds its own key beside the
 // instance's deployment, and loses only its own when it is removed.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -222,22 +223,24 @@ func (q *Queries) HostPortsHeld(ctx context.Context, nodeID string) (map[int]str
 }
 
 const instanceOperationCols = `id, instance_id, org_id, project_id, kind, state, phase, from_version, target_version, description,
-	reason_code, task_id, correlation_id, actor, lease_owner, lease_expires_at, created_at, updated_at, completed_at, member_ids`
+	reason_code, task_id, correlation_id, actor, lease_owner, lease_expires_at, created_at, updated_at, completed_at, member_ids,
+	executor, app_slug, lease_id, attempt, deadline_at, progress, worker_state`
 
 func scanInstanceOperation(s interface{ Scan(...any) error }) (instances.InstanceOperation, error) {
 	var o instances.InstanceOperation
 	err := s.Scan(&o.ID, &o.InstanceID, &o.OrgID, &o.ProjectID, (*string)(&o.Kind), (*string)(&o.State), (*string)(&o.Phase), &o.FromVersion, &o.TargetVersion, &o.Description,
 		&o.ReasonCode, &o.TaskID, &o.CorrelationID, &o.Actor, &o.LeaseOwner, scanTime(&o.LeaseExpiresAt), scanTime(&o.CreatedAt),
-		scanTime(&o.UpdatedAt), scanTime(&o.CompletedAt), scanList(&o.MemberIDs))
+		scanTime(&o.UpdatedAt), scanTime(&o.CompletedAt), scanList(&o.MemberIDs),
+		&o.Executor, &o.AppSlug, &o.LeaseID, &o.Attempt, scanTime(&o.DeadlineAt), &o.Progress, scanJSON(&o.WorkerState))
 	return o, err
 }
 
 // InsertInstanceOperation writes a new operation.
 func (q *Queries) InsertInstanceOperation(ctx context.Context, o instances.InstanceOperation) error {
-	_, err := q.exec(ctx, `INSERT INTO app_instance_operations (`+instanceOperationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := q.exec(ctx, `INSERT INTO app_instance_operations (`+instanceOperationCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		o.ID, o.InstanceID, o.OrgID, o.ProjectID, string(o.Kind), string(o.State), string(o.Phase), o.FromVersion, o.TargetVersion, o.Description,
 		o.ReasonCode, o.TaskID, o.CorrelationID, o.Actor, o.LeaseOwner, nullTS(o.LeaseExpiresAt), ts(o.CreatedAt), ts(o.UpdatedAt), nullTS(o.CompletedAt),
-		strings.Join(o.MemberIDs, ","))
+		strings.Join(o.MemberIDs, ","), executorOf(o), o.AppSlug, o.LeaseID, o.Attempt, nullTS(o.DeadlineAt), o.Progress, jsonText(o.WorkerState))
 	return err
 }
 
@@ -246,8 +249,141 @@ func (q *Queries) InsertInstanceOperation(ctx context.Context, o instances.Insta
 // advance one step.
 func (q *Queries) UpdateInstanceOperation(ctx context.Context, o instances.InstanceOperation, prevPhase instances.OperationPhase) error {
 	return q.execOne(ctx, `UPDATE app_instance_operations SET state = ?, phase = ?, description = ?, reason_code = ?, task_id = ?,
-		updated_at = ?, completed_at = ? WHERE id = ? AND state = 'in_progress' AND phase = ?`,
-		string(o.State), string(o.Phase), o.Description, o.ReasonCode, o.TaskID, ts(o.UpdatedAt), nullTS(o.CompletedAt), o.ID, string(prevPhase))
+		updated_at = ?, completed_at = ?, progress = ?, worker_state = ? WHERE id = ? AND state = 'in_progress' AND phase = ?`,
+		string(o.State), string(o.Phase), o.Description, o.ReasonCode, o.TaskID, ts(o.UpdatedAt), nullTS(o.CompletedAt),
+		o.Progress, jsonText(o.WorkerState), o.ID, string(prevPhase))
+}
+
+func executorOf(o instances.InstanceOperation) string {
+	if o.Executor == "" {
+		return instances.ExecutorPlatform
+	}
+	return o.Executor
+}
+
+const workerOps = `FROM app_instance_operations WHERE app_slug = ? AND executor = 'worker' AND state = 'in_progress'`
+
+// HeldWorkerOperation returns the in-progress operation of an app whose
+// unexpired lease owner holds; ErrNotFound when none.
+func (q *Queries) HeldWorkerOperation(ctx context.Context, appSlug, owner string, now time.Time) (instances.InstanceOperation, error) {
+	o, err := scanInstanceOperation(q.queryRow(ctx, `SELECT `+instanceOperationCols+` `+workerOps+`
+		AND lease_owner = ? AND lease_expires_at >= ? ORDER BY id LIMIT 1`, appSlug, owner, ts(now)))
+	return o, scanOne(err)
+}
+
+// GetWorkerOperation reads one worker operation of an app; ErrNotFound
+// when the app has none of that id.
+func (q *Queries) GetWorkerOperation(ctx context.Context, appSlug, id string) (instances.InstanceOperation, error) {
+	o, err := scanInstanceOperation(q.queryRow(ctx, `SELECT `+instanceOperationCols+` FROM app_instance_operations
+		WHERE id = ? AND app_slug = ? AND executor = 'worker'`, id, appSlug))
+	return o, scanOne(err)
+}
+
+// AvailableWorkerOperations lists an app's in-progress worker operations
+// whose lease is free or expired at now, oldest first.
+func (q *Queries) AvailableWorkerOperations(ctx context.Context, appSlug string, now time.Time, limit int) ([]instances.InstanceOperation, error) {
+	rows, err := q.query(ctx, `SELECT `+instanceOperationCols+` `+workerOps+`
+		AND (lease_expires_at IS NULL OR lease_expires_at < ?) ORDER BY id LIMIT ?`, appSlug, ts(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanInstanceOperation)
+}
+
+// LeaseWorkerOperation gives a worker operation a new lease when its lease
+// is free or expired at now; false when another worker holds it.
+func (q *Queries) LeaseWorkerOperation(ctx context.Context, id, owner, leaseID string, now, until time.Time) (bool, error) {
+	res, err := q.exec(ctx, `UPDATE app_instance_operations SET lease_owner = ?, lease_id = ?, lease_expires_at = ?, attempt = attempt + 1
+		WHERE id = ? AND executor = 'worker' AND state = 'in_progress' AND (lease_expires_at IS NULL OR lease_expires_at < ?)`,
+		owner, leaseID, ts(until), id, ts(now))
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, mapErr(err)
+}
+
+// ExtendWorkerLease moves the expiry of lease leaseID on an in-progress
+// worker operation and records the worker's progress message; false when
+// the operation is not in progress under that lease.
+func (q *Queries) ExtendWorkerLease(ctx context.Context, id, leaseID string, until time.Time, progress string) (bool, error) {
+	res, err := q.exec(ctx, `UPDATE app_instance_operations SET lease_expires_at = ?, progress = ?
+		WHERE id = ? AND lease_id = ? AND executor = 'worker' AND state = 'in_progress'`, ts(until), progress, id, leaseID)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, mapErr(err)
+}
+
+// OverdueWorkerOperations lists in-progress worker operations past their
+// deadline at now, oldest first.
+func (q *Queries) OverdueWorkerOperations(ctx context.Context, now time.Time, limit int) ([]instances.InstanceOperation, error) {
+	rows, err := q.query(ctx, `SELECT `+instanceOperationCols+` FROM app_instance_operations
+		WHERE executor = 'worker' AND state = 'in_progress' AND deadline_at < ? ORDER BY id LIMIT ?`, ts(now), limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanInstanceOperation)
+}
+
+// LastWorkerState returns the state the worker left on the newest
+// operation of an instance that kept one (nil when none did).
+func (q *Queries) LastWorkerState(ctx context.Context, instanceID string) ([]byte, error) {
+	var b []byte
+	err := q.queryRow(ctx, `SELECT worker_state FROM app_instance_operations WHERE instance_id = ? AND worker_state IS NOT NULL
+		ORDER BY id DESC LIMIT 1`, instanceID).Scan(scanJSON(&b))
+	if err = scanOne(err); errors.Is(err, ErrNotFound) {
+		return nil, nil
+	}
+	return b, err
+}
+
+const workerGrantCols = `app_slug, service_account_id, project_id, granted_by, created_at`
+
+func scanWorkerGrant(s interface{ Scan(...any) error }) (instances.AppWorkerGrant, error) {
+	var g instances.AppWorkerGrant
+	err := s.Scan(&g.AppSlug, &g.ServiceAccountID, &g.ProjectID, &g.GrantedBy, scanTime(&g.CreatedAt))
+	return g, err
+}
+
+// PutAppWorkerGrant grants a service account an app's worker operations;
+// ErrAlreadyExists when it holds the grant.
+func (q *Queries) PutAppWorkerGrant(ctx context.Context, g instances.AppWorkerGrant) error {
+	_, err := q.exec(ctx, `INSERT INTO app_worker_grants (`+workerGrantCols+`) VALUES (?, ?, ?, ?, ?)`,
+		g.AppSlug, g.ServiceAccountID, g.ProjectID, g.GrantedBy, ts(g.CreatedAt))
+	return err
+}
+
+// GetAppWorkerGrant reads one grant; ErrNotFound when there is none.
+func (q *Queries) GetAppWorkerGrant(ctx context.Context, appSlug, serviceAccountID string) (instances.AppWorkerGrant, error) {
+	g, err := scanWorkerGrant(q.queryRow(ctx, `SELECT `+workerGrantCols+` FROM app_worker_grants WHERE app_slug = ? AND service_account_id = ?`,
+		appSlug, serviceAccountID))
+	return g, scanOne(err)
+}
+
+// DeleteAppWorkerGrant removes a grant; ErrNotFound when there is none.
+func (q *Queries) DeleteAppWorkerGrant(ctx context.Context, appSlug, serviceAccountID string) error {
+	return q.execOne(ctx, `DELETE FROM app_worker_grants WHERE app_slug = ? AND service_account_id = ?`, appSlug, serviceAccountID)
+}
+
+// ListAppWorkerGrants pages through an app's worker grants by account id.
+func (q *Queries) ListAppWorkerGrants(ctx context.Context, appSlug string, p Page) ([]instances.AppWorkerGrant, string, error) {
+	after, limit, err := p.AfterID()
+	if err != nil {
+		return nil, "", err
+	}
+	rows, err := q.query(ctx, `SELECT `+workerGrantCols+` FROM app_worker_grants WHERE app_slug = ? AND service_account_id > ?
+		ORDER BY service_account_id`+limitClause(limit), appSlug, after)
+	if err != nil {
+		return nil, "", err
+	}
+	out, err := collect(rows, scanWorkerGrant)
+	if err != nil {
+		return nil, "", err
+	}
+	out, next := trimPage(out, limit, func(g instances.AppWorkerGrant) string { return g.ServiceAccountID })
+	return out, next, nil
 }
 
 // GetInstanceOperation reads one operation of a project.
@@ -260,7 +396,7 @@ func (q *Queries) GetInstanceOperation(ctx context.Context, projectID, id string
 // or expired at now, oldest first.
 func (q *Queries) OpenInstanceOperations(ctx context.Context, now time.Time, limit int) ([]instances.InstanceOperation, error) {
 	rows, err := q.query(ctx, `SELECT `+instanceOperationCols+` FROM app_instance_operations
-		WHERE state = 'in_progress' AND (lease_expires_at IS NULL OR lease_expires_at < ?) ORDER BY id LIMIT ?`, ts(now), limit)
+		WHERE state = 'in_progress' AND executor = 'platform' AND (lease_expires_at IS NULL OR lease_expires_at < ?) ORDER BY id LIMIT ?`, ts(now), limit)
 	if err != nil {
 		return nil, err
 	}

@@ -17,5 +17,5 @@ CREATE INDEX app_instance_members_node ON app_instance_members (node_id) WHERE a
 -- Member operations are instance operations that name their members.
 ALTER TABLE app_instance_operations DROP CONSTRAINT app_instance_operations_kind_check;
 ALTER TABLE app_instance_operations ADD CONSTRAINT app_instance_operations_kind_check
-    CHECK (kind IN ('create', 'upgrade', 'rollback', 'decommission', 'member_add', 'member_remove', 'member_recover'));
+    CHECK (kind IN ('create', 'upgrade', 'rollback', 'decommission', 'member_add', 'member_remove', 'member_recover', 'cleanup'));
 ALTER TABLE app_instance_operations ADD COLUMN member_ids TEXT NOT NULL DEFAULT '';

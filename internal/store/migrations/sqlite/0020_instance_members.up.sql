@@ -22,7 +22,7 @@ CREATE TABLE app_instance_operations_new (
     instance_id      TEXT NOT NULL REFERENCES app_instances(id),
     org_id           TEXT NOT NULL,
     project_id       TEXT NOT NULL,
-    kind             TEXT NOT NULL CHECK (kind IN ('create', 'upgrade', 'rollback', 'decommission', 'member_add', 'member_remove', 'member_recover')),
+    kind             TEXT NOT NULL CHECK (kind IN ('create', 'upgrade', 'rollback', 'decommission', 'member_add', 'member_remove', 'member_recover', 'cleanup')),
     state            TEXT NOT NULL CHECK (state IN ('in_progress', 'succeeded', 'failed')),
     phase            TEXT NOT NULL,
     from_version     TEXT NOT NULL DEFAULT '',

@@ -1,0 +1,189 @@
+package httpapi_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/clock"
+	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// slurmManifest is a cluster app no node agent runs: an external worker
+// of the app carries out its instances' operations.
+func slurmManifest(slug string) func(version, imageRef string) map[string]any {
+	return func(version, imageRef string) map[string]any {
+		repo, _, _ := strings.Cut(imageRef, "@")
+		_, repo, _ = strings.Cut(repo, "/")
+		return map[string]any{
+			"slug": slug, "display_name": "Slurm", "version": version, "runtime_backend": "slurm",
+			"supported_modes": map[string]any{"operating_modes": []string{"tenant_dedicated"}, "control_plane_scopes": []string{"project"}},
+			"compatibility":   map[string]any{"requires_capacity_shape": []string{"gpu_slice", "baremetal"}, "supported_accelerators": []string{"nvidia", "cpu"}},
+			"artifacts":       []map[string]any{{"name": "runtime", "artifact_kind": "oci", "source_type": "oci_registry", "repository": repo}},
+			"external_worker_contract": map[string]any{"delivery": "polling",
+				"root":            map[string]any{"component_key": "controller", "allocation_id_key": "controller_allocation_id"},
+				"child_operation": map[string]any{"component_key": "worker", "allocation_ids_key": "worker_allocation_ids"}},
+		}
+	}
+}
+
+// newWorker makes a service account in project pid and returns its key.
+func newWorker(t *testing.T, e *instanceEnv, pid, slug string) (client.KeyFile, *servertest.Client) {
+	t.Helper()
+	sa := e.admin.Do("POST", "/api/v1/projects/"+pid+"/service-accounts", map[string]any{"name": slug, "slug": slug, "roles": []string{"project_viewer"}}).Want(t, 201)
+	key := client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
+		PrivateKeyPEM: sa.String("private_key_pem"), TokenURL: sa.String("token_url")}
+	return key, e.s.AsServiceAccount(key)
+}
+
+// The external worker contract on both databases: grants, acquire with a
+// lease (the same one again after a "crash"), nothing for a second worker
+// meanwhile, heartbeats, complete (idempotent), the opaque state handed to
+// the next operation, a failed upgrade leaving the instance on its version,
+// an expired lease taken over by another worker (the first one's report
+// refused), app isolation, a deadline that fails the operation and brings a
+// cleanup, and decommission.
+func TestExternalWorker(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		clk := clock.NewManual(time.Now().UTC().Truncate(time.Second))
+		e := newInstanceEnv(t, d, "slurm", map[string]v1.Image{"1.0.0": nil, "2.0.0": nil}, slurmManifest("slurm"), 1, servertest.WithClock(clk), steadyNodes,
+			func(c *config.Config) { c.WorkerLease, c.WorkerOperationTimeout = 10*time.Second, 30*time.Second })
+		acquirePath, opPath := "/api/v1/apps/slurm/worker/acquire", func(id, verb string) string { return "/api/v1/apps/slurm/worker/operations/" + id + "/" + verb }
+		aKey, a := newWorker(t, e, e.pid, "worker-a")
+		bKey, b := newWorker(t, e, e.pid, "worker-b")
+		if r := a.Do("POST", acquirePath, map[string]any{}); r.Status != 403 || !strings.Contains(string(r.Body), "not_app_worker") {
+			t.Fatalf("an ungranted worker acquires: %d %s", r.Status, r.Body)
+		}
+		e.bot.Do("PUT", "/api/v1/admin/apps/slurm/workers/"+aKey.ServiceAccountID, nil).Want(t, 403)
+		grant := e.admin.Do("PUT", "/api/v1/admin/apps/slurm/workers/"+aKey.ServiceAccountID, nil).Want(t, 200)
+		if grant.String("project_id") != e.pid {
+			t.Fatalf("grant: %s", grant.Body)
+		}
+		e.admin.Do("PUT", "/api/v1/admin/apps/slurm/workers/"+aKey.ServiceAccountID, nil).Want(t, 200) // again: the same grant
+		e.admin.Do("PUT", "/api/v1/admin/apps/slurm/workers/"+bKey.ServiceAccountID, nil).Want(t, 200)
+		if n := len(e.admin.Do("GET", "/api/v1/admin/apps/slurm/workers", nil).Want(t, 200).Items()); n != 2 {
+			t.Fatalf("%d grants, want 2", n)
+		}
+		a.Do("POST", acquirePath, map[string]any{"wait_seconds": 21}).Want(t, 400)
+		if r := a.Do("POST", acquirePath, map[string]any{}); r.Status != 204 || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("an empty acquire: %d %v", r.Status, r.Header)
+		}
+
+		cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "slurm", "version": "1.0.0", "display_name": "cluster"}).Want(t, 202)
+		id := cr.String("id")
+		got := a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		lease := got.String("lease_id")
+		if got.String("operation_id") != cr.String("operation_id") || got.String("kind") != "create" || num(got, "attempt") != 1 ||
+			got.String("app_instance_id") != id || str(got, "contract.root.component_key") != "controller" ||
+			str(got, "artifacts.0.digest") != e.digests["1.0.0"] || jsonAt(got, "state") != nil {
+			t.Fatalf("acquired: %s", got.Body)
+		}
+		if inst := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200); inst.String("status") != "deploying" {
+			t.Fatalf("an acquired create: %s", inst.Body)
+		}
+		// The worker "crashes" and acquires again: the same operation, the same lease.
+		again := a.Do("POST", acquirePath, map[string]any{}).Want(t, 200)
+		if again.String("operation_id") != got.String("operation_id") || again.String("lease_id") != lease {
+			t.Fatalf("re-acquire: %s", again.Body)
+		}
+		b.Do("POST", acquirePath, map[string]any{}).Want(t, 204) // held by a
+		if r := b.Do("POST", opPath(got.String("operation_id"), "heartbeat"), map[string]any{"lease_id": lease}); r.Status != 409 || !strings.Contains(string(r.Body), "lease_lost") {
+			t.Fatalf("another worker heartbeats a's lease: %d %s", r.Status, r.Body)
+		}
+		if hb := a.Do("POST", opPath(got.String("operation_id"), "heartbeat"), map[string]any{"lease_id": lease, "message": "controller up"}).Want(t, 200); jsonAt(hb, "cancelled") != false {
+			t.Fatalf("heartbeat: %s", hb.Body)
+		}
+		a.Do("POST", opPath(got.String("operation_id"), "complete"), map[string]any{"lease_id": "nope"}).Want(t, 409)
+		a.Do("POST", opPath(got.String("operation_id"), "fail"), map[string]any{"lease_id": lease, "reason_code": "Bad Reason"}).Want(t, 400)
+		done := a.Do("POST", opPath(got.String("operation_id"), "complete"), map[string]any{"lease_id": lease, "state": map[string]any{"n": 1},
+			"access_url": "https://slurm.example/cluster"}).Want(t, 200)
+		if done.String("state") != "succeeded" {
+			t.Fatalf("complete: %s", done.Body)
+		}
+		if again := a.Do("POST", opPath(got.String("operation_id"), "complete"), map[string]any{"lease_id": lease}).Want(t, 200); again.String("state") != "succeeded" {
+			t.Fatalf("a repeated complete: %s", again.Body)
+		}
+		inst := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200)
+		if inst.String("status") != "running" || str(inst, "access.url") != "https://slurm.example/cluster" {
+			t.Fatalf("after complete: %s", inst.Body)
+		}
+
+		// An upgrade the worker fails: the instance stays on 1.0.0, with the reason.
+		up := e.bot.Do("POST", e.path("/app-instances/"+id+"/upgrade"), map[string]any{"target_version": "2.0.0"}).Want(t, 202)
+		got = a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		if got.String("operation_id") != up.String("operation_id") || got.String("kind") != "upgrade" || num(got, "state.n") != 1 {
+			t.Fatalf("acquired upgrade (with the create's state): %s", got.Body)
+		}
+		a.Do("POST", opPath(got.String("operation_id"), "fail"), map[string]any{"lease_id": got.String("lease_id"), "reason_code": "drain_timeout", "message": "nodes busy"}).Want(t, 200)
+		inst = e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200)
+		if inst.String("status") != "running" || inst.String("version") != "1.0.0" || inst.String("reason_code") != "drain_timeout" {
+			t.Fatalf("after a failed upgrade: %s", inst.Body)
+		}
+
+		// a takes the next upgrade and goes silent; its lease expires and b takes over.
+		up = e.bot.Do("POST", e.path("/app-instances/"+id+"/upgrade"), map[string]any{"target_version": "2.0.0"}).Want(t, 202)
+		first := a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		b.Do("POST", acquirePath, map[string]any{}).Want(t, 204)
+		clk.Advance(11 * time.Second)
+		second := b.Do("POST", acquirePath, map[string]any{}).Want(t, 200)
+		if second.String("operation_id") != up.String("operation_id") || second.String("lease_id") == first.String("lease_id") || num(second, "attempt") != 2 {
+			t.Fatalf("takeover: %s", second.Body)
+		}
+		if hb := a.Do("POST", opPath(first.String("operation_id"), "heartbeat"), map[string]any{"lease_id": first.String("lease_id")}); hb.Status != 409 {
+			t.Fatalf("the silent worker's heartbeat: %d %s", hb.Status, hb.Body)
+		}
+		b.Do("POST", opPath(second.String("operation_id"), "complete"), map[string]any{"lease_id": second.String("lease_id"), "state": map[string]any{"n": 2}}).Want(t, 200)
+		a.Do("POST", opPath(first.String("operation_id"), "complete"), map[string]any{"lease_id": first.String("lease_id")}).Want(t, 409)
+		if inst = e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200); inst.String("version") != "2.0.0" || inst.String("status") != "running" {
+			t.Fatalf("after the takeover: %s", inst.Body)
+		}
+
+		// Isolation: a worker of another app sees nothing of this one's.
+		e.admin.Do("POST", "/api/v1/admin/apps/manifests", echoManifest("other")("1.0.0", "registry.example/acme/other@"+e.digests["1.0.0"])).Want(t, 200, 201)
+		cKey, c := newWorker(t, e, e.pid, "worker-c")
+		e.admin.Do("PUT", "/api/v1/admin/apps/other/workers/"+cKey.ServiceAccountID, nil).Want(t, 200)
+		dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
+		c.Do("POST", "/api/v1/apps/other/worker/acquire", map[string]any{}).Want(t, 204)
+		c.Do("POST", acquirePath, map[string]any{}).Want(t, 403)
+		c.Do("POST", "/api/v1/apps/other/worker/operations/"+dec.String("operation_id")+"/heartbeat", map[string]any{"lease_id": "x"}).Want(t, 404)
+		e.bot.Do("POST", acquirePath, map[string]any{}).Want(t, 403) // an operator is no worker
+		got = a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		if got.String("kind") != "decommission" || num(got, "state.n") != 2 {
+			t.Fatalf("acquired decommission: %s", got.Body)
+		}
+		a.Do("POST", opPath(got.String("operation_id"), "complete"), map[string]any{"lease_id": got.String("lease_id")}).Want(t, 200)
+		if inst = e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200); inst.String("status") != "decommissioned" {
+			t.Fatalf("after decommission: %s", inst.Body)
+		}
+
+		// Past its deadline an operation fails and a cleanup follows.
+		late := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "slurm", "version": "1.0.0", "display_name": "late"}).Want(t, 202)
+		a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		clk.Advance(31 * time.Second)
+		if err := e.s.App.Instances.FailOverdue(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if op := e.bot.Do("GET", e.path("/operations/"+late.String("operation_id")), nil).Want(t, 200); op.String("state") != "failed" || op.String("reason_code") != "operation_timeout" {
+			t.Fatalf("overdue: %s", op.Body)
+		}
+		inst = e.bot.Do("GET", e.path("/app-instances/"+late.String("id")), nil).Want(t, 200)
+		cleanup := a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		if inst.String("status") != "failed" || cleanup.String("kind") != "cleanup" || cleanup.String("operation_id") != inst.String("current_operation_id") {
+			t.Fatalf("cleanup: %s\n%s", inst.Body, cleanup.Body)
+		}
+		a.Do("POST", opPath(cleanup.String("operation_id"), "complete"), map[string]any{"lease_id": cleanup.String("lease_id")}).Want(t, 200)
+		if r := e.admin.Do("DELETE", "/api/v1/admin/apps/slurm/workers/"+aKey.ServiceAccountID, nil); r.Status != 204 {
+			t.Fatalf("revoke: %d %s", r.Status, r.Body)
+		}
+		a.Do("POST", acquirePath, map[string]any{}).Want(t, 403)
+	})
+}
