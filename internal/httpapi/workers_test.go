@@ -2,18 +2,25 @@ package httpapi_test
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // slurmManifest is a cluster app no node agent runs: an external worker
@@ -186,4 +193,105 @@ func TestExternalWorker(t *testing.T) {
 		}
 		a.Do("POST", acquirePath, map[string]any{}).Want(t, 403)
 	})
+}
+
+// The reference external worker (examples/external-worker, the public Go
+// client and the Docker SDK, nothing of the platform's code) runs a
+// worker-driven instance through create → running → upgrade →
+// decommission on the real Docker engine. Killed with SIGKILL while it
+// holds the create, and started again, it gets the same operation back and
+// completes it exactly once: one container, one completion on record.
+func TestExternalWorkerDocker(t *testing.T) {
+	t.Parallel()
+	d := agenttest.RequireDocker(t)
+	bin := testbin.Program(t, "./examples/external-worker")
+	image := "gpuaas-ext-worker-test/" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + ":1"
+	agenttest.BuildServerImage(t, d, image, "")
+	t.Cleanup(d.RemoveImages)
+	e := newInstanceEnv(t, store.SQLite, "slurm", map[string]v1.Image{"1.0.0": nil, "2.0.0": nil}, slurmManifest("slurm"), 0)
+	key, _ := newWorker(t, e, e.pid, "reference-worker")
+	e.admin.Do("PUT", "/api/v1/admin/apps/slurm/workers/"+key.ServiceAccountID, nil).Want(t, 200)
+	keyPath := filepath.Join(t.TempDir(), "worker-key.json")
+	b, _ := json.Marshal(key)
+	if err := os.WriteFile(keyPath, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "worker.log")
+	start := func(extra ...string) *exec.Cmd {
+		log, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, append([]string{"--server", e.s.URL, "--key-file", keyPath, "--app", "slurm", "--image", image, "--poll-wait", "2"}, extra...)...)
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if cmd.ProcessState == nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			}
+		})
+		return cmd
+	}
+	logs := func() string { b, _ := os.ReadFile(logPath); return string(b) }
+
+	w := start("--hold", "60s")
+	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "slurm", "version": "1.0.0", "display_name": "ref"}).Want(t, 202)
+	id := cr.String("id")
+	removeInstanceOnExit(t, d, id)
+	waitStatus(t, e, id, "deploying") // acquired: the worker holds it
+	if err := w.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Wait()
+	start() // again, without the hold: it gets its operation back
+	if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("create: %s\n%s", op.Body, logs())
+	}
+	containers := func() []string {
+		out := d.Must("", "ps", "-q", "--filter", "label=gpuaas.instance_id="+id)
+		return strings.Fields(out)
+	}
+	if got := containers(); len(got) != 1 {
+		t.Fatalf("containers of the instance after the create: %v\n%s", got, logs())
+	}
+	completions := 0
+	evs, _, err := e.s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{Outcome: "success"}, store.Page{Limit: store.MaxPageLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range evs {
+		if ev.Action == "app_instance.operation_completed" && ev.ResourceID == id {
+			completions++
+		}
+	}
+	if completions != 1 {
+		t.Fatalf("the create was completed %d times", completions)
+	}
+	if !strings.Contains(logs(), "attempt 1") || strings.Contains(logs(), "attempt 2") {
+		t.Fatalf("the restarted worker did not get its own lease back:\n%s", logs())
+	}
+
+	up := e.bot.Do("POST", e.path("/app-instances/"+id+"/upgrade"), map[string]any{"target_version": "2.0.0"}).Want(t, 202)
+	if op := waitOp(t, e.bot, e.pid, up.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("upgrade: %s\n%s", op.Body, logs())
+	}
+	if got := containers(); len(got) != 1 {
+		t.Fatalf("containers after the upgrade: %v", got)
+	}
+	if lbl := strings.TrimSpace(d.Must("", "inspect", "--format", `{{index .Config.Labels "gpuaas.operation_id"}}`, "gpuaas-ext-"+id)); lbl != up.String("operation_id") {
+		t.Fatalf("the upgrade did not replace the container (operation label %q)", lbl)
+	}
+	dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
+	if op := waitOp(t, e.bot, e.pid, dec.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("decommission: %s\n%s", op.Body, logs())
+	}
+	if got := strings.Fields(d.Must("", "ps", "-aq", "--filter", "label=gpuaas.instance_id="+id)); len(got) != 0 {
+		t.Fatalf("after decommission Docker still holds %v", got)
+	}
+	if inst := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200); inst.String("status") != "decommissioned" {
+		t.Fatalf("after decommission: %s", inst.Body)
+	}
 }

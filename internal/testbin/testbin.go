@@ -1,6 +1,7 @@
-// Package testbin builds the gpuaas binary for tests that run it as a child
-// process: once per test process and set of linker flags, however many
-// tests ask. Only tests import it.
+// Package testbin builds the gpuaas binary (and other main packages of the
+// module, such as the reference external worker) for tests that run it as
+// a child process: once per test process, package and set of linker flags,
+// however many tests ask. Only tests import it.
 //
 // The binary lives in a temporary directory that [Main] (or [M]) removes
 // when the package's tests end. A test process without that TestMain
@@ -33,7 +34,7 @@ type build struct {
 
 var (
 	mu      sync.Mutex
-	builds  = map[string]*build{} // by ldflags
+	builds  = map[string]*build{} // by package and ldflags
 	tempDir string                // set while Main's tests run; removed after
 )
 
@@ -46,27 +47,40 @@ func Gpuaas(t testing.TB) string { return GpuaasLDFlags(t, "") }
 // stamp internal/buildinfo's version); each distinct ldflags builds once.
 func GpuaasLDFlags(t testing.TB, ldflags string) string {
 	t.Helper()
+	return binary(t, "./cmd/gpuaas", ldflags)
+}
+
+// Program returns the path of another main package of this module built
+// the same way (pkg relative to the module root, e.g.
+// "./examples/external-worker"), named after its last path element.
+func Program(t testing.TB, pkg string) string {
+	t.Helper()
+	return binary(t, pkg, "")
+}
+
+func binary(t testing.TB, pkg, ldflags string) string {
+	t.Helper()
 	mu.Lock()
-	b := builds[ldflags]
+	b := builds[pkg+"\x00"+ldflags]
 	if b == nil {
 		b = &build{}
-		builds[ldflags] = b
+		builds[pkg+"\x00"+ldflags] = b
 	}
 	dir := tempDir
 	mu.Unlock()
-	b.once.Do(func() { b.path, b.err = goBuild(dir, ldflags) })
+	b.once.Do(func() { b.path, b.err = goBuild(dir, pkg, ldflags) })
 	if b.err != nil {
 		t.Fatal(b.err)
 	}
 	return b.path
 }
 
-func goBuild(tmp, ldflags string) (string, error) {
+func goBuild(tmp, pkg, ldflags string) (string, error) {
 	root, err := moduleRoot()
 	if err != nil {
 		return "", err
 	}
-	sum := sha256.Sum256([]byte(root + "\x00" + ldflags))
+	sum := sha256.Sum256([]byte(root + "\x00" + pkg + "\x00" + ldflags))
 	key := hex.EncodeToString(sum[:8])
 	var dir string
 	if tmp != "" {
@@ -83,13 +97,14 @@ func goBuild(tmp, ldflags string) (string, error) {
 	}
 	// Build beside the target and rename over it: another test process
 	// sharing the cache dir runs either the old file or the new one.
-	out := filepath.Join(dir, "gpuaas")
-	part := filepath.Join(dir, fmt.Sprintf(".gpuaas-%d.part", os.Getpid()))
+	name := filepath.Base(pkg)
+	out := filepath.Join(dir, name)
+	part := filepath.Join(dir, fmt.Sprintf(".%s-%d.part", name, os.Getpid()))
 	args := []string{"build", "-o", part}
 	if ldflags != "" {
 		args = append(args, "-ldflags", ldflags)
 	}
-	cmd := exec.Command("go", append(args, "./cmd/gpuaas")...)
+	cmd := exec.Command("go", append(args, pkg)...)
 	cmd.Dir = root
 	// go test runs packages in parallel processes. On a cold build cache
 	// each would compile the whole tree at the same time; one at a time,
@@ -101,7 +116,7 @@ func goBuild(tmp, ldflags string) (string, error) {
 	defer unlock()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		_ = os.Remove(part)
-		return "", fmt.Errorf("testbin: go %s ./cmd/gpuaas in %s: %v\n%s", strings.Join(args, " "), root, err, b)
+		return "", fmt.Errorf("testbin: go %s %s in %s: %v\n%s", strings.Join(args, " "), pkg, root, err, b)
 	}
 	if err := os.Rename(part, out); err != nil {
 		return "", err

@@ -151,6 +151,35 @@ func PushServerImage(t testing.TB, d Docker, s *servertest.Server, admin *server
 // root), for tests of what a non-root workload may read.
 func PushServerImageAs(t testing.TB, d Docker, s *servertest.Server, admin *servertest.Client, app, user string) Image {
 	t.Helper()
+	local := "gpuaas-agent-test/" + app + ":build"
+	BuildServerImage(t, d, local, user)
+
+	base := "/api/v1/projects/" + s.Creds.ProjectID + "/app-artifacts"
+	pi := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": app, "app_version": "1.0.0", "artifact_name": "runtime"}).Want(t, 201)
+	w, _ := pi.JSON["wrapped_credentials"].(map[string]any)
+	tok, _ := w["wrapping_token"].(string)
+	cr := admin.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": tok}).Want(t, 200)
+	host, repo := cr.String("registry"), cr.String("repository")
+	d.Must(cr.String("password")+"\n", "login", host, "-u", cr.String("username"), "--password-stdin")
+	target := host + "/" + repo + ":1.0.0"
+	d.Must("", "tag", local, target)
+	m := digestRE.FindStringSubmatch(d.Must("", "push", target))
+	if m == nil {
+		t.Fatal("no digest in docker push output")
+	}
+	d.Must("", "logout", host)
+	art := admin.Do("POST", base, map[string]any{"app_slug": app, "app_version": "1.0.0", "artifact_name": "runtime",
+		"repository": repo, "digest": m[1], "tag": "1.0.0", "publish_intent_id": pi.String("id")}).Want(t, 201)
+	admin.Do("POST", base+"/"+art.String("id")+"/verify", map[string]string{"reason": "agent test"}).Want(t, 200)
+	d.Run("", "rmi", "-f", local, target)
+	return Image{ArtifactID: art.String("id"), Repository: host + "/" + repo, Digest: m[1]}
+}
+
+// BuildServerImage builds the test HTTP server into the local image tag,
+// FROM scratch, labelled for removal with the test's images; user sets its
+// USER (empty: root).
+func BuildServerImage(t testing.TB, d Docker, tag, user string) {
+	t.Helper()
 	userLine := ""
 	if user != "" {
 		userLine = "USER " + user + "\n"
@@ -172,28 +201,7 @@ func PushServerImageAs(t testing.TB, d Docker, s *servertest.Server, admin *serv
 	if out, err := gb.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	local := "gpuaas-agent-test/" + app + ":build"
-	d.Must("", "build", "-q", "-t", local, dir)
-
-	base := "/api/v1/projects/" + s.Creds.ProjectID + "/app-artifacts"
-	pi := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": app, "app_version": "1.0.0", "artifact_name": "runtime"}).Want(t, 201)
-	w, _ := pi.JSON["wrapped_credentials"].(map[string]any)
-	tok, _ := w["wrapping_token"].(string)
-	cr := admin.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": tok}).Want(t, 200)
-	host, repo := cr.String("registry"), cr.String("repository")
-	d.Must(cr.String("password")+"\n", "login", host, "-u", cr.String("username"), "--password-stdin")
-	target := host + "/" + repo + ":1.0.0"
-	d.Must("", "tag", local, target)
-	m := digestRE.FindStringSubmatch(d.Must("", "push", target))
-	if m == nil {
-		t.Fatal("no digest in docker push output")
-	}
-	d.Must("", "logout", host)
-	art := admin.Do("POST", base, map[string]any{"app_slug": app, "app_version": "1.0.0", "artifact_name": "runtime",
-		"repository": repo, "digest": m[1], "tag": "1.0.0", "publish_intent_id": pi.String("id")}).Want(t, 201)
-	admin.Do("POST", base+"/"+art.String("id")+"/verify", map[string]string{"reason": "agent test"}).Want(t, 200)
-	d.Run("", "rmi", "-f", local, target)
-	return Image{ArtifactID: art.String("id"), Repository: host + "/" + repo, Digest: m[1]}
+	d.Must("", "build", "-q", "-t", tag, dir)
 }
 
 // PullToken makes a (user) pull intent for an artifact and returns its
