@@ -1,12 +1,20 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -208,7 +216,7 @@ func TestExternalWorkerDocker(t *testing.T) {
 	image := "gpuaas-ext-worker-test/" + strings.ToLower(strings.ReplaceAll(t.Name(), "/", "-")) + ":1"
 	agenttest.BuildServerImage(t, d, image, "")
 	t.Cleanup(d.RemoveImages)
-	e := newInstanceEnv(t, store.SQLite, "slurm", map[string]v1.Image{"1.0.0": nil, "2.0.0": nil}, slurmManifest("slurm"), 0)
+	e := newInstanceEnv(t, store.SQLite, "slurm", map[string]v1.Image{"1.0.0": nil, "2.0.0": nil}, slurmManifest("slurm"), 0, steadyNodes)
 	key, _ := newWorker(t, e, e.pid, "reference-worker")
 	e.admin.Do("PUT", "/api/v1/admin/apps/slurm/workers/"+key.ServiceAccountID, nil).Want(t, 200)
 	keyPath := filepath.Join(t.TempDir(), "worker-key.json")
@@ -294,4 +302,116 @@ func TestExternalWorkerDocker(t *testing.T) {
 	if inst := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200); inst.String("status") != "decommissioned" {
 		t.Fatalf("after decommission: %s", inst.Body)
 	}
+}
+
+// BenchmarkWorkerRoundTrip: 100 workers of one app (each its own service
+// account and token) take the app's pending create operations concurrently.
+// A round trip is the platform's part of one operation's cycle: the acquire
+// that leases it plus the complete that ends it. "saturated" workers acquire
+// again the moment they complete (the platform's throughput, with 100
+// requests always queued); "work1s" workers, started over a second, spend
+// 0.5 to 1.5 s (1 s on average) on each operation between acquire and
+// complete, as a real worker does its work meanwhile (about 100 operations
+// a second in all). It reports the p50 and
+// p99 of a round trip and round trips per second. The operations are
+// queued (instances launched) before the timer starts.
+func BenchmarkWorkerRoundTrip(b *testing.B) {
+	const workers = 100
+	storetest.EachDialect(b, func(b *testing.B, d store.Dialect) {
+		e := newInstanceEnv(b, d, "slurm", map[string]v1.Image{"1.0.0": nil}, slurmManifest("slurm"), 0, steadyNodes)
+		tokens := make([]string, workers)
+		for i := range tokens {
+			sa := e.admin.Do("POST", e.path("/service-accounts"), map[string]any{"name": fmt.Sprint("w", i), "slug": fmt.Sprint("w", i), "roles": []string{"project_viewer"}}).Want(b, 201)
+			key := client.KeyFile{Type: client.KeyFileType, ServiceAccountID: sa.String("id"), KeyID: sa.String("key_id"),
+				PrivateKeyPEM: sa.String("private_key_pem"), TokenURL: sa.String("token_url")}
+			e.admin.Do("PUT", "/api/v1/admin/apps/slurm/workers/"+key.ServiceAccountID, nil).Want(b, 200)
+			tokens[i] = e.s.AsServiceAccount(key).Token
+		}
+		hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: workers}}
+		post := func(url, token string, body any) (int, []byte, error) {
+			raw, _ := json.Marshal(body)
+			req, _ := http.NewRequest("POST", e.s.URL+url, bytes.NewReader(raw))
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err != nil {
+				return 0, nil, err
+			}
+			defer resp.Body.Close()
+			out, err := io.ReadAll(resp.Body)
+			return resp.StatusCode, out, err
+		}
+		for _, mode := range []struct {
+			name string
+			work time.Duration
+		}{{"saturated", 0}, {"work1s", time.Second}} {
+			b.Run(fmt.Sprintf("workers%d/%s", workers, mode.name), func(b *testing.B) {
+				b.StopTimer()
+				for i := range b.N {
+					e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "slurm", "version": "1.0.0", "display_name": fmt.Sprint("b", i)}).Want(b, 202)
+				}
+				var (
+					mu    sync.Mutex
+					lat   []time.Duration
+					left  = int64(b.N)
+					fails []error
+				)
+				var wg sync.WaitGroup
+				b.StartTimer()
+				for w := range workers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for atomic.LoadInt64(&left) > 0 {
+							t0 := time.Now()
+							code, body, err := post("/api/v1/apps/slurm/worker/acquire", tokens[w], map[string]any{"wait_seconds": 0})
+							if err == nil && code == 204 {
+								continue // the rest are held by others
+							}
+							took := time.Since(t0)
+							var op struct{ OperationID, LeaseID string }
+							if err == nil && code == 200 {
+								var v map[string]any
+								err = json.Unmarshal(body, &v)
+								op.OperationID, _ = v["operation_id"].(string)
+								op.LeaseID, _ = v["lease_id"].(string)
+							} else if err == nil {
+								err = fmt.Errorf("acquire: %d %s", code, body)
+							}
+							if err == nil {
+								if mode.work > 0 { // the worker's own work
+									time.Sleep(mode.work/2 + time.Duration(rand.Int64N(int64(mode.work))))
+								}
+								t1 := time.Now()
+								code, body, err = post("/api/v1/apps/slurm/worker/operations/"+op.OperationID+"/complete", tokens[w], map[string]any{"lease_id": op.LeaseID})
+								took += time.Since(t1)
+								if err == nil && code != 200 {
+									err = fmt.Errorf("complete: %d %s", code, body)
+								}
+							}
+							mu.Lock()
+							if err != nil {
+								fails = append(fails, err)
+								mu.Unlock()
+								return
+							}
+							lat = append(lat, took)
+							mu.Unlock()
+							atomic.AddInt64(&left, -1)
+						}
+					}()
+				}
+				wg.Wait()
+				b.StopTimer()
+				if len(fails) > 0 {
+					b.Fatal(fails[0])
+				}
+				slices.Sort(lat)
+				pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))]) / float64(time.Millisecond) }
+				b.ReportMetric(pct(0.50), "p50-ms")
+				b.ReportMetric(pct(0.99), "p99-ms")
+				b.ReportMetric(float64(len(lat))/b.Elapsed().Seconds(), "roundtrips/s")
+			})
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"regexp"
 	"time"
 
@@ -244,10 +245,31 @@ func (s *Service) acquireOnce(ctx context.Context, appSlug string, p principal.P
 	if !errors.Is(err, storage.ErrNotFound) {
 		return WorkerTask{}, false, err
 	}
-	ops, err := q.AvailableWorkerOperations(ctx, appSlug, now, 8)
-	if err != nil {
-		return WorkerTask{}, false, err
+	// Many workers of one app poll at once: each starts at a random place
+	// among the oldest available operations, so they do not all race for
+	// the first, and looks again while others keep winning.
+	for range acquireRounds {
+		ops, err := q.AvailableWorkerOperations(ctx, appSlug, now, acquireCandidates)
+		if err != nil || len(ops) == 0 {
+			return WorkerTask{}, false, err
+		}
+		first := rand.IntN(len(ops))
+		ops = append(ops[first:], ops[:first]...)
+		if t, ok, err := s.leaseOne(ctx, ops, owner, now); err != nil || ok {
+			return t, ok, err
+		}
 	}
+	return WorkerTask{}, false, nil
+}
+
+// Acquire's search: candidates per look, looks per acquire.
+const (
+	acquireCandidates = 32
+	acquireRounds     = 4
+)
+
+// leaseOne leases the first of ops no other worker takes first.
+func (s *Service) leaseOne(ctx context.Context, ops []InstanceOperation, owner string, now time.Time) (WorkerTask, bool, error) {
 	for _, op := range ops {
 		leaseID := iam.NewID()
 		until := now.Add(s.WorkerLease)
