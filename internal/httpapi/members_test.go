@@ -242,12 +242,30 @@ func TestInstanceMembers(t *testing.T) {
 			t.Fatalf("worker-2 was not redeployed at 2.0.0: %+v", runs[len(runs)-1].Image)
 		}
 
+		// Releasing node-b's allocation removes the members on it first; it
+		// is released once they are gone, and the instance runs on.
+		rel := e.admin.Do("POST", "/api/v1/admin/allocations/"+allocB+"/release", nil).Want(t, 200)
+		if rel.String("state") != "releasing" {
+			t.Fatalf("release under a member: %s", rel.Body)
+		}
+		waitMember(t, e, id, "worker-2", "removed")
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) { // the release ends with the removal
+			if got := e.bot.Do("GET", e.path("/allocations/"+allocB), nil).Want(t, 200); got.String("state") == "released" {
+				break
+			} else if time.Now().After(deadline) {
+				t.Fatalf("allocation after its members went: %s", got.Body)
+			}
+		}
+		if inst := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200); inst.String("status") != "running" {
+			t.Fatalf("the release of a member's allocation moved the instance: %s", inst.Body)
+		}
+
 		// Decommission removes and verifies on both nodes.
 		dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
 		if op := waitOp(t, e.bot, e.pid, dec.String("operation_id")); op.String("state") != "succeeded" {
 			t.Fatalf("decommission: %s", op.Body)
 		}
-		for _, n := range []*simNode{e.node, nodeB} {
+		for _, n := range []*simNode{e.node} { // node-b's members went with its allocation
 			var verify bool
 			for _, task := range n.tasks() {
 				var v nodeapi.TeardownVerify
@@ -270,7 +288,7 @@ func TestInstanceMembers(t *testing.T) {
 				events = append(events, strings.TrimPrefix(ev, "apps.instance."))
 			}
 		}
-		want := []string{"member_added", "member_added", "member_removed", "member_failed", "member_recovered", "member_failed", "member_recovered"}
+		want := []string{"member_added", "member_added", "member_removed", "member_failed", "member_recovered", "member_failed", "member_recovered", "member_removed"}
 		if !slices.Equal(events, want) {
 			t.Fatalf("member events:\n got %v\nwant %v", events, want)
 		}

@@ -702,6 +702,18 @@ func (s *Service) fail(ctx context.Context, inst AppInstance, op InstanceOperati
 func (s *Service) finishDecommission(ctx context.Context, inst AppInstance, op InstanceOperation) error {
 	prevPhase, prevStatus := op.Phase, inst.Status
 	now := s.Now().UTC()
+	all, err := s.members(ctx, s.Store.Read(), inst.ID)
+	if err != nil {
+		return err
+	}
+	// Allocations its members held elsewhere may be waiting for them to
+	// finish a release.
+	var memberAllocs []string
+	for _, m := range liveAdded(all) {
+		if m.AllocationID != inst.TargetAllocationID && !slices.Contains(memberAllocs, m.AllocationID) {
+			memberAllocs = append(memberAllocs, m.AllocationID)
+		}
+	}
 	return s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, "", MemberRemoved, nil, now); err != nil {
 			return err
@@ -726,6 +738,11 @@ func (s *Service) finishDecommission(ctx context.Context, inst AppInstance, op I
 		if err := s.tornDown(ctx, tx, inst.TargetAllocationID); err != nil {
 			return err
 		}
+		for _, a := range memberAllocs {
+			if err := s.tornDown(ctx, tx, a); err != nil {
+				return err
+			}
+		}
 		return tx.Audit(storage.AuditEvent{Action: "app_instance.decommissioned", ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID}, nil, auditState(inst))
 	})
@@ -739,6 +756,10 @@ func (s *Service) tornDown(ctx context.Context, tx Tx, allocationID string) erro
 	}
 	left, err := tx.LiveInstancesOn(ctx, allocationID, "")
 	if err != nil || len(left) > 0 {
+		return err
+	}
+	members, err := tx.AddedMembersOn(ctx, allocationID, "")
+	if err != nil || len(members) > 0 {
 		return err
 	}
 	return s.Releases.AllocationTornDown(ctx, tx, allocationID)

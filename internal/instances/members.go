@@ -676,6 +676,12 @@ func (s *Service) removedMembers(ctx context.Context, inst AppInstance, op Insta
 		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
 			return err
 		}
+		// A releasing allocation may have waited for these members.
+		for _, a := range memberAllocations(ms) {
+			if err := s.tornDown(ctx, tx, a); err != nil {
+				return err
+			}
+		}
 		return tx.Audit(storage.AuditEvent{Action: "app_instance.member_removed", ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
 	})
@@ -697,4 +703,69 @@ type MemberData struct {
 func (s *Service) recordMember(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, event string, m InstanceMember) error {
 	return s.record(ctx, tx, inst, op, event, &extra{reasonCode: m.ReasonCode, reason: m.ReasonMessage,
 		member: &MemberData{ID: m.ID, Name: m.Name, Role: m.Role, Status: string(m.Status), NodeID: m.NodeID, AllocationID: m.AllocationID, WorkloadName: m.WorkloadName}})
+}
+
+// memberAllocations lists the allocations members run on, once each.
+func memberAllocations(ms []InstanceMember) []string {
+	var out []string
+	for _, m := range ms {
+		if !slices.Contains(out, m.AllocationID) {
+			out = append(out, m.AllocationID)
+		}
+	}
+	return out
+}
+
+// releaseMembers starts removing the added members on an allocation being
+// released, in the release's transaction: one member_remove operation per
+// instance (whose own allocation is elsewhere), when the instance has no
+// operation under way. Members of a busy instance stay until someone
+// removes them; the allocation stays releasing, holding its GPUs, until
+// they are gone.
+func (s *Service) releaseMembers(ctx context.Context, tx Tx, allocationID string) error {
+	ms, err := tx.AddedMembersOn(ctx, allocationID, "")
+	if err != nil {
+		return err
+	}
+	byInstance := map[string][]InstanceMember{}
+	var order []string
+	for _, m := range ms {
+		if _, ok := byInstance[m.InstanceID]; !ok {
+			order = append(order, m.InstanceID)
+		}
+		byInstance[m.InstanceID] = append(byInstance[m.InstanceID], m)
+	}
+	now := s.Now().UTC()
+	for _, id := range order {
+		inst, err := tx.LockAppInstance(ctx, id)
+		if err != nil {
+			return err
+		}
+		if inst.TargetAllocationID == allocationID || inst.Status == StatusDecommissioning || inst.Status == StatusDecommissioned {
+			continue // the instance's own decommission removes them
+		}
+		if open, err := s.opOpen(ctx, tx, inst); err != nil || open {
+			if err != nil {
+				return err
+			}
+			s.Logger.WarnContext(ctx, "allocation released under members of a busy instance; remove them once its operation ends",
+				"allocation_id", allocationID, "app_instance_id", id, "operation_id", inst.CurrentOperationID)
+			continue
+		}
+		op := s.newOperation(ctx, inst, OpMemberRemove, inst.Version, inst.Version, fmt.Sprintf("remove %d member(s): allocation %s is being released", len(byInstance[id]), allocationID))
+		op.ReasonCode = ReasonAllocationReleased
+		for _, m := range byInstance[id] {
+			op.MemberIDs = append(op.MemberIDs, m.ID)
+		}
+		prev := inst.Status
+		inst.CurrentOperationID, inst.UpdatedAt = op.ID, now
+		if err := tx.InsertInstanceOperation(ctx, op); err != nil {
+			return err
+		}
+		if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+			return err
+		}
+	}
+	tx.AfterCommit(s.kick)
+	return nil
 }

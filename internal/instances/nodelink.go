@@ -138,8 +138,15 @@ func (h nodeHooks) AllocationReleasing(ctx context.Context, stx storage.Tx, a no
 	if err := h.s.AllocationReleased(ctx, tx, a.ID); err != nil {
 		return false, err
 	}
+	if err := h.s.releaseMembers(ctx, tx, a.ID); err != nil {
+		return false, err
+	}
 	left, err := tx.LiveInstancesOn(ctx, a.ID, "")
-	return len(left) > 0, err
+	if err != nil || len(left) > 0 {
+		return len(left) > 0, err
+	}
+	members, err := tx.AddedMembersOn(ctx, a.ID, "")
+	return len(members) > 0, err
 }
 
 func (h nodeHooks) NodeReady(ctx context.Context, tx storage.Tx, node nodes.Node, workloads []nodeapi.Workload) error {
