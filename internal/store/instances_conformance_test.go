@@ -33,6 +33,7 @@ func TestInstancesConformance(t *testing.T) {
 			{"events", testInstanceEvents},
 			{"members", testInstanceMembers},
 			{"added_members", testAddedMembers},
+			{"worker_operations", testWorkerOperations},
 			{"health", testInstanceHealth},
 			{"host_ports", testHostPortsHeld},
 			{"reported_events", testReportedInstanceEvents},
@@ -338,7 +339,7 @@ func testLiveInstanceCounts(t *testing.T, db *store.DB) {
 
 func newOperation(i instances.AppInstance, kind instances.OperationKind, created time.Time) instances.InstanceOperation {
 	return instances.InstanceOperation{ID: newID(), InstanceID: i.ID, OrgID: i.OrgID, ProjectID: i.ProjectID, Kind: kind, State: instances.OpInProgress,
-		Phase: "start", CreatedAt: created, UpdatedAt: created}
+		Phase: "start", CreatedAt: created, UpdatedAt: created, Executor: instances.ExecutorPlatform}
 }
 
 func testInstanceOperations(t *testing.T, db *store.DB) {
@@ -351,7 +352,7 @@ func testInstanceOperations(t *testing.T, db *store.DB) {
 	op := instances.InstanceOperation{ID: newID(), InstanceID: i.ID, OrgID: o.ID, ProjectID: p.ID, Kind: instances.OpUpgrade, State: instances.OpFailed,
 		Phase: "revert_run", FromVersion: "1", TargetVersion: "2", Description: "upgrade reverted", ReasonCode: instances.ReasonUpgradeReverted,
 		TaskID: newID(), CorrelationID: "corr-" + newID(), Actor: "user:7", LeaseOwner: "replica-a", LeaseExpiresAt: at(time.Minute),
-		CreatedAt: t0, UpdatedAt: at(time.Second), CompletedAt: at(2 * time.Second)}
+		CreatedAt: t0, UpdatedAt: at(time.Second), CompletedAt: at(2 * time.Second), Executor: instances.ExecutorPlatform}
 	noErr(t, "insert", q.InsertInstanceOperation(ctx, op))
 	got, err := q.GetInstanceOperation(ctx, p.ID, op.ID)
 	noErr(t, "get", err)
@@ -928,4 +929,111 @@ func testAddedMembers(t *testing.T, db *store.DB) {
 	if g, _ := q.GetInstanceMember(ctx, other.ID, theirs.ID); g.Status != instances.MemberRunning {
 		t.Fatalf("another instance's member moved: %q", g.Status)
 	}
+}
+
+// Worker operations: the platform's driver never sees them; a worker
+// acquires the app's available ones under a lease (one winner), finds the
+// one it holds again, extends only its own lease, and the deadline sweep
+// and the state hand-over read what they need. Grants round-trip.
+func testWorkerOperations(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	s := store.Instances(db)
+	q := s.Read()
+	o, p := tenant(t, db, "workers")
+	i := mkInstance(t, s, newInstance(o, p, "slurm", "1", instances.StatusRequested))
+	other := mkInstance(t, s, newInstance(o, p, "ray", "1", instances.StatusRequested))
+	mk := func(inst instances.AppInstance, created time.Time, deadline time.Time) instances.InstanceOperation {
+		op := newOperation(inst, instances.OpCreate, created)
+		op.Executor, op.AppSlug, op.DeadlineAt = instances.ExecutorWorker, inst.AppSlug, deadline
+		noErr(t, "insert worker op", q.InsertInstanceOperation(ctx, op))
+		return op
+	}
+	a := mk(i, t0, at(time.Hour))
+	b := mk(i, at(time.Second), at(time.Minute))
+	theirs := mk(other, t0, at(time.Hour))
+	got, err := q.GetWorkerOperation(ctx, "slurm", a.ID)
+	noErr(t, "get", err)
+	same(t, "worker op round trip", got, a)
+	_, err = q.GetWorkerOperation(ctx, "ray", a.ID)
+	wantErr(t, "another app's operation", err, storage.ErrNotFound)
+	open, err := q.OpenInstanceOperations(ctx, at(time.Second), 100)
+	noErr(t, "open", err)
+	for _, op := range open {
+		if op.Executor == instances.ExecutorWorker {
+			t.Fatalf("the driver sees worker operation %s", op.ID)
+		}
+	}
+	ids := func(ops []instances.InstanceOperation, err error) []string {
+		t.Helper()
+		noErr(t, "list", err)
+		var out []string
+		for _, op := range ops {
+			out = append(out, op.ID)
+		}
+		return out
+	}
+	same(t, "available", ids(q.AvailableWorkerOperations(ctx, "slurm", t0, 10)), []string{a.ID, b.ID})
+	won, err := q.LeaseWorkerOperation(ctx, a.ID, "sa:w1", "lease-1", t0, at(time.Minute))
+	noErr(t, "lease", err)
+	lost, err := q.LeaseWorkerOperation(ctx, a.ID, "sa:w2", "lease-2", at(time.Second), at(time.Minute))
+	noErr(t, "second lease", err)
+	if !won || lost {
+		t.Fatalf("lease: first %v, second %v", won, lost)
+	}
+	same(t, "available while leased", ids(q.AvailableWorkerOperations(ctx, "slurm", at(time.Second), 10)), []string{b.ID})
+	held, err := q.HeldWorkerOperation(ctx, "slurm", "sa:w1", at(time.Second))
+	noErr(t, "held", err)
+	if held.ID != a.ID || held.LeaseID != "lease-1" || held.Attempt != 1 || !held.LeaseExpiresAt.Equal(at(time.Minute)) {
+		t.Fatalf("held: %+v", held)
+	}
+	_, err = q.HeldWorkerOperation(ctx, "slurm", "sa:w2", at(time.Second))
+	wantErr(t, "held by another", err, storage.ErrNotFound)
+	if ok, err := q.ExtendWorkerLease(ctx, a.ID, "lease-2", at(2*time.Minute), "x"); err != nil || ok {
+		t.Fatalf("extend with another's lease: %v %v", ok, err)
+	}
+	if ok, err := q.ExtendWorkerLease(ctx, a.ID, "lease-1", at(2*time.Minute), "controller up"); err != nil || !ok {
+		t.Fatalf("extend: %v %v", ok, err)
+	}
+	// Expired: another worker takes it, attempt 2.
+	if ok, err := q.LeaseWorkerOperation(ctx, a.ID, "sa:w2", "lease-3", at(3*time.Minute), at(4*time.Minute)); err != nil || !ok {
+		t.Fatalf("lease after expiry: %v %v", ok, err)
+	}
+	got, _ = q.GetWorkerOperation(ctx, "slurm", a.ID)
+	if got.LeaseOwner != "sa:w2" || got.LeaseID != "lease-3" || got.Attempt != 2 || got.Progress != "controller up" {
+		t.Fatalf("after the takeover: %+v", got)
+	}
+	same(t, "overdue", ids(q.OverdueWorkerOperations(ctx, at(2*time.Minute), 10)), []string{b.ID})
+
+	// The newest kept state is the instance's.
+	st, err := q.LastWorkerState(ctx, i.ID)
+	noErr(t, "no state yet", err)
+	if st != nil {
+		t.Fatalf("state before any: %s", st)
+	}
+	got.State, got.Phase, got.WorkerState, got.CompletedAt = instances.OpSucceeded, "done", []byte(`{"n":1}`), at(5*time.Minute)
+	noErr(t, "complete a", q.UpdateInstanceOperation(ctx, got, "start"))
+	b.State, b.Phase, b.CompletedAt = instances.OpFailed, "done", at(6*time.Minute)
+	noErr(t, "fail b without state", q.UpdateInstanceOperation(ctx, b, "start"))
+	st, err = q.LastWorkerState(ctx, i.ID)
+	noErr(t, "state", err)
+	sameJSON(t, "state", st, []byte(`{"n":1}`))
+	if st, _ := q.LastWorkerState(ctx, theirs.InstanceID); st != nil {
+		t.Fatalf("another instance's state: %s", st)
+	}
+
+	g := instances.AppWorkerGrant{AppSlug: "slurm", ServiceAccountID: newID(), ProjectID: p.ID, GrantedBy: "user:1", CreatedAt: t0}
+	noErr(t, "grant", q.PutAppWorkerGrant(ctx, g))
+	wantErr(t, "grant twice", q.PutAppWorkerGrant(ctx, g), storage.ErrAlreadyExists)
+	gg, err := q.GetAppWorkerGrant(ctx, "slurm", g.ServiceAccountID)
+	noErr(t, "get grant", err)
+	same(t, "grant round trip", gg, g)
+	_, err = q.GetAppWorkerGrant(ctx, "ray", g.ServiceAccountID)
+	wantErr(t, "grant of another app", err, storage.ErrNotFound)
+	list, _, err := q.ListAppWorkerGrants(ctx, "slurm", storage.Page{Limit: 10})
+	noErr(t, "list grants", err)
+	if len(list) != 1 {
+		t.Fatalf("grants: %v", list)
+	}
+	noErr(t, "revoke", q.DeleteAppWorkerGrant(ctx, "slurm", g.ServiceAccountID))
+	wantErr(t, "revoke twice", q.DeleteAppWorkerGrant(ctx, "slurm", g.ServiceAccountID), storage.ErrNotFound)
 }
