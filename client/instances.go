@@ -515,3 +515,42 @@ func (c *Client) WaitOperation(ctx context.Context, projectID, instanceID, opera
 	}
 	return op, err
 }
+
+// AppInstanceAttachment lets another project of the org use a
+// tenant-shared instance.
+type AppInstanceAttachment struct {
+	AppInstanceID string `json:"app_instance_id"`
+	ProjectID     string `json:"project_id"` // the attached project
+	OrgID         string `json:"org_id"`
+	AttachedBy    string `json:"attached_by"`
+	CreatedAt     string `json:"created_at"`
+}
+
+type attachRequest struct {
+	ProjectID string `json:"project_id"`
+}
+
+// AttachAppInstanceProject lets project attachedProjectID use a
+// tenant-shared instance of projectID (an org-level role).
+//
+// Operation: attachAppInstanceProject
+func (c *Client) AttachAppInstanceProject(ctx context.Context, projectID, id, attachedProjectID string, opts ...RequestOption) (AppInstanceAttachment, error) {
+	var out AppInstanceAttachment
+	return out, c.Do(ctx, http.MethodPost, instancePath(projectID, id)+"/attachments", nil, attachRequest{ProjectID: attachedProjectID}, &out, opts...)
+}
+
+// DetachAppInstanceProject takes a project's use of a shared instance away.
+//
+// Operation: detachAppInstanceProject
+func (c *Client) DetachAppInstanceProject(ctx context.Context, projectID, id, attachedProjectID string) error {
+	return c.Do(ctx, http.MethodDelete, instancePath(projectID, id)+"/attachments/"+url.PathEscape(attachedProjectID), nil, nil, nil)
+}
+
+// ListAppInstanceAttachments lists the projects a shared instance is
+// attached to.
+//
+// Operation: listAppInstanceAttachments
+func (c *Client) ListAppInstanceAttachments(ctx context.Context, projectID, id string) (CatalogPage[AppInstanceAttachment], error) {
+	var out CatalogPage[AppInstanceAttachment]
+	return out, c.Do(ctx, http.MethodGet, instancePath(projectID, id)+"/attachments", nil, nil, &out)
+}

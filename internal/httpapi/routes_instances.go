@@ -20,6 +20,9 @@ func (a *API) instanceRoutes() []route {
 		{method: "POST", path: instance + "/members/{member_id}/remove", handler: a.instanceMemberAction(false)},
 		{method: "POST", path: instance + "/members/{member_id}/recover", handler: a.instanceMemberAction(true)},
 		{method: "GET", path: instance + "/logs", handler: a.instanceLogs},
+		{method: "GET", path: instance + "/attachments", handler: a.listInstanceAttachments},
+		{method: "POST", path: instance + "/attachments", handler: a.attachInstanceProject},
+		{method: "DELETE", path: instance + "/attachments/{attached_project_id}", handler: a.detachInstanceProject},
 		// The CloudEvents (source, id) of each event is its idempotency key.
 		{method: "POST", path: instance + "/runtime-events", handler: a.postRuntimeEvents, maxBody: runtimeEventsMaxBody, noIdempotency: true},
 		{method: "POST", path: instance + "/ui-open", handler: a.openInstanceUI},

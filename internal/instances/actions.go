@@ -29,17 +29,36 @@ func errBusy(inst AppInstance) error {
 }
 
 // instance resolves a project the caller may act on with perm, and one of
-// its instances; another project's instance is not found.
+// its instances; another project's instance is not found. A tenant-shared
+// instance (attachments.go) is also read through the projects attached to
+// it, and changed only with perm at its org.
 func (s *Service) instance(ctx context.Context, g *iam.Grants, projectID, id, perm string) (iam.Project, AppInstance, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, perm)
 	if err != nil {
 		return iam.Project{}, AppInstance{}, err
 	}
-	inst, err := s.Store.Read().GetAppInstance(ctx, p.ID, id)
+	q := s.Store.Read()
+	inst, err := q.GetAppInstance(ctx, p.ID, id)
+	if errors.Is(err, storage.ErrNotFound) && perm == iam.PermInstanceRead {
+		if attached, aerr := q.InstanceAttached(ctx, id, p.ID); aerr != nil || attached {
+			if aerr != nil {
+				return iam.Project{}, AppInstance{}, aerr
+			}
+			inst, err = q.GetAppInstanceByID(ctx, id)
+		}
+	}
 	if errors.Is(err, storage.ErrNotFound) {
 		return iam.Project{}, AppInstance{}, errInstanceNotFound(id)
 	}
-	return p, inst, err
+	if err != nil {
+		return iam.Project{}, AppInstance{}, err
+	}
+	if perm != iam.PermInstanceRead && tenantShared(inst) {
+		if err := s.sharedRole(ctx, g, inst.OrgID, inst.OperatingMode, inst.ID, perm); err != nil {
+			return iam.Project{}, AppInstance{}, err
+		}
+	}
+	return p, inst, nil
 }
 
 // Upgrade moves a running instance to another published, entitled and

@@ -109,6 +109,13 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 	if err != nil {
 		return AppInstance{}, InstanceOperation{}, err
 	}
+	if t.effective.ControlPlaneScope == manifest.ScopeTenant || platformManaged(t.effective.OperatingMode) {
+		// The org's (or the platform's) instance: launched only with a role
+		// there.
+		if err := s.sharedRole(ctx, g, p.OrgID, t.effective.OperatingMode, "", iam.PermInstanceCreate); err != nil {
+			return AppInstance{}, InstanceOperation{}, err
+		}
+	}
 	req := in.launchRequest()
 	doc, err := json.Marshal(LaunchDoc{Request: req, Effective: t.effective})
 	if err != nil {

@@ -33,6 +33,8 @@ type EventData struct {
 	Health *HealthChange `json:"health,omitempty"`
 	// Member is set on apps.instance.member_* events.
 	Member *MemberData `json:"member,omitempty"`
+	// AttachedProjectID is set on apps.instance.project_attached|detached.
+	AttachedProjectID string `json:"attached_project_id,omitempty"`
 }
 
 // extra carries what a transition adds to the event beyond the instance.
@@ -41,6 +43,7 @@ type extra struct {
 	logTail            []string
 	health             *HealthChange
 	member             *MemberData
+	project            string
 }
 
 // record appends the instance's timeline row and emits the outbox event of
@@ -50,7 +53,7 @@ type extra struct {
 func (s *Service) record(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, eventType string, x *extra) error {
 	d := s.eventData(ctx, inst, op)
 	if x != nil {
-		d.ReasonCode, d.Reason, d.LogTail, d.Health, d.Member = x.reasonCode, x.reason, x.logTail, x.health, x.member
+		d.ReasonCode, d.Reason, d.LogTail, d.Health, d.Member, d.AttachedProjectID = x.reasonCode, x.reason, x.logTail, x.health, x.member, x.project
 	}
 	if err := tx.Emit(storage.Event{Type: eventType, Subject: "app-instances/" + inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID}, d); err != nil {
 		return err

@@ -104,6 +104,16 @@ type InstanceOperation struct {
 	WorkerState []byte
 }
 
+// Attachment makes a tenant-shared instance usable from another project of
+// its org.
+type Attachment struct {
+	InstanceID string
+	ProjectID  string
+	OrgID      string
+	AttachedBy string
+	CreatedAt  time.Time
+}
+
 // AppWorkerGrant lets a service account work an app's operations.
 type AppWorkerGrant struct {
 	AppSlug          string
@@ -236,6 +246,12 @@ type Queries interface {
 	// AddedMembersOn lists added members not yet removed on a node (or,
 	// with nodeID empty, on an allocation).
 	AddedMembersOn(ctx context.Context, allocationID, nodeID string) ([]InstanceMember, error)
+
+	// Tenant-shared instances (attachments.go).
+	InsertInstanceAttachment(ctx context.Context, a Attachment) error
+	DeleteInstanceAttachment(ctx context.Context, instanceID, projectID string) error
+	ListInstanceAttachments(ctx context.Context, instanceID string) ([]Attachment, error)
+	InstanceAttached(ctx context.Context, instanceID, projectID string) (bool, error)
 
 	InsertUIOpenCode(ctx context.Context, c UIOpenCode) error
 	RedeemUIOpenCode(ctx context.Context, codeHash, instanceID string, at time.Time) (UIOpenCode, error)

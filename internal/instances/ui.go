@@ -100,7 +100,7 @@ func (s *Service) versionManifest(ctx context.Context, q Queries, appSlug, versi
 // OpenUI issues a one-time code that opens the instance's embedded UI. Only
 // people open UIs: the code ends in a browser cookie.
 func (s *Service) OpenUI(ctx context.Context, g *iam.Grants, projectID, id string) (UIOpen, error) {
-	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
+	p, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
 	if err != nil {
 		return UIOpen{}, err
 	}
@@ -124,7 +124,9 @@ func (s *Service) OpenUI(ctx context.Context, g *iam.Grants, projectID, id strin
 	_, _ = rand.Read(raw)
 	code := base64.RawURLEncoding.EncodeToString(raw)
 	now := s.Now().UTC()
-	c := UIOpenCode{CodeHash: hashCode(code), UserID: g.P.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID,
+	// The project the person reads the instance through: its own, or one
+	// attached to it (a shared instance).
+	c := UIOpenCode{CodeHash: hashCode(code), UserID: g.P.ID, OrgID: inst.OrgID, ProjectID: p.ID,
 		InstanceID: inst.ID, Port: up.ContainerPort, CreatedAt: now, ExpiresAt: now.Add(UICodeTTL)}
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.InsertUIOpenCode(ctx, c); err != nil {
@@ -154,7 +156,15 @@ func (s *Service) RedeemUI(ctx context.Context, code, instanceID string) (UIGran
 	if err != nil {
 		return UIGrant{}, err
 	}
-	if ok, err := s.UserReads(ctx, c.UserID, c.OrgID, c.ProjectID); err != nil || !ok {
+	ok, err := s.UserReads(ctx, c.UserID, c.OrgID, c.ProjectID)
+	if err == nil && ok {
+		// Through an attached project: still attached.
+		var inst AppInstance
+		if inst, err = s.Store.Read().GetAppInstanceByID(ctx, c.InstanceID); err == nil && inst.ProjectID != c.ProjectID {
+			ok, err = s.Store.Read().InstanceAttached(ctx, c.InstanceID, c.ProjectID)
+		}
+	}
+	if err != nil || !ok {
 		if err == nil {
 			err = errUICode
 		}

@@ -611,3 +611,41 @@ func (q *Queries) AppArtifactsOfVersion(ctx context.Context, appSlug, appVersion
 	}
 	return collect(rows, scanAppArtifact)
 }
+
+const attachmentCols = `instance_id, project_id, org_id, attached_by, created_at`
+
+func scanAttachment(s interface{ Scan(...any) error }) (instances.Attachment, error) {
+	var a instances.Attachment
+	err := s.Scan(&a.InstanceID, &a.ProjectID, &a.OrgID, &a.AttachedBy, scanTime(&a.CreatedAt))
+	return a, err
+}
+
+// InsertInstanceAttachment attaches a project to an instance;
+// ErrAlreadyExists when it is attached.
+func (q *Queries) InsertInstanceAttachment(ctx context.Context, a instances.Attachment) error {
+	_, err := q.exec(ctx, `INSERT INTO app_instance_attachments (`+attachmentCols+`) VALUES (?, ?, ?, ?, ?)`,
+		a.InstanceID, a.ProjectID, a.OrgID, a.AttachedBy, ts(a.CreatedAt))
+	return err
+}
+
+// DeleteInstanceAttachment detaches a project; ErrNotFound when it was not
+// attached.
+func (q *Queries) DeleteInstanceAttachment(ctx context.Context, instanceID, projectID string) error {
+	return q.execOne(ctx, `DELETE FROM app_instance_attachments WHERE instance_id = ? AND project_id = ?`, instanceID, projectID)
+}
+
+// ListInstanceAttachments lists the projects attached to an instance.
+func (q *Queries) ListInstanceAttachments(ctx context.Context, instanceID string) ([]instances.Attachment, error) {
+	rows, err := q.query(ctx, `SELECT `+attachmentCols+` FROM app_instance_attachments WHERE instance_id = ? ORDER BY project_id`, instanceID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAttachment)
+}
+
+// InstanceAttached reports whether a project is attached to an instance.
+func (q *Queries) InstanceAttached(ctx context.Context, instanceID, projectID string) (bool, error) {
+	var n int
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_instance_attachments WHERE instance_id = ? AND project_id = ?`, instanceID, projectID).Scan(&n)
+	return n > 0, err
+}
