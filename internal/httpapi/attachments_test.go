@@ -173,5 +173,6 @@ func TestPlatformManagedInstance(t *testing.T) {
 		}
 		orgAdmin.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 403)
 		dec := e.admin.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
-		waitOp(t, e.admin, e.pid, dec.String("operation_id"))	})
+		waitOp(t, e.admin, e.pid, dec.String("operation_id"))
+	})
 }

@@ -40,7 +40,7 @@ const (
 const (
 	codeOrgRoleRequired      = "org_role_required"
 	codePlatformRoleRequired = "platform_role_required"
-	codeNotTenantShared = "not_tenant_shared"
+	codeNotTenantShared      = "not_tenant_shared"
 )
 
 // tenantShared reports whether an instance is shared beyond its project:
