@@ -9,5 +9,9 @@ func (s *Service) CheckEvents(inst Instance, events []UsageEvent) error {
 }
 
 func (s *Service) StoreEvents(ctx context.Context, inst Instance, events []UsageEvent) (IngestResult, error) {
-	return s.storeEvents(ctx, inst, events)
+	at := make([]attribution, len(events))
+	for i := range at {
+		at[i] = attribution{org: inst.OrgID, project: inst.ProjectID}
+	}
+	return s.storeEvents(ctx, inst, events, at)
 }

@@ -73,11 +73,34 @@ func (s *Service) RecordAppUsage(ctx context.Context, g *iam.Grants, projectID, 
 		return IngestResult{}, s.IAM.Deny(ctx, iam.PermBillingUsageReport, iam.Scope{OrgID: project.OrgID, ProjectID: project.ID},
 			"app_instance", inst.ID)
 	}
+	// A shared instance's event may name the attached project it served:
+	// the usage is that project's (and its org's).
+	attributed := make([]attribution, len(events))
+	for i, ev := range events {
+		attributed[i] = attribution{org: inst.OrgID, project: inst.ProjectID}
+		if ev.ProjectID == "" || ev.ProjectID == inst.ProjectID || !inst.Shared() {
+			continue
+		}
+		org, err := s.Store.Read().AttachedProjectOrg(ctx, inst.ID, ev.ProjectID)
+		if errors.Is(err, storage.ErrNotFound) {
+			return IngestResult{}, errdefs.Unprocessable("usage_project_not_attached",
+				"event %q names project %s, which is not attached to shared app instance %s; attribute usage to the instance's project %s or to a project attached to it",
+				ev.ID, ev.ProjectID, inst.ID, inst.ProjectID)
+		}
+		if err != nil {
+			return IngestResult{}, err
+		}
+		attributed[i] = attribution{org: org, project: ev.ProjectID}
+		events[i].ProjectID = "" // checked here: the attribution is settled
+	}
 	if err := s.checkEvents(inst, events); err != nil {
 		return IngestResult{}, err
 	}
-	return s.storeEvents(ctx, inst, events)
+	return s.storeEvents(ctx, inst, events, attributed)
 }
+
+// attribution is the org and project a usage event is billed to.
+type attribution struct{ org, project string }
 
 // checkEvents applies the rules that need the instance: attribution, the
 // declared unit, and the time window.
@@ -133,7 +156,7 @@ func (s *Service) checkEvents(inst Instance, events []UsageEvent) error {
 	return nil
 }
 
-func (s *Service) storeEvents(ctx context.Context, inst Instance, events []UsageEvent) (IngestResult, error) {
+func (s *Service) storeEvents(ctx context.Context, inst Instance, events []UsageEvent, attributed []attribution) (IngestResult, error) {
 	now := s.Now().UTC()
 	cid := correlation.ID(ctx)
 	recs := make([]UsageRecord, len(events))
@@ -143,7 +166,7 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 			c = cid
 		}
 		recs[i] = UsageRecord{ID: iam.NewID(), DedupeKey: DedupeKeyForEvent(inst.ProjectID, ev.Source, ev.ID),
-			OrgID: inst.OrgID, ProjectID: inst.ProjectID, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
+			OrgID: attributed[i].org, ProjectID: attributed[i].project, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
 			OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
 			CorrelationID: c, UsageSource: UsageSourceAppRuntime, UsageUnit: ev.UsageUnit, Quantity: ev.Quantity,
 			Meter: MeterOf(inst.AppSlug, ev.UsageUnit), StartTime: ev.StartTime, EndTime: ev.Time,

@@ -36,6 +36,13 @@ type Instance struct {
 	MeteringKind string
 }
 
+// Shared reports whether other projects use the instance (a tenant-shared
+// or platform-managed instance, with attachments): its usage events may
+// name the attached project they served.
+func (i Instance) Shared() bool {
+	return i.ControlPlaneScope == "tenant" || i.OperatingMode == "platform_managed"
+}
+
 // InstanceDirectory resolves app instances. It returns an error matching
 // storage.ErrNotFound for an unknown id.
 type InstanceDirectory interface {

@@ -236,6 +236,9 @@ type Queries interface {
 	ProjectHeldGPUs(ctx context.Context, projectID string) (int64, error)
 	InstanceStatusChanges(ctx context.Context, since time.Time) ([]InstanceStatusChange, error)
 	InstanceForBilling(ctx context.Context, instanceID string) (InstanceRecord, error)
+	// AttachedProjectOrg returns the org of a project attached to a shared
+	// instance; ErrNotFound when it is not attached.
+	AttachedProjectOrg(ctx context.Context, instanceID, projectID string) (string, error)
 }
 
 // Tx is a mutation as the billing domain sees it.

@@ -1,11 +1,15 @@
 package httpapi_test
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/gpuaas/gpuaas/internal/billing"
+	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -23,6 +27,7 @@ func TestTenantSharedInstance(t *testing.T) {
 		t.Parallel()
 		manifest := func(version, imageRef string) map[string]any {
 			m := echoManifest("shared")(version, imageRef)
+			m["metering"] = map[string]any{"kind": "tokens"}
 			m["supported_modes"] = map[string]any{"operating_modes": []string{"tenant_dedicated"}, "control_plane_scopes": []string{"project", "tenant"}}
 			return m
 		}
@@ -82,6 +87,22 @@ func TestTenantSharedInstance(t *testing.T) {
 		vC.Do("GET", through(pc), nil).Want(t, 404)
 		vC.Do("GET", "/api/v1/projects/"+pc+"/app-instances/"+id+"/events", nil).Want(t, 404)
 		vB.Do("POST", through(pb)+"/upgrade", map[string]any{"target_version": "2.0.0"}).Want(t, 403)
+
+		// Usage the instance reports for an attached project is that
+		// project's; a project not attached is refused.
+		usage := func(id2, project string) *servertest.Response {
+			ev, _ := json.Marshal(map[string]any{"specversion": "1.0", "id": id2, "source": "//shared", "type": "gpuaas.usage.v1", "projectid": project,
+				"time": time.Now().UTC().Format(time.RFC3339Nano), "data": map[string]any{"usage_unit": "tokens", "quantity": 10}})
+			return workloadClient(t, e, id).Do("POST", e.path("/app-instances/"+id+"/usage"), ev, "Content-Type", billing.MediaTypeEvent)
+		}
+		usage("for-b", pb).Want(t, 200)
+		if r := usage("for-c", pc); r.Status != 422 || r.ErrorCode() != "usage_project_not_attached" {
+			t.Fatalf("usage for an unattached project: %d %s", r.Status, r.Body)
+		}
+		recs := e.admin.Do("GET", "/api/v1/billing/usage?project_id="+pb+"&app_instance_id="+id, nil).Want(t, 200).Items() // the attached project's bill
+		if len(recs) != 1 || recs[0]["project_id"] != pb || recs[0]["org_id"] != org {
+			t.Fatalf("usage attributed: %v", recs)
+		}
 
 		// The home project's operator reads it but does not change it.
 		e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200)

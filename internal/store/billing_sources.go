@@ -80,3 +80,11 @@ func (q *Queries) InstanceForBilling(ctx context.Context, instanceID string) (bi
 	out.Manifest = v.Manifest
 	return out, nil
 }
+
+// AttachedProjectOrg returns the org of a project attached to an instance
+// (app_instance_attachments); ErrNotFound when it is not attached.
+func (q *Queries) AttachedProjectOrg(ctx context.Context, instanceID, projectID string) (string, error) {
+	var org string
+	err := q.queryRow(ctx, `SELECT org_id FROM app_instance_attachments WHERE instance_id = ? AND project_id = ?`, instanceID, projectID).Scan(&org)
+	return org, scanOne(err)
+}
