@@ -84,6 +84,12 @@ func TestTenantSharedInstance(t *testing.T) {
 			t.Fatalf("read through the attached project: %s", got.Body)
 		}
 		vB.Do("GET", through(pb)+"/events", nil).Want(t, 200)
+		if items := vB.Do("GET", "/api/v1/projects/"+pb+"/app-instances", nil).Want(t, 200).Items(); len(items) != 1 || items[0]["id"] != id {
+			t.Fatalf("the attached project's list: %v", items)
+		}
+		if items := vC.Do("GET", "/api/v1/projects/"+pc+"/app-instances", nil).Want(t, 200).Items(); len(items) != 0 {
+			t.Fatalf("an unattached project's list: %v", items)
+		}
 		vC.Do("GET", through(pc), nil).Want(t, 404)
 		vC.Do("GET", "/api/v1/projects/"+pc+"/app-instances/"+id+"/events", nil).Want(t, 404)
 		vB.Do("POST", through(pb)+"/upgrade", map[string]any{"target_version": "2.0.0"}).Want(t, 403)

@@ -201,6 +201,8 @@ type Queries interface {
 	// HeartbeatsOverdue lists running instances not yet degraded whose
 	// heartbeat was due before now.
 	HeartbeatsOverdue(ctx context.Context, now time.Time, limit int) ([]AppInstance, error)
+	// ListAppInstances lists a project's instances and the shared instances
+	// attached to it.
 	ListAppInstances(ctx context.Context, projectID string, status InstanceStatus, p storage.Page) ([]AppInstance, string, error)
 	CountLiveInstancesOfVersion(ctx context.Context, appSlug, version string) (int, error)
 	CountLiveInstancesUsingDigest(ctx context.Context, digest string) (int, error)

@@ -144,7 +144,9 @@ func (q *Queries) ListAppInstances(ctx context.Context, projectID string, status
 	if err != nil {
 		return nil, "", err
 	}
-	query, args := `SELECT `+appInstanceReadCols+` FROM app_instances WHERE project_id = ? AND id > ?`, []any{projectID, after}
+	// A project's instances, and the shared instances attached to it.
+	query, args := `SELECT `+appInstanceReadCols+` FROM app_instances
+		WHERE (project_id = ? OR id IN (SELECT instance_id FROM app_instance_attachments WHERE project_id = ?)) AND id > ?`, []any{projectID, projectID, after}
 	if status != "" {
 		query += ` AND status = ?`
 		args = append(args, string(status))
