@@ -103,10 +103,15 @@ func (s *Service) Attach(ctx context.Context, g *iam.Grants, projectID, id strin
 	}
 	a := Attachment{InstanceID: inst.ID, ProjectID: target, OrgID: p.OrgID, AttachedBy: principal.From(ctx).Key(), CreatedAt: s.Now().UTC()}
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
-		if err := tx.InsertInstanceAttachment(ctx, a); errors.Is(err, storage.ErrAlreadyExists) {
+		// Looked up first: a failed insert would end a PostgreSQL
+		// transaction, and the repeat is still recorded.
+		if attached, err := tx.InstanceAttached(ctx, inst.ID, target); err != nil {
+			return err
+		} else if attached {
 			return tx.Audit(storage.AuditEvent{Action: "app_instance.attach", ResourceType: "app_instance", ResourceID: inst.ID,
 				OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: "already_attached: " + target}, nil, nil)
-		} else if err != nil {
+		}
+		if err := tx.InsertInstanceAttachment(ctx, a); err != nil {
 			return err
 		}
 		if err := s.record(ctx, tx, inst, InstanceOperation{}, EventProjectAttached, &extra{project: target}); err != nil {
