@@ -16,8 +16,9 @@ import (
 
 // A tenant-shared instance on both databases: only an org-level role
 // launches it (the home project's operator is refused, naming the reason);
-// an attached project's member reads it through their own project, an
-// unattached one does not see it; the home project's operator reads it but
+// the members of two attached projects read it through their own projects,
+// an unattached one does not see it; usage it reports for an attached
+// project is billed there; the home project's operator reads it but
 // cannot change it; the org admin attaches, detaches, upgrades and
 // decommissions it; attachments are to projects of the same org only, and
 // to shared instances only.
@@ -39,9 +40,11 @@ func TestTenantSharedInstance(t *testing.T) {
 		project := func(slug string) string {
 			return e.admin.Do("POST", "/api/v1/orgs/"+org+"/projects", map[string]string{"slug": slug, "name": slug}).Want(t, 201).String("id")
 		}
-		pb, pc := project("team-b"), project("team-c")
+		pb, pc, pd := project("team-b"), project("team-c"), project("team-d")
 		uB, vB := e.s.NewUser(e.admin, "viewer-b@example.com")
 		uC, vC := e.s.NewUser(e.admin, "viewer-c@example.com")
+		uD, vD := e.s.NewUser(e.admin, "viewer-d@example.com")
+		e.admin.Do("POST", "/api/v1/projects/"+pd+"/members", map[string]string{"user_id": uD, "role": "project_viewer"}).Want(t, 201)
 		e.admin.Do("POST", "/api/v1/projects/"+pb+"/members", map[string]string{"user_id": uB, "role": "project_viewer"}).Want(t, 201)
 		e.admin.Do("POST", "/api/v1/projects/"+pc+"/members", map[string]string{"user_id": uC, "role": "project_viewer"}).Want(t, 201)
 
@@ -75,7 +78,8 @@ func TestTenantSharedInstance(t *testing.T) {
 			t.Fatalf("attachment: %s", at.Body)
 		}
 		e.admin.Do("POST", e.path("/app-instances/"+id+"/attachments"), map[string]string{"project_id": pb}).Want(t, 201) // again: the same
-		if items := e.bot.Do("GET", e.path("/app-instances/"+id+"/attachments"), nil).Want(t, 200).Items(); len(items) != 1 || items[0]["project_id"] != pb {
+		e.admin.Do("POST", e.path("/app-instances/"+id+"/attachments"), map[string]string{"project_id": pd}).Want(t, 201)
+		if items := e.bot.Do("GET", e.path("/app-instances/"+id+"/attachments"), nil).Want(t, 200).Items(); len(items) != 2 {
 			t.Fatalf("attachments: %v", items)
 		}
 
@@ -84,6 +88,7 @@ func TestTenantSharedInstance(t *testing.T) {
 			t.Fatalf("read through the attached project: %s", got.Body)
 		}
 		vB.Do("GET", through(pb)+"/events", nil).Want(t, 200)
+		vD.Do("GET", through(pd), nil).Want(t, 200) // the second attached project too
 		if items := vB.Do("GET", "/api/v1/projects/"+pb+"/app-instances", nil).Want(t, 200).Items(); len(items) != 1 || items[0]["id"] != id {
 			t.Fatalf("the attached project's list: %v", items)
 		}
@@ -141,7 +146,7 @@ func TestTenantSharedInstance(t *testing.T) {
 				events = append(events, ev)
 			}
 		}
-		if strings.Join(events, ",") != "apps.instance.project_attached,apps.instance.project_detached" {
+		if strings.Join(events, ",") != "apps.instance.project_attached,apps.instance.project_attached,apps.instance.project_detached" {
 			t.Fatalf("attachment events: %v", events)
 		}
 		dec := e.admin.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)
