@@ -16,13 +16,13 @@ func init() { commandFactories = append(commandFactories, newAppCmd) }
 func newAppCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "app",
-		Short: "Browse the app catalog, manage version lifecycle and project entitlements",
+		Short: "Browse the app catalog, manage version lifecycle, project entitlements and external workers",
 	}
 	cmd.AddCommand(newAppListCmd(), newAppVersionsCmd(), newAppCatalogCmd(),
 		newAppTransitionCmd("publish", "Publish a draft version (platform admin; its artifacts must be active and verified)"),
 		newAppTransitionCmd("deprecate", "Deprecate a published version: existing instances continue, no new launches"),
 		newAppTransitionCmd("retire", "Retire a deprecated version (refused while a live instance uses it)"),
-		newAppEntitleCmd(), newAppEntitlementsCmd(), newAppPreviewCmd(), newAppSmokeCmd())
+		newAppEntitleCmd(), newAppEntitlementsCmd(), newAppPreviewCmd(), newAppSmokeCmd(), newAppWorkerCmd())
 	addClientFlags(cmd)
 	projectFlag(cmd, true)
 	return cmd
@@ -298,5 +298,101 @@ func newAppPreviewCmd() *cobra.Command {
 	cmd.Flags().StringVar(&config, "config", "", "config as JSON")
 	cmd.Flags().StringVar(&placement, "placement", "", "placement intent as JSON")
 	cmd.Flags().StringVar(&parameters, "params", "", "launch parameters as JSON")
+	return cmd
+}
+
+func newAppWorkerCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "worker",
+		Aliases: []string{"workers"},
+		Short:   "Grant, revoke and list the service accounts that work an app's operations as its external worker (platform admins)",
+		Long: `An app whose runtime is driven outside the platform (runtime_backend slurm, ray
+or bare_metal, with an external_worker_contract) has its instances' lifecycle
+operations carried out by an external worker. A service account granted to the
+app, of any project, acquires the app's operations under a lease and carries
+them out as its external worker: it heartbeats them and completes or fails them
+(docs/external-workers.md). Granting, revoking and listing are for platform admins.`,
+	}
+	cmd.AddCommand(newAppWorkerGrantCmd(), newAppWorkerRevokeCmd(), newAppWorkerListCmd())
+	return cmd
+}
+
+// workerHeader and workerRow are the table form of worker grants.
+const workerHeader = "SERVICE ACCOUNT\tPROJECT\tGRANTED BY\tGRANTED AT"
+
+func workerRow(g client.AppWorkerGrant) string {
+	return g.ServiceAccountID + "\t" + g.ProjectID + "\t" + g.GrantedBy + "\t" + g.CreatedAt
+}
+
+func newAppWorkerGrantCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "grant APP_SLUG SERVICE_ACCOUNT_ID",
+		Short: "Let a service account (of any project) work the app's operations as its external worker",
+		Long: `Grants a service account, of any project, to the app: its worker then acquires
+the app's instances' lifecycle operations and carries them out as the app's
+external worker (docs/external-workers.md). Granting again changes nothing.
+Platform admins only.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			g, err := c.GrantAppWorker(cmd.Context(), args[0], args[1])
+			if err != nil {
+				return err
+			}
+			return printOr(cmd, asJSON, g, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "service account %s (project %s) works the operations of %s\n", g.ServiceAccountID, g.ProjectID, g.AppSlug)
+				return err
+			})
+		},
+	}
+	addJSONAlias(cmd, &asJSON)
+	return cmd
+}
+
+func newAppWorkerRevokeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke APP_SLUG SERVICE_ACCOUNT_ID",
+		Short: "Withdraw a service account's grant: it acquires nothing more of the app",
+		Long: `Withdraws a grant: the service account acquires no more of the app's operations.
+An operation it holds goes to another granted worker once its lease expires.
+Platform admins only.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			if err := c.RevokeAppWorker(cmd.Context(), args[0], args[1]); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "Revoked service account %s as a worker of %s\n", args[1], args[0])
+			return printResult(cmd, map[string]any{"app_slug": args[0], "service_account_id": args[1], "revoked": true})
+		},
+	}
+}
+
+func newAppWorkerListCmd() *cobra.Command {
+	var f pageFlags
+	cmd := &cobra.Command{
+		Use:   "list APP_SLUG",
+		Short: "List the service accounts granted to an app as its external workers",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := apiClient(cmd)
+			if err != nil {
+				return err
+			}
+			page, err := c.ListAppWorkers(cmd.Context(), args[0], f.options())
+			if err != nil {
+				return err
+			}
+			return printPage(cmd, &f, page, workerHeader, workerRow)
+		},
+	}
+	f.add(cmd)
 	return cmd
 }

@@ -24,13 +24,15 @@ func newInstanceCmd() *cobra.Command {
 allocations. Lifecycle requests answer at once with an operation; --wait follows
 the project's event stream until it ends and exits non-zero when it fails.
 A cluster app's instance can also be given members (workers, heads, nodes):
-see gpuaas instance member.`,
+see gpuaas instance member. A shared instance is used by the projects attached
+to it: see gpuaas instance attach.`,
 	}
 	projectFlag(cmd, true)
 	cmd.AddCommand(newInstanceCreateCmd(), newInstanceListCmd(), newInstanceGetCmd(),
 		newInstanceVersionCmd("upgrade", "Upgrade a running instance to another version (health-gated; reverts by itself if the new version does not become ready)"),
 		newInstanceVersionCmd("rollback", "Roll a running instance back to a version it ran before"),
-		newInstanceDecommissionCmd(), newInstanceEventsCmd(), newInstanceLogsCmd(), newInstanceMemberCmd())
+		newInstanceDecommissionCmd(), newInstanceEventsCmd(), newInstanceLogsCmd(), newInstanceMemberCmd(),
+		newInstanceAttachCmd(), newInstanceDetachCmd(), newInstanceAttachmentsCmd())
 	addClientFlags(cmd)
 	return cmd
 }
@@ -559,4 +561,103 @@ func membersNow(cmd *cobra.Command, api *client.Client, pid, instanceID string, 
 		out[i] = m
 	}
 	return out, nil
+}
+
+// sharedHelp is what the attach verbs say of shared instances.
+const sharedHelp = `A tenant-shared instance (launched with control_plane_scope tenant) belongs to
+its org, a platform-managed one to the platform; either is used by the projects
+attached to it, whose members read it and open its UI through their own
+project. INSTANCE_ID is named in its home project (--project or
+GPUAAS_PROJECT_ID), the project it was launched in. Attaching and detaching
+need an org-level role (a platform role for a platform-managed instance); an
+instance of one project (control_plane_scope project) is shared with no other.`
+
+func newInstanceAttachCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "attach INSTANCE_ID PROJECT_ID",
+		Short: "Let another project use a shared instance (tenant-shared or platform-managed)",
+		Long: sharedHelp + `
+
+Attaches PROJECT_ID (an id or slug) to the instance: a project of the
+instance's org, or of any org for a platform-managed instance. Attaching again
+changes nothing.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, api, err := projectClient(cmd)
+			if err != nil {
+				return err
+			}
+			target, err := resolveProject(cmd.Context(), api, args[1])
+			if err != nil {
+				return err
+			}
+			a, err := api.AttachAppInstanceProject(cmd.Context(), pid, args[0], target)
+			if err != nil {
+				return err
+			}
+			return printOr(cmd, asJSON, a, func(out io.Writer) error {
+				_, err := fmt.Fprintf(out, "project %s uses instance %s (attached by %s)\n", a.ProjectID, a.AppInstanceID, a.AttachedBy)
+				return err
+			})
+		},
+	}
+	addJSONAlias(cmd, &asJSON)
+	return cmd
+}
+
+func newInstanceDetachCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "detach INSTANCE_ID PROJECT_ID",
+		Short: "Take a project's use of a shared instance away",
+		Long: sharedHelp + `
+
+Detaches PROJECT_ID (an id or slug): its members stop seeing the instance at once.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, api, err := projectClient(cmd)
+			if err != nil {
+				return err
+			}
+			target, err := resolveProject(cmd.Context(), api, args[1])
+			if err != nil {
+				return err
+			}
+			if err := api.DetachAppInstanceProject(cmd.Context(), pid, args[0], target); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "Detached project %s from instance %s\n", target, args[0])
+			return printResult(cmd, map[string]any{"app_instance_id": args[0], "project_id": target, "detached": true})
+		},
+	}
+}
+
+func newInstanceAttachmentsCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "attachments INSTANCE_ID",
+		Short: "List the projects attached to a shared instance",
+		Long:  sharedHelp,
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			pid, api, err := projectClient(cmd)
+			if err != nil {
+				return err
+			}
+			page, err := api.ListAppInstanceAttachments(cmd.Context(), pid, args[0])
+			if err != nil {
+				return err
+			}
+			return printOr(cmd, asJSON, page, func(out io.Writer) error {
+				tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "PROJECT\tORG\tATTACHED BY\tATTACHED AT")
+				for _, a := range page.Items {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", a.ProjectID, a.OrgID, a.AttachedBy, a.CreatedAt)
+				}
+				return flushWithCursor(tw, page.NextCursor)
+			})
+		},
+	}
+	addJSONAlias(cmd, &asJSON)
+	return cmd
 }

@@ -1,22 +1,11 @@
 package cli
 
 import (
-	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/gpuaas/gpuaas/client"
-	"github.com/gpuaas/gpuaas/internal/agent/agenttest/fleet"
-	"github.com/gpuaas/gpuaas/internal/servertest"
-	"github.com/gpuaas/gpuaas/internal/store"
 )
 
 // `gpuaas instance member` against a real server and a real in-process
@@ -25,84 +14,21 @@ import (
 // instance's own workload, and a cluster app's instance is given a worker
 // with --wait, which is then removed with --wait (verified on its node).
 func TestInstanceMemberCLI(t *testing.T) {
-	s := servertest.Start(t, store.SQLite)
-	run := exitRunner(t, s)
-	pid := s.Creds.ProjectID
-	t.Setenv("GPUAAS_PROJECT_ID", pid)
-	must := func(args ...string) string {
-		t.Helper()
-		code, out, stderr := run("", args...)
-		if code != exitOK {
-			t.Fatalf("gpuaas %s: exit %d\n%s", strings.Join(args, " "), code, stderr)
-		}
-		return out
-	}
-	if code, _, stderr := run(s.Creds.AdminPassword+"\n", "login", "--email", s.Creds.AdminEmail, "--password-stdin"); code != exitOK {
-		t.Fatalf("login: %s", stderr)
-	}
-	f := fleet.Start(t, s, 1)
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	f.Must(f.WaitReady(ctx))
+	c := newCLIApps(t)
+	run, must, f := c.run, c.must, c.f
 
 	// Two apps, each pushed, verified, promoted, registered, published and
 	// entitled through the CLI: "solo" declares no members, "cluster"
 	// allows up to two workers.
-	dir := t.TempDir()
-	host := strings.TrimPrefix(strings.TrimPrefix(s.URL, "http://"), "https://")
-	publish := func(slug string, members map[string]any) {
-		t.Helper()
-		img, err := random.Image(512, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tarPath := filepath.Join(dir, slug+".tar")
-		ref, err := name.ParseReference("example.com/" + slug + ":local")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tarball.WriteToFile(tarPath, ref, img); err != nil {
-			t.Fatal(err)
-		}
-		var art client.AppArtifact
-		if err := json.Unmarshal([]byte(must("artifact", "push", tarPath, "--app", slug, "--version", "1.0.0", "-o", "json")), &art); err != nil {
-			t.Fatal(err)
-		}
-		must("artifact", "verify", art.ID, "--reason", "ci")
-		for _, st := range []string{"staged", "canary", "active"} {
-			must("artifact", "promote", art.ID, "--to", st, "--reason", "rollout")
-		}
-		profile := map[string]any{"kind": "launchable_oci", "image_ref": host + "/" + art.Repository + "@" + art.Digest,
-			"ports":     []map[string]any{{"container": 8080, "expose": "private_host_local"}},
-			"readiness": map[string]any{"type": "http", "path": "/healthz", "port": 8080, "period_seconds": 1, "failure_threshold": 20}}
-		if members != nil {
-			profile["members"] = members
-		}
-		m, _ := json.Marshal(map[string]any{
-			"slug": slug, "display_name": slug, "version": "1.0.0", "runtime_backend": "launchable_oci",
-			"supported_modes": map[string]any{"operating_modes": []string{"tenant_dedicated"}, "control_plane_scopes": []string{"project"}},
-			"compatibility":   map[string]any{"requires_capacity_shape": []string{"gpu_slice", "baremetal"}, "supported_accelerators": []string{"nvidia", "cpu"}},
-			"artifacts":       []map[string]any{{"name": "runtime", "artifact_kind": "oci", "source_type": "oci_registry", "repository": art.Repository}},
-			"runtime_profile": profile,
-		})
-		file := filepath.Join(dir, slug+".json")
-		if err := os.WriteFile(file, m, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		must("manifest", "register", file)
-		must("app", "publish", slug, "1.0.0", "--reason", "release")
-		must("app", "entitle", slug)
-	}
-	publish("solo", nil)
-	publish("cluster", map[string]any{"roles": []string{"worker"}, "max_count": 2})
-	var alloc client.Allocation
-	if err := json.Unmarshal([]byte(must("allocation", "create", "--sku", "test.1x", "--node", f.Agents[0].NodeID, "-o", "json")), &alloc); err != nil {
-		t.Fatal(err)
-	}
+	c.publish(t, "solo", nil)
+	c.publish(t, "cluster", func(m map[string]any) {
+		m["runtime_profile"].(map[string]any)["members"] = map[string]any{"roles": []string{"worker"}, "max_count": 2}
+	})
+	alloc := c.allocate(t)
 	launch := func(slug string) string {
 		t.Helper()
 		var inst client.AppInstance
-		if err := json.Unmarshal([]byte(must("instance", "create", slug, "1.0.0", "--allocation", alloc.ID, "--wait", "-o", "json")), &inst); err != nil || inst.Status != "running" {
+		if err := json.Unmarshal([]byte(must("instance", "create", slug, "1.0.0", "--allocation", alloc, "--wait", "-o", "json")), &inst); err != nil || inst.Status != "running" {
 			t.Fatalf("instance create %s: %v %+v", slug, err, inst)
 		}
 		return inst.ID
@@ -175,7 +101,7 @@ func TestInstanceMemberCLI(t *testing.T) {
 		mo.OperationID == "" || mo.Operation.ID != mo.OperationID || len(mo.Members) != 1 || mo.Members[0].Name != "worker-2" || mo.Members[0].Status != "deploying" {
 		t.Fatalf("member add: %v %+v", err, mo)
 	}
-	f.Must(f.Until(ctx, "worker-2 to run", func() bool {
+	f.Must(f.Until(c.ctx, "worker-2 to run", func() bool {
 		var page client.CatalogPage[client.AppInstanceMember]
 		_ = json.Unmarshal([]byte(must("instance", "member", "list", cluster, "-o", "json")), &page)
 		for _, m := range page.Items {
