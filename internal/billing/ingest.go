@@ -76,12 +76,17 @@ func (s *Service) RecordAppUsage(ctx context.Context, g *iam.Grants, projectID, 
 	// A shared instance's event may name the attached project it served:
 	// the usage is that project's (and its org's).
 	attributed := make([]attribution, len(events))
+	orgOf := map[string]string{} // attached project → its org, looked up once per batch
 	for i, ev := range events {
 		attributed[i] = attribution{org: inst.OrgID, project: inst.ProjectID}
 		if ev.ProjectID == "" || ev.ProjectID == inst.ProjectID || !inst.Shared() {
 			continue
 		}
-		org, err := s.Store.Read().AttachedProjectOrg(ctx, inst.ID, ev.ProjectID)
+		org, ok := orgOf[ev.ProjectID]
+		var err error
+		if !ok {
+			org, err = s.Store.Read().AttachedProjectOrg(ctx, inst.ID, ev.ProjectID)
+		}
 		if errors.Is(err, storage.ErrNotFound) {
 			return IngestResult{}, errdefs.Unprocessable("usage_project_not_attached",
 				"event %q names project %s, which is not attached to shared app instance %s; attribute usage to the instance's project %s or to a project attached to it",
@@ -90,6 +95,7 @@ func (s *Service) RecordAppUsage(ctx context.Context, g *iam.Grants, projectID, 
 		if err != nil {
 			return IngestResult{}, err
 		}
+		orgOf[ev.ProjectID] = org
 		attributed[i] = attribution{org: org, project: ev.ProjectID}
 		events[i].ProjectID = "" // checked here: the attribution is settled
 	}

@@ -706,14 +706,9 @@ func (s *Service) finishDecommission(ctx context.Context, inst AppInstance, op I
 	if err != nil {
 		return err
 	}
-	// Allocations its members held elsewhere may be waiting for them to
-	// finish a release.
-	var memberAllocs []string
-	for _, m := range liveAdded(all) {
-		if m.AllocationID != inst.TargetAllocationID && !slices.Contains(memberAllocs, m.AllocationID) {
-			memberAllocs = append(memberAllocs, m.AllocationID)
-		}
-	}
+	// Allocations its members held may be waiting for them to finish a
+	// release (the instance's own is torn down below in any case).
+	memberAllocs := memberAllocations(liveAdded(all))
 	return s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.SetInstanceMembersStatus(ctx, inst.ID, "", MemberRemoved, nil, now); err != nil {
 			return err

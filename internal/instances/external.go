@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -254,7 +255,7 @@ func (s *Service) acquireOnce(ctx context.Context, appSlug string, p principal.P
 			return WorkerTask{}, false, err
 		}
 		first := rand.IntN(len(ops))
-		ops = append(ops[first:], ops[:first]...)
+		ops = slices.Concat(ops[first:], ops[:first])
 		if t, ok, err := s.leaseOne(ctx, ops, owner, now); err != nil || ok {
 			return t, ok, err
 		}
@@ -357,15 +358,20 @@ func (s *Service) workerTask(ctx context.Context, op InstanceOperation) (WorkerT
 	return t, nil
 }
 
-// workerOp reads an operation of appSlug for its worker; another app's
-// operation (or none) answers not found.
-func (s *Service) workerOp(ctx context.Context, appSlug, opID string) (InstanceOperation, error) {
-	if _, err := s.appWorker(ctx, appSlug); err != nil {
+// heldOp reads an operation of appSlug that the calling worker holds under
+// leaseID; another app's operation (or none) answers not found, one whose
+// lease is not the caller's lease_lost.
+func (s *Service) heldOp(ctx context.Context, appSlug, opID, leaseID string) (InstanceOperation, error) {
+	p, err := s.appWorker(ctx, appSlug)
+	if err != nil {
 		return InstanceOperation{}, err
 	}
 	op, err := s.Store.Read().GetWorkerOperation(ctx, appSlug, opID)
 	if errors.Is(err, storage.ErrNotFound) {
 		return op, errdefs.NotFound("operation_not_found", "app %s has no worker operation %q", appSlug, opID)
+	}
+	if err == nil && (op.LeaseID != leaseID || op.LeaseOwner != p.Key()) {
+		err = errLeaseLost(op)
 	}
 	return op, err
 }
@@ -379,12 +385,9 @@ func errLeaseLost(op InstanceOperation) error {
 // progress message. It is liveness bookkeeping (no audit row). A cancelled
 // operation answers Cancelled instead of an error, so the worker stops.
 func (s *Service) Heartbeat(ctx context.Context, appSlug, opID, leaseID, message string) (WorkerLease, error) {
-	op, err := s.workerOp(ctx, appSlug, opID)
+	op, err := s.heldOp(ctx, appSlug, opID, leaseID)
 	if err != nil {
 		return WorkerLease{}, err
-	}
-	if op.LeaseID != leaseID || op.LeaseOwner != principal.From(ctx).Key() {
-		return WorkerLease{}, errLeaseLost(op)
 	}
 	if op.State != OpInProgress {
 		return WorkerLease{OperationID: op.ID, LeaseID: leaseID, ExpiresAt: op.LeaseExpiresAt, Cancelled: true}, nil
@@ -449,12 +452,9 @@ func (s *Service) finishWorkerOp(ctx context.Context, appSlug, opID string, r Wo
 	if err := checkResult(r, failing); err != nil {
 		return InstanceOperation{}, err
 	}
-	op, err := s.workerOp(ctx, appSlug, opID)
+	op, err := s.heldOp(ctx, appSlug, opID, r.LeaseID)
 	if err != nil {
 		return InstanceOperation{}, err
-	}
-	if op.LeaseID != r.LeaseID || op.LeaseOwner != principal.From(ctx).Key() {
-		return InstanceOperation{}, errLeaseLost(op)
 	}
 	if op.State != OpInProgress {
 		// A repeat (the answer to the first was lost): the operation as it
@@ -599,13 +599,13 @@ func (s *Service) timeOut(ctx context.Context, op InstanceOperation) error {
 		if err != nil {
 			return err
 		}
-		prevPhase, prevStatus := op.Phase, inst.Status
-		op.State, op.Phase, op.ReasonCode, op.UpdatedAt, op.CompletedAt = OpFailed, phaseDone, ReasonOperationTimeout, now, now
-		op.Description = fmt.Sprintf("%s failed: no worker finished it by its deadline %s", op.Kind, op.DeadlineAt.Format(time.RFC3339))
-		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
-			if errors.Is(err, storage.ErrNotFound) {
-				return nil // finished meanwhile
-			}
+		prevStatus := inst.Status
+		op, err = abortOp(ctx, tx, op, ReasonOperationTimeout,
+			fmt.Sprintf("%s failed: no worker finished it by its deadline %s", op.Kind, op.DeadlineAt.Format(time.RFC3339)), now)
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil // finished meanwhile
+		}
+		if err != nil {
 			return err
 		}
 		inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusFailed, ReasonOperationTimeout, op.Description, now

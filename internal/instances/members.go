@@ -320,7 +320,6 @@ func (s *Service) addedMember(ctx context.Context, g *iam.Grants, projectID, id,
 // audit row — refused with 409 when another operation won the race.
 func (s *Service) beginMembers(ctx context.Context, inst AppInstance, op InstanceOperation, insert, update []InstanceMember, action string) (AppInstance, error) {
 	before := inst
-	inst.CurrentOperationID, inst.UpdatedAt = op.ID, s.Now().UTC()
 	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		cur, err := tx.LockAppInstance(ctx, inst.ID)
 		if err != nil {
@@ -332,21 +331,8 @@ func (s *Service) beginMembers(ctx context.Context, inst AppInstance, op Instanc
 			}
 			return err
 		}
-		if err := tx.UpdateAppInstance(ctx, inst, before.Status); err != nil {
+		if inst, err = s.startMemberOp(ctx, tx, inst, op, insert, update); err != nil {
 			return err
-		}
-		if err := tx.InsertInstanceOperation(ctx, op); err != nil {
-			return err
-		}
-		for _, m := range insert {
-			if err := tx.InsertInstanceMember(ctx, m); err != nil {
-				return err
-			}
-		}
-		for _, m := range update {
-			if err := tx.UpdateInstanceMember(ctx, m); err != nil {
-				return err
-			}
 		}
 		return tx.Audit(storage.AuditEvent{Action: action, ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, auditState(before), auditState(inst))
@@ -355,6 +341,32 @@ func (s *Service) beginMembers(ctx context.Context, inst AppInstance, op Instanc
 		return AppInstance{}, err
 	}
 	s.kick()
+	return inst, nil
+}
+
+// startMemberOp records a member operation in tx: the operation, the new
+// members and the members' changed rows, and the instance holding it as
+// its current operation (its status stays as it is). It returns the
+// instance as written; the caller audits and kicks the driver.
+func (s *Service) startMemberOp(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, insert, update []InstanceMember) (AppInstance, error) {
+	prev := inst.Status
+	inst.CurrentOperationID, inst.UpdatedAt = op.ID, s.Now().UTC()
+	if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+		return inst, err
+	}
+	if err := tx.InsertInstanceOperation(ctx, op); err != nil {
+		return inst, err
+	}
+	for _, m := range insert {
+		if err := tx.InsertInstanceMember(ctx, m); err != nil {
+			return inst, err
+		}
+	}
+	for _, m := range update {
+		if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+			return inst, err
+		}
+	}
 	return inst, nil
 }
 
@@ -735,7 +747,6 @@ func (s *Service) releaseMembers(ctx context.Context, tx Tx, allocationID string
 		}
 		byInstance[m.InstanceID] = append(byInstance[m.InstanceID], m)
 	}
-	now := s.Now().UTC()
 	for _, id := range order {
 		inst, err := tx.LockAppInstance(ctx, id)
 		if err != nil {
@@ -757,12 +768,7 @@ func (s *Service) releaseMembers(ctx context.Context, tx Tx, allocationID string
 		for _, m := range byInstance[id] {
 			op.MemberIDs = append(op.MemberIDs, m.ID)
 		}
-		prev := inst.Status
-		inst.CurrentOperationID, inst.UpdatedAt = op.ID, now
-		if err := tx.InsertInstanceOperation(ctx, op); err != nil {
-			return err
-		}
-		if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+		if _, err := s.startMemberOp(ctx, tx, inst, op, nil, nil); err != nil {
 			return err
 		}
 	}

@@ -53,10 +53,7 @@ func (s *Service) failNode(ctx context.Context, tx Tx, nodeID string) error {
 				return err
 			}
 			if op.State == OpInProgress {
-				phase := op.Phase
-				op.State, op.Phase, op.ReasonCode, op.TaskID, op.UpdatedAt, op.CompletedAt = OpFailed, phaseDone, ReasonNodeLost, "", now, now
-				op.Description = fmt.Sprintf("%s failed: node %s stopped answering", op.Kind, nodeID)
-				if err := tx.UpdateInstanceOperation(ctx, op, phase); err != nil {
+				if _, err := abortOp(ctx, tx, op, ReasonNodeLost, fmt.Sprintf("%s failed: node %s stopped answering", op.Kind, nodeID), now); err != nil {
 					return err
 				}
 			}
@@ -139,10 +136,7 @@ func (s *Service) AllocationReleased(ctx context.Context, stx storage.Tx, alloca
 		}
 		if inst.CurrentOperationID != "" {
 			if op, err := tx.GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID); err == nil && op.State == OpInProgress {
-				phase := op.Phase
-				op.State, op.Phase, op.ReasonCode, op.TaskID, op.UpdatedAt, op.CompletedAt = OpFailed, phaseDone, ReasonAllocationReleased, "", now, now
-				op.Description = fmt.Sprintf("%s cancelled: allocation %s is being released", op.Kind, allocationID)
-				if err := tx.UpdateInstanceOperation(ctx, op, phase); err != nil {
+				if _, err := abortOp(ctx, tx, op, ReasonAllocationReleased, fmt.Sprintf("%s cancelled: allocation %s is being released", op.Kind, allocationID), now); err != nil {
 					return err
 				}
 			}
@@ -167,19 +161,21 @@ func (s *Service) AllocationReleased(ctx context.Context, stx storage.Tx, alloca
 	return nil
 }
 
+// abortOp ends an in-progress operation that cannot go on (its node was
+// lost, its allocation released, its deadline passed) with reason and
+// description, in tx, written only while it is still at the phase it was
+// read at; storage.ErrNotFound when it moved on meanwhile.
+func abortOp(ctx context.Context, tx Tx, op InstanceOperation, reason, description string, now time.Time) (InstanceOperation, error) {
+	phase := op.Phase
+	op.State, op.Phase, op.ReasonCode, op.TaskID, op.UpdatedAt, op.CompletedAt = OpFailed, phaseDone, reason, "", now, now
+	op.Description = description
+	return op, tx.UpdateInstanceOperation(ctx, op, phase)
+}
+
 // survived reports whether the instance's current workload is reported
 // running by its node.
 func survived(inst AppInstance, workloads []nodeapi.Workload) bool {
-	name := workloadName(inst.ID, inst.DeploySeq)
-	for _, w := range workloads {
-		if w.State != "running" {
-			continue
-		}
-		if strings.TrimPrefix(w.Name, "/") == name || w.ComposeProject == name {
-			return true
-		}
-	}
-	return false
+	return runningWorkload(workloadName(inst.ID, inst.DeploySeq), workloads)
 }
 
 // reconcileRunning marks an instance whose workload outlived its node's
@@ -225,10 +221,7 @@ func (s *Service) failNodeMembers(ctx context.Context, tx Tx, nodeID string) err
 				return err
 			}
 			if cur.State == OpInProgress && memberOp(cur.Kind) && slices.Contains(cur.MemberIDs, m.ID) {
-				phase := cur.Phase
-				cur.State, cur.Phase, cur.ReasonCode, cur.TaskID, cur.UpdatedAt, cur.CompletedAt = OpFailed, phaseDone, ReasonNodeLost, "", now, now
-				cur.Description = fmt.Sprintf("%s failed: node %s stopped answering", cur.Kind, nodeID)
-				if err := tx.UpdateInstanceOperation(ctx, cur, phase); err != nil {
+				if cur, err = abortOp(ctx, tx, cur, ReasonNodeLost, fmt.Sprintf("%s failed: node %s stopped answering", cur.Kind, nodeID), now); err != nil {
 					return err
 				}
 			}
@@ -302,19 +295,13 @@ func (s *Service) recoverNodeMembers(ctx context.Context, tx Tx, nodeID string, 
 		}
 		rctx := correlation.With(ctx, correlation.New())
 		op := s.newOperation(rctx, inst, OpMemberRecover, inst.Version, inst.Version, fmt.Sprintf("recover %d member(s) after node %s returned", len(redeploy[id]), nodeID))
+		var deploying []InstanceMember
 		for _, m := range redeploy[id] {
 			op.MemberIDs = append(op.MemberIDs, m.ID)
 			m.Status, m.UpdatedAt = MemberDeploying, now
-			if err := tx.UpdateInstanceMember(ctx, m); err != nil {
-				return err
-			}
+			deploying = append(deploying, m)
 		}
-		prev := inst.Status
-		inst.CurrentOperationID, inst.UpdatedAt = op.ID, now
-		if err := tx.InsertInstanceOperation(ctx, op); err != nil {
-			return err
-		}
-		if err := tx.UpdateAppInstance(ctx, inst, prev); err != nil {
+		if inst, err = s.startMemberOp(ctx, tx, inst, op, nil, deploying); err != nil {
 			return err
 		}
 		if err := tx.Audit(storage.AuditEvent{Action: "app_instance.member_recover", ResourceType: "app_instance", ResourceID: inst.ID,
