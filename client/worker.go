@@ -43,7 +43,7 @@ type WorkerOperation struct {
 	LeaseID     string `json:"lease_id"`
 	ExpiresAt   string `json:"expires_at"`  // the lease's end (RFC 3339): heartbeat before it
 	DeadlineAt  string `json:"deadline_at"` // the operation fails with operation_timeout past it
-	Kind        string `json:"kind"`        // create | upgrade | rollback | decommission | cleanup
+	Kind        string `json:"kind"`        // create | upgrade | rollback | decommission | cleanup | member_add | member_remove | member_recover
 	Attempt     int    `json:"attempt"`     // how many times it has been leased, this time included
 
 	AppInstanceID      string `json:"app_instance_id"`
@@ -65,6 +65,12 @@ type WorkerOperation struct {
 	// State is what the instance's previous operation completed or failed
 	// with (null for the first): the worker's own, opaque to the platform.
 	State json.RawMessage `json:"state"`
+	// Members: for a member operation (a child operation), the members it
+	// acts on — bring them up (member_add, member_recover) or take them
+	// down (member_remove). For the instance's own operations, its live
+	// members: an upgrade or rollback carries them along, a decommission
+	// takes them down too.
+	Members []AppInstanceMember `json:"members"`
 }
 
 // WorkerLease answers a heartbeat: the lease, extended.

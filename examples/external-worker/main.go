@@ -32,6 +32,7 @@ const (
 	labelWorker    = "gpuaas.external_worker"
 	labelInstance  = "gpuaas.instance_id"
 	labelOperation = "gpuaas.operation_id"
+	labelMember    = "gpuaas.member_id"
 )
 
 var (
@@ -177,21 +178,53 @@ func (w *worker) do(ctx context.Context, op client.WorkerOperation, prev state) 
 	var err error
 	switch op.Kind {
 	case "create", "upgrade", "rollback":
-		next.ContainerID, err = w.ensureRunning(ctx, op)
+		// The root component, then the members it has (an upgrade or a
+		// rollback carries them to the new version).
+		if next.ContainerID, err = w.ensureRunning(ctx, op, "gpuaas-ext-"+op.AppInstanceID, nil); err != nil {
+			break
+		}
+		for _, m := range op.Members {
+			if _, err = w.ensureMember(ctx, op, m); err != nil {
+				break
+			}
+		}
+	case "member_add", "member_recover":
+		// A child operation: one container per member, named as the
+		// platform suggests (stable per member).
+		next.ContainerID = prev.ContainerID
+		for _, m := range op.Members {
+			if _, err = w.ensureMember(ctx, op, m); err != nil {
+				break
+			}
+		}
+	case "member_remove":
+		next.ContainerID = prev.ContainerID
+		for _, m := range op.Members {
+			if err = w.remove(ctx, op, labelMember+"="+m.ID, "member "+m.Name); err != nil {
+				break
+			}
+		}
 	case "decommission", "cleanup":
-		err = w.teardown(ctx, op)
+		err = w.remove(ctx, op, labelInstance+"="+op.AppInstanceID, "instance "+op.AppInstanceID)
 	default:
 		err = fail("unsupported_kind", fmt.Errorf("this worker does not know operation kind %q", op.Kind))
 	}
 	return next, err
 }
 
-// ensureRunning leaves exactly one container, named for the instance,
+// ensureMember runs one member's container: the image, told the member's
+// id, name, role and allocation.
+func (w *worker) ensureMember(ctx context.Context, op client.WorkerOperation, m client.AppInstanceMember) (string, error) {
+	return w.ensureRunning(ctx, op, m.WorkloadName, map[string]string{
+		"GPUAAS_MEMBER_ID": m.ID, "GPUAAS_MEMBER_NAME": m.Name, "GPUAAS_MEMBER_ROLE": m.Role, "GPUAAS_ALLOCATION_ID": m.AllocationID})
+}
+
+// ensureRunning leaves exactly one container of the given name (the
+// instance's root component, or a member when member carries its env)
 // running the image for this operation. A container this operation already
 // started (a previous attempt, before a crash) is kept; one of an earlier
 // operation is replaced, which is what an upgrade or rollback is here.
-func (w *worker) ensureRunning(ctx context.Context, op client.WorkerOperation) (string, error) {
-	name := "gpuaas-ext-" + op.AppInstanceID
+func (w *worker) ensureRunning(ctx context.Context, op client.WorkerOperation, name string, member map[string]string) (string, error) {
 	ins, err := w.docker.ContainerInspect(ctx, name, docker.ContainerInspectOptions{})
 	switch {
 	case err == nil:
@@ -218,10 +251,16 @@ func (w *worker) ensureRunning(ctx context.Context, op client.WorkerOperation) (
 		version = op.Version
 	}
 	w.setStep(op, "creating container "+name+" for version "+version)
+	env := []string{"GPUAAS_APP_INSTANCE_ID=" + op.AppInstanceID, "GPUAAS_APP_VERSION=" + version}
+	labels := map[string]string{labelWorker: "true", labelInstance: op.AppInstanceID, labelOperation: op.OperationID}
+	for k, v := range member {
+		env = append(env, k+"="+v)
+	}
+	if id := member["GPUAAS_MEMBER_ID"]; id != "" {
+		labels[labelMember] = id
+	}
 	res, err := w.docker.ContainerCreate(ctx, docker.ContainerCreateOptions{Name: name, Config: &container.Config{
-		Image:  w.image,
-		Env:    []string{"GPUAAS_APP_INSTANCE_ID=" + op.AppInstanceID, "GPUAAS_APP_VERSION=" + version},
-		Labels: map[string]string{labelWorker: "true", labelInstance: op.AppInstanceID, labelOperation: op.OperationID},
+		Image: w.image, Env: env, Labels: labels,
 	}})
 	if err != nil {
 		return "", fail("container_create_failed", err)
@@ -259,10 +298,12 @@ func (w *worker) ensureImage(ctx context.Context, op client.WorkerOperation) err
 	return resp.Wait(ctx)
 }
 
-// teardown removes the instance's containers and then checks that none is
-// left: decommission and cleanup complete only on a verified absence.
-func (w *worker) teardown(ctx context.Context, op client.WorkerOperation) error {
-	mine := docker.Filters{}.Add("label", labelWorker+"=true").Add("label", labelInstance+"="+op.AppInstanceID)
+// remove removes this worker's containers that carry a label (all of an
+// instance's, or one member's) and then checks that none is left:
+// decommission, cleanup and member removal complete only on a verified
+// absence.
+func (w *worker) remove(ctx context.Context, op client.WorkerOperation, label, what string) error {
+	mine := docker.Filters{}.Add("label", labelWorker+"=true").Add("label", label)
 	list := func() ([]string, error) {
 		res, err := w.docker.ContainerList(ctx, docker.ContainerListOptions{All: true, Filters: mine})
 		ids := []string{}
@@ -285,9 +326,9 @@ func (w *worker) teardown(ctx context.Context, op client.WorkerOperation) error 
 		return fail("docker_unavailable", err)
 	}
 	if len(ids) > 0 {
-		return fail("teardown_incomplete", fmt.Errorf("%d container(s) of instance %s remain", len(ids), op.AppInstanceID))
+		return fail("teardown_incomplete", fmt.Errorf("%d container(s) of %s remain", len(ids), what))
 	}
-	w.setStep(op, "verified: no container of the instance remains")
+	w.setStep(op, "verified: no container of "+what+" remains")
 	return nil
 }
 

@@ -87,6 +87,7 @@ type workerOperationView struct {
 	Artifacts          []instances.WorkerArtifact `json:"artifacts"`
 	Contract           any                        `json:"contract"`
 	State              json.RawMessage            `json:"state"`
+	Members            []instanceMemberView       `json:"members"`
 }
 
 func viewWorkerTask(t instances.WorkerTask) workerOperationView {
@@ -109,7 +110,7 @@ func viewWorkerTask(t instances.WorkerTask) workerOperationView {
 		Kind: string(t.Op.Kind), Attempt: t.Op.Attempt, AppInstanceID: t.Instance.ID, ProjectID: t.Instance.ProjectID, OrgID: t.Instance.OrgID,
 		AppSlug: t.Instance.AppSlug, DisplayName: t.Instance.DisplayName, Version: t.Instance.Version, FromVersion: t.Op.FromVersion,
 		TargetVersion: t.Op.TargetVersion, TargetAllocationID: t.Instance.TargetAllocationID, NodeID: t.Instance.NodeID,
-		Effective: eff, Artifacts: arts, Contract: contract, State: state}
+		Effective: eff, Artifacts: arts, Contract: contract, State: state, Members: mapList(t.Members, "", viewMember).Items}
 }
 
 func (a *API) acquireWorkerOperation(w http.ResponseWriter, r *http.Request) error {

@@ -90,7 +90,11 @@ type WorkerTask struct {
 	Op       InstanceOperation
 	Instance AppInstance
 	// State is what the worker left on the instance's previous operation.
-	State     []byte
+	State []byte
+	// Members: a member operation's members (the child operation's
+	// subjects); for the instance's own operations, its live members, which
+	// an upgrade or rollback carries along and a decommission takes down.
+	Members   []InstanceMember
 	Contract  *manifest.ExternalWorkerContract
 	Artifacts []WorkerArtifact
 }
@@ -337,6 +341,16 @@ func (s *Service) workerTask(ctx context.Context, op InstanceOperation) (WorkerT
 		version = inst.Version
 	}
 	t := WorkerTask{Op: op, Instance: inst, State: state}
+	if memberOp(op.Kind) {
+		t.Members, err = s.opMembers(ctx, q, inst, op)
+	} else {
+		var ms []InstanceMember
+		ms, err = s.members(ctx, q, inst.ID)
+		t.Members = liveAdded(ms)
+	}
+	if err != nil {
+		return WorkerTask{}, err
+	}
 	v, err := q.GetAppVersion(ctx, inst.AppSlug, version)
 	if err != nil {
 		return WorkerTask{}, err
@@ -465,6 +479,9 @@ func (s *Service) finishWorkerOp(ctx context.Context, appSlug, opID string, r Wo
 		})
 		return op, err
 	}
+	if memberOp(op.Kind) {
+		return s.finishWorkerMembers(ctx, op, r, failing)
+	}
 	inst, err := s.Store.Read().GetAppInstanceByID(ctx, op.InstanceID)
 	if err != nil {
 		return InstanceOperation{}, err
@@ -541,6 +558,14 @@ func (s *Service) finishWorkerOp(ctx context.Context, appSlug, opID string, r Wo
 			}
 		}
 		if op.Kind == OpDecommission && !failing {
+			// The worker took the members down with the instance.
+			ms, err := s.members(ctx, tx, inst.ID)
+			if err != nil {
+				return err
+			}
+			if err := s.membersGone(ctx, tx, inst, op, liveAdded(ms), now); err != nil {
+				return err
+			}
 			if s.SA != nil {
 				if err := s.SA.RetireWorkload(ctx, tx, inst.ProjectID, inst.ServiceAccountID); err != nil {
 					return err
@@ -550,12 +575,7 @@ func (s *Service) finishWorkerOp(ctx context.Context, appSlug, opID string, r Wo
 				return err
 			}
 		}
-		verb := "completed"
-		if failing {
-			verb = "failed"
-		}
-		return tx.Audit(storage.AuditEvent{Action: "app_instance.operation_" + verb, ResourceType: "app_instance", ResourceID: inst.ID,
-			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
+		return auditReport(ctx, tx, inst, op, failing)
 	})
 	if err != nil {
 		return InstanceOperation{}, err
@@ -564,6 +584,79 @@ func (s *Service) finishWorkerOp(ctx context.Context, appSlug, opID string, r Wo
 		s.kick()
 	}
 	return op, nil
+}
+
+// finishWorkerMembers ends a worker's member operation (a child
+// operation). Completed: an add or recover leaves its members running, a
+// remove leaves them removed (their keys expired, a releasing allocation
+// torn down once nothing is left on it). Failed: the members are failed
+// with the worker's reason, to be recovered or removed. The instance stays
+// as it was either way.
+func (s *Service) finishWorkerMembers(ctx context.Context, op InstanceOperation, r WorkerResult, failing bool) (InstanceOperation, error) {
+	now := s.Now().UTC()
+	prevPhase := op.Phase
+	op.Phase, op.UpdatedAt, op.CompletedAt = phaseDone, now, now
+	if st := bytes.TrimSpace(r.State); len(st) > 0 && !bytes.Equal(st, []byte("null")) {
+		op.WorkerState = st
+	}
+	var inst AppInstance
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
+		var err error
+		if inst, err = tx.LockAppInstance(ctx, op.InstanceID); err != nil {
+			return err
+		}
+		ms, err := s.opMembers(ctx, tx, inst, op)
+		if err != nil {
+			return err
+		}
+		switch {
+		case failing:
+			op.State, op.ReasonCode = OpFailed, r.ReasonCode
+			op.Description = fmt.Sprintf("%s failed: %s: %s", op.Kind, r.ReasonCode, r.Message)
+			err = s.membersFailed(ctx, tx, inst, op, ms, r.ReasonCode, r.Message, now)
+		case op.Kind == OpMemberRemove:
+			op.State = OpSucceeded
+			op.Description = fmt.Sprintf("%d member(s) removed by worker %s", len(ms), op.LeaseOwner)
+			err = s.membersGone(ctx, tx, inst, op, ms, now)
+		default:
+			op.State = OpSucceeded
+			op.Description = fmt.Sprintf("%s: %d member(s) running, reported by worker %s", op.Kind, len(ms), op.LeaseOwner)
+			event := EventMemberAdded
+			if op.Kind == OpMemberRecover {
+				event = EventMemberRecovered
+			}
+			for _, m := range ms {
+				m.Status, m.ReasonCode, m.ReasonMessage, m.UpdatedAt = MemberRunning, "", "", now
+				if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+					return err
+				}
+				if err := s.recordMember(ctx, tx, inst, op, event, m); err != nil {
+					return err
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
+			if errors.Is(err, storage.ErrNotFound) {
+				return errLeaseLost(op)
+			}
+			return err
+		}
+		return auditReport(ctx, tx, inst, op, failing)
+	})
+	return op, err
+}
+
+// auditReport records a worker's complete or fail.
+func auditReport(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, failing bool) error {
+	verb := "completed"
+	if failing {
+		verb = "failed"
+	}
+	return tx.Audit(storage.AuditEvent{Action: "app_instance.operation_" + verb, ResourceType: "app_instance", ResourceID: inst.ID,
+		OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
 }
 
 // DeadlineWorker fails worker operations past their deadline.
@@ -607,6 +700,18 @@ func (s *Service) timeOut(ctx context.Context, op InstanceOperation) error {
 		}
 		if err != nil {
 			return err
+		}
+		if memberOp(op.Kind) {
+			// A child operation: its members failed; the instance stays.
+			ms, err := s.opMembers(ctx, tx, inst, op)
+			if err != nil {
+				return err
+			}
+			if err := s.membersFailed(ctx, tx, inst, op, ms, ReasonOperationTimeout, op.Description, now); err != nil {
+				return err
+			}
+			return tx.Audit(storage.AuditEvent{Action: "app_instance.operation_timeout", ResourceType: "app_instance", ResourceID: inst.ID,
+				OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
 		}
 		inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusFailed, ReasonOperationTimeout, op.Description, now
 		switch op.Kind {

@@ -149,7 +149,7 @@ func (s *Service) AddMembers(ctx context.Context, g *iam.Grants, projectID, id s
 	if in.AllocationID == "" {
 		in.AllocationID = inst.TargetAllocationID
 	}
-	prof, err := s.profileOf(ctx, inst.AppSlug, inst.Version)
+	spec, err := s.memberSpec(ctx, inst)
 	if err != nil {
 		return AppInstance{}, InstanceOperation{}, nil, err
 	}
@@ -157,14 +157,14 @@ func (s *Service) AddMembers(ctx context.Context, g *iam.Grants, projectID, id s
 	bad := func(field, code, format string, args ...any) {
 		fe = append(fe, errdefs.FieldError{Field: field, Code: code, Message: fmt.Sprintf(format, args...)})
 	}
-	if prof == nil || prof.Members == nil || prof.Kind != manifest.ProfileLaunchableOCI {
-		bad("/role", CodeMembersNotSupported, "%s %s declares no members (runtime_profile.members of a launchable_oci profile); it runs as one workload", inst.AppSlug, inst.Version)
+	if spec == nil {
+		bad("/role", CodeMembersNotSupported, "%s %s declares no members (runtime_profile.members of a launchable_oci profile, or an external_worker_contract.child_operation); it runs as one workload", inst.AppSlug, inst.Version)
 		return AppInstance{}, InstanceOperation{}, nil, errdefs.Validation(fe)
 	}
 	if in.Role == "" {
-		bad("/role", CodeRequired, "is required: one of %v", prof.Members.Roles)
-	} else if !slices.Contains(prof.Members.Roles, in.Role) {
-		bad("/role", CodeRoleNotAllowed, "%s %s allows members of roles %v, not %q", inst.AppSlug, inst.Version, prof.Members.Roles, in.Role)
+		bad("/role", CodeRequired, "is required: one of %v", spec.Roles)
+	} else if !slices.Contains(spec.Roles, in.Role) {
+		bad("/role", CodeRoleNotAllowed, "%s %s allows members of roles %v, not %q", inst.AppSlug, inst.Version, spec.Roles, in.Role)
 	}
 	if in.Count < 1 || in.Count > maxMembersPerAdd {
 		bad("/count", "out_of_range", "must be between 1 and %d", maxMembersPerAdd)
@@ -174,7 +174,7 @@ func (s *Service) AddMembers(ctx context.Context, g *iam.Grants, projectID, id s
 		return AppInstance{}, InstanceOperation{}, nil, err
 	}
 	live := liveAdded(all)
-	limit := prof.Members.MaxCount
+	limit := spec.MaxCount
 	if limit == 0 {
 		limit = defaultMaxMembers
 	}
@@ -218,6 +218,34 @@ func (s *Service) AddMembers(ctx context.Context, g *iam.Grants, projectID, id s
 	}
 	out, err := s.beginMembers(ctx, inst, op, added, nil, "app_instance.member_add")
 	return out, op, added, err
+}
+
+// memberSpec says which members an instance's version lets operators add:
+// a launchable_oci version's runtime_profile.members, run by the node
+// agents; or, for a version an external worker drives, the child component
+// of its contract (external_worker_contract.child_operation), whose
+// component key is the members' role and which the worker provisions
+// through member operations it acquires like any other. Nil: none.
+func (s *Service) memberSpec(ctx context.Context, inst AppInstance) (*manifest.Members, error) {
+	v, err := s.Store.Read().GetAppVersion(ctx, inst.AppSlug, inst.Version)
+	if err != nil {
+		return nil, err
+	}
+	var mv manifest.Version
+	if err := json.Unmarshal(v.Manifest, &mv); err != nil {
+		return nil, fmt.Errorf("stored manifest of %s %s: %w", inst.AppSlug, inst.Version, err)
+	}
+	if workerDriven(inst.RuntimeBackend) {
+		c := mv.ExternalWorkerContract
+		if c == nil || c.ChildOperation == nil || c.ChildOperation.ComponentKey == "" {
+			return nil, nil
+		}
+		return &manifest.Members{Roles: []string{c.ChildOperation.ComponentKey}}, nil
+	}
+	if p := mv.RuntimeProfile; p != nil && p.Kind == manifest.ProfileLaunchableOCI {
+		return p.Members, nil
+	}
+	return nil, nil
 }
 
 // freeGPUs picks per member the GPUs it gets on an allocation: none of
@@ -644,14 +672,8 @@ func (s *Service) failMembers(ctx context.Context, inst AppInstance, op Instance
 	prevPhase := op.Phase
 	now := s.Now().UTC()
 	return s.Store.Mutate(ctx, func(tx Tx) error {
-		for _, m := range ms {
-			m.Status, m.ReasonCode, m.ReasonMessage, m.UpdatedAt = MemberFailed, reason, message, now
-			if err := tx.UpdateInstanceMember(ctx, m); err != nil {
-				return err
-			}
-			if err := s.recordMember(ctx, tx, inst, op, EventMemberFailed, m); err != nil {
-				return err
-			}
+		if err := s.membersFailed(ctx, tx, inst, op, ms, reason, message, now); err != nil {
+			return err
 		}
 		op.State, op.Phase, op.ReasonCode, op.TaskID, op.UpdatedAt, op.CompletedAt = OpFailed, phaseDone, reason, "", now, now
 		op.Description = fmt.Sprintf("%s failed: %s: %s", op.Kind, reason, message)
@@ -669,34 +691,61 @@ func (s *Service) removedMembers(ctx context.Context, inst AppInstance, op Insta
 	prevPhase := op.Phase
 	now := s.Now().UTC()
 	return s.Store.Mutate(ctx, func(tx Tx) error {
-		for _, m := range ms {
-			if s.SA != nil {
-				if err := s.SA.ExpireWorkloadKey(ctx, tx, inst.ServiceAccountID, m.KeyID); err != nil {
-					return err
-				}
-			}
-			m.Status, m.ContainerIDs, m.ReasonCode, m.ReasonMessage, m.UpdatedAt = MemberRemoved, nil, "", "", now
-			if err := tx.UpdateInstanceMember(ctx, m); err != nil {
-				return err
-			}
-			if err := s.recordMember(ctx, tx, inst, op, EventMemberRemoved, m); err != nil {
-				return err
-			}
+		// A releasing allocation may have waited for these members.
+		if err := s.membersGone(ctx, tx, inst, op, ms, now); err != nil {
+			return err
 		}
 		op.State, op.Phase, op.TaskID, op.UpdatedAt, op.CompletedAt = OpSucceeded, phaseDone, "", now, now
 		op.Description = fmt.Sprintf("removed %d member(s): teardown verified on their nodes", len(ms))
 		if err := tx.UpdateInstanceOperation(ctx, op, prevPhase); err != nil {
 			return err
 		}
-		// A releasing allocation may have waited for these members.
-		for _, a := range memberAllocations(ms) {
-			if err := s.tornDown(ctx, tx, a); err != nil {
-				return err
-			}
-		}
 		return tx.Audit(storage.AuditEvent{Action: "app_instance.member_removed", ResourceType: "app_instance", ResourceID: inst.ID,
 			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
 	})
+}
+
+// membersFailed marks members failed with a reason, each with its event.
+func (s *Service) membersFailed(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, ms []InstanceMember, reason, message string, now time.Time) error {
+	for _, m := range ms {
+		m.Status, m.ReasonCode, m.ReasonMessage, m.UpdatedAt = MemberFailed, reason, message, now
+		if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+			return err
+		}
+		if err := s.recordMember(ctx, tx, inst, op, EventMemberFailed, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// membersGone records members a worker reports gone: removed, their keys
+// expired, each with its event; an allocation being released that waited
+// for them is torn down once nothing else is on it.
+func (s *Service) membersGone(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, ms []InstanceMember, now time.Time) error {
+	for _, m := range ms {
+		if s.SA != nil && m.KeyID != "" {
+			if err := s.SA.ExpireWorkloadKey(ctx, tx, inst.ServiceAccountID, m.KeyID); err != nil {
+				return err
+			}
+		}
+		m.Status, m.ContainerIDs, m.ReasonCode, m.ReasonMessage, m.UpdatedAt = MemberRemoved, nil, "", "", now
+		if err := tx.UpdateInstanceMember(ctx, m); err != nil {
+			return err
+		}
+		if err := s.recordMember(ctx, tx, inst, op, EventMemberRemoved, m); err != nil {
+			return err
+		}
+	}
+	for _, a := range memberAllocations(ms) {
+		if a == inst.TargetAllocationID {
+			continue // the instance's own; its decommission tears it down
+		}
+		if err := s.tornDown(ctx, tx, a); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MemberData is what a member event says of its member.

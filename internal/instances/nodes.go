@@ -201,7 +201,7 @@ func (s *Service) reconcileRunning(ctx context.Context, tx Tx, inst AppInstance,
 // whatever node their instance runs on, and fails a member operation that
 // waits on one of them.
 func (s *Service) failNodeMembers(ctx context.Context, tx Tx, nodeID string) error {
-	ms, err := tx.AddedMembersOn(ctx, "", nodeID)
+	ms, err := s.agentMembersOn(ctx, tx, nodeID)
 	if err != nil {
 		return err
 	}
@@ -248,7 +248,7 @@ func (s *Service) failNodeMembers(ctx context.Context, tx Tx, nodeID string) err
 // instance are redeployed by a member_recover operation (one per instance,
 // when no other operation is under way; else recover them by hand).
 func (s *Service) recoverNodeMembers(ctx context.Context, tx Tx, nodeID string, workloads []nodeapi.Workload) error {
-	ms, err := tx.AddedMembersOn(ctx, "", nodeID)
+	ms, err := s.agentMembersOn(ctx, tx, nodeID)
 	if err != nil {
 		return err
 	}
@@ -312,6 +312,33 @@ func (s *Service) recoverNodeMembers(ctx context.Context, tx Tx, nodeID string, 
 	return nil
 }
 
+// agentMembersOn lists the added members on a node that its agent runs: a
+// worker-driven instance's members are its external worker's to run and
+// watch, so a node's loss or its workload report says nothing of them.
+func (s *Service) agentMembersOn(ctx context.Context, q Queries, nodeID string) ([]InstanceMember, error) {
+	ms, err := q.AddedMembersOn(ctx, "", nodeID)
+	if err != nil {
+		return nil, err
+	}
+	byWorker := map[string]bool{}
+	out := ms[:0]
+	for _, m := range ms {
+		w, ok := byWorker[m.InstanceID]
+		if !ok {
+			inst, err := q.GetAppInstanceByID(ctx, m.InstanceID)
+			if err != nil {
+				return nil, err
+			}
+			w = workerDriven(inst.RuntimeBackend)
+			byWorker[m.InstanceID] = w
+		}
+		if !w {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
 // runningWorkload reports whether the node reports the named workload
 // running.
 func runningWorkload(name string, workloads []nodeapi.Workload) bool {
@@ -334,7 +361,7 @@ const memberGrace = 30 * time.Second
 // workload list; each failure is its own mutation with its event and audit
 // row.
 func (s *Service) WorkloadsReported(ctx context.Context, nodeID string, workloads []nodeapi.Workload) error {
-	ms, err := s.Store.Read().AddedMembersOn(ctx, "", nodeID)
+	ms, err := s.agentMembersOn(ctx, s.Store.Read(), nodeID)
 	if err != nil {
 		return err
 	}
