@@ -76,9 +76,11 @@ type PolicyOverrides struct {
 	CanaryOptIn               bool     `json:"canary_opt_in,omitempty"`
 }
 
-// Entitlement is a project's entitlement to an app.
+// Entitlement is a project's entitlement to an app, or an org's (then
+// ProjectID is empty).
 type Entitlement struct {
 	ID              string          `json:"id"`
+	OrgID           string          `json:"org_id"`
 	ProjectID       string          `json:"project_id"`
 	AppSlug         string          `json:"app_slug"`
 	Enabled         bool            `json:"enabled"`
@@ -302,6 +304,33 @@ func (c *Client) PutEntitlement(ctx context.Context, projectID, appSlug string, 
 	var out Entitlement
 	in := entitlementRequest{Enabled: enabled, PolicyOverrides: o}
 	return out, c.Do(ctx, http.MethodPut, "/api/v1/projects/"+url.PathEscape(projectID)+"/apps/entitlements/"+url.PathEscape(appSlug), nil, in, &out)
+}
+
+// ListOrgEntitlements lists an org's entitlements.
+//
+// Operation: listOrgAppEntitlements
+func (c *Client) ListOrgEntitlements(ctx context.Context, orgID string, o CatalogListOptions) (CatalogPage[Entitlement], error) {
+	var out CatalogPage[Entitlement]
+	return out, c.Do(ctx, http.MethodGet, "/api/v1/orgs/"+url.PathEscape(orgID)+"/apps/entitlements", o.query(), nil, &out)
+}
+
+// GetOrgEntitlement reads an org's entitlement to one app.
+//
+// Operation: getOrgAppEntitlement
+func (c *Client) GetOrgEntitlement(ctx context.Context, orgID, appSlug string) (Entitlement, error) {
+	var out Entitlement
+	return out, c.Do(ctx, http.MethodGet, "/api/v1/orgs/"+url.PathEscape(orgID)+"/apps/entitlements/"+url.PathEscape(appSlug), nil, nil, &out)
+}
+
+// PutOrgEntitlement enables, disables or narrows an org's entitlement to an
+// app: what launches of the org's shared instances (control_plane_scope
+// tenant) are checked against.
+//
+// Operation: putOrgAppEntitlement
+func (c *Client) PutOrgEntitlement(ctx context.Context, orgID, appSlug string, enabled bool, o PolicyOverrides) (Entitlement, error) {
+	var out Entitlement
+	in := entitlementRequest{Enabled: enabled, PolicyOverrides: o}
+	return out, c.Do(ctx, http.MethodPut, "/api/v1/orgs/"+url.PathEscape(orgID)+"/apps/entitlements/"+url.PathEscape(appSlug), nil, in, &out)
 }
 
 // PreviewLaunch resolves a launch without creating anything.

@@ -483,6 +483,7 @@ var contractTypes = map[string]any{
 	"createServiceAccount request":       CreateServiceAccountRequest{},
 	"rotateServiceAccountKey request":    RotateServiceAccountKeyRequest{},
 	"putAppEntitlement request":          entitlementRequest{},
+	"putOrgAppEntitlement request":       entitlementRequest{},
 	"unwrapRegistryCredential request":   unwrapRequest{},
 	"createArtifactPullIntent request":   pullIntentRequest{},
 	"registerArtifactSigningKey request": signingKeyRequest{},

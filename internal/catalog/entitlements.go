@@ -51,6 +51,38 @@ func (s *Service) PutEntitlement(ctx context.Context, g *iam.Grants, projectID, 
 	if err != nil {
 		return AppEntitlement{}, err
 	}
+	return s.putEntitlement(ctx, entitlementOwner{orgID: p.OrgID, projectID: p.ID}, appSlug, in)
+}
+
+// PutOrgEntitlement creates or replaces an org's entitlement to an app
+// (apps.entitlement.write at the org: org admins). It is what a launch of
+// an org's shared instance (control_plane_scope tenant) is checked against.
+func (s *Service) PutOrgEntitlement(ctx context.Context, g *iam.Grants, orgID, appSlug string, in EntitlementInput) (AppEntitlement, error) {
+	o, err := s.IAM.Org(ctx, g, orgID, iam.PermEntitlementWrite)
+	if err != nil {
+		return AppEntitlement{}, err
+	}
+	return s.putEntitlement(ctx, entitlementOwner{orgID: o.ID}, appSlug, in)
+}
+
+// entitlementOwner is a project, or with projectID empty an org.
+type entitlementOwner struct{ orgID, projectID string }
+
+func (o entitlementOwner) get(ctx context.Context, q Queries, appSlug string) (AppEntitlement, error) {
+	if o.projectID == "" {
+		return q.GetOrgEntitlement(ctx, o.orgID, appSlug)
+	}
+	return q.GetEntitlement(ctx, o.projectID, appSlug)
+}
+
+func (o entitlementOwner) subject(appSlug string) (subject, resourceType string) {
+	if o.projectID == "" {
+		return "orgs/" + o.orgID + "/apps/entitlements/" + appSlug, "app_org_entitlement"
+	}
+	return "projects/" + o.projectID + "/apps/entitlements/" + appSlug, "app_entitlement"
+}
+
+func (s *Service) putEntitlement(ctx context.Context, owner entitlementOwner, appSlug string, in EntitlementInput) (AppEntitlement, error) {
 	if in.Enabled == nil {
 		return AppEntitlement{}, errdefs.Validation([]errdefs.FieldError{{Field: "/enabled", Code: "required", Message: "is required: true or false"}})
 	}
@@ -76,35 +108,66 @@ func (s *Service) PutEntitlement(ctx context.Context, g *iam.Grants, projectID, 
 	}
 	who := principal.From(ctx).Key()
 	now := s.Now().UTC()
+	subject, resourceType := owner.subject(app.Slug)
 	var out AppEntitlement
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
-		cur, err := tx.GetEntitlement(ctx, p.ID, app.Slug)
+		cur, err := owner.get(ctx, tx, app.Slug)
 		var before any
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
-			cur = AppEntitlement{ID: iam.NewID(), ProjectID: p.ID, OrgID: p.OrgID, AppID: app.ID, AppSlug: app.Slug,
+			cur = AppEntitlement{ID: iam.NewID(), ProjectID: owner.projectID, OrgID: owner.orgID, AppID: app.ID, AppSlug: app.Slug,
 				Enabled: *in.Enabled, PolicyOverrides: raw, UpdatedBy: who, CreatedAt: now, UpdatedAt: now}
-			if err := tx.CreateEntitlement(ctx, cur); err != nil {
-				return err
+			if owner.projectID == "" {
+				err = tx.CreateOrgEntitlement(ctx, cur)
+			} else {
+				err = tx.CreateEntitlement(ctx, cur)
 			}
 		case err != nil:
 			return err
 		default:
 			before = entitlementState{Enabled: cur.Enabled, PolicyOverrides: OverridesOf(cur)}
 			cur.Enabled, cur.PolicyOverrides, cur.UpdatedBy, cur.UpdatedAt = *in.Enabled, raw, who, now
-			if err := tx.UpdateEntitlement(ctx, cur); err != nil {
-				return err
+			if owner.projectID == "" {
+				err = tx.UpdateOrgEntitlement(ctx, cur)
+			} else {
+				err = tx.UpdateEntitlement(ctx, cur)
 			}
 		}
+		if err != nil {
+			return err
+		}
 		out = cur
-		if err := tx.Emit(storage.Event{Type: EventEntitlementUpdated, Subject: "projects/" + p.ID + "/apps/entitlements/" + app.Slug, OrgID: p.OrgID, ProjectID: p.ID},
+		if err := tx.Emit(storage.Event{Type: EventEntitlementUpdated, Subject: subject, OrgID: owner.orgID, ProjectID: owner.projectID},
 			map[string]any{"entitlement_id": cur.ID, "app_slug": app.Slug, "enabled": cur.Enabled, "policy_overrides": o}); err != nil {
 			return err
 		}
-		return tx.Audit(storage.AuditEvent{Action: "app_entitlement.put", ResourceType: "app_entitlement", ResourceID: cur.ID,
-			OrgID: p.OrgID, ProjectID: p.ID}, before, entitlementState{AppSlug: app.Slug, Enabled: cur.Enabled, PolicyOverrides: o})
+		return tx.Audit(storage.AuditEvent{Action: resourceType + ".put", ResourceType: resourceType, ResourceID: cur.ID,
+			OrgID: owner.orgID, ProjectID: owner.projectID}, before, entitlementState{AppSlug: app.Slug, Enabled: cur.Enabled, PolicyOverrides: o})
 	})
 	return out, err
+}
+
+// ListOrgEntitlements lists an org's entitlements (apps.entitlement.read
+// at the org).
+func (s *Service) ListOrgEntitlements(ctx context.Context, g *iam.Grants, orgID string, p storage.Page) ([]AppEntitlement, string, error) {
+	if _, err := s.IAM.Org(ctx, g, orgID, iam.PermEntitlementRead); err != nil {
+		return nil, "", err
+	}
+	return s.Store.Read().ListOrgEntitlements(ctx, orgID, p)
+}
+
+// GetOrgEntitlement returns an org's entitlement to one app.
+func (s *Service) GetOrgEntitlement(ctx context.Context, g *iam.Grants, orgID, appSlug string) (AppEntitlement, error) {
+	if _, err := s.IAM.Org(ctx, g, orgID, iam.PermEntitlementRead); err != nil {
+		return AppEntitlement{}, err
+	}
+	e, err := s.Store.Read().GetOrgEntitlement(ctx, orgID, appSlug)
+	if errors.Is(err, storage.ErrNotFound) {
+		return e, errdefs.NotFound("entitlement_not_found",
+			"org %s has no entitlement to app %q; an org admin can create one with gpuaas app entitle %s --org %s (PUT /api/v1/orgs/%s/apps/entitlements/%s)",
+			orgID, appSlug, appSlug, orgID, orgID, appSlug)
+	}
+	return e, err
 }
 
 type entitlementState struct {
@@ -174,12 +237,7 @@ func ResolveForProject(ctx context.Context, q LaunchReader, project iam.Project,
 	} else if err != nil {
 		return Effective{}, AppVersion{}, err
 	}
-	ent, err := q.GetEntitlement(ctx, project.ID, appSlug)
-	if errors.Is(err, storage.ErrNotFound) || (err == nil && !ent.Enabled) {
-		return Effective{}, AppVersion{}, errdefs.FailedPrecondition("app_not_entitled",
-			"project %s is not entitled to app %s; ask a project admin to enable it with gpuaas app entitle %s --project %s (PUT /api/v1/projects/%s/apps/entitlements/%s)",
-			project.ID, appSlug, appSlug, project.ID, project.ID, appSlug)
-	}
+	ent, err := EntitlementFor(ctx, q, project, appSlug, false)
 	if err != nil {
 		return Effective{}, AppVersion{}, err
 	}
@@ -199,11 +257,57 @@ func ResolveForProject(ctx context.Context, q LaunchReader, project iam.Project,
 	if err != nil {
 		return Effective{}, v, err
 	}
-	eff, fes := ResolveLaunch(mv, OverridesOf(ent), req)
-	if len(fes) > 0 {
-		return Effective{}, v, errdefs.Validation(fes)
+	eff, err := resolveEntitled(ctx, q, project, ent, mv, req)
+	return eff, v, err
+}
+
+// ResolveEntitled resolves a launch of version mv in project under the
+// entitlements it needs: the project's, and for an org's shared instance
+// (control_plane_scope tenant) the org's too.
+func ResolveEntitled(ctx context.Context, q LaunchReader, project iam.Project, appSlug string, mv manifest.Version, req LaunchRequest) (Effective, error) {
+	ent, err := EntitlementFor(ctx, q, project, appSlug, false)
+	if err != nil {
+		return Effective{}, err
 	}
-	return eff, v, nil
+	return resolveEntitled(ctx, q, project, ent, mv, req)
+}
+
+func resolveEntitled(ctx context.Context, q LaunchReader, project iam.Project, ent AppEntitlement, mv manifest.Version, req LaunchRequest) (Effective, error) {
+	eff, fes := ResolveLaunch(mv, OverridesOf(ent), req)
+	if len(fes) == 0 && eff.ControlPlaneScope == manifest.ScopeTenant {
+		// An org's shared instance: the org must be entitled too, and its
+		// overrides narrow the launch as the project's do.
+		org, err := EntitlementFor(ctx, q, project, ent.AppSlug, true)
+		if err != nil {
+			return Effective{}, err
+		}
+		eff, fes = ResolveLaunch(mv, OverridesOf(org), req)
+	}
+	if len(fes) > 0 {
+		return Effective{}, errdefs.Validation(fes)
+	}
+	return eff, nil
+}
+
+// EntitlementFor reads the enabled entitlement a launch in project needs:
+// its org's for an org-shared instance, else the project's own.
+func EntitlementFor(ctx context.Context, q LaunchReader, project iam.Project, appSlug string, org bool) (AppEntitlement, error) {
+	if org {
+		ent, err := q.GetOrgEntitlement(ctx, project.OrgID, appSlug)
+		if errors.Is(err, storage.ErrNotFound) || (err == nil && !ent.Enabled) {
+			return ent, errdefs.FailedPrecondition("app_not_entitled",
+				"org %s is not entitled to app %s, and an instance with control_plane_scope tenant belongs to the org; ask an org admin to enable it with gpuaas app entitle %s --org %s (PUT /api/v1/orgs/%s/apps/entitlements/%s)",
+				project.OrgID, appSlug, appSlug, project.OrgID, project.OrgID, appSlug)
+		}
+		return ent, err
+	}
+	ent, err := q.GetEntitlement(ctx, project.ID, appSlug)
+	if errors.Is(err, storage.ErrNotFound) || (err == nil && !ent.Enabled) {
+		return ent, errdefs.FailedPrecondition("app_not_entitled",
+			"project %s is not entitled to app %s; ask a project admin to enable it with gpuaas app entitle %s --project %s (PUT /api/v1/projects/%s/apps/entitlements/%s)",
+			project.ID, appSlug, appSlug, project.ID, project.ID, appSlug)
+	}
+	return ent, err
 }
 
 // PreviewLaunch resolves a launch without creating anything: the values an

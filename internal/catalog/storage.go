@@ -56,8 +56,9 @@ type AppVersion struct {
 	RetiredAt      time.Time
 }
 
-// AppEntitlement says whether a project may use an app, and how the
-// project narrows what the app's manifest allows (PolicyOverrides, JSON).
+// AppEntitlement says whether a project (or, with ProjectID empty, a whole
+// org) may use an app, and how it narrows what the app's manifest allows
+// (PolicyOverrides, JSON).
 type AppEntitlement struct {
 	ID              string
 	ProjectID       string
@@ -87,16 +88,20 @@ type Queries interface {
 	CreateEntitlement(ctx context.Context, e AppEntitlement) error
 	UpdateEntitlement(ctx context.Context, e AppEntitlement) error
 	ListEntitlements(ctx context.Context, projectID string, onlyEnabled bool, p storage.Page) ([]AppEntitlement, string, error)
+	CreateOrgEntitlement(ctx context.Context, e AppEntitlement) error
+	UpdateOrgEntitlement(ctx context.Context, e AppEntitlement) error
+	ListOrgEntitlements(ctx context.Context, orgID string, p storage.Page) ([]AppEntitlement, string, error)
 
 	LaunchReader
 }
 
-// LaunchReader reads an app, a project's entitlement to it and one of its
-// versions: what ResolveForProject needs of the caller's queries, so
-// another domain resolves a launch inside its own transaction.
+// LaunchReader reads an app, a project's (or its org's) entitlement to it
+// and one of its versions: what ResolveForProject needs of the caller's
+// queries, so another domain resolves a launch inside its own transaction.
 type LaunchReader interface {
 	GetAppBySlug(ctx context.Context, slug string) (App, error)
 	GetEntitlement(ctx context.Context, projectID, appSlug string) (AppEntitlement, error)
+	GetOrgEntitlement(ctx context.Context, orgID, appSlug string) (AppEntitlement, error)
 	GetAppVersion(ctx context.Context, appSlug, version string) (AppVersion, error)
 }
 

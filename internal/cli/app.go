@@ -185,25 +185,39 @@ func newAppTransitionCmd(action, short string) *cobra.Command {
 func newAppEntitleCmd() *cobra.Command {
 	var (
 		disable bool
+		org     string
 		o       client.PolicyOverrides
 	)
 	cmd := &cobra.Command{
-		Use:   "entitle APP --project ID",
-		Short: "Enable (or --disable) an app for a project, optionally narrowing modes, scopes and versions (project admin)",
-		Args:  cobra.ExactArgs(1),
+		Use:   "entitle APP (--project ID | --org ID)",
+		Short: "Enable (or --disable) an app for a project (project admin) or a whole org (org admin), optionally narrowing modes, scopes and versions",
+		Long: "Enable (or --disable) an app for a project, or with --org for an org: launches of the org's shared\n" +
+			"instances (control_plane_scope tenant) are checked against the org's entitlement, not the project's.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			var e client.Entitlement
+			if org != "" {
+				c, err := apiClient(cmd)
+				if err != nil {
+					return err
+				}
+				if e, err = c.PutOrgEntitlement(cmd.Context(), org, args[0], !disable, o); err != nil {
+					return err
+				}
+				return printJSON(cmd, e)
+			}
 			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
-			e, err := c.PutEntitlement(cmd.Context(), project, args[0], !disable, o)
-			if err != nil {
+			if e, err = c.PutEntitlement(cmd.Context(), project, args[0], !disable, o); err != nil {
 				return err
 			}
 			return printJSON(cmd, e)
 		},
 	}
 	cmd.Flags().BoolVar(&disable, "disable", false, "disable the entitlement instead of enabling it")
+	cmd.Flags().StringVar(&org, "org", "", "entitle this org (its shared instances) instead of a project")
 	cmd.Flags().StringSliceVar(&o.AllowedOperatingModes, "mode", nil, "allowed operating mode (repeatable): tenant_dedicated, platform_managed")
 	cmd.Flags().StringSliceVar(&o.AllowedControlPlaneScopes, "scope", nil, "allowed control-plane scope (repeatable): project, tenant, platform")
 	cmd.Flags().StringSliceVar(&o.AllowedVersions, "version", nil, "allowed version (repeatable); none means every published version")
@@ -212,22 +226,34 @@ func newAppEntitleCmd() *cobra.Command {
 }
 
 func newAppEntitlementsCmd() *cobra.Command {
+	var org string
 	cmd := &cobra.Command{
-		Use:   "entitlements --project ID",
-		Short: "List a project's app entitlements",
+		Use:   "entitlements (--project ID | --org ID)",
+		Short: "List a project's (or an org's) app entitlements",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			var page client.CatalogPage[client.Entitlement]
+			if org != "" {
+				c, err := apiClient(cmd)
+				if err != nil {
+					return err
+				}
+				if page, err = c.ListOrgEntitlements(cmd.Context(), org, client.CatalogListOptions{Limit: 500}); err != nil {
+					return err
+				}
+				return printJSON(cmd, page)
+			}
 			project, c, err := projectClient(cmd)
 			if err != nil {
 				return err
 			}
-			page, err := c.ListEntitlements(cmd.Context(), project, client.CatalogListOptions{Limit: 500})
-			if err != nil {
+			if page, err = c.ListEntitlements(cmd.Context(), project, client.CatalogListOptions{Limit: 500}); err != nil {
 				return err
 			}
 			return printJSON(cmd, page)
 		},
 	}
+	cmd.Flags().StringVar(&org, "org", "", "list this org's entitlements instead of a project's")
 	return cmd
 }
 

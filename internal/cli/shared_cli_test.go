@@ -128,8 +128,22 @@ func TestInstanceAttachCLI(t *testing.T) {
 		t.Fatalf("attach a project's instance: exit %d, stdout %q, stderr:\n%s", code, out, stderr)
 	}
 
-	// A tenant-shared instance: attach the second project (by slug; again:
-	// the same attachment), which then sees it; list; detach.
+	// A tenant-shared instance is the org's: launched only once the org is
+	// entitled (an org admin's `app entitle --org`); then attach the second
+	// project (by slug; again: the same attachment), which then sees it;
+	// list; detach.
+	code, out, stderr = run("", "instance", "create", "shared", "1.0.0", "--name", "too-early", "--allocation", alloc, "--control-plane-scope", "tenant")
+	if code != exitError || out != "" || !containsAll(stderr, []string{"not_entitled", "app entitle shared --org " + s.Creds.OrgID}) {
+		t.Fatalf("a tenant-shared launch before the org is entitled: exit %d, stdout %q, stderr:\n%s", code, out, stderr)
+	}
+	var ent client.Entitlement
+	if err := json.Unmarshal([]byte(must("app", "entitle", "shared", "--org", s.Creds.OrgID, "-o", "json")), &ent); err != nil || ent.OrgID != s.Creds.OrgID || ent.ProjectID != "" || !ent.Enabled {
+		t.Fatalf("app entitle --org: %v %+v", err, ent)
+	}
+	var ents client.CatalogPage[client.Entitlement]
+	if err := json.Unmarshal([]byte(must("app", "entitlements", "--org", s.Creds.OrgID, "-o", "json")), &ents); err != nil || len(ents.Items) != 1 {
+		t.Fatalf("app entitlements --org: %v %+v", err, ents)
+	}
 	shared := launch("tenant")
 	var a client.AppInstanceAttachment
 	for range 2 {

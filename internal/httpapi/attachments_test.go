@@ -49,6 +49,27 @@ func TestTenantSharedInstance(t *testing.T) {
 		e.admin.Do("POST", "/api/v1/projects/"+pc+"/members", map[string]string{"user_id": uC, "role": "project_viewer"}).Want(t, 201)
 
 		launch := map[string]any{"app_slug": "shared", "version": "1.0.0", "display_name": "shared", "control_plane_scope": "tenant"}
+		// The org's instance is checked against the org's entitlement: the
+		// project's does not launch it, a project role does not entitle
+		// the org, and the org's overrides narrow the launch.
+		if r := e.admin.Do("POST", e.path("/app-instances"), launch); r.Status != 400 || !strings.Contains(string(r.Body), "not_entitled") || !strings.Contains(string(r.Body), "org "+org) {
+			t.Fatalf("a shared instance without the org's entitlement: %d %s", r.Status, r.Body)
+		}
+		orgEnt := "/api/v1/orgs/" + org + "/apps/entitlements/shared"
+		if r := e.bot.Do("PUT", orgEnt, map[string]any{"enabled": true}); r.Status != 403 && r.Status != 404 {
+			t.Fatalf("a project's operator entitles the org: %d %s", r.Status, r.Body)
+		}
+		e.admin.Do("PUT", orgEnt, map[string]any{"enabled": true, "policy_overrides": map[string]any{"allowed_control_plane_scopes": []string{"project"}}}).Want(t, 200)
+		if r := e.admin.Do("POST", e.path("/app-instances"), launch); r.Status != 400 || !strings.Contains(string(r.Body), "/control_plane_scope") {
+			t.Fatalf("a launch the org's entitlement narrows out: %d %s", r.Status, r.Body)
+		}
+		ent := e.admin.Do("PUT", orgEnt, map[string]any{"enabled": true}).Want(t, 200)
+		if ent.String("org_id") != org || ent.String("project_id") != "" || jsonAt(ent, "enabled") != true {
+			t.Fatalf("org entitlement: %s", ent.Body)
+		}
+		if items := e.admin.Do("GET", "/api/v1/orgs/"+org+"/apps/entitlements", nil).Want(t, 200).Items(); len(items) != 1 || items[0]["app_slug"] != "shared" {
+			t.Fatalf("org entitlements: %v", items)
+		}
 		if r := e.bot.Do("POST", e.path("/app-instances"), launch); r.Status != 403 || !strings.Contains(string(r.Body), "org_role_required") {
 			t.Fatalf("the home project's operator launches a shared instance: %d %s", r.Status, r.Body)
 		}

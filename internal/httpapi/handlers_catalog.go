@@ -160,12 +160,22 @@ func (a *API) launchPreview(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// The entitlement handlers serve a project's entitlements and, on the
+// /orgs/{org_id} paths, an org's.
+
 func (a *API) listEntitlements(w http.ResponseWriter, r *http.Request) error {
 	p, err := page(r)
 	if err != nil {
 		return err
 	}
-	es, next, err := a.Catalog.ListEntitlements(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), p)
+	g := grantsFrom(r.Context())
+	var es []catalog.AppEntitlement
+	var next string
+	if org := r.PathValue("org_id"); org != "" {
+		es, next, err = a.Catalog.ListOrgEntitlements(r.Context(), g, org, p)
+	} else {
+		es, next, err = a.Catalog.ListEntitlements(r.Context(), g, r.PathValue("project_id"), p)
+	}
 	if err != nil {
 		return err
 	}
@@ -174,7 +184,14 @@ func (a *API) listEntitlements(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (a *API) getEntitlement(w http.ResponseWriter, r *http.Request) error {
-	e, err := a.Catalog.GetEntitlement(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("app_slug"))
+	g := grantsFrom(r.Context())
+	var e catalog.AppEntitlement
+	var err error
+	if org := r.PathValue("org_id"); org != "" {
+		e, err = a.Catalog.GetOrgEntitlement(r.Context(), g, org, r.PathValue("app_slug"))
+	} else {
+		e, err = a.Catalog.GetEntitlement(r.Context(), g, r.PathValue("project_id"), r.PathValue("app_slug"))
+	}
 	if err != nil {
 		return err
 	}
@@ -187,7 +204,14 @@ func (a *API) putEntitlement(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	e, err := a.Catalog.PutEntitlement(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), r.PathValue("app_slug"), in)
+	g := grantsFrom(r.Context())
+	var e catalog.AppEntitlement
+	var err error
+	if org := r.PathValue("org_id"); org != "" {
+		e, err = a.Catalog.PutOrgEntitlement(r.Context(), g, org, r.PathValue("app_slug"), in)
+	} else {
+		e, err = a.Catalog.PutEntitlement(r.Context(), g, r.PathValue("project_id"), r.PathValue("app_slug"), in)
+	}
 	if err != nil {
 		return err
 	}
@@ -281,6 +305,7 @@ type policyOverridesView struct {
 
 type entitlementView struct {
 	ID              string              `json:"id"`
+	OrgID           string              `json:"org_id"`
 	ProjectID       string              `json:"project_id"`
 	AppSlug         string              `json:"app_slug"`
 	Enabled         bool                `json:"enabled"`
@@ -292,7 +317,7 @@ type entitlementView struct {
 
 func viewEntitlement(e catalog.AppEntitlement) entitlementView {
 	o := catalog.OverridesOf(e)
-	return entitlementView{ID: e.ID, ProjectID: e.ProjectID, AppSlug: e.AppSlug, Enabled: e.Enabled,
+	return entitlementView{ID: e.ID, OrgID: e.OrgID, ProjectID: e.ProjectID, AppSlug: e.AppSlug, Enabled: e.Enabled,
 		PolicyOverrides: policyOverridesView{AllowedOperatingModes: catalogStrings(o.AllowedOperatingModes),
 			AllowedControlPlaneScopes: catalogStrings(o.AllowedControlPlaneScopes), AllowedVersions: catalogStrings(o.AllowedVersions), CanaryOptIn: o.CanaryOptIn},
 		UpdatedBy: e.UpdatedBy, CreatedAt: rfc3339(e.CreatedAt), UpdatedAt: rfc3339(e.UpdatedAt)}

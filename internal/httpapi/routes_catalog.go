@@ -5,6 +5,7 @@ func (a *API) catalogRoutes() []route {
 	const (
 		adminVersion = "/api/v1/admin/apps/catalog/{app_slug}/versions/{version}/"
 		projectApps  = "/api/v1/projects/{project_id}/apps/"
+		orgApps      = "/api/v1/orgs/{org_id}/apps/"
 	)
 	return []route{
 		{method: "POST", path: "/api/v1/admin/apps/manifests", handler: a.registerManifest},
@@ -21,5 +22,8 @@ func (a *API) catalogRoutes() []route {
 		{method: "GET", path: projectApps + "entitlements", handler: a.listEntitlements},
 		{method: "GET", path: projectApps + "entitlements/{app_slug}", handler: a.getEntitlement},
 		{method: "PUT", path: projectApps + "entitlements/{app_slug}", handler: a.putEntitlement},
+		{method: "GET", path: orgApps + "entitlements", handler: a.listEntitlements},
+		{method: "GET", path: orgApps + "entitlements/{app_slug}", handler: a.getEntitlement},
+		{method: "PUT", path: orgApps + "entitlements/{app_slug}", handler: a.putEntitlement},
 	}
 }

@@ -217,19 +217,12 @@ func (s *Service) resolve(ctx context.Context, q Queries, p iam.Project, appSlug
 // resolveDeprecated resolves a deprecated version for an instance that
 // already ran it: the entitlement and launch values still apply.
 func (s *Service) resolveDeprecated(ctx context.Context, q Queries, p iam.Project, v catalog.AppVersion, req catalog.LaunchRequest) (catalog.Effective, catalog.AppVersion, error) {
-	ent, err := q.GetEntitlement(ctx, p.ID, v.AppSlug)
-	if err != nil || !ent.Enabled {
-		return catalog.Effective{}, v, errdefs.FailedPrecondition("app_not_entitled", "project %s is not entitled to app %s", p.ID, v.AppSlug)
-	}
 	var mv manifest.Version
 	if err := json.Unmarshal(v.Manifest, &mv); err != nil {
 		return catalog.Effective{}, v, err
 	}
-	eff, fes := catalog.ResolveLaunch(mv, catalog.OverridesOf(ent), req)
-	if len(fes) > 0 {
-		return catalog.Effective{}, v, errdefs.Validation(fes)
-	}
-	return eff, v, nil
+	eff, err := catalog.ResolveEntitled(ctx, q, p, v.AppSlug, mv, req)
+	return eff, v, err
 }
 
 // launchRefusal turns the catalog's refusals into field errors, so a form

@@ -169,7 +169,11 @@ func (q *Queries) CreateEntitlement(ctx context.Context, e catalog.AppEntitlemen
 
 // UpdateEntitlement replaces enabled and the overrides of entitlement e.ID.
 func (q *Queries) UpdateEntitlement(ctx context.Context, e catalog.AppEntitlement) error {
-	return q.execOne(ctx, `UPDATE app_entitlements SET enabled = ?, policy_overrides = ?, updated_by = ?, updated_at = ? WHERE id = ?`,
+	return q.updateEntitlement(ctx, "app_entitlements", e)
+}
+
+func (q *Queries) updateEntitlement(ctx context.Context, table string, e catalog.AppEntitlement) error {
+	return q.execOne(ctx, `UPDATE `+table+` SET enabled = ?, policy_overrides = ?, updated_by = ?, updated_at = ? WHERE id = ?`,
 		e.Enabled, jsonText(e.PolicyOverrides), e.UpdatedBy, ts(e.UpdatedAt), e.ID)
 }
 
@@ -183,12 +187,16 @@ func (q *Queries) GetEntitlement(ctx context.Context, projectID, appSlug string)
 // ListEntitlements lists a project's entitlements in creation order; with
 // onlyEnabled, just the enabled ones.
 func (q *Queries) ListEntitlements(ctx context.Context, projectID string, onlyEnabled bool, p Page) ([]catalog.AppEntitlement, string, error) {
+	return q.listEntitlements(ctx, `SELECT `+entitlementCols+` FROM app_entitlements WHERE project_id = ?`, projectID, onlyEnabled, p)
+}
+
+func (q *Queries) listEntitlements(ctx context.Context, query, owner string, onlyEnabled bool, p Page) ([]catalog.AppEntitlement, string, error) {
 	after, limit, err := p.AfterID()
 	if err != nil {
 		return nil, "", err
 	}
-	query := `SELECT ` + entitlementCols + ` FROM app_entitlements WHERE project_id = ? AND id > ?`
-	args := []any{projectID, after}
+	query += ` AND id > ?`
+	args := []any{owner, after}
 	if onlyEnabled {
 		query += ` AND enabled = ?`
 		args = append(args, true)
@@ -203,4 +211,34 @@ func (q *Queries) ListEntitlements(ctx context.Context, projectID string, onlyEn
 	}
 	out, next := trimPage(out, limit, func(e catalog.AppEntitlement) string { return e.ID })
 	return out, next, nil
+}
+
+// An org's entitlement has a project's columns but project_id (read as "").
+const (
+	orgEntitlementCols   = `id, org_id, app_id, app_slug, enabled, policy_overrides, updated_by, created_at, updated_at`
+	orgEntitlementSelect = `SELECT id, '', org_id, app_id, app_slug, enabled, policy_overrides, updated_by, created_at, updated_at FROM app_org_entitlements`
+)
+
+// CreateOrgEntitlement inserts an org's entitlement; one per (org, app).
+func (q *Queries) CreateOrgEntitlement(ctx context.Context, e catalog.AppEntitlement) error {
+	_, err := q.exec(ctx, `INSERT INTO app_org_entitlements (`+orgEntitlementCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		e.ID, e.OrgID, e.AppID, e.AppSlug, e.Enabled, jsonText(e.PolicyOverrides), e.UpdatedBy, ts(e.CreatedAt), ts(e.UpdatedAt))
+	return err
+}
+
+// UpdateOrgEntitlement replaces enabled and the overrides of org
+// entitlement e.ID.
+func (q *Queries) UpdateOrgEntitlement(ctx context.Context, e catalog.AppEntitlement) error {
+	return q.updateEntitlement(ctx, "app_org_entitlements", e)
+}
+
+// GetOrgEntitlement returns the entitlement of an org to an app.
+func (q *Queries) GetOrgEntitlement(ctx context.Context, orgID, appSlug string) (catalog.AppEntitlement, error) {
+	e, err := scanEntitlement(q.queryRow(ctx, orgEntitlementSelect+` WHERE org_id = ? AND app_slug = ?`, orgID, appSlug))
+	return e, scanOne(err)
+}
+
+// ListOrgEntitlements lists an org's entitlements in creation order.
+func (q *Queries) ListOrgEntitlements(ctx context.Context, orgID string, p Page) ([]catalog.AppEntitlement, string, error) {
+	return q.listEntitlements(ctx, orgEntitlementSelect+` WHERE org_id = ?`, orgID, false, p)
 }

@@ -209,4 +209,33 @@ func testCatalogEntitlements(t *testing.T, db *store.DB) {
 	if err := q.UpdateEntitlement(ctx, missing); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("update missing: %v", err)
 	}
+
+	// An org's entitlement: one per (org, app), read back without a project.
+	oe := catalog.AppEntitlement{ID: newID(), OrgID: o.ID, AppID: a.ID, AppSlug: a.Slug, Enabled: true,
+		PolicyOverrides: []byte(`{"allowed_control_plane_scopes":["tenant"]}`), UpdatedBy: "user:x", CreatedAt: now, UpdatedAt: now}
+	if err := q.CreateOrgEntitlement(ctx, oe); err != nil {
+		t.Fatal(err)
+	}
+	oe2 := oe
+	oe2.ID = newID()
+	if err := q.CreateOrgEntitlement(ctx, oe2); !errors.Is(err, store.ErrAlreadyExists) {
+		t.Fatalf("duplicate org entitlement: %v", err)
+	}
+	gotOrg, err := q.GetOrgEntitlement(ctx, o.ID, "gamma")
+	if err != nil || gotOrg.ID != oe.ID || gotOrg.ProjectID != "" || gotOrg.OrgID != o.ID || !gotOrg.Enabled {
+		t.Fatalf("get org entitlement: %+v %v", gotOrg, err)
+	}
+	if _, err := q.GetOrgEntitlement(ctx, o.ID, "delta"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("missing org entitlement: %v", err)
+	}
+	gotOrg.Enabled = false
+	if err := q.UpdateOrgEntitlement(ctx, gotOrg); err != nil {
+		t.Fatal(err)
+	}
+	if orgs, _, err := q.ListOrgEntitlements(ctx, o.ID, store.Page{}); err != nil || len(orgs) != 1 || orgs[0].Enabled {
+		t.Fatalf("list org entitlements: %+v %v", orgs, err)
+	}
+	if _, err := q.GetEntitlement(ctx, p.ID, "gamma"); err != nil {
+		t.Fatalf("the project's entitlement is apart from the org's: %v", err)
+	}
 }
