@@ -220,6 +220,49 @@ func TestExternalWorker(t *testing.T) {
 			t.Fatalf("after member_recover: %s", e.bot.Do("GET", membersPath, nil).Body)
 		}
 
+		// The node agents do not watch a worker's members: a report of
+		// their node without their containers, past the grace, changes
+		// nothing.
+		clk.Advance(31 * time.Second)
+		if err := e.s.App.Instances.WorkloadsReported(context.Background(), e.node.id, nil); err != nil {
+			t.Fatal(err)
+		}
+		if memberStatus(w2) != "running" || memberStatus(w3) != "running" {
+			t.Fatalf("a node report moved a worker's members: %s", e.bot.Do("GET", membersPath, nil).Body)
+		}
+
+		// Releasing an allocation under a member of a busy instance waits;
+		// released again once the instance's operation ended, it removes
+		// the member (a child operation) and is released.
+		allocX := e.admin.Do("POST", "/api/v1/admin/allocations", map[string]any{"project_id": e.pid, "gpu_count": 0, "sku": "cpu.0x", "node_id": e.node.id}).Want(t, 201).String("id")
+		add = e.bot.Do("POST", membersPath, map[string]any{"role": "worker", "allocation_id": allocX}).Want(t, 202)
+		w4 := str(add, "members.0.id")
+		got = a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		a.Do("POST", opPath(got.String("operation_id"), "complete"), map[string]any{"lease_id": got.String("lease_id")}).Want(t, 200)
+		up = e.bot.Do("POST", e.path("/app-instances/"+id+"/rollback"), map[string]any{"target_version": "1.0.0"}).Want(t, 202) // busy
+		if rel := e.admin.Do("POST", "/api/v1/admin/allocations/"+allocX+"/release", nil).Want(t, 200); rel.String("state") != "releasing" || memberStatus(w4) != "running" {
+			t.Fatalf("release under a busy instance's member: %s", rel.Body)
+		}
+		got = a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		if got.String("operation_id") != up.String("operation_id") {
+			t.Fatalf("acquired instead of the rollback: %s", got.Body)
+		}
+		a.Do("POST", opPath(got.String("operation_id"), "complete"), map[string]any{"lease_id": got.String("lease_id")}).Want(t, 200)
+		if rel := e.admin.Do("POST", "/api/v1/admin/allocations/"+allocX+"/release", nil).Want(t, 200); rel.String("state") != "releasing" {
+			t.Fatalf("released again: %s", rel.Body)
+		}
+		got = a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		if got.String("kind") != "member_remove" || str(got, "members.0.id") != w4 {
+			t.Fatalf("acquired after the second release: %s", got.Body)
+		}
+		a.Do("POST", opPath(got.String("operation_id"), "complete"), map[string]any{"lease_id": got.String("lease_id")}).Want(t, 200)
+		if memberStatus(w4) != "removed" {
+			t.Fatalf("the released allocation's member: %s", e.bot.Do("GET", membersPath, nil).Body)
+		}
+		if got := e.bot.Do("GET", e.path("/allocations/"+allocX), nil).Want(t, 200); got.String("state") != "released" {
+			t.Fatalf("the allocation once its member is gone: %s", got.Body)
+		}
+
 		// Isolation: a worker of another app sees nothing of this one's.
 		e.admin.Do("POST", "/api/v1/admin/apps/manifests", echoManifest("other")("1.0.0", "registry.example/acme/other@"+e.digests["1.0.0"])).Want(t, 200, 201)
 		cKey, c := newWorker(t, e, e.pid, "worker-c")
@@ -246,7 +289,7 @@ func TestExternalWorker(t *testing.T) {
 				events = append(events, strings.TrimPrefix(ev, "apps.instance."))
 			}
 		}
-		if want := []string{"member_added", "member_added", "member_removed", "member_failed", "member_recovered", "member_removed", "member_removed"}; !slices.Equal(events, want) {
+		if want := []string{"member_added", "member_added", "member_removed", "member_failed", "member_recovered", "member_added", "member_removed", "member_removed", "member_removed"}; !slices.Equal(events, want) {
 			t.Fatalf("member events:\n got %v\nwant %v", events, want)
 		}
 

@@ -780,9 +780,9 @@ func memberAllocations(ms []InstanceMember) []string {
 // releaseMembers starts removing the added members on an allocation being
 // released, in the release's transaction: one member_remove operation per
 // instance (whose own allocation is elsewhere), when the instance has no
-// operation under way. Members of a busy instance stay until someone
-// removes them; the allocation stays releasing, holding its GPUs, until
-// they are gone.
+// operation under way. Members of a busy instance stay, and the allocation
+// releasing, holding its GPUs, until they are gone: releasing it again once
+// the operation ended starts their removal (or an operator removes them).
 func (s *Service) releaseMembers(ctx context.Context, tx Tx, allocationID string) error {
 	ms, err := tx.AddedMembersOn(ctx, allocationID, "")
 	if err != nil {
@@ -808,7 +808,7 @@ func (s *Service) releaseMembers(ctx context.Context, tx Tx, allocationID string
 			if err != nil {
 				return err
 			}
-			s.Logger.WarnContext(ctx, "allocation released under members of a busy instance; remove them once its operation ends",
+			s.Logger.WarnContext(ctx, "allocation released under members of a busy instance; release it again once the operation ends (or remove the members)",
 				"allocation_id", allocationID, "app_instance_id", id, "operation_id", inst.CurrentOperationID)
 			continue
 		}

@@ -229,7 +229,8 @@ func (s *Service) openInterval(ctx context.Context, tx Tx, a Allocation, now tim
 // interval is closed, its GPUs are still held — and it becomes `released`,
 // its GPUs back on the node, once the teardown is done
 // (AllocationTornDown). With nothing on it, it is released at once.
-// Releasing a releasing or released allocation changes nothing.
+// Releasing a releasing allocation again retries what its teardown could
+// not start before; releasing a released one changes nothing.
 func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id string) (Allocation, error) {
 	if err := s.IAM.RequirePlatform(ctx, g, iam.PermAllocationsWrite, "allocation"); err != nil {
 		return Allocation{}, err
@@ -246,11 +247,14 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 		if err != nil {
 			return err
 		}
-		if cur.State == AllocReleased || cur.State == AllocReleasing {
+		if cur.State == AllocReleased {
 			a = cur
 			return tx.Audit(storage.AuditEvent{Action: "allocation.release", ResourceType: "allocation", ResourceID: a.ID,
 				OrgID: a.OrgID, ProjectID: a.ProjectID}, nil, allocationData(a))
 		}
+		// Releasing again runs the teardown hooks again: what they could not
+		// start the first time (members of an instance that was busy) they
+		// start now, and what is done already they leave alone.
 		busy := false
 		for _, h := range s.lifecycleHooks() {
 			if rh, ok := h.(ReleaseHooks); ok {
@@ -262,11 +266,14 @@ func (s *Service) ReleaseAllocation(ctx context.Context, g *iam.Grants, id strin
 			}
 		}
 		before := allocationData(cur)
-		if !busy {
+		switch {
+		case !busy:
 			if a, err = s.release(ctx, tx, cur); err != nil {
 				return err
 			}
-		} else {
+		case cur.State == AllocReleasing:
+			a = cur // still waiting for its teardown
+		default:
 			now := s.Now()
 			if err := tx.SetAllocationState(ctx, id, cur.State, AllocReleasing, now); err != nil {
 				return err
@@ -315,7 +322,10 @@ func (s *Service) AllocationTornDown(ctx context.Context, stx storage.Tx, alloca
 	if a, err = s.release(ctx, tx, a); err != nil {
 		return err
 	}
+	// The platform releases it, whoever's report finished the teardown
+	// (that report is audited apart, as its own actor's).
 	return tx.Audit(storage.AuditEvent{Action: "allocation.released", ResourceType: "allocation", ResourceID: a.ID,
+		ActorType: string(principal.System), ActorID: principal.SystemActor.ID,
 		OrgID: a.OrgID, ProjectID: a.ProjectID, Reason: "what ran on the allocation is torn down"}, before, allocationData(a))
 }
 

@@ -29,8 +29,9 @@ type Tx struct {
 // rollback: wake-ups of in-process waiters for what the transaction wrote.
 func (t *Tx) AfterCommit(fn func()) { t.after = append(t.after, fn) }
 
-// Audit records an audit row to be written in this transaction. Actor,
-// correlation id, time and outcome are filled from the context by Mutate.
+// Audit records an audit row to be written in this transaction. Actor
+// (unless e names one), correlation id, time and outcome are filled from
+// the context by Mutate.
 // Before and After may be any JSON-marshalable value (or nil).
 func (t *Tx) Audit(e AuditEvent, before, after any) error {
 	var err error
@@ -131,7 +132,9 @@ func (t *Tx) flush(ctx context.Context, outcome string) error {
 		if e.OccurredAt.IsZero() {
 			e.OccurredAt = now
 		}
-		e.ActorType, e.ActorID = string(actor.Type), actor.ID
+		if e.ActorType == "" { // else the recorder names who acted (the platform's own follow-up)
+			e.ActorType, e.ActorID = string(actor.Type), actor.ID
+		}
 		e.CorrelationID = correlation.ID(ctx)
 		if e.Outcome == "" {
 			e.Outcome = outcome
