@@ -263,6 +263,28 @@ func TestExternalWorker(t *testing.T) {
 			t.Fatalf("the allocation once its member is gone: %s", got.Body)
 		}
 
+		// A child operation past its deadline fails its members with
+		// operation_timeout; the instance runs on, and no cleanup follows.
+		add = e.bot.Do("POST", membersPath, map[string]any{"role": "worker"}).Want(t, 202)
+		w5 := str(add, "members.0.id")
+		a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		clk.Advance(31 * time.Second)
+		if err := e.s.App.Instances.FailOverdue(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if op := e.bot.Do("GET", e.path("/operations/"+add.String("operation_id")), nil).Want(t, 200); op.String("state") != "failed" || op.String("reason_code") != "operation_timeout" {
+			t.Fatalf("overdue member_add: %s", op.Body)
+		}
+		if inst = e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200); memberStatus(w5) != "failed" || inst.String("status") != "running" {
+			t.Fatalf("after an overdue member_add: %s\n%s", inst.Body, e.bot.Do("GET", membersPath, nil).Body)
+		}
+		rm = e.bot.Do("POST", membersPath+"/"+w5+"/remove", nil).Want(t, 202)
+		got = a.Do("POST", acquirePath, map[string]any{"wait_seconds": 5}).Want(t, 200)
+		if got.String("operation_id") != rm.String("operation_id") {
+			t.Fatalf("acquired after the timeout (no cleanup for a child operation): %s", got.Body)
+		}
+		a.Do("POST", opPath(got.String("operation_id"), "complete"), map[string]any{"lease_id": got.String("lease_id")}).Want(t, 200)
+
 		// Isolation: a worker of another app sees nothing of this one's.
 		e.admin.Do("POST", "/api/v1/admin/apps/manifests", echoManifest("other")("1.0.0", "registry.example/acme/other@"+e.digests["1.0.0"])).Want(t, 200, 201)
 		cKey, c := newWorker(t, e, e.pid, "worker-c")
@@ -289,7 +311,8 @@ func TestExternalWorker(t *testing.T) {
 				events = append(events, strings.TrimPrefix(ev, "apps.instance."))
 			}
 		}
-		if want := []string{"member_added", "member_added", "member_removed", "member_failed", "member_recovered", "member_added", "member_removed", "member_removed", "member_removed"}; !slices.Equal(events, want) {
+		if want := []string{"member_added", "member_added", "member_removed", "member_failed", "member_recovered", "member_added", "member_removed",
+			"member_failed", "member_removed", "member_removed", "member_removed"}; !slices.Equal(events, want) {
 			t.Fatalf("member events:\n got %v\nwant %v", events, want)
 		}
 
