@@ -148,6 +148,53 @@ func TestRunPullReadinessStopRemove(t *testing.T) {
 	}
 }
 
+// A removal with a timeout is the workload's clean stop first: the engine
+// sends SIGTERM (and the process, which exits on it, gets no SIGKILL);
+// without a timeout it is killed at once.
+func TestRemoveStopsGracefully(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	signals := func(inst string, remove nodeapi.ContainerRef) []string {
+		t.Helper()
+		out, err := e.d.Run(ctx, docker.Owner{TaskID: "t-" + inst, InstanceID: inst}, nodeapi.ContainerRun{Name: "gpuaas-test-" + inst, Image: e.pull(t),
+			Env: map[string]string{"PORT": "9000"}, Ports: []nodeapi.PortMapping{{Container: 9000}}, Readiness: &nodeapi.Readiness{Port: 9000, HTTPPath: "/", TimeoutSeconds: 30}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		watch, stop := context.WithCancel(ctx)
+		defer stop()
+		evs := e.d.C.Events(watch, client.EventsListOptions{Filters: client.Filters{}.Add("type", "container").Add("container", out.ContainerIDs[0])})
+		time.Sleep(200 * time.Millisecond) // the subscription is in place before the removal
+		if err := e.d.Remove(ctx, remove); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for {
+			select {
+			case m := <-evs.Messages:
+				switch m.Action {
+				case "kill":
+					got = append(got, m.Actor.Attributes["signal"])
+				case "destroy":
+					return got
+				}
+			case err := <-evs.Err:
+				t.Fatalf("events: %v", err)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no destroy event; kill signals so far %v", got)
+			}
+		}
+	}
+	inst := "inst" + uuid.NewString()[:8]
+	if got := signals(inst, nodeapi.ContainerRef{InstanceID: inst, TimeoutSec: 10}); !slices.Equal(got, []string{"15"}) {
+		t.Fatalf("a removal with a timeout sent signals %v, want SIGTERM only", got)
+	}
+	inst = "inst" + uuid.NewString()[:8]
+	if got := signals(inst, nodeapi.ContainerRef{InstanceID: inst}); !slices.Equal(got, []string{"9"}) {
+		t.Fatalf("a removal without a timeout sent signals %v, want SIGKILL", got)
+	}
+}
+
 // A container that dies before it is ready fails the run with
 // container_exited and its last log lines; a readiness port nothing listens
 // on times out with readiness_timeout; a digest the registry lacks fails the pull.

@@ -400,12 +400,19 @@ func (d *Driver) Stop(ctx context.Context, ref nodeapi.ContainerRef) error {
 }
 
 // Remove removes the referenced containers with their anonymous volumes.
+// With a timeout it stops each gracefully first (SIGTERM, then SIGKILL
+// after the timeout), so a workload decommissioned or removed as a member
+// gets its clean stop: it reports what it still owes before it goes. A
+// stop that fails does not hold the removal up.
 func (d *Driver) Remove(ctx context.Context, ref nodeapi.ContainerRef) error {
 	ids, err := d.find(ctx, ref)
 	if err != nil {
 		return err
 	}
 	for _, id := range ids {
+		if t := ref.TimeoutSec; t > 0 {
+			_, _ = d.C.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &t})
+		}
 		if _, err := d.C.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			return err
 		}
