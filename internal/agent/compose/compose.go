@@ -264,8 +264,14 @@ func wantsGPU(s types.ServiceConfig) bool {
 	return false
 }
 
+// downStopSeconds is how long each service gets to exit on SIGTERM before
+// it is killed (docker compose down's default).
+const downStopSeconds = 10
+
 // Down removes the project's containers (with anonymous volumes), its
 // network and its named volumes — only those carrying the gpuaas label.
+// Each container is stopped gracefully first (SIGTERM, then SIGKILL after
+// downStopSeconds), as docker compose down does.
 func Down(ctx context.Context, d *docker.Driver, project, instanceID string) error {
 	if !projectName.MatchString(project) {
 		return invalid("compose project name %q is not valid", project)
@@ -276,6 +282,8 @@ func Down(ctx context.Context, d *docker.Driver, project, instanceID string) err
 		return err
 	}
 	for _, c := range cs.Items {
+		t := downStopSeconds
+		_, _ = d.C.ContainerStop(ctx, c.ID, client.ContainerStopOptions{Timeout: &t}) // a failed stop does not hold the removal up
 		if _, err := d.C.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			return err
 		}

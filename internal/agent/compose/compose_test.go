@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/client/nodeapi"
@@ -130,8 +131,38 @@ volumes:
 	if err != nil || again.ContainerIDs[0] != out.ContainerIDs[0] {
 		t.Fatalf("up again: %v %+v", err, again)
 	}
+	// Down stops each service gracefully: the engine sends SIGTERM, and
+	// these processes exit on it before any SIGKILL.
+	watch, stop := context.WithCancel(ctx)
+	defer stop()
+	evs := d.C.Events(watch, client.EventsListOptions{Filters: client.Filters{}.Add("type", "container").Add("label", compose.LabelProject+"="+project)})
+	time.Sleep(200 * time.Millisecond) // the subscription is in place before down
 	if err := compose.Down(ctx, d, project, inst); err != nil {
 		t.Fatal(err)
+	}
+	signals := map[string][]string{}
+	for destroyed := 0; destroyed < 2; {
+		select {
+		case m := <-evs.Messages:
+			switch m.Action {
+			case "kill":
+				signals[m.Actor.ID] = append(signals[m.Actor.ID], m.Actor.Attributes["signal"])
+			case "destroy":
+				destroyed++
+			}
+		case err := <-evs.Err:
+			t.Fatalf("events: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("down: fewer than 2 containers destroyed; signals %v", signals)
+		}
+	}
+	for id, sig := range signals {
+		if !slices.Equal(sig, []string{"15"}) {
+			t.Fatalf("container %s got signals %v on down, want SIGTERM only", id[:12], sig)
+		}
+	}
+	if len(signals) != 2 {
+		t.Fatalf("signals on down: %v, want SIGTERM to each of 2 containers", signals)
 	}
 	if rem, err := d.Verify(ctx, inst, nil); err != nil || len(rem) != 0 {
 		t.Fatalf("after down: %v %v", err, rem)
