@@ -237,7 +237,7 @@ func ResolveForProject(ctx context.Context, q LaunchReader, project iam.Project,
 	} else if err != nil {
 		return Effective{}, AppVersion{}, err
 	}
-	ent, err := EntitlementFor(ctx, q, project, appSlug, false)
+	ent, err := entitlementFor(ctx, q, project, appSlug, false)
 	if err != nil {
 		return Effective{}, AppVersion{}, err
 	}
@@ -265,7 +265,7 @@ func ResolveForProject(ctx context.Context, q LaunchReader, project iam.Project,
 // entitlements it needs: the project's, and for an org's shared instance
 // (control_plane_scope tenant) the org's too.
 func ResolveEntitled(ctx context.Context, q LaunchReader, project iam.Project, appSlug string, mv manifest.Version, req LaunchRequest) (Effective, error) {
-	ent, err := EntitlementFor(ctx, q, project, appSlug, false)
+	ent, err := entitlementFor(ctx, q, project, appSlug, false)
 	if err != nil {
 		return Effective{}, err
 	}
@@ -277,7 +277,7 @@ func resolveEntitled(ctx context.Context, q LaunchReader, project iam.Project, e
 	if len(fes) == 0 && eff.ControlPlaneScope == manifest.ScopeTenant {
 		// An org's shared instance: the org must be entitled too, and its
 		// overrides narrow the launch as the project's do.
-		org, err := EntitlementFor(ctx, q, project, ent.AppSlug, true)
+		org, err := entitlementFor(ctx, q, project, ent.AppSlug, true)
 		if err != nil {
 			return Effective{}, err
 		}
@@ -289,9 +289,9 @@ func resolveEntitled(ctx context.Context, q LaunchReader, project iam.Project, e
 	return eff, nil
 }
 
-// EntitlementFor reads the enabled entitlement a launch in project needs:
+// entitlementFor reads the enabled entitlement a launch in project needs:
 // its org's for an org-shared instance, else the project's own.
-func EntitlementFor(ctx context.Context, q LaunchReader, project iam.Project, appSlug string, org bool) (AppEntitlement, error) {
+func entitlementFor(ctx context.Context, q LaunchReader, project iam.Project, appSlug string, org bool) (AppEntitlement, error) {
 	if org {
 		ent, err := q.GetOrgEntitlement(ctx, project.OrgID, appSlug)
 		if errors.Is(err, storage.ErrNotFound) || (err == nil && !ent.Enabled) {
