@@ -358,3 +358,30 @@ func (s *TokenSource) Token(ctx context.Context) (string, error) {
 	s.renewAt = time.Now().Add(time.Duration(t.ExpiresIn)*time.Second - time.Minute)
 	return s.token, nil
 }
+
+// Transport returns a RoundTripper that sends each request through next
+// (http.DefaultTransport when nil) with the source's current token, so a
+// Client whose HTTP.Transport it is calls as the service account for as
+// long as it runs (a worker, an instance's own workload). A Client made so
+// should leave its Token empty.
+func (s *TokenSource) Transport(next http.RoundTripper) http.RoundTripper {
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	return bearer{s, next}
+}
+
+type bearer struct {
+	tokens *TokenSource
+	next   http.RoundTripper
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	tok, err := b.tokens.Token(r.Context())
+	if err != nil {
+		return nil, fmt.Errorf("service-account token: %w", err)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+tok)
+	return b.next.RoundTrip(r)
+}

@@ -13,7 +13,6 @@ import (
 	"flag"
 	"fmt"
 	"log"
-	"net/http"
 	"os"
 	"os/signal"
 	"sync/atomic"
@@ -92,7 +91,7 @@ func main() {
 	tokens := client.NewTokenSource(client.New(*server, ""), key)
 	w.api = client.New(*server, "")
 	w.api.UserAgent = "gpuaas-external-worker"
-	w.api.HTTP.Transport = bearer{tokens, http.DefaultTransport}
+	w.api.HTTP.Transport = tokens.Transport(nil)
 	if w.docker, err = docker.New(docker.FromEnv, docker.WithAPIVersionNegotiation()); err != nil {
 		log.Fatal(err)
 	}
@@ -412,19 +411,3 @@ func sleep(ctx context.Context, d time.Duration) bool {
 }
 
 func short(id string) string { return id[:min(12, len(id))] }
-
-// bearer sets the current service-account token on every request.
-type bearer struct {
-	tokens *client.TokenSource
-	next   http.RoundTripper
-}
-
-func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
-	tok, err := b.tokens.Token(r.Context())
-	if err != nil {
-		return nil, fmt.Errorf("service-account token: %w", err)
-	}
-	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+tok)
-	return b.next.RoundTrip(r)
-}

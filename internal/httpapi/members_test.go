@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -315,17 +316,62 @@ func TestInstanceMembersNotDeclared(t *testing.T) {
 	}
 }
 
-// The members walk on real agents and the real Docker engine: a cluster
-// app's instance on one node, two workers added on a second node (a second
-// agent), one killed (member_failed, container_exited) and recovered, the
-// other removed (its container gone), then decommission leaves nothing of
-// the instance on either node.
+// clusterAppImage builds the reference cluster app (examples/cluster-app)
+// as a static binary in an image FROM scratch.
+func clusterAppImage(t *testing.T) v1.Image {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "cluster-app")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./examples/cluster-app")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build the cluster app: %v\n%s", err, b)
+	}
+	bin, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return instancetest.Image(t, bin)
+}
+
+// appReported waits until the instance's timeline has a runtime event of
+// typ that the app itself reported about member, n times in all.
+func appReported(t *testing.T, e *instanceEnv, id, typ, member string, n int) {
+	t.Helper()
+	got := 0
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		got = 0
+		for _, ev := range e.bot.Do("GET", e.path("/app-instances/"+id+"/events?limit=200"), nil).Want(t, 200).Items() {
+			if ev["event_type"] == typ && strings.Contains(fmt.Sprint(ev), member) {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
+	}
+	t.Fatalf("the app reported %s for %s %d time(s), want %d; timeline %v", typ, member, got, n, timeline(t, e, id))
+}
+
+// The members walk of the reference cluster app (examples/cluster-app, the
+// Slurm pattern) on real agents and the real Docker engine: its controller
+// on one node, two workers added on a second node (a second agent), one
+// killed (member_failed, container_exited) and recovered, the other removed
+// (its container gone), then decommission leaves nothing of the instance on
+// either node. The controller follows its workers with the instance's own
+// identity and reports each change as a runtime event (member_added,
+// member_failed, member_removed), and its roster page shows them.
 func TestInstanceMembersDocker(t *testing.T) {
 	t.Parallel()
 	d := agenttest.RequireDocker(t)
 	bin := buildGpuaas(t)
-	images := map[string]v1.Image{"1.0.0": instancetest.Image(t, instancetest.Build(t, "1.0.0", instancetest.ModeServe))}
-	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.NodeHeartbeatTTL = 6 * time.Second }) // agents beat every 2 s
+	images := map[string]v1.Image{"1.0.0": clusterAppImage(t)}
+	s := servertest.Start(t, store.SQLite, func(c *config.Config) { c.NodeHeartbeatTTL = 6 * time.Second }, // agents beat every 2 s
+		servertest.WithWorkloadsOnBridge()) // the controller calls the API
 	e := setupInstanceEnv(t, s, "cluster", images, clusterManifest("cluster"), -1)
 	_, dirA := e.withRealAgent(t, bin)
 	dirB := filepath.Join(t.TempDir(), "agent-b")
@@ -357,12 +403,16 @@ func TestInstanceMembersDocker(t *testing.T) {
 			t.Fatalf("member %s's container: %q, want %q", m["name"], got, want)
 		}
 	}
+	// The controller saw them join, and said so.
+	appReported(t, e, id, "member_added", "worker-1", 1)
+	appReported(t, e, id, "member_added", "worker-2", 1)
 
 	// Killed: node-b reports it exited, the member fails; recover brings it back.
 	d.Must("", "kill", w1["workload_name"].(string))
 	if m := waitMember(t, e, id, "worker-1", "failed"); m["reason_code"] != "container_exited" {
 		t.Fatalf("killed member: %v", m)
 	}
+	appReported(t, e, id, "member_failed", "worker-1", 1)
 	rec := e.bot.Do("POST", members+"/"+w1["id"].(string)+"/recover", nil).Want(t, 202)
 	if op := waitOp(t, e.bot, e.pid, rec.String("operation_id")); op.String("state") != "succeeded" {
 		t.Fatalf("recover: %s", op.Body)
@@ -370,6 +420,7 @@ func TestInstanceMembersDocker(t *testing.T) {
 	if got := state(w1["workload_name"].(string)); !strings.HasPrefix(got, "running ") {
 		t.Fatalf("recovered member's container: %q", got)
 	}
+	appReported(t, e, id, "member_added", "worker-1", 2) // back in the roster
 
 	// Removed: its container is gone, verified by node-b.
 	rm := e.bot.Do("POST", members+"/"+w2["id"].(string)+"/remove", nil).Want(t, 202)
@@ -381,6 +432,18 @@ func TestInstanceMembersDocker(t *testing.T) {
 	}
 	if got := state(w1["workload_name"].(string)); !strings.HasPrefix(got, "running ") {
 		t.Fatalf("removing worker-2 touched worker-1: %q", got)
+	}
+	appReported(t, e, id, "member_removed", "worker-2", 1)
+
+	// The controller's roster page, on its node's host-local port.
+	inst := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200)
+	var page struct {
+		Role    string `json:"role"`
+		Workers []struct{ Name, Status string }
+	}
+	if err := json.Unmarshal([]byte(httpGet(str(inst, "access.local_url"))), &page); err != nil || page.Role != "controller" ||
+		len(page.Workers) != 2 || page.Workers[0].Name != "worker-1" || page.Workers[0].Status != "running" || page.Workers[1].Status != "removed" {
+		t.Fatalf("the controller's roster at %s: %v %+v", str(inst, "access.local_url"), err, page)
 	}
 
 	dec := e.bot.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)

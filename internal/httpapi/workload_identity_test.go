@@ -46,6 +46,14 @@ func testInstanceIdentityIsLeastPrivilege(t *testing.T, d store.Dialect) {
 	if r := identity.Do("GET", e.path("/app-instances/"+other), nil); r.Status != 404 {
 		t.Fatalf("another instance of the project: %d %s", r.Status, r.Body)
 	}
+	// Its own members it reads (a cluster app's controller follows its
+	// workers so); another instance's it does not see.
+	if ms := identity.Do("GET", e.path("/app-instances/"+mine+"/members"), nil).Want(t, 200).Items(); len(ms) != 1 || ms[0]["added"] != false {
+		t.Fatalf("own members: %v", ms)
+	}
+	if r := identity.Do("GET", e.path("/app-instances/"+other+"/members"), nil); r.Status != 404 {
+		t.Fatalf("another instance's members: %d %s", r.Status, r.Body)
+	}
 	ev := map[string]any{"specversion": "1.0", "id": "u1", "source": "echo", "type": "gpuaas.usage.v1",
 		"time": time.Now().UTC().Format(time.RFC3339Nano), "data": map[string]any{"usage_unit": "requests", "quantity": 1}}
 	if r := identity.Do("POST", e.path("/app-instances/"+mine+"/usage"), ev, "Content-Type", "application/cloudevents+json"); r.Status == 401 || r.Status == 403 {

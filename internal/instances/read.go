@@ -105,7 +105,9 @@ func (s *Service) Events(ctx context.Context, g *iam.Grants, projectID, id strin
 
 // Members lists what an instance runs on its node.
 func (s *Service) Members(ctx context.Context, g *iam.Grants, projectID, id string, p storage.Page) ([]InstanceMember, string, error) {
-	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
+	// As Get: the instance's own identity reads its members too (a
+	// cluster app's controller follows its workers this way).
+	inst, err := s.Get(ctx, g, projectID, id)
 	if err != nil {
 		return nil, "", err
 	}

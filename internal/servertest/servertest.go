@@ -85,6 +85,13 @@ func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
 		cancel()
 		t.Fatal(err)
 	}
+	if app.Config.WorkloadAPIURL == workloadsOnBridge {
+		app.Config.WorkloadAPIURL = ""
+		if err := app.ListenForWorkloads(ctx, server.DockerSocket()); err != nil {
+			cancel()
+			t.Fatalf("listen for workloads on the Docker bridge: %v", err)
+		}
+	}
 	creds, err := app.SeedDev(ctx)
 	if err != nil {
 		cancel()
