@@ -479,6 +479,9 @@ func (s *Service) finishWorkerOp(ctx context.Context, appSlug, opID string, r Wo
 		})
 		return op, err
 	}
+	if st := bytes.TrimSpace(r.State); len(st) > 0 && !bytes.Equal(st, []byte("null")) {
+		op.WorkerState = st // else the previous operation's state stays the instance's
+	}
 	if memberOp(op.Kind) {
 		return s.finishWorkerMembers(ctx, op, r, failing)
 	}
@@ -489,9 +492,6 @@ func (s *Service) finishWorkerOp(ctx context.Context, appSlug, opID string, r Wo
 	now := s.Now().UTC()
 	prevPhase, prevStatus := op.Phase, inst.Status
 	op.Phase, op.UpdatedAt, op.CompletedAt = phaseDone, now, now
-	if st := bytes.TrimSpace(r.State); len(st) > 0 && !bytes.Equal(st, []byte("null")) {
-		op.WorkerState = st // else the previous operation's state stays the instance's
-	}
 	var event string
 	var x *extra
 	var cleanup *InstanceOperation
@@ -596,9 +596,6 @@ func (s *Service) finishWorkerMembers(ctx context.Context, op InstanceOperation,
 	now := s.Now().UTC()
 	prevPhase := op.Phase
 	op.Phase, op.UpdatedAt, op.CompletedAt = phaseDone, now, now
-	if st := bytes.TrimSpace(r.State); len(st) > 0 && !bytes.Equal(st, []byte("null")) {
-		op.WorkerState = st
-	}
 	var inst AppInstance
 	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		var err error
@@ -659,6 +656,27 @@ func auditReport(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperat
 		OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
 }
 
+// failTimedOut fails the instance of an operation that timed out and
+// returns it as written; after a create, upgrade or rollback a cleanup
+// operation follows.
+func (s *Service) failTimedOut(ctx context.Context, tx Tx, inst AppInstance, op InstanceOperation, now time.Time) (AppInstance, error) {
+	prevStatus := inst.Status
+	inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusFailed, ReasonOperationTimeout, op.Description, now
+	switch op.Kind {
+	case OpCreate, OpUpgrade, OpRollback:
+		c := s.newOperation(ctx, inst, OpCleanup, inst.Version, "", fmt.Sprintf("clean up after the %s that timed out", op.Kind))
+		c.CorrelationID = op.CorrelationID
+		if err := tx.InsertInstanceOperation(ctx, c); err != nil {
+			return inst, err
+		}
+		inst.CurrentOperationID = c.ID
+	}
+	if err := tx.UpdateAppInstance(ctx, inst, prevStatus); err != nil {
+		return inst, err
+	}
+	return inst, s.record(ctx, tx, inst, op, EventFailed, &extra{reasonCode: ReasonOperationTimeout, reason: op.Description})
+}
+
 // DeadlineWorker fails worker operations past their deadline.
 func (s *Service) DeadlineWorker() *worker.Periodic { return s.deadlines }
 
@@ -692,7 +710,6 @@ func (s *Service) timeOut(ctx context.Context, op InstanceOperation) error {
 		if err != nil {
 			return err
 		}
-		prevStatus := inst.Status
 		op, err = abortOp(ctx, tx, op, ReasonOperationTimeout,
 			fmt.Sprintf("%s failed: no worker finished it by its deadline %s", op.Kind, op.DeadlineAt.Format(time.RFC3339)), now)
 		if errors.Is(err, storage.ErrNotFound) {
@@ -703,30 +720,14 @@ func (s *Service) timeOut(ctx context.Context, op InstanceOperation) error {
 		}
 		if memberOp(op.Kind) {
 			// A child operation: its members failed; the instance stays.
-			ms, err := s.opMembers(ctx, tx, inst, op)
-			if err != nil {
-				return err
+			var ms []InstanceMember
+			if ms, err = s.opMembers(ctx, tx, inst, op); err == nil {
+				err = s.membersFailed(ctx, tx, inst, op, ms, ReasonOperationTimeout, op.Description, now)
 			}
-			if err := s.membersFailed(ctx, tx, inst, op, ms, ReasonOperationTimeout, op.Description, now); err != nil {
-				return err
-			}
-			return tx.Audit(storage.AuditEvent{Action: "app_instance.operation_timeout", ResourceType: "app_instance", ResourceID: inst.ID,
-				OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: op.Description}, nil, auditState(inst))
+		} else {
+			inst, err = s.failTimedOut(ctx, tx, inst, op, now)
 		}
-		inst.Status, inst.ReasonCode, inst.ReasonMessage, inst.UpdatedAt = StatusFailed, ReasonOperationTimeout, op.Description, now
-		switch op.Kind {
-		case OpCreate, OpUpgrade, OpRollback:
-			c := s.newOperation(ctx, inst, OpCleanup, inst.Version, "", fmt.Sprintf("clean up after the %s that timed out", op.Kind))
-			c.CorrelationID = op.CorrelationID
-			if err := tx.InsertInstanceOperation(ctx, c); err != nil {
-				return err
-			}
-			inst.CurrentOperationID = c.ID
-		}
-		if err := tx.UpdateAppInstance(ctx, inst, prevStatus); err != nil {
-			return err
-		}
-		if err := s.record(ctx, tx, inst, op, EventFailed, &extra{reasonCode: ReasonOperationTimeout, reason: op.Description}); err != nil {
+		if err != nil {
 			return err
 		}
 		return tx.Audit(storage.AuditEvent{Action: "app_instance.operation_timeout", ResourceType: "app_instance", ResourceID: inst.ID,
