@@ -1,36 +1,140 @@
-// Command cluster-app is the reference cluster app: the Slurm pattern of
-// one controller and the workers an operator adds to it, with CPU
-// stand-ins for both. One image runs in either role. Launched, it is the
-// controller (the instance's own workload); added as a member
-// (POST …/app-instances/{id}/members {"role": "worker"}), on any node, it
-// is a worker, told so by GPUAAS_MEMBER_ROLE and GPUAAS_MEMBER_NAME.
+// Cluster (Slurm pattern): a gpuaas cluster app in the Slurm pattern, started by
+// `gpuaas init --template controller`.
+//
+// One image plays two roles. Launched, it is the controller: the
+// instance's own workload. Added to the instance as a member (gpuaas
+// instance member add ID --role worker), on any node, it is a worker, told
+// so by GPUAAS_MEMBER_ROLE and GPUAAS_MEMBER_NAME.
 //
 // The controller keeps the cluster's roster the way a scheduler's
-// controller keeps its nodes: it follows its members with the instance's
-// own identity (GET …/members) and reports each worker's comings and
-// goings back to the platform as runtime events (member_added,
-// member_failed, member_removed), with a heartbeat. The platform gives the
-// members no network path to the controller (an instance's ports are
-// host-local to its node), so the roster comes through the platform's
-// member registry rather than from the workers themselves. GET / shows it.
+// controller keeps its nodes: every second it lists the instance's members
+// with the instance's own identity (GET …/members) and reports each worker
+// joining, failing and going back to the platform as runtime events
+// (member_added, member_failed, member_removed). Members have no network
+// path to the controller (an instance's ports are host-local to its node),
+// so the roster comes from the platform's member registry rather than from
+// the workers. GET / shows it. usage.go signs in as the instance, lends the
+// controller its token and sends the heartbeat.
+//
+// What the platform expects of an app, and where this file does it:
+//   - it serves on the port its manifest declares (PORT, default 8080);
+//   - GET /healthz answers 200 only while it can take work: a worker at
+//     once, the controller once it has read its members (a controller that
+//     cannot reach the platform never counts as running); 503 as soon as a
+//     stop begins;
+//   - SIGTERM stops it cleanly, exit 0; a second signal changes nothing.
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
-
-	"github.com/gpuaas/gpuaas/client"
 )
+
+// version is set at build time (-ldflags "-X main.version=1.2.0"); the
+// platform also names it in GPUAAS_APP_VERSION.
+var version = "dev"
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(log); err != nil {
+		log.Error("stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger) error {
+	if v := os.Getenv("GPUAAS_APP_VERSION"); v != "" && version == "dev" {
+		version = v
+	}
+	role, name := os.Getenv("GPUAAS_MEMBER_ROLE"), os.Getenv("GPUAAS_MEMBER_NAME")
+	if role == "" {
+		role, name = "controller", "controller"
+	}
+	log = log.With("role", role, "name", name)
+
+	// Signals first, so that a SIGTERM during start-up is not lost.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+
+	ctx, stopWork := context.WithCancel(context.Background())
+	defer stopWork()
+	var work sync.WaitGroup
+	var c *controller
+	if role == "controller" {
+		var err error
+		if c, err = newController(log); err != nil {
+			return err
+		}
+		// The heartbeat is the controller's alone: a worker's would keep
+		// the instance healthy with its controller gone.
+		work.Go(func() { c.meter.Run(ctx) })
+		work.Go(func() { c.run(ctx) })
+	}
+
+	var stopping atomic.Bool
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if stopping.Load() || c != nil && !c.listed() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
+		out := map[string]any{"role": role, "name": name, "instance": os.Getenv("GPUAAS_APP_INSTANCE_ID"), "version": version}
+		if c != nil {
+			out["workers"], out["last_error"], out["synced"] = c.snapshot()
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	})
+
+	addr := ":" + envOr("PORT", "8080")
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("serving", "addr", addr, "version", version)
+
+	select {
+	case err := <-errc:
+		return err
+	case s := <-sigs:
+		log.Info("stopping", "signal", s.String())
+	}
+	// Further signals land in the buffered channel and change nothing.
+	stopping.Store(true)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("in-flight requests cut off", "err", err)
+	}
+	stopWork()
+	work.Wait()
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	log.Info("stopped cleanly")
+	return nil
+}
 
 // worker is one worker in the controller's roster.
 type worker struct {
@@ -42,95 +146,79 @@ type worker struct {
 	Since  string `json:"since"`
 }
 
+// member is one row of GET …/members: the instance's own workload
+// (added: false) or a member added to it.
+type member struct {
+	ID         string `json:"id"`
+	Name       string `json:"name"`
+	Added      bool   `json:"added"`
+	NodeID     string `json:"node_id"`
+	Role       string `json:"role"`
+	Status     string `json:"status"` // deploying | running | failed | removed
+	ReasonCode string `json:"reason_code"`
+	UpdatedAt  string `json:"updated_at"`
+}
+
+// runtimeEvent is a runtime event about the instance as it travels: a
+// CloudEvent, posted in a batch to …/runtime-events.
+type runtimeEvent struct {
+	SpecVersion     string     `json:"specversion"`
+	ID              string     `json:"id"`
+	Source          string     `json:"source"`
+	Type            string     `json:"type"`
+	Subject         string     `json:"subject,omitempty"`
+	DataContentType string     `json:"datacontenttype,omitempty"`
+	Data            *eventData `json:"data,omitempty"`
+}
+
+type eventData struct {
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
+	Member  string `json:"member,omitempty"`
+	Role    string `json:"role,omitempty"`
+}
+
 type controller struct {
-	api                  *client.Client
-	project, instance    string
-	mu                   sync.Mutex
-	roster               map[string]worker // by member id
-	lastErr              string
-	pollEvery, beatEvery time.Duration
+	log       *slog.Logger
+	meter     *usageReporter // the instance's token and heartbeat (usage.go)
+	id        string         // the instance
+	instance  string         // its URL: {api}/api/v1/projects/{project}/app-instances/{id}
+	pollEvery time.Duration
+
+	mu      sync.Mutex
+	roster  map[string]worker // by member id
+	lastErr string
+	synced  bool // the members were read at least once
 }
 
-func main() {
-	log.SetFlags(log.LstdFlags | log.LUTC)
-	port := os.Getenv("PORT")
-	if port == "" {
-		port = "8080"
-	}
-	role, name := os.Getenv("GPUAAS_MEMBER_ROLE"), os.Getenv("GPUAAS_MEMBER_NAME")
-	if role == "" {
-		role, name = "controller", "controller"
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	var c *controller
-	if role == "controller" {
-		var err error
-		if c, err = newController(); err != nil {
-			log.Fatalf("controller: %v", err)
-		}
-		go c.run(ctx)
-	}
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		out := map[string]any{"role": role, "name": name, "instance": os.Getenv("GPUAAS_APP_INSTANCE_ID"), "version": os.Getenv("GPUAAS_APP_VERSION")}
-		if c != nil {
-			out["workers"], out["last_error"] = c.snapshot()
-		}
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(out)
-	})
-	srv := &http.Server{Addr: ":" + port, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shut, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(shut)
-	}()
-	log.Printf("cluster-app %s %s listening on %s", role, name, port)
-	if err := srv.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		log.Fatal(err)
-	}
-	log.Printf("cluster-app %s %s stopped", role, name)
-}
-
-// newController signs in with the identity the platform mounted.
-func newController() (*controller, error) {
-	base, keyPath := os.Getenv("GPUAAS_API_BASE_URL"), os.Getenv("GPUAAS_IDENTITY_FILE")
-	if base == "" || keyPath == "" {
-		return nil, errors.New("GPUAAS_API_BASE_URL and GPUAAS_IDENTITY_FILE are not set: run it as an instance of the platform")
-	}
-	key, err := client.ReadKeyFile(keyPath)
+func newController(log *slog.Logger) (*controller, error) {
+	// The app meters nothing of its own (gpuaas.yaml: metering.kind none);
+	// the reporter signs in as the instance and sends the heartbeat.
+	meter, err := newUsageReporter(log, "none")
 	if err != nil {
 		return nil, err
 	}
-	tokens := client.NewTokenSource(client.New(base, ""), key)
-	api := client.New(base, "")
-	api.UserAgent = "gpuaas-cluster-app"
-	api.HTTP.Transport = tokens.Transport(nil)
-	return &controller{api: api, project: os.Getenv("GPUAAS_PROJECT_ID"), instance: os.Getenv("GPUAAS_APP_INSTANCE_ID"),
-		roster: map[string]worker{}, pollEvery: time.Second, beatEvery: 10 * time.Second}, nil
+	if !meter.Enabled() {
+		return nil, errors.New("GPUAAS_IDENTITY_FILE and GPUAAS_APP_INSTANCE_ID are not set: run the controller as an instance of the platform (GPUAAS_MEMBER_ROLE=worker runs a worker anywhere)")
+	}
+	return &controller{log: log, meter: meter, id: os.Getenv("GPUAAS_APP_INSTANCE_ID"), instance: strings.TrimSuffix(meter.events, "/runtime-events"),
+		pollEvery: time.Second, roster: map[string]worker{}}, nil
 }
 
 // run follows the members until ctx ends.
 func (c *controller) run(ctx context.Context) {
-	poll, beat := time.NewTicker(c.pollEvery), time.NewTicker(c.beatEvery)
+	poll := time.NewTicker(c.pollEvery)
 	defer poll.Stop()
-	defer beat.Stop()
 	for {
 		if err := c.sync(ctx); err != nil && ctx.Err() == nil {
 			c.mu.Lock()
 			c.lastErr = err.Error()
 			c.mu.Unlock()
-			log.Printf("roster: %v", err)
+			c.log.Warn("roster not read", "err", err)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-beat.C:
-			c.report(ctx, client.RuntimeEvent{ID: fmt.Sprintf("heartbeat-%d", time.Now().UnixNano()), Type: "heartbeat", Health: "healthy"})
 		case <-poll.C:
 		}
 	}
@@ -140,15 +228,17 @@ func (c *controller) run(ctx context.Context) {
 // worker running for the first time (or again) was added, one that failed
 // failed, one that is gone was removed.
 func (c *controller) sync(ctx context.Context) error {
-	page, err := c.api.ListAppInstanceMembers(ctx, c.project, c.instance, client.CatalogListOptions{Limit: 500})
-	if err != nil {
+	var page struct {
+		Items []member `json:"items"`
+	}
+	if err := c.call(ctx, http.MethodGet, c.instance+"/members?limit=500", nil, &page); err != nil {
 		return err
 	}
-	var events []client.RuntimeEvent
+	var events []runtimeEvent
 	c.mu.Lock()
 	for _, m := range page.Items {
 		if !m.Added || m.Status == "deploying" {
-			continue
+			continue // the controller itself, or a worker not up yet
 		}
 		prev, known := c.roster[m.ID]
 		if known && prev.Status == m.Status {
@@ -159,36 +249,33 @@ func (c *controller) sync(ctx context.Context) error {
 			continue
 		}
 		c.roster[m.ID] = worker{Name: m.Name, Role: m.Role, NodeID: m.NodeID, Status: m.Status, Reason: m.ReasonCode, Since: m.UpdatedAt}
-		events = append(events, client.RuntimeEvent{
+		events = append(events, runtimeEvent{SpecVersion: "1.0",
 			// The same transition gets the same id: a report retried after
 			// a lost answer is a duplicate, not a second event.
-			ID: "roster-" + m.ID + "-" + m.Status + "-" + m.UpdatedAt, Type: typ, Member: m.Name, Role: m.Role,
-			Reason: m.ReasonCode, Message: fmt.Sprintf("%s is %s on node %s", m.Name, m.Status, m.NodeID)})
+			ID: "roster-" + m.ID + "-" + m.Status + "-" + m.UpdatedAt, Source: "cluster-app/controller", Type: typ,
+			Subject: c.id, DataContentType: "application/json",
+			Data: &eventData{Member: m.Name, Role: m.Role, Reason: m.ReasonCode, Message: fmt.Sprintf("%s is %s on node %s", m.Name, m.Status, m.NodeID)}})
 	}
-	c.lastErr = ""
+	c.lastErr, c.synced = "", true
 	c.mu.Unlock()
 	if len(events) > 0 {
-		c.report(ctx, events...)
+		c.report(ctx, events)
 	}
 	return nil
 }
 
-// report posts runtime events about the instance, retrying a few times.
-func (c *controller) report(ctx context.Context, events ...client.RuntimeEvent) {
-	for i := range events {
-		events[i].Source = "cluster-app/controller"
-	}
+// report posts runtime events about the instance as one batch, trying
+// three times.
+func (c *controller) report(ctx context.Context, events []runtimeEvent) {
 	for try := 1; try <= 3; try++ {
-		_, err := c.api.ReportRuntimeEvents(ctx, c.project, c.instance, events)
+		err := c.call(ctx, http.MethodPost, c.instance+"/runtime-events", events, nil)
 		if err == nil {
 			for _, e := range events {
-				if e.Member != "" {
-					log.Printf("reported %s %s", e.Type, e.Member)
-				}
+				c.log.Info("reported", "type", e.Type, "member", e.Data.Member)
 			}
 			return
 		}
-		log.Printf("report %d event(s) (try %d): %v", len(events), try, err)
+		c.log.Warn("runtime events not reported", "count", len(events), "try", try, "err", err)
 		select {
 		case <-ctx.Done():
 			return
@@ -197,7 +284,56 @@ func (c *controller) report(ctx context.Context, events ...client.RuntimeEvent) 
 	}
 }
 
-func (c *controller) snapshot() ([]worker, string) {
+// call makes one API call as the instance: GET into out, or POST of a
+// CloudEvents batch (in).
+func (c *controller) call(ctx context.Context, method, url string, in, out any) error {
+	tok, err := c.meter.bearer(ctx)
+	if err != nil {
+		return err
+	}
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "cluster-app/"+version)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	if in != nil {
+		req.Header.Set("Content-Type", "application/cloudevents-batch+json")
+	}
+	resp, err := c.meter.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		if resp.StatusCode == http.StatusUnauthorized {
+			c.meter.forgetToken()
+		}
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(msg))
+	}
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+func (c *controller) listed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.synced
+}
+
+func (c *controller) snapshot() ([]worker, string, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := make([]worker, 0, len(c.roster))
@@ -205,5 +341,28 @@ func (c *controller) snapshot() ([]worker, string) {
 		out = append(out, w)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out, c.lastErr
+	return out, c.lastErr, c.synced
+}
+
+// bearer lends the instance's access token that the reporter keeps
+// (usage.go), so the app signs in once; its lock keeps the reporter's own
+// calls out meanwhile.
+func (r *usageReporter) bearer(ctx context.Context) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.accessToken(ctx)
+}
+
+// forgetToken drops a token the API refused: the next call signs in again.
+func (r *usageReporter) forgetToken() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.token = ""
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
 }

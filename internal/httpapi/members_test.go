@@ -316,18 +316,19 @@ func TestInstanceMembersNotDeclared(t *testing.T) {
 	}
 }
 
-// clusterAppImage builds the reference cluster app (examples/cluster-app)
-// as a static binary in an image FROM scratch.
+// clusterAppImage builds the reference cluster app (examples/cluster-app,
+// what gpuaas init --template controller writes: a module of its own) as a
+// static binary in an image FROM scratch.
 func clusterAppImage(t *testing.T) v1.Image {
 	t.Helper()
-	root, err := filepath.Abs("../..")
+	dir, err := filepath.Abs("../../examples/cluster-app")
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "cluster-app")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, "./examples/cluster-app")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the cluster app: %v\n%s", err, b)
 	}

@@ -20,6 +20,7 @@ var referenceApps = []struct {
 }{
 	{"jupyter-cuda-dev", scaffold.Options{Template: "jupyter", DisplayName: "Jupyter (CUDA dev)", Module: "github.com/gpuaas/gpuaas/examples/jupyter-cuda-dev"}},
 	{"vllm-openai", scaffold.Options{Template: "vllm-compose", DisplayName: "vLLM (OpenAI-compatible)", Module: "github.com/gpuaas/gpuaas/examples/vllm-openai"}},
+	{"cluster-app", scaffold.Options{Template: "controller", DisplayName: "Cluster (Slurm pattern)", Module: "github.com/gpuaas/gpuaas/examples/cluster-app"}},
 }
 
 // TestReferenceAppsAreTheTemplates fails when a template changes and the

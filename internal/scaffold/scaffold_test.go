@@ -96,7 +96,7 @@ func TestWriteRefuses(t *testing.T) {
 	}{
 		{scaffold.Options{Slug: "Bad_Slug"}, "/app/slug: slug must start with a lowercase letter"},
 		{scaffold.Options{Slug: "x"}, "2 to 63 characters"},
-		{scaffold.Options{Slug: "fine", Template: "nope"}, `no template "nope"; there are: http, jupyter, vllm-compose`},
+		{scaffold.Options{Slug: "fine", Template: "nope"}, `no template "nope"; there are: controller, http, jupyter, vllm-compose`},
 		{scaffold.Options{Slug: "fine", Template: "_shared"}, `no template "_shared"`},
 	} {
 		dir := filepath.Join(t.TempDir(), "new")

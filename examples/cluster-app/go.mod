@@ -1,0 +1,3 @@
+module github.com/gpuaas/gpuaas/examples/cluster-app
+
+go 1.26

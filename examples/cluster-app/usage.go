@@ -1,0 +1,348 @@
+package main
+
+// Usage reporting with the instance's own identity.
+//
+// The platform mounts a service-account key into every instance
+// (GPUAAS_IDENTITY_FILE) that is good for this instance only. The app signs
+// a short JWT assertion with it, trades the assertion for an access token at
+// the key's token_url, renews the token before it runs out, and posts its
+// usage as CloudEvents to the instance's usage endpoint. Each report has an
+// id fixed when the report is cut and kept across retries, so a report that
+// reached the platform before a timeout is counted once.
+//
+// The same identity sends the instance's heartbeat (a runtime event) on the
+// same schedule, so the platform knows the app is alive: the manifest's
+// health.heartbeat_timeout_seconds says how late one may be before the
+// instance is marked degraded.
+//
+// Outside the platform (no identity file) reporting is off and Add is free.
+// With access to the gpuaas Go module, client.ServiceAccountSession does the
+// token half of this for you; this file keeps the app free of dependencies.
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+type keyFile struct {
+	ServiceAccountID string `json:"service_account_id"`
+	ProjectID        string `json:"project_id"`
+	KeyID            string `json:"key_id"`
+	PrivateKeyPEM    string `json:"private_key_pem"`
+	TokenURL         string `json:"token_url"`
+	APIBaseURL       string `json:"api_base_url"`
+}
+
+type usageReporter struct {
+	log      *slog.Logger
+	enabled  bool
+	unit     string // the manifest's metering.kind
+	key      keyFile
+	signer   crypto.Signer
+	alg      string
+	base     string // the API, as the platform told this instance to reach it
+	url      string // the instance's usage endpoint
+	events   string // the instance's runtime-events endpoint
+	source   string
+	idPrefix string
+	interval time.Duration
+	http     *http.Client
+
+	pending atomic.Int64 // counted, not yet cut into a report
+
+	mu      sync.Mutex // one report in flight at a time
+	cut     *usageEvent
+	seq     int
+	beats   int
+	since   time.Time
+	token   string
+	renewAt time.Time
+}
+
+type usageEvent struct {
+	SpecVersion     string    `json:"specversion"`
+	ID              string    `json:"id"`
+	Source          string    `json:"source"`
+	Type            string    `json:"type"`
+	Subject         string    `json:"subject"`
+	Time            time.Time `json:"time"`
+	DataContentType string    `json:"datacontenttype"`
+	Data            struct {
+		UsageUnit string    `json:"usage_unit"`
+		Quantity  int64     `json:"quantity"`
+		StartTime time.Time `json:"start_time"`
+	} `json:"data"`
+}
+
+// newUsageReporter reports in unit, which must equal the manifest's
+// metering.kind.
+func newUsageReporter(log *slog.Logger, unit string) (*usageReporter, error) {
+	r := &usageReporter{log: log, unit: unit, interval: 10 * time.Second, since: time.Now().UTC(), http: &http.Client{Timeout: 15 * time.Second}}
+	path := os.Getenv("GPUAAS_IDENTITY_FILE")
+	instance := os.Getenv("GPUAAS_APP_INSTANCE_ID")
+	if path == "" || instance == "" {
+		return r, nil // not running on the platform
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read the instance identity: %w", err)
+	}
+	if err := json.Unmarshal(raw, &r.key); err != nil {
+		return nil, fmt.Errorf("the instance identity %s is not a key file: %w", path, err)
+	}
+	if r.signer, r.alg, err = parseKey(r.key.PrivateKeyPEM); err != nil {
+		return nil, fmt.Errorf("the instance identity %s: %w", path, err)
+	}
+	base := os.Getenv("GPUAAS_API_BASE_URL")
+	if base == "" {
+		base = r.key.APIBaseURL
+	}
+	project := os.Getenv("GPUAAS_PROJECT_ID")
+	if project == "" {
+		project = r.key.ProjectID
+	}
+	if d, err := time.ParseDuration(os.Getenv("USAGE_INTERVAL")); err == nil && d > 0 {
+		r.interval = d
+	}
+	r.enabled, r.base = true, base
+	r.url = base + "/api/v1/projects/" + project + "/app-instances/" + instance + "/usage"
+	r.events = base + "/api/v1/projects/" + project + "/app-instances/" + instance + "/runtime-events"
+	r.source = "//gpuaas/app-instances/" + instance
+	// Unique per process: a restarted container starts a new series.
+	r.idPrefix = fmt.Sprintf("%s-%d", instance, time.Now().UnixNano())
+	return r, nil
+}
+
+func (r *usageReporter) Enabled() bool { return r.enabled }
+
+// Add counts n units of use.
+func (r *usageReporter) Add(n int64) {
+	if r.enabled {
+		r.pending.Add(n)
+	}
+}
+
+// Run sends a heartbeat at once and then reports usage and a heartbeat
+// every interval until ctx ends.
+func (r *usageReporter) Run(ctx context.Context) {
+	if !r.enabled {
+		return
+	}
+	r.beat(ctx)
+	t := time.NewTicker(r.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := r.Flush(ctx); err != nil && ctx.Err() == nil {
+				r.log.Warn("usage report failed; it is kept and retried", "err", err)
+			}
+			r.beat(ctx)
+		}
+	}
+}
+
+// Flush reports what was counted, retrying a report that failed for a
+// reason that may pass (network, 5xx, 429) with the same event id.
+func (r *usageReporter) Flush(ctx context.Context) error {
+	if !r.enabled {
+		return nil
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cut == nil {
+		n := r.pending.Swap(0)
+		if n == 0 {
+			return nil
+		}
+		r.seq++
+		now := time.Now().UTC()
+		ev := &usageEvent{SpecVersion: "1.0", ID: fmt.Sprintf("%s-%d", r.idPrefix, r.seq), Source: r.source,
+			Type: "gpuaas.usage.v1", Subject: os.Getenv("GPUAAS_APP_INSTANCE_ID"), Time: now, DataContentType: "application/json"}
+		ev.Data.UsageUnit, ev.Data.Quantity, ev.Data.StartTime = r.unit, n, r.since
+		r.cut, r.since = ev, now
+	}
+	delay := 500 * time.Millisecond
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var retry bool
+		if retry, err = r.send(ctx); err == nil {
+			r.log.Info("usage reported", "id", r.cut.ID, "quantity", r.cut.Data.Quantity)
+			r.cut = nil
+			return nil
+		}
+		if !retry {
+			r.log.Error("usage report refused; dropped", "id", r.cut.ID, "err", err)
+			r.cut = nil
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 8*time.Second)
+	}
+	return err
+}
+
+// beat sends one heartbeat. A lost one is not retried: the next comes an
+// interval later, well inside the timeout.
+func (r *usageReporter) beat(ctx context.Context) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.beats++
+	ev := map[string]any{"specversion": "1.0", "id": fmt.Sprintf("%s-beat-%d", r.idPrefix, r.beats), "source": r.source,
+		"type": "heartbeat", "time": time.Now().UTC()}
+	if _, err := r.post(ctx, r.events, ev); err != nil && ctx.Err() == nil {
+		r.log.Warn("heartbeat failed", "err", err)
+	}
+}
+
+// send posts the cut report once; retry says whether trying again may help.
+func (r *usageReporter) send(ctx context.Context) (retry bool, err error) {
+	return r.post(ctx, r.url, r.cut)
+}
+
+// post sends one CloudEvent as a batch of one, with the instance's token.
+func (r *usageReporter) post(ctx context.Context, url string, event any) (retry bool, err error) {
+	tok, err := r.accessToken(ctx)
+	if err != nil {
+		return true, err
+	}
+	body, _ := json.Marshal([]any{event})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/cloudevents-batch+json")
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return true, err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	switch {
+	case resp.StatusCode == http.StatusOK:
+		return false, nil
+	case resp.StatusCode == http.StatusUnauthorized:
+		r.token = "" // expired or revoked: sign in again on the next try
+		return true, fmt.Errorf("%s: %s: %s", url, resp.Status, msg)
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return true, fmt.Errorf("%s: %s: %s", url, resp.Status, msg)
+	default:
+		return false, fmt.Errorf("%s: %s: %s", url, resp.Status, msg)
+	}
+}
+
+// accessToken returns a token with time to spare, trading a fresh signed
+// assertion for one when the last is three quarters through its life.
+func (r *usageReporter) accessToken(ctx context.Context) (string, error) {
+	if r.token != "" && time.Now().Before(r.renewAt) {
+		return r.token, nil
+	}
+	assertion, err := r.sign(time.Now())
+	if err != nil {
+		return "", err
+	}
+	body, _ := json.Marshal(map[string]string{"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": assertion})
+	// Posted to the API this instance was told to use; token_url is the
+	// audience the assertion names, which may be an address the workload
+	// cannot reach (the platform's public URL).
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.base+"/api/v1/auth/service-account/token", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var t struct {
+		AccessToken string `json:"access_token"`
+		ExpiresIn   int    `json:"expires_in"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return "", fmt.Errorf("token exchange: %s: %s", resp.Status, msg)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&t); err != nil || t.AccessToken == "" {
+		return "", fmt.Errorf("token exchange: unreadable answer (%v)", err)
+	}
+	r.token = t.AccessToken
+	r.renewAt = time.Now().Add(time.Duration(t.ExpiresIn) * time.Second * 3 / 4)
+	return r.token, nil
+}
+
+// sign makes the RFC 7523 assertion: iss and sub are the service account,
+// aud the token URL, kid the key; it is good for five minutes.
+func (r *usageReporter) sign(now time.Time) (string, error) {
+	var jti [16]byte
+	_, _ = rand.Read(jti[:])
+	header, _ := json.Marshal(map[string]string{"alg": r.alg, "typ": "JWT", "kid": r.key.KeyID})
+	claims, _ := json.Marshal(map[string]any{"iss": r.key.ServiceAccountID, "sub": r.key.ServiceAccountID,
+		"aud": []string{r.key.TokenURL}, "iat": now.Unix(), "exp": now.Add(5 * time.Minute).Unix(), "jti": fmt.Sprintf("%x", jti)})
+	b64 := base64.RawURLEncoding
+	input := b64.EncodeToString(header) + "." + b64.EncodeToString(claims)
+	var sig []byte
+	switch k := r.signer.(type) {
+	case ed25519.PrivateKey:
+		sig = ed25519.Sign(k, []byte(input))
+	case *ecdsa.PrivateKey:
+		h := sha256.Sum256([]byte(input))
+		rr, s, err := ecdsa.Sign(rand.Reader, k, h[:])
+		if err != nil {
+			return "", err
+		}
+		sig = make([]byte, 64)
+		rr.FillBytes(sig[:32])
+		s.FillBytes(sig[32:])
+	}
+	return input + "." + b64.EncodeToString(sig), nil
+}
+
+func parseKey(pemText string) (crypto.Signer, string, error) {
+	block, _ := pem.Decode([]byte(pemText))
+	if block == nil {
+		return nil, "", errors.New("the private key is not PEM")
+	}
+	var k any
+	var err error
+	if block.Type == "EC PRIVATE KEY" {
+		k, err = x509.ParseECPrivateKey(block.Bytes)
+	} else {
+		k, err = x509.ParsePKCS8PrivateKey(block.Bytes)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	switch k := k.(type) {
+	case ed25519.PrivateKey:
+		return k, "EdDSA", nil
+	case *ecdsa.PrivateKey:
+		return k, "ES256", nil
+	}
+	return nil, "", fmt.Errorf("unsupported key type %T: want Ed25519 or ECDSA P-256", k)
+}
