@@ -1,0 +1,204 @@
+package gateway
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BenchmarkGatewayVsDirect: the example app (examples/my-app) as a process
+// of its own, as it is in its container, reached straight and through the
+// gateway, side by side in one run, with 16 GETs in flight. Unlike
+// internal/doctest's BenchmarkUIGateway it needs no Docker, so it also runs
+// where the gateway has cores of its own rather than sharing two with the
+// client, Docker's port proxy and the app. GPUAAS_BENCH_APP names a
+// prebuilt my-app binary; without it the benchmark builds one. Where nginx
+// is installed, the same GETs through nginx (a keep-alive proxy_pass) run
+// beside them, as a reference for the cost of a proxy hop as such.
+//
+//	go test ./internal/gateway -run '^$' -bench BenchmarkGatewayVsDirect -benchtime 20000x
+func BenchmarkGatewayVsDirect(b *testing.B) {
+	addr := startExampleApp(b)
+	r := newRig(b, addr)
+	app := r.open(b)
+	gw := r.client()
+	gw.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	ngx := startNginx(b, addr)
+	// The standard library's reverse proxy with nothing of the gateway's
+	// own (no token, no lookup, no header policy), in the same process as
+	// the gateway runs here: what net/http's proxying costs by itself.
+	up, _ := url.Parse("http://" + addr)
+	rp := httputil.NewSingleHostReverseProxy(up)
+	rp.Transport = &http.Transport{MaxIdleConnsPerHost: 256}
+	bareSrv := httptest.NewServer(rp)
+	b.Cleanup(bareSrv.Close)
+	bare := bareSrv.URL
+	for round := 1; round <= 2; round++ {
+		b.Run(fmt.Sprintf("GET-16/direct/%d", round), func(b *testing.B) {
+			load(b, direct, "http://"+addr+"/", "", 16)
+		})
+		b.Run(fmt.Sprintf("GET-16/gateway/%d", round), func(b *testing.B) {
+			load(b, gw, "http://"+inst+".apps.test:8080/", app.Value, 16)
+		})
+		b.Run(fmt.Sprintf("GET-16/reverseproxy/%d", round), func(b *testing.B) {
+			load(b, direct, bare+"/", "", 16)
+		})
+		if ngx != "" {
+			b.Run(fmt.Sprintf("GET-16/nginx/%d", round), func(b *testing.B) {
+				load(b, direct, "http://"+ngx+"/", "", 16)
+			})
+		}
+	}
+}
+
+// startNginx runs nginx, when it is installed, as a plain keep-alive
+// reverse proxy in front of upstream: a reference for what any proxy hop
+// costs on the same machine. It returns "" without nginx.
+func startNginx(b *testing.B, upstream string) string {
+	b.Helper()
+	bin, err := exec.LookPath("nginx")
+	if err != nil {
+		b.Log("nginx is not installed: no reference proxy in this run")
+		return ""
+	}
+	dir := b.TempDir()
+	addr := freeAddr(b)
+	conf := fmt.Sprintf(`worker_processes auto;
+pid %[1]s/nginx.pid;
+error_log %[1]s/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  client_body_temp_path %[1]s; proxy_temp_path %[1]s; fastcgi_temp_path %[1]s; uwsgi_temp_path %[1]s; scgi_temp_path %[1]s;
+  upstream app { server %[2]s; keepalive 64; }
+  server {
+    listen %[3]s;
+    location / { proxy_pass http://app; proxy_http_version 1.1; proxy_set_header Connection ""; }
+  }
+}
+`, dir, upstream, addr)
+	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;")
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitUp(b, "http://"+addr+"/healthz")
+	return addr
+}
+
+func freeAddr(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// waitUp waits until u answers at all.
+func waitUp(b *testing.B, u string) {
+	b.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get(u)
+		if err == nil {
+			resp.Body.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%s did not answer: %v", u, err)
+		}
+	}
+}
+
+// load sends b.N GETs from inFlight goroutines and reports the median
+// latency and the throughput.
+func load(b *testing.B, c *http.Client, u, appCookie string, inFlight int) {
+	var (
+		mu   sync.Mutex
+		lat  = make([]time.Duration, 0, b.N)
+		next = make(chan struct{}, b.N)
+		wg   sync.WaitGroup
+	)
+	for range b.N {
+		next <- struct{}{}
+	}
+	close(next)
+	b.ResetTimer()
+	start := time.Now()
+	for range inFlight {
+		wg.Go(func() {
+			mine := make([]time.Duration, 0, b.N/inFlight+1)
+			for range next {
+				req, _ := http.NewRequest("GET", u, nil)
+				if appCookie != "" {
+					req.Header.Set("Cookie", "__Host-gpuaas_app="+appCookie)
+				}
+				t0 := time.Now()
+				resp, err := c.Do(req)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Errorf("GET %s: %d", u, resp.StatusCode)
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "req/s")
+}
+
+// startExampleApp runs examples/my-app on a loopback port until b ends.
+func startExampleApp(b *testing.B) string {
+	b.Helper()
+	bin := os.Getenv("GPUAAS_BENCH_APP")
+	if bin == "" {
+		bin = filepath.Join(b.TempDir(), "my-app")
+		build := exec.Command("go", "build", "-o", bin, ".")
+		build.Dir = filepath.Join("..", "..", "examples", "my-app")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
+		if out, err := build.CombinedOutput(); err != nil {
+			b.Fatalf("build examples/my-app: %v\n%s", err, out)
+		}
+	}
+	addr := freeAddr(b)
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "LISTEN="+addr)
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	waitUp(b, "http://"+addr+"/healthz")
+	return addr
+}
