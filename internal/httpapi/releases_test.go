@@ -1,8 +1,9 @@
 package httpapi_test
 
 import (
+	"bytes"
 	"context"
-	"crypto/ecdsa"
+	"crypto"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -14,8 +15,9 @@ import (
 
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/servertest"
-	"github.com/gpuaas/gpuaas/internal/signature"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	sigstoresig "github.com/sigstore/sigstore/pkg/signature"
 )
 
 const releaseAdmin = "/api/v1/admin/platform/releases/"
@@ -112,11 +114,17 @@ func TestPlatformReleases(t *testing.T) {
 		anon.Do("GET", path, nil, "If-None-Match", etag).Want(t, 304)
 		anon.Do("GET", releasePub+"1.2.0/artifacts/nope", nil).Want(t, 404)
 
-		// The signature: cosign verify-blob's format, ECDSA-SHA256 over the exact bytes.
+		// The signature, checked the way `cosign verify-blob --key` checks
+		// it (sigstore's key loading and verifier, which cosign calls):
+		// the PEM key, the base64 signature, the exact bytes.
 		keyPEM := anon.Do("GET", releasePub+"signing-key", nil).Want(t, 200).Body
 		manifest := anon.Do("GET", releasePub+"1.2.0/manifest", nil).Want(t, 200).Body
 		sigB64 := anon.Do("GET", releasePub+"1.2.0/manifest.sig", nil).Want(t, 200).Body
-		key, err := signature.ParsePublicKeyPEM(keyPEM)
+		releaseKey, err := cryptoutils.UnmarshalPEMToPublicKey(keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		verifier, err := sigstoresig.LoadVerifier(releaseKey, crypto.SHA256)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,13 +132,11 @@ func TestPlatformReleases(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		digest := sha256.Sum256(manifest)
-		if !ecdsa.VerifyASN1(key.(*ecdsa.PublicKey), digest[:], sig) {
-			t.Fatal("manifest signature does not verify")
+		if err := verifier.VerifySignature(bytes.NewReader(sig), bytes.NewReader(manifest)); err != nil {
+			t.Fatalf("manifest signature does not verify: %v", err)
 		}
 		tampered := []byte(strings.Replace(string(manifest), sha256Hex(cli), sha256Hex([]byte("evil")), 1))
-		td := sha256.Sum256(tampered)
-		if ecdsa.VerifyASN1(key.(*ecdsa.PublicKey), td[:], sig) {
+		if err := verifier.VerifySignature(bytes.NewReader(sig), bytes.NewReader(tampered)); err == nil {
 			t.Fatal("a tampered manifest verifies")
 		}
 		var m struct {
