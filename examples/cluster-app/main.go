@@ -49,6 +49,14 @@ import (
 // platform also names it in GPUAAS_APP_VERSION.
 var version = "dev"
 
+// params are the launch parameters (gpuaas.yaml's runtime_profile.parameters),
+// handed over by the platform in GPUAAS_PARAMETERS with defaults applied;
+// members get the instance's.
+type params struct {
+	ClusterName string `json:"cluster_name"`
+	PollSeconds int    `json:"poll_seconds"`
+}
+
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	if err := run(log); err != nil {
@@ -58,6 +66,12 @@ func main() {
 }
 
 func run(log *slog.Logger) error {
+	p := params{ClusterName: "cluster", PollSeconds: 1}
+	if raw := os.Getenv("GPUAAS_PARAMETERS"); raw != "" {
+		if err := json.Unmarshal([]byte(raw), &p); err != nil {
+			return fmt.Errorf("GPUAAS_PARAMETERS: %w", err)
+		}
+	}
 	if v := os.Getenv("GPUAAS_APP_VERSION"); v != "" && version == "dev" {
 		version = v
 	}
@@ -65,7 +79,7 @@ func run(log *slog.Logger) error {
 	if role == "" {
 		role, name = "controller", "controller"
 	}
-	log = log.With("role", role, "name", name)
+	log = log.With("cluster", p.ClusterName, "role", role, "name", name)
 
 	// Signals first, so that a SIGTERM during start-up is not lost.
 	sigs := make(chan os.Signal, 4)
@@ -77,7 +91,7 @@ func run(log *slog.Logger) error {
 	var c *controller
 	if role == "controller" {
 		var err error
-		if c, err = newController(log); err != nil {
+		if c, err = newController(log, time.Duration(max(p.PollSeconds, 1))*time.Second); err != nil {
 			return err
 		}
 		// The heartbeat is the controller's alone: a worker's would keep
@@ -96,7 +110,7 @@ func run(log *slog.Logger) error {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, _ *http.Request) {
-		out := map[string]any{"role": role, "name": name, "instance": os.Getenv("GPUAAS_APP_INSTANCE_ID"), "version": version}
+		out := map[string]any{"cluster": p.ClusterName, "role": role, "name": name, "instance": os.Getenv("GPUAAS_APP_INSTANCE_ID"), "version": version}
 		if c != nil {
 			out["workers"], out["last_error"], out["synced"] = c.snapshot()
 		}
@@ -191,7 +205,7 @@ type controller struct {
 	synced  bool // the members were read at least once
 }
 
-func newController(log *slog.Logger) (*controller, error) {
+func newController(log *slog.Logger, pollEvery time.Duration) (*controller, error) {
 	// The app meters nothing of its own (gpuaas.yaml: metering.kind none);
 	// the reporter signs in as the instance and sends the heartbeat.
 	meter, err := newUsageReporter(log, "none")
@@ -202,7 +216,7 @@ func newController(log *slog.Logger) (*controller, error) {
 		return nil, errors.New("GPUAAS_IDENTITY_FILE and GPUAAS_APP_INSTANCE_ID are not set: run the controller as an instance of the platform (GPUAAS_MEMBER_ROLE=worker runs a worker anywhere)")
 	}
 	return &controller{log: log, meter: meter, id: os.Getenv("GPUAAS_APP_INSTANCE_ID"), instance: strings.TrimSuffix(meter.events, "/runtime-events"),
-		pollEvery: time.Second, roster: map[string]worker{}}, nil
+		pollEvery: pollEvery, roster: map[string]worker{}}, nil
 }
 
 // run follows the members until ctx ends.
