@@ -16,13 +16,25 @@ func newInitCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "init DIR",
 		Short: "Start a new app in DIR from a template: source, manifest, Dockerfile, README, CI workflow",
-		Long: `Write a working app into DIR (created when missing). The http template is
-a Go HTTP server with a readiness endpoint, a clean stop on SIGTERM, launch
-parameters read from GPUAAS_PARAMETERS, and usage reporting as the instance
-itself (its mounted identity, token exchange and renewal, stable event ids);
-its manifest gpuaas.yaml validates as written. DIR must be empty unless
---force. Next steps are printed, and are in DIR/README.md.`,
+		Long: `Write a working app into DIR (created when missing), from one of the
+templates:
+
+  http          a Go HTTP service (FROM scratch) that reports its own usage
+  jupyter       JupyterLab on a CUDA image, behind the platform's UI gateway
+  vllm-compose  vLLM's OpenAI server (the vllm_openai Compose renderer) with
+                a metering proxy counting tokens
+  controller    a cluster app in the Slurm pattern: the controller when
+                launched, a worker when added as an instance member
+
+Each has a readiness endpoint, a clean stop on SIGTERM and launch parameters
+read from GPUAAS_PARAMETERS; those that report to the platform (http,
+vllm-compose, controller) do it as the instance itself (its mounted key,
+token exchange and renewal, reports with stable event ids). Its manifest
+gpuaas.yaml validates as written, and smoke.yaml holds what gpuaas app smoke
+checks. DIR must be empty unless --force. Next steps are printed, and are in
+DIR/README.md; docs/app-templates.md has more.`,
 		Example: `  gpuaas init hello --template http
+  gpuaas init cluster --template controller
   gpuaas init ./svc --slug team-svc --display-name "Team service"`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

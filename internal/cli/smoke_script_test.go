@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -30,8 +33,14 @@ func TestAppSmokeScripts(t *testing.T) {
 		}
 		goEnv[k] = strings.TrimSpace(string(out))
 	}
+	t.Cleanup(func() {
+		if goImage.name != "" {
+			removeImageFamily(goImage.name)
+		}
+	})
 	testscript.Run(t, testscript.Params{
-		Dir: "testdata/smoke",
+		Dir:  "testdata/smoke",
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){"go-image": goImageCmd},
 		Setup: func(env *testscript.Env) error {
 			for k, v := range goEnv {
 				env.Setenv(k, v)
@@ -50,4 +59,100 @@ func TestAppSmokeScripts(t *testing.T) {
 			return nil
 		},
 	})
+}
+
+// goImageCmd is the scripts' `go-image`: it sets GO_IMAGE to a Go build
+// image made from this machine's own toolchain, for the templates'
+// production Dockerfiles (`--build-arg GO_IMAGE=$GO_IMAGE`), since no
+// registry here serves golang images. Built once per test binary.
+func goImageCmd(ts *testscript.TestScript, neg bool, _ []string) {
+	if neg {
+		ts.Fatalf("unsupported: ! go-image")
+	}
+	goImage.once.Do(func() { goImage.name, goImage.err = buildGoImage() })
+	ts.Check(goImage.err)
+	ts.Setenv("GO_IMAGE", goImage.name)
+}
+
+var goImage struct {
+	once sync.Once
+	name string
+	err  error
+}
+
+// buildGoImage imports an image holding the host's GOROOT at
+// /usr/local/go and, as /bin/sh, a static build of mvdan.cc/sh's gosh
+// (Dockerfile RUN lines go through /bin/sh -c), with the environment of
+// the official golang images. Nothing is fetched at build time: the
+// templates have no dependencies (GOPROXY=off, GOFLAGS=-mod=mod).
+func buildGoImage() (string, error) {
+	dir, err := os.MkdirTemp("", "gpuaas-go-image")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	sh := exec.Command("go", "build", "-o", filepath.Join(dir, "bin", "sh"), "mvdan.cc/sh/v3/cmd/gosh")
+	sh.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := sh.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build gosh: %v\n%s", err, out)
+	}
+	goroot, err := exec.Command("go", "env", "GOROOT").Output()
+	if err != nil {
+		return "", err
+	}
+	root := strings.TrimSpace(string(goroot))
+	name := fmt.Sprintf("gpuaas-go-standin:%d", time.Now().UnixNano())
+	// tar's --transform puts GOROOT at usr/local/go, whatever it is called here.
+	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(filepath.Join(dir, "tmp"), 0o1777|os.ModeSticky); err != nil {
+		return "", err
+	}
+	script := `tar -c -C "$1" bin tmp -C "$(dirname "$2")" --exclude=test --exclude=api --exclude=doc --exclude=misc \
+  --transform "s,^$(basename "$2"),usr/local/go," "$(basename "$2")" |
+docker import -c 'ENV PATH=/usr/local/go/bin:/bin' -c 'ENV GOCACHE=/tmp/go-cache' -c 'ENV GOPATH=/tmp/go' \
+  -c 'ENV GOPROXY=off' -c 'ENV GOFLAGS=-mod=mod' -c 'ENV GOTOOLCHAIN=local' - "$3" >/dev/null`
+	if out, err := exec.Command("bash", "-c", script, "bash", dir, root, name).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("import the Go image: %v\n%s", err, out)
+	}
+	return name, nil
+}
+
+// removeImageFamily removes image and the images built on it (the
+// classic builder keeps every step of a build stage as an image).
+func removeImageFamily(image string) {
+	id := func(ref, format string) string {
+		out, _ := exec.Command("docker", "image", "inspect", "--format", format, ref).Output()
+		return strings.TrimSpace(string(out))
+	}
+	root := id(image, "{{.Id}}")
+	if root == "" {
+		return
+	}
+	out, _ := exec.Command("docker", "images", "-a", "-q", "--no-trunc", "--filter", "since="+image).Output()
+	parent := map[string]string{}
+	for _, c := range strings.Fields(string(out)) {
+		parent[c] = id(c, "{{.Parent}}")
+	}
+	var family []string // children before their parents
+	var descends func(c string) bool
+	descends = func(c string) bool { return c == root || c != "" && descends(parent[c]) }
+	for c := range parent {
+		if descends(c) {
+			family = append(family, c)
+		}
+	}
+	slices.SortFunc(family, func(a, b string) int { return depth(parent, b) - depth(parent, a) })
+	for _, c := range append(family, image) {
+		_ = exec.Command("docker", "rmi", "-f", c).Run()
+	}
+}
+
+func depth(parent map[string]string, c string) int {
+	n := 0
+	for ; parent[c] != ""; c = parent[c] {
+		n++
+	}
+	return n
 }
