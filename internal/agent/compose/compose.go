@@ -10,12 +10,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/compose-spec/compose-go/v2/graph"
 	"github.com/compose-spec/compose-go/v2/loader"
@@ -38,6 +41,10 @@ const (
 	LabelConfigHash = "com.docker.compose.config-hash"
 	LabelNetwork    = "com.docker.compose.network"
 	LabelVolume     = "com.docker.compose.volume"
+	// LabelDependsOn lists a service's dependencies as compose does
+	// ("db:service_started:false,cache:…"), so that down can stop the
+	// project in reverse order without the compose file.
+	LabelDependsOn = "com.docker.compose.depends_on"
 )
 
 var projectName = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -234,8 +241,14 @@ func startService(ctx context.Context, d *docker.Driver, p *types.Project, s typ
 	if wantsGPU(s) {
 		res.DeviceRequests = docker.GPURequests(gpus)
 	}
+	var deps []string
+	for dep, c := range s.DependsOn {
+		deps = append(deps, dep+":"+c.Condition+":"+strconv.FormatBool(c.Restart))
+	}
+	slices.Sort(deps)
 	cfg := &container.Config{Image: s.Image, Cmd: s.Command, Env: env, ExposedPorts: exposed, Labels: base(map[string]string{
-		LabelService: s.Name, LabelNumber: "1", LabelOneoff: "False", LabelConfigHash: hex.EncodeToString(sum[:])})}
+		LabelService: s.Name, LabelNumber: "1", LabelOneoff: "False", LabelConfigHash: hex.EncodeToString(sum[:]),
+		LabelDependsOn: strings.Join(deps, ",")})}
 	if len(s.Entrypoint) > 0 {
 		cfg.Entrypoint = s.Entrypoint
 	}
@@ -271,7 +284,9 @@ const downStopSeconds = 10
 // Down removes the project's containers (with anonymous volumes), its
 // network and its named volumes — only those carrying the gpuaas label.
 // Each container is stopped gracefully first (SIGTERM, then SIGKILL after
-// downStopSeconds), as docker compose down does.
+// downStopSeconds), as docker compose down does, and in its order: a
+// service stops once every service that depends on it is gone, and the
+// services of one such step stop at once.
 func Down(ctx context.Context, d *docker.Driver, project, instanceID string) error {
 	if !projectName.MatchString(project) {
 		return invalid("compose project name %q is not valid", project)
@@ -281,10 +296,20 @@ func Down(ctx context.Context, d *docker.Driver, project, instanceID string) err
 	if err != nil {
 		return err
 	}
-	for _, c := range cs.Items {
-		t := downStopSeconds
-		_, _ = d.C.ContainerStop(ctx, c.ID, client.ContainerStopOptions{Timeout: &t}) // a failed stop does not hold the removal up
-		if _, err := d.C.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+	for _, step := range stopOrder(cs.Items) {
+		var wg sync.WaitGroup
+		errs := make([]error, len(step))
+		for i, id := range step {
+			wg.Go(func() {
+				t := downStopSeconds
+				_, _ = d.C.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &t}) // a failed stop does not hold the removal up
+				if _, err := d.C.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+					errs[i] = err
+				}
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
 			return err
 		}
 	}
@@ -307,4 +332,48 @@ func Down(ctx context.Context, d *docker.Driver, project, instanceID string) err
 		}
 	}
 	return d.RemoveInstanceDir(instanceID)
+}
+
+// stopOrder groups a project's containers into the steps down stops them
+// in: first the services nothing depends on, then those whose dependents
+// are all in earlier steps (the reverse of the start order). Containers
+// without the depends_on label (made before down read it) depend on
+// nothing; a cycle, which Up refuses, would end in one last step.
+func stopOrder(cs []container.Summary) [][]string {
+	deps := map[string][]string{} // service -> the services it depends on
+	ids := map[string][]string{}  // service -> its containers
+	for _, c := range cs {
+		svc := c.Labels[LabelService]
+		ids[svc] = append(ids[svc], c.ID)
+		for _, dep := range strings.Split(c.Labels[LabelDependsOn], ",") {
+			if name, _, _ := strings.Cut(dep, ":"); name != "" {
+				deps[svc] = append(deps[svc], name)
+			}
+		}
+	}
+	left := maps.Clone(ids)
+	var steps [][]string
+	for len(left) > 0 {
+		needed := map[string]bool{} // still depended on by a service not yet stopped
+		for svc := range left {
+			for _, dep := range deps[svc] {
+				needed[dep] = true
+			}
+		}
+		var step []string
+		for _, svc := range slices.Sorted(maps.Keys(left)) {
+			if !needed[svc] {
+				step = append(step, left[svc]...)
+				delete(left, svc)
+			}
+		}
+		if len(step) == 0 { // a cycle
+			for _, svc := range slices.Sorted(maps.Keys(left)) {
+				step = append(step, left[svc]...)
+			}
+			left = nil
+		}
+		steps = append(steps, step)
+	}
+	return steps
 }

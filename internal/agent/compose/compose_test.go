@@ -94,6 +94,10 @@ volumes:
 		l[compose.LabelConfigHash] == "" || l[nodeapi.LabelInstance] != inst || l[nodeapi.LabelManaged] != "true" {
 		t.Fatalf("labels %v", l)
 	}
+	web, err := d.C.ContainerInspect(ctx, out.ContainerIDs[1], client.ContainerInspectOptions{})
+	if err != nil || web.Container.Config.Labels[compose.LabelDependsOn] != "db:service_started:false" {
+		t.Fatalf("web's depends_on label: %v %q", err, web.Container.Config.Labels[compose.LabelDependsOn])
+	}
 	// The identity file is bound read-only into web only, and web reads it.
 	for _, id := range out.ContainerIDs {
 		ins, err := d.C.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
@@ -141,14 +145,17 @@ volumes:
 		t.Fatal(err)
 	}
 	signals := map[string][]string{}
+	var seq []string // service:action, in the engine's order
 	for destroyed := 0; destroyed < 2; {
 		select {
 		case m := <-evs.Messages:
 			switch m.Action {
 			case "kill":
 				signals[m.Actor.ID] = append(signals[m.Actor.ID], m.Actor.Attributes["signal"])
+				seq = append(seq, m.Actor.Attributes[compose.LabelService]+":kill")
 			case "destroy":
 				destroyed++
+				seq = append(seq, m.Actor.Attributes[compose.LabelService]+":destroy")
 			}
 		case err := <-evs.Err:
 			t.Fatalf("events: %v", err)
@@ -163,6 +170,10 @@ volumes:
 	}
 	if len(signals) != 2 {
 		t.Fatalf("signals on down: %v, want SIGTERM to each of 2 containers", signals)
+	}
+	// In reverse depends_on order: web is gone before db is asked to stop.
+	if want := []string{"web:kill", "web:destroy", "db:kill", "db:destroy"}; !slices.Equal(seq, want) {
+		t.Fatalf("down's order: %v, want %v", seq, want)
 	}
 	if rem, err := d.Verify(ctx, inst, nil); err != nil || len(rem) != 0 {
 		t.Fatalf("after down: %v %v", err, rem)
