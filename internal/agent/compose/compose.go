@@ -337,21 +337,20 @@ func Down(ctx context.Context, d *docker.Driver, project, instanceID string) err
 // stopOrder groups a project's containers into the steps down stops them
 // in: first the services nothing depends on, then those whose dependents
 // are all in earlier steps (the reverse of the start order). Containers
-// without the depends_on label (made before down read it) depend on
+// without the depends_on label (made before Up wrote it) depend on
 // nothing; a cycle, which Up refuses, would end in one last step.
 func stopOrder(cs []container.Summary) [][]string {
 	deps := map[string][]string{} // service -> the services it depends on
-	ids := map[string][]string{}  // service -> its containers
+	left := map[string][]string{} // service not yet stopped -> its containers
 	for _, c := range cs {
 		svc := c.Labels[LabelService]
-		ids[svc] = append(ids[svc], c.ID)
+		left[svc] = append(left[svc], c.ID)
 		for _, dep := range strings.Split(c.Labels[LabelDependsOn], ",") {
 			if name, _, _ := strings.Cut(dep, ":"); name != "" {
 				deps[svc] = append(deps[svc], name)
 			}
 		}
 	}
-	left := maps.Clone(ids)
 	var steps [][]string
 	for len(left) > 0 {
 		needed := map[string]bool{} // still depended on by a service not yet stopped
