@@ -7,9 +7,10 @@
 // so by GPUAAS_MEMBER_ROLE and GPUAAS_MEMBER_NAME.
 //
 // The controller keeps the cluster's roster the way a scheduler's
-// controller keeps its nodes: every second it lists the instance's members
-// with the instance's own identity (GET …/members) and reports each worker
-// joining, failing and going back to the platform as runtime events
+// controller keeps its nodes: every poll_seconds (a launch parameter) it
+// lists the instance's members with the instance's own identity
+// (GET …/members) and reports each worker joining, failing and going back
+// to the platform as runtime events
 // (member_added, member_failed, member_removed). Members have no network
 // path to the controller (an instance's ports are host-local to its node),
 // so the roster comes from the platform's member registry rather than from

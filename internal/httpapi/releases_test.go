@@ -13,11 +13,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	sigstoresig "github.com/sigstore/sigstore/pkg/signature"
+
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
-	"github.com/sigstore/sigstore/pkg/cryptoutils"
-	sigstoresig "github.com/sigstore/sigstore/pkg/signature"
 )
 
 const releaseAdmin = "/api/v1/admin/platform/releases/"
