@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // BenchmarkGatewayVsDirect: the example app (examples/my-app) as a process
@@ -185,12 +187,7 @@ func startExampleApp(b *testing.B) string {
 	bin := os.Getenv("GPUAAS_BENCH_APP")
 	if bin == "" {
 		bin = filepath.Join(b.TempDir(), "my-app")
-		build := exec.Command("go", "build", "-o", bin, ".")
-		build.Dir = filepath.Join("..", "..", "examples", "my-app")
-		build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off")
-		if out, err := build.CombinedOutput(); err != nil {
-			b.Fatalf("build examples/my-app: %v\n%s", err, out)
-		}
+		testbin.Static(b, filepath.Join("..", "..", "examples", "my-app"), bin, "")
 	}
 	addr := freeAddr(b)
 	cmd := exec.Command(bin)

@@ -2,7 +2,6 @@ package httpapi_test
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // authRefused matches the engine's report of a registry refusing access.
@@ -42,12 +42,7 @@ func TestDockerPushIntoEmbeddedRegistry(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gobuild := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", "hello", ".")
-	gobuild.Dir = dir
-	gobuild.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOWORK=off", "GOFLAGS=")
-	if out, err := gobuild.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	testbin.Static(t, dir, filepath.Join(dir, "hello"), "")
 	local := "gpuaas-test/docker-push:build"
 	d.Must("", "build", "-q", "-t", local, dir)
 	built := time.Now()

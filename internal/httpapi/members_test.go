@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -21,6 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // clusterManifest is the echo app as a cluster app: operators may add up
@@ -321,17 +321,8 @@ func TestInstanceMembersNotDeclared(t *testing.T) {
 // static binary in an image FROM scratch.
 func clusterAppImage(t *testing.T) v1.Image {
 	t.Helper()
-	dir, err := filepath.Abs("../../examples/cluster-app")
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := filepath.Join(t.TempDir(), "cluster-app")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the cluster app: %v\n%s", err, b)
-	}
+	testbin.Static(t, filepath.Join("..", "..", "examples", "cluster-app"), out, "")
 	bin, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)

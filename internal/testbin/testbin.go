@@ -1,7 +1,8 @@
 // Package testbin builds the gpuaas binary (and other main packages of the
 // module, such as the reference external worker) for tests that run it as
 // a child process: once per test process, package and set of linker flags,
-// however many tests ask. Only tests import it.
+// however many tests ask; and static binaries of small modules of their own
+// for test images (Static). Only tests import it.
 //
 // The binary lives in a temporary directory that [Main] (or [M]) removes
 // when the package's tests end. A test process without that TestMain
@@ -56,6 +57,21 @@ func GpuaasLDFlags(t testing.TB, ldflags string) string {
 func Program(t testing.TB, pkg string) string {
 	t.Helper()
 	return binary(t, pkg, "")
+}
+
+// Static builds the main package in dir, a module of its own (an example
+// app, a test server written out by the test), into out: a static Linux
+// binary without symbols, what an image FROM scratch runs. extraLDFlags
+// are added to "-s -w" (e.g. "-X main.version=1.2.0"). Unlike Gpuaas and
+// Program it builds on every call: each caller's source is its own.
+func Static(t testing.TB, dir, out, extraLDFlags string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", strings.TrimSpace("-s -w "+extraLDFlags), "-o", out, ".")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOWORK=off", "GOFLAGS=")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build in %s: %v\n%s", dir, err, b)
+	}
 }
 
 func binary(t testing.TB, pkg, ldflags string) string {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // ImageLabel marks every image these tests build; its value is unique per
@@ -195,12 +196,7 @@ func BuildServerImage(t testing.TB, d Docker, tag, user string) {
 			t.Fatal(err)
 		}
 	}
-	gb := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", "srv", ".")
-	gb.Dir = dir
-	gb.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOWORK=off", "GOFLAGS=")
-	if out, err := gb.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	testbin.Static(t, dir, filepath.Join(dir, "srv"), "")
 	d.Must("", "build", "-q", "-t", tag, dir)
 }
 

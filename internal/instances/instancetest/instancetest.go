@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // Modes of the test app.
@@ -128,12 +129,7 @@ func Build(t testing.TB, version, mode string) []byte {
 		t.Fatal(err)
 	}
 	out := filepath.Join(dir, "app")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version+" -X main.mode="+mode+" -X main.slow="+SlowReadiness.String(), "-o", out, ".")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=", "GOWORK=off")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build test app: %v\n%s", err, b)
-	}
+	testbin.Static(t, dir, out, "-X main.version="+version+" -X main.mode="+mode+" -X main.slow="+SlowReadiness.String())
 	bin, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
