@@ -300,13 +300,7 @@ func Down(ctx context.Context, d *docker.Driver, project, instanceID string) err
 		var wg sync.WaitGroup
 		errs := make([]error, len(step))
 		for i, id := range step {
-			wg.Go(func() {
-				t := downStopSeconds
-				_, _ = d.C.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &t}) // a failed stop does not hold the removal up
-				if _, err := d.C.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
-					errs[i] = err
-				}
-			})
+			wg.Go(func() { errs[i] = d.RemoveContainer(ctx, id, downStopSeconds) })
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {

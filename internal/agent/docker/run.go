@@ -410,12 +410,23 @@ func (d *Driver) Remove(ctx context.Context, ref nodeapi.ContainerRef) error {
 		return err
 	}
 	for _, id := range ids {
-		if t := ref.TimeoutSec; t > 0 {
-			_, _ = d.C.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &t})
-		}
-		if _, err := d.C.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		if err := d.RemoveContainer(ctx, id, ref.TimeoutSec); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// RemoveContainer removes one container with its anonymous volumes, after
+// a graceful stop when timeoutSec > 0 (SIGTERM, then SIGKILL after
+// timeoutSec; a stop that fails does not hold the removal up). Removing
+// what is already gone succeeds.
+func (d *Driver) RemoveContainer(ctx context.Context, id string, timeoutSec int) error {
+	if timeoutSec > 0 {
+		_, _ = d.C.ContainerStop(ctx, id, client.ContainerStopOptions{Timeout: &timeoutSec})
+	}
+	if _, err := d.C.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		return err
 	}
 	return nil
 }
