@@ -64,7 +64,9 @@ type Config struct {
 	Backend      Backend
 	Logger       *slog.Logger
 	Now          func() time.Time
-	// Transport reaches the instances (default: a pooled http.Transport).
+	// Transport reaches the instances (default: upstreamTransport, GETs
+	// in the calling goroutine and the rest through a pooled
+	// http.Transport).
 	Transport http.RoundTripper
 }
 
@@ -77,8 +79,9 @@ type Gateway struct {
 	// verified remembers tokens whose signature checked out, until they
 	// expire: a page with fifty assets is fifty requests with one token,
 	// and the HMAC and JSON decoding were a tenth of the gateway's cost.
-	verified  sync.Map // token -> appClaims
-	nVerified atomic.Int64
+	verified     sync.Map // token -> appClaims
+	nVerified    atomic.Int64
+	parsedPublic atomic.Pointer[parsedURL]
 }
 
 type cachedUpstream struct {
@@ -105,13 +108,14 @@ func New(cfg Config) *Gateway {
 	}
 	cfg.Domain = strings.ToLower(strings.Trim(cfg.Domain, "."))
 	if cfg.Transport == nil {
-		cfg.Transport = &http.Transport{
+		dial := (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		cfg.Transport = newUpstreamTransport(&http.Transport{
 			Proxy:               nil,
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext:         dial,
 			MaxIdleConns:        1024,
 			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     90 * time.Second,
-		}
+		}, dial, cfg.Now)
 	}
 	g := &Gateway{cfg: cfg, cache: map[string]cachedUpstream{}}
 	g.proxy = &httputil.ReverseProxy{
@@ -163,10 +167,28 @@ func (g *Gateway) match(r *http.Request) (target, bool) {
 }
 
 func (g *Gateway) scheme() string {
-	if u, err := url.Parse(g.cfg.PublicURL()); err == nil && u.Scheme == "https" {
+	if u, err := g.publicURL(); err == nil && u.Scheme == "https" {
 		return "https"
 	}
 	return "http"
+}
+
+// publicURL is cfg.PublicURL parsed, remembered while the string is the
+// same: every proxied request asks for its scheme and origin.
+func (g *Gateway) publicURL() (*url.URL, error) {
+	s := g.cfg.PublicURL()
+	if p := g.parsedPublic.Load(); p != nil && p.raw == s {
+		return p.u, p.err
+	}
+	u, err := url.Parse(s)
+	g.parsedPublic.Store(&parsedURL{raw: s, u: u, err: err})
+	return u, err
+}
+
+type parsedURL struct {
+	raw string
+	u   *url.URL
+	err error
 }
 
 // PathBase is the path an instance's UI is served under on the console's
@@ -317,7 +339,7 @@ func (g *Gateway) signIn(w http.ResponseWriter, r *http.Request, t target, path 
 }
 
 func (g *Gateway) consoleOrigin() string {
-	u, err := url.Parse(g.cfg.PublicURL())
+	u, err := g.publicURL()
 	if err != nil {
 		return "'none'"
 	}
@@ -456,9 +478,19 @@ func (g *Gateway) ours(name string) bool {
 var wsHeaders = []string{"Sec-WebSocket-Key", "Sec-WebSocket-Version", "Sec-WebSocket-Protocol",
 	"Sec-WebSocket-Extensions", "Sec-WebSocket-Accept"}
 
+// canonicalWSHeaders are wsHeaders as Go keys them, computed once: this
+// runs on every proxied request.
+var canonicalWSHeaders = func() []string {
+	c := make([]string, len(wsHeaders))
+	for i, name := range wsHeaders {
+		c[i] = http.CanonicalHeaderKey(name)
+	}
+	return c
+}()
+
 func exactWebSocketCasing(h http.Header) {
-	for _, name := range wsHeaders {
-		canon := http.CanonicalHeaderKey(name)
+	for i, name := range wsHeaders {
+		canon := canonicalWSHeaders[i]
 		if v, ok := h[canon]; ok && canon != name {
 			delete(h, canon)
 			h[name] = v

@@ -56,15 +56,19 @@ type rig struct {
 
 // newRig runs a gateway in front of upstream, with the console at
 // http://console.test and apps under apps.test.
-func newRig(t testing.TB, upstream string) *rig {
+func newRig(t testing.TB, upstream string, opts ...func(*Config)) *rig {
 	r := &rig{backend: &fakeBackend{codes: map[string]instances.UIGrant{}, up: map[string]instances.UIUpstream{
 		inst:                                   {InstanceID: inst, Status: "running", Embedded: true, ContainerPort: 8080, Path: "/ui/", Addr: upstream},
 		"0193aaaa-bbbb-7ccc-8ddd-000000000001": {InstanceID: "0193aaaa-bbbb-7ccc-8ddd-000000000001", Status: "deploying", Embedded: true},
 	}}, now: time.Now()}
-	r.gw = New(Config{Domain: "apps.test", PublicURL: func() string { return "http://console.test:8080" }, Key: []byte("k"),
+	cfg := Config{Domain: "apps.test", PublicURL: func() string { return "http://console.test:8080" }, Key: []byte("k"),
 		Backend: r.backend, StripCookies: []string{"gpuaas_session"},
 		IsPlatformToken: func(_ context.Context, tok string) bool { return strings.HasPrefix(tok, "platform.") },
-		Now:             func() time.Time { r.mu.Lock(); defer r.mu.Unlock(); return r.now }})
+		Now:             func() time.Time { r.mu.Lock(); defer r.mu.Unlock(); return r.now }}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r.gw = New(cfg)
 	r.front = httptest.NewServer(r.gw.Wrap(http.NotFoundHandler()))
 	t.Cleanup(r.front.Close)
 	return r

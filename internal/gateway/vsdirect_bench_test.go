@@ -37,6 +37,13 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	gw := r.client()
 	gw.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
 	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	// The same gateway with net/http's Transport to the app, as it had
+	// before upstreamTransport: what carrying the GETs in the handler's
+	// own goroutine gains.
+	old := newRig(b, addr, func(c *Config) { c.Transport = &http.Transport{MaxIdleConnsPerHost: 256} })
+	oldApp := old.open(b)
+	oldGW := old.client()
+	oldGW.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
 	ngx := startNginx(b, addr)
 	// The standard library's reverse proxy with nothing of the gateway's
 	// own (no token, no lookup, no header policy), in the same process as
@@ -53,6 +60,9 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("GET-16/gateway/%d", round), func(b *testing.B) {
 			load(b, gw, "http://"+inst+".apps.test:8080/", app.Value, 16)
+		})
+		b.Run(fmt.Sprintf("GET-16/gateway-nethttp-transport/%d", round), func(b *testing.B) {
+			load(b, oldGW, "http://"+inst+".apps.test:8080/", oldApp.Value, 16)
 		})
 		b.Run(fmt.Sprintf("GET-16/reverseproxy/%d", round), func(b *testing.B) {
 			load(b, direct, bare+"/", "", 16)
