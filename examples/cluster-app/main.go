@@ -27,12 +27,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -246,7 +244,7 @@ func (c *controller) sync(ctx context.Context) error {
 	var page struct {
 		Items []member `json:"items"`
 	}
-	if err := c.call(ctx, http.MethodGet, c.instance+"/members?limit=500", nil, &page); err != nil {
+	if _, err := c.meter.Call(ctx, http.MethodGet, c.instance+"/members?limit=500", nil, &page); err != nil {
 		return err
 	}
 	var events []runtimeEvent
@@ -280,10 +278,10 @@ func (c *controller) sync(ctx context.Context) error {
 }
 
 // report posts runtime events about the instance as one batch, trying
-// three times.
+// three times where trying again may help.
 func (c *controller) report(ctx context.Context, events []runtimeEvent) {
 	for try := 1; try <= 3; try++ {
-		err := c.call(ctx, http.MethodPost, c.instance+"/runtime-events", events, nil)
+		retry, err := c.meter.Call(ctx, http.MethodPost, c.instance+"/runtime-events", events, nil)
 		if err == nil {
 			for _, e := range events {
 				c.log.Info("reported", "type", e.Type, "member", e.Data.Member)
@@ -291,55 +289,15 @@ func (c *controller) report(ctx context.Context, events []runtimeEvent) {
 			return
 		}
 		c.log.Warn("runtime events not reported", "count", len(events), "try", try, "err", err)
+		if !retry {
+			return
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(time.Duration(try) * time.Second):
 		}
 	}
-}
-
-// call makes one API call as the instance: GET into out, or POST of a
-// CloudEvents batch (in).
-func (c *controller) call(ctx context.Context, method, url string, in, out any) error {
-	tok, err := c.meter.bearer(ctx)
-	if err != nil {
-		return err
-	}
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "cluster-app/"+version)
-	req.Header.Set("Authorization", "Bearer "+tok)
-	if in != nil {
-		req.Header.Set("Content-Type", "application/cloudevents-batch+json")
-	}
-	resp, err := c.meter.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		if resp.StatusCode == http.StatusUnauthorized {
-			c.meter.forgetToken()
-		}
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(msg))
-	}
-	if out == nil {
-		return nil
-	}
-	return json.NewDecoder(resp.Body).Decode(out)
 }
 
 func (c *controller) listed() bool {
@@ -357,22 +315,6 @@ func (c *controller) snapshot() ([]worker, string, bool) {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, c.lastErr, c.synced
-}
-
-// bearer lends the instance's access token that the reporter keeps
-// (usage.go), so the app signs in once; its lock keeps the reporter's own
-// calls out meanwhile.
-func (r *usageReporter) bearer(ctx context.Context) (string, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.accessToken(ctx)
-}
-
-// forgetToken drops a token the API refused: the next call signs in again.
-func (r *usageReporter) forgetToken() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.token = ""
 }
 
 func envOr(k, def string) string {

@@ -225,34 +225,83 @@ func (r *usageReporter) send(ctx context.Context) (retry bool, err error) {
 }
 
 // post sends one CloudEvent as a batch of one, with the instance's token.
+// The caller holds r.mu.
 func (r *usageReporter) post(ctx context.Context, url string, event any) (retry bool, err error) {
 	tok, err := r.accessToken(ctx)
 	if err != nil {
 		return true, err
 	}
-	body, _ := json.Marshal([]any{event})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
-	if err != nil {
-		return false, err
+	retry, refused, err := r.exchange(ctx, tok, http.MethodPost, url, []any{event}, nil)
+	if refused {
+		r.token = "" // expired or revoked: sign in again on the next try
 	}
-	req.Header.Set("Content-Type", "application/cloudevents-batch+json")
-	req.Header.Set("Authorization", "Bearer "+tok)
-	resp, err := r.http.Do(req)
+	return retry, err
+}
+
+// Call makes one more API call as the instance, with the token the
+// reporter keeps, so an app signs in once: in, when there is one, is posted
+// as a CloudEvents batch, and the answer is decoded into out, when there is
+// one. retry says whether trying again may help (the network, 401, 429,
+// 5xx).
+func (r *usageReporter) Call(ctx context.Context, method, url string, in, out any) (retry bool, err error) {
+	r.mu.Lock()
+	tok, err := r.accessToken(ctx)
+	r.mu.Unlock()
 	if err != nil {
 		return true, err
 	}
+	retry, refused, err := r.exchange(ctx, tok, method, url, in, out)
+	if refused {
+		r.mu.Lock()
+		if r.token == tok {
+			r.token = ""
+		}
+		r.mu.Unlock()
+	}
+	return retry, err
+}
+
+// exchange is one HTTP call with tok; refused says the API did not take
+// the token.
+func (r *usageReporter) exchange(ctx context.Context, tok, method, url string, in, out any) (retry, refused bool, err error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return false, false, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return false, false, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/cloudevents-batch+json")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "cluster-app/"+version)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return true, false, err
+	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		if out == nil {
+			return false, false, nil
+		}
+		return false, false, json.NewDecoder(resp.Body).Decode(out)
+	}
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	err = fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(msg))
 	switch {
-	case resp.StatusCode == http.StatusOK:
-		return false, nil
 	case resp.StatusCode == http.StatusUnauthorized:
-		r.token = "" // expired or revoked: sign in again on the next try
-		return true, fmt.Errorf("%s: %s: %s", url, resp.Status, msg)
+		return true, true, err
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
-		return true, fmt.Errorf("%s: %s: %s", url, resp.Status, msg)
+		return true, false, err
 	default:
-		return false, fmt.Errorf("%s: %s: %s", url, resp.Status, msg)
+		return false, false, err
 	}
 }
 
