@@ -163,7 +163,8 @@ func (b *upBody) Close() error {
 	return err
 }
 
-// get takes the most recently used idle connection to addr, or dials one.
+// get takes the most recently used idle connection to addr that is still
+// fit to use (connCheck), or dials one.
 func (t *upstreamTransport) get(ctx context.Context, addr string) (*upConn, bool, error) {
 	now := t.now()
 	t.mu.Lock()
@@ -175,11 +176,16 @@ func (t *upstreamTransport) get(ctx context.Context, addr string) (*upConn, bool
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
 		t.idle[addr] = list[:len(list)-1]
-		if now.Sub(c.idleSince) < t.idleTimeout {
-			t.mu.Unlock()
+		if now.Sub(c.idleSince) >= t.idleTimeout {
+			_ = c.Close()
+			continue
+		}
+		t.mu.Unlock()
+		if c.br.Buffered() == 0 && connCheck(c.Conn) == nil {
 			return c, true, nil
 		}
 		_ = c.Close()
+		t.mu.Lock()
 	}
 	t.mu.Unlock()
 	nc, err := t.dial(ctx, "tcp", addr)

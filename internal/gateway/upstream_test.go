@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/http/httptrace"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -293,5 +294,132 @@ func TestUpstreamClosesIdleConnections(t *testing.T) {
 	defer tr.mu.Unlock()
 	if len(tr.idle) != 0 {
 		t.Fatalf("pool still holds %v", tr.idle)
+	}
+}
+
+func TestUpstreamDropsAConnectionWithBytesNobodyAskedFor(t *testing.T) {
+	// The app's first answer carries a second one after its declared body:
+	// read as the answer to the next GET, it would reach whoever sent it.
+	var answered atomic.Bool
+	addr, accepted := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(t, br) {
+			if !answered.Swap(true) {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"+
+					"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsmuggl")
+				continue
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+		}
+	})
+	c := &http.Client{Transport: testTransport(nil, nil)}
+	if got := get(t, c, "http://"+addr+"/", true); got != "ok" {
+		t.Fatalf("first GET: %q", got)
+	}
+	if got := get(t, c, "http://"+addr+"/", true); got != "fresh" {
+		t.Fatalf("second GET read %q: the stray answer was taken for its own", got)
+	}
+	if n := accepted.Load(); n != 2 {
+		t.Fatalf("%d connections, want 2", n)
+	}
+}
+
+func TestUpstreamDropsAConnectionTheAppWroteToWhileIdle(t *testing.T) {
+	// The stray bytes come after the answer, while the connection sits in
+	// the pool: only a look at the socket finds them.
+	sent := make(chan struct{})
+	var answered atomic.Bool
+	addr, _ := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(t, br) {
+			if !answered.Swap(true) {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				time.Sleep(50 * time.Millisecond)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsmuggl")
+				close(sent)
+				continue
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+		}
+	})
+	c := &http.Client{Transport: testTransport(nil, nil)}
+	if got := get(t, c, "http://"+addr+"/", true); got != "ok" {
+		t.Fatalf("first GET: %q", got)
+	}
+	<-sent
+	time.Sleep(50 * time.Millisecond) // on loopback, long enough to arrive
+	if got := get(t, c, "http://"+addr+"/", true); got != "fresh" {
+		t.Fatalf("second GET read %q: the stray answer was taken for its own", got)
+	}
+}
+
+// Many GETs and HEADs at once, answered with every framing HTTP/1.1 has
+// (a length, chunks, none, until close): each answer reaches the request
+// it belongs to, whole.
+func TestUpstreamNeverMixesAnswers(t *testing.T) {
+	app := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		id := r.URL.Query().Get("id")
+		body := strings.Repeat(id+";", 1+len(id)%700)
+		switch r.URL.Path {
+		case "/length":
+			w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+			io.WriteString(w, body)
+		case "/chunked":
+			io.WriteString(w, body[:len(body)/2])
+			w.(http.Flusher).Flush()
+			io.WriteString(w, body[len(body)/2:])
+		case "/close":
+			w.Header().Set("Connection", "close")
+			io.WriteString(w, body)
+		case "/nocontent":
+			w.Header().Set("X-Id", id)
+			w.WriteHeader(http.StatusNoContent)
+		case "/notmodified":
+			w.Header().Set("X-Id", id)
+			w.WriteHeader(http.StatusNotModified)
+		}
+	})
+	tr := testTransport(nil, nil)
+	c := &http.Client{Transport: tr}
+	paths := []string{"/length", "/chunked", "/close", "/nocontent", "/notmodified"}
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 150 {
+				id := strconv.Itoa(g*1000 + i)
+				path := paths[(g+i)%len(paths)]
+				method := "GET"
+				if i%7 == 0 {
+					method = "HEAD"
+				}
+				req, _ := http.NewRequest(method, app.URL+path+"?id="+id, nil)
+				resp, err := c.Do(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				want := strings.Repeat(id+";", 1+len(id)%700)
+				switch {
+				case path == "/nocontent" || path == "/notmodified":
+					if resp.Header.Get("X-Id") != id || len(b) != 0 {
+						t.Errorf("%s %s?id=%s: X-Id %q, body %q", method, path, id, resp.Header.Get("X-Id"), b)
+					}
+				case method == "HEAD":
+					if len(b) != 0 {
+						t.Errorf("HEAD %s?id=%s: body %q", path, id, b)
+					}
+				case string(b) != want:
+					t.Errorf("GET %s?id=%s: got %q", path, id, b)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if n := tr.fallback.(*recordingRT).calls.Load(); n != 0 {
+		t.Fatalf("%d requests went to the fallback", n)
 	}
 }
