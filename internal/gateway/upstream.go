@@ -43,9 +43,41 @@ type upstreamTransport struct {
 type upConn struct {
 	net.Conn
 	addr      string
+	capped    capReader // what br reads from
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
+}
+
+// maxAnswerHead bounds the head of an app's answer (status line and
+// headers, 1xx answers included), as net/http's server bounds a request's:
+// an app that sends headers without end must not fill the gateway's memory.
+const maxAnswerHead = 1 << 20
+
+// max1xx is how many 1xx answers may come before the answer, as in
+// net/http's Transport.
+const max1xx = 5
+
+var errAnswerHeadTooLarge = fmt.Errorf("the app's answer has more than %d bytes of headers", maxAnswerHead)
+
+// capReader reads at most left bytes while left >= 0; -1 is no limit.
+type capReader struct {
+	r    io.Reader
+	left int64
+}
+
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.left == 0 {
+		return 0, errAnswerHeadTooLarge
+	}
+	if c.left > 0 && int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	if c.left > 0 {
+		c.left -= int64(n)
+	}
+	return n, err
 }
 
 func newUpstreamTransport(fallback http.RoundTripper, dial func(context.Context, string, string) (net.Conn, error), now func() time.Time) *upstreamTransport {
@@ -103,7 +135,8 @@ func (t *upstreamTransport) exchange(c *upConn, req *http.Request) (*http.Respon
 	if err := c.bw.Flush(); err != nil {
 		return fail(err)
 	}
-	for {
+	c.capped.left = maxAnswerHead
+	for n1xx := 0; ; n1xx++ {
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {
 			return fail(err)
@@ -114,6 +147,9 @@ func (t *upstreamTransport) exchange(c *upConn, req *http.Request) (*http.Respon
 			if resp.StatusCode == http.StatusSwitchingProtocols {
 				return fail(errors.New("the app switched protocols on a request that asked for no upgrade"))
 			}
+			if n1xx == max1xx {
+				return fail(fmt.Errorf("the app sent more than %d 1xx answers", max1xx))
+			}
 			if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.Got1xxResponse != nil {
 				if err := tr.Got1xxResponse(resp.StatusCode, map[string][]string(resp.Header)); err != nil {
 					return fail(err)
@@ -121,6 +157,7 @@ func (t *upstreamTransport) exchange(c *upConn, req *http.Request) (*http.Respon
 			}
 			continue
 		}
+		c.capped.left = -1 // the body may be any length
 		resp.Body = &upBody{ReadCloser: resp.Body, c: c, t: t, stop: stop,
 			done: resp.Body == http.NoBody, keep: !resp.Close}
 		return resp, nil
@@ -192,7 +229,9 @@ func (t *upstreamTransport) get(ctx context.Context, addr string) (*upConn, bool
 	if err != nil {
 		return nil, false, fmt.Errorf("dial the app at %s: %w", addr, err)
 	}
-	return &upConn{Conn: nc, addr: addr, br: bufio.NewReaderSize(nc, 8<<10), bw: bufio.NewWriterSize(nc, 4<<10)}, false, nil
+	c := &upConn{Conn: nc, addr: addr, capped: capReader{r: nc, left: -1}, bw: bufio.NewWriterSize(nc, 4<<10)}
+	c.br = bufio.NewReaderSize(&c.capped, 8<<10)
+	return c, false, nil
 }
 
 func (t *upstreamTransport) put(c *upConn) {

@@ -423,3 +423,46 @@ func TestUpstreamNeverMixesAnswers(t *testing.T) {
 		t.Fatalf("%d requests went to the fallback", n)
 	}
 }
+
+func TestUpstreamBoundsTheAnswersHead(t *testing.T) {
+	addr, _ := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		if !readRequest(t, br) {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\n")
+		line := "X-Filler: " + strings.Repeat("a", 1000) + "\r\n"
+		for range 2 * maxAnswerHead / len(line) {
+			if _, err := io.WriteString(c, line); err != nil {
+				return // the gateway hung up: what it should do
+			}
+		}
+		io.WriteString(c, "Content-Length: 2\r\n\r\nok")
+	})
+	req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+	if _, err := testTransport(nil, nil).RoundTrip(req); !errors.Is(err, errAnswerHeadTooLarge) {
+		t.Fatalf("2 MiB of headers: err = %v, want %v", err, errAnswerHeadTooLarge)
+	}
+}
+
+func TestUpstreamBoundsEarlyAnswers(t *testing.T) {
+	for _, n := range []int{max1xx, max1xx + 1} {
+		addr, _ := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+			if readRequest(t, br) {
+				io.WriteString(c, strings.Repeat("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n", n)+
+					"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			}
+		})
+		req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+		resp, err := testTransport(nil, nil).RoundTrip(req)
+		if n <= max1xx {
+			if err != nil {
+				t.Fatalf("%d early answers: %v", n, err)
+			}
+			resp.Body.Close()
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "1xx") {
+			t.Fatalf("%d early answers: err = %v, want a refusal", n, err)
+		}
+	}
+}
