@@ -213,7 +213,7 @@ func (t *upstreamTransport) get(ctx context.Context, addr string) (*upConn, bool
 		c := list[len(list)-1]
 		list[len(list)-1] = nil
 		t.idle[addr] = list[:len(list)-1]
-		if now.Sub(c.idleSince) >= t.idleTimeout {
+		if t.stale(c, now) {
 			_ = c.Close()
 			continue
 		}
@@ -232,6 +232,11 @@ func (t *upstreamTransport) get(ctx context.Context, addr string) (*upConn, bool
 	c := &upConn{Conn: nc, addr: addr, capped: capReader{r: nc, left: -1}, bw: bufio.NewWriterSize(nc, 4<<10)}
 	c.br = bufio.NewReaderSize(&c.capped, 8<<10)
 	return c, false, nil
+}
+
+// stale says whether idle connection c has been idle too long to use.
+func (t *upstreamTransport) stale(c *upConn, now time.Time) bool {
+	return now.Sub(c.idleSince) >= t.idleTimeout
 }
 
 func (t *upstreamTransport) put(c *upConn) {
@@ -259,10 +264,10 @@ func (t *upstreamTransport) sweep() {
 	for addr, list := range t.idle {
 		keep := list[:0]
 		for _, c := range list {
-			if now.Sub(c.idleSince) < t.idleTimeout {
-				keep = append(keep, c)
-			} else {
+			if t.stale(c, now) {
 				_ = c.Close()
+			} else {
+				keep = append(keep, c)
 			}
 		}
 		clear(list[len(keep):])

@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -30,13 +32,47 @@ import (
 // beside them, as a reference for the cost of a proxy hop as such.
 //
 //	go test ./internal/gateway -run '^$' -bench BenchmarkGatewayVsDirect -benchtime 20000x
+//
+// In production the gateway runs in the control plane, not on the GPU node
+// beside the app, and the browsers are elsewhere again. With
+// GPUAAS_BENCH_GATEWAY_CPUS set (a taskset list), the gateway and nginx run
+// as processes of their own on those CPUs, while the client and the app
+// stay where the benchmark runs; start it on the other CPUs, so that the
+// client and the app have the same CPUs in every row:
+//
+//	go test -c -o gw.test ./internal/gateway
+//	cd internal/gateway && GPUAAS_BENCH_GATEWAY_CPUS=1 taskset -c 0 ../../gw.test -test.run '^$' -test.bench BenchmarkGatewayVsDirect -test.benchtime 20000x
+//
+// (run from the package's directory, where the test binary finds
+// examples/my-app to build).
 func BenchmarkGatewayVsDirect(b *testing.B) {
 	addr := startExampleApp(b)
+	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	if cpus := os.Getenv("GPUAAS_BENCH_GATEWAY_CPUS"); cpus != "" {
+		gwAddr, cookie := startGatewayProcess(b, addr, cpus)
+		gw := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, n, gwAddr)
+		}}}
+		ngx := startNginx(b, addr, cpus)
+		for round := 1; round <= 2; round++ {
+			b.Run(fmt.Sprintf("GET-16/direct/%d", round), func(b *testing.B) {
+				load(b, direct, "http://"+addr+"/", "", 16)
+			})
+			b.Run(fmt.Sprintf("GET-16/gateway-own-cpus/%d", round), func(b *testing.B) {
+				load(b, gw, "http://"+inst+".apps.test:8080/", cookie, 16)
+			})
+			if ngx != "" {
+				b.Run(fmt.Sprintf("GET-16/nginx-own-cpus/%d", round), func(b *testing.B) {
+					load(b, direct, "http://"+ngx+"/", "", 16)
+				})
+			}
+		}
+		return
+	}
 	r := newRig(b, addr)
 	app := r.open(b)
 	gw := r.client()
 	gw.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
-	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	// The same gateway with net/http's Transport to the app, as it had
 	// before upstreamTransport: what carrying the GETs in the handler's
 	// own goroutine gains.
@@ -44,7 +80,7 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	oldApp := old.open(b)
 	oldGW := old.client()
 	oldGW.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
-	ngx := startNginx(b, addr)
+	ngx := startNginx(b, addr, "")
 	// The standard library's reverse proxy with nothing of the gateway's
 	// own (no token, no lookup, no header policy), in the same process as
 	// the gateway runs here: what net/http's proxying costs by itself.
@@ -77,8 +113,9 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 
 // startNginx runs nginx, when it is installed, as a plain keep-alive
 // reverse proxy in front of upstream: a reference for what any proxy hop
-// costs on the same machine. It returns "" without nginx.
-func startNginx(b *testing.B, upstream string) string {
+// costs on the same machine. With cpus, it runs on those CPUs (taskset). It
+// returns "" without nginx.
+func startNginx(b *testing.B, upstream, cpus string) string {
 	b.Helper()
 	bin, err := exec.LookPath("nginx")
 	if err != nil {
@@ -104,7 +141,11 @@ http {
 	if err := os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o600); err != nil {
 		b.Fatal(err)
 	}
-	cmd := exec.Command(bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;")
+	args := []string{bin, "-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-g", "daemon off;"}
+	if cpus != "" {
+		args = append([]string{"taskset", "-c", cpus}, args...)
+	}
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
@@ -121,6 +162,43 @@ func freeAddr(b *testing.B) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// startGatewayProcess runs the gateway in front of upstream in a process of
+// its own on cpus: this test binary again, running
+// TestGatewayProcessForBench. It returns the gateway's address and an app
+// cookie it accepts.
+func startGatewayProcess(b *testing.B, upstream, cpus string) (addr, cookie string) {
+	b.Helper()
+	cmd := exec.Command("taskset", "-c", cpus, os.Args[0], "-test.run", "^TestGatewayProcessForBench$")
+	cmd.Env = append(os.Environ(), "GPUAAS_BENCH_GATEWAY_UPSTREAM="+upstream)
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatalf("taskset (util-linux) runs the gateway on its CPUs: %v", err)
+	}
+	b.Cleanup(func() { stdin.Close(); _ = cmd.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if _, err2 := fmt.Sscan(line, &addr, &cookie); err != nil || err2 != nil {
+		b.Fatalf("gateway process: %q: %v %v", line, err, err2)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	return addr, cookie
+}
+
+// TestGatewayProcessForBench is BenchmarkGatewayVsDirect's gateway process
+// (see startGatewayProcess); it does nothing in a test run. It writes its
+// address and an app cookie, then serves until its stdin closes.
+func TestGatewayProcessForBench(t *testing.T) {
+	upstream := os.Getenv("GPUAAS_BENCH_GATEWAY_UPSTREAM")
+	if upstream == "" {
+		t.Skip("the gateway process of BenchmarkGatewayVsDirect, started by the benchmark")
+	}
+	r := newRig(t, upstream)
+	app := r.open(t)
+	fmt.Printf("%s %s\n", r.front.Listener.Addr(), app.Value)
+	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 
 // waitUp waits until u answers at all.
