@@ -85,6 +85,7 @@ type Config struct {
 	// Web console and UI gateway (docs/console.md).
 	AppsDomain         string        // instance UIs at <id>.<AppsDomain>; empty turns the gateway off
 	AppsPathMode       bool          // also serve UIs at /apps/instances/<id>/ui/ on the console's origin
+	AppsListen         string        // host:port of the apps listener (app origins on the gateway's own engine); empty: none
 	AppTokenTTL        time.Duration // gateway app token lifetime: how long a revoked role keeps app access at most
 	ConsoleIdleTimeout time.Duration // a console session unused this long ends
 	ConsoleMaxAge      time.Duration // every console session ends this long after sign-in
@@ -204,6 +205,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.InstanceDriveInterval, "instance-drive-interval", c.InstanceDriveInterval, "how often each replica's instance driver looks for work that no wake-up announced (a fallback: queued operations and task results wake every replica's driver at once)")
 	e := &c.Events
 	fs.StringVar(&c.AppsDomain, "apps-domain", c.AppsDomain, "UI gateway: serve each instance's UI at <instance-id>.<apps-domain> (needs wildcard DNS to this server; gpuaas dev uses apps.localhost); empty turns the gateway off")
+	fs.StringVar(&c.AppsListen, "apps-listen", c.AppsListen, "UI gateway: also serve app origins on this host:port, proxied by the gateway's own engine (faster than the console's listener; route *.<apps-domain> here; gpuaas dev listens on a free port of --listen's host)")
 	fs.BoolVar(&c.AppsPathMode, "apps-path-mode", c.AppsPathMode, "UI gateway: also serve UIs at /apps/instances/<id>/ui/ on the console's own origin (apps then share its origin; see docs/console.md)")
 	fs.DurationVar(&c.AppTokenTTL, "app-token-ttl", c.AppTokenTTL, "UI gateway: lifetime of the app token cookie, the longest a revoked role keeps access to an app's UI")
 	fs.DurationVar(&c.ConsoleIdleTimeout, "console-idle-timeout", c.ConsoleIdleTimeout, "web console: a session nobody used for this long ends")
@@ -296,6 +298,13 @@ func (c *Config) Validate() error {
 	}
 	if d := c.AppsDomain; d != "" && (strings.ContainsAny(d, ":/ *") || strings.HasPrefix(d, ".") || !strings.Contains(d, ".") && d != "localhost") {
 		errs = append(errs, fmt.Errorf("--apps-domain %q: want a DNS name like apps.example.com (no scheme, port or wildcard)", d))
+	}
+	if c.AppsListen != "" {
+		if _, _, err := net.SplitHostPort(c.AppsListen); err != nil {
+			errs = append(errs, fmt.Errorf("--apps-listen %q: want host:port", c.AppsListen))
+		} else if c.AppsDomain == "" {
+			errs = append(errs, errors.New("--apps-listen needs --apps-domain: it serves the app origins under that domain"))
+		}
 	}
 	if c.InstanceDeployTimeout < 0 || c.InstanceDeployTimeout > 2*time.Hour {
 		errs = append(errs, errors.New("--instance-deploy-timeout must be between 0 and 2h"))

@@ -46,6 +46,17 @@ func TestValidateNamesEveryProblem(t *testing.T) {
 			t.Errorf("error does not mention %s: %v", want, err)
 		}
 	}
+	// An apps listener serves the apps domain's origins: without one set,
+	// it has nothing to serve.
+	c = Defaults()
+	c.AppsListen = "127.0.0.1:8081"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "--apps-listen needs --apps-domain") {
+		t.Errorf("--apps-listen without --apps-domain: %v", err)
+	}
+	c.AppsDomain, c.AppsListen = "apps.example.com", "8081"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `--apps-listen "8081": want host:port`) {
+		t.Errorf("--apps-listen without a host: %v", err)
+	}
 	bad := Defaults()
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	bad.Bind(fs)

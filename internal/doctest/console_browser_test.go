@@ -299,13 +299,18 @@ func waitText(sel, want string, within time.Duration) chromedp.Action {
 	})
 }
 
-// gatewayClient reaches <anything>.apps.localhost:port on loopback, as
-// browsers do, and does not follow redirects.
+// gatewayClient reaches <anything>.localhost:port on loopback (the
+// console's host, the port asked for), as browsers do, and does not follow
+// redirects.
 func gatewayClient(base string) *http.Client {
 	u, _ := url.Parse(base)
 	return &http.Client{
 		Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, network, u.Host)
+			_, port, err := net.SplitHostPort(addr)
+			if err != nil {
+				return nil, err
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, net.JoinHostPort(u.Hostname(), port))
 		}},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Timeout:       30 * time.Second,
@@ -429,8 +434,15 @@ func securityChecks(t *testing.T, base, instanceID string, creds devCreds) {
 	hc := gatewayClient(base)
 	admin, adminCSRF := consoleLogin(t, hc, base, creds.AdminEmail, creds.AdminPassword)
 	other, otherCSRF := consoleLogin(t, hc, base, "other@example.com", "other-password-123")
-	pub, _ := url.Parse(base)
-	appOrigin := "http://" + instanceID + ".apps.localhost:" + pub.Port()
+	// The app's origin, as the console's links name it: gpuaas dev serves
+	// app origins on an apps listener of their own.
+	_, first := openLink(t, hc, base, instanceID, admin)
+	firstURL, _ := url.Parse(first)
+	appOrigin := "http://" + firstURL.Host
+	if pub, _ := url.Parse(base); !strings.HasPrefix(firstURL.Host, instanceID+".apps.localhost:") || firstURL.Port() == pub.Port() {
+		t.Fatalf("open link %q: not on the instance's own origin on gpuaas dev's apps listener (the console is at %s)", first, base)
+	}
+	t.Logf("the app's origin: %s (console: %s)", appOrigin, base)
 
 	t.Run("another tenant's person gets not found", func(t *testing.T) {
 		for _, p := range []string{"/workloads/instance/" + instanceID, "/workloads/instance/" + instanceID + "/open"} {
@@ -480,7 +492,7 @@ func securityChecks(t *testing.T, base, instanceID string, creds devCreds) {
 		}
 		// WebSockets: the app's origin passes, a foreign one does not.
 		h := http.Header{"Cookie": {"__Host-gpuaas_app=" + app.Value}}
-		ws, _, err := websocket.Dial(context.Background(), "ws://"+instanceID+".apps.localhost:"+pub.Port()+"/ui/echo",
+		ws, _, err := websocket.Dial(context.Background(), "ws://"+firstURL.Host+"/ui/echo",
 			&websocket.DialOptions{HTTPClient: hc, HTTPHeader: withOrigin(h, appOrigin)})
 		if err != nil {
 			t.Fatalf("WebSocket from the app's origin: %v", err)
@@ -494,7 +506,7 @@ func securityChecks(t *testing.T, base, instanceID string, creds devCreds) {
 			t.Errorf("echo: %q %v", msg, err)
 		}
 		ws.CloseNow()
-		_, resp, err := websocket.Dial(context.Background(), "ws://"+instanceID+".apps.localhost:"+pub.Port()+"/ui/echo",
+		_, resp, err := websocket.Dial(context.Background(), "ws://"+firstURL.Host+"/ui/echo",
 			&websocket.DialOptions{HTTPClient: hc, HTTPHeader: withOrigin(h, "http://evil.example")})
 		if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
 			t.Errorf("WebSocket from a foreign origin was not refused with 403: %v %v", err, resp)

@@ -21,7 +21,9 @@ import (
 // BenchmarkUIGateway compares the example app reached through the UI
 // gateway with the same app reached straight at its container's port, side
 // by side in one run: GETs at 16 concurrent requests, and WebSocket echo
-// round trips. Real binary, real container.
+// round trips. Real binary, real container. The gateway rows go to gpuaas
+// dev's apps listener, as the console's links do; the console-listener rows
+// to the same gateway on the console's own listener.
 //
 //	go test ./internal/doctest -run '^$' -bench BenchmarkUIGateway -benchtime 5000x
 func BenchmarkUIGateway(b *testing.B) {
@@ -50,8 +52,12 @@ gpuaas instance create my-app 1.0.0 --name bench --wait -o json > instance.json`
 	if app == nil {
 		b.Fatal("no app cookie")
 	}
+	gwURL, _ := url.Parse(link)
+	gwOrigin := "http://" + gwURL.Host // the apps listener of gpuaas dev
+	// The same gateway on the console's listener (net/http), which serves
+	// app origins too: what the apps listener gains.
 	pub, _ := url.Parse(creds.APIURL)
-	gwOrigin := "http://" + inst.ID + ".apps.localhost:" + pub.Port()
+	consoleGW := "http://" + inst.ID + ".apps.localhost:" + pub.Port()
 	direct := strings.TrimSuffix(inst.Access.LocalURL, "/")
 	pool := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DialContext: hc.Transport.(*http.Transport).DialContext}}
 	directPool := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -101,8 +107,10 @@ gpuaas instance create my-app 1.0.0 --name bench --wait -o json > instance.json`
 	}
 	b.Run("GET-16/direct", func(b *testing.B) { get(b, directPool, direct+"/", false, 16) })
 	b.Run("GET-16/gateway", func(b *testing.B) { get(b, pool, gwOrigin+"/", true, 16) })
+	b.Run("GET-16/gateway-console-listener", func(b *testing.B) { get(b, pool, consoleGW+"/", true, 16) })
 	b.Run("GET-1/direct", func(b *testing.B) { get(b, directPool, direct+"/", false, 1) })
 	b.Run("GET-1/gateway", func(b *testing.B) { get(b, pool, gwOrigin+"/", true, 1) })
+	b.Run("GET-1/gateway-console-listener", func(b *testing.B) { get(b, pool, consoleGW+"/", true, 1) })
 
 	echo := func(b *testing.B, c *http.Client, u, origin string, cookie bool) {
 		h := http.Header{"Origin": {origin}}
@@ -134,6 +142,6 @@ gpuaas instance create my-app 1.0.0 --name bench --wait -o json > instance.json`
 		echo(b, http.DefaultClient, "ws://"+directURL.Host+"/ui/echo", "http://"+directURL.Host, false)
 	})
 	b.Run("WebSocket/gateway", func(b *testing.B) {
-		echo(b, hc, "ws://"+inst.ID+".apps.localhost:"+pub.Port()+"/ui/echo", gwOrigin, true)
+		echo(b, hc, "ws://"+gwURL.Host+"/ui/echo", gwOrigin, true)
 	})
 }

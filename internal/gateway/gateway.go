@@ -50,6 +50,10 @@ type Config struct {
 	// PublicURL is the console's base URL (scheme and port of app origins,
 	// the only origin allowed to frame an app).
 	PublicURL func() string
+	// AppsPort, when it answers, is the port of app origins in the links
+	// the gateway makes, where browsers reach an apps listener straight
+	// (gpuaas dev); "" or nil: the public URL's port.
+	AppsPort func() string
 	// Key signs app tokens (HMAC-SHA256); every replica needs the same.
 	Key []byte
 	// TokenTTL is an app token's lifetime: how long access outlives a
@@ -145,23 +149,31 @@ type target struct {
 
 // match decides whether r is for an instance UI.
 func (g *Gateway) match(r *http.Request) (target, bool) {
-	if !g.Enabled() {
-		return target{}, false
+	if t, ok := g.matchHost(r.Host); ok {
+		return t, true
 	}
-	host := strings.ToLower(r.Host)
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	if label, ok := strings.CutSuffix(host, "."+g.cfg.Domain); ok && label != "" && !strings.Contains(label, ".") {
-		return target{instanceID: label, origin: g.scheme() + "://" + strings.ToLower(r.Host)}, true
-	}
-	if g.cfg.PathMode {
+	if g.Enabled() && g.cfg.PathMode {
 		if rest, ok := strings.CutPrefix(r.URL.Path, "/apps/instances/"); ok {
 			id, _, _ := strings.Cut(rest, "/")
 			if id != "" && strings.HasPrefix(r.URL.Path, PathBase(id)+"/") {
 				return target{instanceID: id, prefix: PathBase(id), origin: g.scheme() + "://" + r.Host}, true
 			}
 		}
+	}
+	return target{}, false
+}
+
+// matchHost decides whether a request's Host is an instance's own origin.
+func (g *Gateway) matchHost(hostport string) (target, bool) {
+	if !g.Enabled() {
+		return target{}, false
+	}
+	host := strings.ToLower(hostport)
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if label, ok := strings.CutSuffix(host, "."+g.cfg.Domain); ok && label != "" && !strings.Contains(label, ".") {
+		return target{instanceID: label, origin: g.scheme() + "://" + strings.ToLower(hostport)}, true
 	}
 	return target{}, false
 }
@@ -206,7 +218,11 @@ func (g *Gateway) OpenURL(instanceID, path, code string) string {
 		return strings.TrimSuffix(g.cfg.PublicURL(), "/") + PathBase(instanceID) + OpenPath + "?" + q.Encode()
 	}
 	host := instanceID + "." + g.cfg.Domain
-	if p := pub.Port(); p != "" {
+	p := pub.Port()
+	if g.cfg.AppsPort != nil && g.cfg.AppsPort() != "" {
+		p = g.cfg.AppsPort()
+	}
+	if p != "" {
 		host = net.JoinHostPort(host, p)
 	}
 	return (&url.URL{Scheme: g.scheme(), Host: host, Path: OpenPath, RawQuery: q.Encode()}).String()
@@ -410,18 +426,26 @@ func (g *Gateway) verify(r *http.Request, t target) (appClaims, error) {
 	if err != nil {
 		return appClaims{}, errNoToken
 	}
-	if v, ok := g.verified.Load(ck.Value); ok {
+	return g.verifyToken(ck.Value, t)
+}
+
+// verifyToken checks an app token for instance t.
+func (g *Gateway) verifyToken(value string, t target) (appClaims, error) {
+	if value == "" {
+		return appClaims{}, errNoToken
+	}
+	if v, ok := g.verified.Load(value); ok {
 		c := v.(appClaims)
 		if g.cfg.Now().Before(c.ExpiresAt.Time) && c.Instance == t.instanceID {
 			return c, nil
 		}
 		if !g.cfg.Now().Before(c.ExpiresAt.Time) {
-			g.verified.Delete(ck.Value)
+			g.verified.Delete(value)
 		}
 		return appClaims{}, errNoToken
 	}
 	var c appClaims
-	_, err = jwt.ParseWithClaims(ck.Value, &c, func(*jwt.Token) (any, error) { return g.cfg.Key, nil },
+	_, err := jwt.ParseWithClaims(value, &c, func(*jwt.Token) (any, error) { return g.cfg.Key, nil },
 		jwt.WithValidMethods([]string{"HS256"}), jwt.WithAudience(tokenAudience), jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(g.cfg.Now))
 	if err != nil {
@@ -431,7 +455,7 @@ func (g *Gateway) verify(r *http.Request, t target) (appClaims, error) {
 		g.verified.Clear()
 		g.nVerified.Store(0)
 	}
-	g.verified.Store(ck.Value, c)
+	g.verified.Store(value, c)
 	if c.Instance != t.instanceID {
 		return appClaims{}, errNoToken
 	}
@@ -514,10 +538,8 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Set("Cookie", strings.Join(keep, "; "))
 	}
 	// A platform token never reaches the app; the app's own key does.
-	if h := pr.In.Header.Get("Authorization"); h != "" && g.cfg.IsPlatformToken != nil {
-		if scheme, tok, ok := strings.Cut(h, " "); ok && strings.EqualFold(scheme, "Bearer") && g.cfg.IsPlatformToken(pr.In.Context(), tok) {
-			pr.Out.Header.Del("Authorization")
-		}
+	if g.isPlatformAuthorization(pr.In.Context(), pr.In.Header.Get("Authorization")) {
+		pr.Out.Header.Del("Authorization")
 	}
 	pr.Out.Header.Del("Forwarded")
 	pr.SetXForwarded()

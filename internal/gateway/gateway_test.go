@@ -48,15 +48,22 @@ const inst = "0193aaaa-bbbb-7ccc-8ddd-eeeeffff0000"
 
 type rig struct {
 	gw      *Gateway
-	front   *httptest.Server
+	front   *httptest.Server // on the console's listener
+	addr    string           // where the gateway listens
+	apps    *AppsServer      // on the apps listener
 	backend *fakeBackend
 	now     time.Time
 	mu      sync.Mutex
 }
 
 // newRig runs a gateway in front of upstream, with the console at
-// http://console.test and apps under apps.test.
+// http://console.test and apps under apps.test, on the console's listener.
 func newRig(t testing.TB, upstream string, opts ...func(*Config)) *rig {
+	return newRigOn(t, false, upstream, opts...)
+}
+
+// newRigOn is newRig, on the apps listener (AppsServer) when apps is true.
+func newRigOn(t testing.TB, apps bool, upstream string, opts ...func(*Config)) *rig {
 	r := &rig{backend: &fakeBackend{codes: map[string]instances.UIGrant{}, up: map[string]instances.UIUpstream{
 		inst:                                   {InstanceID: inst, Status: "running", Embedded: true, ContainerPort: 8080, Path: "/ui/", Addr: upstream},
 		"0193aaaa-bbbb-7ccc-8ddd-000000000001": {InstanceID: "0193aaaa-bbbb-7ccc-8ddd-000000000001", Status: "deploying", Embedded: true},
@@ -69,14 +76,46 @@ func newRig(t testing.TB, upstream string, opts ...func(*Config)) *rig {
 		o(&cfg)
 	}
 	r.gw = New(cfg)
+	if apps {
+		r.serveApps(t, AppsServerConfig{IdleTimeout: time.Minute})
+		return r
+	}
 	r.front = httptest.NewServer(r.gw.Wrap(http.NotFoundHandler()))
 	t.Cleanup(r.front.Close)
+	r.addr = r.front.Listener.Addr().String()
 	return r
+}
+
+// serveApps puts the rig's gateway on an apps listener (AppsServer) with
+// cfg; the rig's client goes there from then on.
+func (r *rig) serveApps(t testing.TB, cfg AppsServerConfig) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := r.gw.NewAppsServer(cfg)
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	})
+	r.addr, r.apps = l.Addr().String(), srv
+}
+
+// onBothListeners runs test against the gateway on the console's listener
+// (net/http) and on the apps listener (AppsServer): the same requests must
+// get the same treatment on both.
+func onBothListeners(t *testing.T, test func(t *testing.T, apps bool)) {
+	t.Run("console-listener", func(t *testing.T) { test(t, false) })
+	t.Run("apps-listener", func(t *testing.T) { test(t, true) })
 }
 
 // client reaches any host on the rig's listener and follows no redirect.
 func (r *rig) client() *http.Client {
-	addr := r.front.Listener.Addr().String()
+	addr := r.addr
 	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, n, addr)
 	}}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -119,8 +158,12 @@ func echoUpstream(t *testing.T) *httptest.Server {
 }
 
 func TestGatewayStripsPlatformCredentials(t *testing.T) {
+	onBothListeners(t, testStripsPlatformCredentials)
+}
+
+func testStripsPlatformCredentials(t *testing.T, apps bool) {
 	up := echoUpstream(t)
-	r := newRig(t, up.Listener.Addr().String())
+	r := newRigOn(t, apps, up.Listener.Addr().String())
 	app := r.open(t)
 	for _, tc := range []struct{ auth, want string }{
 		{"Bearer platform.jwt", ""},
@@ -160,9 +203,11 @@ func TestGatewayStripsPlatformCredentials(t *testing.T) {
 	}
 }
 
-func TestGatewayRefusals(t *testing.T) {
+func TestGatewayRefusals(t *testing.T) { onBothListeners(t, testRefusals) }
+
+func testRefusals(t *testing.T, apps bool) {
 	up := echoUpstream(t)
-	r := newRig(t, up.Listener.Addr().String())
+	r := newRigOn(t, apps, up.Listener.Addr().String())
 	app := r.open(t)
 	do := func(host, path string, h map[string]string) *http.Response {
 		t.Helper()
@@ -219,7 +264,11 @@ func TestGatewayRefusals(t *testing.T) {
 }
 
 func TestGatewayExplainsAnInstanceThatIsNotRunning(t *testing.T) {
-	r := newRig(t, "127.0.0.1:1")
+	onBothListeners(t, testExplainsAnInstanceThatIsNotRunning)
+}
+
+func testExplainsAnInstanceThatIsNotRunning(t *testing.T, apps bool) {
+	r := newRigOn(t, apps, "127.0.0.1:1")
 	other := "0193aaaa-bbbb-7ccc-8ddd-000000000001"
 	r.backend.codes["c2"] = instances.UIGrant{UserID: "u", InstanceID: other, Port: 8080}
 	hc := r.client()
@@ -248,7 +297,9 @@ func TestGatewayExplainsAnInstanceThatIsNotRunning(t *testing.T) {
 
 // The upgrade reaches the app with the handshake headers spelled as RFC
 // 6455 spells them, and only from the app's own origin.
-func TestGatewayWebSocketUpgrade(t *testing.T) {
+func TestGatewayWebSocketUpgrade(t *testing.T) { onBothListeners(t, testWebSocketUpgrade) }
+
+func testWebSocketUpgrade(t *testing.T, apps bool) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -274,10 +325,10 @@ func TestGatewayWebSocketUpgrade(t *testing.T) {
 		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: abc\r\n\r\n")
 		io.WriteString(c, "raw-after-upgrade")
 	}()
-	r := newRig(t, l.Addr().String())
+	r := newRigOn(t, apps, l.Addr().String())
 	app := r.open(t)
 	dial := func(origin string) (*http.Response, net.Conn) {
-		c, err := net.Dial("tcp", r.front.Listener.Addr().String())
+		c, err := net.Dial("tcp", r.addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -324,6 +375,18 @@ func TestOpenURL(t *testing.T) {
 	if err != nil || u.Scheme != "https" || u.Host != inst+".apps.example.com" || u.Path != OpenPath ||
 		u.Query().Get("code") != "abc" || u.Query().Get("path") != "/lab" {
 		t.Errorf("OpenURL: %v %v", u, err)
+	}
+	// An apps listener reached straight (gpuaas dev): its port, not the
+	// console's.
+	port := ""
+	g = New(Config{Domain: "apps.localhost", PublicURL: func() string { return "http://127.0.0.1:8080" },
+		AppsPort: func() string { return port }, Backend: &fakeBackend{}})
+	if got := g.OpenURL(inst, "/", "abc"); !strings.HasPrefix(got, "http://"+inst+".apps.localhost:8080"+OpenPath+"?") {
+		t.Errorf("OpenURL without an apps port: %s", got)
+	}
+	port = "41234"
+	if got := g.OpenURL(inst, "/", "abc"); !strings.HasPrefix(got, "http://"+inst+".apps.localhost:41234"+OpenPath+"?") {
+		t.Errorf("OpenURL with the apps listener's port: %s", got)
 	}
 	g = New(Config{Domain: "apps.example.com", PathMode: true, PublicURL: func() string { return "https://console.example.com" }, Backend: &fakeBackend{}})
 	if got := g.OpenURL(inst, "/", "abc"); !strings.HasPrefix(got, "https://console.example.com/apps/instances/"+inst+"/ui"+OpenPath+"?") {

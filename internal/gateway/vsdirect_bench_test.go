@@ -49,14 +49,22 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	addr := startExampleApp(b)
 	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	if cpus := os.Getenv("GPUAAS_BENCH_GATEWAY_CPUS"); cpus != "" {
-		gwAddr, cookie := startGatewayProcess(b, addr, cpus)
-		gw := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, n, gwAddr)
-		}}}
+		to := func(gwAddr string) *http.Client {
+			return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, n, gwAddr)
+			}}}
+		}
+		gwAddr, cookie := startGatewayProcess(b, addr, cpus, false)
+		gw := to(gwAddr)
+		appsAddr, appsCookie := startGatewayProcess(b, addr, cpus, true)
+		apps := to(appsAddr)
 		ngx := startNginx(b, addr, cpus)
 		for round := 1; round <= 2; round++ {
 			b.Run(fmt.Sprintf("GET-16/direct/%d", round), func(b *testing.B) {
 				load(b, direct, "http://"+addr+"/", "", 16)
+			})
+			b.Run(fmt.Sprintf("GET-16/gateway-apps-listener-own-cpus/%d", round), func(b *testing.B) {
+				load(b, apps, "http://"+inst+".apps.test:8080/", appsCookie, 16)
 			})
 			b.Run(fmt.Sprintf("GET-16/gateway-own-cpus/%d", round), func(b *testing.B) {
 				load(b, gw, "http://"+inst+".apps.test:8080/", cookie, 16)
@@ -73,6 +81,11 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	app := r.open(b)
 	gw := r.client()
 	gw.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+	// The same gateway on an apps listener (AppsServer, fasthttp).
+	ra := newRigOn(b, true, addr)
+	appsApp := ra.open(b)
+	apps := ra.client()
+	apps.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
 	// The same gateway with net/http's Transport to the app, as it had
 	// before upstreamTransport: what carrying the GETs in the handler's
 	// own goroutine gains.
@@ -93,6 +106,9 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	for round := 1; round <= 2; round++ {
 		b.Run(fmt.Sprintf("GET-16/direct/%d", round), func(b *testing.B) {
 			load(b, direct, "http://"+addr+"/", "", 16)
+		})
+		b.Run(fmt.Sprintf("GET-16/gateway-apps-listener/%d", round), func(b *testing.B) {
+			load(b, apps, "http://"+inst+".apps.test:8080/", appsApp.Value, 16)
 		})
 		b.Run(fmt.Sprintf("GET-16/gateway/%d", round), func(b *testing.B) {
 			load(b, gw, "http://"+inst+".apps.test:8080/", app.Value, 16)
@@ -168,10 +184,10 @@ func freeAddr(b *testing.B) string {
 // its own on cpus: this test binary again, running
 // TestGatewayProcessForBench. It returns the gateway's address and an app
 // cookie it accepts.
-func startGatewayProcess(b *testing.B, upstream, cpus string) (addr, cookie string) {
+func startGatewayProcess(b *testing.B, upstream, cpus string, apps bool) (addr, cookie string) {
 	b.Helper()
 	cmd := exec.Command("taskset", "-c", cpus, os.Args[0], "-test.run", "^TestGatewayProcessForBench$")
-	cmd.Env = append(os.Environ(), "GPUAAS_BENCH_GATEWAY_UPSTREAM="+upstream)
+	cmd.Env = append(os.Environ(), "GPUAAS_BENCH_GATEWAY_UPSTREAM="+upstream, fmt.Sprintf("GPUAAS_BENCH_GATEWAY_APPS=%t", apps))
 	cmd.Stderr = os.Stderr
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
@@ -188,16 +204,17 @@ func startGatewayProcess(b *testing.B, upstream, cpus string) (addr, cookie stri
 }
 
 // TestGatewayProcessForBench is BenchmarkGatewayVsDirect's gateway process
-// (see startGatewayProcess); it does nothing in a test run. It writes its
+// (see startGatewayProcess), on the console's listener or on an apps
+// listener; it does nothing in a test run. It writes its
 // address and an app cookie, then serves until its stdin closes.
 func TestGatewayProcessForBench(t *testing.T) {
 	upstream := os.Getenv("GPUAAS_BENCH_GATEWAY_UPSTREAM")
 	if upstream == "" {
 		t.Skip("the gateway process of BenchmarkGatewayVsDirect, started by the benchmark")
 	}
-	r := newRig(t, upstream)
+	r := newRigOn(t, os.Getenv("GPUAAS_BENCH_GATEWAY_APPS") == "true", upstream)
 	app := r.open(t)
-	fmt.Printf("%s %s\n", r.front.Listener.Addr(), app.Value)
+	fmt.Printf("%s %s\n", r.addr, app.Value)
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
 

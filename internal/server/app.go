@@ -43,8 +43,14 @@ type App struct {
 	// workloadListener serves the same API where app instances reach it
 	// (ListenForWorkloads); nil when they use the main listener.
 	workloadListener net.Listener
-	http             *http.Server
-	artifacts        *artifactParts // registry and blob store (issue 5)
+	// appsListener serves the app origins on the gateway's own engine
+	// (--apps-listen); appsPort is the port app links name ("" for the
+	// public URL's, behind a load balancer).
+	appsListener net.Listener
+	appsPort     string
+	apps         *gateway.AppsServer
+	http         *http.Server
+	artifacts    *artifactParts // registry and blob store (issue 5)
 	// Nodes is the nodes domain; Workers are the background jobs Serve runs.
 	Nodes   *nodes.Service
 	Workers worker.Group
@@ -212,10 +218,34 @@ func (a *App) Listen() error {
 	a.listener = l
 	// Port 0: the public URL follows the bound port, and so does the
 	// registry (its host and token realm are the API listener's).
-	if a.Config.PublicURL == "http://"+a.Config.Listen {
+	direct := a.Config.PublicURL == "http://"+a.Config.Listen
+	if direct {
 		a.Config.PublicURL = "http://" + l.Addr().String()
 	}
+	if a.Config.AppsListen != "" && a.gateway.Enabled() {
+		al, err := net.Listen("tcp", a.Config.AppsListen)
+		if err != nil {
+			_ = l.Close()
+			return fmt.Errorf("listen on %s (--apps-listen): %w", a.Config.AppsListen, err)
+		}
+		a.appsListener = al
+		// Browsers reach this server at its listen address, with no load
+		// balancer routing the apps domain: app links name this
+		// listener's own port.
+		if direct {
+			_, a.appsPort, _ = net.SplitHostPort(al.Addr().String())
+		}
+	}
 	return a.startRegistry()
+}
+
+// AppsAddr is the apps listener's bound address, after Listen ("" without
+// one).
+func (a *App) AppsAddr() string {
+	if a.appsListener == nil {
+		return ""
+	}
+	return a.appsListener.Addr().String()
 }
 
 // Addr is the bound address, after Listen.
@@ -256,10 +286,20 @@ func (a *App) Serve(ctx context.Context) error {
 		}
 		defer os.Remove(a.Config.AddrFile)
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- a.http.Serve(a.listener) }()
 	if a.workloadListener != nil {
 		go func() { errc <- a.http.Serve(a.workloadListener) }()
+	}
+	if a.appsListener != nil {
+		a.apps = a.gateway.NewAppsServer(gateway.AppsServerConfig{
+			ReadTimeout: a.Config.ReadTimeout, WriteTimeout: a.Config.WriteTimeout, IdleTimeout: a.Config.IdleTimeout})
+		go func() {
+			if err := a.apps.Serve(a.appsListener); err != nil {
+				errc <- fmt.Errorf("apps listener: %w", err)
+			}
+		}()
+		a.Logger.Info("gpuaas serving app origins", "addr", a.AppsAddr(), "apps_domain", a.Config.AppsDomain)
 	}
 	a.Logger.Info("gpuaas listening", "addr", a.Addr(), "database", string(a.DB.Dialect()))
 	select {
@@ -271,6 +311,11 @@ func (a *App) Serve(ctx context.Context) error {
 	a.Nodes.EndPolls()
 	sctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
 	defer cancel()
+	if a.apps != nil {
+		if err := a.apps.Shutdown(sctx); err != nil {
+			return fmt.Errorf("graceful shutdown of the apps listener: %w", err)
+		}
+	}
 	if err := a.http.Shutdown(sctx); err != nil {
 		return fmt.Errorf("graceful shutdown: %w", err)
 	}
@@ -284,6 +329,9 @@ func (a *App) Serve(ctx context.Context) error {
 func (a *App) Close() error {
 	if a.workloadListener != nil {
 		_ = a.workloadListener.Close() // already closed when Serve ran
+	}
+	if a.appsListener != nil && a.apps == nil {
+		_ = a.appsListener.Close() // bound, never served
 	}
 	a.events.close()
 	return errors.Join(a.closeRegistry(), a.DB.Close())

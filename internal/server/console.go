@@ -27,6 +27,7 @@ func (a *App) webParts(masterKey []byte) error {
 	a.gateway = gateway.New(gateway.Config{
 		Domain: cfg.AppsDomain, PathMode: cfg.AppsPathMode, TokenTTL: cfg.AppTokenTTL, Key: mac.Sum(nil),
 		PublicURL: func() string { return a.Config.PublicURL },
+		AppsPort:  func() string { return a.appsPort },
 		// Any token the platform signed, expired or not, stays out of apps.
 		IsPlatformToken: func(_ context.Context, tok string) bool {
 			_, err := parser.Parse(tok, a.Tokens.Ring.Keyfunc)

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -53,6 +54,13 @@ func DevConfig(cfg config.Config) (config.Config, error) {
 	// resolve every *.localhost name to this machine.
 	if cfg.AppsDomain == "" {
 		cfg.AppsDomain = "apps.localhost"
+	}
+	// App origins on the gateway's own engine, on a free port beside the
+	// console's: gpuaas dev runs what production is advised to.
+	if cfg.AppsListen == "" {
+		if host, _, err := net.SplitHostPort(cfg.Listen); err == nil {
+			cfg.AppsListen = net.JoinHostPort(host, "0")
+		}
 	}
 	if cfg.SecretKey == "" && cfg.SecretKeyFile == "" {
 		key, err := sealer.LoadOrCreateKeyFile(filepath.Join(dir, "secret.key"))

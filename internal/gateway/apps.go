@@ -1,0 +1,378 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"iter"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+)
+
+// AppsServer serves the app origins (<instance-id>.<apps domain>) on a
+// listener of their own, on fasthttp rather than net/http. A proxied request
+// costs net/http's server and transport about twice what the hop costs
+// fasthttp (docs/benchmarks.md, "The gateway on a CPU of its own"); here
+// the proxied requests, the bulk of an app's traffic, are read, sent on and
+// answered in one goroutine with fasthttp's reused buffers.
+//
+// Only a request the gateway lets through to a running app is proxied
+// here: it carries a valid app token for the instance of its host, is no
+// WebSocket upgrade, HEAD or CONNECT, and is not for the gateway's own
+// paths (/__gpuaas/). Its body streams to the app and the answer streams
+// back. Everything else (the code's redemption, refusals, the pages that
+// explain them, upgrades) goes to the same net/http gateway as on the
+// console's listener, through fasthttp's adaptor, so each is decided in one
+// place. The platform's credentials are taken out of a proxied request by
+// the rules the net/http path follows (TestGateway* run on both).
+//
+// It needs a listener of its own because one connection from a load
+// balancer carries requests for any host: on the console's listener, a
+// console upload would end up in the adaptor, which buffers a body whole.
+type AppsServer struct {
+	g    *Gateway
+	cfg  AppsServerConfig
+	srv  *fasthttp.Server
+	slow fasthttp.RequestHandler
+
+	mu      sync.Mutex
+	clients map[string]*fasthttp.HostClient // by app address
+
+	proxied atomic.Int64 // requests proxied here (not by the slow path), for tests
+}
+
+// AppsServerConfig sets an AppsServer's timeouts. Unlike the console
+// listener's, they bound each wait, not a whole request: an upload or an
+// event stream through the gateway lives as long as it moves.
+type AppsServerConfig struct {
+	ReadTimeout  time.Duration // a request's head, and each wait for more of its body (0: none)
+	WriteTimeout time.Duration // each wait for the browser to take more of an answer (0: none)
+	IdleTimeout  time.Duration // between requests on a connection
+}
+
+// maxAppsHead bounds a request's head on the apps listener (and an app's
+// answer's): fasthttp reads a head into one buffer of this size per
+// connection.
+const maxAppsHead = 32 << 10
+
+// NewAppsServer builds the app origins' server; Serve runs it.
+func (g *Gateway) NewAppsServer(c AppsServerConfig) *AppsServer {
+	s := &AppsServer{g: g, cfg: c, clients: map[string]*fasthttp.HostClient{}}
+	slow := g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.page(w, http.StatusNotFound, "Not found", "This address serves app UIs only, at <instance-id>."+g.cfg.Domain+".", "")
+	}))
+	s.slow = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The adaptor's request context is fasthttp's RequestCtx, which
+		// fasthttp recycles once its handler returns; a hijacked
+		// upgrade's proxy outlives that, so it gets a context of its own.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		slow.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	s.srv = &fasthttp.Server{
+		Handler:               s.handle,
+		NoDefaultServerHeader: true,
+		NoDefaultContentType:  true,
+		// A body up to this size is read before the handler runs; a
+		// larger one streams to the app as it arrives.
+		StreamRequestBody:            true,
+		MaxRequestBodySize:           64 << 10,
+		ReadBufferSize:               maxAppsHead,
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  c.ReadTimeout,
+		WriteTimeout:                 c.WriteTimeout,
+		IdleTimeout:                  c.IdleTimeout,
+		CloseOnShutdown:              true,
+		Logger:                       fastLogger{g},
+	}
+	return s
+}
+
+// Serve answers on ln until Shutdown.
+func (s *AppsServer) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+
+// Shutdown stops accepting, lets requests in flight end until ctx does,
+// and closes idle connections.
+func (s *AppsServer) Shutdown(ctx context.Context) error { return s.srv.ShutdownWithContext(ctx) }
+
+func (s *AppsServer) handle(ctx *fasthttp.RequestCtx) {
+	if s.proxy(ctx) {
+		return
+	}
+	if h := &ctx.Request.Header; h.ContentLength() != 0 {
+		// The gateway answers this request itself (a refusal or its own
+		// path) and reads no body, so none is read into memory for it;
+		// what is left of it on the connection ends the connection.
+		ctx.Request.SetBodyStream(bytes.NewReader(nil), 0)
+		ctx.SetConnectionClose()
+	}
+	s.slow(ctx)
+}
+
+// proxy sends ctx's request to its app and its answer back, and reports
+// whether it did; it does nothing to a request it leaves to the slow path.
+func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
+	h := &ctx.Request.Header
+	uri := h.RequestURI()
+	if len(h.Peek("Upgrade")) > 0 || h.IsHead() || h.IsConnect() ||
+		!bytes.HasPrefix(uri, []byte("/")) || bytes.HasPrefix(uri, []byte("/__gpuaas/")) {
+		return false
+	}
+	t, ok := s.g.matchHost(string(h.Host()))
+	if !ok {
+		return false
+	}
+	claims, err := s.g.verifyToken(string(h.Cookie(s.g.cookieName(t))), t)
+	if err != nil {
+		return false
+	}
+	// Not ctx: fasthttp recycles it, and nothing here is cancelled early
+	// (its Done is the server's shutdown).
+	up, err := s.g.upstream(context.Background(), t.instanceID)
+	if err != nil || !up.Embedded || up.InstanceID != claims.Instance || up.Addr == "" {
+		return false
+	}
+
+	req := fasthttp.AcquireRequest()
+	s.g.outboundHeader(ctx.RemoteIP(), h, &req.Header)
+	req.SetRequestURIBytes(uri)
+	var upload *moving
+	switch n := h.ContentLength(); {
+	case n == 0:
+	case ctx.RequestBodyStream() != nil:
+		upload = &moving{Reader: ctx.RequestBodyStream(), conn: ctx.Conn(), read: true, d: s.cfg.ReadTimeout}
+		req.SetBodyStream(upload, n)
+	default:
+		req.SetBodyRaw(ctx.Request.Body())
+	}
+	resp := fasthttp.AcquireResponse()
+	if err := s.client(up.Addr).Do(req, resp); err != nil {
+		fasthttp.ReleaseRequest(req)
+		fasthttp.ReleaseResponse(resp)
+		ctx.Response.Reset()
+		ctx.SetConnectionClose()
+		if upload != nil && upload.err != nil {
+			// The browser's side failed: it stopped sending the body.
+			s.g.cfg.Logger.Info("ui gateway: a request body stopped coming", "err", upload.err, "host", string(h.Host()))
+			s.g.fastPage(ctx, http.StatusRequestTimeout, "The upload stopped", "The rest of the request did not arrive in time. Try again.")
+			return true
+		}
+		s.g.cfg.Logger.Warn("ui gateway: upstream failed", "err", err, "host", string(h.Host()))
+		s.g.fastPage(ctx, http.StatusBadGateway, "The app did not answer",
+			"The instance is running but its UI did not answer ("+err.Error()+"). Try again in a moment, or look at its logs in the console.")
+		return true
+	}
+	fasthttp.ReleaseRequest(req)
+	s.proxied.Add(1)
+
+	out := &ctx.Response.Header
+	out.SetNoDefaultContentType(true)
+	out.SetStatusCode(resp.StatusCode())
+	s.g.inboundHeader(&resp.Header, out)
+	out.Add("Content-Security-Policy", "frame-ancestors "+s.g.consoleOrigin())
+	if body := resp.BodyStream(); body != nil {
+		n := resp.Header.ContentLength()
+		if n < 0 {
+			n = -1 // chunked to the browser, whatever the app's framing
+		}
+		ctx.SetBodyStream(&releasing{moving: moving{Reader: body, conn: ctx.Conn(), d: s.cfg.WriteTimeout}, resp: resp}, n)
+		return true
+	}
+	ctx.Response.SetBody(resp.Body())
+	fasthttp.ReleaseResponse(resp)
+	return true
+}
+
+// moving moves the browser connection's read (or write) deadline d on
+// each time a body stream between it and the app yields data: the timeout
+// bounds a wait, not the whole body.
+type moving struct {
+	io.Reader
+	conn net.Conn
+	read bool
+	d    time.Duration
+	err  error // the stream's own failure (not io.EOF)
+}
+
+func (m *moving) Read(p []byte) (int, error) {
+	n, err := m.Reader.Read(p)
+	if err != nil && err != io.EOF {
+		m.err = err
+	}
+	if n > 0 && m.d > 0 {
+		if m.read {
+			_ = m.conn.SetReadDeadline(time.Now().Add(m.d))
+		} else {
+			_ = m.conn.SetWriteDeadline(time.Now().Add(m.d))
+		}
+	}
+	return n, err
+}
+
+// releasing hands an app's answer back to fasthttp's pool once its body
+// has been sent on (fasthttp closes a body stream when done with it).
+type releasing struct {
+	moving
+	resp *fasthttp.Response
+}
+
+func (r *releasing) Close() error {
+	err := r.resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(r.resp)
+	return err
+}
+
+// client is the keep-alive pool to one app address.
+func (s *AppsServer) client(addr string) *fasthttp.HostClient {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.clients[addr]
+	if !ok {
+		if len(s.clients) > 10000 {
+			clear(s.clients) // addresses of instances long gone; their idle connections close by themselves
+		}
+		d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+		c = &fasthttp.HostClient{
+			Addr: addr,
+			Dial: func(a string) (net.Conn, error) { return d.Dial("tcp", a) },
+			// The request goes on as the browser sent it, less what
+			// outboundHeader takes out: no User-Agent of the gateway's,
+			// the path as it came.
+			NoDefaultUserAgentHeader:      true,
+			DisableHeaderNamesNormalizing: true,
+			DisablePathNormalizing:        true,
+			MaxConns:                      4096,
+			MaxConnWaitTimeout:            5 * time.Second,
+			MaxIdleConnDuration:           90 * time.Second,
+			ReadBufferSize:                maxAppsHead,
+			StreamResponseBody:            true,
+		}
+		s.clients[addr] = c
+	}
+	return c
+}
+
+// hopByHop are the headers that belong to one connection, not to the
+// request or answer (RFC 9110, 7.6.1), as net/http's ReverseProxy drops
+// them; the headers a Connection header names go as well.
+var hopByHop = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// connectionHeader is every Connection header's value, joined, whatever
+// case the sender spelled its name in (fasthttp's Peek matches the name
+// exactly where it keeps names as they came).
+func connectionHeader(all iter.Seq2[[]byte, []byte]) []byte {
+	var v []byte
+	for k, val := range all {
+		if bytes.EqualFold(k, []byte("Connection")) {
+			v = append(append(v, ','), val...)
+		}
+	}
+	return v
+}
+
+func dropHeader(name []byte, connection []byte) bool {
+	for _, h := range hopByHop {
+		if bytes.EqualFold(name, []byte(h)) {
+			return true
+		}
+	}
+	for tok := range bytes.SplitSeq(connection, []byte(",")) {
+		if tok = bytes.TrimSpace(tok); len(tok) > 0 && bytes.EqualFold(name, tok) {
+			return true
+		}
+	}
+	return false
+}
+
+// outboundHeader writes into out the head of a request to send on to the
+// app: what rewrite does on the net/http path.
+func (g *Gateway) outboundHeader(client net.IP, in, out *fasthttp.RequestHeader) {
+	out.SetNoDefaultContentType(true)
+	out.SetMethodBytes(in.Method())
+	out.SetHostBytes(in.Host())
+	connection := connectionHeader(in.All())
+	var cookies []byte
+	for k, v := range in.Cookies() {
+		if g.ours(string(k)) {
+			continue
+		}
+		if len(cookies) > 0 {
+			cookies = append(cookies, "; "...)
+		}
+		cookies = append(append(append(cookies, k...), '='), v...)
+	}
+	for k, v := range in.All() {
+		switch {
+		case dropHeader(k, connection):
+		case bytes.EqualFold(k, []byte("Host")), bytes.EqualFold(k, []byte("Content-Length")),
+			// The apps listener answered the Expect itself; the body follows anyway.
+			bytes.EqualFold(k, []byte("Expect")),
+			bytes.EqualFold(k, []byte("Cookie")), bytes.EqualFold(k, []byte("Forwarded")),
+			bytes.EqualFold(k, []byte("X-Forwarded-For")), bytes.EqualFold(k, []byte("X-Forwarded-Host")),
+			bytes.EqualFold(k, []byte("X-Forwarded-Proto")):
+		case bytes.EqualFold(k, []byte("Authorization")) && g.isPlatformAuthorization(context.Background(), string(v)):
+		default:
+			out.AddBytesKV(k, v)
+		}
+	}
+	if len(cookies) > 0 {
+		out.SetBytesV("Cookie", cookies)
+	}
+	out.Set("X-Forwarded-For", client.String())
+	out.SetBytesV("X-Forwarded-Host", in.Host())
+	out.Set("X-Forwarded-Proto", g.scheme())
+}
+
+// inboundHeader copies an app's answer's head into out: what
+// modifyResponse does on the net/http path.
+func (g *Gateway) inboundHeader(in *fasthttp.ResponseHeader, out *fasthttp.ResponseHeader) {
+	connection := connectionHeader(in.All())
+	for k, v := range in.All() {
+		switch {
+		case dropHeader(k, connection), bytes.EqualFold(k, []byte("Content-Length")):
+		case bytes.EqualFold(k, []byte("Set-Cookie")):
+			if c, err := http.ParseSetCookie(string(v)); err == nil && g.ours(c.Name) {
+				continue
+			}
+			out.AddBytesKV(k, v)
+		default:
+			out.AddBytesKV(k, v)
+		}
+	}
+}
+
+// isPlatformAuthorization says whether an Authorization header carries a
+// platform token, which never reaches an app.
+func (g *Gateway) isPlatformAuthorization(ctx context.Context, h string) bool {
+	if g.cfg.IsPlatformToken == nil {
+		return false
+	}
+	scheme, tok, ok := strings.Cut(h, " ")
+	return ok && strings.EqualFold(scheme, "Bearer") && g.cfg.IsPlatformToken(ctx, tok)
+}
+
+// fastPage is page on the apps listener.
+func (g *Gateway) fastPage(ctx *fasthttp.RequestCtx, status int, title, msg string) {
+	ctx.Response.Header.Set("Content-Type", "text/html; charset=utf-8")
+	ctx.Response.Header.Set("Cache-Control", "no-store")
+	ctx.Response.Header.Set("Content-Security-Policy", "frame-ancestors "+g.consoleOrigin())
+	ctx.SetStatusCode(status)
+	_ = pageTmpl.Execute(ctx, map[string]string{"Title": title, "Message": msg})
+}
+
+// fastLogger sends fasthttp's own complaints (a malformed request, a
+// connection that broke) to the gateway's log.
+type fastLogger struct{ g *Gateway }
+
+func (l fastLogger) Printf(format string, args ...any) {
+	l.g.cfg.Logger.Warn("ui gateway (apps listener): " + fmt.Sprintf(format, args...))
+}

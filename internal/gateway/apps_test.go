@@ -1,0 +1,334 @@
+package gateway
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// get sends a GET with the app cookie through the rig.
+func (r *rig) get(t *testing.T, path string, app *http.Cookie, h map[string]string) (*http.Response, string) {
+	t.Helper()
+	return r.send(t, "GET", path, nil, app, h)
+}
+
+// send sends a request for the instance's origin with the app cookie
+// through the rig, and reads the answer.
+func (r *rig) send(t *testing.T, method, path string, body io.Reader, app *http.Cookie, h map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://"+inst+".apps.test:8080"+path, body)
+	if app != nil {
+		req.AddCookie(app)
+	}
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	resp, err := r.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(answer)
+}
+
+// What identifies a proxy to the app is the gateway's alone: the client's
+// X-Forwarded-* and Forwarded are replaced, and the headers of one
+// connection (those Connection names too) stay on it.
+func TestGatewayForwardedAndHopByHopHeaders(t *testing.T) { onBothListeners(t, testForwardedHeaders) }
+
+func testForwardedHeaders(t *testing.T, apps bool) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, h := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded", "X-Hop", "Keep-Alive", "X-App"} {
+			fmt.Fprintf(w, "%s=%s\n", h, strings.Join(r.Header.Values(h), ","))
+		}
+	}))
+	t.Cleanup(up.Close)
+	r := newRigOn(t, apps, up.Listener.Addr().String())
+	app := r.open(t)
+	resp, body := r.get(t, "/", app, map[string]string{"X-Forwarded-For": "6.6.6.6", "X-Forwarded-Host": "evil.example",
+		"X-Forwarded-Proto": "https", "Forwarded": "for=6.6.6.6", "Connection": "keep-alive, X-Hop", "X-Hop": "1",
+		"Keep-Alive": "timeout=5", "X-App": "kept"})
+	if resp.StatusCode != 200 {
+		t.Fatalf("%d %s", resp.StatusCode, body)
+	}
+	want := "X-Forwarded-For=127.0.0.1\nX-Forwarded-Host=" + inst + ".apps.test:8080\nX-Forwarded-Proto=http\nForwarded=\nX-Hop=\nKeep-Alive=\nX-App=kept\n"
+	if body != want {
+		t.Errorf("the app saw\n%s\nwant\n%s", body, want)
+	}
+}
+
+// The apps listener proxies an authorised request itself, streaming its
+// body to the app as it arrives and the app's answer back as it is
+// written; everything else goes to the gateway's net/http path.
+func TestAppsListenerStreamsBothWays(t *testing.T) {
+	got1MiB := make(chan struct{})
+	release := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/upload":
+			h := sha256.New()
+			n, err := io.CopyN(h, r.Body, 1<<20)
+			if err != nil {
+				http.Error(w, err.Error(), 500)
+				return
+			}
+			close(got1MiB) // before the client has sent the rest
+			m, _ := io.Copy(h, r.Body)
+			fmt.Fprintf(w, "%d %s", n+m, hex.EncodeToString(h.Sum(nil)))
+		case "/events":
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: one\n\n")
+			w.(http.Flusher).Flush()
+			<-release // until the test has read the first event through the gateway
+			io.WriteString(w, "data: two\n\n")
+		}
+	}))
+	t.Cleanup(up.Close)
+	r := newRigOn(t, true, up.Listener.Addr().String())
+	app := r.open(t)
+
+	// An upload of 8 MiB in chunks: the app has its first MiB while the
+	// client still holds the rest back.
+	pr, pw := io.Pipe()
+	sum := sha256.New()
+	go func() {
+		chunk := []byte(strings.Repeat("gpuaas!\n", 1<<14)) // 128 KiB
+		for i := range 64 {
+			if i == 8 {
+				select {
+				case <-got1MiB:
+				case <-time.After(10 * time.Second):
+					pw.CloseWithError(fmt.Errorf("the app did not get the first MiB before the rest was sent: the body was buffered"))
+					return
+				}
+			}
+			sum.Write(chunk)
+			if _, err := pw.Write(chunk); err != nil {
+				return
+			}
+		}
+		pw.Close()
+	}()
+	resp, body := r.send(t, "POST", "/upload", pr, app, nil)
+	if want := fmt.Sprintf("%d %s", 8<<20, hex.EncodeToString(sum.Sum(nil))); resp.StatusCode != 200 || body != want {
+		t.Fatalf("upload: %d %q, want %q", resp.StatusCode, body, want)
+	}
+
+	// Server-sent events: the first arrives while the app still writes.
+	req, _ := http.NewRequest("GET", "http://"+inst+".apps.test:8080/events", nil)
+	req.AddCookie(app)
+	first := make(chan string, 1)
+	var br *bufio.Reader
+	go func() {
+		var err error
+		resp, err = r.client().Do(req)
+		if err != nil {
+			first <- err.Error()
+			return
+		}
+		br = bufio.NewReader(resp.Body)
+		line, _ := br.ReadString('\n')
+		first <- line
+	}()
+	select {
+	case line := <-first:
+		if line != "data: one\n" {
+			close(release)
+			t.Fatalf("first event: %q", line)
+		}
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the first event did not come through while the app was still answering")
+	}
+	defer resp.Body.Close()
+	close(release)
+	rest, _ := io.ReadAll(br)
+	if string(rest) != "\ndata: two\n\n" {
+		t.Errorf("rest of the stream: %q", rest)
+	}
+	if resp.Header.Get("Content-Type") != "text/event-stream" ||
+		resp.Header.Get("Content-Security-Policy") != "frame-ancestors http://console.test:8080" {
+		t.Errorf("headers: %v", resp.Header)
+	}
+	if n := r.apps.proxied.Load(); n != 2 {
+		t.Errorf("the apps listener proxied %d requests itself, want 2", n)
+	}
+}
+
+// Requests the gateway answers itself get the same answers on the apps
+// listener as on the console's (TestGatewayRefusals runs on both); here,
+// what only the apps listener has: another host, an unauthenticated
+// upload, a HEAD, an app that does not answer.
+func TestAppsListenerLeavesTheRestToTheGateway(t *testing.T) {
+	up := echoUpstream(t)
+	r := newRigOn(t, true, up.Listener.Addr().String())
+	app := r.open(t)
+
+	req, _ := http.NewRequest("GET", "http://console.test:8080/", nil)
+	resp, err := r.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "app UIs only") {
+		t.Errorf("the console's host on the apps listener: %d %s", resp.StatusCode, b)
+	}
+
+	// An upload without the app token is refused without being read.
+	c, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /ui/upload HTTP/1.1\r\nHost: %s.apps.test:8080\r\nContent-Length: %d\r\n\r\n%s", inst, 1<<30, strings.Repeat("x", 1<<20))
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err = http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("unauthenticated upload: %v", err)
+	}
+	if resp.StatusCode != http.StatusUnauthorized || !resp.Close {
+		t.Errorf("unauthenticated upload: %d, close %v", resp.StatusCode, resp.Close)
+	}
+
+	req, _ = http.NewRequest("HEAD", "http://"+inst+".apps.test:8080/ui/x", nil)
+	req.AddCookie(app)
+	resp, err = r.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 || resp.Header.Get("X-Seen-Cookie") != "" {
+		t.Errorf("HEAD: %d %v", resp.StatusCode, resp.Header)
+	}
+
+	if resp, body := r.get(t, "/ui/x", app, nil); resp.StatusCode != 200 || body != "app /ui/x" {
+		t.Fatalf("GET: %d %q", resp.StatusCode, body)
+	}
+	if n := r.apps.proxied.Load(); n != 1 {
+		t.Errorf("proxied %d requests itself, want 1 (the GET)", n)
+	}
+	up.Close()
+	if resp, body := r.get(t, "/ui/x", app, nil); resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "did not answer") {
+		t.Errorf("app gone: %d %s", resp.StatusCode, body)
+	}
+}
+
+// On the apps listener the read and write timeouts bound each wait, not a
+// whole request: a slow upload and a long event stream go on while they
+// move, and a browser that stops sending mid-body is cut off.
+func TestAppsListenerTimeoutsBoundEachWait(t *testing.T) {
+	const d = 300 * time.Millisecond
+	appErr := make(chan error, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/upload":
+			n, err := io.Copy(io.Discard, r.Body)
+			if err != nil {
+				appErr <- err
+				return
+			}
+			fmt.Fprint(w, n)
+		case "/events":
+			for i := range 12 {
+				fmt.Fprintf(w, "data: %d\n\n", i)
+				w.(http.Flusher).Flush()
+				time.Sleep(d / 3)
+			}
+		}
+	}))
+	t.Cleanup(up.Close)
+	r := newRig(t, up.Listener.Addr().String())
+	app := r.open(t)
+	r.serveApps(t, AppsServerConfig{ReadTimeout: d, WriteTimeout: d, IdleTimeout: time.Minute})
+
+	// 12 pieces, one every d/3: four times the read timeout in all.
+	pr, pw := io.Pipe()
+	go func() {
+		for range 12 {
+			pw.Write([]byte(strings.Repeat("x", 1000)))
+			time.Sleep(d / 3)
+		}
+		pw.Close()
+	}()
+	if resp, body := r.send(t, "POST", "/upload", pr, app, nil); resp.StatusCode != 200 || body != "12000" {
+		t.Errorf("slow upload: %d %q", resp.StatusCode, body)
+	}
+
+	if resp, events := r.get(t, "/events", app, nil); resp.StatusCode != 200 || strings.Count(events, "data:") != 12 {
+		t.Errorf("long stream: %d %q", resp.StatusCode, events)
+	}
+
+	// A body that stops coming: the connection is cut after d.
+	c, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: %s.apps.test:8080\r\nCookie: __Host-gpuaas_app=%s\r\nContent-Length: 1000000\r\n\r\n%s",
+		inst, app.Value, strings.Repeat("x", 100<<10))
+	select {
+	case err := <-appErr:
+		if err == nil {
+			t.Error("the app read a whole body that never came")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a stalled upload was not cut off")
+	}
+}
+
+// An app that spells its headers in lower case cannot set the platform's
+// cookie that way, and its framing headers are the gateway's to write.
+func TestGatewayAppHeadersInLowerCase(t *testing.T) { onBothListeners(t, testLowerCaseAnswer) }
+
+func testLowerCaseAnswer(t *testing.T, apps bool) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nset-cookie: __Host-gpuaas_app=forged; Path=/\r\nset-cookie: app_state=1\r\n"+
+						"content-type: text/plain\r\nconnection: keep-alive, x-conn-only\r\nx-conn-only: 1\r\ncontent-length: 2\r\n\r\nok")
+				}
+			}()
+		}
+	}()
+	r := newRigOn(t, apps, l.Addr().String())
+	app := r.open(t)
+	for range 2 { // the second over a reused connection to the app
+		resp, body := r.get(t, "/", app, nil)
+		if resp.StatusCode != 200 || body != "ok" {
+			t.Fatalf("%d %q", resp.StatusCode, body)
+		}
+		if sc := resp.Header.Values("Set-Cookie"); len(sc) != 1 || !strings.HasPrefix(sc[0], "app_state=1") {
+			t.Errorf("Set-Cookie that reached the browser: %q", sc)
+		}
+		if resp.Header.Get("X-Conn-Only") != "" || resp.Header.Get("Content-Type") != "text/plain" {
+			t.Errorf("headers: %v", resp.Header)
+		}
+	}
+}
