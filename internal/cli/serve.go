@@ -67,8 +67,13 @@ seeds a dev org, project and platform admin (once), and writes
 			// The release and node lines are written from their own
 			// goroutines, as each finishes.
 			out := &lockedWriter{w: cmd.OutOrStdout()}
-			fmt.Fprintf(out, "\ngpuaas dev is running\n  API:          %s\n  registry:     %s (OCI, token auth; push with publish-intent credentials)\n  admin:        %s\n  credentials:  %s\n  data dir:     %s\n\n",
+			fmt.Fprintf(out, "\ngpuaas dev is running\n  API:          %s\n  registry:     %s (OCI, token auth; push with publish-intent credentials)\n  admin:        %s\n  credentials:  %s\n  data dir:     %s\n",
 				creds.APIURL, app.RegistryHost(), creds.AdminEmail, server.CredentialsPath(c.DataDir), c.DataDir)
+			if a := app.AppsAddr(); a != "" {
+				_, port, _ := net.SplitHostPort(a)
+				fmt.Fprintf(out, "  app UIs:      http://<instance-id>.%s:%s (the UI gateway; open them from the console)\n", c.AppsDomain, port)
+			}
+			fmt.Fprintln(out)
 			// Hashing and storing this binary (tens of MB) must not hold up
 			// the API: it is published beside Serve and says when it is there.
 			go func() {
