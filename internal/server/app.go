@@ -311,13 +311,20 @@ func (a *App) Serve(ctx context.Context) error {
 	a.Nodes.EndPolls()
 	sctx, cancel := context.WithTimeout(context.Background(), a.Config.ShutdownTimeout)
 	defer cancel()
+	// Both listeners drain at once, in the same grace: an app's event
+	// stream must not spend the API's.
+	appsDone := make(chan error, 1)
 	if a.apps != nil {
-		if err := a.apps.Shutdown(sctx); err != nil {
-			return fmt.Errorf("graceful shutdown of the apps listener: %w", err)
-		}
+		go func() { appsDone <- a.apps.Shutdown(sctx) }()
+	} else {
+		appsDone <- nil
 	}
 	if err := a.http.Shutdown(sctx); err != nil {
+		<-appsDone
 		return fmt.Errorf("graceful shutdown: %w", err)
+	}
+	if err := <-appsDone; err != nil {
+		return fmt.Errorf("graceful shutdown of the apps listener: %w", err)
 	}
 	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
