@@ -332,3 +332,18 @@ func testLowerCaseAnswer(t *testing.T, apps bool) {
 		}
 	}
 }
+
+// A panic while serving one request fails that request, not the server.
+func TestAppsListenerSurvivesAPanic(t *testing.T) {
+	up := echoUpstream(t)
+	r := newRig(t, up.Listener.Addr().String())
+	app := r.open(t)
+	r.backend.panics = true
+	r.serveApps(t, AppsServerConfig{IdleTimeout: time.Minute})
+	if resp, _ := r.get(t, "/ui/x", app, nil); resp.StatusCode != http.StatusInternalServerError {
+		t.Errorf("panicking request: %d", resp.StatusCode)
+	}
+	if resp, _ := r.get(t, "/ui/x", nil, nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the next request: %d", resp.StatusCode)
+	}
+}

@@ -20,9 +20,10 @@ import (
 // fakeBackend stands in for the instances domain: this tests the gateway
 // alone (the real path runs in internal/doctest's browser test).
 type fakeBackend struct {
-	mu    sync.Mutex
-	codes map[string]instances.UIGrant
-	up    map[string]instances.UIUpstream
+	mu     sync.Mutex
+	codes  map[string]instances.UIGrant
+	up     map[string]instances.UIUpstream
+	panics bool // UIUpstreamOf panics (set before requests run)
 }
 
 func (f *fakeBackend) RedeemUI(_ context.Context, code, instanceID string) (instances.UIGrant, error) {
@@ -37,6 +38,9 @@ func (f *fakeBackend) RedeemUI(_ context.Context, code, instanceID string) (inst
 }
 
 func (f *fakeBackend) UIUpstreamOf(_ context.Context, id string) (instances.UIUpstream, error) {
+	if f.panics {
+		panic("backend bug")
+	}
 	up, ok := f.up[id]
 	if !ok {
 		return up, errdefs.NotFound("app_instance_not_found", "no")
