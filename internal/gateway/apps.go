@@ -20,7 +20,7 @@ import (
 // AppsServer serves the app origins (<instance-id>.<apps domain>) on a
 // listener of their own, on fasthttp rather than net/http. net/http's
 // server and transport spend more on a proxied request than the hop needs:
-// on fasthttp the same gateway carries 1.3-1.5 times the requests
+// on fasthttp the same gateway carries 1.1-1.5 times the requests
 // (docs/benchmarks.md, "The apps listener"). Here the proxied requests, the
 // bulk of an app's traffic, are read, sent on and answered in one
 // goroutine with fasthttp's reused buffers.
