@@ -381,8 +381,8 @@ func (g *Gateway) fastPage(ctx *fasthttp.RequestCtx, status int, title, msg stri
 	_ = pageTmpl.Execute(ctx, map[string]string{"Title": title, "Message": msg})
 }
 
-// fastLogger sends fasthttp's own complaints (a malformed request, a
-// connection that broke) to the gateway's log.
+// fastLogger sends fasthttp's own complaints (errors accepting connections,
+// connection limits reached) to the gateway's log.
 type fastLogger struct{ g *Gateway }
 
 func (l fastLogger) Printf(format string, args ...any) {
