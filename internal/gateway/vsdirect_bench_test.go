@@ -36,10 +36,10 @@ import (
 // In production the gateway runs in the control plane, not on the GPU node
 // beside the app, and the browsers are elsewhere again. With
 // GPUAAS_BENCH_GATEWAY_CPUS set (a taskset list), the gateway (on each of
-// its listeners) and nginx run
-// as processes of their own on those CPUs, while the client and the app
-// stay where the benchmark runs; start it on the other CPUs, so that the
-// client and the app have the same CPUs in every row:
+// its listeners) and nginx run as processes of their own on those CPUs,
+// while the client and the app stay where the benchmark runs; start it on
+// the other CPUs, so that the client and the app have the same CPUs in
+// every row:
 //
 //	go test -c -o gw.test ./internal/gateway
 //	cd internal/gateway && GPUAAS_BENCH_GATEWAY_CPUS=1 taskset -c 0 ../../gw.test -test.run '^$' -test.bench BenchmarkGatewayVsDirect -test.benchtime 20000x
