@@ -149,7 +149,7 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 	// Not ctx: fasthttp recycles it, and nothing here is cancelled early
 	// (its Done is the server's shutdown).
 	up, err := s.g.upstream(context.Background(), t.instanceID)
-	if err != nil || !up.Embedded || up.InstanceID != claims.Instance || up.Addr == "" {
+	if !admitted(up, claims, err) {
 		return false
 	}
 

@@ -253,23 +253,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 		return
 	}
 	up, err := g.upstream(r.Context(), t.instanceID)
-	var e *errdefs.Error
-	switch {
-	case errors.As(err, &e) && e.Kind == errdefs.KindNotFound, err == nil && (!up.Embedded || up.InstanceID != claims.Instance):
-		g.page(w, http.StatusNotFound, "Not found", "There is no app UI here, or you may not open it.", "")
-		return
-	case err != nil:
-		g.cfg.Logger.ErrorContext(r.Context(), "ui gateway: resolve instance", "err", err)
-		g.page(w, http.StatusServiceUnavailable, "Try again", "The platform could not look the instance up just now. Reload in a few seconds.", "")
-		return
-	case up.Addr == "":
-		msg := fmt.Sprintf("This instance is %s, so its UI is not available.", up.Status)
-		if up.ReasonMessage != "" {
-			msg += " " + up.ReasonMessage
-		}
-		w.Header().Set("Retry-After", "5")
-		g.page(w, http.StatusServiceUnavailable, "The app is not running", msg+" Its page in the console shows what to do next.",
-			g.consoleURL("/workloads/instance/"+up.InstanceID))
+	if !admitted(up, claims, err) {
+		g.refuse(w, r, up, claims, err)
 		return
 	}
 	if isWebSocket(r) {
@@ -280,6 +265,33 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 	}
 	r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, proxied{up: up, prefix: t.prefix}))
 	g.proxy.ServeHTTP(w, r)
+}
+
+// admitted says whether a request whose app token carries claims may reach
+// the instance as resolved (up, err): the one decision both listeners
+// proxy on.
+func admitted(up instances.UIUpstream, claims appClaims, err error) bool {
+	return err == nil && up.Embedded && up.InstanceID == claims.Instance && up.Addr != ""
+}
+
+// refuse answers a request admitted refused, with why.
+func (g *Gateway) refuse(w http.ResponseWriter, r *http.Request, up instances.UIUpstream, claims appClaims, err error) {
+	var e *errdefs.Error
+	switch {
+	case errors.As(err, &e) && e.Kind == errdefs.KindNotFound, err == nil && (!up.Embedded || up.InstanceID != claims.Instance):
+		g.page(w, http.StatusNotFound, "Not found", "There is no app UI here, or you may not open it.", "")
+	case err != nil:
+		g.cfg.Logger.ErrorContext(r.Context(), "ui gateway: resolve instance", "err", err)
+		g.page(w, http.StatusServiceUnavailable, "Try again", "The platform could not look the instance up just now. Reload in a few seconds.", "")
+	default: // not running: no address
+		msg := fmt.Sprintf("This instance is %s, so its UI is not available.", up.Status)
+		if up.ReasonMessage != "" {
+			msg += " " + up.ReasonMessage
+		}
+		w.Header().Set("Retry-After", "5")
+		g.page(w, http.StatusServiceUnavailable, "The app is not running", msg+" Its page in the console shows what to do next.",
+			g.consoleURL("/workloads/instance/"+up.InstanceID))
+	}
 }
 
 // bufferPool reuses the proxy's copy buffers: without it every proxied

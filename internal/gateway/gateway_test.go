@@ -118,8 +118,10 @@ func onBothListeners(t *testing.T, test func(t *testing.T, apps bool)) {
 }
 
 // client reaches any host on the rig's listener and follows no redirect.
-func (r *rig) client() *http.Client {
-	addr := r.addr
+func (r *rig) client() *http.Client { return clientTo(r.addr) }
+
+// clientTo reaches any host at addr and follows no redirect.
+func clientTo(addr string) *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, n, addr)
 	}}, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}

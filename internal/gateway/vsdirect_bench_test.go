@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -51,9 +50,9 @@ func BenchmarkGatewayVsDirect(b *testing.B) {
 	direct := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	if cpus := os.Getenv("GPUAAS_BENCH_GATEWAY_CPUS"); cpus != "" {
 		to := func(gwAddr string) *http.Client {
-			return &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, DialContext: func(ctx context.Context, n, _ string) (net.Conn, error) {
-				return (&net.Dialer{}).DialContext(ctx, n, gwAddr)
-			}}}
+			c := clientTo(gwAddr)
+			c.Transport.(*http.Transport).MaxIdleConnsPerHost = 64
+			return c
 		}
 		gwAddr, cookie := startGatewayProcess(b, addr, cpus, false)
 		gw := to(gwAddr)
