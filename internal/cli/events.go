@@ -3,13 +3,13 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
-	"gopkg.in/yaml.v3"
 	"io"
 	"strconv"
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
 )
 
 func init() { commandFactories = append(commandFactories, newEventsCmd) }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"net"
 	"net/http"
 	"os"
@@ -19,6 +18,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 )
 
 // Reader serves events from the outbox, the durable truth: lists and the

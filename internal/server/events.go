@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
