@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
@@ -166,11 +167,16 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 		req.SetBodyRaw(ctx.Request.Body())
 	}
 	resp := fasthttp.AcquireResponse()
-	if err := s.client(up.Addr).Do(req, resp); err != nil {
+	body, err := roundTrip(s.client(up.Addr), req, resp, ctx.Conn())
+	if err != nil {
 		fasthttp.ReleaseRequest(req)
 		fasthttp.ReleaseResponse(resp)
 		ctx.Response.Reset()
 		ctx.SetConnectionClose()
+		if errors.Is(err, errBrowserGone) {
+			s.g.cfg.Logger.Info("ui gateway: the browser went away before the app answered; the app's connection is closed", "host", string(h.Host()))
+			return true
+		}
 		if upload != nil && upload.err != nil {
 			// The browser's side failed: it stopped sending the body.
 			s.g.cfg.Logger.Info("ui gateway: a request body stopped coming", "err", upload.err, "host", string(h.Host()))
@@ -190,15 +196,14 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 	out.SetStatusCode(resp.StatusCode())
 	s.g.inboundHeader(&resp.Header, out)
 	out.Add("Content-Security-Policy", "frame-ancestors "+s.g.consoleOrigin())
-	if body := resp.BodyStream(); body != nil {
+	if body != nil {
 		n := resp.Header.ContentLength()
 		if n < 0 {
 			n = -1 // chunked to the browser, whatever the app's framing
 		}
-		ctx.SetBodyStream(&releasing{moving: moving{Reader: body, conn: ctx.Conn(), d: s.cfg.WriteTimeout}, resp: resp}, n)
+		ctx.SetBodyStream(&releasing{moving: moving{Reader: body, conn: ctx.Conn(), d: s.cfg.WriteTimeout}, body: body, resp: resp}, n)
 		return true
 	}
-	ctx.Response.SetBody(resp.Body())
 	fasthttp.ReleaseResponse(resp)
 	return true
 }
@@ -229,15 +234,16 @@ func (m *moving) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// releasing hands an app's answer back to fasthttp's pool once its body
-// has been sent on (fasthttp closes a body stream when done with it).
+// releasing gives the app's connection and answer back once the answer's
+// body has been sent on (fasthttp closes a body stream when done with it).
 type releasing struct {
 	moving
+	body *appBody
 	resp *fasthttp.Response
 }
 
 func (r *releasing) Close() error {
-	err := r.resp.CloseBodyStream()
+	err := r.body.Close()
 	fasthttp.ReleaseResponse(r.resp)
 	return err
 }
@@ -255,17 +261,13 @@ func (s *AppsServer) client(addr string) *fasthttp.HostClient {
 		c = &fasthttp.HostClient{
 			Addr: addr,
 			Dial: func(a string) (net.Conn, error) { return d.Dial("tcp", a) },
-			// The request goes on as the browser sent it, less what
-			// outboundHeader takes out: no User-Agent of the gateway's,
-			// the path as it came.
-			NoDefaultUserAgentHeader:      true,
-			DisableHeaderNamesNormalizing: true,
-			DisablePathNormalizing:        true,
-			MaxConns:                      4096,
-			MaxConnWaitTimeout:            5 * time.Second,
-			MaxIdleConnDuration:           90 * time.Second,
-			ReadBufferSize:                maxAppsHead,
-			StreamResponseBody:            true,
+			// roundTrip uses the pool, not Do, so Do's settings (the
+			// User-Agent, path and header-name normalising, streaming)
+			// are roundTrip's to apply.
+			MaxConns:            4096,
+			MaxConnWaitTimeout:  5 * time.Second,
+			MaxIdleConnDuration: 90 * time.Second,
+			ReadBufferSize:      maxAppsHead,
 		}
 		s.clients[addr] = c
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -346,4 +349,213 @@ func TestAppsListenerSurvivesAPanic(t *testing.T) {
 	if resp, _ := r.get(t, "/ui/x", nil, nil); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("the next request: %d", resp.StatusCode)
 	}
+}
+
+// Connections to an app are pooled, and before one carries a request it is
+// looked at: one the app closed while it sat idle (an app server's
+// keep-alive timeout, a few seconds in many) must not fail the request, a
+// POST included, and bytes the app sent on it unasked must not be read as
+// the next answer, which may be another person's.
+func TestGatewayChecksAPooledConnectionBeforeUse(t *testing.T) {
+	onBothListeners(t, testChecksPooledConnection)
+}
+
+func testChecksPooledConnection(t *testing.T, apps bool) {
+	var answered atomic.Int64
+	stray := make(chan struct{})
+	addr, accepted := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(t, br) {
+			switch answered.Add(1) {
+			case 1: // then closes the connection, idle in the gateway's pool
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				time.Sleep(50 * time.Millisecond)
+				return
+			case 2: // then, a moment later, an answer to no request
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\npost")
+				time.Sleep(50 * time.Millisecond)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsmuggl")
+				close(stray)
+			default:
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+			}
+		}
+	})
+	r := newRigOn(t, apps, addr)
+	app := r.open(t)
+	if resp, body := r.get(t, "/", app, nil); resp.StatusCode != 200 || body != "ok" {
+		t.Fatalf("first GET: %d %q", resp.StatusCode, body)
+	}
+	time.Sleep(200 * time.Millisecond) // the app has closed that connection
+	if resp, body := r.send(t, "POST", "/form", strings.NewReader("a=1"), app, nil); resp.StatusCode != 200 || body != "post" {
+		t.Fatalf("POST after the app closed the pooled connection: %d %q", resp.StatusCode, body)
+	}
+	<-stray
+	time.Sleep(50 * time.Millisecond) // on loopback, long enough to arrive
+	if resp, body := r.get(t, "/", app, nil); resp.StatusCode != 200 || body != "fresh" {
+		t.Fatalf("GET after the app wrote unasked: %d %q", resp.StatusCode, body)
+	}
+	if n := accepted.Load(); n != 3 {
+		t.Errorf("%d connections to the app, want 3", n)
+	}
+}
+
+// A browser that goes away while the app works on its request lets the app
+// go: the app's connection closes, which is how an app learns that nobody
+// waits for its answer (vLLM, say, stops a generation then). Before the
+// answer began and during a quiet stream alike.
+func TestGatewayLetsTheAppGoWhenTheBrowserDoes(t *testing.T) {
+	onBothListeners(t, testLetsTheAppGo)
+}
+
+func testLetsTheAppGo(t *testing.T, apps bool) {
+	released := make(chan string, 2)
+	ended := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/stream" {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: first\n\n")
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-r.Context().Done(): // net/http's server cancels it when the connection closes
+			released <- r.URL.Path
+		case <-ended:
+		}
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() { close(ended) }) // first: up.Close waits for the handlers
+	r := newRig(t, up.Listener.Addr().String())
+	app := r.open(t)
+	if apps {
+		// Timeouts shorter than the wait: the watch outlasts them.
+		r.serveApps(t, AppsServerConfig{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond, IdleTimeout: time.Minute})
+	}
+	for _, path := range []string{"/slow", "/stream"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+inst+".apps.test:8080"+path, nil)
+		req.AddCookie(app)
+		time.AfterFunc(400*time.Millisecond, cancel)
+		if resp, err := r.client().Do(req); err == nil {
+			if path == "/slow" {
+				t.Fatalf("%s answered %d before the browser went", path, resp.StatusCode)
+			}
+			io.Copy(io.Discard, resp.Body) // until the browser goes
+			resp.Body.Close()
+		}
+		select {
+		case got := <-released:
+			if got != path {
+				t.Fatalf("the app let go of %s, want %s", got, path)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: the app still holds a request whose browser went away", path)
+		}
+	}
+}
+
+// An app that drops a reused connection as a request arrives on it, without
+// answering: a GET goes once more on a new connection, as a browser's
+// would; a POST is not sent twice (the app may have acted on it), and the
+// browser is told.
+func TestGatewayResendsOnlyWhatIsSafeToRepeat(t *testing.T) {
+	onBothListeners(t, testResendsOnlyWhatIsSafe)
+}
+
+func testResendsOnlyWhatIsSafe(t *testing.T, apps bool) {
+	var mu sync.Mutex
+	posted := map[string]int{}
+	addr, accepted := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		for n := 0; ; n++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			b, _ := io.ReadAll(req.Body)
+			if req.Method == "POST" {
+				mu.Lock()
+				posted[string(b)]++
+				mu.Unlock()
+			}
+			if n == 1 {
+				return // the second request on a connection: dropped unanswered
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none")
+		}
+	})
+	r := newRigOn(t, apps, addr)
+	app := r.open(t)
+	for i := range 2 {
+		if resp, body := r.get(t, "/", app, nil); resp.StatusCode != 200 || body != "one" {
+			t.Fatalf("GET %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	if n := accepted.Load(); n != 2 {
+		t.Fatalf("%d connections after two GETs, want 2 (the second GET sent again on a new one)", n)
+	}
+	// Each POST goes first or second on its connection (bodies and GETs
+	// may not share a pool); at least one is dropped.
+	dropped := 0
+	for i := range 3 {
+		resp, body := r.send(t, "POST", "/", strings.NewReader(fmt.Sprint("p", i)), app, nil)
+		switch {
+		case resp.StatusCode == http.StatusBadGateway:
+			dropped++
+		case resp.StatusCode != 200 || body != "one":
+			t.Errorf("POST %d: %d %q", i, resp.StatusCode, body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for b, n := range posted {
+		if n != 1 {
+			t.Errorf("the app got POST %s %d times, want once", b, n)
+		}
+	}
+	if dropped == 0 || len(posted) != 3 {
+		t.Errorf("%d POSTs dropped, %d reached the app: want at least one dropped, all three there", dropped, len(posted))
+	}
+}
+
+// Watching the browser's connection while the app is slow reads nothing
+// from it: a request the browser sends meanwhile (pipelined) is served
+// after, and the connection goes on carrying requests.
+func TestAppsListenerWatchLeavesTheConnectionAsItWas(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			time.Sleep(400 * time.Millisecond)
+		}
+		io.WriteString(w, r.Method+" "+r.URL.Path)
+	}))
+	t.Cleanup(up.Close)
+	r := newRig(t, up.Listener.Addr().String())
+	app := r.open(t)
+	r.serveApps(t, AppsServerConfig{ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute})
+	c, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send := func(path string) {
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s.apps.test:8080\r\nCookie: __Host-gpuaas_app=%s\r\n\r\n", path, inst, app.Value)
+	}
+	br := bufio.NewReader(c)
+	expect := func(want string) {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", want, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 || string(b) != want {
+			t.Fatalf("got %d %q, want %s", resp.StatusCode, b, want)
+		}
+	}
+	send("/slow")
+	time.Sleep(250 * time.Millisecond) // the watch has begun
+	send("/fast")
+	expect("GET /slow")
+	expect("GET /fast")
+	send("/slow")
+	expect("GET /slow")
 }

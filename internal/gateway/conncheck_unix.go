@@ -19,12 +19,8 @@ var errUnsolicited = errors.New("the app sent bytes on an idle connection")
 // connection; net/http's Transport notices the same from its reader
 // goroutine.
 func connCheck(c net.Conn) error {
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc, err := rawConn(c)
+	if rc == nil {
 		return err
 	}
 	var checkErr error
@@ -47,4 +43,48 @@ func connCheck(c net.Conn) error {
 		return err
 	}
 	return checkErr
+}
+
+// waitPeerGone blocks until the peer of c closes or breaks the connection
+// (true), sends more (false: it is there), or a read deadline on c passes
+// (false). It reads nothing: a byte that arrives stays for whoever reads
+// c next, so it can watch a connection a server reads requests from.
+func waitPeerGone(c net.Conn) bool {
+	rc, _ := rawConn(c)
+	if rc == nil {
+		return false
+	}
+	gone := false
+	_ = rc.Read(func(fd uintptr) bool {
+		var buf [1]byte
+		for {
+			n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			switch {
+			case errors.Is(err, syscall.EINTR):
+				continue
+			case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK):
+				return false // nothing yet: the poller wakes us when there is
+			case err != nil || n == 0:
+				gone = true
+			}
+			return true
+		}
+	})
+	return gone
+}
+
+// canWatch says whether waitPeerGone can watch c.
+func canWatch(c net.Conn) bool {
+	_, ok := c.(syscall.Conn)
+	return ok
+}
+
+// rawConn is c's socket, or nil if c has none to look at (a TLS
+// connection, a pipe).
+func rawConn(c net.Conn) (syscall.RawConn, error) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, nil
+	}
+	return sc.SyscallConn()
 }
