@@ -241,6 +241,9 @@ func TestAppsListenerTimeoutsBoundEachWait(t *testing.T) {
 				return
 			}
 			fmt.Fprint(w, n)
+		case "/late": // a model's answer, say: long in coming, then whole
+			time.Sleep(4 * d)
+			io.WriteString(w, "late")
 		case "/events":
 			for i := range 12 {
 				fmt.Fprintf(w, "data: %d\n\n", i)
@@ -269,6 +272,9 @@ func TestAppsListenerTimeoutsBoundEachWait(t *testing.T) {
 
 	if resp, events := r.get(t, "/events", app, nil); resp.StatusCode != 200 || strings.Count(events, "data:") != 12 {
 		t.Errorf("long stream: %d %q", resp.StatusCode, events)
+	}
+	if resp, body := r.get(t, "/late", app, nil); resp.StatusCode != 200 || body != "late" {
+		t.Errorf("an answer four timeouts late: %d %q", resp.StatusCode, body)
 	}
 
 	// A body that stops coming: the connection is cut after d.
