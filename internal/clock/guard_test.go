@@ -34,7 +34,7 @@ var wallClockAllowed = map[string]string{
 	"internal/events/stream.go:sseFraming.arm":          "deadline: a connection's write deadline",
 	"internal/events/relay.go:Relay.publish":            "latency: the process-local retry back-off, waited on with time.AfterFunc",
 	"internal/httpapi/deadlines.go:ExtendDeadlines":     "deadline: a connection's read and write deadlines",
-	"internal/gateway/apps.go:moving.Read":              "deadline: a browser connection's read or write deadline",
+	"internal/gateway/deadline.go:deadlineIn":           "deadline: a browser connection's read or write deadline",
 	"internal/httpapi/middleware.go:API.wrap":           "latency: a request's duration for logs and metrics",
 	"internal/httpapi/ratelimit.go:clientLimiter.allow": "throttle: a process-local token bucket; a stopped test clock would never refill it",
 	"internal/iam/keyring.go:Keyring.ReloadIfStale":     "throttle: how often an unknown kid may reload the key set",

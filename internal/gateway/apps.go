@@ -51,9 +51,10 @@ type AppsServer struct {
 	proxied atomic.Int64 // requests proxied here (not by the slow path), for tests
 }
 
-// AppsServerConfig sets an AppsServer's timeouts. Unlike the console
-// listener's, they bound each wait, not a whole request: an upload or an
-// event stream through the gateway lives as long as it moves.
+// AppsServerConfig sets an AppsServer's timeouts. They bound each wait,
+// not a whole request, as for a request proxied on the console's listener
+// (deadline.go): an upload or an event stream through the gateway lives as
+// long as it moves.
 type AppsServerConfig struct {
 	ReadTimeout  time.Duration // a request's head, and each wait for more of its body (0: none)
 	WriteTimeout time.Duration // each wait for the browser to take more of an answer (0: none)
@@ -226,9 +227,9 @@ func (m *moving) Read(p []byte) (int, error) {
 	}
 	if n > 0 && m.d > 0 {
 		if m.read {
-			_ = m.conn.SetReadDeadline(time.Now().Add(m.d))
+			_ = m.conn.SetReadDeadline(deadlineIn(m.d))
 		} else {
-			_ = m.conn.SetWriteDeadline(time.Now().Add(m.d))
+			_ = m.conn.SetWriteDeadline(deadlineIn(m.d))
 		}
 	}
 	return n, err

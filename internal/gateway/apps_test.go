@@ -226,10 +226,13 @@ func TestAppsListenerLeavesTheRestToTheGateway(t *testing.T) {
 	}
 }
 
-// On the apps listener the read and write timeouts bound each wait, not a
-// whole request: a slow upload and a long event stream go on while they
-// move, and a browser that stops sending mid-body is cut off.
-func TestAppsListenerTimeoutsBoundEachWait(t *testing.T) {
+// For a proxied request the read and write timeouts bound each wait for
+// the browser, not a whole request: a slow upload and a long event stream
+// go on while they move, an app may take its time to answer, and a
+// browser that stops sending mid-body is cut off.
+func TestGatewayTimeoutsBoundEachWait(t *testing.T) { onBothListeners(t, testTimeoutsBoundEachWait) }
+
+func testTimeoutsBoundEachWait(t *testing.T, apps bool) {
 	const d = 300 * time.Millisecond
 	appErr := make(chan error, 1)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -253,9 +256,13 @@ func TestAppsListenerTimeoutsBoundEachWait(t *testing.T) {
 		}
 	}))
 	t.Cleanup(up.Close)
-	r := newRig(t, up.Listener.Addr().String())
+	r := newRig(t, up.Listener.Addr().String(), func(c *Config) { c.ReadTimeout, c.WriteTimeout = d, d })
 	app := r.open(t)
-	r.serveApps(t, AppsServerConfig{ReadTimeout: d, WriteTimeout: d, IdleTimeout: time.Minute})
+	if apps {
+		r.serveApps(t, AppsServerConfig{ReadTimeout: d, WriteTimeout: d, IdleTimeout: time.Minute})
+	} else {
+		r.serveConsole(t, d, d)
+	}
 
 	// 12 pieces, one every d/3: four times the read timeout in all.
 	pr, pw := io.Pipe()
@@ -430,11 +437,15 @@ func testLetsTheAppGo(t *testing.T, apps bool) {
 	}))
 	t.Cleanup(up.Close)
 	t.Cleanup(func() { close(ended) }) // first: up.Close waits for the handlers
-	r := newRig(t, up.Listener.Addr().String())
+	// Timeouts shorter than the wait: the watch for the browser outlasts
+	// them.
+	const d = 100 * time.Millisecond
+	r := newRig(t, up.Listener.Addr().String(), func(c *Config) { c.ReadTimeout, c.WriteTimeout = d, d })
 	app := r.open(t)
 	if apps {
-		// Timeouts shorter than the wait: the watch outlasts them.
-		r.serveApps(t, AppsServerConfig{ReadTimeout: 100 * time.Millisecond, WriteTimeout: 100 * time.Millisecond, IdleTimeout: time.Minute})
+		r.serveApps(t, AppsServerConfig{ReadTimeout: d, WriteTimeout: d, IdleTimeout: time.Minute})
+	} else {
+		r.serveConsole(t, d, d)
 	}
 	for _, path := range []string{"/slow", "/stream"} {
 		ctx, cancel := context.WithCancel(context.Background())

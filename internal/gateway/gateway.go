@@ -68,6 +68,13 @@ type Config struct {
 	Backend      Backend
 	Logger       *slog.Logger
 	Now          func() time.Time
+	// ReadTimeout and WriteTimeout are the server's (--read-timeout,
+	// --write-timeout). The server's own deadlines bound a whole request,
+	// which would cut an app's event stream or slow answer short; for a
+	// proxied request the gateway moves them instead, so each bounds one
+	// wait for the browser (for more of the body, or to take more of the
+	// answer) and the wait for the app is the app's. 0: none.
+	ReadTimeout, WriteTimeout time.Duration
 	// Transport reaches the instances (default: upstreamTransport, GETs
 	// in the calling goroutine and the rest through a pooled
 	// http.Transport).
@@ -262,6 +269,9 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 			http.Error(w, "the WebSocket's Origin is not this app's origin", http.StatusForbidden)
 			return
 		}
+	}
+	if !isWebSocket(r) { // a hijacked connection has no deadlines
+		w, r = g.perWait(w, r)
 	}
 	r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, proxied{up: up, prefix: t.prefix}))
 	g.proxy.ServeHTTP(w, r)

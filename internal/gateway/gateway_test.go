@@ -109,6 +109,17 @@ func (r *rig) serveApps(t testing.TB, cfg AppsServerConfig) {
 	r.addr, r.apps = l.Addr().String(), srv
 }
 
+// serveConsole puts the rig's gateway behind a console listener (net/http)
+// with the server's whole-request read and write timeouts, as gpuaas
+// server runs it; the rig's client goes there from then on.
+func (r *rig) serveConsole(t testing.TB, read, write time.Duration) {
+	front := httptest.NewUnstartedServer(r.gw.Wrap(http.NotFoundHandler()))
+	front.Config.ReadTimeout, front.Config.WriteTimeout = read, write
+	front.Start()
+	t.Cleanup(front.Close)
+	r.front, r.addr = front, front.Listener.Addr().String()
+}
+
 // onBothListeners runs test against the gateway on the console's listener
 // (net/http) and on the apps listener (AppsServer): the same requests must
 // get the same treatment on both.

@@ -34,7 +34,8 @@ func (a *App) webParts(masterKey []byte) error {
 			return err == nil
 		},
 		StripCookies: []string{console.SessionCookie},
-		Backend:      a.Instances, Logger: a.Logger, Now: a.now,
+		ReadTimeout:  cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
+		Backend: a.Instances, Logger: a.Logger, Now: a.now,
 	})
 	if a.gateway.Enabled() {
 		a.API.UIOpenURL = a.gateway.OpenURL
