@@ -576,3 +576,50 @@ func TestAppsListenerWatchLeavesTheConnectionAsItWas(t *testing.T) {
 	send("/slow")
 	expect("GET /slow")
 }
+
+// A WebSocket lives as long as both ends keep it: the listeners' read and
+// write timeouts, meant for requests, do not end a quiet one.
+func TestGatewayWebSocketOutlivesTheTimeouts(t *testing.T) { onBothListeners(t, testWebSocketOutlives) }
+
+func testWebSocketOutlives(t *testing.T, apps bool) {
+	const d = 150 * time.Millisecond
+	addr, _ := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		if !readRequest(t, br) {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: abc\r\n\r\n")
+		io.Copy(c, br) // an echo of whatever comes
+	})
+	r := newRig(t, addr, func(c *Config) { c.ReadTimeout, c.WriteTimeout = d, d })
+	app := r.open(t)
+	if apps {
+		r.serveApps(t, AppsServerConfig{ReadTimeout: d, WriteTimeout: d, IdleTimeout: time.Minute})
+	} else {
+		r.serveConsole(t, d, d)
+	}
+	c, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "GET /ui/echo HTTP/1.1\r\nHost: %s.apps.test:8080\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: http://%s.apps.test:8080\r\n"+
+		"Cookie: __Host-gpuaas_app=%s\r\n\r\n", inst, inst, app.Value)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	for i := range 2 {
+		time.Sleep(4 * d) // quiet for longer than both timeouts
+		msg := fmt.Sprint("ping ", i)
+		if _, err := io.WriteString(c, msg); err != nil {
+			t.Fatalf("write after %v quiet: %v", 4*d, err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(br, got); err != nil || string(got) != msg {
+			t.Fatalf("echo after %v quiet: %q %v", 4*d, got, err)
+		}
+	}
+}
