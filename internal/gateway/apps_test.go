@@ -623,3 +623,36 @@ func testWebSocketOutlives(t *testing.T, apps bool) {
 		}
 	}
 }
+
+// The app gets the request's target as the browser sent it: escaped
+// slashes stay escaped (Jupyter's file paths are such), dot segments and
+// double slashes are not cleaned up, the query is untouched.
+func TestGatewayPassesTheTargetAsSent(t *testing.T) { onBothListeners(t, testTargetAsSent) }
+
+func testTargetAsSent(t *testing.T, apps bool) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.RequestURI)
+	}))
+	t.Cleanup(up.Close)
+	r := newRigOn(t, apps, up.Listener.Addr().String())
+	app := r.open(t)
+	for _, target := range []string{
+		"/api/contents/notebooks%2Fa%20b.ipynb?content=1&x=%2F",
+		"/files//twice/./dot/../up?q=a+b&q=%26",
+	} {
+		c, err := net.Dial("tcp", r.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s.apps.test:8080\r\nCookie: __Host-gpuaas_app=%s\r\nConnection: close\r\n\r\n", target, inst, app.Value)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		c.Close()
+		if resp.StatusCode != 200 || string(b) != target {
+			t.Errorf("sent %s, the app got %d %q", target, resp.StatusCode, b)
+		}
+	}
+}
