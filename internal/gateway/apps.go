@@ -100,7 +100,7 @@ func (g *Gateway) NewAppsServer(c AppsServerConfig) *AppsServer {
 }
 
 // Serve answers on ln until Shutdown.
-func (s *AppsServer) Serve(ln net.Listener) error { return s.srv.Serve(ln) }
+func (s *AppsServer) Serve(ln net.Listener) error { return s.srv.Serve(lingerListener{ln}) }
 
 // Shutdown stops accepting, lets requests in flight end until ctx does,
 // and closes idle connections.
@@ -126,9 +126,63 @@ func (s *AppsServer) handle(ctx *fasthttp.RequestCtx) {
 		// path) and reads no body, so none is read into memory for it;
 		// what is left of it on the connection ends the connection.
 		ctx.Request.SetBodyStream(bytes.NewReader(nil), 0)
-		ctx.SetConnectionClose()
+		lingerClose(ctx)
 	}
 	s.slow(ctx)
+}
+
+// How long, and how much more of an unread request body, a lingering
+// close waits for after the answer.
+const (
+	lingerFor = 500 * time.Millisecond
+	lingerMax = 64 << 20
+)
+
+// lingerClose has the browser's connection closed after the answer, and
+// gently: for a request whose body was not read to its end. Closed at once
+// with the browser's bytes unread, a connection ends in a reset, and a
+// browser still sending its body may lose the answer with it. net/http's
+// server lingers; fasthttp closes at once, so the apps listener's
+// connections (lingerConn) do it.
+func lingerClose(ctx *fasthttp.RequestCtx) {
+	ctx.SetConnectionClose()
+	if lc, ok := ctx.Conn().(*lingerConn); ok {
+		lc.linger.Store(true)
+	}
+}
+
+// lingerConn is a browser's connection to the apps listener.
+type lingerConn struct {
+	*net.TCPConn // its methods (SyscallConn for the watch, CloseWrite) go with it
+	linger       atomic.Bool
+}
+
+// Close closes the connection; after lingerClose, first the gateway's side
+// ends, and what more the browser sends is read and dropped until it stops,
+// for at most lingerFor, lingerMax bytes. That happens in the background:
+// fasthttp's goroutine goes on.
+func (c *lingerConn) Close() error {
+	if !c.linger.Load() {
+		return c.TCPConn.Close()
+	}
+	go func() {
+		_ = c.CloseWrite()
+		_ = c.SetReadDeadline(deadlineIn(lingerFor))
+		_, _ = io.Copy(io.Discard, io.LimitReader(c.TCPConn, lingerMax))
+		_ = c.TCPConn.Close()
+	}()
+	return nil
+}
+
+// lingerListener hands out lingerConns.
+type lingerListener struct{ net.Listener }
+
+func (l lingerListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		return &lingerConn{TCPConn: tc}, nil
+	}
+	return c, err
 }
 
 // proxy sends ctx's request to its app and its answer back, and reports
@@ -173,7 +227,11 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 		fasthttp.ReleaseRequest(req)
 		fasthttp.ReleaseResponse(resp)
 		ctx.Response.Reset()
-		ctx.SetConnectionClose()
+		if upload != nil && !upload.eof {
+			lingerClose(ctx) // the page below should reach the browser
+		} else {
+			ctx.SetConnectionClose()
+		}
 		if errors.Is(err, errBrowserGone) {
 			s.g.cfg.Logger.Info("ui gateway: the browser went away before the app answered; the app's connection is closed", "host", string(h.Host()))
 			return true
@@ -191,6 +249,9 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 	}
 	fasthttp.ReleaseRequest(req)
 	s.proxied.Add(1)
+	if upload != nil && !upload.eof {
+		lingerClose(ctx) // the app answered before it took the whole body
+	}
 
 	out := &ctx.Response.Header
 	out.SetNoDefaultContentType(true)
@@ -218,11 +279,14 @@ type moving struct {
 	read bool
 	d    time.Duration
 	err  error // the stream's own failure (not io.EOF)
+	eof  bool  // the stream was read to its end
 }
 
 func (m *moving) Read(p []byte) (int, error) {
 	n, err := m.Reader.Read(p)
-	if err != nil && err != io.EOF {
+	if err == io.EOF {
+		m.eof = true
+	} else if err != nil {
 		m.err = err
 	}
 	if n > 0 && m.d > 0 {

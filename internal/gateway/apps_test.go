@@ -656,3 +656,33 @@ func testTargetAsSent(t *testing.T, apps bool) {
 		}
 	}
 }
+
+// An app that refuses an upload before it has all of it (413, say) is
+// heard: the browser gets the app's answer, not a page saying the app did
+// not answer.
+func TestGatewayPassesOnAnEarlyAnswer(t *testing.T) { onBothListeners(t, testEarlyAnswer) }
+
+func testEarlyAnswer(t *testing.T, apps bool) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.CopyN(io.Discard, r.Body, 1<<10)
+		w.Header().Set("Connection", "close")
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+		io.WriteString(w, "at most 1 KiB")
+	}))
+	t.Cleanup(up.Close)
+	r := newRigOn(t, apps, up.Listener.Addr().String())
+	app := r.open(t)
+	for range 3 {
+		resp, body := r.send(t, "POST", "/upload", strings.NewReader(strings.Repeat("x", 8<<20)), app, nil)
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || body != "at most 1 KiB" {
+			t.Errorf("an 8 MiB upload the app refused early: %d %q", resp.StatusCode, body)
+		}
+	}
+	// The same for the gateway's own refusal: an upload without the app
+	// token gets the 401 page while the browser is still sending.
+	for range 3 {
+		if resp, _ := r.send(t, "POST", "/upload", strings.NewReader(strings.Repeat("x", 8<<20)), nil, nil); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("an 8 MiB upload without the app token: %d", resp.StatusCode)
+		}
+	}
+}

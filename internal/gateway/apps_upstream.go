@@ -94,13 +94,21 @@ func exchange(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Res
 		err = bw.Flush()
 	}
 	hc.ReleaseWriter(bw)
+	early := false
 	if err != nil {
-		hc.CloseConn(cc)
-		return nil, reused, err
+		// An app may answer before it has read the whole body (a 413, a
+		// 401) and close: writing the rest fails, but its answer is there
+		// to read, and it is what the browser should get.
+		if !pending(conn) {
+			hc.CloseConn(cc)
+			return nil, reused, err
+		}
+		early = true
 	}
 
-	// The request is out (its body too): from now on, nothing else reads
-	// the browser's connection until the answer is through.
+	// The request is out (its body too, or the app answered before it
+	// took it all): from now on, nothing else reads the browser's
+	// connection until the answer is through.
 	w := watchBrowser(browser, func() { _ = conn.Close() })
 	br := hc.AcquireReader(conn)
 	resp.Header.DisableNormalizing() // the app's header names go on as it spelt them
@@ -119,7 +127,7 @@ func exchange(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Res
 	}
 	// A body that ends when the connection does (neither a length nor
 	// chunks) leaves nothing to reuse.
-	keep := !resp.ConnectionClose() && resp.Header.ContentLength() != -2
+	keep := !early && !resp.ConnectionClose() && resp.Header.ContentLength() != -2
 	finish := func(whole bool) {
 		gone := w.stop()
 		// Bytes after the answer's end are an answer to no request.

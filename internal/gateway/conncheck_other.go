@@ -12,3 +12,5 @@ func connCheck(net.Conn) error { return nil }
 func waitPeerGone(net.Conn) bool { return false }
 
 func canWatch(net.Conn) bool { return false }
+
+func pending(net.Conn) bool { return false }

@@ -73,6 +73,23 @@ func waitPeerGone(c net.Conn) bool {
 	return gone
 }
 
+// pending says whether bytes from the peer wait on c to be read; it reads
+// none of them, and does not wait.
+func pending(c net.Conn) bool {
+	rc, _ := rawConn(c)
+	if rc == nil {
+		return false
+	}
+	some := false
+	_ = rc.Read(func(fd uintptr) bool {
+		var buf [1]byte
+		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		some = err == nil && n > 0
+		return true
+	})
+	return some
+}
+
 // canWatch says whether waitPeerGone can watch c.
 func canWatch(c net.Conn) bool {
 	_, ok := c.(syscall.Conn)
