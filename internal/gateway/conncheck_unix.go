@@ -49,12 +49,29 @@ func connCheck(c net.Conn) error {
 // (true), sends more (false: it is there), or a read deadline on c passes
 // (false). It reads nothing: a byte that arrives stays for whoever reads
 // c next, so it can watch a connection a server reads requests from.
-func waitPeerGone(c net.Conn) bool {
+func waitPeerGone(c net.Conn) bool { return peek(c, true) == peerGone }
+
+// pending says whether bytes from the peer wait on c to be read; it reads
+// none of them, and does not wait.
+func pending(c net.Conn) bool { return peek(c, false) == peerSent }
+
+// peerState is what a look at a connection's socket found.
+type peerState int
+
+const (
+	peerQuiet peerState = iota // nothing (or c has no socket to look at)
+	peerSent                   // bytes not yet read
+	peerGone                   // closed or broken
+)
+
+// peek looks at c's socket without taking anything from it; with wait, it
+// waits while there is nothing to see (or until c's read deadline).
+func peek(c net.Conn, wait bool) peerState {
 	rc, _ := rawConn(c)
 	if rc == nil {
-		return false
+		return peerQuiet
 	}
-	gone := false
+	state := peerQuiet
 	_ = rc.Read(func(fd uintptr) bool {
 		var buf [1]byte
 		for {
@@ -63,31 +80,16 @@ func waitPeerGone(c net.Conn) bool {
 			case errors.Is(err, syscall.EINTR):
 				continue
 			case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK):
-				return false // nothing yet: the poller wakes us when there is
+				return !wait // with wait, the poller wakes us when there is more
 			case err != nil || n == 0:
-				gone = true
+				state = peerGone
+			default:
+				state = peerSent
 			}
 			return true
 		}
 	})
-	return gone
-}
-
-// pending says whether bytes from the peer wait on c to be read; it reads
-// none of them, and does not wait.
-func pending(c net.Conn) bool {
-	rc, _ := rawConn(c)
-	if rc == nil {
-		return false
-	}
-	some := false
-	_ = rc.Read(func(fd uintptr) bool {
-		var buf [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		some = err == nil && n > 0
-		return true
-	})
-	return some
+	return state
 }
 
 // canWatch says whether waitPeerGone can watch c.
