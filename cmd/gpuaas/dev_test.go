@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -72,33 +71,15 @@ func freePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// lockedBuffer collects a child's output while the test reads it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type devProc struct {
 	cmd *exec.Cmd
-	out *lockedBuffer
+	out *testbin.Output
 }
 
 // startDev runs `gpuaas dev` (with extra flags) and waits for /readyz, failing after 5 s.
 func startDev(t testing.TB, bin, dataDir string, port int, extra ...string) (*devProc, time.Duration) {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &testbin.Output{}
 	cmd := exec.Command(bin, append([]string{"dev", "--data-dir", dataDir, "--listen", "127.0.0.1:" + strconv.Itoa(port)}, extra...)...)
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()

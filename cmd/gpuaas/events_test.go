@@ -22,6 +22,7 @@ import (
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -31,7 +32,7 @@ type natsProc struct {
 	cmd  *exec.Cmd
 	port int
 	dir  string
-	out  *lockedBuffer
+	out  *testbin.Output
 }
 
 func natsBinary(t *testing.T) string {
@@ -50,7 +51,7 @@ func natsBinary(t *testing.T) string {
 // waits until it accepts connections.
 func startNATS(t *testing.T, dir string, port int) *natsProc {
 	t.Helper()
-	p := &natsProc{port: port, dir: dir, out: &lockedBuffer{}}
+	p := &natsProc{port: port, dir: dir, out: &testbin.Output{}}
 	p.start(t)
 	t.Cleanup(func() { p.kill() })
 	return p

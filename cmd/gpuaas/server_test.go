@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // `gpuaas migrate` then `gpuaas server` on a real PostgreSQL, configured
@@ -37,7 +38,7 @@ func TestServerOnPostgres(t *testing.T) {
 		"GPUAAS_LISTEN=127.0.0.1:"+strconv.Itoa(port),
 		"GPUAAS_SECRET_KEY="+base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32)),
 	)
-	logs := &lockedBuffer{}
+	logs := &testbin.Output{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -225,12 +225,7 @@ func startDevLikeTheReadme(t testing.TB, bin, dir string, env []string) {
 	t.Helper()
 	dev := exec.Command(filepath.Join(bin, "gpuaas"), "dev")
 	dev.Env, dev.Dir = env, dir
-	var devOut bytes.Buffer
-	dev.Stdout, dev.Stderr = &devOut, &devOut
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dev.Process.Signal(syscall.SIGTERM); _ = dev.Wait() })
+	devOut := startWithLog(t, dev)
 	creds := filepath.Join(dir, ".gpuaas", "dev-credentials.json")
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if b, err := os.ReadFile(creds); err == nil {
@@ -251,6 +246,30 @@ func startDevLikeTheReadme(t testing.TB, bin, dir string, env []string) {
 		}
 		time.Sleep(100 * time.Millisecond) // another process; nothing to subscribe to
 	}
+}
+
+// startWithLog starts gpuaas dev (dev), stops it with SIGTERM when the
+// test ends, and returns its output; a failed test logs the end of it.
+func startWithLog(t testing.TB, dev *exec.Cmd) *testbin.Output {
+	t.Helper()
+	out := &testbin.Output{}
+	dev.Stdout, dev.Stderr = out, out
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = dev.Process.Signal(syscall.SIGTERM); _ = dev.Wait() })
+	t.Cleanup(func() { // runs first, while it still runs
+		if t.Failed() {
+			t.Logf("the end of gpuaas dev's log:\n%s", lastLines(out.String(), 80))
+		}
+	})
+	return out
+}
+
+// lastLines is the last n lines of s.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // removeImages removes the local images the walk built (every tag of the
@@ -297,12 +316,7 @@ func TestQuickstartScriptTwice(t *testing.T) {
 	// One gpuaas dev for both runs, stopped with the test.
 	dev := exec.Command(filepath.Join(bin, "gpuaas"), "dev")
 	dev.Env, dev.Dir = env, t.TempDir()
-	var devOut bytes.Buffer
-	dev.Stdout, dev.Stderr = &devOut, &devOut
-	if err := dev.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = dev.Process.Signal(syscall.SIGTERM); _ = dev.Wait() })
+	devOut := startWithLog(t, dev)
 	creds := filepath.Join(data, "dev-credentials.json")
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		if st, err := os.Stat(creds); err == nil && st.Size() > 0 {
