@@ -256,13 +256,7 @@ func testTimeoutsBoundEachWait(t *testing.T, apps bool) {
 		}
 	}))
 	t.Cleanup(up.Close)
-	r := newRig(t, up.Listener.Addr().String(), func(c *Config) { c.ReadTimeout, c.WriteTimeout = d, d })
-	app := r.open(t)
-	if apps {
-		r.serveApps(t, AppsServerConfig{ReadTimeout: d, WriteTimeout: d, IdleTimeout: time.Minute})
-	} else {
-		r.serveConsole(t, d, d)
-	}
+	r, app := newTimedRig(t, apps, up.Listener.Addr().String(), d)
 
 	// 12 pieces, one every d/3: four times the read timeout in all.
 	pr, pw := io.Pipe()
@@ -364,6 +358,20 @@ func TestAppsListenerSurvivesAPanic(t *testing.T) {
 	}
 }
 
+// newTimedRig is a rig on the apps listener (apps) or the console's, with
+// read and write timeouts d on both the listener and the gateway, as the
+// server sets them; it returns the app cookie.
+func newTimedRig(t *testing.T, apps bool, upstream string, d time.Duration) (*rig, *http.Cookie) {
+	r := newRig(t, upstream, func(c *Config) { c.ReadTimeout, c.WriteTimeout = d, d })
+	app := r.open(t)
+	if apps {
+		r.serveApps(t, AppsServerConfig{ReadTimeout: d, WriteTimeout: d, IdleTimeout: time.Minute})
+	} else {
+		r.serveConsole(t, d, d)
+	}
+	return r, app
+}
+
 // Connections to an app are pooled, and before one carries a request it is
 // looked at: one the app closed while it sat idle (an app server's
 // keep-alive timeout, a few seconds in many) must not fail the request, a
@@ -440,13 +448,7 @@ func testLetsTheAppGo(t *testing.T, apps bool) {
 	// Timeouts shorter than the wait: the watch for the browser outlasts
 	// them.
 	const d = 100 * time.Millisecond
-	r := newRig(t, up.Listener.Addr().String(), func(c *Config) { c.ReadTimeout, c.WriteTimeout = d, d })
-	app := r.open(t)
-	if apps {
-		r.serveApps(t, AppsServerConfig{ReadTimeout: d, WriteTimeout: d, IdleTimeout: time.Minute})
-	} else {
-		r.serveConsole(t, d, d)
-	}
+	r, app := newTimedRig(t, apps, up.Listener.Addr().String(), d)
 	for _, path := range []string{"/slow", "/stream"} {
 		ctx, cancel := context.WithCancel(context.Background())
 		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+inst+".apps.test:8080"+path, nil)
@@ -590,13 +592,7 @@ func testWebSocketOutlives(t *testing.T, apps bool) {
 		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: abc\r\n\r\n")
 		io.Copy(c, br) // an echo of whatever comes
 	})
-	r := newRig(t, addr, func(c *Config) { c.ReadTimeout, c.WriteTimeout = d, d })
-	app := r.open(t)
-	if apps {
-		r.serveApps(t, AppsServerConfig{ReadTimeout: d, WriteTimeout: d, IdleTimeout: time.Minute})
-	} else {
-		r.serveConsole(t, d, d)
-	}
+	r, app := newTimedRig(t, apps, addr, d)
 	c, err := net.Dial("tcp", r.addr)
 	if err != nil {
 		t.Fatal(err)
