@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/buildinfo"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // exitRunner runs the command line as the binary does (Run: the exit
@@ -225,7 +225,7 @@ func TestEventsWatchTableFromNow(t *testing.T) {
 	watch := func(args ...string) string {
 		t.Helper()
 		ctx, cancel := context.WithCancel(context.Background())
-		var out syncBuf
+		var out testbin.Output
 		var errOut bytes.Buffer
 		done := make(chan int)
 		go func() {
@@ -259,22 +259,4 @@ func TestEventsWatchTableFromNow(t *testing.T) {
 	if _, _, err := runCLI(t, "events", "watch", "--project", pid, "--from-now", "--after", "1"); err == nil || !strings.Contains(err.Error(), "exclude each other") {
 		t.Fatalf("--from-now with --after: %v", err)
 	}
-}
-
-// syncBuf is a buffer a watcher writes while the test reads it.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/server"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // Server is a running control plane for one test.
@@ -35,11 +36,10 @@ type Server struct {
 	DB       *store.DB
 	Creds    server.DevCredentials
 	Contract *Contract
-	Logs     *bytes.Buffer // everything the server logged (for secret scans)
+	Logs     *testbin.Output // everything the server logged (for secret scans); safe to read while it runs
 
 	mu        sync.Mutex
 	mutations []mutation
-	logs      *syncBuffer
 }
 
 type mutation struct{ method, path, correlationID string }
@@ -73,7 +73,7 @@ func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	logs := &syncBuffer{}
+	logs := &testbin.Output{}
 	logger := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	ctx, cancel := context.WithCancel(context.Background())
 	app, err := server.New(ctx, cfg, logger)
@@ -99,7 +99,7 @@ func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
 	}
 	done := make(chan error, 1)
 	go func() { done <- app.Serve(ctx) }()
-	s := &Server{T: t, URL: app.Config.PublicURL, App: app, DB: app.DB, Creds: creds, Contract: contract, Logs: &logs.buf, logs: logs}
+	s := &Server{T: t, URL: app.Config.PublicURL, App: app, DB: app.DB, Creds: creds, Contract: contract, Logs: logs}
 	t.Cleanup(func() {
 		s.checkAudit()
 		s.checkEvents()
@@ -112,25 +112,8 @@ func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
 	return s
 }
 
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // LogText is what the server logged so far; safe while it runs.
-func (s *Server) LogText() string { return s.logs.String() }
+func (s *Server) LogText() string { return s.Logs.String() }
 
 // nonMutating lists POSTs that change no resource (so leave no audit row of
 // their own): sign-in, token exchange, previews, liveness. A workload's
