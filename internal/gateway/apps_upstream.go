@@ -85,9 +85,9 @@ func exchange(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Res
 	}
 	conn := cc.Conn()
 
-	// The path goes as the browser sent it (HostClient.Do would set this
-	// from DisablePathNormalizing), and no User-Agent is added.
-	req.URI().DisablePathNormalizing = true
+	// The target goes as the browser sent it: req.URI() is never called,
+	// so Write sends the request line and Host as outboundHeader set them,
+	// unparsed and not normalised; no User-Agent is added.
 	bw := hc.AcquireWriter(conn)
 	err = req.Write(bw)
 	if err == nil {
