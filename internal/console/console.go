@@ -24,6 +24,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -79,6 +80,12 @@ type Config struct {
 	// ProjectOf finds an instance's project, so links by instance id work
 	// whatever project the session is in (the API still checks access).
 	ProjectOf func(ctx context.Context, instanceID string) (string, error)
+	// StreamHead is the event stream's newest position. A page that updates
+	// live reads it before the state it shows, and its stream starts after
+	// it: a change made between the page's render and its stream's opening
+	// still arrives (from "now" at the opening, it would be lost, and the
+	// page would stay stale). Nil: streams start at their opening.
+	StreamHead func(ctx context.Context) (int64, error)
 	// PublicURL is the server's base URL: https there makes cookies Secure.
 	PublicURL func() string
 	// IdleTimeout ends a session nobody used for this long; MaxAge ends
@@ -155,6 +162,9 @@ type page struct {
 	Error   *client.APIError
 	Data    any
 	Path    string
+	// After is where a live page's stream starts (liveAfter): the event
+	// position its state is as of. Empty: at the stream's opening.
+	After string
 }
 
 type sessionView struct {
@@ -180,6 +190,21 @@ func (s *sessionView) Can(perm string) bool {
 		return false
 	}
 	return s.grants.Can(perm, iam.Scope{OrgID: s.orgOfActive, ProjectID: s.ProjectID})
+}
+
+// liveAfter is the event position a live page's state is as of: call it
+// before reading that state. Empty when unknown; the page's stream then
+// starts at its opening.
+func (c *Console) liveAfter(r *http.Request) string {
+	if c.cfg.StreamHead == nil {
+		return ""
+	}
+	n, err := c.cfg.StreamHead(r.Context())
+	if err != nil {
+		c.cfg.Logger.WarnContext(r.Context(), "console: the event stream's position is unknown; the page's live updates start when its stream opens", "err", err)
+		return ""
+	}
+	return strconv.FormatInt(n, 10)
 }
 
 // render writes a page with status.

@@ -252,6 +252,7 @@ func (c *Console) instanceList(w http.ResponseWriter, r *http.Request, q *req) {
 	if c.needProject(w, r, q) {
 		return
 	}
+	after := c.liveAfter(r)
 	d := listData{Status: r.URL.Query().Get("status"), Statuses: instances.Statuses}
 	l, err := q.api.ListAppInstances(r.Context(), q.view.ProjectID, d.Status, 50, r.URL.Query().Get("cursor"))
 	if err != nil {
@@ -259,7 +260,7 @@ func (c *Console) instanceList(w http.ResponseWriter, r *http.Request, q *req) {
 		return
 	}
 	d.Items, d.Next = l.Items, l.NextCursor
-	c.render(w, r, http.StatusOK, "instances", page{Title: "Instances", Session: q.view, Data: d})
+	c.render(w, r, http.StatusOK, "instances", page{Title: "Instances", Session: q.view, Data: d, After: after})
 }
 
 type instanceData struct {
@@ -286,6 +287,7 @@ func (c *Console) instanceProject(r *http.Request, q *req, id string) string {
 func (c *Console) instancePage(w http.ResponseWriter, r *http.Request, q *req) {
 	id := r.PathValue("id")
 	project := c.instanceProject(r, q, id)
+	after := c.liveAfter(r)
 	inst, err := q.api.GetAppInstance(r.Context(), project, id)
 	if err != nil {
 		c.fail(w, r, err)
@@ -312,7 +314,7 @@ func (c *Console) instancePage(w http.ResponseWriter, r *http.Request, q *req) {
 			}
 		}
 	}
-	c.render(w, r, http.StatusOK, "instance", page{Title: inst.DisplayName, Session: q.view, Data: d})
+	c.render(w, r, http.StatusOK, "instance", page{Title: inst.DisplayName, Session: q.view, Data: d, After: after})
 }
 
 // instanceAction runs upgrade, rollback or decommission from the page's
@@ -392,8 +394,12 @@ func (c *Console) eventStream(w http.ResponseWriter, r *http.Request, q *req) {
 	in.RemoteAddr, in.RequestURI = r.RemoteAddr, in.URL.RequestURI()
 	in.Header.Set("Authorization", "Bearer "+tok)
 	in.Header.Set("Accept", "text/event-stream")
+	// A reconnect resumes from the last event the page saw; a first
+	// opening from the position the page's state is as of (liveAfter).
 	if id := r.Header.Get("Last-Event-ID"); id != "" {
 		in.Header.Set("Last-Event-ID", id)
+	} else if after := r.URL.Query().Get("after"); after != "" {
+		in.Header.Set("Last-Event-ID", after)
 	} else {
 		in.Header.Set("Last-Event-ID", "now")
 	}

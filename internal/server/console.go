@@ -61,6 +61,10 @@ func (a *App) webParts(masterKey []byte) error {
 			inst, err := q.GetAppInstanceByID(ctx, instanceID)
 			return inst.ProjectID, err
 		},
+		StreamHead: func(ctx context.Context) (int64, error) {
+			_, newest, err := q.EventBounds(ctx)
+			return newest, err
+		},
 		PublicURL:   func() string { return a.Config.PublicURL },
 		IdleTimeout: cfg.ConsoleIdleTimeout, MaxAge: cfg.ConsoleMaxAge, Logger: a.Logger, Now: a.now,
 	})

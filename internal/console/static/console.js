@@ -35,11 +35,27 @@
       });
   }
 
-  var es = new EventSource("/events/stream?project=" + encodeURIComponent(project));
+  // The stream starts after the event the page's state is as of, so a
+  // change between the render and the opening is not missed.
+  var after = live.getAttribute("data-after");
   function onEvent(e) {
     if (instance && e.data.indexOf(instance) < 0) { return; }
     refresh();
   }
-  types.forEach(function (t) { if (t) { es.addEventListener(t, onEvent); } });
-  es.addEventListener("open", function () { live.setAttribute("data-stream", "open"); });
+  function listen() {
+    var es = new EventSource("/events/stream?project=" + encodeURIComponent(project) +
+      (after ? "&after=" + encodeURIComponent(after) : ""));
+    types.forEach(function (t) { if (t) { es.addEventListener(t, onEvent); } });
+    es.addEventListener("open", function () { live.setAttribute("data-stream", "open"); });
+    es.addEventListener("error", function () {
+      // Refused outright (the position past retention, say): listen from
+      // now on, and re-render once for whatever came in between.
+      if (es.readyState === EventSource.CLOSED && after) {
+        after = "";
+        refresh();
+        listen();
+      }
+    });
+  }
+  listen();
 })();
