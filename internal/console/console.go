@@ -339,11 +339,3 @@ func checkCSRF(r *http.Request, want string) bool {
 	}
 	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
-
-// safeNext keeps a post-sign-in redirect on this site.
-func safeNext(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.Contains(p, "\\") {
-		return "/"
-	}
-	return p
-}

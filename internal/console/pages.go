@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/redirect"
 )
 
 // req is one signed-in request: its session, the API as that person, and
@@ -163,10 +164,10 @@ func (c *Console) loginCSRF(w http.ResponseWriter, r *http.Request) string {
 
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	if _, err := c.session(r); err == nil {
-		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
+		http.Redirect(w, r, redirect.Local(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
-	c.render(w, r, http.StatusOK, "login", page{Title: "Sign in", Data: loginData{CSRF: c.loginCSRF(w, r), Next: safeNext(r.URL.Query().Get("next"))}})
+	c.render(w, r, http.StatusOK, "login", page{Title: "Sign in", Data: loginData{CSRF: c.loginCSRF(w, r), Next: redirect.Local(r.URL.Query().Get("next"))}})
 }
 
 // login signs a person in with the API's own login (its rate limit and
@@ -175,10 +176,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	ck, err := r.Cookie(loginCSRFCookie)
 	if err != nil || !checkCSRF(r, ck.Value) {
 		c.render(w, r, http.StatusForbidden, "login", page{Title: "Sign in", Flash: "The sign-in form expired; try again.",
-			Data: loginData{CSRF: c.loginCSRF(w, r), Next: safeNext(r.PostFormValue("next"))}})
+			Data: loginData{CSRF: c.loginCSRF(w, r), Next: redirect.Local(r.PostFormValue("next"))}})
 		return
 	}
-	email, next := r.PostFormValue("email"), safeNext(r.PostFormValue("next"))
+	email, next := r.PostFormValue("email"), redirect.Local(r.PostFormValue("next"))
 	api := c.apiClient(r, "")
 	// The API's own login (its rate limit and throttle), then who it is;
 	// the console keeps no password-born token, it mints its own per session.
@@ -244,7 +245,7 @@ func (c *Console) selectProject(w http.ResponseWriter, r *http.Request, q *req) 
 		c.fail(w, r, err)
 		return
 	}
-	http.Redirect(w, r, safeNext(r.PostFormValue("next")), http.StatusSeeOther)
+	http.Redirect(w, r, redirect.Local(r.PostFormValue("next")), http.StatusSeeOther)
 }
 
 // needProject sends a person without a chosen project to choose one.

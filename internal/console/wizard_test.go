@@ -103,11 +103,3 @@ func TestWizardBuildsTheLaunchRequest(t *testing.T) {
 		t.Errorf("unplaced errors: %v", rest)
 	}
 }
-
-func TestSafeNext(t *testing.T) {
-	for in, want := range map[string]string{"/workloads": "/workloads", "//evil.example": "/", "https://evil.example": "/", `/\evil`: "/", "": "/"} {
-		if got := safeNext(in); got != want {
-			t.Errorf("safeNext(%q) = %q", in, got)
-		}
-	}
-}

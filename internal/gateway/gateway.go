@@ -30,6 +30,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/redirect"
 )
 
 // Backend is what the gateway asks of the instances domain.
@@ -349,15 +350,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, t target) {
 	http.SetCookie(w, g.cookie(t, tok, int(g.cfg.TokenTTL.Seconds())))
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Referrer-Policy", "no-referrer")
-	http.Redirect(w, r, t.prefix+safePath(r.URL.Query().Get("path")), http.StatusSeeOther)
-}
-
-// safePath keeps a redirect on the same origin: a path, never a URL.
-func safePath(p string) string {
-	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.Contains(p, "\\") {
-		return "/"
-	}
-	return p
+	http.Redirect(w, r, t.prefix+redirect.Local(r.URL.Query().Get("path")), http.StatusSeeOther)
 }
 
 // signIn answers a request without a valid app token: a page load goes

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -272,10 +273,16 @@ func testRefusals(t *testing.T, apps bool) {
 	if resp := do(inst+".apps.test", "/ui/api", map[string]string{"Cookie": "__Host-gpuaas_app=" + tampered}); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("tampered token: %d", resp.StatusCode)
 	}
-	// Redirects after the code stay on the app's origin.
-	for _, p := range []string{"//evil.example/", "https://evil.example/", `/\evil.example`} {
-		if got := safePath(p); got != "/" {
-			t.Errorf("safePath(%q) = %q", p, got)
+	// Redirects after the code stay on the app's origin, whatever path
+	// the link carries (a browser drops the tab and reads "//evil.example").
+	for i, p := range []string{"//evil.example/", "https://evil.example/", `/\evil.example`, "/\t/evil.example", "/\n/evil.example"} {
+		code := fmt.Sprintf("bad-path-%d", i)
+		r.backend.mu.Lock()
+		r.backend.codes[code] = instances.UIGrant{UserID: "u", InstanceID: inst, Port: 8080}
+		r.backend.mu.Unlock()
+		resp := do(inst+".apps.test", "/__gpuaas/open?"+url.Values{"code": {code}, "path": {p}}.Encode(), nil)
+		if loc := resp.Header.Get("Location"); resp.StatusCode != http.StatusSeeOther || loc != "/" {
+			t.Errorf("open with path %q: %d → %q, want 303 → /", p, resp.StatusCode, loc)
 		}
 	}
 }
