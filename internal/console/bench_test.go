@@ -24,6 +24,26 @@ import (
 // project; it returns the session cookie.
 func consoleSession(tb testing.TB, s *servertest.Server) *http.Cookie {
 	tb.Helper()
+	session := signIn(tb, s, s.Creds.AdminEmail, s.Creds.AdminPassword)
+	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	body := fetch(tb, s.URL+"/projects", session)
+	csrf := regexp.MustCompile(`name="csrf_token" value="([^"]+)"`).FindStringSubmatch(body)
+	req, _ := http.NewRequest("POST", s.URL+"/projects/select", strings.NewReader(url.Values{"project_id": {s.Creds.ProjectID},
+		"csrf_token": {csrf[1]}, "next": {"/workloads"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(session)
+	if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusSeeOther {
+		tb.Fatalf("select project: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	return session
+}
+
+// signIn signs in through the console's form; it returns the session
+// cookie.
+func signIn(tb testing.TB, s *servertest.Server, email, password string) *http.Cookie {
+	tb.Helper()
 	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := hc.Get(s.URL + "/login")
 	if err != nil {
@@ -32,8 +52,8 @@ func consoleSession(tb testing.TB, s *servertest.Server) *http.Cookie {
 	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	csrf := regexp.MustCompile(`name="csrf_token" value="([^"]+)"`).FindStringSubmatch(string(page))
-	req, _ := http.NewRequest("POST", s.URL+"/login", strings.NewReader(url.Values{"email": {s.Creds.AdminEmail},
-		"password": {s.Creds.AdminPassword}, "csrf_token": {csrf[1]}, "next": {"/"}}.Encode()))
+	req, _ := http.NewRequest("POST", s.URL+"/login", strings.NewReader(url.Values{"email": {email},
+		"password": {password}, "csrf_token": {csrf[1]}, "next": {"/"}}.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	for _, c := range resp.Cookies() {
 		req.AddCookie(c)
@@ -52,16 +72,6 @@ func consoleSession(tb testing.TB, s *servertest.Server) *http.Cookie {
 	if session == nil {
 		tb.Fatalf("sign-in: %d", resp.StatusCode)
 	}
-	body := fetch(tb, s.URL+"/projects", session)
-	csrf = regexp.MustCompile(`name="csrf_token" value="([^"]+)"`).FindStringSubmatch(body)
-	req, _ = http.NewRequest("POST", s.URL+"/projects/select", strings.NewReader(url.Values{"project_id": {s.Creds.ProjectID},
-		"csrf_token": {csrf[1]}, "next": {"/workloads"}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.AddCookie(session)
-	if resp, err = hc.Do(req); err != nil || resp.StatusCode != http.StatusSeeOther {
-		tb.Fatalf("select project: %v %v", resp, err)
-	}
-	resp.Body.Close()
 	return session
 }
 

@@ -33,6 +33,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/storage"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 )
 
 //go:embed templates/*.html static/*
@@ -74,6 +75,14 @@ type Config struct {
 	Sessions Sessions
 	// Mint issues an access token for a person, for the console's calls.
 	Mint func(ctx context.Context, userID string) (token string, expires time.Time, err error)
+	// Account loads a person's account: a session lives only while its
+	// account is active and its tokens were not cut after the sign-in
+	// (disabled, password changed).
+	Account func(ctx context.Context, userID string) (iam.User, error)
+	// Wake carries sign-outs to the event streams the console relays, on
+	// every replica (wakeup.ConsoleSessionEnded); nil: this replica's
+	// streams notice at their next look (sessionRecheck).
+	Wake *wakeup.Hub
 	// Grants loads a person's role grants (to show only the buttons their
 	// roles allow; the API still decides).
 	Grants func(ctx context.Context, userID string) (*iam.Grants, error)
@@ -300,6 +309,87 @@ func (c *Console) token(ctx context.Context, s ConsoleSession) (string, error) {
 	return tok, nil
 }
 
+// over reports whether the session s has ended: signed out, past its
+// absolute or idle expiry, or its account disabled, deleted or cut off
+// since the sign-in. A session its account ends is ended for good, so
+// re-enabling the account revives none of its sessions, as none of its
+// tokens.
+func (c *Console) over(ctx context.Context, s ConsoleSession, now time.Time) (bool, error) {
+	if !s.EndedAt.IsZero() || !now.Before(s.ExpiresAt) || now.Sub(s.LastSeenAt) >= c.cfg.IdleTimeout {
+		c.tokens.Delete(s.IDHash) // the session is over; so is its token
+		return true, nil
+	}
+	if c.cfg.Account == nil {
+		return false, nil
+	}
+	u, err := c.cfg.Account(ctx, s.UserID)
+	if err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return false, err
+	}
+	// <=, as for tokens: a sign-in in the very microsecond of a cut is cut.
+	if err == nil && u.Status == iam.UserActive && s.CreatedAt.After(u.TokensValidAfter) {
+		return false, nil
+	}
+	return true, c.endSession(ctx, s.IDHash, now)
+}
+
+// endSession ends a session for good, forgets its token and tells the
+// event streams relayed for it, on every replica.
+func (c *Console) endSession(ctx context.Context, idHash string, now time.Time) error {
+	if err := c.cfg.Sessions.EndConsoleSession(ctx, idHash, now); err != nil {
+		return err
+	}
+	c.tokens.Delete(idHash)
+	if c.cfg.Wake != nil {
+		c.cfg.Wake.Notify(wakeup.ConsoleSessionEnded)
+	}
+	return nil
+}
+
+// sessionRecheck bounds how long a relayed event stream outlives its
+// session when no notice of its end arrives (one lost with a replica).
+const sessionRecheck = 30 * time.Second
+
+// endWithSession calls cancel, which ends a stream relayed for session s,
+// once s is over (over): at once on a sign-out anywhere, at its expiries
+// when they come, or at the next recheck. The API's stream checks only
+// the token the console minted, which outlives a sign-out. It returns
+// when ctx ends.
+func (c *Console) endWithSession(ctx context.Context, cancel context.CancelFunc, s ConsoleSession) {
+	for {
+		var signedOut <-chan struct{}
+		if c.cfg.Wake != nil {
+			signedOut = c.cfg.Wake.Wait(wakeup.ConsoleSessionEnded) // before looking
+		}
+		cur, err := c.cfg.Sessions.GetConsoleSession(ctx, s.IDHash)
+		if ctx.Err() != nil {
+			return
+		}
+		now := c.cfg.Now()
+		wait := sessionRecheck
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+			cancel()
+			return
+		case err == nil:
+			if over, err := c.over(ctx, cur, now); over && err == nil {
+				cancel()
+				return
+			}
+			wait = min(wait, cur.ExpiresAt.Sub(now), cur.LastSeenAt.Add(c.cfg.IdleTimeout).Sub(now))
+		}
+		t := time.NewTimer(max(wait, 0) + time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-signedOut:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
 // errNoSession: the request carries no live session.
 var errNoSession = errors.New("no session")
 
@@ -317,9 +407,11 @@ func (c *Console) session(r *http.Request) (ConsoleSession, error) {
 		return s, err
 	}
 	now := c.cfg.Now()
-	if !s.EndedAt.IsZero() || !now.Before(s.ExpiresAt) || now.Sub(s.LastSeenAt) >= c.cfg.IdleTimeout {
-		c.tokens.Delete(s.IDHash) // the session is over; so is its token
-		return s, errNoSession
+	if over, err := c.over(r.Context(), s, now); over || err != nil {
+		if err == nil {
+			err = errNoSession
+		}
+		return s, err
 	}
 	// Writing last-seen on every request would make each page a write;
 	// once a minute is exact enough for a 30-minute idle limit.

@@ -214,11 +214,10 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 
 // logout ends the session on the server: the cookie is worthless after.
 func (c *Console) logout(w http.ResponseWriter, r *http.Request, q *req) {
-	if err := c.cfg.Sessions.EndConsoleSession(r.Context(), q.s.IDHash, c.cfg.Now()); err != nil {
+	if err := c.endSession(r.Context(), q.s.IDHash, c.cfg.Now()); err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	c.tokens.Delete(q.s.IDHash)
 	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Path: "/", MaxAge: -1, HttpOnly: true, Secure: c.secure(), SameSite: http.SameSiteLaxMode})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }

@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"net/url"
@@ -386,7 +387,11 @@ func (c *Console) eventStream(w http.ResponseWriter, r *http.Request, q *req) {
 		c.fail(w, r, err)
 		return
 	}
-	in, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "/api/v1/projects/"+url.PathEscape(project)+"/events/stream", nil)
+	// The stream lives only as long as the session it is relayed for.
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	go c.endWithSession(ctx, cancel, q.s)
+	in, err := http.NewRequestWithContext(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(project)+"/events/stream", nil)
 	if err != nil {
 		c.fail(w, r, err)
 		return

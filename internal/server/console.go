@@ -54,6 +54,8 @@ func (a *App) webParts(masterKey []byte) error {
 			iss, err := a.Tokens.Issue(principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, "")
 			return iss.AccessToken, a.now().Add(time.Duration(iss.ExpiresIn) * time.Second), err
 		},
+		Account: func(ctx context.Context, userID string) (iam.User, error) { return q.GetUser(ctx, userID) },
+		Wake:    a.Wake(),
 		Grants: func(ctx context.Context, userID string) (*iam.Grants, error) {
 			return iam.LoadGrants(ctx, q, principal.Principal{Type: principal.User, ID: userID})
 		},

@@ -125,6 +125,11 @@ const EventsSequenced = "events-sequenced"
 // re-checks its reader at once.
 const AccessChanged = "access-changed"
 
+// ConsoleSessionEnded is the topic of "a console session was signed out or
+// ended by its account": the event streams the console relays look at
+// their sessions at once.
+const ConsoleSessionEnded = "console-session-ended"
+
 // NodeAccess is the topic of "a node was removed or its tokens were cut":
 // every replica forgets the node credentials it checked.
 const NodeAccess = "node-access"

@@ -1,0 +1,97 @@
+package console_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+)
+
+// status is the answer to a GET of path with the session, redirects not
+// followed, with the Location.
+func status(t *testing.T, s *servertest.Server, path string, session *http.Cookie) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", s.URL+path, nil)
+	req.AddCookie(session)
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Location")
+}
+
+// Signing out ends the session's open event stream too: the API's stream
+// checks the token the console minted for the session, and that token
+// outlives the sign-out.
+func TestSignOutEndsTheSessionsEventStream(t *testing.T) {
+	s := servertest.Start(t, store.SQLite)
+	session := consoleSession(t, s)
+	csrf := regexp.MustCompile(`name="csrf_token" value="([^"]+)"`).FindStringSubmatch(fetch(t, s.URL+"/projects", session))[1]
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/events/stream?project="+s.Creds.ProjectID, nil)
+	req.AddCookie(session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("stream: %v %v", resp, err)
+	}
+	defer resp.Body.Close()
+	ended := make(chan time.Time, 1)
+	go func() {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		ended <- time.Now()
+	}()
+
+	req, _ = http.NewRequest("POST", s.URL+"/logout", strings.NewReader(url.Values{"csrf_token": {csrf}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(session)
+	out, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || out.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-out: %v %v", out, err)
+	}
+	out.Body.Close()
+	signedOut := time.Now()
+	select {
+	case at := <-ended:
+		t.Logf("the stream ended %v after the sign-out", at.Sub(signedOut).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event stream was still open 10 s after its session was signed out")
+	}
+	if code, loc := status(t, s, "/events/stream?project="+s.Creds.ProjectID, session); code != http.StatusSeeOther || !strings.HasPrefix(loc, "/login") {
+		t.Errorf("the signed-out session reopened the stream: %d %s", code, loc)
+	}
+}
+
+// A disabled account's console sessions end, and re-enabling the account
+// revives none of them (as none of its tokens): the person signs in again.
+func TestDisablingAnAccountEndsItsConsoleSessions(t *testing.T) {
+	s := servertest.Start(t, store.SQLite)
+	admin := s.Admin()
+	const email, pw = "dana@example.com", "a-long-password-for-dana"
+	id := admin.Do("POST", "/api/v1/users", map[string]string{"email": email, "password": pw}).Want(t, http.StatusCreated).String("id")
+	session := signIn(t, s, email, pw)
+	if code, _ := status(t, s, "/projects", session); code != http.StatusOK {
+		t.Fatalf("signed in: /projects %d", code)
+	}
+
+	admin.Do("POST", "/api/v1/users/"+id+"/disable", nil).Want(t, http.StatusOK)
+	if code, loc := status(t, s, "/projects", session); code != http.StatusSeeOther || !strings.HasPrefix(loc, "/login") {
+		t.Errorf("disabled: /projects %d %q, want the sign-in page", code, loc)
+	}
+	admin.Do("POST", "/api/v1/users/"+id+"/enable", nil).Want(t, http.StatusOK)
+	if code, loc := status(t, s, "/projects", session); code != http.StatusSeeOther || !strings.HasPrefix(loc, "/login") {
+		t.Errorf("re-enabled: the session from before the disable answers /projects %d %q, want the sign-in page", code, loc)
+	}
+	if code, _ := status(t, s, "/projects", signIn(t, s, email, pw)); code != http.StatusOK {
+		t.Errorf("a new sign-in after re-enabling: /projects %d", code)
+	}
+}
