@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
@@ -109,7 +110,10 @@ type Console struct {
 	cfg    Config
 	pages  map[string]*template.Template
 	tokens sync.Map // session id hash -> mintedToken
-	mux    *http.ServeMux
+	// swept is when tokens last dropped the expired tokens of sessions
+	// nobody came back to (Unix nanoseconds, by the console's clock).
+	swept atomic.Int64
+	mux   *http.ServeMux
 }
 
 type mintedToken struct {
@@ -306,7 +310,28 @@ func (c *Console) token(ctx context.Context, s ConsoleSession) (string, error) {
 		return "", err
 	}
 	c.tokens.Store(s.IDHash, mintedToken{token: tok, expires: exp})
+	c.sweep()
 	return tok, nil
+}
+
+// sweepEvery is how often minting a token also drops the expired ones.
+const sweepEvery = time.Minute
+
+// sweep drops the expired tokens, at most once every sweepEvery: a
+// session that simply runs out is never seen again, and its token would
+// stay in memory for good.
+func (c *Console) sweep() {
+	now := c.cfg.Now()
+	last := c.swept.Load()
+	if now.UnixNano()-last < int64(sweepEvery) || !c.swept.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	c.tokens.Range(func(k, v any) bool {
+		if !now.Before(v.(mintedToken).expires) {
+			c.tokens.Delete(k)
+		}
+		return true
+	})
 }
 
 // over reports whether the session s has ended: signed out, past its

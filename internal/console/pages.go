@@ -103,6 +103,8 @@ func (c *Console) sessionView(ctx context.Context, q *req) (*sessionView, error)
 		return nil, err
 	}
 	v.IsAdmin = v.grants.IsPlatformAdmin()
+	// The switcher lists the first orgs and projects; a project past them
+	// is chosen by its id on the projects page.
 	orgs, err := q.api.ListOrgs(ctx, client.CatalogListOptions{Limit: 50})
 	if err != nil {
 		return nil, err
@@ -121,9 +123,19 @@ func (c *Console) sessionView(ctx context.Context, q *req) (*sessionView, error)
 			v.Projects = append(v.Projects, projectChoice{ID: p.ID, Label: o.Slug + " / " + p.Slug, Selected: sel})
 		}
 	}
-	// The remembered project is gone or no longer visible: pick the first.
-	if v.Project == nil && len(v.Projects) > 0 && v.ProjectID != "" {
-		v.ProjectID = ""
+	if v.Project == nil && v.ProjectID != "" {
+		// Beyond the pages listed (an org's 101st project, say): the
+		// remembered project is still the one worked in while visible.
+		if p, err := q.api.GetProject(ctx, v.ProjectID); err == nil {
+			label := p.Slug
+			if o, err := q.api.GetOrg(ctx, p.OrgID); err == nil {
+				label = o.Slug + " / " + p.Slug
+			}
+			v.Project, v.orgOfActive = &p, p.OrgID
+			v.Projects = append(v.Projects, projectChoice{ID: p.ID, Label: label, Selected: true})
+		} else {
+			v.ProjectID = "" // gone, or no longer visible
+		}
 	}
 	return v, nil
 }

@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -93,5 +94,41 @@ func TestDisablingAnAccountEndsItsConsoleSessions(t *testing.T) {
 	}
 	if code, _ := status(t, s, "/projects", signIn(t, s, email, pw)); code != http.StatusOK {
 		t.Errorf("a new sign-in after re-enabling: /projects %d", code)
+	}
+}
+
+// A project past the switcher's first page (an org's 101st) is worked in
+// like any other once chosen: chosen by its id, it stays chosen.
+func TestAProjectPastTheSwitchersPageCanBeWorkedIn(t *testing.T) {
+	s := servertest.Start(t, store.SQLite)
+	admin := s.Admin()
+	var last string
+	for i := range 100 {
+		last = admin.Do("POST", "/api/v1/orgs/"+s.Creds.OrgID+"/projects", map[string]string{"slug": fmt.Sprintf("team-%03d", i),
+			"name": fmt.Sprintf("Team %03d", i)}).Want(t, http.StatusCreated).String("id")
+	}
+	session := consoleSession(t, s)
+	page := fetch(t, s.URL+"/projects", session)
+	if strings.Contains(page, last) {
+		t.Fatalf("the 101st project is in the switcher: the test needs one past its page")
+	}
+	if !strings.Contains(page, `name="project_id" required`) {
+		t.Errorf("the projects page has no way to choose a project past its list")
+	}
+	csrf := regexp.MustCompile(`name="csrf_token" value="([^"]+)"`).FindStringSubmatch(page)[1]
+	req, _ := http.NewRequest("POST", s.URL+"/projects/select", strings.NewReader(url.Values{"project_id": {last},
+		"csrf_token": {csrf}, "next": {"/workloads"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(session)
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("select: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if code, loc := status(t, s, "/workloads", session); code != http.StatusOK {
+		t.Fatalf("/workloads in the 101st project: %d → %q", code, loc)
+	}
+	if body := fetch(t, s.URL+"/workloads", session); !strings.Contains(body, "team-099") {
+		t.Errorf("the instance list does not name the project it is in (team-099)")
 	}
 }

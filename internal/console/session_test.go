@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -92,5 +93,36 @@ func TestSessionsEndWhenIdleAndAtTheirMaxAge(t *testing.T) {
 	_ = sessions.EndConsoleSession(context.Background(), hashID("cookie"), now)
 	if alive() {
 		t.Error("a signed-out session is still alive")
+	}
+}
+
+// The tokens minted for sessions that simply run out (nobody comes back to
+// see them end) do not stay in memory: minting drops the expired ones.
+func TestExpiredTokensAreDropped(t *testing.T) {
+	now := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	c, err := New(Config{API: http.NotFoundHandler(), Sessions: &memSessions{m: map[string]ConsoleSession{}}, PublicURL: func() string { return "http://x" },
+		Now:  func() time.Time { return now },
+		Mint: func(context.Context, string) (string, time.Time, error) { return "tok", now.Add(30 * time.Minute), nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := func() (n int) {
+		c.tokens.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	for i := range 100 {
+		if _, err := c.token(context.Background(), ConsoleSession{IDHash: fmt.Sprint("gone-", i), UserID: "u"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := count(); n != 100 {
+		t.Fatalf("%d tokens cached, want 100", n)
+	}
+	now = now.Add(31 * time.Minute)
+	if _, err := c.token(context.Background(), ConsoleSession{IDHash: "new", UserID: "u"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(); n != 1 {
+		t.Errorf("%d tokens cached after the first 100 expired, want only the new one", n)
 	}
 }
