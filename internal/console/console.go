@@ -40,12 +40,34 @@ import (
 //go:embed templates/*.html static/*
 var assets embed.FS
 
-// SessionCookie is the console's session cookie: host-only, HttpOnly.
-const SessionCookie = "gpuaas_session"
+// The console's cookies: SessionCookie the session (host-only,
+// HttpOnly), loginCSRFCookie the sign-in form's CSRF token (there is no
+// session yet to hold it). Behind https their names carry the __Host-
+// prefix (cookieName): a browser then takes them from this very host only,
+// so an app's UI on a sibling subdomain of the same site
+// (<id>.apps.example.com beside console.example.com) cannot plant a session
+// or a sign-in token of its choosing on the console (cookie tossing), and
+// the console reads no other name. Over plain http the prefix, which needs
+// Secure, is left off.
+const (
+	SessionCookie   = "gpuaas_session"
+	loginCSRFCookie = "gpuaas_login_csrf"
+	hostOnly        = "__Host-"
+)
 
-// loginCSRFCookie carries the CSRF token of the sign-in form (there is no
-// session yet to hold it).
-const loginCSRFCookie = "gpuaas_login_csrf"
+// Cookies are every name a console cookie goes by: the gateway keeps them
+// from apps (in path mode an app shares the console's origin).
+var Cookies = []string{SessionCookie, hostOnly + SessionCookie, loginCSRFCookie, hostOnly + loginCSRFCookie}
+
+// cookie is a console cookie named for the scheme the console is served
+// on: Secure with the __Host- prefix and path / behind https; plainly
+// named, with path, over http.
+func (c *Console) cookie(base, path string) *http.Cookie {
+	if c.secure() {
+		return &http.Cookie{Name: hostOnly + base, Path: "/", Secure: true, HttpOnly: true}
+	}
+	return &http.Cookie{Name: base, Path: path, HttpOnly: true}
+}
 
 // ConsoleSession is one signed-in browser of the web console. IDHash is the
 // SHA-256 of the cookie's value; the value itself is never stored.
@@ -420,7 +442,7 @@ var errNoSession = errors.New("no session")
 
 // session resolves the request's live session, sliding its idle expiry.
 func (c *Console) session(r *http.Request) (ConsoleSession, error) {
-	ck, err := r.Cookie(SessionCookie)
+	ck, err := r.Cookie(c.cookie(SessionCookie, "/").Name)
 	if err != nil || ck.Value == "" {
 		return ConsoleSession{}, errNoSession
 	}

@@ -166,12 +166,13 @@ type loginData struct {
 }
 
 func (c *Console) loginCSRF(w http.ResponseWriter, r *http.Request) string {
-	if ck, err := r.Cookie(loginCSRFCookie); err == nil && len(ck.Value) >= 32 {
-		return ck.Value
+	ck := c.cookie(loginCSRFCookie, "/login")
+	if have, err := r.Cookie(ck.Name); err == nil && len(have.Value) >= 32 {
+		return have.Value
 	}
-	v := randomToken()
-	http.SetCookie(w, &http.Cookie{Name: loginCSRFCookie, Value: v, Path: "/login", HttpOnly: true, Secure: c.secure(), SameSite: http.SameSiteStrictMode})
-	return v
+	ck.Value, ck.SameSite = randomToken(), http.SameSiteStrictMode
+	http.SetCookie(w, ck)
+	return ck.Value
 }
 
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
@@ -185,7 +186,7 @@ func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 // login signs a person in with the API's own login (its rate limit and
 // throttle apply), then opens a server-side session.
 func (c *Console) login(w http.ResponseWriter, r *http.Request) {
-	ck, err := r.Cookie(loginCSRFCookie)
+	ck, err := r.Cookie(c.cookie(loginCSRFCookie, "/login").Name)
 	if err != nil || !checkCSRF(r, ck.Value) {
 		c.render(w, r, http.StatusForbidden, "login", page{Title: "Sign in", Flash: "The sign-in form expired; try again.",
 			Data: loginData{CSRF: c.loginCSRF(w, r), Next: redirect.Local(r.PostFormValue("next"))}})
@@ -219,8 +220,12 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, err)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Value: id, Path: "/", HttpOnly: true, Secure: c.secure(), SameSite: http.SameSiteLaxMode})
-	http.SetCookie(w, &http.Cookie{Name: loginCSRFCookie, Path: "/login", MaxAge: -1})
+	session := c.cookie(SessionCookie, "/")
+	session.Value, session.SameSite = id, http.SameSiteLaxMode
+	http.SetCookie(w, session)
+	done := c.cookie(loginCSRFCookie, "/login")
+	done.MaxAge = -1
+	http.SetCookie(w, done)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -230,7 +235,9 @@ func (c *Console) logout(w http.ResponseWriter, r *http.Request, q *req) {
 		c.fail(w, r, err)
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: SessionCookie, Path: "/", MaxAge: -1, HttpOnly: true, Secure: c.secure(), SameSite: http.SameSiteLaxMode})
+	gone := c.cookie(SessionCookie, "/")
+	gone.MaxAge, gone.SameSite = -1, http.SameSiteLaxMode
+	http.SetCookie(w, gone)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 

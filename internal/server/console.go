@@ -33,7 +33,7 @@ func (a *App) webParts(masterKey []byte) error {
 			_, err := parser.Parse(tok, a.Tokens.Ring.Keyfunc)
 			return err == nil
 		},
-		StripCookies: []string{console.SessionCookie},
+		StripCookies: console.Cookies,
 		ReadTimeout:  cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
 		Backend: a.Instances, Logger: a.Logger, Now: a.now,
 	})
