@@ -121,14 +121,28 @@ func (s *AppsServer) handle(ctx *fasthttp.RequestCtx) {
 	if s.proxy(ctx) {
 		return
 	}
-	if h := &ctx.Request.Header; h.ContentLength() != 0 {
+	if ctx.RequestBodyStream() != nil {
 		// The gateway answers this request itself (a refusal or its own
-		// path) and reads no body, so none is read into memory for it;
-		// what is left of it on the connection ends the connection.
-		ctx.Request.SetBodyStream(bytes.NewReader(nil), 0)
-		lingerClose(ctx)
+		// path) and reads no body, so none is read into memory for it
+		// (the adaptor would, warning that it does so): it goes to the
+		// slow path with none. What is left of a body on the connection
+		// ends the connection; a request without one (a GET, or
+		// Content-Length: 0, which still comes with a stream) keeps it.
+		if hasBody(&ctx.Request.Header) {
+			lingerClose(ctx)
+		}
+		ctx.Request.SetBodyRaw(nil)
+		ctx.Request.Header.SetContentLength(0)
 	}
 	s.slow(ctx)
+}
+
+// hasBody says whether a request has a body: a Content-Length above 0, or
+// chunks. Without either it has none (RFC 9112, 6.3), though fasthttp
+// gives its length as -2 ("identity") then, as for a bodyless GET.
+func hasBody(h *fasthttp.RequestHeader) bool {
+	n := h.ContentLength()
+	return n > 0 || n == -1
 }
 
 // How long, and how much more of an unread request body, a lingering
@@ -214,9 +228,9 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 	req.SetRequestURIBytes(uri)
 	var upload *moving
 	switch n := h.ContentLength(); {
-	case n == 0:
+	case !hasBody(h):
 	case ctx.RequestBodyStream() != nil:
-		upload = &moving{Reader: ctx.RequestBodyStream(), conn: ctx.Conn(), read: true, d: s.cfg.ReadTimeout}
+		upload = &moving{Reader: ctx.RequestBodyStream(), conn: ctx.Conn(), read: true, d: s.cfg.ReadTimeout, left: n}
 		req.SetBodyStream(upload, n)
 	default:
 		req.SetBodyRaw(ctx.Request.Body())
@@ -233,7 +247,11 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 			ctx.SetConnectionClose()
 		}
 		if errors.Is(err, errBrowserGone) {
+			// Nobody may read it, but a browser that only half-closed
+			// does: it gets what the console's listener answers then
+			// (the proxy's failure), not an empty success.
 			s.g.cfg.Logger.Info("ui gateway: the browser went away before the app answered; the app's connection is closed", "host", string(h.Host()))
+			s.g.fastPage(ctx, http.StatusBadGateway, "The app did not answer", "The browser went away before the app answered.")
 			return true
 		}
 		if upload != nil && upload.err != nil {
@@ -259,15 +277,46 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 	s.g.inboundHeader(&resp.Header, out)
 	out.Add("Content-Security-Policy", "frame-ancestors "+s.g.consoleOrigin())
 	if body != nil {
+		src := &releasing{moving: moving{Reader: body, conn: ctx.Conn(), d: s.cfg.WriteTimeout}, body: body, resp: resp}
 		n := resp.Header.ContentLength()
+		if n < 0 && !h.IsHTTP11() {
+			s.untilClose(ctx, src)
+			return true
+		}
 		if n < 0 {
 			n = -1 // chunked to the browser, whatever the app's framing
 		}
-		ctx.SetBodyStream(&releasing{moving: moving{Reader: body, conn: ctx.Conn(), d: s.cfg.WriteTimeout}, body: body, resp: resp}, n)
+		ctx.SetBodyStream(src, n)
 		return true
 	}
 	fasthttp.ReleaseResponse(resp)
 	return true
+}
+
+// untilClose sends an answer of unknown length to a browser that is not
+// HTTP/1.1: it cannot read chunks, and fasthttp frames every body stream
+// of unknown length in chunks (a stream's length -2 too). As net/http's
+// server does, the body goes as it comes, and the connection's close ends
+// it: the connection is taken over once the handler returns, and the
+// answer written on it here.
+func (s *AppsServer) untilClose(ctx *fasthttp.RequestCtx, body *releasing) {
+	out := &ctx.Response.Header
+	out.SetConnectionClose()
+	head := out.AppendBytes(nil) // neither Content-Length nor Transfer-Encoding
+	d := s.cfg.WriteTimeout
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		defer body.Close()
+		if d > 0 {
+			_ = c.SetWriteDeadline(deadlineIn(d)) // the body's reads move it on
+		}
+		if _, err := c.Write(head); err != nil {
+			return
+		}
+		buf := bufferPool{}.Get()
+		defer bufferPool{}.Put(buf)
+		_, _ = io.CopyBuffer(struct{ io.Writer }{c}, body, buf)
+	})
 }
 
 // moving moves the browser connection's read (or write) deadline d on
@@ -278,12 +327,22 @@ type moving struct {
 	conn net.Conn
 	read bool
 	d    time.Duration
+	// left is what a request body of declared length has yet to yield:
+	// fasthttp's stream ends a body shorter than its Content-Length (the
+	// browser stopped sending and closed its side) with a plain io.EOF,
+	// which would pass the short body on as whole, and the app's failure
+	// to take it as the app's.
+	left int
 	err  error // the stream's own failure (not io.EOF)
 	eof  bool  // the stream was read to its end
 }
 
 func (m *moving) Read(p []byte) (int, error) {
 	n, err := m.Reader.Read(p)
+	m.left -= n
+	if err == io.EOF && m.left > 0 {
+		err = io.ErrUnexpectedEOF
+	}
 	if err == io.EOF {
 		m.eof = true
 	} else if err != nil {
@@ -397,7 +456,10 @@ func (g *Gateway) outboundHeader(client net.IP, in, out *fasthttp.RequestHeader)
 			bytes.EqualFold(k, []byte("Expect")),
 			bytes.EqualFold(k, []byte("Cookie")), bytes.EqualFold(k, []byte("Forwarded")),
 			bytes.EqualFold(k, []byte("X-Forwarded-For")), bytes.EqualFold(k, []byte("X-Forwarded-Host")),
-			bytes.EqualFold(k, []byte("X-Forwarded-Proto")):
+			bytes.EqualFold(k, []byte("X-Forwarded-Proto")),
+			// As rewrite drops them: the browser's own would lie to an
+			// app that trusts them (no path mode here to set a prefix).
+			bytes.EqualFold(k, []byte("X-Real-IP")), bytes.EqualFold(k, []byte("X-Forwarded-Prefix")):
 		case bytes.EqualFold(k, []byte("Authorization")) && g.isPlatformAuthorization(context.Background(), string(v)):
 		default:
 			out.AddBytesKV(k, v)
@@ -419,10 +481,9 @@ func (g *Gateway) inboundHeader(in *fasthttp.ResponseHeader, out *fasthttp.Respo
 		switch {
 		case dropHeader(k, connection), bytes.EqualFold(k, []byte("Content-Length")):
 		case bytes.EqualFold(k, []byte("Set-Cookie")):
-			if c, err := http.ParseSetCookie(string(v)); err == nil && g.ours(c.Name) {
-				continue
+			if !g.oursSetCookie(string(v)) {
+				out.AddBytesKV(k, v)
 			}
-			out.AddBytesKV(k, v)
 		default:
 			out.AddBytesKV(k, v)
 		}

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
 // get sends a GET with the app cookie through the rig.
@@ -44,13 +48,15 @@ func (r *rig) send(t *testing.T, method, path string, body io.Reader, app *http.
 }
 
 // What identifies a proxy to the app is the gateway's alone: the client's
-// X-Forwarded-* and Forwarded are replaced, and the headers of one
-// connection (those Connection names too) stay on it.
+// X-Forwarded-*, Forwarded and X-Real-IP are replaced or dropped (an app
+// may trust them), and the headers of one connection (those Connection
+// names too) stay on it.
 func TestGatewayForwardedAndHopByHopHeaders(t *testing.T) { onBothListeners(t, testForwardedHeaders) }
 
 func testForwardedHeaders(t *testing.T, apps bool) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		for _, h := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded", "X-Hop", "Keep-Alive", "X-App"} {
+		for _, h := range []string{"X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "Forwarded", "X-Real-IP",
+			"X-Forwarded-Prefix", "X-Hop", "Keep-Alive", "X-App"} {
 			fmt.Fprintf(w, "%s=%s\n", h, strings.Join(r.Header.Values(h), ","))
 		}
 	}))
@@ -58,12 +64,13 @@ func testForwardedHeaders(t *testing.T, apps bool) {
 	r := newRigOn(t, apps, up.Listener.Addr().String())
 	app := r.open(t)
 	resp, body := r.get(t, "/", app, map[string]string{"X-Forwarded-For": "6.6.6.6", "X-Forwarded-Host": "evil.example",
-		"X-Forwarded-Proto": "https", "Forwarded": "for=6.6.6.6", "Connection": "keep-alive, X-Hop", "X-Hop": "1",
+		"X-Forwarded-Proto": "https", "Forwarded": "for=6.6.6.6", "X-Real-IP": "6.6.6.6", "X-Forwarded-Prefix": "/admin",
+		"Connection": "keep-alive, X-Hop", "X-Hop": "1",
 		"Keep-Alive": "timeout=5", "X-App": "kept"})
 	if resp.StatusCode != 200 {
 		t.Fatalf("%d %s", resp.StatusCode, body)
 	}
-	want := "X-Forwarded-For=127.0.0.1\nX-Forwarded-Host=" + inst + ".apps.test:8080\nX-Forwarded-Proto=http\nForwarded=\nX-Hop=\nKeep-Alive=\nX-App=kept\n"
+	want := "X-Forwarded-For=127.0.0.1\nX-Forwarded-Host=" + inst + ".apps.test:8080\nX-Forwarded-Proto=http\nForwarded=\nX-Real-IP=\nX-Forwarded-Prefix=\nX-Hop=\nKeep-Alive=\nX-App=kept\n"
 	if body != want {
 		t.Errorf("the app saw\n%s\nwant\n%s", body, want)
 	}
@@ -173,7 +180,8 @@ func TestAppsListenerStreamsBothWays(t *testing.T) {
 // upload, a HEAD, an app that does not answer.
 func TestAppsListenerLeavesTheRestToTheGateway(t *testing.T) {
 	up := echoUpstream(t)
-	r := newRigOn(t, true, up.Listener.Addr().String())
+	var logs testbin.Output
+	r := newRigOn(t, true, up.Listener.Addr().String(), warningsTo(&logs))
 	app := r.open(t)
 
 	req, _ := http.NewRequest("GET", "http://console.test:8080/", nil)
@@ -188,11 +196,7 @@ func TestAppsListenerLeavesTheRestToTheGateway(t *testing.T) {
 	}
 
 	// An upload without the app token is refused without being read.
-	c, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := r.dial(t)
 	fmt.Fprintf(c, "POST /ui/upload HTTP/1.1\r\nHost: %s.apps.test:8080\r\nContent-Length: %d\r\n\r\n%s", inst, 1<<30, strings.Repeat("x", 1<<20))
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	resp, err = http.ReadResponse(bufio.NewReader(c), nil)
@@ -219,6 +223,9 @@ func TestAppsListenerLeavesTheRestToTheGateway(t *testing.T) {
 	}
 	if n := r.apps.proxied.Load(); n != 1 {
 		t.Errorf("proxied %d requests itself, want 1 (the GET)", n)
+	}
+	if w := logs.String(); w != "" {
+		t.Errorf("warnings (none of these requests' bodies is read): %s", w)
 	}
 	up.Close()
 	if resp, body := r.get(t, "/ui/x", app, nil); resp.StatusCode != http.StatusBadGateway || !strings.Contains(body, "did not answer") {
@@ -279,11 +286,7 @@ func testTimeoutsBoundEachWait(t *testing.T, apps bool) {
 	}
 
 	// A body that stops coming: the connection is cut after d.
-	c, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := r.dial(t)
 	fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: %s.apps.test:8080\r\nCookie: __Host-gpuaas_app=%s\r\nContent-Length: 1000000\r\n\r\n%s",
 		inst, app.Value, strings.Repeat("x", 100<<10))
 	select {
@@ -549,11 +552,7 @@ func TestAppsListenerWatchLeavesTheConnectionAsItWas(t *testing.T) {
 	r := newRig(t, up.Listener.Addr().String())
 	app := r.open(t)
 	r.serveApps(t, AppsServerConfig{ReadTimeout: 5 * time.Second, IdleTimeout: time.Minute})
-	c, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := r.dial(t)
 	send := func(path string) {
 		fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: %s.apps.test:8080\r\nCookie: __Host-gpuaas_app=%s\r\n\r\n", path, inst, app.Value)
 	}
@@ -593,11 +592,7 @@ func testWebSocketOutlives(t *testing.T, apps bool) {
 		io.Copy(c, br) // an echo of whatever comes
 	})
 	r, app := newTimedRig(t, apps, addr, d)
-	c, err := net.Dial("tcp", r.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := r.dial(t)
 	fmt.Fprintf(c, "GET /ui/echo HTTP/1.1\r\nHost: %s.apps.test:8080\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: http://%s.apps.test:8080\r\n"+
 		"Cookie: __Host-gpuaas_app=%s\r\n\r\n", inst, inst, app.Value)
@@ -680,5 +675,248 @@ func testEarlyAnswer(t *testing.T, apps bool) {
 		if resp, _ := r.send(t, "POST", "/upload", strings.NewReader(strings.Repeat("x", 8<<20)), nil, nil); resp.StatusCode != http.StatusUnauthorized {
 			t.Errorf("an 8 MiB upload without the app token: %d", resp.StatusCode)
 		}
+	}
+}
+
+// warningsTo has a rig's gateway log its warnings to out.
+func warningsTo(out *testbin.Output) func(*Config) {
+	return func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+}
+
+// A browser that half-closes its connection (or leaves) while the app
+// works on its request gets no answer the app did not give: 502, and the
+// connection ends, on both listeners.
+func TestGatewayInventsNoAnswerForABrowserThatLeft(t *testing.T) {
+	onBothListeners(t, testNoAnswerForABrowserThatLeft)
+}
+
+func testNoAnswerForABrowserThatLeft(t *testing.T, apps bool) {
+	ended := make(chan struct{})
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-ended:
+		}
+		io.WriteString(w, "too late")
+	}))
+	t.Cleanup(up.Close)
+	t.Cleanup(func() { close(ended) })
+	r := newRigOn(t, apps, up.Listener.Addr().String())
+	app := r.open(t)
+	c := r.dial(t)
+	fmt.Fprintf(c, "GET /slow HTTP/1.1\r\nHost: %s.apps.test:8080\r\nCookie: __Host-gpuaas_app=%s\r\n\r\n", inst, app.Value)
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer after the browser half-closed: %v", err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusBadGateway {
+		t.Errorf("a browser that half-closed got %d, want 502", resp.StatusCode)
+	}
+	if _, err := br.ReadByte(); err != io.EOF {
+		t.Errorf("the connection goes on after the answer to a browser that left: %v", err)
+	}
+}
+
+// Requests the gateway answers itself (a refusal, the code's redemption, a
+// HEAD, an upgrade it refuses) carry no body: they keep their connection,
+// and nothing is read into memory for them.
+func TestGatewayKeepsTheConnectionAfterItsOwnAnswers(t *testing.T) {
+	onBothListeners(t, testKeepsConnectionAfterOwnAnswers)
+}
+
+func testKeepsConnectionAfterOwnAnswers(t *testing.T, apps bool) {
+	up := echoUpstream(t)
+	var logs testbin.Output
+	r := newRigOn(t, apps, up.Listener.Addr().String(), warningsTo(&logs))
+	app := r.open(t)
+	r.backend.mu.Lock()
+	r.backend.codes["c2"] = instances.UIGrant{UserID: "u", InstanceID: inst, Port: 8080}
+	r.backend.mu.Unlock()
+	c := r.dial(t)
+	br := bufio.NewReader(c)
+	host := inst + ".apps.test:8080"
+	for _, tc := range []struct {
+		name, req string
+		status    int
+	}{
+		{"page load without the token", "GET /ui/ HTTP/1.1\r\nHost: " + host + "\r\nAccept: text/html\r\n\r\n", http.StatusSeeOther},
+		{"API call without the token", "GET /ui/api HTTP/1.1\r\nHost: " + host + "\r\n\r\n", http.StatusUnauthorized},
+		{"a code's redemption", "GET /__gpuaas/open?code=c2&path=/ HTTP/1.1\r\nHost: " + host + "\r\n\r\n", http.StatusSeeOther},
+		{"HEAD", "HEAD /ui/x HTTP/1.1\r\nHost: " + host + "\r\nCookie: __Host-gpuaas_app=" + app.Value + "\r\n\r\n", http.StatusOK},
+		{"an upgrade from another origin", "GET /ui/ws HTTP/1.1\r\nHost: " + host + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: http://evil.example\r\n" +
+			"Cookie: __Host-gpuaas_app=" + app.Value + "\r\n\r\n", http.StatusForbidden},
+		{"a form without a body", "POST /ui/api HTTP/1.1\r\nHost: " + host + "\r\nContent-Length: 0\r\n\r\n", http.StatusUnauthorized},
+	} {
+		io.WriteString(c, tc.req)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(br, &http.Request{Method: strings.Fields(tc.req)[0]})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != tc.status || resp.Close {
+			t.Fatalf("%s: %d, close %v; want %d on a connection that goes on", tc.name, resp.StatusCode, resp.Close, tc.status)
+		}
+	}
+	if w := logs.String(); w != "" {
+		t.Errorf("warnings: %s", w)
+	}
+}
+
+// An answer with no body by definition (204, 304) leaves the app's
+// connection fit for the next request; one whose body ends with the
+// connection does not.
+func TestGatewayKeepsTheAppsConnectionAfterABodilessAnswer(t *testing.T) {
+	onBothListeners(t, testKeepsAppConnectionAfterBodiless)
+}
+
+func testKeepsAppConnectionAfterBodiless(t *testing.T, apps bool) {
+	var answered atomic.Int64
+	addr, accepted := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(t, br) {
+			switch answered.Add(1) {
+			case 1:
+				io.WriteString(c, "HTTP/1.1 204 No Content\r\n\r\n")
+			case 2:
+				io.WriteString(c, "HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n\r\n")
+			case 3: // its end is the connection's
+				io.WriteString(c, "HTTP/1.1 200 OK\r\n\r\nuntil close")
+				return
+			default:
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfresh")
+			}
+		}
+	})
+	r := newRigOn(t, apps, addr)
+	app := r.open(t)
+	for _, want := range []struct {
+		status int
+		body   string
+	}{{204, ""}, {304, ""}, {200, "until close"}, {200, "fresh"}} {
+		if resp, body := r.get(t, "/", app, nil); resp.StatusCode != want.status || body != want.body {
+			t.Fatalf("got %d %q, want %d %q", resp.StatusCode, body, want.status, want.body)
+		}
+	}
+	if n := accepted.Load(); n != 2 {
+		t.Errorf("%d connections to the app, want 2 (one for 204, 304 and the body read until close, one after)", n)
+	}
+}
+
+// The browser gets the Content-Type the app sent, and none where it sent
+// none: the browser sniffs then (an HTML page renders as HTML), as it
+// does on the console's listener, where net/http's sniffing agrees.
+func TestGatewayInventsNoContentType(t *testing.T) { onBothListeners(t, testInventsNoContentType) }
+
+func testInventsNoContentType(t *testing.T, apps bool) {
+	const page = "<!doctype html><html><body><p>hello</p></body></html>"
+	var answered atomic.Int64
+	addr, _ := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(t, br) {
+			if answered.Add(1) == 1 {
+				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(page), page)
+			} else {
+				io.WriteString(c, "HTTP/1.1 304 Not Modified\r\nETag: \"v1\"\r\n\r\n")
+			}
+		}
+	})
+	r := newRigOn(t, apps, addr)
+	app := r.open(t)
+	resp, body := r.get(t, "/", app, nil)
+	if ct := resp.Header.Values("Content-Type"); resp.StatusCode != 200 || body != page ||
+		(len(ct) > 0 && (len(ct) > 1 || !strings.HasPrefix(ct[0], "text/html"))) {
+		t.Errorf("an HTML page the app sent without Content-Type: %d, Content-Type %q", resp.StatusCode, ct)
+	}
+	resp, _ = r.get(t, "/", app, map[string]string{"If-None-Match": `"v1"`})
+	if ct := resp.Header.Values("Content-Type"); resp.StatusCode != 304 || len(ct) > 0 {
+		t.Errorf("304: %d, Content-Type %q", resp.StatusCode, ct)
+	}
+}
+
+// An HTTP/1.0 browser cannot read chunks: an answer of unknown length goes
+// to it as it comes, and the connection's close ends it.
+func TestGatewaySendsNoChunksToAnHTTP10Browser(t *testing.T) {
+	onBothListeners(t, testNoChunksToHTTP10)
+}
+
+func testNoChunksToHTTP10(t *testing.T, apps bool) {
+	addr, _ := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(t, br) {
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+			time.Sleep(20 * time.Millisecond)
+			io.WriteString(c, "6\r\n world\r\n0\r\n\r\n")
+		}
+	})
+	r := newRigOn(t, apps, addr)
+	app := r.open(t)
+	c := r.dial(t)
+	fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: %s.apps.test:8080\r\nCookie: __Host-gpuaas_app=%s\r\n\r\n", inst, app.Value)
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	raw, err := io.ReadAll(c) // to the connection's close
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, body, _ := strings.Cut(string(raw), "\r\n\r\n")
+	if f := strings.Fields(head); len(f) < 2 || f[1] != "200" || strings.Contains(strings.ToLower(head), "transfer-encoding") || body != "hello world" {
+		t.Errorf("an HTTP/1.0 browser got\n%s", raw)
+	}
+	if apps && r.apps.proxied.Load() != 1 {
+		t.Errorf("proxied %d requests on the apps listener's own path, want 1", r.apps.proxied.Load())
+	}
+}
+
+// A browser whose upload stops short of its Content-Length (it sent part,
+// then closed its side) is told so, as one whose upload stalls is: the
+// app is not blamed.
+func TestGatewayBlamesAShortUploadOnTheBrowser(t *testing.T) {
+	onBothListeners(t, testShortUpload)
+}
+
+func testShortUpload(t *testing.T, apps bool) {
+	appGot := make(chan error, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.Copy(io.Discard, r.Body)
+		appGot <- err
+		if err == nil {
+			io.WriteString(w, "whole")
+		}
+	}))
+	t.Cleanup(up.Close)
+	var logs testbin.Output
+	r := newRigOn(t, apps, up.Listener.Addr().String(), warningsTo(&logs))
+	app := r.open(t)
+	c := r.dial(t)
+	fmt.Fprintf(c, "POST /upload HTTP/1.1\r\nHost: %s.apps.test:8080\r\nCookie: __Host-gpuaas_app=%s\r\nContent-Length: 1000000\r\n\r\n%s",
+		inst, app.Value, strings.Repeat("x", 100<<10))
+	if err := c.(*net.TCPConn).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("a short upload got no answer: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(b), "The upload stopped") {
+		t.Errorf("a short upload: %d %s", resp.StatusCode, b)
+	}
+	select {
+	case err := <-appGot:
+		if err == nil {
+			t.Error("the app read a short body as whole")
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the app still waits for the rest of a short body")
+	}
+	if w := logs.String(); strings.Contains(w, "upstream failed") {
+		t.Errorf("a short upload is logged as the app's failure: %s", w)
 	}
 }

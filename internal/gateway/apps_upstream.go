@@ -112,6 +112,9 @@ func exchange(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Res
 	w := watchBrowser(browser, func() { _ = conn.Close() })
 	br := hc.AcquireReader(conn)
 	resp.Header.DisableNormalizing() // the app's header names go on as it spelt them
+	// An answer without Content-Type goes on without one (the browser
+	// sniffs it, as on the console's listener), not as text/plain.
+	resp.Header.SetNoDefaultContentType(true)
 	resp.StreamBody = true
 	if req.Header.IsHead() {
 		resp.SkipBody = true
@@ -126,8 +129,14 @@ func exchange(hc *fasthttp.HostClient, req *fasthttp.Request, resp *fasthttp.Res
 		return nil, reused, err
 	}
 	// A body that ends when the connection does (neither a length nor
-	// chunks) leaves nothing to reuse.
-	keep := !early && !resp.ConnectionClose() && resp.Header.ContentLength() != -2
+	// chunks) leaves nothing to reuse. fasthttp gives the same length (-2)
+	// to an answer that has no body at all by its status (204, 304) or
+	// its request (HEAD): that one ends with its head. (A 101 has
+	// switched the connection to another protocol; other 1xx answers
+	// were read past.)
+	status := resp.StatusCode()
+	bodiless := status == fasthttp.StatusNoContent || status == fasthttp.StatusNotModified || resp.SkipBody
+	keep := !early && !resp.ConnectionClose() && (resp.Header.ContentLength() != -2 || bodiless)
 	finish := func(whole bool) {
 		gone := w.stop()
 		// Bytes after the answer's end are an answer to no request.

@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"context"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -22,10 +24,12 @@ func deadlineIn(d time.Duration) time.Time { return time.Now().Add(d) }
 
 // perWait gives a proxied request on the console's listener (net/http)
 // deadlines that move with it. Once the body is read, net/http lifts the
-// read deadline itself (to watch for the browser leaving).
+// read deadline itself (to watch for the browser leaving). A body goes
+// through a movingBody even without a read timeout: it keeps the
+// browser's failure to send it.
 func (g *Gateway) perWait(w http.ResponseWriter, r *http.Request) (http.ResponseWriter, *http.Request) {
 	rc := http.NewResponseController(w)
-	if g.cfg.ReadTimeout > 0 && r.Body != nil && r.Body != http.NoBody {
+	if r.Body != nil && r.Body != http.NoBody {
 		r.Body = &movingBody{ReadCloser: r.Body, rc: rc, d: g.cfg.ReadTimeout}
 	}
 	if g.cfg.WriteTimeout > 0 {
@@ -34,16 +38,45 @@ func (g *Gateway) perWait(w http.ResponseWriter, r *http.Request) (http.Response
 	return w, r
 }
 
-// movingBody gives each read of a request body d.
+// movingBody gives each read of a request body d (0: no deadline), and
+// keeps what failed a read: the browser stopped sending (a stall, or a
+// body shorter than its Content-Length), which is no failure of the app's.
 type movingBody struct {
 	io.ReadCloser
 	rc *http.ResponseController
 	d  time.Duration
+
+	mu  sync.Mutex // held while a read is in progress
+	err error      // the read's failure (not io.EOF)
 }
 
 func (b *movingBody) Read(p []byte) (int, error) {
-	_ = b.rc.SetReadDeadline(deadlineIn(b.d))
-	return b.ReadCloser.Read(p)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.d > 0 {
+		_ = b.rc.SetReadDeadline(deadlineIn(b.d))
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.err = err
+	}
+	return n, err
+}
+
+// failed is the browser's failure to send the body, if it had one, for a
+// proxied request that failed with ctx its context. net/http cancels ctx
+// when a read from the browser fails, inside that read, and the transport
+// may give up on the cancellation before the read has returned: with ctx
+// ended, failed waits for a read in progress. Otherwise one in progress
+// means the browser is still sending.
+func (b *movingBody) failed(ctx context.Context) error {
+	if ctx.Err() != nil {
+		b.mu.Lock()
+	} else if !b.mu.TryLock() {
+		return nil
+	}
+	defer b.mu.Unlock()
+	return b.err
 }
 
 // movingWriter gives each write of an answer (its head, each piece of its

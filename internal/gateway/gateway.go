@@ -29,6 +29,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/redirect"
 )
@@ -136,6 +137,14 @@ func New(cfg Config) *Gateway {
 		BufferPool:     bufferPool{},
 		ModifyResponse: g.modifyResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if p, _ := r.Context().Value(upstreamKey{}).(proxied); p.body != nil {
+				if berr := p.body.failed(r.Context()); berr != nil {
+					// The browser's side failed, as on the apps listener.
+					g.cfg.Logger.InfoContext(r.Context(), "ui gateway: a request body stopped coming", "err", berr, "host", r.Host)
+					g.page(w, http.StatusRequestTimeout, "The upload stopped", "The rest of the request did not arrive in time. Try again.", "")
+					return
+				}
+			}
 			g.cfg.Logger.WarnContext(r.Context(), "ui gateway: upstream failed", "err", err, "host", r.Host)
 			g.page(w, http.StatusBadGateway, "The app did not answer",
 				"The instance is running but its UI did not answer ("+err.Error()+"). Try again in a moment, or look at its logs in the console.", "")
@@ -274,7 +283,8 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 	if !isWebSocket(r) { // a hijacked connection has no deadlines
 		w, r = g.perWait(w, r)
 	}
-	r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, proxied{up: up, prefix: t.prefix}))
+	body, _ := r.Body.(*movingBody)
+	r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, proxied{up: up, prefix: t.prefix, body: body}))
 	g.proxy.ServeHTTP(w, r)
 }
 
@@ -317,10 +327,13 @@ func (bufferPool) Put(b []byte) { copyBuffers.Put(&b) }
 
 type upstreamKey struct{}
 
-// proxied rides in a proxied request's context, for rewrite.
+// proxied rides in a proxied request's context, for rewrite and the
+// proxy's ErrorHandler (which sees the body only behind the proxy's own
+// wrapper).
 type proxied struct {
 	up     instances.UIUpstream
 	prefix string
+	body   *movingBody // nil without a body
 }
 
 func isWebSocket(r *http.Request) bool {
@@ -511,6 +524,25 @@ func (g *Gateway) ours(name string) bool {
 	return false
 }
 
+// oursSetCookie says whether a Set-Cookie line from an app would set or
+// clear a platform cookie; both listeners drop such a line.
+func (g *Gateway) oursSetCookie(line string) bool { return g.ours(setCookieName(line)) }
+
+// setCookieName is the name of the cookie a Set-Cookie line sets, as a
+// browser reads it (RFC 6265bis, 5.6): the text before the first '=' of
+// the part before the first ';', spaces and tabs trimmed; no '=' there is
+// the empty name. Not http.ParseSetCookie: it rejects lines browsers take
+// (a value with a backslash or an inner quote), and a line it rejects
+// would pass as no one's cookie and overwrite the platform's.
+func setCookieName(line string) string {
+	pair, _, _ := strings.Cut(line, ";")
+	name, _, ok := strings.Cut(pair, "=")
+	if !ok {
+		return ""
+	}
+	return strings.Trim(name, " \t")
+}
+
 // wsHeaders are the WebSocket handshake headers in their RFC 6455 casing:
 // Go canonicalises Sec-WebSocket-Key to Sec-Websocket-Key, and some servers
 // compare names case-sensitively.
@@ -556,7 +588,17 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	if g.isPlatformAuthorization(pr.In.Context(), pr.In.Header.Get("Authorization")) {
 		pr.Out.Header.Del("Authorization")
 	}
+	if isWebSocket(pr.In) {
+		g.dropPlatformProtocols(pr.In.Context(), pr.Out.Header)
+	}
+	// What says where a request came from is the gateway's to say: an app
+	// may trust these (a framework's proxy-headers setting), and the
+	// browser's own would lie to it. Rewrite has dropped the browser's
+	// X-Forwarded-For, -Host and -Proto; X-Real-IP and X-Forwarded-Prefix
+	// go too, the prefix set again in path mode.
 	pr.Out.Header.Del("Forwarded")
+	pr.Out.Header.Del("X-Real-Ip")
+	pr.Out.Header.Del("X-Forwarded-Prefix")
 	pr.SetXForwarded()
 	if pr.In.TLS == nil && g.scheme() == "https" {
 		pr.Out.Header.Set("X-Forwarded-Proto", "https")
@@ -567,15 +609,42 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	exactWebSocketCasing(pr.Out.Header)
 }
 
+// dropPlatformProtocols takes a platform token offered as a WebSocket
+// subprotocol (bearer.<token>, the way the API's event streams take one
+// from a browser) out of an upgrade's offer, as an Authorization header
+// holding one is dropped; the app's own subprotocols go on. (Only the
+// console's listener proxies upgrades: the apps listener hands them to it.)
+func (g *Gateway) dropPlatformProtocols(ctx context.Context, h http.Header) {
+	offered := h.Values("Sec-Websocket-Protocol")
+	var keep []string
+	dropped := false
+	for _, v := range offered {
+		for p := range strings.SplitSeq(v, ",") {
+			p = strings.TrimSpace(p)
+			if tok, ok := strings.CutPrefix(p, events.WebSocketBearerPrefix); ok && g.isPlatformAuthorization(ctx, "Bearer "+tok) {
+				dropped = true
+			} else if p != "" {
+				keep = append(keep, p)
+			}
+		}
+	}
+	if !dropped {
+		return
+	}
+	h.Del("Sec-Websocket-Protocol")
+	if len(keep) > 0 {
+		h.Set("Sec-Websocket-Protocol", strings.Join(keep, ", "))
+	}
+}
+
 func (g *Gateway) modifyResponse(res *http.Response) error {
 	// The app cannot set or clear the platform's cookies on this origin.
 	if sc := res.Header.Values("Set-Cookie"); len(sc) > 0 {
 		res.Header.Del("Set-Cookie")
 		for _, line := range sc {
-			if c, err := http.ParseSetCookie(line); err == nil && g.ours(c.Name) {
-				continue
+			if !g.oursSetCookie(line) {
+				res.Header.Add("Set-Cookie", line)
 			}
-			res.Header.Add("Set-Cookie", line)
 		}
 	}
 	exactWebSocketCasing(res.Header)

@@ -129,6 +129,17 @@ func onBothListeners(t *testing.T, test func(t *testing.T, apps bool)) {
 	t.Run("apps-listener", func(t *testing.T) { test(t, true) })
 }
 
+// dial opens a connection to the rig's listener, closed when the test ends.
+func (r *rig) dial(t testing.TB) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", r.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // client reaches any host on the rig's listener and follows no redirect.
 func (r *rig) client() *http.Client { return clientTo(r.addr) }
 
@@ -358,6 +369,7 @@ func testWebSocketUpgrade(t *testing.T, apps bool) {
 		}
 		req := "GET /ui/echo HTTP/1.1\r\nHost: " + inst + ".apps.test:8080\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 			"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: " + origin +
+			"\r\nSec-WebSocket-Protocol: chat, bearer.platform.tok, bearer.apps-own-key" +
 			"\r\nCookie: __Host-gpuaas_app=" + app.Value + "\r\n\r\n"
 		io.WriteString(c, req)
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -377,7 +389,10 @@ func testWebSocketUpgrade(t *testing.T, apps bool) {
 		t.Fatalf("upgrade: %d", resp.StatusCode)
 	}
 	got := <-lines
-	for _, want := range []string{"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13"} {
+	// The app's subprotocols and its own key go on; a platform token
+	// offered as one does not.
+	for _, want := range []string{"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13",
+		"Sec-WebSocket-Protocol: chat, bearer.apps-own-key"} {
 		found := false
 		for _, l := range got {
 			found = found || l == want
@@ -389,6 +404,9 @@ func testWebSocketUpgrade(t *testing.T, apps bool) {
 	for _, l := range got {
 		if strings.HasPrefix(strings.ToLower(l), "cookie:") {
 			t.Errorf("the platform cookie reached the app: %s", l)
+		}
+		if strings.Contains(l, "platform.tok") {
+			t.Errorf("the platform token reached the app: %s", l)
 		}
 	}
 }
@@ -419,7 +437,8 @@ func TestOpenURL(t *testing.T) {
 }
 
 // Path mode: the UI under /apps/instances/<id>/ui/ on the console's origin,
-// its own cookie scoped to that path, the prefix forwarded.
+// its own cookie scoped to that path, the prefix forwarded (the gateway's,
+// whatever the browser sent).
 func TestGatewayPathMode(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Seen-Prefix", r.Header.Get("X-Forwarded-Prefix"))
@@ -446,6 +465,7 @@ func TestGatewayPathMode(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", front.URL+base+"/lab/", nil)
 	req.AddCookie(cks[0])
+	req.Header.Set("X-Forwarded-Prefix", "/admin") // the gateway's, not the browser's
 	resp, err = hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -461,5 +481,62 @@ func TestGatewayPathMode(t *testing.T) {
 	resp.Body.Close()
 	if string(body) != "console" {
 		t.Errorf("a path outside the UI prefix went to the gateway: %q", body)
+	}
+}
+
+// A Set-Cookie line is judged by the name a browser reads in it (the text
+// before the first '=', spaces and tabs trimmed), not by whether Go can
+// parse it: browsers take lines Go rejects, and such a line must not set or
+// clear the platform's cookie either. The app's own cookies pass, however
+// they are spelt.
+func TestGatewayKeepsThePlatformCookieFromLinesGoRejects(t *testing.T) {
+	onBothListeners(t, testPlatformCookieFromOddLines)
+}
+
+func testPlatformCookieFromOddLines(t *testing.T, apps bool) {
+	answer := "HTTP/1.1 200 OK\r\n" +
+		"Set-Cookie: __Host-gpuaas_app=forged\\x; Path=/; Secure; HttpOnly\r\n" +
+		"Set-Cookie: __Host-gpuaas_app=\"a\"b; Path=/; Secure\r\n" +
+		"Set-Cookie: \t__Host-gpuaas_app =forged; Path=/; Secure\r\n" +
+		"Set-Cookie: gpuaas_session=\"x\"y; Path=/\r\n" +
+		"Set-Cookie: gpuaas_app_" + inst + "=a b; Path=/\r\n" +
+		"Set-Cookie: app_state=1\r\n" +
+		"Set-Cookie: theme=\"a\"b; Path=/\r\n" +
+		"Content-Length: 2\r\n\r\nok"
+	addr, _ := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(t, br) {
+			io.WriteString(c, answer)
+		}
+	})
+	r := newRigOn(t, apps, addr)
+	app := r.open(t)
+	req, _ := http.NewRequest("GET", "http://"+inst+".apps.test:8080/", nil)
+	req.AddCookie(app)
+	resp, err := r.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	got := resp.Header.Values("Set-Cookie")
+	if want := []string{"app_state=1", `theme="a"b; Path=/`}; resp.StatusCode != 200 || strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("%d; Set-Cookie that reached the browser:\n%s\nwant only the app's:\n%s", resp.StatusCode, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestSetCookieName(t *testing.T) {
+	for line, want := range map[string]string{
+		"a=b; Path=/":         "a",
+		" \ta \t=b":           "a",
+		`__Host-x="a"b`:       "__Host-x",
+		"noequals; Path=/":    "",
+		"noequals":            "",
+		"=v":                  "",
+		"a; b=c":              "",
+		"a=b=c; d=e":          "a",
+		"__Host-gpuaas_app=x": "__Host-gpuaas_app",
+	} {
+		if got := setCookieName(line); got != want {
+			t.Errorf("setCookieName(%q) = %q, want %q", line, got, want)
+		}
 	}
 }
