@@ -3,12 +3,13 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -152,28 +153,88 @@ func (c *Client) head(ctx context.Context, repository, kind, ref string) (*http.
 }
 
 // HandlerTransport serves requests in-process through Handler, without a
-// network round trip. Responses are buffered whole: use it for small reads
-// (manifests, signatures, attestations). With PlainHTTP it refuses https
-// requests, as a plain HTTP listener would: OCI clients probe https first and
-// must fall back to http.
+// network round trip. The answer streams: its body is what the handler
+// writes, as it writes it, so a reader that stops (a size limit reached)
+// stops the handler too, and a blob far larger than its descriptor says
+// is never held in memory. With PlainHTTP it refuses https requests, as a
+// plain HTTP listener would: OCI clients probe https first and must fall
+// back to http.
 type HandlerTransport struct {
 	Handler   http.Handler
 	PlainHTTP bool
 }
 
-// RoundTrip implements http.RoundTripper.
+// RoundTrip implements http.RoundTripper: it returns once the handler has
+// written its answer's head (or returned), and the body is the rest of
+// what it writes. Close the body, as with any transport: the handler waits
+// on it.
 func (t HandlerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t.PlainHTTP && req.URL.Scheme == "https" {
 		return nil, errors.New("registry listener speaks plain HTTP")
 	}
-	rec := httptest.NewRecorder()
 	req = req.Clone(req.Context())
 	if req.Host == "" {
 		req.Host = req.URL.Host
 	}
 	req.RequestURI = req.URL.RequestURI()
-	t.Handler.ServeHTTP(rec, req)
-	resp := rec.Result()
-	resp.Request = req
+	if req.Body == nil {
+		req.Body = http.NoBody
+	}
+	pr, pw := io.Pipe()
+	w := &pipeWriter{header: http.Header{}, body: pw, head: make(chan struct{})}
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				w.WriteHeader(http.StatusInternalServerError)
+				_ = pw.CloseWithError(fmt.Errorf("registry handler panicked: %v", v))
+				return
+			}
+			w.WriteHeader(http.StatusOK) // a handler that wrote nothing
+			_ = pw.Close()
+		}()
+		t.Handler.ServeHTTP(w, req)
+	}()
+	select {
+	case <-w.head:
+	case <-req.Context().Done():
+		_ = pr.CloseWithError(req.Context().Err())
+		return nil, req.Context().Err()
+	}
+	resp := &http.Response{StatusCode: w.code, Status: fmt.Sprintf("%d %s", w.code, http.StatusText(w.code)),
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: w.sent, Body: pr, ContentLength: -1, Request: req}
+	if n, err := strconv.ParseInt(w.sent.Get("Content-Length"), 10, 64); err == nil {
+		resp.ContentLength = n
+	}
+	if req.Method == http.MethodHead {
+		resp.Body = http.NoBody
+		_ = pr.Close() // anything the handler writes to a HEAD goes nowhere
+	}
 	return resp, nil
 }
+
+// pipeWriter is the handler's side of a HandlerTransport answer.
+type pipeWriter struct {
+	header http.Header
+	sent   http.Header // the head as it was when written
+	code   int
+	body   *io.PipeWriter
+	head   chan struct{} // closed once the head is written
+	once   sync.Once
+}
+
+func (w *pipeWriter) Header() http.Header { return w.header }
+
+func (w *pipeWriter) WriteHeader(code int) {
+	w.once.Do(func() {
+		w.code, w.sent = code, w.header.Clone()
+		close(w.head)
+	})
+}
+
+func (w *pipeWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return w.body.Write(p)
+}
+
+// Flush is a no-op: every write goes straight to the reader.
+func (w *pipeWriter) Flush() {}

@@ -22,8 +22,12 @@ type ContentGate interface {
 	TagFrozen(ctx context.Context, repository, tag string) (bool, error)
 }
 
-// manifestPathRe splits /v2/<name>/manifests/<reference>.
-var manifestPathRe = regexp.MustCompile(`^/v2/(.+)/manifests/([^/]+)$`)
+// manifestPathRe splits /v2/<name>/manifests/<reference>, blobPathRe
+// /v2/<name>/blobs/<digest>.
+var (
+	manifestPathRe = regexp.MustCompile(`^/v2/(.+)/manifests/([^/]+)$`)
+	blobPathRe     = regexp.MustCompile(`^/v2/(.+)/blobs/([^/]+)$`)
+)
 
 // SignatureTagDigest returns the digest a cosign signature or attestation
 // tag ("sha256-<hex>.sig", "sha256-<hex>.att") refers to.
@@ -47,6 +51,20 @@ func SignatureTagDigest(tag string) (string, bool) {
 // gated wraps the registry handler with gate's checks on manifests.
 func gated(gate ContentGate, next http.Handler, fail func(http.ResponseWriter, *http.Request, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		// A manifest is a blob of its repository too, and the registry
+		// serves it by its digest at /blobs/ as well: a revoked one is
+		// refused there as at /manifests/.
+		if b := blobPathRe.FindStringSubmatch(req.URL.Path); b != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+			denied, err := gate.ManifestDenied(req.Context(), b[1], b[2])
+			if err != nil {
+				fail(w, req, err)
+				return
+			}
+			if denied {
+				writeDockerError(w, http.StatusNotFound, "BLOB_UNKNOWN", "blob "+b[2]+" is a revoked manifest and is no longer served")
+				return
+			}
+		}
 		m := manifestPathRe.FindStringSubmatch(req.URL.Path)
 		if m == nil {
 			next.ServeHTTP(w, req)
@@ -56,8 +74,10 @@ func gated(gate ContentGate, next http.Handler, fail func(http.ResponseWriter, *
 		switch req.Method {
 		case http.MethodPut, http.MethodDelete:
 			// Anonymous writes are the registry's to refuse (401), so the
-			// gate tells nothing about tags to callers without a token.
-			if strings.Contains(ref, ":") || !strings.HasPrefix(req.Header.Get("Authorization"), "Bearer ") {
+			// gate tells nothing about tags to callers without credentials.
+			// Any credentials are checked, whatever the scheme's case: the
+			// registry reads "bearer" as "Bearer".
+			if strings.Contains(ref, ":") || req.Header.Get("Authorization") == "" {
 				break
 			}
 			frozen, err := gate.TagFrozen(req.Context(), repo, ref)

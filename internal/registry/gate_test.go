@@ -66,8 +66,16 @@ func TestGateManifestReadsAndTagWrites(t *testing.T) {
 		{"GET", "/v2/a/b/manifests/good", "", 200, "manifest"},
 		{"GET", "/v2/a/b/manifests/bad", "", 404, "MANIFEST_UNKNOWN"},
 		{"HEAD", "/v2/a/b/manifests/sha256:bad", "", 404, ""},
-		{"GET", "/v2/a/b/blobs/sha256:bad", "", 200, "manifest"}, // blobs are not gated
+		// A revoked manifest read as a blob of its repository is refused
+		// too; other blobs pass.
+		{"GET", "/v2/a/b/blobs/sha256:bad", "", 404, "BLOB_UNKNOWN"},
+		{"HEAD", "/v2/a/b/blobs/sha256:bad", "", 404, ""},
+		{"GET", "/v2/a/b/blobs/sha256:good", "", 200, "manifest"},
 		{"PUT", "/v2/a/b/manifests/sha256-x.sig", "Bearer t", 403, "DENIED"},
+		// The registry takes the scheme in any case, and so does the gate.
+		{"PUT", "/v2/a/b/manifests/sha256-x.sig", "bearer t", 403, "DENIED"},
+		{"DELETE", "/v2/a/b/manifests/sha256-x.sig", "BEARER t", 403, "DENIED"},
+		{"PUT", "/v2/a/b/manifests/sha256-x.sig", "Basic dTpw", 403, "DENIED"},
 		{"PUT", "/v2/a/b/manifests/sha256-x.sig", "", 201, ""}, // the registry answers anonymous writes
 		{"PUT", "/v2/a/b/manifests/1.0.0", "Bearer t", 201, ""},
 	} {
