@@ -212,12 +212,13 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 	if !ok {
 		return false
 	}
-	claims, err := s.g.verifyToken(string(h.Cookie(s.g.cookieName(t))), t)
+	// Not ctx: fasthttp recycles it, and nothing here is cancelled early
+	// (its Done is the server's shutdown). A token the re-check refuses
+	// goes to the slow path, which finds it refused (authorize keeps that).
+	claims, fresh, err := s.g.authorize(context.Background(), string(h.Cookie(s.g.cookieName(t))), t)
 	if err != nil {
 		return false
 	}
-	// Not ctx: fasthttp recycles it, and nothing here is cancelled early
-	// (its Done is the server's shutdown).
 	up, err := s.g.upstream(context.Background(), t.instanceID)
 	if !admitted(up, claims, err) {
 		return false
@@ -276,6 +277,9 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 	out.SetStatusCode(resp.StatusCode())
 	s.g.inboundHeader(&resp.Header, out)
 	out.Add("Content-Security-Policy", "frame-ancestors "+s.g.consoleOrigin())
+	if fresh != nil { // the renewed app token (the app's own lines for it are dropped above)
+		out.Add("Set-Cookie", fresh.String())
+	}
 	if body != nil {
 		src := &releasing{moving: moving{Reader: body, conn: ctx.Conn(), d: s.cfg.WriteTimeout}, body: body, resp: resp}
 		n := resp.Header.ContentLength()

@@ -592,15 +592,7 @@ func testWebSocketOutlives(t *testing.T, apps bool) {
 		io.Copy(c, br) // an echo of whatever comes
 	})
 	r, app := newTimedRig(t, apps, addr, d)
-	c := r.dial(t)
-	fmt.Fprintf(c, "GET /ui/echo HTTP/1.1\r\nHost: %s.apps.test:8080\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: http://%s.apps.test:8080\r\n"+
-		"Cookie: __Host-gpuaas_app=%s\r\n\r\n", inst, inst, app.Value)
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		t.Fatalf("upgrade: %v %v", resp, err)
-	}
+	c, br := r.upgrade(t, app)
 	for i := range 2 {
 		time.Sleep(4 * d) // quiet for longer than both timeouts
 		msg := fmt.Sprint("ping ", i)

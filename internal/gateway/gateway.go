@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"html/template"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -37,6 +38,10 @@ import (
 // Backend is what the gateway asks of the instances domain.
 type Backend interface {
 	RedeemUI(ctx context.Context, code, instanceID string) (instances.UIGrant, error)
+	// RecheckUI says whether the person of a grant the gateway holds may
+	// still open that instance's UI now (RedeemUI's checks, without the
+	// code): nil yes, a NotFound-kind error no, any other error unknown.
+	RecheckUI(ctx context.Context, grant instances.UIGrant) error
 	UIUpstreamOf(ctx context.Context, instanceID string) (instances.UIUpstream, error)
 }
 
@@ -59,7 +64,9 @@ type Config struct {
 	// Key signs app tokens (HMAC-SHA256); every replica needs the same.
 	Key []byte
 	// TokenTTL is an app token's lifetime: how long access outlives a
-	// revoked role at most. Default 5 minutes.
+	// revoked role at most. Default 5 minutes. A token past half of it is
+	// renewed on use once Backend.RecheckUI allows (authorize), and a
+	// WebSocket is re-checked each time its token would end.
 	TokenTTL time.Duration
 	// IsPlatformToken says whether a bearer token is one the platform
 	// issued; such a header never reaches an app.
@@ -92,7 +99,7 @@ type Gateway struct {
 	// verified remembers tokens whose signature checked out, until they
 	// expire: a page with fifty assets is fifty requests with one token,
 	// and the HMAC and JSON decoding were a tenth of the gateway's cost.
-	verified     sync.Map // token -> appClaims
+	verified     sync.Map // token -> *verifiedToken
 	nVerified    atomic.Int64
 	parsedPublic atomic.Pointer[parsedURL]
 }
@@ -264,10 +271,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 		g.open(w, r, t)
 		return
 	}
-	claims, err := g.verify(r, t)
+	claims, fresh, err := g.verify(r, t)
 	if err != nil {
 		g.signIn(w, r, t, path)
 		return
+	}
+	if fresh != nil {
+		http.SetCookie(w, fresh)
 	}
 	up, err := g.upstream(r.Context(), t.instanceID)
 	if !admitted(up, claims, err) {
@@ -280,7 +290,13 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 			return
 		}
 	}
-	if !isWebSocket(r) { // a hijacked connection has no deadlines
+	if isWebSocket(r) {
+		// The proxy closes the upgraded connection when its request's
+		// context ends.
+		ctx, stop := g.watchUpgrade(r.Context(), claims)
+		defer stop()
+		r = r.WithContext(ctx)
+	} else { // a hijacked connection has no deadlines
 		w, r = g.perWait(w, r)
 	}
 	body, _ := r.Body.(*movingBody)
@@ -355,7 +371,7 @@ func (g *Gateway) open(w http.ResponseWriter, r *http.Request, t target) {
 		g.page(w, http.StatusServiceUnavailable, "Try again", "The platform could not check this link just now.", "")
 		return
 	}
-	tok, err := g.sign(grant)
+	tok, _, err := g.sign(grant)
 	if err != nil {
 		g.page(w, http.StatusInternalServerError, "Try again", "The platform could not sign you in to the app.", "")
 		return
@@ -430,64 +446,187 @@ func (g *Gateway) page(w http.ResponseWriter, status int, title, msg, link strin
 	_ = pageTmpl.Execute(w, map[string]string{"Title": title, "Message": msg, "Link": link})
 }
 
-// appClaims is an app token: one person, one instance, one UI port.
+// appClaims is an app token: one person, one instance, one UI port, and
+// the org and project the person reads the instance through (for the
+// re-check; a token without them reads through the instance's own).
 type appClaims struct {
 	jwt.RegisteredClaims
 	Instance string `json:"inst"`
 	Port     int    `json:"port"`
+	Org      string `json:"org,omitempty"`
+	Project  string `json:"proj,omitempty"`
+}
+
+// grant is what the token proves, to re-check.
+func (c appClaims) grant() instances.UIGrant {
+	return instances.UIGrant{UserID: c.Subject, OrgID: c.Org, ProjectID: c.Project, InstanceID: c.Instance, Port: c.Port}
+}
+
+// halfway is when the token has lived half its lifetime: from then on a
+// request that carries it has the grant re-checked and gets a fresh one.
+func (c appClaims) halfway(ttl time.Duration) time.Time {
+	exp := c.ExpiresAt.Time
+	if c.IssuedAt == nil {
+		return exp.Add(-ttl / 2)
+	}
+	return c.IssuedAt.Add(exp.Sub(c.IssuedAt.Time) / 2)
 }
 
 const tokenAudience = "gpuaas-ui-gateway"
 
-func (g *Gateway) sign(gr instances.UIGrant) (string, error) {
+// sign makes an app token for gr, living TokenTTL from now.
+func (g *Gateway) sign(gr instances.UIGrant) (string, appClaims, error) {
 	now := g.cfg.Now()
 	c := appClaims{RegisteredClaims: jwt.RegisteredClaims{Subject: gr.UserID, Audience: jwt.ClaimStrings{tokenAudience},
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(g.cfg.TokenTTL))},
-		Instance: gr.InstanceID, Port: gr.Port}
-	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(g.cfg.Key)
+		Instance: gr.InstanceID, Port: gr.Port, Org: gr.OrgID, Project: gr.ProjectID}
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(g.cfg.Key)
+	return tok, c, err
 }
 
-var errNoToken = errors.New("no app token")
+var (
+	errNoToken = errors.New("no app token")
+	errRevoked = errors.New("the app token's grant was re-checked and refused")
+)
 
-func (g *Gateway) verify(r *http.Request, t target) (appClaims, error) {
+// verify is authorize for a request's cookie.
+func (g *Gateway) verify(r *http.Request, t target) (appClaims, *http.Cookie, error) {
 	ck, err := r.Cookie(g.cookieName(t))
 	if err != nil {
-		return appClaims{}, errNoToken
+		return appClaims{}, nil, errNoToken
 	}
-	return g.verifyToken(ck.Value, t)
+	return g.authorize(r.Context(), ck.Value, t)
 }
 
-// verifyToken checks an app token for instance t.
-func (g *Gateway) verifyToken(value string, t target) (appClaims, error) {
-	if value == "" {
-		return appClaims{}, errNoToken
+// verifiedToken is an app token whose signature checked out, and what its
+// re-check (past half its lifetime) found. Nothing here outlives the
+// token, nor what a re-check allowed: a fresh token lives TokenTTL from
+// the re-check that allowed it.
+type verifiedToken struct {
+	claims appClaims
+
+	mu      sync.Mutex // held while the grant is re-checked: one check per token
+	refused bool       // the re-check refused: the token opens nothing more
+	fresh   string     // the token the re-check allowed
+	freshC  appClaims
+}
+
+// authorize decides on an app token for instance t, the one decision both
+// listeners make: a token that does not verify is an error. One past half
+// its lifetime has its grant re-checked (Backend.RecheckUI), once: allowed,
+// the answer carries the returned cookie, a fresh token for the same grant
+// (the claims returned are the fresh token's); refused, the token is as
+// good as none (errRevoked) from then on. A re-check that cannot tell
+// leaves the token as it is, to be re-checked on its next use. Tokens not
+// yet halfway, nearly every request, cost no re-check.
+func (g *Gateway) authorize(ctx context.Context, value string, t target) (appClaims, *http.Cookie, error) {
+	v, err := g.verifyToken(value, t)
+	if err != nil {
+		return appClaims{}, nil, err
 	}
-	if v, ok := g.verified.Load(value); ok {
-		c := v.(appClaims)
-		if g.cfg.Now().Before(c.ExpiresAt.Time) && c.Instance == t.instanceID {
-			return c, nil
+	now := g.cfg.Now()
+	if now.Before(v.claims.halfway(g.cfg.TokenTTL)) {
+		return v.claims, nil, nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.refused {
+		return appClaims{}, nil, errRevoked
+	}
+	if v.fresh == "" {
+		err := g.cfg.Backend.RecheckUI(ctx, v.claims.grant())
+		var e *errdefs.Error
+		switch {
+		case errors.As(err, &e) && e.Kind == errdefs.KindNotFound:
+			g.cfg.Logger.InfoContext(ctx, "ui gateway: access to an app ended", "user", v.claims.Subject, "instance", v.claims.Instance, "reason", e.Code)
+			v.refused = true
+			return appClaims{}, nil, errRevoked
+		case err != nil:
+			g.cfg.Logger.WarnContext(ctx, "ui gateway: could not re-check an app token; it stands until it ends", "err", err, "instance", v.claims.Instance)
+			return v.claims, nil, nil
 		}
-		if !g.cfg.Now().Before(c.ExpiresAt.Time) {
+		tok, c, err := g.sign(v.claims.grant())
+		if err != nil {
+			return v.claims, nil, nil
+		}
+		v.fresh, v.freshC = tok, c
+	}
+	// The cookie lives as long as the fresh token (whose end is in whole
+	// seconds).
+	return v.freshC, g.cookie(t, v.fresh, max(0, int(math.Ceil(v.freshC.ExpiresAt.Sub(now).Seconds())))), nil
+}
+
+// verifyToken checks an app token's signature and lifetime, for instance t.
+func (g *Gateway) verifyToken(value string, t target) (*verifiedToken, error) {
+	if value == "" {
+		return nil, errNoToken
+	}
+	if e, ok := g.verified.Load(value); ok {
+		v := e.(*verifiedToken)
+		if g.cfg.Now().Before(v.claims.ExpiresAt.Time) && v.claims.Instance == t.instanceID {
+			return v, nil
+		}
+		if !g.cfg.Now().Before(v.claims.ExpiresAt.Time) {
 			g.verified.Delete(value)
 		}
-		return appClaims{}, errNoToken
+		return nil, errNoToken
 	}
 	var c appClaims
 	_, err := jwt.ParseWithClaims(value, &c, func(*jwt.Token) (any, error) { return g.cfg.Key, nil },
 		jwt.WithValidMethods([]string{"HS256"}), jwt.WithAudience(tokenAudience), jwt.WithExpirationRequired(),
 		jwt.WithTimeFunc(g.cfg.Now))
 	if err != nil {
-		return appClaims{}, err
+		return nil, err
 	}
 	if g.nVerified.Add(1) > 100_000 {
 		g.verified.Clear()
 		g.nVerified.Store(0)
 	}
-	g.verified.Store(value, c)
+	e, _ := g.verified.LoadOrStore(value, &verifiedToken{claims: c})
 	if c.Instance != t.instanceID {
-		return appClaims{}, errNoToken
+		return nil, errNoToken
 	}
-	return c, nil
+	return e.(*verifiedToken), nil
+}
+
+// watchUpgrade gives a proxied WebSocket a context that ends when the app
+// token it was opened with (claims) would have ended, unless
+// Backend.RecheckUI allows the grant at that moment; then it is re-checked
+// one TTL later, and so on. A refusal, or a re-check that cannot tell,
+// ends it: the reverse proxy closes the app's side of the upgraded
+// connection when its request's context ends, and then the browser's. The
+// times are the gateway's clock (Config.Now); the timer waits for the
+// difference, and looks again should the clock say it is early.
+func (g *Gateway) watchUpgrade(parent context.Context, claims appClaims) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	go func() {
+		until := claims.ExpiresAt.Time
+		timer := time.NewTimer(until.Sub(g.cfg.Now()))
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-timer.C:
+			}
+			now := g.cfg.Now()
+			if now.Before(until) {
+				timer.Reset(until.Sub(now))
+				continue
+			}
+			if err := g.cfg.Backend.RecheckUI(ctx, claims.grant()); err != nil {
+				if ctx.Err() == nil {
+					g.cfg.Logger.InfoContext(ctx, "ui gateway: a WebSocket's access ended", "err", err,
+						"user", claims.Subject, "instance", claims.Instance)
+				}
+				cancel()
+				return
+			}
+			until = now.Add(g.cfg.TokenTTL)
+			timer.Reset(g.cfg.TokenTTL)
+		}
+	}()
+	return ctx, cancel
 }
 
 // cookieName: on an instance's own origin the cookie is __Host- (host-only,

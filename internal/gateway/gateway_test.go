@@ -25,6 +25,19 @@ type fakeBackend struct {
 	codes  map[string]instances.UIGrant
 	up     map[string]instances.UIUpstream
 	panics bool // UIUpstreamOf panics (set before requests run)
+	// refuse makes RecheckUI refuse; rechecks are the grants it was asked.
+	refuse   bool
+	rechecks []instances.UIGrant
+}
+
+func (f *fakeBackend) RecheckUI(_ context.Context, g instances.UIGrant) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rechecks = append(f.rechecks, g)
+	if f.refuse {
+		return errdefs.NotFound("ui_access_ended", "no longer")
+	}
+	return nil
 }
 
 func (f *fakeBackend) RedeemUI(_ context.Context, code, instanceID string) (instances.UIGrant, error) {
@@ -138,6 +151,22 @@ func (r *rig) dial(t testing.TB) net.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// upgrade opens a WebSocket to the instance's /ui/echo with the app
+// cookie, and fails the test unless the upgrade is switched.
+func (r *rig) upgrade(t testing.TB, app *http.Cookie) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c := r.dial(t)
+	fmt.Fprintf(c, "GET /ui/echo HTTP/1.1\r\nHost: %s.apps.test:8080\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: http://%s.apps.test:8080\r\n"+
+		"Cookie: __Host-gpuaas_app=%s\r\n\r\n", inst, inst, app.Value)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	return c, br
 }
 
 // client reaches any host on the rig's listener and follows no redirect.

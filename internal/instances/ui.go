@@ -147,7 +147,7 @@ var errUICode = errdefs.NotFound("ui_code_invalid",
 	"this link to the app has expired or was already used; open the app again from its instance page in the console")
 
 // RedeemUI trades a one-time code for the grant it proves, once. The person
-// must still read the instance now.
+// must still be allowed to open the instance's UI now (uiAllowed).
 func (s *Service) RedeemUI(ctx context.Context, code, instanceID string) (UIGrant, error) {
 	c, err := s.Store.Read().RedeemUIOpenCode(ctx, hashCode(code), instanceID, s.Now().UTC())
 	if errors.Is(err, storage.ErrNotFound) {
@@ -156,21 +156,74 @@ func (s *Service) RedeemUI(ctx context.Context, code, instanceID string) (UIGran
 	if err != nil {
 		return UIGrant{}, err
 	}
-	ok, err := s.UserReads(ctx, c.UserID, c.OrgID, c.ProjectID)
-	if err == nil && ok {
-		// Through an attached project: still attached.
-		var inst AppInstance
-		if inst, err = s.Store.Read().GetAppInstanceByID(ctx, c.InstanceID); err == nil && inst.ProjectID != c.ProjectID {
-			ok, err = s.Store.Read().InstanceAttached(ctx, c.InstanceID, c.ProjectID)
-		}
-	}
-	if err != nil || !ok {
-		if err == nil {
-			err = errUICode
-		}
+	gr := UIGrant{UserID: c.UserID, OrgID: c.OrgID, ProjectID: c.ProjectID, InstanceID: c.InstanceID, Port: c.Port}
+	ok, err := s.uiAllowed(ctx, gr)
+	if err != nil {
 		return UIGrant{}, err
 	}
-	return UIGrant{UserID: c.UserID, OrgID: c.OrgID, ProjectID: c.ProjectID, InstanceID: c.InstanceID, Port: c.Port}, nil
+	if !ok {
+		return UIGrant{}, errUICode
+	}
+	return gr, nil
+}
+
+// errUIRevoked is the answer to a grant its person no longer holds.
+var errUIRevoked = errdefs.NotFound("ui_access_ended",
+	"you may no longer open this app's UI; open it again from its instance page in the console")
+
+// RecheckUI says whether the person of a grant the gateway holds (in an app
+// token it issued) may still open the instance's UI on that port now: the
+// checks RedeemUI makes, without the code. The gateway asks before it
+// renews an app token and while a WebSocket outlives one. nil: allowed; a
+// NotFound-kind error: refused (the role is gone, the account disabled, the
+// instance gone or no longer serving that UI); any other error: it could
+// not tell.
+func (s *Service) RecheckUI(ctx context.Context, gr UIGrant) error {
+	ok, err := s.uiAllowed(ctx, gr)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errUIRevoked
+	}
+	return nil
+}
+
+// uiAllowed says whether a grant still holds: its person is active and
+// reads the instance's project now (for a grant made through a project the
+// instance is attached to, that project, still attached), and the instance
+// still serves an embedded UI on the grant's port. A grant naming no
+// project reads through the instance's own.
+func (s *Service) uiAllowed(ctx context.Context, gr UIGrant) (bool, error) {
+	inst, err := s.Store.Read().GetAppInstanceByID(ctx, gr.InstanceID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	orgID, projectID := gr.OrgID, gr.ProjectID
+	if projectID == "" {
+		orgID, projectID = inst.OrgID, inst.ProjectID
+	}
+	if orgID == "" {
+		orgID = inst.OrgID
+	}
+	ok, err := s.UserReads(ctx, gr.UserID, orgID, projectID)
+	if err != nil || !ok {
+		return false, err
+	}
+	if inst.ProjectID != projectID {
+		// Through an attached project: still attached.
+		if ok, err := s.Store.Read().InstanceAttached(ctx, inst.ID, projectID); err != nil || !ok {
+			return false, err
+		}
+	}
+	up, err := s.upstream(ctx, inst)
+	if err != nil {
+		return false, err
+	}
+	return up.Embedded && up.ContainerPort == gr.Port, nil
 }
 
 // UserReads says whether a person (active, with a role) may read the

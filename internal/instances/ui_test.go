@@ -1,6 +1,16 @@
 package instances
 
-import "testing"
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/storage"
+)
 
 func TestUIHost(t *testing.T) {
 	for _, c := range []struct {
@@ -17,4 +27,105 @@ func TestUIHost(t *testing.T) {
 			t.Errorf("bind %q node %q: %q, want %q", c.bind, c.node, got, c.want)
 		}
 	}
+}
+
+// uiQueries answers the reads the UI checks make; any other call panics
+// (the embedded Queries is nil).
+type uiQueries struct {
+	Queries
+	users     map[string]iam.User
+	bindings  map[string][]iam.RoleBinding
+	instances map[string]AppInstance
+	attached  map[[2]string]bool // instance, project
+	manifest  []byte
+}
+
+func (q *uiQueries) GetUser(_ context.Context, id string) (iam.User, error) {
+	u, ok := q.users[id]
+	if !ok {
+		return iam.User{}, storage.ErrNotFound
+	}
+	return u, nil
+}
+
+func (q *uiQueries) BindingsOfPrincipal(_ context.Context, _, id string) ([]iam.RoleBinding, error) {
+	return q.bindings[id], nil
+}
+
+func (q *uiQueries) GetAppInstanceByID(_ context.Context, id string) (AppInstance, error) {
+	inst, ok := q.instances[id]
+	if !ok {
+		return AppInstance{}, storage.ErrNotFound
+	}
+	return inst, nil
+}
+
+func (q *uiQueries) InstanceAttached(_ context.Context, instanceID, projectID string) (bool, error) {
+	return q.attached[[2]string{instanceID, projectID}], nil
+}
+
+func (q *uiQueries) GetAppVersion(_ context.Context, appSlug, version string) (catalog.AppVersion, error) {
+	return catalog.AppVersion{AppSlug: appSlug, Version: version, Manifest: q.manifest}, nil
+}
+
+type uiStore struct {
+	Store
+	q *uiQueries
+}
+
+func (s uiStore) Read() Queries { return s.q }
+
+// RecheckUI, the gateway's check of a grant it holds, refuses once the
+// person's role is removed or their account disabled, as RedeemUI does;
+// and a grant through an attached project holds only while it is attached.
+func TestRecheckUI(t *testing.T) {
+	ctx := context.Background()
+	mv, err := json.Marshal(manifest.Version{UI: &manifest.UI{ExtensionKind: "embedded"},
+		RuntimeProfile: &manifest.RuntimeProfile{Ports: []manifest.Port{{Container: 8080, Expose: manifest.ExposeEmbeddedUIGateway}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewer := func(user, project string) iam.RoleBinding {
+		return iam.RoleBinding{ID: user + project, PrincipalType: "user", PrincipalID: user, Role: iam.RoleProjectViewer,
+			ScopeType: iam.ScopeProject, ScopeID: project, OrgID: "org"}
+	}
+	q := &uiQueries{
+		users:    map[string]iam.User{"ann": {ID: "ann", Status: iam.UserActive}, "bob": {ID: "bob", Status: iam.UserActive}},
+		bindings: map[string][]iam.RoleBinding{"ann": {viewer("ann", "p1")}, "bob": {viewer("bob", "p2")}},
+		instances: map[string]AppInstance{"i1": {ID: "i1", OrgID: "org", ProjectID: "p1", AppSlug: "lab", Version: "1.0.0",
+			Status: StatusRunning}},
+		attached: map[[2]string]bool{{"i1", "p2"}: true},
+		manifest: mv,
+	}
+	s := New(Deps{Store: uiStore{q: q}})
+	ann := UIGrant{UserID: "ann", OrgID: "org", ProjectID: "p1", InstanceID: "i1", Port: 8080}
+	bob := UIGrant{UserID: "bob", OrgID: "org", ProjectID: "p2", InstanceID: "i1", Port: 8080}
+	refused := func(what string, gr UIGrant) {
+		t.Helper()
+		if err := s.RecheckUI(ctx, gr); errdefs.KindOf(err) != errdefs.KindNotFound {
+			t.Errorf("%s: %v, want a refusal (not found)", what, err)
+		}
+	}
+	for _, gr := range []UIGrant{ann, bob, {UserID: "ann", InstanceID: "i1", Port: 8080}} {
+		if err := s.RecheckUI(ctx, gr); err != nil {
+			t.Fatalf("%+v: %v", gr, err)
+		}
+	}
+	refused("another port", UIGrant{UserID: "ann", OrgID: "org", ProjectID: "p1", InstanceID: "i1", Port: 9090})
+	refused("an unknown instance", UIGrant{UserID: "ann", OrgID: "org", ProjectID: "p1", InstanceID: "i2", Port: 8080})
+	refused("an unknown person", UIGrant{UserID: "eve", OrgID: "org", ProjectID: "p1", InstanceID: "i1", Port: 8080})
+
+	// The role removed.
+	q.bindings["ann"] = nil
+	refused("role removed", ann)
+	q.bindings["ann"] = []iam.RoleBinding{viewer("ann", "p1")}
+	if err := s.RecheckUI(ctx, ann); err != nil {
+		t.Fatalf("role back: %v", err)
+	}
+	// The account disabled.
+	q.users["ann"] = iam.User{ID: "ann", Status: iam.UserDisabled}
+	refused("account disabled", ann)
+	// The project detached from the shared instance.
+	q.attached = nil
+	refused("project detached", bob)
 }
