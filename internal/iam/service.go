@@ -134,9 +134,14 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 	if bad != nil {
 		return Issued{}, errdefs.Validation([]errdefs.FieldError{*bad})
 	}
-	if err := s.throttle().check(email, s.now()); err != nil {
+	// The attempt takes its place in the throttle before the password is
+	// checked, so parallel guesses share one budget; it is settled on every
+	// path (an error or a panic before the verdict releases it uncounted).
+	attempt, err := s.throttle().begin(email, s.now())
+	if err != nil {
 		return Issued{}, err
 	}
+	defer attempt.release()
 	u, err := s.Store.Read().GetUserByEmail(ctx, email)
 	hash := dummyHash
 	if err == nil {
@@ -146,6 +151,7 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 	}
 	ok, verr := VerifyPassword(hash, password)
 	if err != nil || verr != nil || !ok || u.Status != UserActive {
+		attempt.failed(s.now())
 		resID := ""
 		if err == nil {
 			resID = u.ID
@@ -153,9 +159,8 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 		if aerr := s.Store.RecordOutcome(ctx, storage.AuditEvent{Action: "auth.login", ResourceType: "user", ResourceID: resID}, "failure"); aerr != nil {
 			s.Logger.ErrorContext(ctx, "could not audit a failed login", "err", aerr)
 		}
-		s.throttle().fail(email, s.now())
 		return Issued{}, errdefs.Unauthenticated("invalid_credentials", "email or password is wrong, or the account is disabled")
 	}
-	s.throttle().succeed(email)
+	attempt.succeeded()
 	return s.Tokens.Issue(principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, "")
 }

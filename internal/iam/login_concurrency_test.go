@@ -1,0 +1,166 @@
+package iam_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/clock"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/storage"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// gatedStore wraps the IAM store so a test sees (and holds) each sign-in
+// that gets as far as looking up the user, the step before the password
+// check.
+type gatedStore struct {
+	iam.Store
+	q *gatedQueries
+}
+
+func (g gatedStore) Read() iam.Queries { return g.q }
+
+type gatedQueries struct {
+	iam.Queries
+	mu       sync.Mutex
+	cond     *sync.Cond
+	lookups  int // sign-ins that reached the user lookup
+	refused  int // sign-ins the test saw refused by the throttle
+	expected int // while set, lookups wait until lookups+refused reach it
+	fail     func() error
+}
+
+func (g *gatedQueries) GetUserByEmail(ctx context.Context, email string) (iam.User, error) {
+	g.mu.Lock()
+	g.lookups++
+	g.cond.Broadcast()
+	for g.expected > 0 && g.lookups+g.refused < g.expected {
+		g.cond.Wait()
+	}
+	fail := g.fail
+	g.mu.Unlock()
+	if fail != nil {
+		if err := fail(); err != nil {
+			return iam.User{}, err
+		}
+	}
+	return g.Queries.GetUserByEmail(ctx, email)
+}
+
+func (g *gatedQueries) sawRefusal() {
+	g.mu.Lock()
+	g.refused++
+	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+func newLoginService(t *testing.T) (*iam.Service, *gatedQueries, *clock.Manual) {
+	t.Helper()
+	st := store.IAM(storetest.Open(t, store.SQLite))
+	seal, err := sealer.New(bytes.Repeat([]byte{1}, 32))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewManual(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	ring, err := iam.LoadKeyring(context.Background(), st.Read(), seal, "access_token", clk.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hash, err := iam.HashPassword("right-password")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Read().CreateUser(context.Background(), iam.User{ID: iam.NewID(), Email: "ada@example.com",
+		PasswordHash: hash, Status: iam.UserActive, CreatedAt: clk.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	q := &gatedQueries{Queries: st.Read()}
+	q.cond = sync.NewCond(&q.mu)
+	svc := &iam.Service{Store: gatedStore{Store: st, q: q}, Tokens: iam.NewTokens(st.Read(), ring, time.Minute, time.Minute, clk.Now),
+		Logger: slog.New(slog.DiscardHandler), Now: clk.Now}
+	return svc, q, clk
+}
+
+func rateLimited(err error) bool {
+	e, ok := errdefs.As(err)
+	return ok && e.Kind == errdefs.KindRateLimited
+}
+
+// Parallel wrong passwords for one account share its free budget: the check
+// and the reservation are one step, so no more than LoginFreeFailures of
+// them reach the password check, the rest are refused, and once the
+// back-off has passed the right password still signs in.
+func TestLoginThrottleHoldsUnderConcurrency(t *testing.T) {
+	svc, q, clk := newLoginService(t)
+	const parallel = 40
+	// Each sign-in that reaches the lookup waits there until every other
+	// one has either reached it too or been refused: without the
+	// reservation all 40 pass the throttle before any failure is recorded.
+	q.expected = parallel
+	var wg sync.WaitGroup
+	errs := make([]error, parallel)
+	for i := range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = svc.Login(context.Background(), "ada@example.com", "wrong-password")
+			if rateLimited(errs[i]) {
+				q.sawRefusal()
+			}
+		}()
+	}
+	wg.Wait()
+	checked := 0
+	for _, err := range errs {
+		switch e, _ := errdefs.As(err); {
+		case rateLimited(err):
+		case e != nil && e.Kind == errdefs.KindUnauthenticated:
+			checked++
+		default:
+			t.Fatalf("parallel wrong password: %v", err)
+		}
+	}
+	if checked > iam.LoginFreeFailures || q.lookups > iam.LoginFreeFailures {
+		t.Fatalf("%d of %d parallel wrong passwords reached the password check (%d lookups), want at most %d",
+			checked, parallel, q.lookups, iam.LoginFreeFailures)
+	}
+	q.expected = 0
+	if _, err := svc.Login(context.Background(), "ada@example.com", "right-password"); !rateLimited(err) {
+		t.Fatalf("right password during the back-off: %v, want 429", err)
+	}
+	clk.Advance(iam.LoginMaxBackoff)
+	if got, err := svc.Login(context.Background(), "ada@example.com", "right-password"); err != nil || got.AccessToken == "" {
+		t.Fatalf("right password after the back-off: %+v, %v", got, err)
+	}
+}
+
+// An attempt that ends before its verdict (a store error, a panic) gives its
+// place back: attempts that never settled cannot lock the right password out.
+func TestLoginThrottleReleasesUnsettledAttempts(t *testing.T) {
+	svc, q, _ := newLoginService(t)
+	q.fail = func() error { return storage.ErrUnavailable }
+	for i := 0; i < 2*iam.LoginFreeFailures; i++ {
+		if _, err := svc.Login(context.Background(), "ada@example.com", "wrong-password"); !errors.Is(err, storage.ErrUnavailable) {
+			t.Fatalf("store down: %v", err)
+		}
+	}
+	q.fail = func() error { panic("store exploded") }
+	for i := 0; i < 2*iam.LoginFreeFailures; i++ {
+		func() {
+			defer func() { _ = recover() }()
+			_, _ = svc.Login(context.Background(), "ada@example.com", "wrong-password")
+		}()
+	}
+	q.fail = nil
+	if got, err := svc.Login(context.Background(), "ada@example.com", "right-password"); err != nil || got.AccessToken == "" {
+		t.Fatalf("right password after unsettled attempts: %+v, %v", got, err)
+	}
+}
