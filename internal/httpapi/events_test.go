@@ -20,7 +20,7 @@ import (
 // collect streams events until n arrived or the deadline passes.
 func collect(t *testing.T, c *client.Client, projectID, last string, n int) []client.Event {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var got []client.Event
 	errDone := errors.New("done")
