@@ -43,7 +43,7 @@ var assets embed.FS
 // The console's cookies: SessionCookie the session (host-only,
 // HttpOnly), loginCSRFCookie the sign-in form's CSRF token (there is no
 // session yet to hold it). Behind https their names carry the __Host-
-// prefix (cookieName): a browser then takes them from this very host only,
+// prefix (cookie): a browser then takes them from this very host only,
 // so an app's UI on a sibling subdomain of the same site
 // (<id>.apps.example.com beside console.example.com) cannot plant a session
 // or a sign-in token of its choosing on the console (cookie tossing), and
@@ -102,9 +102,10 @@ type Config struct {
 	// account is active and its tokens were not cut after the sign-in
 	// (disabled, password changed).
 	Account func(ctx context.Context, userID string) (iam.User, error)
-	// Wake carries sign-outs to the event streams the console relays, on
-	// every replica (wakeup.ConsoleSessionEnded); nil: this replica's
-	// streams notice at their next look (sessionRecheck).
+	// Wake carries a session's end to the event streams the console relays,
+	// on every replica (wakeup.ConsoleSessionEnded: one topic for all
+	// sessions, as the hub keeps a waiter per topic until it is notified);
+	// nil: they notice at their next look (sessionRecheck).
 	Wake *wakeup.Hub
 	// Grants loads a person's role grants (to show only the buttons their
 	// roles allow; the API still decides).
