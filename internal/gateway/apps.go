@@ -281,7 +281,9 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 		out.Add("Set-Cookie", fresh.String())
 	}
 	if body != nil {
-		src := &releasing{moving: moving{Reader: body, conn: ctx.Conn(), d: s.cfg.WriteTimeout}, body: body, resp: resp}
+		src := &releasing{moving: moving{conn: ctx.Conn(), d: s.cfg.WriteTimeout}, body: body, resp: resp,
+			held: heldReader{r: body, access: s.g.hold(claims)}}
+		src.Reader = &src.held
 		n := resp.Header.ContentLength()
 		if n < 0 && !h.IsHTTP11() {
 			s.untilClose(ctx, src)
@@ -364,10 +366,13 @@ func (m *moving) Read(p []byte) (int, error) {
 
 // releasing gives the app's connection and answer back once the answer's
 // body has been sent on (fasthttp closes a body stream when done with it).
+// The body passes through held: a piece that arrives once the access has
+// ended is not passed on (access.go).
 type releasing struct {
 	moving
 	body *appBody
 	resp *fasthttp.Response
+	held heldReader
 }
 
 func (r *releasing) Close() error {

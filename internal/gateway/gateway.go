@@ -143,6 +143,9 @@ func New(cfg Config) *Gateway {
 		Transport:      cfg.Transport,
 		BufferPool:     bufferPool{},
 		ModifyResponse: g.modifyResponse,
+		// The proxy's own notes (a body copy cut short: a browser gone, a
+		// stream whose access ended) go to the gateway's log, not stderr.
+		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelInfo),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if p, _ := r.Context().Value(upstreamKey{}).(proxied); p.body != nil {
 				if berr := p.body.failed(r.Context()); berr != nil {
@@ -300,7 +303,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 		w, r = g.perWait(w, r)
 	}
 	body, _ := r.Body.(*movingBody)
-	r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, proxied{up: up, prefix: t.prefix, body: body}))
+	r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, proxied{up: up, prefix: t.prefix, body: body, claims: claims}))
 	g.proxy.ServeHTTP(w, r)
 }
 
@@ -350,6 +353,7 @@ type proxied struct {
 	up     instances.UIUpstream
 	prefix string
 	body   *movingBody // nil without a body
+	claims appClaims   // of the app token the request came with
 }
 
 func isWebSocket(r *http.Request) bool {
@@ -787,5 +791,10 @@ func (g *Gateway) modifyResponse(res *http.Response) error {
 		}
 	}
 	exactWebSocketCasing(res.Header)
+	// An upgraded connection has its own watch (watchUpgrade); any other
+	// answer's body goes on only while the access holds (access.go).
+	if p, ok := res.Request.Context().Value(upstreamKey{}).(proxied); ok && res.StatusCode != http.StatusSwitchingProtocols {
+		res.Body = &heldBody{heldReader: heldReader{r: res.Body, access: g.hold(p.claims)}, Closer: res.Body}
+	}
 	return nil
 }

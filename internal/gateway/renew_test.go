@@ -241,3 +241,94 @@ func testWebSocketEndsWithAccess(t *testing.T, apps bool) {
 		t.Fatal("the WebSocket was still open 10s after its access was refused")
 	}
 }
+
+// An answer the app streams (here server-sent events) goes on past its app
+// token's end while the person may still open the app (re-checked when a
+// piece arrives past it, then once a lifetime), and ends at the piece that
+// arrives once the re-check refuses: that piece never reaches the browser.
+func TestGatewayEventStreamEndsWithItsAccess(t *testing.T) {
+	onBothListeners(t, testEventStreamEndsWithAccess)
+}
+
+func testEventStreamEndsWithAccess(t *testing.T, apps bool) {
+	send := make(chan string)
+	addr, _ := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		if !readRequest(t, br) {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for ev := range send {
+			if _, err := fmt.Fprintf(c, "%x\r\n%s\r\n", len(ev), ev); err != nil {
+				return
+			}
+		}
+	})
+	r := newRigOn(t, apps, addr)
+	app := r.open(t)
+	req, _ := http.NewRequest("GET", "http://"+inst+".apps.test:8080/events", nil)
+	req.AddCookie(app)
+	// The apps listener sends the answer's head with its first piece, so
+	// the request is made while the test has the app send that.
+	lines := make(chan string)
+	go func() {
+		defer close(lines)
+		resp, err := r.client().Do(req)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer resp.Body.Close()
+		br := bufio.NewReader(resp.Body)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return
+			}
+			if line != "\n" {
+				lines <- line
+			}
+		}
+	}()
+	event := func(ev string) (string, bool) {
+		t.Helper()
+		select {
+		case send <- "data: " + ev + "\n\n":
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the app could not send %q", ev)
+		}
+		select {
+		case line, ok := <-lines:
+			return line, ok
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%q did not come through, nor did the stream end", ev)
+			return "", false
+		}
+	}
+	defer close(send)
+
+	if got, _ := event("one"); got != "data: one\n" {
+		t.Fatalf("first event: %q", got)
+	}
+	if n := len(r.backend.rechecked()); n != 0 {
+		t.Errorf("%d re-checks inside the token's lifetime", n)
+	}
+	// An hour on: allowed, the event passes, and the access is held a
+	// lifetime more without asking again.
+	r.advance(time.Hour)
+	if got, _ := event("two"); got != "data: two\n" {
+		t.Fatalf("past the token's end, allowed: %q", got)
+	}
+	if got, _ := event("three"); got != "data: three\n" || len(r.backend.rechecked()) != 1 {
+		t.Fatalf("within the renewed lifetime: %q, %d re-checks, want 1", got, len(r.backend.rechecked()))
+	}
+	if got := r.backend.rechecked()[0]; got != (instances.UIGrant{UserID: "u", InstanceID: inst, Port: 8080}) {
+		t.Errorf("re-checked grant %+v", got)
+	}
+
+	// The role is removed: the next event ends the stream, unseen.
+	r.backend.setRefuse(true)
+	r.advance(time.Hour)
+	if got, ok := event("secret"); ok {
+		t.Fatalf("after the access was refused the stream went on: %q", got)
+	}
+}

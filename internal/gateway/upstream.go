@@ -189,6 +189,13 @@ func (b *upBody) Close() error {
 		return nil
 	}
 	b.closed = true
+	if !b.done {
+		// The body of an answer read from a connection is drained to its
+		// end on Close: an answer the proxy gave up on (a browser gone, a
+		// stream whose access ended) would wait on the app for as long as
+		// it sends. The connection is closed instead, which ends that read.
+		_ = b.c.Close()
+	}
 	err := b.ReadCloser.Close()
 	// stop is false when the request's context ended and the deadline
 	// was set: that connection is spoilt.
