@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -25,17 +24,10 @@ import (
 func consoleSession(tb testing.TB, s *servertest.Server) *http.Cookie {
 	tb.Helper()
 	session := signIn(tb, s, s.Creds.AdminEmail, s.Creds.AdminPassword)
-	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	body := fetch(tb, s.URL+"/projects", session)
-	csrf := regexp.MustCompile(`name="csrf_token" value="([^"]+)"`).FindStringSubmatch(body)
-	req, _ := http.NewRequest("POST", s.URL+"/projects/select", strings.NewReader(url.Values{"project_id": {s.Creds.ProjectID},
-		"csrf_token": {csrf[1]}, "next": {"/workloads"}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.AddCookie(session)
-	if resp, err := hc.Do(req); err != nil || resp.StatusCode != http.StatusSeeOther {
-		tb.Fatalf("select project: %v %v", resp, err)
-	} else {
-		resp.Body.Close()
+	csrf := csrfOf(tb, fetch(tb, s.URL+"/projects", session))
+	form := url.Values{"project_id": {s.Creds.ProjectID}, "csrf_token": {csrf}, "next": {"/workloads"}}
+	if resp := postForm(tb, s, "/projects/select", form, session); resp.StatusCode != http.StatusSeeOther {
+		tb.Fatalf("select project: %d", resp.StatusCode)
 	}
 	return session
 }
@@ -44,25 +36,14 @@ func consoleSession(tb testing.TB, s *servertest.Server) *http.Cookie {
 // cookie.
 func signIn(tb testing.TB, s *servertest.Server, email, password string) *http.Cookie {
 	tb.Helper()
-	hc := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := hc.Get(s.URL + "/login")
+	resp, err := http.Get(s.URL + "/login") // the form, and its CSRF cookie
 	if err != nil {
 		tb.Fatal(err)
 	}
 	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	csrf := regexp.MustCompile(`name="csrf_token" value="([^"]+)"`).FindStringSubmatch(string(page))
-	req, _ := http.NewRequest("POST", s.URL+"/login", strings.NewReader(url.Values{"email": {email},
-		"password": {password}, "csrf_token": {csrf[1]}, "next": {"/"}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	for _, c := range resp.Cookies() {
-		req.AddCookie(c)
-	}
-	resp, err = hc.Do(req)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	resp.Body.Close()
+	resp = postForm(tb, s, "/login", url.Values{"email": {email}, "password": {password}, "csrf_token": {csrfOf(tb, string(page))},
+		"next": {"/"}}, resp.Cookies()...)
 	var session *http.Cookie
 	for _, c := range resp.Cookies() {
 		if c.Name == "gpuaas_session" {
@@ -75,6 +56,7 @@ func signIn(tb testing.TB, s *servertest.Server, email, password string) *http.C
 	return session
 }
 
+// fetch is the page at u with session, which must answer 200.
 func fetch(tb testing.TB, u string, session *http.Cookie) string {
 	tb.Helper()
 	req, _ := http.NewRequest("GET", u, nil)

@@ -230,9 +230,10 @@ func (s *sessionView) Can(perm string) bool {
 
 // liveAfter is the event position a live page's state is as of: call it
 // before reading that state. Empty when unknown; the page's stream then
-// starts at its opening.
+// starts at its opening. A fragment (the page's refresh) needs none: the
+// script takes only its content, and its stream is already open.
 func (c *Console) liveAfter(r *http.Request) string {
-	if c.cfg.StreamHead == nil {
+	if c.cfg.StreamHead == nil || r.URL.Query().Get("fragment") != "" {
 		return ""
 	}
 	n, err := c.cfg.StreamHead(r.Context())

@@ -3,6 +3,7 @@ package console
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/big"
 	"net/http"
 	"net/url"
@@ -239,12 +240,51 @@ func (c *Console) usageCSV(w http.ResponseWriter, r *http.Request, q *req) {
 		days = 14
 	}
 	from := c.cfg.Now().UTC().Truncate(24*time.Hour).AddDate(0, 0, -(days - 1))
-	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s-%s.csv"`, q.view.Project.Slug, what))
-	w.Header().Set("Cache-Control", "no-store")
-	if err := q.api.ExportCSV(r.Context(), what, client.BillingQuery{ProjectID: q.view.ProjectID, From: from}, w); err != nil {
-		c.cfg.Logger.WarnContext(r.Context(), "console: csv export", "err", err)
+	c.download(w, r, fmt.Sprintf("%s-%s.csv", q.view.Project.Slug, what), "text/csv; charset=utf-8", func(out io.Writer) error {
+		return q.api.ExportCSV(r.Context(), what, client.BillingQuery{ProjectID: q.view.ProjectID, From: from}, out)
+	})
+}
+
+// download answers with what export writes, as a file named name. The
+// file's headers go out with its first byte: an export the API refuses
+// before that is answered as any refusal is (fail), not as an empty file
+// with 200. One that fails part way can only be cut short (net/http closes
+// the connection, so the browser sees the download fail).
+func (c *Console) download(w http.ResponseWriter, r *http.Request, name, contentType string, export func(io.Writer) error) {
+	f := &fileWriter{w: w, name: name, contentType: contentType}
+	err := export(f)
+	switch {
+	case err == nil && !f.started:
+		f.start() // an empty file
+	case err != nil && !f.started:
+		c.fail(w, r, err)
+	case err != nil:
+		c.cfg.Logger.WarnContext(r.Context(), "console: a download failed part way", "file", name, "err", err)
+		panic(http.ErrAbortHandler)
 	}
+}
+
+// fileWriter sets a download's headers on its first write.
+type fileWriter struct {
+	w                 http.ResponseWriter
+	name, contentType string
+	started           bool
+}
+
+func (f *fileWriter) start() {
+	f.started = true
+	h := f.w.Header()
+	h.Set("Content-Type", f.contentType)
+	h.Set("Content-Disposition", fmt.Sprintf(`attachment; filename="%s"`, f.name))
+	h.Set("Cache-Control", "no-store")
+	f.w.WriteHeader(http.StatusOK)
+}
+
+func (f *fileWriter) Write(p []byte) (int, error) {
+	if !f.started {
+		f.start()
+	}
+	return f.w.Write(p)
 }
 
 type budgetData struct {

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,27 +14,13 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-// status is the answer to a GET of path with the session, redirects not
-// followed, with the Location.
-func status(t *testing.T, s *servertest.Server, path string, session *http.Cookie) (int, string) {
-	t.Helper()
-	req, _ := http.NewRequest("GET", s.URL+path, nil)
-	req.AddCookie(session)
-	resp, err := http.DefaultTransport.RoundTrip(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	return resp.StatusCode, resp.Header.Get("Location")
-}
-
 // Signing out ends the session's open event stream too: the API's stream
 // checks the token the console minted for the session, and that token
 // outlives the sign-out.
 func TestSignOutEndsTheSessionsEventStream(t *testing.T) {
 	s := servertest.Start(t, store.SQLite)
 	session := consoleSession(t, s)
-	csrf := regexp.MustCompile(`name="csrf_token" value="([^"]+)"`).FindStringSubmatch(fetch(t, s.URL+"/projects", session))[1]
+	csrf := csrfOf(t, fetch(t, s.URL+"/projects", session))
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -52,14 +37,9 @@ func TestSignOutEndsTheSessionsEventStream(t *testing.T) {
 		ended <- time.Now()
 	}()
 
-	req, _ = http.NewRequest("POST", s.URL+"/logout", strings.NewReader(url.Values{"csrf_token": {csrf}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.AddCookie(session)
-	out, err := http.DefaultTransport.RoundTrip(req)
-	if err != nil || out.StatusCode != http.StatusSeeOther {
-		t.Fatalf("sign-out: %v %v", out, err)
+	if out := postForm(t, s, "/logout", url.Values{"csrf_token": {csrf}}, session); out.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-out: %d", out.StatusCode)
 	}
-	out.Body.Close()
 	signedOut := time.Now()
 	select {
 	case at := <-ended:
@@ -115,16 +95,10 @@ func TestAProjectPastTheSwitchersPageCanBeWorkedIn(t *testing.T) {
 	if !strings.Contains(page, `name="project_id" required`) {
 		t.Errorf("the projects page has no way to choose a project past its list")
 	}
-	csrf := regexp.MustCompile(`name="csrf_token" value="([^"]+)"`).FindStringSubmatch(page)[1]
-	req, _ := http.NewRequest("POST", s.URL+"/projects/select", strings.NewReader(url.Values{"project_id": {last},
-		"csrf_token": {csrf}, "next": {"/workloads"}}.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.AddCookie(session)
-	resp, err := http.DefaultTransport.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusSeeOther {
-		t.Fatalf("select: %v %v", resp, err)
+	form := url.Values{"project_id": {last}, "csrf_token": {csrfOf(t, page)}, "next": {"/workloads"}}
+	if resp := postForm(t, s, "/projects/select", form, session); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("select: %d", resp.StatusCode)
 	}
-	resp.Body.Close()
 	if code, loc := status(t, s, "/workloads", session); code != http.StatusOK {
 		t.Fatalf("/workloads in the 101st project: %d → %q", code, loc)
 	}
