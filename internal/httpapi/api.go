@@ -4,6 +4,7 @@
 package httpapi
 
 import (
+	"crypto/rand"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -33,13 +34,17 @@ type API struct {
 	Logger         *slog.Logger
 	MaxBodyBytes   int64
 	IdempotencyTTL time.Duration
-	SA             *serviceaccounts.Service
-	Catalog        *catalog.Service
-	Artifacts      *artifacts.Service
-	Billing        *billing.Service
-	Instances      *instances.Service
-	Nodes          *nodes.Service
-	Releases       *releases.Service
+	// IdempotencyHashKey keys the hash a keyed request is remembered by
+	// (RequestHash); every replica needs the same one. Empty: a random key,
+	// good for one process.
+	IdempotencyHashKey []byte
+	SA                 *serviceaccounts.Service
+	Catalog            *catalog.Service
+	Artifacts          *artifacts.Service
+	Billing            *billing.Service
+	Instances          *instances.Service
+	Nodes              *nodes.Service
+	Releases           *releases.Service
 	// PublicURL is the server's public base URL (known once it listens).
 	PublicURL func() string
 	Events    *events.Reader
@@ -182,6 +187,10 @@ func (a *API) build() http.Handler {
 	}
 	if a.IdempotencyTTL == 0 {
 		a.IdempotencyTTL = 24 * time.Hour
+	}
+	if len(a.IdempotencyHashKey) == 0 {
+		a.IdempotencyHashKey = make([]byte, 32)
+		_, _ = rand.Read(a.IdempotencyHashKey)
 	}
 	if a.Logger == nil {
 		a.Logger = slog.New(slog.DiscardHandler)

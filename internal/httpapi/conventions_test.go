@@ -2,6 +2,8 @@ package httpapi_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"strings"
@@ -165,7 +167,7 @@ func TestIdempotencyInFlightWithMatchingHash(t *testing.T) {
 	me := admin.Do("GET", "/api/v1/me", nil).Want(t, 200)
 	// Claim the key with the exact hash the real request will have.
 	body := []byte(`{"slug":"inflight","name":"I"}`)
-	hash := servertest.RequestHash("POST", path, body)
+	hash := s.RequestHash("POST", path, body)
 	now := time.Now()
 	if err := s.DB.Queries().ClaimIdempotencyKey(context.Background(), store.IdempotencyRecord{
 		Principal: "user:" + me.String("id"), Key: "k", Method: "POST", Path: path, RequestHash: hash, CreatedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
@@ -198,5 +200,36 @@ func TestHealthReadyMetrics(t *testing.T) {
 	jwks := anon.Do("GET", "/.well-known/jwks.json", nil).Want(t, 200)
 	if !strings.Contains(string(jwks.Body), `"kid"`) {
 		t.Fatal("jwks has no key")
+	}
+}
+
+// The hash a keyed request is remembered by is keyed too: a new account's
+// body holds its password, and a plain SHA-256 of it in the database could
+// be tried against offline. A retry still matches, and a changed body
+// still does not.
+func TestIdempotencyKeepsNoPlainHashOfABody(t *testing.T) {
+	t.Parallel()
+	s := servertest.Start(t, store.SQLite)
+	admin := s.Admin()
+	me := admin.Do("GET", "/api/v1/me", nil).Want(t, 200)
+	body := []byte(`{"email":"erin@example.com","password":"correct-horse-battery-staple"}`)
+	admin.Do("POST", "/api/v1/users", body, "X-Idempotency-Key", "new-erin").Want(t, http.StatusCreated)
+	rec, err := s.DB.Queries().GetIdempotencyRecord(context.Background(), "user:"+me.String("id"), "new-erin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := sha256.New()
+	plain.Write([]byte("POST /api/v1/users\n"))
+	plain.Write(body)
+	if rec.RequestHash == hex.EncodeToString(plain.Sum(nil)) || strings.Contains(rec.RequestHash, "correct-horse") {
+		t.Fatalf("the database keeps a plain hash of the body with its password: %s", rec.RequestHash)
+	}
+	if rec.RequestHash != s.RequestHash("POST", "/api/v1/users", body) {
+		t.Errorf("the stored hash is not the server's keyed hash of the request")
+	}
+	admin.Do("POST", "/api/v1/users", body, "X-Idempotency-Key", "new-erin").Want(t, http.StatusCreated)
+	other := []byte(`{"email":"erin@example.com","password":"another-long-password"}`)
+	if r := admin.Do("POST", "/api/v1/users", other, "X-Idempotency-Key", "new-erin").Want(t, 422); r.ErrorCode() != "idempotency_key_reused" {
+		t.Errorf("the key with another password: %s", r.Body)
 	}
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -216,7 +217,7 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	hash := RequestHash(r.Method, r.URL.Path, body)
+	hash := a.RequestHash(r.Method, r.URL.Path, body)
 	claim := storage.IdempotencyClaim{Principal: principal.From(ctx).Key(), Key: key, ClaimID: uuid.NewString()}
 	now := a.Now()
 	q := a.Store.Read()
@@ -280,12 +281,15 @@ func sortFieldErrors(fe []errdefs.FieldError) {
 }
 
 // RequestHash identifies a request for idempotency: same method, path and
-// body bytes, same hash.
-func RequestHash(method, path string, body []byte) string {
-	sum := sha256.New()
-	sum.Write([]byte(method + " " + path + "\n"))
-	sum.Write(body)
-	return hex.EncodeToString(sum.Sum(nil))
+// body bytes, same hash. It is keyed (IdempotencyHashKey): a body may hold
+// a password (a new account's, a changed one), and a plain SHA-256 of it,
+// kept in the database for a day, would let whoever reads the database try
+// passwords against it offline at a hash's speed.
+func (a *API) RequestHash(method, path string, body []byte) string {
+	mac := hmac.New(sha256.New, a.IdempotencyHashKey)
+	mac.Write([]byte(method + " " + path + "\n"))
+	mac.Write(body)
+	return hex.EncodeToString(mac.Sum(nil))
 }
 
 // writeSecretJSON writes a response carrying a secret that is shown once (a

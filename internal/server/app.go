@@ -4,6 +4,8 @@ package server
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -188,7 +190,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	// here, at start, that the store implements what the edge declares.
 	a.API = &httpapi.API{
 		Store: store.NewPort[httpapi.Tx, httpapi.Queries](db), Health: db, IAM: svc, Tokens: tokens, Logger: logger,
-		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
+		MaxBodyBytes: cfg.MaxBodyBytes, IdempotencyTTL: cfg.IdempotencyTTL, IdempotencyHashKey: subkey(key, "gpuaas/idempotency/request-hash/v1"),
+		OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst, StreamTimeout: cfg.StreamTimeout,
 		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, RelayKick: func() { wake.Notify(wakeup.EventsCommitted) }, WebSocketOrigins: cfg.Events.WebSocketOrigins, Billing: a.billing.svc, Releases: a.Releases,
 		PublicURL: func() string { return a.Config.PublicURL }, Now: now,
@@ -198,6 +201,14 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	}
 	ok = true
 	return a, nil
+}
+
+// subkey derives the key of one use from the master key: each use its own,
+// none revealing the master key or another's.
+func subkey(masterKey []byte, use string) []byte {
+	mac := hmac.New(sha256.New, masterKey)
+	mac.Write([]byte(use))
+	return mac.Sum(nil)
 }
 
 func masterKey(cfg config.Config) ([]byte, error) {

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"net/http"
 	"time"
 
@@ -21,11 +19,9 @@ import (
 // so every replica signs and checks app tokens alike.
 func (a *App) webParts(masterKey []byte) error {
 	cfg := a.Config
-	mac := hmac.New(sha256.New, masterKey)
-	mac.Write([]byte("gpuaas/ui-gateway/app-token/v1"))
 	parser := jwt.NewParser(jwt.WithoutClaimsValidation(), jwt.WithValidMethods([]string{"EdDSA"}))
 	a.gateway = gateway.New(gateway.Config{
-		Domain: cfg.AppsDomain, PathMode: cfg.AppsPathMode, TokenTTL: cfg.AppTokenTTL, Key: mac.Sum(nil),
+		Domain: cfg.AppsDomain, PathMode: cfg.AppsPathMode, TokenTTL: cfg.AppTokenTTL, Key: subkey(masterKey, "gpuaas/ui-gateway/app-token/v1"),
 		PublicURL: func() string { return a.Config.PublicURL },
 		AppsPort:  func() string { return a.appsPort },
 		// Any token the platform signed, expired or not, stays out of apps.

@@ -2,8 +2,6 @@ package server
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"net/http"
@@ -42,9 +40,7 @@ func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, cf
 		return nil, err
 	}
 	// Replicas share the master key, so they derive the same upload-state secret.
-	m := hmac.New(sha256.New, masterKey)
-	m.Write([]byte("gpuaas registry http secret"))
-	return &artifactParts{blobs: blobs, keys: keys, httpSecret: hex.EncodeToString(m.Sum(nil))}, nil
+	return &artifactParts{blobs: blobs, keys: keys, httpSecret: hex.EncodeToString(subkey(masterKey, "gpuaas registry http secret"))}, nil
 }
 
 // startRegistry builds the registry once the public address is final: its

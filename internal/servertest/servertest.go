@@ -20,7 +20,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/config"
-	"github.com/gpuaas/gpuaas/internal/httpapi"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/server"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -361,7 +360,7 @@ func (c checked) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
-// RequestHash is the hash the idempotency layer keys a request by.
-func RequestHash(method, path string, body []byte) string {
-	return httpapi.RequestHash(method, path, body)
+// RequestHash is the hash the server's idempotency layer keys a request by.
+func (s *Server) RequestHash(method, path string, body []byte) string {
+	return s.App.API.RequestHash(method, path, body)
 }
