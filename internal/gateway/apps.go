@@ -291,6 +291,12 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 		}
 		if n < 0 {
 			n = -1 // chunked to the browser, whatever the app's framing
+			// The head goes out now, not with the first piece: an event
+			// stream's head is its opening (an EventSource is open then),
+			// and the app may take its time before the first event.
+			// net/http's reverse proxy does the same on the console's
+			// listener.
+			ctx.Response.ImmediateHeaderFlush = true
 		}
 		ctx.SetBodyStream(src, n)
 		return true

@@ -267,9 +267,8 @@ func testEventStreamEndsWithAccess(t *testing.T, apps bool) {
 	app := r.open(t)
 	req, _ := http.NewRequest("GET", "http://"+inst+".apps.test:8080/events", nil)
 	req.AddCookie(app)
-	// The apps listener sends the answer's head with its first piece, so
-	// the request is made while the test has the app send that.
 	lines := make(chan string)
+	head := make(chan struct{})
 	go func() {
 		defer close(lines)
 		resp, err := r.client().Do(req)
@@ -277,6 +276,7 @@ func testEventStreamEndsWithAccess(t *testing.T, apps bool) {
 			t.Error(err)
 			return
 		}
+		close(head)
 		defer resp.Body.Close()
 		br := bufio.NewReader(resp.Body)
 		for {
@@ -306,6 +306,13 @@ func testEventStreamEndsWithAccess(t *testing.T, apps bool) {
 	}
 	defer close(send)
 
+	// The answer's head comes before its first event, as the app sent it
+	// (an EventSource is open then).
+	select {
+	case <-head:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the answer's head did not come before its first piece")
+	}
 	if got, _ := event("one"); got != "data: one\n" {
 		t.Fatalf("first event: %q", got)
 	}
