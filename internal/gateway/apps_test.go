@@ -480,10 +480,16 @@ func testLetsTheAppGo(t *testing.T, apps bool) {
 // would; a POST is not sent twice (the app may have acted on it), and the
 // browser is told.
 func TestGatewayResendsOnlyWhatIsSafeToRepeat(t *testing.T) {
-	onBothListeners(t, testResendsOnlyWhatIsSafe)
+	onBothListeners(t, func(t *testing.T, apps bool) { testResendsOnlyWhatIsSafe(t, apps, false) })
 }
 
-func testResendsOnlyWhatIsSafe(t *testing.T, apps bool) {
+// The same, when the app resets the connection (it closed with the request
+// unread, or its host's stack did) rather than closing it.
+func TestGatewayResendsAfterAReset(t *testing.T) {
+	onBothListeners(t, func(t *testing.T, apps bool) { testResendsOnlyWhatIsSafe(t, apps, true) })
+}
+
+func testResendsOnlyWhatIsSafe(t *testing.T, apps, reset bool) {
 	var mu sync.Mutex
 	posted := map[string]int{}
 	addr, accepted := rawApp(t, func(c net.Conn, br *bufio.Reader) {
@@ -498,8 +504,11 @@ func testResendsOnlyWhatIsSafe(t *testing.T, apps bool) {
 				posted[string(b)]++
 				mu.Unlock()
 			}
-			if n == 1 {
-				return // the second request on a connection: dropped unanswered
+			if n == 1 { // the second request on a connection: dropped unanswered
+				if reset {
+					_ = c.(*net.TCPConn).SetLinger(0) // the close sends a reset
+				}
+				return
 			}
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\none")
 		}
