@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
@@ -137,4 +138,52 @@ func TestCredentialEndpointsAreRateLimited(t *testing.T) {
 	tok := anon.Do("POST", "/api/v1/auth/service-account/token", map[string]string{"grant_type": "urn:ietf:params:oauth:grant-type:jwt-bearer", "assertion": "x.y.z"})
 	tok.Want(t, 429)
 	admin.Do("GET", "/api/v1/me", nil).Want(t, 200)
+}
+
+// A token minted around a disable (the sign-in or the assertion exchange
+// checked the account just before the disable committed, and minted just
+// after it: a password check takes a tenth of a second) is refused while
+// the account is disabled, and re-enabling the account does not bring it
+// to life: every status change cuts the account's tokens.
+func TestReEnablingRevivesNoTokenMintedAroundTheDisable(t *testing.T) {
+	t.Parallel()
+	s := servertest.Start(t, store.SQLite)
+	admin := s.Admin()
+	tick := func() { time.Sleep(3 * time.Millisecond) } // tokens are cut by the millisecond
+
+	uid, u := s.NewUser(admin, "ada@example.com")
+	me := u.Do("GET", "/api/v1/me", nil).Want(t, 200)
+	admin.Do("POST", "/api/v1/users/"+uid+"/disable", nil).Want(t, 200)
+	tick()
+	late, err := s.App.Tokens.Issue(principal.Principal{Type: principal.User, ID: uid, Email: me.String("email")}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.As(late.AccessToken).Do("GET", "/api/v1/me", nil).Want(t, 401)
+	tick()
+	admin.Do("POST", "/api/v1/users/"+uid+"/enable", nil).Want(t, 200)
+	if r := s.As(late.AccessToken).Do("GET", "/api/v1/me", nil); r.Status != 401 {
+		t.Errorf("a user token minted after the disable works once the account is enabled again: %d", r.Status)
+	}
+
+	// Enabling an account that is enabled cuts nothing.
+	admin.Do("POST", "/api/v1/users/"+admin.Do("GET", "/api/v1/me", nil).Want(t, 200).String("id")+"/enable", nil).Want(t, 200)
+	admin.Do("GET", "/api/v1/me", nil).Want(t, 200)
+
+	sa := admin.Do("POST", "/api/v1/projects/"+s.Creds.ProjectID+"/service-accounts",
+		map[string]any{"name": "ci", "slug": "ci", "roles": []string{"project_viewer"}}).Want(t, 201)
+	saPath := "/api/v1/projects/" + s.Creds.ProjectID + "/service-accounts/" + sa.String("id")
+	admin.Do("POST", saPath+"/disable", nil).Want(t, 200)
+	tick()
+	lateSA, err := s.App.Tokens.Issue(principal.Principal{Type: principal.ServiceAccount, ID: sa.String("id"),
+		OrgID: s.Creds.OrgID, ProjectID: s.Creds.ProjectID}, sa.String("key_id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.As(lateSA.AccessToken).Do("GET", "/api/v1/me", nil).Want(t, 401)
+	tick()
+	admin.Do("POST", saPath+"/enable", nil).Want(t, 200)
+	if r := s.As(lateSA.AccessToken).Do("GET", "/api/v1/me", nil); r.Status != 401 {
+		t.Errorf("a service-account token minted after the disable works once the account is enabled again: %d", r.Status)
+	}
 }

@@ -89,9 +89,13 @@ func (s *Service) SetUserStatus(ctx context.Context, g *Grants, userID string, s
 		if before.ID == principal.From(ctx).ID && status == UserDisabled {
 			return errdefs.FailedPrecondition("cannot_disable_self", "you cannot disable your own account")
 		}
-		// Disabling ends every live token; enabling revives none of them.
+		// Disabling ends every live token; enabling revives none of them,
+		// and cuts again: a sign-in that checked the account just before
+		// the disable committed mints its token just after (past the first
+		// cut; the password check alone takes a tenth of a second). Enabling
+		// an account that is not disabled changes nothing.
 		var cut time.Time
-		if status == UserDisabled {
+		if status == UserDisabled || before.Status != status {
 			cut = s.now()
 		}
 		if err := tx.SetUserStatus(ctx, userID, status, cut); err != nil {

@@ -293,8 +293,12 @@ func (s *Service) setStatus(ctx context.Context, g *iam.Grants, projectID, id st
 			return err
 		}
 		now := s.Now()
+		// Disabling ends every live token; enabling revives none of them,
+		// and cuts again: an exchange that checked the account just before
+		// the disable committed mints its token just after, past the first
+		// cut. Enabling an enabled account changes nothing.
 		var cut time.Time
-		if status == AccountDisabled {
+		if status == AccountDisabled || before.Status != status {
 			cut = now
 		}
 		if err := tx.SetServiceAccountStatus(ctx, id, status, cut, now); err != nil {
