@@ -36,6 +36,7 @@ type gatedQueries struct {
 	refused  int // sign-ins the test saw refused by the throttle
 	expected int // while set, lookups wait until lookups+refused reach it
 	fail     func() error
+	after    func(iam.User) // runs once the user was read, before the password check
 }
 
 func (g *gatedQueries) GetUserByEmail(ctx context.Context, email string) (iam.User, error) {
@@ -52,7 +53,11 @@ func (g *gatedQueries) GetUserByEmail(ctx context.Context, email string) (iam.Us
 			return iam.User{}, err
 		}
 	}
-	return g.Queries.GetUserByEmail(ctx, email)
+	u, err := g.Queries.GetUserByEmail(ctx, email)
+	if err == nil && g.after != nil {
+		g.after(u)
+	}
+	return u, err
 }
 
 func (g *gatedQueries) sawRefusal() {
@@ -162,5 +167,41 @@ func TestLoginThrottleReleasesUnsettledAttempts(t *testing.T) {
 	q.fail = nil
 	if got, err := svc.Login(context.Background(), "ada@example.com", "right-password"); err != nil || got.AccessToken == "" {
 		t.Fatalf("right password after unsettled attempts: %+v, %v", got, err)
+	}
+}
+
+// A password change (or a disable) that commits while a sign-in checks the
+// old password cuts the token that sign-in gets: the token counts as
+// issued when the account was read, not when it was minted.
+func TestASignInRacingAPasswordChangeGetsACutToken(t *testing.T) {
+	for _, change := range []string{"password", "disable and enable"} {
+		t.Run(change, func(t *testing.T) {
+			svc, q, clk := newLoginService(t)
+			ctx := context.Background()
+			q.after = func(u iam.User) {
+				clk.Advance(time.Second)
+				var err error
+				if change == "password" {
+					err = q.Queries.SetUserPassword(ctx, u.ID, u.PasswordHash+"-changed", clk.Now())
+				} else { // what the store keeps of a disable, and then of an enable
+					err = q.Queries.SetUserStatus(ctx, u.ID, iam.UserDisabled, clk.Now())
+					if err == nil {
+						err = q.Queries.SetUserStatus(ctx, u.ID, iam.UserActive, time.Time{})
+					}
+				}
+				if err != nil {
+					t.Error(err)
+				}
+				clk.Advance(time.Second)
+			}
+			tok, err := svc.Login(ctx, "ada@example.com", "right-password")
+			if err != nil {
+				t.Fatal(err)
+			}
+			q.after = nil
+			if _, err := svc.Tokens.Authenticate(ctx, tok.AccessToken); !errors.Is(err, iam.ErrTokenRevoked) {
+				t.Errorf("the token of a sign-in that raced a %s change: %v, want it revoked", change, err)
+			}
+		})
 	}
 }

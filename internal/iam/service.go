@@ -142,6 +142,7 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 		return Issued{}, err
 	}
 	defer attempt.release()
+	checked := s.now() // the account as read now is what the token stands on
 	u, err := s.Store.Read().GetUserByEmail(ctx, email)
 	hash := dummyHash
 	if err == nil {
@@ -162,5 +163,5 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 		return Issued{}, errdefs.Unauthenticated("invalid_credentials", "email or password is wrong, or the account is disabled")
 	}
 	attempt.succeeded()
-	return s.Tokens.Issue(principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, "")
+	return s.Tokens.IssueChecked(principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, "", checked)
 }

@@ -77,7 +77,19 @@ type Issued struct {
 
 // Issue mints a token for p. keyID is the service-account key used (if any).
 func (t *Tokens) Issue(p principal.Principal, keyID string) (Issued, error) {
+	return t.IssueChecked(p, keyID, time.Time{})
+}
+
+// IssueChecked mints a token for p whose account was found fit to have one
+// as read at checked: the token counts as issued then for revocation
+// (iat_ms), so a disable or a password change that commits between that
+// read and the minting (a password check takes a tenth of a second) cuts
+// it too. Zero checked, or one after now, is now.
+func (t *Tokens) IssueChecked(p principal.Principal, keyID string, checked time.Time) (Issued, error) {
 	now := t.Now()
+	if checked.IsZero() || checked.After(now) {
+		checked = now
+	}
 	ttl := t.UserTTL
 	switch p.Type {
 	case principal.ServiceAccount:
@@ -93,7 +105,7 @@ func (t *Tokens) Issue(p principal.Principal, keyID string) (Issued, error) {
 			Issuer: TokenIssuer, Subject: p.ID, Audience: jwt.ClaimStrings{TokenAudience},
 			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)), ID: uuid.NewString(),
 		},
-		Type: string(p.Type), IssuedAtMS: now.UnixMilli(), ProjectID: p.ProjectID, KeyID: keyID,
+		Type: string(p.Type), IssuedAtMS: checked.UnixMilli(), ProjectID: p.ProjectID, KeyID: keyID,
 	}
 	s, err := t.Ring.Sign(c)
 	if err != nil {

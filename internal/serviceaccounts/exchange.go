@@ -107,7 +107,8 @@ func (s *Service) exchange(ctx context.Context, in ExchangeInput) (ServiceAccoun
 		return acc, iam.Issued{}, err
 	}
 	s.purgeUsedAssertions(ctx, q)
-	tok, err := s.Tokens.Issue(principal.Principal{Type: principal.ServiceAccount, ID: acc.ID, OrgID: acc.OrgID, ProjectID: acc.ProjectID}, key.ID)
+	// The account and key as read after now are what the token stands on.
+	tok, err := s.Tokens.IssueChecked(principal.Principal{Type: principal.ServiceAccount, ID: acc.ID, OrgID: acc.OrgID, ProjectID: acc.ProjectID}, key.ID, now)
 	if err != nil {
 		return acc, iam.Issued{}, err
 	}
