@@ -205,3 +205,29 @@ func TestASignInRacingAPasswordChangeGetsACutToken(t *testing.T) {
 		})
 	}
 }
+
+// A sign-in right after a cut (an account enabled again, which cuts) gets
+// a live token though it shares the cut's millisecond; one issued at the
+// cut's very microsecond, or before it, is cut; a token from before
+// iat_us existed is judged by the millisecond.
+func TestCutByIsExactToTheMicrosecond(t *testing.T) {
+	cut := time.Date(2026, 11, 28, 6, 0, 0, 500_000, time.UTC) // .000500
+	at := func(ts time.Time) iam.AccessClaims {
+		return iam.AccessClaims{IssuedAtMS: ts.UnixMilli(), IssuedAtUS: ts.UnixMicro()}
+	}
+	for _, tc := range []struct {
+		name string
+		c    iam.AccessClaims
+		cut  bool
+	}{
+		{"200µs after, same millisecond", at(cut.Add(200 * time.Microsecond)), false},
+		{"at the cut", at(cut), true},
+		{"1µs before", at(cut.Add(-time.Microsecond)), true},
+		{"no iat_us, same millisecond", iam.AccessClaims{IssuedAtMS: cut.Add(200 * time.Microsecond).UnixMilli()}, true},
+		{"no iat_us, next millisecond", iam.AccessClaims{IssuedAtMS: cut.Add(time.Millisecond).UnixMilli()}, false},
+	} {
+		if got := tc.c.CutBy(cut); got != tc.cut {
+			t.Errorf("%s: CutBy %v, want %v", tc.name, got, tc.cut)
+		}
+	}
+}

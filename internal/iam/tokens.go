@@ -24,10 +24,25 @@ const (
 // AccessClaims are the claims of a gpuaas access token.
 type AccessClaims struct {
 	jwt.RegisteredClaims
-	Type       string `json:"typ"`           // user | service_account
-	IssuedAtMS int64  `json:"iat_ms"`        // millisecond issue time, for revocation cut-offs
-	ProjectID  string `json:"prj,omitempty"` // service accounts: their project
-	KeyID      string `json:"sak,omitempty"` // service accounts: the key the token was minted with
+	Type       string `json:"typ"`              // user | service_account
+	IssuedAtMS int64  `json:"iat_ms"`           // millisecond issue time, for revocation cut-offs
+	IssuedAtUS int64  `json:"iat_us,omitempty"` // the same in microseconds (CutBy)
+	ProjectID  string `json:"prj,omitempty"`    // service accounts: their project
+	KeyID      string `json:"sak,omitempty"`    // service accounts: the key the token was minted with
+}
+
+// CutBy reports whether a revocation cut-off at validAfter ends the token:
+// it was issued (as IssueChecked counts it) at or before the cut, and a
+// token issued with the cut is taken for one issued before it. Compared in
+// microseconds, as the store keeps a cut-off: in milliseconds a sign-in
+// right after an account is enabled again (which cuts) would too often
+// share the cut's millisecond and get a token that is dead at once. A
+// token minted before iat_us existed compares in milliseconds.
+func (c AccessClaims) CutBy(validAfter time.Time) bool {
+	if c.IssuedAtUS != 0 {
+		return c.IssuedAtUS <= validAfter.UnixMicro()
+	}
+	return c.IssuedAtMS <= validAfter.UnixMilli()
 }
 
 // ServiceAccountChecker confirms a service-account token is still good: the
@@ -105,7 +120,7 @@ func (t *Tokens) IssueChecked(p principal.Principal, keyID string, checked time.
 			Issuer: TokenIssuer, Subject: p.ID, Audience: jwt.ClaimStrings{TokenAudience},
 			IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(ttl)), ID: uuid.NewString(),
 		},
-		Type: string(p.Type), IssuedAtMS: checked.UnixMilli(), ProjectID: p.ProjectID, KeyID: keyID,
+		Type: string(p.Type), IssuedAtMS: checked.UnixMilli(), IssuedAtUS: checked.UnixMicro(), ProjectID: p.ProjectID, KeyID: keyID,
 	}
 	s, err := t.Ring.Sign(c)
 	if err != nil {
@@ -200,9 +215,7 @@ func (t *Tokens) check(ctx context.Context, c AccessClaims) (principal.Principal
 		if u.Status != UserActive {
 			return principal.Principal{}, BadToken(ErrAccountDisabled)
 		}
-		// <=: a token minted in the same millisecond as a revocation is
-		// revoked too.
-		if c.IssuedAtMS <= u.TokensValidAfter.UnixMilli() {
+		if c.CutBy(u.TokensValidAfter) {
 			return principal.Principal{}, BadToken(ErrTokenRevoked)
 		}
 		return principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, nil

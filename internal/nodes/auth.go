@@ -93,7 +93,7 @@ func (s *Service) CheckNodeToken(ctx context.Context, c iam.AccessClaims) (princ
 	if err != nil {
 		return principal.Principal{}, err
 	}
-	if state == StateRemoved || c.IssuedAtMS <= validAfter.UnixMilli() {
+	if state == StateRemoved || c.CutBy(validAfter) {
 		return principal.Principal{}, errNodeToken
 	}
 	return principal.Principal{Type: principal.Node, ID: c.Subject}, nil

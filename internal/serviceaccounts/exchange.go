@@ -147,12 +147,10 @@ func (s *Service) CheckServiceAccountToken(ctx context.Context, c iam.AccessClai
 	if err != nil {
 		return principal.Principal{}, err
 	}
-	// <=: a token minted in the same millisecond as a revocation is revoked
-	// too; erring that way costs a retry, the other way a live token.
 	if a.Status != AccountActive {
 		return principal.Principal{}, errTokenRevoked(iam.ErrAccountDisabled)
 	}
-	if c.IssuedAtMS <= a.TokensValidAfter.UnixMilli() || !k.ActiveAt(s.Now()) {
+	if c.CutBy(a.TokensValidAfter) || !k.ActiveAt(s.Now()) {
 		return principal.Principal{}, errTokenRevoked(iam.ErrTokenRevoked)
 	}
 	return principal.Principal{Type: principal.ServiceAccount, ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID}, nil
