@@ -7,6 +7,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/client/nodeapi"
@@ -333,9 +335,20 @@ func (a *Agent) heartbeat(ctx context.Context) error {
 	if !due {
 		return nil
 	}
-	hb := nodeapi.Heartbeat{Workloads: []nodeapi.Workload{}}
-	if ws, err := a.drv.Workloads(ctx); err == nil {
-		hb.Workloads = ws
+	ws, err := a.drv.Workloads(ctx)
+	if err != nil {
+		// A beat tells the control plane what runs here, and it acts on
+		// that: a workload missing from the report is taken for gone. An
+		// agent that cannot ask its engine does not know, so it does not
+		// beat. An outage shorter than TTL + grace passes between two
+		// beats unnoticed; a longer one is the node down (its allocations
+		// lost), not every workload on it reported gone.
+		a.backoff()
+		return fmt.Errorf("heartbeat: list the engine's workloads: %w", err)
+	}
+	hb := nodeapi.Heartbeat{Workloads: ws}
+	if hb.Workloads == nil {
+		hb.Workloads = []nodeapi.Workload{}
 	}
 	inv := a.cachedInventory(ctx)
 	_, digest, err := inv.Canonical()
@@ -450,9 +463,68 @@ func (a *Agent) pruneRecords(ctx context.Context) error {
 	return nil
 }
 
+// The bounds the server puts on a task result (nodes.ReportResult and the
+// API's body limit). A result past them is refused, and since the agent
+// re-sends the stored result at every redelivery, refused again: the task
+// would never complete. What a result carries from untrusted sources — the
+// workload's log lines above all, the engine's messages — is cut to fit.
+const (
+	maxResultMessage = 4 << 10  // bytes of message
+	maxLogLines      = 50       // lines of log_tail
+	maxLogLineBytes  = 1 << 10  // bytes of one log line
+	maxLogTailJSON   = 16 << 10 // bytes of log_tail as JSON (escapes count)
+	maxResultOutput  = 64 << 10 // bytes of output
+)
+
+// trimLog keeps the last lines of a log tail that fit a result: at most
+// maxLogLines, each cut to maxLogLineBytes, and no more than maxLogTailJSON
+// once encoded (a line of control bytes encodes six times its length).
 func trimLog(lines []string) []string {
-	if len(lines) > 50 {
-		lines = lines[len(lines)-50:]
+	if len(lines) > maxLogLines {
+		lines = lines[len(lines)-maxLogLines:]
 	}
-	return lines
+	out := make([]string, len(lines))
+	size := 2 // []
+	keep := len(lines)
+	for i := len(lines) - 1; i >= 0; i-- {
+		out[i] = truncate(lines[i], maxLogLineBytes)
+		b, _ := json.Marshal(out[i])
+		if size += len(b) + 1; size > maxLogTailJSON {
+			break
+		}
+		keep = i
+	}
+	if len(lines) == 0 {
+		return lines
+	}
+	return out[keep:]
+}
+
+// truncate cuts s to at most n bytes without splitting a UTF-8 sequence.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	// Drop the start of a character the cut split (at most UTFMax-1 bytes).
+	for range utf8.UTFMax - 1 {
+		if r, size := utf8.DecodeLastRuneInString(s); r != utf8.RuneError || size != 1 {
+			break
+		}
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// fitResult bounds a result to what the server accepts (see above).
+func fitResult(r nodeapi.TaskResult) nodeapi.TaskResult {
+	r.Message = truncate(r.Message, maxResultMessage)
+	if r.LogTail != nil {
+		r.LogTail = trimLog(r.LogTail)
+	}
+	if len(r.Output) > maxResultOutput {
+		return nodeapi.TaskResult{State: nodeapi.ResultFailed, ReasonCode: nodeapi.ReasonInternal,
+			Message: fmt.Sprintf("the task's output is %d bytes, more than a result carries (%d)", len(r.Output), maxResultOutput)}
+	}
+	return r
 }

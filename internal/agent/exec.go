@@ -16,6 +16,7 @@ func (a *Agent) handle(ctx context.Context, t nodeapi.Task) {
 	if !ok {
 		return // shutting down: the lease expires and the task comes back
 	}
+	res = fitResult(res) // a result stored by an agent that did not bound it
 	a.log.InfoContext(ctx, "task done", "task_id", t.ID, "kind", t.Kind, "state", res.State, "reason", res.ReasonCode, "repeat", done)
 	for i := range 5 {
 		c, err := a.authed(ctx)
@@ -70,6 +71,11 @@ func decode[T any](t nodeapi.Task) (T, error) {
 // execute runs a task and turns its outcome into a result with a reason code.
 func (a *Agent) execute(ctx context.Context, t nodeapi.Task) nodeapi.TaskResult {
 	a.executed.Add(1)
+	return fitResult(a.outcome(ctx, t))
+}
+
+// outcome runs a task and says how it ended, before the result is bounded.
+func (a *Agent) outcome(ctx context.Context, t nodeapi.Task) nodeapi.TaskResult {
 	out, err := a.dispatch(ctx, t)
 	if err != nil {
 		f := driver.AsFailure(err)
@@ -130,7 +136,7 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return map[string]any{"workloads": ws, "log_tail": logs}, nil
+		return map[string]any{"workloads": ws, "log_tail": trimLog(logs)}, nil
 	case nodeapi.KindTeardownVerify:
 		v, err := decode[nodeapi.TeardownVerify](t)
 		if err != nil {

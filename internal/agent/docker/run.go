@@ -110,6 +110,14 @@ func (d *Driver) Mounts(instanceID string, ms []nodeapi.Mount) ([]mount.Mount, e
 			if mode == 0 {
 				mode = 0o440
 			}
+			// Every deployment of the instance (an upgrade, a rollback, a
+			// retry, a compose.up delivered again) writes the file anew. The
+			// last one left it read-only, which only root opens for writing
+			// regardless: an agent that is not root makes its own file
+			// writable first. It is rewritten in place, as root rewrites it.
+			if err := os.Chmod(p, 0o600); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return nil, err
+			}
 			if err := os.WriteFile(p, m.Content, 0o600); err != nil {
 				return nil, err
 			}
