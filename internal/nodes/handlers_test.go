@@ -2,10 +2,13 @@ package nodes_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/nodes"
@@ -13,6 +16,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
 
 // Tasks queued inside a caller's transaction exist only if it commits; a
@@ -78,5 +82,90 @@ func TestEnqueueInCallersTransactionAndResultHandlers(t *testing.T) {
 	}
 	if evs := eventTypes(t, s.DB); evs[nodes.EventTaskCompleted] != 1 {
 		t.Fatalf("events %v", evs)
+	}
+}
+
+// Two reports of one task that race (an agent re-sending a report whose
+// answer it lost) are both answered as the idempotent repeat they are: on
+// PostgreSQL the second one's update waits for the first one's commit and
+// then matches nothing, which is no missing task. The handlers see the
+// first report only.
+func TestConcurrentRepeatedResultIsIdempotent(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		s := servertest.Start(t, d)
+		a := join(t, s, s.Admin(), "h", 0)
+		ctx := principal.With(context.Background(), principal.SystemActor)
+		task, err := s.App.Nodes.EnqueueTask(ctx, nil, a.id, nodeapi.KindContainerRun, nodeapi.ContainerRun{Name: "x"}, "inst-1", s.Creds.ProjectID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entered, release := make(chan struct{}), make(chan struct{})
+		var handled atomic.Int32
+		s.App.Nodes.OnTaskResult(nodeapi.KindContainerRun, func(context.Context, storage.Tx, nodes.Task, nodeapi.TaskResult) error {
+			if handled.Add(1) == 1 {
+				close(entered)
+				<-release // hold the first report's transaction open
+			}
+			return nil
+		})
+		path := "/api/v1/nodes/" + a.id + "/tasks/" + task.ID + "/result"
+		report := func() *servertest.Response {
+			return a.c.Do("POST", path, nodeapi.TaskResult{State: nodeapi.ResultSucceeded})
+		}
+		first := make(chan *servertest.Response, 1)
+		go func() { first <- report() }()
+		<-entered
+		second := make(chan *servertest.Response, 1)
+		go func() { second <- report() }()
+		if d == store.Postgres {
+			waitForBlockedCompletion(t, s.App.Config.DatabaseURL, second)
+		}
+		close(release)
+		for _, r := range []*servertest.Response{<-first, <-second} {
+			if r.Status != 204 {
+				t.Fatalf("a repeated report got %d: %s", r.Status, r.Body)
+			}
+		}
+		if n := handled.Load(); n != 1 {
+			t.Fatalf("handlers ran %d times", n)
+		}
+		if evs := eventTypes(t, s.DB); evs[nodes.EventTaskCompleted] != 1 {
+			t.Fatalf("events %v", evs)
+		}
+	})
+}
+
+// waitForBlockedCompletion returns once a session waits on a lock in the
+// update that completes a task (the second report, behind the first), or
+// once that report has been answered without waiting.
+func waitForBlockedCompletion(t *testing.T, dbURL string, answered chan *servertest.Response) {
+	t.Helper()
+	db, err := sql.Open("pgx", dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+			AND wait_event_type = 'Lock' AND query LIKE 'UPDATE node_tasks SET state = %'`).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > 0 {
+			return
+		}
+		select {
+		case r := <-answered:
+			answered <- r
+			return
+		case <-ctx.Done():
+			t.Fatal("the second report never reached the task row")
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }

@@ -292,7 +292,18 @@ func (s *Service) ReportResult(ctx context.Context, nodeID, taskID string, r nod
 			return tx.Audit(audit, nil, map[string]any{"state": t.State})
 		}
 		now := s.Now()
-		if err := tx.CompleteNodeTask(ctx, t.ID, TaskState(r.State), r.ReasonCode, r.Message, result, now); err != nil {
+		if err := tx.CompleteNodeTask(ctx, t.ID, TaskState(r.State), r.ReasonCode, r.Message, result, now); errors.Is(err, storage.ErrNotFound) {
+			// A concurrent report of the same task (the agent retrying a
+			// report whose answer it lost) completed it after the read
+			// above: the PostgreSQL update waited for that commit and then
+			// matched nothing. It is the same repeat as the one answered
+			// above, not a missing task.
+			if t, err = tx.GetNodeTask(ctx, t.ID); err != nil {
+				return err
+			}
+			audit.Reason = "already_completed"
+			return tx.Audit(audit, nil, map[string]any{"state": t.State})
+		} else if err != nil {
 			return err
 		}
 		t.State, t.ReasonCode, t.Message, t.Result, t.CompletedAt = TaskState(r.State), r.ReasonCode, r.Message, result, now
