@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"slices"
@@ -10,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/agent/compose"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/runtime"
@@ -157,5 +159,39 @@ func TestRenderContainer(t *testing.T) {
 	}
 	if got := task.Payload.(nodeapi.ContainerRun).Env["GPUAAS_UI_BASE_PATH"]; got != "/apps/instances/i/ui" {
 		t.Errorf("GPUAAS_UI_BASE_PATH = %q", got)
+	}
+}
+
+// What a curated renderer writes reaches the workload as written: the
+// agent loads the project as Compose does, interpolating `$NAME` and
+// `${…}`, so a launch parameter with a `$` in it (a schema that allows one)
+// must neither pick up a variable of the task's environment nor fail the
+// load.
+func TestRenderedComposeIsTakenLiterally(t *testing.T) {
+	v := vllmVersion(t)
+	for _, model := range []string{"org/m$GPUAAS_PROJECT_ID", "org/m${MISSING:?boom}", "org/$$x"} {
+		params, err := json.Marshal(map[string]any{"model": model})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := runtime.Deployment{InstanceID: "inst-1", ProjectID: "proj-1", OrgID: "o", NodeID: "n", AppSlug: "vllm-openai", Version: v.Version,
+			Name: "gpuaas-inst-1-1", Profile: v.RuntimeProfile, Parameters: params, GPUUUIDs: []string{"GPU-1"},
+			Images:    map[string]nodeapi.ImagePull{"vllm": {Repository: "reg/apps/vllm", Digest: digestA}, "metrics-sidecar": {Repository: "reg/apps/metrics", Digest: digestB}},
+			Resources: catalog.EffectiveResources{GPUCount: 1}}
+		task, err := runtime.Render(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := compose.Load(context.Background(), task.Payload.(nodeapi.ComposeUp))
+		if err != nil {
+			t.Fatalf("model %q: the agent refuses the rendered project: %v", model, err)
+		}
+		s := p.Services["server"]
+		if !slices.Contains(s.Command, model) {
+			t.Errorf("model %q: the server runs %q", model, s.Command)
+		}
+		if got := s.Environment["GPUAAS_PARAMETERS"]; got == nil || *got != string(params) {
+			t.Errorf("model %q: GPUAAS_PARAMETERS = %v, want %s", model, s.Environment.ToMapping()["GPUAAS_PARAMETERS"], params)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 
@@ -196,12 +197,45 @@ func renderVLLMOpenAI(d Deployment, gpus []string) (nodeapi.ComposeUp, error) {
 			port = e.Port
 		}
 	}
-	y, err := yaml.Marshal(f)
+	y, err := literalYAML(f)
 	if err != nil {
 		return nodeapi.ComposeUp{}, err
 	}
 	up.YAML, up.Service, up.Readiness = y, primary, readiness(d, port)
 	return up, nil
+}
+
+// literalYAML encodes a rendered Compose document with every value taken
+// literally. The agent loads it as Compose does, which interpolates
+// `$NAME` and `${…}` in values: a launch parameter holding a `$` would
+// otherwise reach the workload altered (a variable of the task's
+// environment substituted into it) or fail the load (`${X:?…}`). What the
+// platform renders never refers to a variable, so each `$` is written as
+// Compose's escape, `$$`.
+func literalYAML(v any) ([]byte, error) {
+	var doc yaml.Node
+	if err := doc.Encode(v); err != nil {
+		return nil, err
+	}
+	escapeValues(&doc)
+	return yaml.Marshal(&doc)
+}
+
+// escapeValues escapes `$` in every scalar value under n (mapping keys are
+// not interpolated, so they are left as they are).
+func escapeValues(n *yaml.Node) {
+	switch n.Kind {
+	case yaml.ScalarNode:
+		n.Value = strings.ReplaceAll(n.Value, "$", "$$")
+	case yaml.MappingNode:
+		for i := 1; i < len(n.Content); i += 2 {
+			escapeValues(n.Content[i])
+		}
+	default:
+		for _, c := range n.Content {
+			escapeValues(c)
+		}
+	}
 }
 
 // vllmArgs are the arguments of the vLLM OpenAI server entrypoint.
