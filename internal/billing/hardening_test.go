@@ -18,6 +18,7 @@ import (
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -321,25 +322,7 @@ func TestLargeUsagePostEmitsBoundedEvents(t *testing.T) {
 		if r.JSON["recorded"] != float64(10000) {
 			t.Fatalf("recorded %v", r.JSON["recorded"])
 		}
-		// The relay sequences what the post committed; lists show sequenced
-		// events. Kick it and wait for its pass until nothing is pending.
-		relay := s.App.Relay()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		for {
-			pending, err := s.DB.Queries().HasUnsequencedEvents(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !pending {
-				break
-			}
-			runs := relay.Runs()
-			relay.Kick()
-			if err := relay.WaitRuns(ctx, runs+1); err != nil {
-				t.Fatal("the relay did not sequence the post's events")
-			}
-		}
+		sequenceAll(t, s) // lists show sequenced events
 		var events, records int
 		cursor := ""
 		for {
@@ -360,6 +343,70 @@ func TestLargeUsagePostEmitsBoundedEvents(t *testing.T) {
 		}
 		if events != 100 || records != 10000 {
 			t.Fatalf("%d events carrying %d records, want 100 carrying 10000", events, records)
+		}
+	})
+}
+
+// sequenceAll runs the relay until every committed outbox row has its
+// position, so event lists show them.
+func sequenceAll(t *testing.T, s *servertest.Server) {
+	t.Helper()
+	relay := s.App.Relay()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		pending, err := s.DB.Queries().HasUnsequencedEvents(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !pending {
+			return
+		}
+		runs := relay.Runs()
+		relay.Kick()
+		if err := relay.WaitRuns(ctx, runs+1); err != nil {
+			t.Fatal("the relay did not sequence the outbox")
+		}
+	}
+}
+
+// A tenant-shared instance's usage for an attached project is that
+// project's: its billing.usage.recorded event is in the attached project's
+// scope (where its ledger entries are), and the home project's stream
+// carries only the home project's own usage (its readers may not read a
+// sibling project's usage).
+func TestSharedInstanceUsageEventsAreInTheBilledProjectsScope(t *testing.T) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		s := servertest.Start(t, d, quietWorkers)
+		admin := s.Admin()
+		home := s.Creds.ProjectID
+		attached := admin.Do("POST", "/api/v1/orgs/"+s.Creds.OrgID+"/projects", map[string]string{"slug": "team-b", "name": "team-b"}).Want(t, 201).String("id")
+		now := time.Now().UTC()
+		wl := newWorkload(t, s, admin, home, "shared-app", "tokens", "", now.Add(-time.Hour), time.Time{},
+			func(i *instances.AppInstance) { i.ControlPlaneScope = "tenant" })
+		ctx := context.Background()
+		if err := s.DB.InTx(ctx, func(q *store.Queries) error {
+			return q.InsertInstanceAttachment(ctx, instances.Attachment{InstanceID: wl.ID, ProjectID: attached, OrgID: s.Creds.OrgID,
+				AttachedBy: "user:test", CreatedAt: now})
+		}); err != nil {
+			t.Fatal(err)
+		}
+		source := "//shared-app/" + wl.ID
+		forB := usageEvent("for-b", source, "tokens", 7, now.Add(-time.Minute))
+		forB["projectid"] = attached
+		wl.Bot.Do("POST", usagePath(home, wl.ID), []any{usageEvent("for-home", source, "tokens", 5, now.Add(-time.Minute)), forB},
+			"Content-Type", billing.MediaTypeBatch).Want(t, http.StatusOK)
+		sequenceAll(t, s)
+		for project, want := range map[string]string{home: "for-home", attached: "for-b"} {
+			var got []string
+			for _, e := range admin.Do("GET", "/api/v1/projects/"+project+"/events?type=billing.usage.recorded", nil).Want(t, 200).Items() {
+				for _, r := range e["data"].(map[string]any)["records"].([]any) {
+					got = append(got, r.(map[string]any)["event_id"].(string))
+				}
+			}
+			if len(got) != 1 || got[0] != want {
+				t.Errorf("project %s (home %v) has usage events for %v, want [%s]", project, project == home, got, want)
+			}
 		}
 	})
 }

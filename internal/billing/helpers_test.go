@@ -97,8 +97,9 @@ type workload struct {
 // account through the API (with its key exchanged for a real token), and
 // writes the instance row and its timeline through the instances domain's
 // store: running from runningFrom, decommissioning at runningTo (zero: still
-// running).
-func newWorkload(t *testing.T, s *servertest.Server, admin *servertest.Client, projectID, slug, kind, allocationID string, runningFrom, runningTo time.Time) workload {
+// running). Each of opts may change the instance row before it is written.
+func newWorkload(t *testing.T, s *servertest.Server, admin *servertest.Client, projectID, slug, kind, allocationID string, runningFrom, runningTo time.Time,
+	opts ...func(*instances.AppInstance)) workload {
 	t.Helper()
 	ctx := context.Background()
 	admin.Do("POST", "/api/v1/admin/apps/manifests", []byte(meteredManifest(slug, kind)), "Content-Type", "application/yaml").Want(t, 200, 201)
@@ -116,6 +117,9 @@ func newWorkload(t *testing.T, s *servertest.Server, admin *servertest.Client, p
 		Version: "1.0.0", Status: "running", OperatingMode: "tenant_dedicated", ControlPlaneScope: "project",
 		RuntimeBackend: "slurm", TenantBoundaryMode: "dedicated", Effective: []byte(`{}`), TargetAllocationID: allocationID,
 		ServiceAccountID: key.ServiceAccountID, CreatedBy: "user:test", CreatedAt: now, UpdatedAt: now}
+	for _, o := range opts {
+		o(&inst)
+	}
 	type step struct {
 		Status string
 		At     time.Time

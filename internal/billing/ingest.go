@@ -185,13 +185,23 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 			return err
 		}
 		res = IngestResult{Results: make([]EventResult, len(recs))}
-		var fresh []reportedRecord
+		// New records by the project they are billed to (in order of first
+		// appearance): a shared instance's usage for an attached project is
+		// that project's, so its event is in that project's (and org's)
+		// scope, never in the home project's, whose readers may not read
+		// another project's usage.
+		var billedTo []attribution
+		fresh := map[attribution][]reportedRecord{}
 		for i, r := range recs {
 			out := EventResult{ID: r.EventID, Source: r.EventSource, Status: "duplicate"}
 			if stored[r.ID] {
 				out.Status, out.UsageRecordID = "recorded", r.ID
 				res.Recorded++
-				fresh = append(fresh, reportedRecord{UsageRecordID: r.ID, EventSource: r.EventSource, EventID: r.EventID,
+				a := attribution{org: r.OrgID, project: r.ProjectID}
+				if _, ok := fresh[a]; !ok {
+					billedTo = append(billedTo, a)
+				}
+				fresh[a] = append(fresh[a], reportedRecord{UsageRecordID: r.ID, EventSource: r.EventSource, EventID: r.EventID,
 					Quantity: r.Quantity, StartTime: rfc(r.StartTime), EndTime: rfc(r.EndTime)})
 			} else {
 				res.Duplicates++
@@ -200,13 +210,15 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 		}
 		// One event per maxRecordsPerEvent new records: however large the
 		// post, each event stays far below the bus's message limit.
-		for chunk := range slices.Chunk(fresh, maxRecordsPerEvent) {
-			if err := tx.Emit(storage.Event{Type: EventUsageRecorded, Subject: "app-instances/" + inst.ID,
-				OrgID: inst.OrgID, ProjectID: inst.ProjectID}, reportedBatch{UsageSource: UsageSourceAppRuntime,
-				UsageUnit: recs[0].UsageUnit, Meter: recs[0].Meter, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
-				OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
-				Records: chunk}); err != nil {
-				return err
+		for _, a := range billedTo {
+			for chunk := range slices.Chunk(fresh[a], maxRecordsPerEvent) {
+				if err := tx.Emit(storage.Event{Type: EventUsageRecorded, Subject: "app-instances/" + inst.ID,
+					OrgID: a.org, ProjectID: a.project}, reportedBatch{UsageSource: UsageSourceAppRuntime,
+					UsageUnit: recs[0].UsageUnit, Meter: recs[0].Meter, AppInstanceID: inst.ID, AppSlug: inst.AppSlug,
+					OperatingMode: inst.OperatingMode, ControlPlaneScope: inst.ControlPlaneScope, RuntimeBackend: inst.RuntimeBackend,
+					Records: chunk}); err != nil {
+					return err
+				}
 			}
 		}
 		return tx.Audit(storage.AuditEvent{Action: "billing.usage.report", ResourceType: "app_instance", ResourceID: inst.ID,
