@@ -85,11 +85,20 @@ func ParseCursor(c string) (int64, error) {
 
 // List returns one page of events matching f after position `after`, and
 // the cursor of the next page ("" at the current end). A page that
-// continues a cursor is checked against retention first (CheckRetained).
+// continues a cursor (after > 0) is checked against retention
+// (CheckRetained) after it is read: retention deletes a prefix, so a cursor
+// still retained then had nothing after it deleted before the read, whereas
+// one checked only before could lose its successors to the cleaner in
+// between, and the page would start after a silent gap.
 func (rd *Reader) List(ctx context.Context, f EventFilter, after int64, limit int) ([]Envelope, string, error) {
 	rows, err := rd.Log.Read().ListEvents(ctx, f, after, limit+1)
 	if err != nil {
 		return nil, "", err
+	}
+	if after > 0 {
+		if err := rd.CheckRetained(ctx, f, after); err != nil {
+			return nil, "", err
+		}
 	}
 	next := ""
 	if len(rows) > limit {
@@ -197,6 +206,12 @@ type Framing interface {
 	End(r *Revoked) error
 }
 
+// ErrStreamExpired ends a stream whose next events retention deleted
+// before it read them (it fell behind retention while it read, having
+// resumed near its edge): it stops instead of skipping them silently, and
+// its reader, resuming with its last id, is answered cursor_expired.
+var ErrStreamExpired = errors.New("event stream: the events after its position are past retention")
+
 // ErrSlowConsumer ends a stream whose client did not take its data within
 // Reader.WriteTimeout; the client resumes with its last id.
 var ErrSlowConsumer = errors.New("event stream: the client fell too far behind and was disconnected")
@@ -209,7 +224,8 @@ var ErrSlowConsumer = errors.New("event stream: the client fell too far behind a
 // KeepAlive on a quiet stream. It ends the stream at the token's expiry and
 // when acc.Recheck revokes it — checked every Reauthorize, on the hub's
 // AccessChanged and after an iam.* event — with fr.End, returning the
-// *Revoked.
+// *Revoked. It returns ErrStreamExpired when retention deleted events
+// after its position before it read them.
 func (rd *Reader) Follow(ctx context.Context, f EventFilter, after int64, fr Framing, acc Access) error {
 	keepAlive := time.NewTicker(rd.KeepAlive)
 	defer keepAlive.Stop()
@@ -254,6 +270,18 @@ func (rd *Reader) Follow(ctx context.Context, f EventFilter, after int64, fr Fra
 			}
 			return err
 		}
+		if after > 0 && len(rows) > 0 && rows[0].Position > after+1 {
+			// A gap: the rows between are outside f, or retention deleted
+			// them before this read. Retention deletes a prefix of the
+			// contiguous positions, so some may have been deleted exactly
+			// when after+1 is gone; then end rather than skip them.
+			if err := rd.CheckRetained(ctx, f, after); err != nil {
+				if errdefs.KindOf(err) == errdefs.KindGone {
+					return fmt.Errorf("%w: %w", ErrStreamExpired, err)
+				}
+				return err
+			}
+		}
 		for _, e := range rows {
 			b, err := json.Marshal(FromStore(e))
 			if err != nil {
@@ -263,7 +291,13 @@ func (rd *Reader) Follow(ctx context.Context, f EventFilter, after int64, fr Fra
 				return err
 			}
 			after = e.Position
-			check = check || strings.HasPrefix(e.Type, "iam.")
+			if strings.HasPrefix(e.Type, "iam.") {
+				// It may report the reader's own loss of access: re-check
+				// before sending anything after it, which it may no longer
+				// read.
+				check = true
+				break
+			}
 		}
 		if len(rows) > 0 {
 			if err := fr.Flush(); err != nil {
@@ -271,6 +305,21 @@ func (rd *Reader) Follow(ctx context.Context, f EventFilter, after int64, fr Fra
 			}
 		}
 		if len(rows) == 500 || check {
+			// More to read at once (a reader catching up reads batch after
+			// batch): still heed what a wait would, so an access change,
+			// the re-check period or a shutdown is not put off until the
+			// reader has caught up with the head.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-stop:
+				return nil
+			case <-recheck:
+				check = true
+			case <-changed:
+				check = true
+			default:
+			}
 			continue
 		}
 		poll.Reset(rd.Poll)

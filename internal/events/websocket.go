@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 )
 
@@ -77,6 +79,13 @@ func (rd *Reader) StreamWebSocket(ctx context.Context, c *websocket.Conn, f Even
 		return nil
 	case errors.Is(err, ErrSlowConsumer):
 		_ = c.CloseNow() // the client is not reading: no close handshake
+		return err
+	case errors.Is(err, ErrStreamExpired):
+		// As a resume point past retention is refused at the upgrade.
+		var e *errdefs.Error
+		errors.As(err, &e)
+		RefuseWebSocket(ctx, c, map[string]any{"code": e.Code, "message": e.Message,
+			"correlation_id": correlation.ID(ctx), "details": e.Details}, e)
 		return err
 	default:
 		_ = c.Close(websocket.StatusInternalError, "stream failed; resume with last_event_id")

@@ -120,7 +120,7 @@ func (a *API) streamEvents(sc eventScope) func(http.ResponseWriter, *http.Reques
 			return err
 		}
 		var revoked *events.Revoked
-		if err := a.Events.Stream(r.Context(), w, f, after, a.streamAccess(r, sc)); errors.Is(err, events.ErrSlowConsumer) || errors.As(err, &revoked) {
+		if err := a.Events.Stream(r.Context(), w, f, after, a.streamAccess(r, sc)); errors.Is(err, events.ErrSlowConsumer) || errors.Is(err, events.ErrStreamExpired) || errors.As(err, &revoked) {
 			a.Logger.InfoContext(r.Context(), "event stream ended", "error", err)
 		} else if err != nil {
 			a.Logger.DebugContext(r.Context(), "event stream ended", "error", err)
