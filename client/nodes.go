@@ -20,6 +20,7 @@ type Node struct {
 	ID              string             `json:"id"`
 	Name            string             `json:"name"`
 	State           string             `json:"state"`
+	DrainRequested  bool               `json:"drain_requested"` // a down node drained comes back draining
 	KeyID           string             `json:"key_id"`
 	GPUCount        int                `json:"gpu_count"`
 	FreeGPUs        int                `json:"free_gpus"`

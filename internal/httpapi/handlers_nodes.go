@@ -30,6 +30,7 @@ type nodeView struct {
 	ID              string          `json:"id"`
 	Name            string          `json:"name"`
 	State           string          `json:"state"`
+	DrainRequested  bool            `json:"drain_requested"`
 	KeyID           string          `json:"key_id"`
 	GPUCount        int             `json:"gpu_count"`
 	FreeGPUs        int             `json:"free_gpus"`
@@ -46,7 +47,7 @@ type nodeView struct {
 }
 
 func viewNode(n nodes.Node) nodeView {
-	return nodeView{ID: n.ID, Name: n.Name, State: string(n.State), KeyID: n.KeyID, GPUCount: n.GPUCount, FreeGPUs: n.FreeGPUs, GPUModel: n.GPUModel,
+	return nodeView{ID: n.ID, Name: n.Name, State: string(n.State), DrainRequested: n.DrainRequested, KeyID: n.KeyID, GPUCount: n.GPUCount, FreeGPUs: n.FreeGPUs, GPUModel: n.GPUModel,
 		LiveAllocations: n.LiveAllocations, InventoryDigest: n.InventoryDigest, LastHeartbeatAt: rfc3339(n.LastHeartbeatAt),
 		StateChangedAt: rfc3339(n.StateChangedAt), CreatedAt: rfc3339(n.CreatedAt), UpdatedAt: rfc3339(n.UpdatedAt)}
 }

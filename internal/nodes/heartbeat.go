@@ -13,9 +13,10 @@ import (
 )
 
 // Heartbeat records that a node is alive, what it is (when its inventory
-// changed) and what runs on it. A joining or down node becomes ready; its
-// lost allocations become active again, and allocations placed on it since
-// its last beat (pending) become active: the node confirmed them. A plain beat is one UPDATE with no
+// changed) and what runs on it. A joining or down node becomes ready (or
+// draining, when a drain was requested); its lost allocations become
+// active again, and allocations placed on it since its last beat
+// (pending) become active: the node confirmed them. A plain beat is one UPDATE with no
 // audit row; a state or inventory change is a mutation with its audit row
 // and events.
 func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heartbeat) (nodeapi.HeartbeatResponse, error) {
@@ -89,10 +90,11 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 			action = "node.inventory"
 		}
 		if cur.State == StateJoining || cur.State == StateDown {
-			if err := s.markReady(ctx, tx, cur, hb.Workloads); err != nil {
+			to, err := s.markAlive(ctx, tx, cur, hb.Workloads)
+			if err != nil {
 				return err
 			}
-			state, action = StateReady, "node.ready"
+			state, action = to, "node."+string(to)
 		}
 		after := map[string]any{"state": state, "inventory_digest": cur.InventoryDigest}
 		if cur.PendingAllocations > 0 {
@@ -135,34 +137,40 @@ func (s *Service) workloadsReported(ctx context.Context, nodeID string, ws []nod
 	}
 }
 
-// markReady moves a joining or down node to ready: its lost allocations
-// become active again (a new billing interval each) and the hooks learn
-// what really runs on it.
-func (s *Service) markReady(ctx context.Context, tx Tx, n Node, workloads []nodeapi.Workload) error {
+// markAlive moves a joining or down node back into service: ready, or
+// draining when an admin drained it before or while it was down (it still
+// takes no placements). Either way its lost allocations become active
+// again (a new billing interval each) and the hooks learn what really runs
+// on it. It returns the state the node is in now.
+func (s *Service) markAlive(ctx context.Context, tx Tx, n Node, workloads []nodeapi.Workload) (NodeState, error) {
 	now := s.Now()
-	if err := tx.SetNodeState(ctx, n.ID, StateReady, time.Time{}, now); err != nil {
-		return err
+	to, event := StateReady, EventNodeReady
+	if n.DrainRequested {
+		to, event = StateDraining, EventNodeDraining
+	}
+	if err := tx.SetNodeState(ctx, n.ID, to, time.Time{}, now); err != nil {
+		return "", err
 	}
 	lost, err := tx.AllocationsOfNode(ctx, n.ID, AllocLost)
 	if err != nil {
-		return err
+		return "", err
 	}
 	for _, a := range lost {
 		if err := s.activate(ctx, tx, a, AllocLost, now); err != nil {
-			return err
+			return "", err
 		}
 	}
-	if err := tx.Emit(storage.Event{Type: EventNodeReady, Subject: nodeSubject(n.ID)},
-		map[string]any{"node_id": n.ID, "previous_state": n.State, "workloads": len(workloads), "recovered_allocations": len(lost)}); err != nil {
-		return err
+	if err := tx.Emit(storage.Event{Type: event, Subject: nodeSubject(n.ID)}, map[string]any{"node_id": n.ID, "previous_state": n.State,
+		"state": to, "drain_requested": n.DrainRequested, "workloads": len(workloads), "recovered_allocations": len(lost)}); err != nil {
+		return "", err
 	}
-	n.State = StateReady
+	n.State = to
 	for _, h := range s.lifecycleHooks() {
 		if err := h.NodeReady(ctx, tx, n, workloads); err != nil {
-			return err
+			return "", err
 		}
 	}
-	return nil
+	return to, nil
 }
 
 func (s *Service) beatResponse(state NodeState, digest string) nodeapi.HeartbeatResponse {

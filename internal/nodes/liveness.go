@@ -150,7 +150,10 @@ func (s *Service) Node(ctx context.Context, id string) (NodeView, error) {
 	return NodeView{Node: n, GPUs: gpus}, err
 }
 
-// Drain stops placements on a node; what runs there keeps running.
+// Drain stops placements on a node; what runs there keeps running. The
+// request is kept apart from the node's liveness: a down node stays down
+// until it beats and then comes back draining, and a draining node that
+// goes down comes back draining too.
 func (s *Service) Drain(ctx context.Context, g *iam.Grants, id string) (NodeView, error) {
 	return s.setState(ctx, g, id, StateDraining, EventNodeDraining, "node.drain")
 }
@@ -184,18 +187,30 @@ func (s *Service) setState(ctx context.Context, g *iam.Grants, id string, state 
 			}
 			cut = now
 		}
-		if err := tx.SetNodeState(ctx, id, state, cut, now); err != nil {
-			return err
+		to := state
+		if state == StateDraining {
+			if err := tx.RequestNodeDrain(ctx, id, now); err != nil {
+				return err
+			}
+			if n.State == StateDown {
+				to = StateDown // still silent: its next beat brings it back draining
+			}
+		}
+		if to != n.State || !cut.IsZero() {
+			if err := tx.SetNodeState(ctx, id, to, cut, now); err != nil {
+				return err
+			}
 		}
 		if !cut.IsZero() {
 			// Every replica forgets what it knew of this node's tokens.
 			tx.AfterCommit(func() { s.Wake.Notify(wakeup.NodeAccess) })
 		}
-		if err := tx.Emit(storage.Event{Type: event, Subject: nodeSubject(id)}, map[string]any{"node_id": id, "previous_state": n.State}); err != nil {
+		if err := tx.Emit(storage.Event{Type: event, Subject: nodeSubject(id)}, map[string]any{"node_id": id, "previous_state": n.State, "state": to}); err != nil {
 			return err
 		}
 		return tx.Audit(storage.AuditEvent{Action: action, ResourceType: "node", ResourceID: id},
-			map[string]any{"state": n.State}, map[string]any{"state": state})
+			map[string]any{"state": n.State, "drain_requested": n.DrainRequested},
+			map[string]any{"state": to, "drain_requested": n.DrainRequested || state == StateDraining})
 	})
 	if err != nil {
 		return NodeView{}, err

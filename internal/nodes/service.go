@@ -73,8 +73,9 @@ type Hooks interface {
 	// NodeDown runs when a node is marked down; lost lists the allocations
 	// that were active on it and are now lost.
 	NodeDown(ctx context.Context, tx storage.Tx, node Node, lost []Allocation) error
-	// NodeReady runs when a node is ready again (or for the first time) with
-	// what it reports running.
+	// NodeReady runs when a node is back in service (or in it for the
+	// first time) with what it reports running: ready, or draining when an
+	// admin drained it before it came back (node.State says which).
 	NodeReady(ctx context.Context, tx storage.Tx, node Node, workloads []nodeapi.Workload) error
 }
 

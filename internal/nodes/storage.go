@@ -75,11 +75,15 @@ type Node struct {
 	// PendingAllocations counts placements since the node last confirmed
 	// its allocations (a heartbeat); 0 keeps a plain beat one UPDATE.
 	PendingAllocations int
-	TokensValidAfter   time.Time
-	LastHeartbeatAt    time.Time
-	StateChangedAt     time.Time
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
+	// DrainRequested records an admin's drain apart from the liveness
+	// state: a drained node that goes down (or a down node drained) comes
+	// back draining, not ready, and placement never picks it.
+	DrainRequested   bool
+	TokensValidAfter time.Time
+	LastHeartbeatAt  time.Time
+	StateChangedAt   time.Time
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
 }
 
 // NodeGPU is one accelerator of a node, as its latest inventory reports it.
@@ -203,6 +207,7 @@ type Queries interface {
 	ClearNodePending(ctx context.Context, id string) error
 	SetNodeWorkloads(ctx context.Context, id string, workloads []byte, at time.Time) error
 	SetNodeState(ctx context.Context, id string, state NodeState, validAfter, at time.Time) error
+	RequestNodeDrain(ctx context.Context, id string, at time.Time) error
 	SetNodeInventory(ctx context.Context, n Node, gpus []NodeGPU, at time.Time) error
 	NodeGPUs(ctx context.Context, nodeID string) ([]NodeGPU, error)
 	UseNodeAssertionID(ctx context.Context, nodeID, jti string, expiresAt time.Time) error

@@ -46,7 +46,7 @@ func (q *Queries) UseNodeJoinToken(ctx context.Context, id, nodeID string, at ti
 }
 
 const nodeCols = `id, name, state, key_id, public_key, inventory, inventory_digest, workloads, gpu_count, free_gpus, gpu_model, gpu_vendor,
-	gpu_memory_mib, live_allocations, exclusive_allocation_id, tokens_valid_after, last_heartbeat_at, state_changed_at, created_at, updated_at, pending_allocations`
+	gpu_memory_mib, live_allocations, exclusive_allocation_id, tokens_valid_after, last_heartbeat_at, state_changed_at, created_at, updated_at, pending_allocations, drain_requested`
 
 func scanNode(s interface{ Scan(...any) error }) (nodes.Node, error) {
 	var (
@@ -55,16 +55,16 @@ func scanNode(s interface{ Scan(...any) error }) (nodes.Node, error) {
 	)
 	err := s.Scan(&n.ID, &n.Name, (*string)(&n.State), &n.KeyID, &n.PublicKey, scanJSON(&n.Inventory), &n.InventoryDigest, scanJSON(&n.Workloads),
 		&n.GPUCount, &n.FreeGPUs, &n.GPUModel, &n.GPUVendor, &n.GPUMemoryMiB, &n.LiveAllocations, &ex,
-		scanTime(&n.TokensValidAfter), scanTime(&n.LastHeartbeatAt), scanTime(&n.StateChangedAt), scanTime(&n.CreatedAt), scanTime(&n.UpdatedAt), &n.PendingAllocations)
+		scanTime(&n.TokensValidAfter), scanTime(&n.LastHeartbeatAt), scanTime(&n.StateChangedAt), scanTime(&n.CreatedAt), scanTime(&n.UpdatedAt), &n.PendingAllocations, &n.DrainRequested)
 	n.ExclusiveAllocationID = ex.String
 	return n, err
 }
 
 func (q *Queries) InsertNode(ctx context.Context, n nodes.Node) error {
-	_, err := q.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := q.exec(ctx, `INSERT INTO nodes (`+nodeCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		n.ID, n.Name, string(n.State), n.KeyID, n.PublicKey, jsonText(n.Inventory), n.InventoryDigest, jsonText(n.Workloads), n.GPUCount, n.FreeGPUs,
 		n.GPUModel, n.GPUVendor, n.GPUMemoryMiB, n.LiveAllocations, nil, ts(n.TokensValidAfter), ts(n.LastHeartbeatAt),
-		ts(n.StateChangedAt), ts(n.CreatedAt), ts(n.UpdatedAt), n.PendingAllocations)
+		ts(n.StateChangedAt), ts(n.CreatedAt), ts(n.UpdatedAt), n.PendingAllocations, n.DrainRequested)
 	return err
 }
 
@@ -135,6 +135,12 @@ func (q *Queries) SetNodeState(ctx context.Context, id string, state nodes.NodeS
 		string(state), ts(validAfter), ts(at), ts(at), id)
 }
 
+// RequestNodeDrain records that an admin drained the node; it is never
+// cleared, whatever the node's liveness state does.
+func (q *Queries) RequestNodeDrain(ctx context.Context, id string, at time.Time) error {
+	return q.execOne(ctx, `UPDATE nodes SET drain_requested = ?, updated_at = ? WHERE id = ?`, true, ts(at), id)
+}
+
 // SetNodeInventory replaces a node's inventory, its GPUs and the placement
 // summary. free_gpus is recomputed from the GPUs live allocations hold.
 func (q *Queries) SetNodeInventory(ctx context.Context, n nodes.Node, gpus []nodes.NodeGPU, at time.Time) error {
@@ -168,11 +174,11 @@ func scanNodeGPU(s interface{ Scan(...any) error }) (nodes.NodeGPU, error) {
 	return g, err
 }
 
-// ClaimPlacement picks a ready node that fits c — best fit first: the
-// fewest free GPUs that still suffice, then by id — takes the capacity
-// from it and reads the free GPUs matching c on it: c.GPUs free GPUs for
-// a slice, the whole node for baremetal (exclusiveAllocationID then names
-// the allocation). Model, vendor and memory filter the node's summary and
+// ClaimPlacement picks a ready node with no drain requested that fits c —
+// best fit first: the fewest free GPUs that still suffice, then by id —
+// takes the capacity from it and reads the free GPUs matching c on it:
+// c.GPUs free GPUs for a slice, the whole node for baremetal
+// (exclusiveAllocationID then names the allocation). Model, vendor and memory filter the node's summary and
 // then its GPUs. ErrNotFound means no node fits.
 //
 // On PostgreSQL the chosen row stays locked until the transaction ends,
@@ -290,10 +296,10 @@ func (q *Queries) PlacementPossible(ctx context.Context, c nodes.PlacementQuery)
 }
 
 func placementWhere(c nodes.PlacementQuery) (string, []any) {
-	cond := `state = 'ready' AND exclusive_allocation_id IS NULL AND free_gpus >= ?`
+	cond := `state = 'ready' AND NOT drain_requested AND exclusive_allocation_id IS NULL AND free_gpus >= ?`
 	args := []any{c.GPUs}
 	if c.Baremetal {
-		cond = `state = 'ready' AND exclusive_allocation_id IS NULL AND live_allocations = 0 AND free_gpus = gpu_count AND gpu_count >= ?`
+		cond = `state = 'ready' AND NOT drain_requested AND exclusive_allocation_id IS NULL AND live_allocations = 0 AND free_gpus = gpu_count AND gpu_count >= ?`
 	}
 	if c.NodeID != "" {
 		cond += ` AND id = ?`

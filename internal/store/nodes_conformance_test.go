@@ -113,7 +113,7 @@ func testNodeRoundTrip(t *testing.T, db *store.DB) {
 		Inventory:       []byte(`{"hostname": "gpu-01", "gpus": [{"uuid": "GPU-a", "memory_mib": 81559}], "labels": {"b": "2", "a": "1"}}`),
 		InventoryDigest: "sha256:abc", Workloads: []byte(`[{"id": "w1", "state": "running"}]`),
 		GPUCount: 8, FreeGPUs: 6, GPUModel: "H100", GPUVendor: "nvidia", GPUMemoryMiB: 81559, LiveAllocations: 2, PendingAllocations: 1,
-		ExclusiveAllocationID: "", TokensValidAfter: at(-time.Hour), LastHeartbeatAt: at(time.Second), StateChangedAt: at(2 * time.Second),
+		DrainRequested: true, ExclusiveAllocationID: "", TokensValidAfter: at(-time.Hour), LastHeartbeatAt: at(time.Second), StateChangedAt: at(2 * time.Second),
 		CreatedAt: t0, UpdatedAt: at(3 * time.Second)}
 	noErr(t, "insert node", q.InsertNode(ctx, n))
 	got, err := q.GetNode(ctx, n.ID)
@@ -187,6 +187,14 @@ func testNodeUpdates(t *testing.T, db *store.DB) {
 	wantErr(t, "state of missing node", q.SetNodeState(ctx, missing, nodes.StateDown, time.Time{}, t0), storage.ErrNotFound)
 	wantErr(t, "state of missing node with cut-off", q.SetNodeState(ctx, missing, nodes.StateDown, t0, t0), storage.ErrNotFound)
 	wantErr(t, "unknown state", q.SetNodeState(ctx, n.ID, "exploded", time.Time{}, t0), storage.ErrConflict)
+
+	// A drain request is kept whatever the state does.
+	noErr(t, "request drain", q.RequestNodeDrain(ctx, n.ID, at(6*time.Minute)))
+	wantErr(t, "drain of missing node", q.RequestNodeDrain(ctx, missing, t0), storage.ErrNotFound)
+	noErr(t, "set state after drain", q.SetNodeState(ctx, n.ID, nodes.StateDown, time.Time{}, at(7*time.Minute)))
+	want.State, want.DrainRequested, want.StateChangedAt, want.UpdatedAt = nodes.StateDown, true, at(7*time.Minute), at(7*time.Minute)
+	got, _ = q.GetNode(ctx, n.ID)
+	sameNode(t, "after drain and down", got, want)
 
 	// Pending placements are cleared by a confirming heartbeat.
 	p := mkNode(t, store.Nodes(db), "pending", nodes.StateReady, 2, t0)
@@ -386,11 +394,13 @@ func testPlacementSlice(t *testing.T, db *store.DB) {
 	big, bigGPUs := mkGPUNode(t, s, "big", nodes.StateReady, 4, "H100", 81559)
 	small, smallGPUs := mkGPUNode(t, s, "small", nodes.StateReady, 2, "H100", 81559)
 	mkGPUNode(t, s, "down", nodes.StateDown, 8, "H100", 81559)
+	drained, _ := mkGPUNode(t, s, "drained", nodes.StateReady, 8, "H100", 81559)
+	noErr(t, "request drain", q.RequestNodeDrain(ctx, drained.ID, t0))
 	a100, _ := mkGPUNode(t, s, "a100", nodes.StateReady, 2, "A100", 40960)
 
 	ok, err := q.PlacementPossible(ctx, nodes.PlacementQuery{GPUs: 5})
 	if err != nil || ok {
-		t.Fatalf("5 GPUs possible = %v %v; only a down node has them", ok, err)
+		t.Fatalf("5 GPUs possible = %v %v; only a down node and a drained one have them", ok, err)
 	}
 	ok, err = q.PlacementPossible(ctx, nodes.PlacementQuery{GPUs: 2, Model: "A100", MinMemoryMiB: 40960})
 	if err != nil || !ok {
