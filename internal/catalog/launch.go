@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"slices"
 	"strconv"
 
@@ -347,6 +348,7 @@ func (r *resolver) document(field, name string, schema, raw json.RawMessage, ext
 			r.add(p.Pointer, CodeSchemaViolation, "%s", p.Message)
 		}
 	}
+	doc = integralNumbers(doc)
 	out, err := json.Marshal(doc)
 	if err != nil {
 		r.add(field, CodeInvalid, "%v", err)
@@ -371,6 +373,30 @@ func (r *resolver) decode(field string, raw json.RawMessage) (any, bool) {
 		return nil, false
 	}
 	return doc, true
+}
+
+// integralNumbers writes every whole number in doc as an integer literal.
+// JSON Schema's "integer" accepts 4096.0 and 4.096e3, but the renderers
+// decode integer parameters into Go ints, which refuse those spellings: a
+// launch that passed validation would fail at deploy. The value is the
+// same; only its spelling becomes the one every consumer reads. A whole
+// number beyond int64 is left as written.
+func integralNumbers(doc any) any {
+	switch d := doc.(type) {
+	case json.Number:
+		if r, ok := new(big.Rat).SetString(d.String()); ok && r.IsInt() && r.Num().IsInt64() {
+			return json.Number(strconv.FormatInt(r.Num().Int64(), 10))
+		}
+	case map[string]any:
+		for k, v := range d {
+			d[k] = integralNumbers(v)
+		}
+	case []any:
+		for i, v := range d {
+			d[i] = integralNumbers(v)
+		}
+	}
+	return doc
 }
 
 func isEmpty(doc any) bool {

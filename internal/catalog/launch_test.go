@@ -141,3 +141,25 @@ func TestResolveLaunchAcceptsValidInput(t *testing.T) {
 		t.Errorf("resources %+v", eff.Resources)
 	}
 }
+
+// JSON Schema's integer accepts whole numbers however they are spelled
+// (4096.0, 4.096e3); the effective parameters spell them as integers,
+// which the renderers decode into Go ints (they refused 4096.0, so a
+// launch that passed validation failed at deploy).
+func TestResolveLaunchWritesWholeNumbersAsIntegers(t *testing.T) {
+	t.Parallel()
+	vllm := exampleVersion(t, "vllm-openai-compose.yaml")
+	for _, n := range []string{"4096.0", "4.096e3", "409600e-2"} {
+		eff, errs := ResolveLaunch(vllm, EntitlementOverrides{}, LaunchRequest{Parameters: json.RawMessage(`{"model": "a/b", "gpu_memory_utilization": 9e-1, "max_model_len": ` + n + `}`)})
+		if len(errs) > 0 {
+			t.Fatalf("%s: %v", n, errs)
+		}
+		var p struct {
+			MaxModelLen          int     `json:"max_model_len"`
+			GPUMemoryUtilization float64 `json:"gpu_memory_utilization"`
+		}
+		if err := json.Unmarshal(eff.Parameters, &p); err != nil || p.MaxModelLen != 4096 || p.GPUMemoryUtilization != 0.9 {
+			t.Errorf("%s: %s decodes to %+v (%v)", n, eff.Parameters, p, err)
+		}
+	}
+}

@@ -401,7 +401,7 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 	}
 	t, err := s.resolve(ctx, q, p, inst.AppSlug, version, doc.Request, inst.TargetAllocationID, true)
 	if err != nil {
-		return s.fail(ctx, inst, op, refusalReason(err), err.Error(), nil)
+		return s.refused(ctx, inst, op, phase, refusalReason(err), err.Error())
 	}
 	// Pull credentials are minted first, bound to the node: if the
 	// transaction below fails they are simply never used, and expire.
@@ -410,7 +410,7 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 		pull := nodeapi.ImagePull{Repository: s.imageRepository(t, art, a), Digest: a.Digest}
 		if s.Pulls != nil {
 			if pull, err = s.Pulls.NodePull(ctx, t.allocation.NodeID, a); err != nil {
-				return s.fail(ctx, inst, op, ReasonImagePullFailed, "no pull credentials: "+err.Error(), nil)
+				return s.refused(ctx, inst, op, phase, ReasonImagePullFailed, "no pull credentials: "+err.Error())
 			}
 		}
 		images[art] = pull
@@ -423,10 +423,10 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 	}
 	renders, err := s.renderMembers(ctx, inst, liveAdded(all), version)
 	if err != nil {
-		return s.fail(ctx, inst, op, refusalReason(err), err.Error(), nil)
+		return s.refused(ctx, inst, op, phase, refusalReason(err), err.Error())
 	}
 	prevPhase, prevStatus := op.Phase, inst.Status
-	return s.Store.Mutate(ctx, func(tx Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		id, err := s.identity(ctx, tx, p, &inst)
 		if err != nil {
 			return err
@@ -481,6 +481,28 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 		return tx.Audit(storage.AuditEvent{Action: "app_instance.deploy", ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
 			ProjectID: inst.ProjectID, Reason: fmt.Sprintf("deploy %s as %s on node %s", version, name, t.allocation.NodeID)}, nil, auditState(inst))
 	})
+	if e, ok := errdefs.As(err); ok && e.Code == ReasonRenderFailed {
+		// The same launch renders the same way on every pass (its own
+		// workload's or an added member's): returned, the error would
+		// leave the operation in progress for good, and the instance busy,
+		// so not even decommissionable.
+		return s.refused(ctx, inst, op, phase, ReasonRenderFailed, e.Message)
+	}
+	return err
+}
+
+// refused ends a deployment the platform could not start (the launch no
+// longer resolves, no pull credentials, the render failed). An upgrade's
+// new version is health-gated like a failed run: its previous workload is
+// already removed, so it reverts to the version before rather than leave
+// nothing running. Anything else fails with the reason.
+func (s *Service) refused(ctx context.Context, inst AppInstance, op InstanceOperation, phase OperationPhase, reason, message string) error {
+	if op.Kind == OpUpgrade && phase == phaseRun {
+		op.ReasonCode = reason
+		return s.teardownThen(ctx, inst, op, phaseRevertClean, inst.Status,
+			fmt.Sprintf("%s could not be deployed (%s: %s); reverting to %s", op.TargetVersion, reason, message, op.FromVersion))
+	}
+	return s.fail(ctx, inst, op, reason, message, nil)
 }
 
 // imageRepository is where the node pulls an artifact from: the profile's

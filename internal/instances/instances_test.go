@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -653,4 +654,83 @@ func testNodeReportedDigestIsChecked(t *testing.T, d store.Dialect) {
 	if o, _ := f.svc.Operation(f.ctx, f.g, f.project.ID, up.ID); o.State != instances.OpFailed || o.ReasonCode != nodeapi.ReasonDigestMismatch {
 		t.Fatalf("upgrade op: %+v", o)
 	}
+}
+
+// registerVLLM adds, verifies and publishes the vLLM example as version,
+// its manifest text changed by the old/new pairs of edits.
+func (f *fixture) registerVLLM(t *testing.T, version string, edits ...string) {
+	t.Helper()
+	data, err := os.ReadFile("../../examples/manifests/vllm-openai-compose.yaml")
+	must(t, err)
+	m := strings.NewReplacer(append([]string{"version: 0.6.3", "version: " + version}, edits...)...).Replace(string(data))
+	_, err = f.cat.RegisterManifest(f.ctx, f.g, []byte(m), catalog.SyntaxYAML)
+	must(t, err)
+	v, err := f.db.Queries().GetAppVersion(f.ctx, "vllm-openai", version)
+	must(t, err)
+	var mv manifest.Version
+	must(t, json.Unmarshal(v.Manifest, &mv))
+	now := time.Now()
+	for _, a := range mv.Artifacts {
+		must(t, f.db.Queries().InsertAppArtifact(f.ctx, artifacts.AppArtifact{ID: iam.NewID(), OrgID: f.project.OrgID, ProjectID: f.project.ID,
+			AppSlug: "vllm-openai", AppVersion: version, ArtifactName: a.Name, ArtifactKind: "oci", SourceType: "oci_registry", Repository: a.Repository,
+			Digest: a.Digest, LifecycleState: "active", TrustState: "verified", CreatedBy: "t", CreatedAt: now, UpdatedAt: now}))
+	}
+	_, err = f.cat.TransitionVersion(f.ctx, f.g, "vllm-openai", version, "publish", "test")
+	must(t, err)
+	on := true
+	_, err = f.cat.PutEntitlement(f.ctx, f.g, f.project.ID, "vllm-openai", catalog.EntitlementInput{Enabled: &on})
+	must(t, err)
+}
+
+// A deployment the renderer refuses ends its operation failed with
+// render_failed: it renders the same way on every pass, so retrying kept
+// the operation in progress for good and the instance busy (not even
+// decommissionable).
+func TestRenderFailureEndsTheOperation(t *testing.T) {
+	f := newFixture(t, store.SQLite)
+	// A parameter default the schema accepts as an integer but no int holds.
+	f.registerVLLM(t, "0.6.3", "maximum: 131072", "maximum: 1e30", "default: 8192", "default: 1e20")
+	inst, op, err := f.svc.Create(f.ctx, f.g, f.project.ID, instances.CreateInput{AppSlug: "vllm-openai", Version: "0.6.3", DisplayName: "v",
+		Parameters: json.RawMessage(`{"model": "a/b"}`)})
+	must(t, err)
+	f.drive(t)
+	got := f.get(t, inst.ID)
+	o, err := f.svc.Operation(f.ctx, f.g, f.project.ID, op.ID)
+	must(t, err)
+	if got.Status != instances.StatusFailed || got.ReasonCode != instances.ReasonRenderFailed || o.State != instances.OpFailed || o.ReasonCode != instances.ReasonRenderFailed {
+		t.Fatalf("after a render failure: instance %s %s, operation %s %s", got.Status, got.ReasonCode, o.State, o.ReasonCode)
+	}
+	if _, _, err := f.svc.Decommission(f.ctx, f.g, f.project.ID, inst.ID); err != nil {
+		t.Fatalf("decommission after a render failure: %v", err)
+	}
+}
+
+// An upgrade whose new version cannot be deployed once its turn comes (an
+// artifact revoked since the request) reverts to the version before, as a
+// new version that does not become ready does: the previous workload was
+// removed already, and failing left nothing running.
+func TestUpgradeRefusedAtDeployReverts(t *testing.T) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		f := newFixture(t, d)
+		inst, _, err := f.svc.Create(f.ctx, f.g, f.project.ID, instances.CreateInput{AppSlug: "echo", Version: "1.0.0", DisplayName: "x"})
+		must(t, err)
+		f.drive(t)
+		f.q.complete(t, nodeapi.TaskResult{})
+		f.drive(t)
+		_, up, err := f.svc.Upgrade(f.ctx, f.g, f.project.ID, inst.ID, instances.VersionInput{TargetVersion: "2.0.0"})
+		must(t, err)
+		revoke(t, f, "2.0.0")
+		for range 4 {
+			f.drive(t)
+			f.q.complete(t, nodeapi.TaskResult{})
+		}
+		f.drive(t)
+		got := f.get(t, inst.ID)
+		if got.Status != instances.StatusRunning || got.Version != "1.0.0" || got.Digest != digestV1 || got.ReasonCode != instances.ReasonUpgradeReverted {
+			t.Fatalf("after a refused upgrade: %s %s %s", got.Status, got.Version, got.ReasonCode)
+		}
+		if o, _ := f.svc.Operation(f.ctx, f.g, f.project.ID, up.ID); o.State != instances.OpFailed || o.ReasonCode != instances.ReasonArtifactRevoked {
+			t.Fatalf("upgrade op: %+v", o)
+		}
+	})
 }
