@@ -505,7 +505,7 @@ func (s *Service) queueMembers(ctx context.Context, inst AppInstance, op Instanc
 	if err != nil {
 		return s.failMembers(ctx, inst, op, ms, refusalReason(err), err.Error())
 	}
-	return s.Store.Mutate(ctx, func(tx Tx) error {
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		ids, err := s.deployMembers(ctx, tx, inst, renders, now)
 		if err != nil {
 			return err
@@ -517,6 +517,12 @@ func (s *Service) queueMembers(ctx context.Context, inst AppInstance, op Instanc
 		return tx.Audit(storage.AuditEvent{Action: "app_instance.member_deploy", ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
 			ProjectID: inst.ProjectID, Reason: fmt.Sprintf("deploy %d member(s) of %s %s", len(ms), inst.AppSlug, version)}, nil, auditState(inst))
 	})
+	if e, ok := errdefs.As(err); ok && e.Code == ReasonRenderFailed {
+		// As in deployStep: the same members render the same way on every
+		// pass, so the operation ends instead of staying in progress.
+		return s.failMembers(ctx, inst, op, ms, ReasonRenderFailed, e.Message)
+	}
+	return err
 }
 
 // memberRender is a member's deployment, rendered but for its key.
