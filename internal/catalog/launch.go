@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"slices"
 	"strconv"
 
@@ -333,6 +332,12 @@ func (r *resolver) document(field, name string, schema, raw json.RawMessage, ext
 		doc = map[string]any{}
 	}
 	applyDefaults(schema, doc)
+	if p, err := manifest.CheckNumbers(doc); err != nil {
+		// The schema validator cannot hold such a number (it crashed on
+		// 1e-99999999): refused before it is asked.
+		r.add(field+p, CodeInvalid, "%v", err)
+		return nil
+	}
 	sch, err := manifest.CompileSchema(schema, pep508Format)
 	if err != nil {
 		// The manifest was validated at registration, so this is a
@@ -348,7 +353,8 @@ func (r *resolver) document(field, name string, schema, raw json.RawMessage, ext
 			r.add(p.Pointer, CodeSchemaViolation, "%s", p.Message)
 		}
 	}
-	doc = integralNumbers(doc)
+	// The renderers read integer parameters into Go ints.
+	doc = manifest.WholeNumbers(doc)
 	out, err := json.Marshal(doc)
 	if err != nil {
 		r.add(field, CodeInvalid, "%v", err)
@@ -373,30 +379,6 @@ func (r *resolver) decode(field string, raw json.RawMessage) (any, bool) {
 		return nil, false
 	}
 	return doc, true
-}
-
-// integralNumbers writes every whole number in doc as an integer literal.
-// JSON Schema's "integer" accepts 4096.0 and 4.096e3, but the renderers
-// decode integer parameters into Go ints, which refuse those spellings: a
-// launch that passed validation would fail at deploy. The value is the
-// same; only its spelling becomes the one every consumer reads. A whole
-// number beyond int64 is left as written.
-func integralNumbers(doc any) any {
-	switch d := doc.(type) {
-	case json.Number:
-		if r, ok := new(big.Rat).SetString(d.String()); ok && r.IsInt() && r.Num().IsInt64() {
-			return json.Number(strconv.FormatInt(r.Num().Int64(), 10))
-		}
-	case map[string]any:
-		for k, v := range d {
-			d[k] = integralNumbers(v)
-		}
-	case []any:
-		for i, v := range d {
-			d[i] = integralNumbers(v)
-		}
-	}
-	return doc
 }
 
 func isEmpty(doc any) bool {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gpuaas/gpuaas/internal/manifest"
@@ -160,6 +161,20 @@ func TestResolveLaunchWritesWholeNumbersAsIntegers(t *testing.T) {
 		}
 		if err := json.Unmarshal(eff.Parameters, &p); err != nil || p.MaxModelLen != 4096 || p.GPUMemoryUtilization != 0.9 {
 			t.Errorf("%s: %s decodes to %+v (%v)", n, eff.Parameters, p, err)
+		}
+	}
+}
+
+// A number the schema validator cannot hold is a field error at its
+// pointer, not a crash of the launch (the validator dereferenced nil on
+// 1e-99999999: a 500 for anyone who may launch, preview included).
+func TestResolveLaunchRefusesNumbersOutOfRange(t *testing.T) {
+	t.Parallel()
+	vllm := exampleVersion(t, "vllm-openai-compose.yaml")
+	for _, n := range []string{"1e-99999999", "1e99999999"} {
+		_, errs := ResolveLaunch(vllm, EntitlementOverrides{}, LaunchRequest{Parameters: json.RawMessage(`{"model": "a/b", "gpu_memory_utilization": ` + n + `}`)})
+		if len(errs) != 1 || errs[0].Field != "/parameters/gpu_memory_utilization" || !strings.Contains(errs[0].Message, "out of range") {
+			t.Errorf("%s: %+v, want one out-of-range error at /parameters/gpu_memory_utilization", n, errs)
 		}
 	}
 }

@@ -47,6 +47,9 @@ func TestInvalidCorpus(t *testing.T) {
 		{"yaml-alias.yaml", "/version/extra", 7, "aliases"},
 		{"yaml-syntax.yaml", "", 2, "invalid YAML"},
 		{"json-syntax.json", "", 5, "invalid JSON"},
+		// The schema validator reads numbers as big.Rat and crashed on one
+		// it cannot hold.
+		{"number-out-of-range.json", "/runtime_profile/parameters/properties/lr/multipleOf", 9, "out of range"},
 	}
 	covered := map[string]bool{}
 	for _, tc := range cases {

@@ -16,21 +16,22 @@ type nestedForm struct {
 
 // build decodes the validated tree into the canonical Package. It returns
 // nil when the tree does not have the shape the schema demands (schema
-// problems already explain why). Normalisation can itself find problems.
+// problems already explain why; a decode error is returned as a problem in
+// case they do not). Normalisation can itself find problems.
 func build(root any) (*Package, []Problem) {
 	obj, ok := root.(map[string]any)
 	if !ok {
 		return nil, nil
 	}
-	raw, err := json.Marshal(obj)
+	raw, err := json.Marshal(wholeNumbers(obj, verbatim).(map[string]any))
 	if err != nil {
-		return nil, nil
+		return nil, undecodable(err)
 	}
 	pkg := &Package{}
 	if _, nested := obj["app"]; nested {
 		var n nestedForm
 		if err := json.Unmarshal(raw, &n); err != nil {
-			return nil, nil
+			return nil, undecodable(err)
 		}
 		pkg.App = n.App
 		pkg.App.source = "/app"
@@ -49,10 +50,10 @@ func build(root any) (*Package, []Problem) {
 		// the same object decodes into both halves.
 		var v Version
 		if err := json.Unmarshal(raw, &pkg.App); err != nil {
-			return nil, nil
+			return nil, undecodable(err)
 		}
 		if err := json.Unmarshal(raw, &v); err != nil {
-			return nil, nil
+			return nil, undecodable(err)
 		}
 		if v.UI == nil {
 			v.UI = pkg.App.UI
@@ -63,7 +64,7 @@ func build(root any) (*Package, []Problem) {
 	for i := range pkg.Versions {
 		ps, err := normalizeVersion(&pkg.App, &pkg.Versions[i])
 		if err != nil {
-			return nil, nil
+			return nil, undecodable(err)
 		}
 		problems = append(problems, ps...)
 	}
@@ -72,6 +73,13 @@ func build(root any) (*Package, []Problem) {
 	}
 	pkg.App.SupportedModes = withDefaultModes(pkg.App.SupportedModes)
 	return pkg, problems
+}
+
+// undecodable reports a tree the Go types cannot hold. The schema should
+// have refused it first; when it has not, the manifest is still refused
+// with a problem rather than answered with neither a package nor a problem.
+func undecodable(err error) []Problem {
+	return []Problem{{Message: "the manifest cannot be read: " + err.Error()}}
 }
 
 // withDefaultModes applies the platform's recommended starting point,

@@ -36,6 +36,9 @@ func Parse(data []byte, filename string) (*Package, []Problem, error) {
 	problems = append(problems, schemaProblems...)
 
 	pkg, normProblems := build(doc.root)
+	if pkg == nil && len(problems) == 0 {
+		problems = normProblems
+	}
 	if pkg != nil {
 		semantic := append(normProblems, checkPackage(pkg)...)
 		// A value the schema already rejected would otherwise be reported

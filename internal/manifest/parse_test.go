@@ -168,3 +168,72 @@ func TestSplitDigestRef(t *testing.T) {
 		}
 	}
 }
+
+// TestIntegralNumbersInAnySpelling checks that the integer spellings JSON
+// Schema accepts (8080.0, 8.08e3) reach the Go int fields: Parse once
+// returned neither a package nor a problem for them, and registration then
+// dereferenced the nil package. They digest as the plain spelling does.
+func TestIntegralNumbersInAnySpelling(t *testing.T) {
+	t.Parallel()
+	const src = `{"slug":"nb","display_name":"NB","version":"1.0.0",
+	  "runtime_profile":{"kind":"launchable_oci",
+	  "image_ref":"r.example.com/a/nb@sha256:4bd939d111347ea5cb8026a7c98532834c3ddd10cb645fc8144e9b1a2e6e15ac",
+	  "ports":[{"container":PORT,"expose":"none"}]}}`
+	want, _ := mustParse(t, []byte(strings.Replace(src, "PORT", "8080", 1)), "a.json").Versions[0].Digest()
+	for _, port := range []string{"8080.0", "8.08e3", "80800e-1"} {
+		pkg := mustParse(t, []byte(strings.Replace(src, "PORT", port, 1)), "a.json")
+		if got := pkg.Versions[0].RuntimeProfile.Ports[0].Container; got != 8080 {
+			t.Errorf("%s: container port %d", port, got)
+		}
+		if d, _ := pkg.Versions[0].Digest(); d != want {
+			t.Errorf("%s: digest %s, want %s", port, d, want)
+		}
+	}
+	// YAML writes a float of 1e6 or more with an exponent (1.6e+07).
+	pkg := mustParse(t, []byte(`slug: nb
+display_name: NB
+version: 1.0.0
+runtime_profile:
+  kind: launchable_oci
+  image_ref: r.example.com/a/nb@sha256:4bd939d111347ea5cb8026a7c98532834c3ddd10cb645fc8144e9b1a2e6e15ac
+  resources: {min_memory_mib: 1.6e7}
+`), "a.yaml")
+	if got := *pkg.Versions[0].RuntimeProfile.Resources.MemoryGiB.Min; got != 15625 {
+		t.Errorf("min_memory_mib 1.6e7 folded to %d GiB", got)
+	}
+}
+
+// TestBuildReportsUndecodableTree checks the backstop behind the schema:
+// a tree the Go types cannot hold is a problem, never a silent nil.
+func TestBuildReportsUndecodableTree(t *testing.T) {
+	t.Parallel()
+	pkg, problems := build(map[string]any{"slug": "nb", "display_name": "NB", "version": "1.0.0",
+		"runtime_profile": map[string]any{"kind": "launchable_oci", "ports": []any{map[string]any{"container": json.Number("8080.5")}}}})
+	if pkg != nil || len(problems) != 1 || !strings.Contains(problems[0].Message, "cannot be read") {
+		t.Fatalf("pkg=%v problems=%v", pkg != nil, problems)
+	}
+}
+
+// TestVerbatimMembersKeepTheirSpelling checks that the documents digested
+// as written (JSON Schemas, parameter documents) keep 0.0 as 0.0: spelled
+// anew, a version registered before would digest differently, and the same
+// file submitted again would be refused as a change to a published version.
+func TestVerbatimMembersKeepTheirSpelling(t *testing.T) {
+	t.Parallel()
+	pkg := mustParse(t, []byte(`{"slug":"nb","display_name":"NB","version":"1.0.0",
+	  "config_schema":{"type":"object","properties":{"t":{"type":"number","minimum":0.0,"maximum":2.0}}},
+	  "runtime_profile":{"kind":"launchable_oci",
+	  "image_ref":"r.example.com/a/nb@sha256:4bd939d111347ea5cb8026a7c98532834c3ddd10cb645fc8144e9b1a2e6e15ac",
+	  "ports":[{"container":8080.0,"expose":"none"}],
+	  "parameters":{"type":"object","properties":{"lr":{"type":"number","default":1.0}}}}}`), "a.json")
+	v := pkg.Versions[0]
+	if !strings.Contains(string(v.ConfigSchema), `"minimum":0.0`) || !strings.Contains(string(v.ConfigSchema), `"maximum":2.0`) {
+		t.Errorf("config_schema respelt: %s", v.ConfigSchema)
+	}
+	if !strings.Contains(string(v.RuntimeProfile.Parameters), `"default":1.0`) {
+		t.Errorf("parameters respelt: %s", v.RuntimeProfile.Parameters)
+	}
+	if v.RuntimeProfile.Ports[0].Container != 8080 {
+		t.Errorf("container port %d", v.RuntimeProfile.Ports[0].Container)
+	}
+}

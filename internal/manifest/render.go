@@ -292,7 +292,10 @@ func writeJSON(w *bytes.Buffer, n *yaml.Node) error {
 		}
 		w.WriteByte(']')
 	case yaml.AliasNode:
-		return writeJSON(w, n.Alias)
+		// Parse refuses aliases; expanding one here instead would turn a few
+		// bytes into gigabytes (nested aliases) or recurse until the stack
+		// overflows (an alias inside its own anchor).
+		return fmt.Errorf("line %d: YAML aliases are not accepted; write the value out in full", n.Line)
 	default:
 		var v any
 		if err := n.Decode(&v); err != nil {

@@ -190,3 +190,20 @@ func FuzzRender(f *testing.F) {
 		_, _ = Render(data, "fuzz.yaml", []Setting{{Key: key, Value: value}})
 	})
 }
+
+// TestRenderRefusesAliasesInJSONOutput checks that writing JSON does not
+// expand YAML aliases, which Parse refuses anyway: six short lines of
+// nested aliases rendered to 24 MB (tenfold per line), and an alias inside
+// its own anchor overflowed the stack and killed the process.
+func TestRenderRefusesAliasesInJSONOutput(t *testing.T) {
+	t.Parallel()
+	for _, src := range []string{
+		"a: &a [1, *a]\n",
+		"a: &a [x, x, x]\nb: &b [*a, *a, *a]\nc: [*b, *b, *b]\n",
+	} {
+		out, err := Render([]byte(src), "m.json", nil)
+		if err == nil || !strings.Contains(err.Error(), "aliases are not accepted") {
+			t.Errorf("%q: rendered %d bytes, err %v", src, len(out), err)
+		}
+	}
+}

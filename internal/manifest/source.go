@@ -91,6 +91,7 @@ type jsonDecoder struct {
 	idx      lineIndex
 	lines    map[string]int
 	problems []Problem
+	unusable bool // a value was recorded as a problem and must not reach the validator
 }
 
 func decodeJSON(data []byte) (*document, []Problem) {
@@ -118,6 +119,9 @@ func decodeJSON(data []byte) (*document, []Problem) {
 		}
 		return nil, append(d.problems, Problem{Line: line, Message: "invalid JSON: " + msg})
 	}
+	if d.unusable {
+		return nil, d.problems
+	}
 	return &document{root: root, lines: d.lines}, d.problems
 }
 
@@ -132,9 +136,17 @@ func (d *jsonDecoder) value(ptr string, depth int) (any, error) {
 	if _, seen := d.lines[ptr]; !seen {
 		d.lines[ptr] = d.idx.at(d.dec.InputOffset())
 	}
+	if num, isNum := tok.(json.Number); isNum {
+		n, err := jsonNumber(string(num))
+		if err != nil {
+			d.problems = append(d.problems, Problem{Pointer: ptr, Line: d.lines[ptr], Message: err.Error()})
+			d.unusable = true
+		}
+		return n, nil
+	}
 	delim, ok := tok.(json.Delim)
 	if !ok {
-		return tok, nil // string, json.Number, bool or nil
+		return tok, nil // string, bool or nil
 	}
 	switch delim {
 	case '{':
@@ -314,7 +326,11 @@ func (d *yamlDecoder) scalar(n *yaml.Node, fail func(string) (any, bool)) (any, 
 		if math.IsNaN(f) || math.IsInf(f, 0) {
 			return fail(fmt.Sprintf("%s has no JSON representation", n.Value))
 		}
-		return json.Number(strconv.FormatFloat(f, 'g', -1, 64)), true
+		num, err := jsonNumber(strconv.FormatFloat(f, 'g', -1, 64))
+		if err != nil {
+			return fail(err.Error())
+		}
+		return num, true
 	case "!!str", "!!timestamp", "!!binary":
 		return n.Value, true
 	}
