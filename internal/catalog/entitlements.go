@@ -276,12 +276,17 @@ func resolveEntitled(ctx context.Context, q LaunchReader, project iam.Project, e
 	eff, fes := ResolveLaunch(mv, OverridesOf(ent), req)
 	if len(fes) == 0 && eff.ControlPlaneScope == manifest.ScopeTenant {
 		// An org's shared instance: the org must be entitled too, and its
-		// overrides narrow the launch as the project's do.
+		// overrides narrow the launch as the project's do. The org judges
+		// the mode and scope the project's entitlement chose: left to pick
+		// its own, it would default an unhinted request to a scope the
+		// project's overrides exclude.
 		org, err := entitlementFor(ctx, q, project, ent.AppSlug, true)
 		if err != nil {
 			return Effective{}, err
 		}
-		eff, fes = ResolveLaunch(mv, OverridesOf(org), req)
+		pinned := req
+		pinned.OperatingMode, pinned.ControlPlaneScope = eff.OperatingMode, eff.ControlPlaneScope
+		eff, fes = ResolveLaunch(mv, OverridesOf(org), pinned)
 	}
 	if len(fes) > 0 {
 		return Effective{}, errdefs.Validation(fes)

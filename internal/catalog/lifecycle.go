@@ -55,11 +55,19 @@ func ReferencedArtifacts(v manifest.Version) []manifest.Artifact {
 		if !ok || seen[repo+"@"+digest] {
 			return
 		}
-		for _, a := range out {
+		for i, a := range out {
 			// A declared artifact of the same repository (without a pinned
-			// digest, or with this one) is the same artifact.
+			// digest, or with this one) is the same artifact. An unpinned one
+			// takes the reference's digest: that digest is what runs, so it is
+			// what the gate must find active and verified, not whatever
+			// digest happens to be registered under the name.
 			if strings.HasSuffix(repo, "/"+a.Repository) || repo == a.Repository {
-				if a.Digest == "" || a.Digest == digest {
+				if a.Digest == "" {
+					out[i].Digest = digest
+					seen[repo+"@"+digest] = true
+					return
+				}
+				if a.Digest == digest {
 					return
 				}
 			}

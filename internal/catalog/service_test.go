@@ -287,3 +287,78 @@ func TestRegisterIdempotentAndImmutable(t *testing.T) {
 		t.Fatalf("problems: %+v", ps)
 	}
 }
+
+// TestPublishGateSeesTheRunningDigest checks that a declared artifact with
+// no digest takes the digest of the image_ref it stands for: the gate once
+// got the bare name, and a version whose image digest was never registered
+// published because another digest under that name was active and verified.
+func TestPublishGateSeesTheRunningDigest(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	digest := "sha256:" + strings.Repeat("b", 64)
+	f.register(t, `
+app: {slug: pinned, display_name: Pinned, runtime_backend: launchable_oci}
+version:
+  version: 1.0.0
+  artifacts:
+    - {name: runtime, artifact_kind: oci, source_type: oci_registry, repository: apps/pinned}
+  runtime_profile:
+    kind: launchable_oci
+    image_ref: registry.example.com/apps/pinned@`+digest+`
+`, catalog.SyntaxYAML)
+	gate := &fakeArtifacts{}
+	f.svc.SetArtifactGate(gate)
+	if _, err := f.svc.TransitionVersion(f.ctx, f.g, "pinned", "1.0.0", catalog.ActionPublish, "review done"); err != nil {
+		t.Fatal(err)
+	}
+	if len(gate.expected) != 1 || gate.expected[0].Name != "runtime" || gate.expected[0].Digest != digest {
+		t.Fatalf("gate asked for %+v, want runtime pinned to %s", gate.expected, digest)
+	}
+}
+
+// entitlementReader serves one project and one org entitlement.
+type entitlementReader struct{ project, org catalog.AppEntitlement }
+
+func (r entitlementReader) GetAppBySlug(context.Context, string) (catalog.App, error) {
+	return catalog.App{}, nil
+}
+func (r entitlementReader) GetEntitlement(context.Context, string, string) (catalog.AppEntitlement, error) {
+	return r.project, nil
+}
+func (r entitlementReader) GetOrgEntitlement(context.Context, string, string) (catalog.AppEntitlement, error) {
+	return r.org, nil
+}
+func (r entitlementReader) GetAppVersion(context.Context, string, string) (catalog.AppVersion, error) {
+	return catalog.AppVersion{}, errors.New("not used")
+}
+
+// TestOrgEntitlementJudgesTheProjectsChoice checks that the org's
+// entitlement, asked about an org-shared launch, judges the scope the
+// project's entitlement chose. It once resolved the request afresh, so a
+// project narrowed to scope tenant launched an unhinted request with scope
+// project, which its entitlement excludes.
+func TestOrgEntitlementJudgesTheProjectsChoice(t *testing.T) {
+	t.Parallel()
+	pkg, problems, err := manifest.Parse([]byte(`
+app: {slug: shared, display_name: Shared, runtime_backend: slurm,
+  supported_modes: {operating_modes: [tenant_dedicated], control_plane_scopes: [project, tenant]}}
+version: {version: 1.0.0}
+`), "m.yaml")
+	if err != nil || len(problems) > 0 {
+		t.Fatal(err, problems)
+	}
+	ent := func(overrides string) catalog.AppEntitlement {
+		return catalog.AppEntitlement{AppSlug: "shared", Enabled: true, PolicyOverrides: []byte(overrides)}
+	}
+	project := iam.Project{ID: iam.NewID(), OrgID: iam.NewID()}
+	resolve := func(org string) (catalog.Effective, error) {
+		r := entitlementReader{project: ent(`{"allowed_control_plane_scopes":["tenant"]}`), org: ent(org)}
+		return catalog.ResolveEntitled(context.Background(), r, project, "shared", pkg.Versions[0], catalog.LaunchRequest{})
+	}
+	if eff, err := resolve(`{}`); err != nil || eff.ControlPlaneScope != manifest.ScopeTenant || eff.TenantBoundaryMode != catalog.BoundaryTenantShared {
+		t.Fatalf("org without overrides: %+v %v", eff, err)
+	}
+	if eff, err := resolve(`{"allowed_control_plane_scopes":["project"]}`); errdefs.KindOf(err) != errdefs.KindInvalidArgument {
+		t.Fatalf("org excluding tenant: %+v %v", eff, err)
+	}
+}
