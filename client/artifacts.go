@@ -5,10 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 )
 
 // RegistryInfo is GET /api/v1/apps/registry.
@@ -286,6 +288,12 @@ func (c *Client) ListSigningKeys(ctx context.Context, projectID string) ([]Artif
 //
 // Operation: appendArtifactUpload completeArtifactUpload
 func (c *Client) UploadBlob(ctx context.Context, uploadURL string, r io.Reader, size, chunkSize int64, progress func(sent int64)) (string, error) {
+	// uploadURL comes from the server and is appended to BaseURL: text
+	// that is not a path ("@host/…", ".example.net/…") would name another
+	// host, which would then get the bytes and the token.
+	if !strings.HasPrefix(uploadURL, "/") {
+		return "", fmt.Errorf("the publish intent's upload_url %q is not a path on the API: not sending the file (or the token) elsewhere", uploadURL)
+	}
 	if chunkSize <= 0 {
 		chunkSize = 64 << 20
 	}

@@ -29,7 +29,40 @@ type Client struct {
 
 // New returns a client for baseURL using token (may be empty).
 func New(baseURL, token string) *Client {
-	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token, HTTP: &http.Client{Timeout: 60 * time.Second}, UserAgent: "gpuaas-go"}
+	return &Client{BaseURL: strings.TrimRight(baseURL, "/"), Token: token,
+		HTTP: &http.Client{Timeout: 60 * time.Second, CheckRedirect: sameOriginRedirect}, UserAgent: "gpuaas-go"}
+}
+
+// sameOriginRedirect follows a redirect only within the origin the request
+// went to. net/http keeps the Authorization header (and re-sends a 307's
+// body, a password or an assertion) on a redirect to the same host name
+// whatever its scheme or port, so an http:// downgrade or another service
+// on the host would get the credentials. The API never redirects to
+// another origin, so such a redirect is an error, not a silent 401 there.
+func sameOriginRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= 10 {
+		return errors.New("stopped after 10 redirects")
+	}
+	if from := via[0].URL; !sameOrigin(from, req.URL) {
+		return fmt.Errorf("the server at %s redirected to another origin: not following it with your credentials (if that is the API, use its URL as the API URL)",
+			from.Scheme+"://"+from.Host)
+	}
+	return nil
+}
+
+// sameOrigin reports whether a and b have the same scheme, host and port
+// (an absent port is the scheme's default).
+func sameOrigin(a, b *url.URL) bool {
+	port := func(u *url.URL) string {
+		if p := u.Port(); p != "" {
+			return p
+		}
+		if strings.EqualFold(u.Scheme, "https") {
+			return "443"
+		}
+		return "80"
+	}
+	return strings.EqualFold(a.Scheme, b.Scheme) && strings.EqualFold(a.Hostname(), b.Hostname()) && port(a) == port(b)
 }
 
 // APIError is the canonical error envelope returned by the server.
@@ -255,9 +288,39 @@ func (c *Client) JWKS(ctx context.Context) (JWKS, error) {
 //
 // Operation: getAsyncAPI
 func (c *Client) AsyncAPI(ctx context.Context) ([]byte, error) {
-	var b bytes.Buffer
-	_, err := c.download(ctx, "/api/asyncapi.yaml", nil, "application/yaml", &b)
-	return b.Bytes(), err
+	return c.document(ctx, "/api/asyncapi.yaml", "application/yaml")
+}
+
+// maxDocument bounds a document read whole into memory (the event
+// contract, a release's manifest, signature or signing key): each is far
+// smaller, and a server streaming without end must fail the call rather
+// than exhaust the caller's memory.
+const maxDocument = 16 << 20
+
+// document reads the body of a GET of at most maxDocument bytes.
+func (c *Client) document(ctx context.Context, path, accept string) ([]byte, error) {
+	b := cappedBuffer{left: maxDocument}
+	_, err := c.download(ctx, path, nil, accept, &b)
+	if errors.Is(err, errTooLarge) {
+		err = fmt.Errorf("GET %s: %w", path, err)
+	}
+	return b.buf.Bytes(), err
+}
+
+var errTooLarge = fmt.Errorf("the answer is over %d MiB, more than any document of the API: not read further", maxDocument>>20)
+
+// cappedBuffer keeps at most left more bytes, and refuses a write past that.
+type cappedBuffer struct {
+	buf  bytes.Buffer
+	left int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if len(p) > b.left {
+		return 0, errTooLarge
+	}
+	b.left -= len(p)
+	return b.buf.Write(p)
 }
 
 // download streams the body of a GET that answers something other than

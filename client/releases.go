@@ -1,7 +1,6 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
@@ -85,18 +84,14 @@ func (c *Client) GetPlatformRelease(ctx context.Context, version string) (Platfo
 //
 // Operation: getPlatformReleaseSigningKey
 func (c *Client) GetPlatformReleaseSigningKey(ctx context.Context) ([]byte, error) {
-	var b bytes.Buffer
-	_, err := c.download(ctx, releasesPath+"/signing-key", nil, "application/x-pem-file", &b)
-	return b.Bytes(), err
+	return c.document(ctx, releasesPath+"/signing-key", "application/x-pem-file")
 }
 
 // GetPlatformReleaseManifest returns the exact signed manifest bytes.
 //
 // Operation: getPlatformReleaseManifest
 func (c *Client) GetPlatformReleaseManifest(ctx context.Context, version string) ([]byte, error) {
-	var b bytes.Buffer
-	_, err := c.download(ctx, releasePath(version)+"/manifest", nil, "application/json", &b)
-	return b.Bytes(), err
+	return c.document(ctx, releasePath(version)+"/manifest", "application/json")
 }
 
 // GetPlatformReleaseManifestSignature returns the base64 DER ECDSA-SHA256
@@ -104,9 +99,8 @@ func (c *Client) GetPlatformReleaseManifest(ctx context.Context, version string)
 //
 // Operation: getPlatformReleaseManifestSignature
 func (c *Client) GetPlatformReleaseManifestSignature(ctx context.Context, version string) (string, error) {
-	var b bytes.Buffer
-	_, err := c.download(ctx, releasePath(version)+"/manifest.sig", nil, "text/plain", &b)
-	return b.String(), err
+	b, err := c.document(ctx, releasePath(version)+"/manifest.sig", "text/plain")
+	return string(b), err
 }
 
 // DownloadPlatformReleaseArtifact streams an artifact into w and returns its

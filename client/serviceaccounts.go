@@ -340,7 +340,15 @@ type TokenSource struct {
 
 // NewTokenSource returns a token source using c (for its base URL) and k.
 func NewTokenSource(c *Client, k KeyFile) *TokenSource {
-	return &TokenSource{c: &Client{BaseURL: c.BaseURL, HTTP: c.HTTP, UserAgent: c.UserAgent}, key: k}
+	// The source mints over a copy of c's HTTP client, not c's own: the
+	// usual next step installs Transport(…) on c.HTTP, and a renewal sent
+	// through that transport would wait on the source's lock forever.
+	hc := c.HTTP
+	if hc != nil {
+		own := *hc
+		hc = &own
+	}
+	return &TokenSource{c: &Client{BaseURL: c.BaseURL, HTTP: hc, UserAgent: c.UserAgent}, key: k}
 }
 
 // Token returns a valid access token.
@@ -360,28 +368,37 @@ func (s *TokenSource) Token(ctx context.Context) (string, error) {
 }
 
 // Transport returns a RoundTripper that sends each request through next
-// (http.DefaultTransport when nil) with the source's current token, so a
-// Client whose HTTP.Transport it is calls as the service account for as
-// long as it runs (a worker, an instance's own workload). A Client made so
-// should leave its Token empty.
+// (http.DefaultTransport when nil) with the source's current token (to the
+// source's server only), so a Client whose HTTP.Transport it is calls as
+// the service account for as long as it runs (a worker, an instance's own
+// workload). A Client made so should leave its Token empty.
 func (s *TokenSource) Transport(next http.RoundTripper) http.RoundTripper {
 	if next == nil {
 		next = http.DefaultTransport
 	}
-	return bearer{s, next}
+	server, _ := url.Parse(s.c.BaseURL)
+	return bearer{s, next, server}
 }
 
 type bearer struct {
 	tokens *TokenSource
 	next   http.RoundTripper
+	server *url.URL // the server the token is for; nil if BaseURL does not parse
 }
 
+// RoundTrip adds the token to requests to the source's server alone: a
+// transport runs again for each redirect, after net/http's own check, so
+// without this a redirect to any host would receive the token.
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	if b.server == nil || !sameOrigin(b.server, r.URL) {
+		r.Header.Del("Authorization")
+		return b.next.RoundTrip(r)
+	}
 	tok, err := b.tokens.Token(r.Context())
 	if err != nil {
 		return nil, fmt.Errorf("service-account token: %w", err)
 	}
-	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+tok)
 	return b.next.RoundTrip(r)
 }
