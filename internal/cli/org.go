@@ -195,6 +195,7 @@ func projectsOfEveryOrg(ctx context.Context, c *client.Client) ([]client.Project
 	var all []client.Project
 	for _, o := range orgs.Items {
 		opts := client.CatalogListOptions{Limit: 500}
+		seen := map[string]bool{}
 		for {
 			page, err := c.ListProjects(ctx, o.ID, opts)
 			if err != nil {
@@ -203,6 +204,9 @@ func projectsOfEveryOrg(ctx context.Context, c *client.Client) ([]client.Project
 			all = append(all, page.Items...)
 			if page.NextCursor == "" {
 				break
+			}
+			if err := followCursor(seen, page.NextCursor, "the project list of org "+o.ID); err != nil {
+				return nil, err
 			}
 			opts.Cursor = page.NextCursor
 		}

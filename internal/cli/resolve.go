@@ -34,6 +34,7 @@ type sluggedPage struct {
 // findSlug walks the pages of a list endpoint for slug.
 func findSlug(ctx context.Context, c *client.Client, path, slug, what string) (string, error) {
 	q := url.Values{"limit": {"500"}}
+	seen := map[string]bool{}
 	for {
 		var p sluggedPage
 		if err := c.Do(ctx, http.MethodGet, path, q, nil, &p); err != nil {
@@ -47,8 +48,22 @@ func findSlug(ctx context.Context, c *client.Client, path, slug, what string) (s
 		if p.NextCursor == "" {
 			return "", fmt.Errorf("no %s with id or slug %q is visible to you", what, slug)
 		}
+		if err := followCursor(seen, p.NextCursor, "the "+what+" list"); err != nil {
+			return "", err
+		}
 		q.Set("cursor", p.NextCursor)
 	}
+}
+
+// followCursor records next, a list's next_cursor, in seen and refuses a
+// cursor seen before: a server answering one again would otherwise have
+// the CLI request the same pages for ever.
+func followCursor(seen map[string]bool, next, list string) error {
+	if seen[next] {
+		return fmt.Errorf("the server answered next_cursor %q twice in %s: stopped instead of listing for ever (a fault of the server; tell its operator)", next, list)
+	}
+	seen[next] = true
+	return nil
 }
 
 // resolveOrg turns an org id or slug into an org id.

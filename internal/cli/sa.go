@@ -77,6 +77,11 @@ func (o *keyOutput) flags(cmd *cobra.Command) {
 // somewhere to go, since the server will not show it again.
 func (o *keyOutput) check() (publicPEM string, err error) {
 	if o.publicKeyFile != "" {
+		// No private key comes back for your own public key: a --key-file
+		// left unwritten would surface only when a later sa token fails.
+		if o.keyFile != "" || o.print {
+			return "", usageError{"--public-key-file brings your own key pair, so there is no private key to write or print: drop --key-file and --print-private-key (mint tokens from your private key with gpuaas sa token --key-file KEY.pem --service-account-id ID --key-id ID)"}
+		}
 		b, err := os.ReadFile(o.publicKeyFile)
 		if err != nil {
 			return "", err

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -196,5 +198,35 @@ func TestKeyFileProfileRemintsExpiredToken(t *testing.T) {
 	expire("default")
 	if _, _, err := run("", "whoami"); err == nil || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("a person's expired login: %v", err)
+	}
+}
+
+// With your own public key no private key comes back, so --key-file and
+// --print-private-key cannot be honoured: the command line is refused
+// before anything is created, not run with the flags ignored.
+func TestSAOwnPublicKeyRefusesKeyOutputFlags(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("the API was called: %s %s", r.Method, r.URL.Path)
+	}))
+	defer api.Close()
+	dir := t.TempDir()
+	t.Setenv(envConfigDir, filepath.Join(dir, "config"))
+	t.Setenv(envAPIURL, api.URL)
+	t.Setenv(envToken, "token")
+	t.Setenv(envProfile, "")
+	pub := filepath.Join(dir, "pub.pem")
+	if err := os.WriteFile(pub, []byte("-----BEGIN PUBLIC KEY-----\n-----END PUBLIC KEY-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	project := "11111111-1111-1111-1111-111111111111"
+	for _, args := range [][]string{
+		{"sa", "create", "--project", project, "--name", "n", "--slug", "n", "--public-key-file", pub, "--key-file", filepath.Join(dir, "k.json")},
+		{"sa", "create", "--project", project, "--name", "n", "--slug", "n", "--public-key-file", pub, "--print-private-key"},
+		{"sa", "rotate-key", "11111111-1111-1111-1111-111111111112", "--project", project, "--public-key-file", pub, "--key-file", filepath.Join(dir, "k.json")},
+	} {
+		var out, errOut bytes.Buffer
+		if code := Run(context.Background(), args, strings.NewReader(""), &out, &errOut); code != exitUsage || !strings.Contains(errOut.String(), "drop --key-file") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errOut.String())
+		}
 	}
 }
