@@ -10,9 +10,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -178,7 +180,11 @@ func (s *Service) upload(ctx context.Context, in UploadInput) (Artifact, error) 
 	a := Artifact{Version: in.Version, Name: in.Name, OS: in.OS, Arch: in.Arch, Kind: in.Kind, MediaType: in.MediaType,
 		Digest: digest, Size: size, Location: "blobstore:" + digest, UploadedBy: actor, UploadedAt: now}
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
-		r, err := tx.GetRelease(ctx, in.Version)
+		// Locked: a publish of this version waits for the upload to commit
+		// (and signs its artifact), or has committed first (and the upload
+		// is refused); without the lock, on PostgreSQL, an upload that read
+		// a draft could commit after the publish froze it.
+		r, err := tx.LockRelease(ctx, in.Version)
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
 			if err := tx.InsertRelease(ctx, Release{Version: in.Version, State: StateDraft, CreatedBy: actor, CreatedAt: now}); err != nil {
@@ -220,7 +226,7 @@ func (s *Service) publish(ctx context.Context, version string) (Release, []Artif
 	var arts []Artifact
 	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		var err error
-		if rel, err = tx.GetRelease(ctx, version); errors.Is(err, storage.ErrNotFound) {
+		if rel, err = tx.LockRelease(ctx, version); errors.Is(err, storage.ErrNotFound) {
 			return errdefs.NotFound("release_not_found", "release %s has no uploaded artifacts; upload them first (gpuaas release publish DIR --version %s)", version, version)
 		} else if err != nil {
 			return err
@@ -280,22 +286,53 @@ func (s *Service) Get(ctx context.Context, version string) (Release, []Artifact,
 	if err != nil {
 		return Release{}, nil, err
 	}
-	arts, err := s.Store.Read().ListReleaseArtifacts(ctx, version)
+	rows, err := s.Store.Read().ListReleaseArtifacts(ctx, version)
+	if err != nil {
+		return Release{}, nil, err
+	}
+	arts, err := signedArtifacts(r, rows)
 	return r, arts, err
 }
 
-// Open streams one artifact of a published release; the caller closes it.
+// signedArtifacts is what a published release serves: the entries of its
+// signed manifest, whatever the artifact rows say now. They can differ: on
+// PostgreSQL an upload that read the release as a draft commits its row
+// after the publish that froze it, and its bytes are in no signature. Blobs
+// are content-addressed and never replaced, so the manifest's digest still
+// names the bytes that were signed.
+func signedArtifacts(r Release, rows []Artifact) ([]Artifact, error) {
+	var m Manifest
+	if err := json.Unmarshal(r.Manifest, &m); err != nil {
+		return nil, fmt.Errorf("release %s: signed manifest: %w", r.Version, err)
+	}
+	byName := make(map[string]Artifact, len(rows))
+	for _, a := range rows {
+		byName[a.Name] = a
+	}
+	arts := make([]Artifact, 0, len(m.Artifacts))
+	for _, e := range m.Artifacts {
+		a, ok := byName[e.Name]
+		if !ok || Entry(a) != e {
+			a = Artifact{Version: r.Version, Name: e.Name, OS: e.OS, Arch: e.Arch, Kind: e.Kind, MediaType: e.MediaType,
+				Digest: e.Digest, Size: e.Size, Location: "blobstore:" + e.Digest}
+		}
+		arts = append(arts, a)
+	}
+	return arts, nil
+}
+
+// Open streams one artifact of a published release, as its signed manifest
+// names it; the caller closes it.
 func (s *Service) Open(ctx context.Context, version, name string) (Artifact, io.ReadSeekCloser, error) {
-	if _, _, err := s.Get(ctx, version); err != nil {
-		return Artifact{}, nil, err
-	}
-	a, err := s.Store.Read().GetReleaseArtifact(ctx, version, name)
-	if errors.Is(err, storage.ErrNotFound) {
-		return Artifact{}, nil, errdefs.NotFound("release_artifact_not_found", "release %s has no artifact %q; see gpuaas release get %s", version, name, version)
-	}
+	_, arts, err := s.Get(ctx, version)
 	if err != nil {
 		return Artifact{}, nil, err
 	}
+	i := slices.IndexFunc(arts, func(a Artifact) bool { return a.Name == name })
+	if i < 0 {
+		return Artifact{}, nil, errdefs.NotFound("release_artifact_not_found", "release %s has no artifact %q; see gpuaas release get %s", version, name, version)
+	}
+	a := arts[i]
 	rc, size, err := s.Blobs.OpenContent(ctx, strings.TrimPrefix(a.Location, "blobstore:"))
 	if err != nil {
 		return Artifact{}, nil, err

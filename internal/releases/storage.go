@@ -63,6 +63,11 @@ type Artifact struct {
 type Queries interface {
 	// GetRelease reads one release; ErrNotFound if none.
 	GetRelease(ctx context.Context, version string) (Release, error)
+	// LockRelease reads one release and, inside a mutation, holds it
+	// until the mutation ends (on SQLite every mutation already holds the
+	// database), so an upload and a publish of one version take turns;
+	// ErrNotFound if none.
+	LockRelease(ctx context.Context, version string) (Release, error)
 	// ListPublishedReleases lists published releases, newest first.
 	ListPublishedReleases(ctx context.Context, limit int) ([]Release, error)
 	// InsertRelease creates a draft; ErrAlreadyExists if the version exists.

@@ -308,3 +308,13 @@ func scanOne(err error) error {
 	}
 	return mapErr(err)
 }
+
+// forUpdate ends a SELECT that must hold its rows until the transaction
+// ends: FOR UPDATE on PostgreSQL; nothing on SQLite, where a mutation holds
+// the whole database (BEGIN IMMEDIATE).
+func (q *Queries) forUpdate() string {
+	if q.d == Postgres {
+		return " FOR UPDATE"
+	}
+	return ""
+}

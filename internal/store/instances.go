@@ -110,11 +110,7 @@ func (q *Queries) GetAppInstanceByID(ctx context.Context, id string) (instances.
 // until the transaction ends (SQLite transactions hold the database's write
 // lock from BEGIN).
 func (q *Queries) LockAppInstance(ctx context.Context, id string) (instances.AppInstance, error) {
-	sfx := ""
-	if q.d == Postgres {
-		sfx = " FOR UPDATE"
-	}
-	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceReadCols+` FROM app_instances WHERE id = ?`+sfx, id))
+	i, err := scanAppInstance(q.queryRow(ctx, `SELECT `+appInstanceReadCols+` FROM app_instances WHERE id = ?`+q.forUpdate(), id))
 	return i, scanOne(err)
 }
 

@@ -77,11 +77,7 @@ func (q *Queries) GetNode(ctx context.Context, id string) (nodes.Node, error) {
 // transaction ends (SQLite transactions already hold the database's write
 // lock from BEGIN).
 func (q *Queries) LockNode(ctx context.Context, id string) (nodes.Node, error) {
-	sfx := ""
-	if q.d == Postgres {
-		sfx = " FOR UPDATE"
-	}
-	n, err := scanNode(q.queryRow(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id = ?`+sfx, id))
+	n, err := scanNode(q.queryRow(ctx, `SELECT `+nodeCols+` FROM nodes WHERE id = ?`+q.forUpdate(), id))
 	return n, scanOne(err)
 }
 

@@ -34,6 +34,11 @@ func (q *Queries) GetRelease(ctx context.Context, version string) (releases.Rele
 	return r, scanOne(err)
 }
 
+func (q *Queries) LockRelease(ctx context.Context, version string) (releases.Release, error) {
+	r, err := scanRelease(q.queryRow(ctx, `SELECT `+releaseCols+` FROM platform_releases WHERE version = ?`+q.forUpdate(), version))
+	return r, scanOne(err)
+}
+
 func (q *Queries) ListPublishedReleases(ctx context.Context, limit int) ([]releases.Release, error) {
 	rows, err := q.query(ctx, `SELECT `+releaseCols+` FROM platform_releases WHERE state = ?
  ORDER BY published_at DESC, version DESC LIMIT `+fmt.Sprint(limit), string(releases.StatePublished))

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -69,4 +70,58 @@ func TestReleasesConformance(t *testing.T) {
 		same(t, "published_at", r.PublishedAt, at(time.Duration(1)*time.Second))
 		same(t, "signature", r.Signature+r.SigningKID+r.PublishedBy, "c2lnk1user:u")
 	})
+}
+
+// On PostgreSQL an upload and a publish of one version take turns on the
+// release row (LockRelease): a mutation that locks it after another has
+// waits for that one's commit and sees what it wrote, so a publish signs
+// every artifact an upload that read the draft commits. (On SQLite a
+// mutation holds the whole database.)
+func TestLockReleaseMakesUploadsAndPublishTakeTurns(t *testing.T) {
+	db := storetest.Open(t, store.Postgres)
+	ctx := context.Background()
+	s := store.Releases(db)
+	noErr(t, "insert", s.Mutate(ctx, func(tx releases.Tx) error {
+		if err := tx.InsertRelease(ctx, releases.Release{Version: "3.0.0", State: releases.StateDraft, CreatedBy: "user:u", CreatedAt: t0}); err != nil {
+			return err
+		}
+		return audited(tx)
+	}))
+	locked, release, uploaded := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() { // the upload: it has read the draft, and writes once released
+		uploaded <- s.Mutate(ctx, func(tx releases.Tx) error {
+			if _, err := tx.LockRelease(ctx, "3.0.0"); err != nil {
+				return err
+			}
+			close(locked)
+			<-release
+			if err := tx.PutReleaseArtifact(ctx, releases.Artifact{Version: "3.0.0", Name: "gpuaas-linux-amd64", OS: "linux", Arch: "amd64",
+				Kind: releases.KindCLI, MediaType: "application/octet-stream", Digest: "sha256:" + strings.Repeat("a", 64), Size: 1,
+				Location: "blobstore:sha256:" + strings.Repeat("a", 64), UploadedBy: "user:u", UploadedAt: t0}); err != nil {
+				return err
+			}
+			return audited(tx)
+		})
+	}()
+	<-locked
+	listed := make(chan int, 1)
+	go func() { // the publish
+		_ = s.Mutate(ctx, func(tx releases.Tx) error {
+			if _, err := tx.LockRelease(ctx, "3.0.0"); err != nil {
+				return err
+			}
+			arts, err := tx.ListReleaseArtifacts(ctx, "3.0.0")
+			listed <- len(arts)
+			if err != nil {
+				return err
+			}
+			return audited(tx)
+		})
+	}()
+	time.Sleep(100 * time.Millisecond) // room for a publish that does not wait to list too early
+	close(release)
+	noErr(t, "upload", <-uploaded)
+	if n := <-listed; n != 1 {
+		t.Fatalf("the publish listed %d artifacts, want the one the upload holding the release wrote", n)
+	}
 }
