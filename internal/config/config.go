@@ -5,6 +5,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -314,6 +315,13 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBlobBytes < 1 || c.ProjectBlobQuota < 0 {
 		errs = append(errs, errors.New("--max-blob-bytes must be positive and --project-blob-quota-bytes not negative"))
+	}
+	// A burst under 1 lets no request through (every sign-in is 429 for
+	// ever), and NaN or infinity is no rate an operator meant.
+	if math.IsNaN(c.CredentialRate) || math.IsInf(c.CredentialRate, 0) || c.CredentialRate < 0 {
+		errs = append(errs, fmt.Errorf("--credential-rate %v: want a number of requests per second, 0 for no limit", c.CredentialRate))
+	} else if c.CredentialRate > 0 && c.CredentialBurst < 1 {
+		errs = append(errs, fmt.Errorf("--credential-burst %d: want at least 1 while --credential-rate is set (0 would refuse every sign-in)", c.CredentialBurst))
 	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("--max-body-bytes must be at least 1024"))

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +63,31 @@ func TestValidateNamesEveryProblem(t *testing.T) {
 	bad.Bind(fs)
 	if err := ApplyEnv(fs, func(k string) (string, bool) { return "not-a-duration", k == "GPUAAS_ACCESS_TOKEN_TTL" }); err == nil {
 		t.Fatal("a malformed env value must be refused")
+	}
+}
+
+// The credential limiter's settings must let a sign-in through: a burst
+// under 1 refuses every request, and NaN is no rate.
+func TestValidateRefusesALimiterThatLocksEveryoneOut(t *testing.T) {
+	for _, tc := range []struct {
+		rate  float64
+		burst int
+		want  string
+	}{
+		{5, 0, "--credential-burst"}, {5, -1, "--credential-burst"},
+		{math.NaN(), 20, "--credential-rate"}, {math.Inf(1), 20, "--credential-rate"}, {-1, 20, "--credential-rate"},
+	} {
+		c := Defaults()
+		c.DatabaseURL, c.SecretKey = "sqlite:///tmp/x.db", "k"
+		c.CredentialRate, c.CredentialBurst = tc.rate, tc.burst
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("rate %v burst %d: %v, want an error naming %s", tc.rate, tc.burst, err, tc.want)
+		}
+	}
+	c := Defaults()
+	c.DatabaseURL, c.SecretKey = "sqlite:///tmp/x.db", "k"
+	c.CredentialRate, c.CredentialBurst = 0, 0 // no limit: the burst is unused
+	if err := c.Validate(); err != nil {
+		t.Errorf("no limit: %v", err)
 	}
 }
