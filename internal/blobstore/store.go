@@ -346,38 +346,50 @@ func (s *Store) PurgeUploads(ctx context.Context, olderThan time.Duration) (int,
 		if err := ctx.Err(); err != nil {
 			return removed, err
 		}
-		var st uploadState
-		last := time.Time{}
-		if err := readJSONFile(filepath.Join(s.root, "uploads", e.Name(), "state.json"), &st); err == nil {
-			last = st.UpdatedAt
-		} else if fi, err := e.Info(); err == nil {
-			last = fi.ModTime() // half-made (".begin-*") or damaged: judge by the directory
-		} else {
+		if !s.idleSince(e, cutoff) {
 			continue
 		}
-		if last.After(cutoff) {
-			continue
-		}
-		if err := s.removeUploadIfIdle(e.Name()); err != nil {
+		ok, err := s.removeUploadIfIdle(e, cutoff)
+		if err != nil {
 			return removed, err
 		}
-		removed++
+		if ok {
+			removed++
+		}
 	}
 	return removed, nil
 }
 
-func (s *Store) removeUploadIfIdle(name string) error {
+// idleSince reports whether the upload's last checkpoint is not after cutoff.
+func (s *Store) idleSince(e fs.DirEntry, cutoff time.Time) bool {
+	var st uploadState
+	if err := readJSONFile(filepath.Join(s.root, "uploads", e.Name(), "state.json"), &st); err == nil {
+		return !st.UpdatedAt.After(cutoff)
+	}
+	fi, err := e.Info()
+	// Half-made (".begin-*") or damaged: judge by the directory.
+	return err == nil && !fi.ModTime().After(cutoff)
+}
+
+// removeUploadIfIdle looks again under the upload's lock: an Append that held
+// it while the purge looked may have checkpointed since, and its upload is
+// live again.
+func (s *Store) removeUploadIfIdle(e fs.DirEntry, cutoff time.Time) (bool, error) {
+	name := e.Name()
 	if id, err := uuid.Parse(name); err == nil && id.String() == name {
 		unlock, err := s.lockUpload(name)
 		if err != nil {
-			return err
+			return false, err
 		}
 		defer unlock()
+		if !s.idleSince(e, cutoff) {
+			return false, nil
+		}
 	}
 	if err := os.RemoveAll(filepath.Join(s.root, "uploads", name)); err != nil {
-		return fmt.Errorf("blobstore: purge %s: %w", name, err)
+		return false, fmt.Errorf("blobstore: purge %s: %w", name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // Stat returns the committed object at key, or an error matching ErrNotFound.

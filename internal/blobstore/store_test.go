@@ -584,3 +584,40 @@ func TestLargeUploadStreamsInBoundedMemory(t *testing.T) {
 		t.Fatalf("peak heap %d bytes exceeds %d", p, heapCap)
 	}
 }
+
+// A purge that read an upload's old checkpoint while an Append held its lock
+// must look again once it has the lock: the Append has made it live.
+func TestPurgeSparesAnUploadAppendedMeanwhile(t *testing.T) {
+	now := time.Date(2026, 3, 9, 12, 0, 0, 0, time.UTC)
+	var mu sync.Mutex
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, _ := newStore(t, Options{Clock: clock})
+	ctx := t.Context()
+	id, err := s.Begin(ctx, testKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	now = now.Add(2 * time.Hour)
+	mu.Unlock()
+	pr, pw := io.Pipe()
+	appended := make(chan error, 1)
+	go func() { _, err := s.Append(ctx, id, 0, pr); appended <- err }()
+	time.Sleep(20 * time.Millisecond) // Append holds the upload's lock, reading
+	purged := make(chan int, 1)
+	go func() { n, _ := s.PurgeUploads(ctx, time.Hour); purged <- n }()
+	time.Sleep(20 * time.Millisecond) // purge has read the stale state, waits for the lock
+	if _, err := pw.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	_ = pw.Close()
+	if err := <-appended; err != nil {
+		t.Fatal(err)
+	}
+	if n := <-purged; n != 0 {
+		t.Errorf("purged %d uploads, want 0", n)
+	}
+	if _, err := s.Status(ctx, id); errors.Is(err, ErrNotFound) {
+		t.Fatal("an upload appended to just now was purged")
+	}
+}

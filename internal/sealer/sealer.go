@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -74,20 +75,44 @@ func (s *Sealer) Open(sealed, aad string) ([]byte, error) {
 func LoadOrCreateKeyFile(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		key := make([]byte, KeySize)
-		if _, err := rand.Read(key); err != nil {
-			return nil, err
-		}
-		enc := base64.StdEncoding.EncodeToString(key)
-		if err := os.WriteFile(path, []byte(enc+"\n"), 0o600); err != nil {
-			return nil, err
-		}
-		return key, nil
+		return createKeyFile(path)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return DecodeKey(strings.TrimSpace(string(b)))
+}
+
+// createKeyFile writes a new key aside, syncs it and links it in: the link
+// fails when the file exists, so of two processes starting together one key
+// wins and the other reads it back (a key that is not on disk would seal
+// secrets no later start can open), and a crash never leaves a torn file.
+func createKeyFile(path string) ([]byte, error) {
+	key := make([]byte, KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(tmp.Name())
+	_, err = tmp.WriteString(base64.StdEncoding.EncodeToString(key) + "\n")
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+		return ReadKeyFile(path)
+	} else if err != nil {
+		return nil, err
+	}
+	return key, nil
 }
 
 // DecodeKey parses a base64 master key.

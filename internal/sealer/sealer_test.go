@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -69,5 +70,35 @@ func TestKeyFiles(t *testing.T) {
 	}
 	if _, err := DecodeKey("bm90IDMyIGJ5dGVz"); err == nil {
 		t.Fatal("a key of the wrong length was accepted")
+	}
+}
+
+// Processes starting together (or a crash mid-write) must never hand out a
+// key that is not the one on disk, nor read a half-written file.
+func TestKeyFileCreatedOnceUnderRace(t *testing.T) {
+	for range 20 {
+		path := filepath.Join(t.TempDir(), "secret.key")
+		keys := make([][]byte, 8)
+		errs := make([]error, len(keys))
+		var wg sync.WaitGroup
+		for i := range keys {
+			wg.Go(func() { keys[i], errs[i] = LoadOrCreateKeyFile(path) })
+		}
+		wg.Wait()
+		onDisk, err := ReadKeyFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range keys {
+			if errs[i] != nil {
+				t.Fatalf("caller %d: %v", i, errs[i])
+			}
+			if !bytes.Equal(keys[i], onDisk) {
+				t.Fatalf("caller %d got a master key that is not the one on disk", i)
+			}
+		}
+		if matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".secret.key.tmp-*")); len(matches) > 0 {
+			t.Fatalf("temp files left: %v", matches)
+		}
 	}
 }

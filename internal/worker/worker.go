@@ -8,8 +8,10 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"sync"
 	"time"
 )
@@ -34,6 +36,9 @@ type Periodic struct {
 	Run      func(ctx context.Context) error
 	Logger   *slog.Logger
 
+	// life serialises Start and Stop: a Start racing a Stop waits until the
+	// old loop has returned, so two runs of one job never overlap.
+	life    sync.Mutex
 	mu      sync.Mutex
 	cancel  context.CancelFunc
 	done    chan struct{}
@@ -47,6 +52,8 @@ func (p *Periodic) Start(ctx context.Context) error {
 	if p.Run == nil || p.Interval <= 0 {
 		return errors.New("worker: periodic job needs Run and a positive Interval")
 	}
+	p.life.Lock()
+	defer p.life.Unlock()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.cancel != nil {
@@ -66,6 +73,8 @@ func (p *Periodic) Start(ctx context.Context) error {
 
 // Stop implements Service.
 func (p *Periodic) Stop() {
+	p.life.Lock()
+	defer p.life.Unlock()
 	p.mu.Lock()
 	cancel, done := p.cancel, p.done
 	p.cancel, p.done = nil, nil
@@ -157,7 +166,11 @@ func (p *Periodic) loop(ctx context.Context, done chan struct{}) {
 		start := time.Now()
 		err := p.safeRun(runCtx)
 		cancel()
-		if err != nil && ctx.Err() == nil {
+		if pe, ok := errors.AsType[*PanicError](err); ok {
+			// Logged even while stopping, with the stack: a recovered panic
+			// is a bug, and without where it happened nobody can fix it.
+			log.ErrorContext(ctx, "run panicked", "error", err, "stack", string(pe.Stack), "duration", time.Since(start))
+		} else if err != nil && ctx.Err() == nil {
 			log.WarnContext(ctx, "run failed", "error", err, "duration", time.Since(start))
 		}
 		p.mu.Lock()
@@ -171,16 +184,19 @@ func (p *Periodic) loop(ctx context.Context, done chan struct{}) {
 func (p *Periodic) safeRun(ctx context.Context) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &PanicError{Value: r}
+			err = &PanicError{Value: r, Stack: debug.Stack()}
 		}
 	}()
 	return p.Run(ctx)
 }
 
 // PanicError reports a run that panicked; the worker survives it.
-type PanicError struct{ Value any }
+type PanicError struct {
+	Value any
+	Stack []byte // of the panicking goroutine, taken in the recover
+}
 
-func (e *PanicError) Error() string { return "worker: run panicked" }
+func (e *PanicError) Error() string { return fmt.Sprintf("worker: run panicked: %v", e.Value) }
 
 // Jittered returns d moved by up to ±frac of itself (frac 0 means 0.1), so
 // replicas and agents started together do not tick in lockstep.

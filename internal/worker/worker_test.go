@@ -1,8 +1,12 @@
 package worker
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -77,5 +81,77 @@ func TestJitteredStaysInBounds(t *testing.T) {
 		if d < 800*time.Millisecond || d > 1200*time.Millisecond {
 			t.Fatalf("jittered = %v", d)
 		}
+	}
+}
+
+// A recovered panic must leave its value and stack in the log, or the bug
+// behind it cannot be found.
+func TestPanicIsLoggedWithValueAndStack(t *testing.T) {
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(b)
+	}), nil))
+	p := &Periodic{Name: "t", Interval: time.Hour, Logger: log, Run: func(context.Context) error {
+		panic("boom-4711")
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitRuns(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	p.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if out := buf.String(); !strings.Contains(out, "boom-4711") || !strings.Contains(out, "worker_test.go") {
+		t.Fatalf("the panic's value or stack is missing from the log:\n%s", out)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
+
+// A Start that races a Stop must not begin a second loop while the old run
+// is still going: one job's runs never overlap.
+func TestStartDuringStopNeverOverlapsRuns(t *testing.T) {
+	var active, most atomic.Int64
+	release := make(chan struct{})
+	p := &Periodic{Name: "t", Interval: time.Hour, Run: func(context.Context) error {
+		n := active.Add(1)
+		defer active.Add(-1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		<-release // a run slow to notice its cancellation
+		return nil
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for active.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	wg.Go(p.Stop)
+	time.Sleep(20 * time.Millisecond) // let Stop take the old loop down
+	wg.Go(func() {
+		if err := p.Start(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	time.Sleep(50 * time.Millisecond) // a wrongly started loop runs at once
+	overlapped := most.Load() > 1
+	close(release)
+	wg.Wait()
+	p.Stop()
+	if overlapped {
+		t.Fatal("a Start during Stop ran the job while the old run was still going")
 	}
 }
