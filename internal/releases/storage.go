@@ -79,8 +79,6 @@ type Queries interface {
 	PutReleaseArtifact(ctx context.Context, a Artifact) error
 	// ListReleaseArtifacts lists a release's artifacts by name.
 	ListReleaseArtifacts(ctx context.Context, version string) ([]Artifact, error)
-	// GetReleaseArtifact reads one artifact; ErrNotFound if none.
-	GetReleaseArtifact(ctx context.Context, version, name string) (Artifact, error)
 }
 
 // Tx is a releases mutation.

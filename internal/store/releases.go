@@ -87,8 +87,3 @@ func (q *Queries) ListReleaseArtifacts(ctx context.Context, version string) ([]r
 	}
 	return collect(rows, scanReleaseArtifact)
 }
-
-func (q *Queries) GetReleaseArtifact(ctx context.Context, version, name string) (releases.Artifact, error) {
-	a, err := scanReleaseArtifact(q.queryRow(ctx, `SELECT `+releaseArtifactCols+` FROM platform_release_artifacts WHERE version = ? AND name = ?`, version, name))
-	return a, scanOne(err)
-}

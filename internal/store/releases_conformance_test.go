@@ -41,11 +41,6 @@ func TestReleasesConformance(t *testing.T) {
 		arts, err := q.ListReleaseArtifacts(ctx, "1.0.0")
 		noErr(t, "list artifacts", err)
 		same(t, "artifacts", arts, []releases.Artifact{b, a})
-		got, err := q.GetReleaseArtifact(ctx, "1.0.0", a.Name)
-		noErr(t, "get artifact", err)
-		same(t, "artifact", got, a)
-		_, err = q.GetReleaseArtifact(ctx, "1.0.0", "nope")
-		wantErr(t, "get missing artifact", err, storage.ErrNotFound)
 
 		listed, err := q.ListPublishedReleases(ctx, 10)
 		noErr(t, "list drafts", err)
