@@ -149,12 +149,25 @@ func (p *Periodic) loop(ctx context.Context, done chan struct{}) {
 	}
 	timer := time.NewTimer(0) // first run at once
 	defer timer.Stop()
+	due := time.Now()
+	panics := 0             // runs in a row that panicked
+	var notBefore time.Time // after a panic: no run before this, kicked or not
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-timer.C:
 		case <-p.kick:
+			if wait := time.Until(notBefore); wait > 0 {
+				// A kick after a panic runs the job once the backoff has
+				// passed, not at once: it would likely panic again.
+				if due.After(notBefore) {
+					timer.Stop()
+					timer.Reset(wait)
+					due = notBefore
+				}
+				continue
+			}
 			if !timer.Stop() {
 				select {
 				case <-timer.C:
@@ -162,23 +175,50 @@ func (p *Periodic) loop(ctx context.Context, done chan struct{}) {
 				}
 			}
 		}
+		// This run serves every kick before it; one arriving while it runs
+		// stays for the next.
+		select {
+		case <-p.kick:
+		default:
+		}
 		runCtx, cancel := context.WithTimeout(ctx, timeout)
 		start := time.Now()
 		err := p.safeRun(runCtx)
 		cancel()
+		next := Jittered(p.Interval, p.Jitter)
 		if pe, ok := errors.AsType[*PanicError](err); ok {
+			panics++
+			backoff := PanicBackoff(panics)
+			notBefore, next = time.Now().Add(backoff), max(next, backoff)
 			// Logged even while stopping, with the stack: a recovered panic
 			// is a bug, and without where it happened nobody can fix it.
-			log.ErrorContext(ctx, "run panicked", "error", err, "stack", string(pe.Stack), "duration", time.Since(start))
-		} else if err != nil && ctx.Err() == nil {
-			log.WarnContext(ctx, "run failed", "error", err, "duration", time.Since(start))
+			log.ErrorContext(ctx, "run panicked", "error", err, "stack", string(pe.Stack), "duration", time.Since(start),
+				"panics_in_a_row", panics, "next_run_in", next)
+		} else {
+			panics, notBefore = 0, time.Time{}
+			if err != nil && ctx.Err() == nil {
+				log.WarnContext(ctx, "run failed", "error", err, "duration", time.Since(start))
+			}
 		}
 		p.mu.Lock()
 		p.runs++
 		p.runCond.Broadcast()
 		p.mu.Unlock()
-		timer.Reset(Jittered(p.Interval, p.Jitter))
+		due = time.Now().Add(next)
+		timer.Reset(next)
 	}
+}
+
+// PanicBackoff is the least wait before the next run after n runs in a row
+// panicked: 1s, doubling, at most a minute. A job that panics on every run
+// (the agent's task poll ticks every 10 ms) would otherwise fill the log
+// with stacks and spin a core; it still runs again, since the cause may
+// pass.
+func PanicBackoff(n int) time.Duration {
+	if n < 1 {
+		return 0
+	}
+	return min(time.Second<<min(n-1, 6), time.Minute)
 }
 
 func (p *Periodic) safeRun(ctx context.Context) (err error) {

@@ -155,3 +155,52 @@ func TestStartDuringStopNeverOverlapsRuns(t *testing.T) {
 		t.Fatal("a Start during Stop ran the job while the old run was still going")
 	}
 }
+
+// A job that panics on every run is not run again at once, kicked or not:
+// it would fill the log with stacks and spin a core. A kick in the wait is
+// not lost: the job runs when the wait is over.
+func TestPanickingJobBacksOff(t *testing.T) {
+	var mu sync.Mutex
+	var at []time.Time
+	p := &Periodic{Name: "t", Interval: time.Millisecond, Run: func(context.Context) error {
+		mu.Lock()
+		at = append(at, time.Now())
+		mu.Unlock()
+		panic("always")
+	}}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := p.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop()
+	if err := p.WaitRuns(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		p.Kick()
+		time.Sleep(2 * time.Millisecond)
+	}
+	if err := p.WaitRuns(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, want := range []time.Duration{PanicBackoff(1), PanicBackoff(2)} {
+		if gap := at[i+1].Sub(at[i]); gap < want {
+			t.Fatalf("run %d came %v after a panicking run %d, want at least %v", i+2, gap, i+1, want)
+		}
+	}
+}
+
+func TestPanicBackoffDoublesToAMinute(t *testing.T) {
+	want := []time.Duration{0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 32 * time.Second, time.Minute, time.Minute}
+	for n, w := range want {
+		if got := PanicBackoff(n); got != w {
+			t.Errorf("PanicBackoff(%d) = %v, want %v", n, got, w)
+		}
+	}
+	if got := PanicBackoff(1 << 20); got != time.Minute {
+		t.Errorf("PanicBackoff(huge) = %v", got)
+	}
+}
