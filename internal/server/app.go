@@ -164,6 +164,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		quota = artifacts.StaticBlobQuota(cfg.ProjectBlobQuota)
 	}
 	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota, Now: now})
+	if w := arts.UploadSweeper(); w != nil {
+		a.Workers = append(a.Workers, w)
+	}
 	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger, Now: now, ArtifactGate: arts})
 	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake, Now: now,
 		LaunchGate:   a.billing.svc,
