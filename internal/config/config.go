@@ -323,6 +323,19 @@ func (c *Config) Validate() error {
 	} else if c.CredentialRate > 0 && c.CredentialBurst < 1 {
 		errs = append(errs, fmt.Errorf("--credential-burst %d: want at least 1 while --credential-rate is set (0 would refuse every sign-in)", c.CredentialBurst))
 	}
+	if c.ShutdownTimeout < 0 || c.ShutdownTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout %s: want between 0 (no grace) and 1h", c.ShutdownTimeout))
+	}
+	// A registry token that expires at once fails every push and pull; one
+	// that lives long outlasts the roles it was checked against.
+	if c.RegistryTokenTTL < 30*time.Second || c.RegistryTokenTTL > time.Hour {
+		errs = append(errs, fmt.Errorf("--registry-token-ttl %s: want between 30s and 1h", c.RegistryTokenTTL))
+	}
+	if c.RegistryURL != "" {
+		if err := originURL(c.RegistryURL); err != nil {
+			errs = append(errs, fmt.Errorf("--registry-url %q: %v", c.RegistryURL, err))
+		}
+	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, errors.New("--max-body-bytes must be at least 1024"))
 	}
@@ -359,6 +372,9 @@ func (c *Config) Validate() error {
 		c.PublicURL = "http://" + c.Listen
 	}
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
+	if err := originURL(c.PublicURL); err != nil {
+		errs = append(errs, fmt.Errorf("--public-url %q: %v", c.PublicURL, err))
+	}
 	c.WorkloadAPIURL = strings.TrimRight(c.WorkloadAPIURL, "/")
 	if c.WorkloadAPIURL != "" {
 		if u, err := url.Parse(c.WorkloadAPIURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -398,4 +414,26 @@ func (e *Events) validate() []error {
 		errs = append(errs, errors.New("--nats-listen and --nats-sync configure the embedded NATS; set sync_interval on the external cluster instead"))
 	}
 	return errs
+}
+
+// originURL checks a URL the server hands out as its own address (API
+// base, registry, token realm, console origin): http or https, a host, and
+// nothing a client would carry wrongly into every link built on it.
+func originURL(raw string) error {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return errors.New("not a URL")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return errors.New("want an http:// or https:// URL")
+	case u.Host == "":
+		return errors.New("want a host, as in https://gpuaas.example.com")
+	case u.User != nil:
+		return errors.New("a user or password in the URL would be handed to every client; remove it")
+	case u.RawQuery != "" || u.Fragment != "" || u.ForceQuery:
+		return errors.New("want no query or fragment")
+	case u.Path != "" && u.Path != "/":
+		return errors.New("want no path: gpuaas serves at the root of its origin (put a path-routing proxy's prefix elsewhere)")
+	}
+	return nil
 }

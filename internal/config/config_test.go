@@ -58,6 +58,35 @@ func TestValidateNamesEveryProblem(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `--apps-listen "8081": want host:port`) {
 		t.Errorf("--apps-listen without a host: %v", err)
 	}
+	// Values that parse but that no server can run with.
+	for _, tc := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.ShutdownTimeout = -time.Second }, "--shutdown-timeout -1s"},
+		{func(c *Config) { c.RegistryTokenTTL = 0 }, "--registry-token-ttl 0s"},
+		{func(c *Config) { c.RegistryTokenTTL = 2 * time.Hour }, "--registry-token-ttl 2h0m0s"},
+		{func(c *Config) { c.PublicURL = "ftp://gpuaas.example.com" }, "want an http:// or https:// URL"},
+		{func(c *Config) { c.PublicURL = "https://" }, "want a host"},
+		{func(c *Config) { c.PublicURL = "https://admin:pw@gpuaas.example.com" }, "a user or password"},
+		{func(c *Config) { c.PublicURL = "https://gpuaas.example.com/?x=1" }, "no query"},
+		{func(c *Config) { c.PublicURL = "https://gpuaas.example.com/gpuaas" }, "want no path"},
+		{func(c *Config) { c.RegistryURL = "registry.example.com" }, "--registry-url"},
+	} {
+		c := Defaults()
+		c.DatabaseURL, c.SecretKey = "sqlite://x.db", "k"
+		tc.set(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want an error naming %q, got %v", tc.want, err)
+		}
+	}
+	for _, ok := range []string{"", "http://127.0.0.1:8080", "https://gpuaas.example.com/", "https://[::1]:8443"} {
+		c := Defaults()
+		c.DatabaseURL, c.SecretKey, c.PublicURL, c.RegistryURL = "sqlite://x.db", "k", ok, ok
+		if err := c.Validate(); err != nil {
+			t.Errorf("--public-url and --registry-url %q refused: %v", ok, err)
+		}
+	}
 	bad := Defaults()
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
 	bad.Bind(fs)
