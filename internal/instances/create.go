@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -14,6 +15,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/manifest"
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/runtime"
 	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
@@ -211,7 +213,31 @@ func (s *Service) resolve(ctx context.Context, q Queries, p iam.Project, appSlug
 	if t.allocation, err = s.placement(ctx, p, t.manifest, eff, allocationID); err != nil {
 		return target{}, err
 	}
+	if !workerDriven(t.manifest.RuntimeBackend) {
+		if err := s.trialRender(p, appSlug, t); err != nil {
+			return target{}, err
+		}
+	}
 	return t, nil
+}
+
+// trialRender renders the deployment as the driver will, with a stand-in
+// identity and workload name, so that launch values the renderer refuses
+// are refused when the launch (or upgrade, or preview) is asked for, with
+// the reason, rather than after an operation began and an allocation was
+// tied up.
+func (s *Service) trialRender(p iam.Project, appSlug string, t target) error {
+	images := make(map[string]nodeapi.ImagePull, len(t.artifacts))
+	for art, a := range t.artifacts {
+		images[art] = nodeapi.ImagePull{Repository: s.imageRepository(t, art, a), Digest: a.Digest}
+	}
+	d := runtime.Deployment{ProjectID: p.ID, OrgID: p.OrgID, NodeID: t.allocation.NodeID, AppSlug: appSlug, Version: t.version.Version,
+		Name: "trial", Profile: t.manifest.RuntimeProfile, Images: images, Resources: t.effective.Resources,
+		Parameters: t.effective.Parameters, GPUUUIDs: t.allocation.GPUUUIDs, Identity: &runtime.Identity{}}
+	if _, err := runtime.Render(d); err != nil {
+		return errdefs.FailedPrecondition(ReasonRenderFailed, "%s %s cannot be deployed with these launch values: %v", appSlug, t.version.Version, err)
+	}
+	return nil
 }
 
 // resolveDeprecated resolves a deprecated version for an instance that

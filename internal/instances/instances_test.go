@@ -682,26 +682,38 @@ func (f *fixture) registerVLLM(t *testing.T, version string, edits ...string) {
 	must(t, err)
 }
 
-// A deployment the renderer refuses ends its operation failed with
-// render_failed: it renders the same way on every pass, so retrying kept
-// the operation in progress for good and the instance busy (not even
-// decommissionable).
-func TestRenderFailureEndsTheOperation(t *testing.T) {
+// Launch values the renderer refuses are refused when asked for — create,
+// preview and upgrade answer render_failed at once and record nothing —
+// rather than after an operation began: it would render the same way on
+// every pass.
+func TestRenderRefusalIsAnsweredAtTheRequest(t *testing.T) {
 	f := newFixture(t, store.SQLite)
+	f.registerVLLM(t, "0.6.3")
 	// A parameter default the schema accepts as an integer but no int holds.
-	f.registerVLLM(t, "0.6.3", "maximum: 131072", "maximum: 1e30", "default: 8192", "default: 1e20")
-	inst, op, err := f.svc.Create(f.ctx, f.g, f.project.ID, instances.CreateInput{AppSlug: "vllm-openai", Version: "0.6.3", DisplayName: "v",
-		Parameters: json.RawMessage(`{"model": "a/b"}`)})
+	f.registerVLLM(t, "0.6.4", "maximum: 131072", "maximum: 1e30", "default: 8192", "default: 1e20")
+	in := instances.CreateInput{AppSlug: "vllm-openai", Version: "0.6.4", DisplayName: "v", Parameters: json.RawMessage(`{"model": "a/b"}`)}
+	_, _, err := f.svc.Create(f.ctx, f.g, f.project.ID, in)
+	if e, ok := errdefs.As(err); !ok || e.Code != instances.ReasonRenderFailed || !strings.Contains(e.Message, "vllm_openai parameters") {
+		t.Fatalf("create with values that do not render: %v", err)
+	}
+	if list, _, err := f.svc.List(f.ctx, f.g, f.project.ID, "", store.Page{Limit: 10}); err != nil || len(list) != 0 {
+		t.Fatalf("a refused create left %d instance(s) (%v)", len(list), err)
+	}
+	if err := f.svc.LaunchRefusal(f.ctx, f.g, f.project.ID, "vllm-openai", "0.6.4", catalog.LaunchRequest{Parameters: in.Parameters}); err == nil {
+		t.Fatal("preview passed what create refuses")
+	}
+	in.Version = "0.6.3"
+	inst, _, err := f.svc.Create(f.ctx, f.g, f.project.ID, in)
 	must(t, err)
 	f.drive(t)
-	got := f.get(t, inst.ID)
-	o, err := f.svc.Operation(f.ctx, f.g, f.project.ID, op.ID)
-	must(t, err)
-	if got.Status != instances.StatusFailed || got.ReasonCode != instances.ReasonRenderFailed || o.State != instances.OpFailed || o.ReasonCode != instances.ReasonRenderFailed {
-		t.Fatalf("after a render failure: instance %s %s, operation %s %s", got.Status, got.ReasonCode, o.State, o.ReasonCode)
+	f.q.complete(t, nodeapi.TaskResult{})
+	f.drive(t)
+	_, _, err = f.svc.Upgrade(f.ctx, f.g, f.project.ID, inst.ID, instances.VersionInput{TargetVersion: "0.6.4"})
+	if e, ok := errdefs.As(err); !ok || e.Code != instances.ReasonRenderFailed {
+		t.Fatalf("upgrade to a version that does not render: %v", err)
 	}
-	if _, _, err := f.svc.Decommission(f.ctx, f.g, f.project.ID, inst.ID); err != nil {
-		t.Fatalf("decommission after a render failure: %v", err)
+	if got := f.get(t, inst.ID); got.Status != instances.StatusRunning || got.Version != "0.6.3" {
+		t.Fatalf("after a refused upgrade: %s %s", got.Status, got.Version)
 	}
 }
 
