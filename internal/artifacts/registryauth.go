@@ -125,7 +125,9 @@ func (a registryAuthz) Authenticate(ctx context.Context, username, password stri
 	if !ok {
 		return registry.Subject{}, fmt.Errorf("the credential's owner %s is disabled, deleted or lost its role: %w", it.CreatedBy, registry.ErrInvalidCredentials)
 	}
-	return registry.Subject{ID: credentialSubjectPrefix + c.ID}, nil
+	// The registry token lives no longer than the credential it was
+	// traded for.
+	return registry.Subject{ID: credentialSubjectPrefix + c.ID, ExpiresAt: c.ExpiresAt}, nil
 }
 
 // Allowed grants a credential its actions on its one repository, while it

@@ -80,7 +80,7 @@ func gated(gate ContentGate, next http.Handler, fail func(http.ResponseWriter, *
 			if strings.Contains(ref, ":") || req.Header.Get("Authorization") == "" {
 				break
 			}
-			frozen, err := gate.TagFrozen(req.Context(), repo, ref)
+			frozen, err := tagFrozen(req.Context(), gate, repo, ref)
 			if err != nil {
 				fail(w, req, err)
 				return
@@ -102,6 +102,23 @@ func gated(gate ContentGate, next http.Handler, fail func(http.ResponseWriter, *
 		}
 		next.ServeHTTP(w, req)
 	})
+}
+
+// tagFrozen asks the gate about tag and, when it has upper-case letters,
+// about its lower-case spelling too. Tags are case-sensitive in the
+// registry, but the filesystem storage keeps each tag in a directory named
+// after it, and on a case-insensitive filesystem (macOS and Windows
+// defaults, where `gpuaas dev` runs) "SHA256-<HEX>.SIG" is the directory
+// of the frozen "sha256-<hex>.sig": writing one rewrites the other.
+func tagFrozen(ctx context.Context, gate ContentGate, repo, tag string) (bool, error) {
+	frozen, err := gate.TagFrozen(ctx, repo, tag)
+	if err != nil || frozen {
+		return frozen, err
+	}
+	if lower := strings.ToLower(tag); lower != tag {
+		return gate.TagFrozen(ctx, repo, lower)
+	}
+	return false, nil
 }
 
 // gateWriter holds back a successful manifest response until the gate has

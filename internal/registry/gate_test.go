@@ -78,6 +78,12 @@ func TestGateManifestReadsAndTagWrites(t *testing.T) {
 		{"PUT", "/v2/a/b/manifests/sha256-x.sig", "Basic dTpw", 403, "DENIED"},
 		{"PUT", "/v2/a/b/manifests/sha256-x.sig", "", 201, ""}, // the registry answers anonymous writes
 		{"PUT", "/v2/a/b/manifests/1.0.0", "Bearer t", 201, ""},
+		// On a case-insensitive filesystem these are the frozen tag's
+		// storage: refused as the tag itself.
+		{"PUT", "/v2/a/b/manifests/SHA256-X.SIG", "Bearer t", 403, "DENIED"},
+		{"PUT", "/v2/a/b/manifests/sha256-X.sig", "Bearer t", 403, "DENIED"},
+		{"DELETE", "/v2/a/b/manifests/Sha256-x.Sig", "Bearer t", 403, "DENIED"},
+		{"PUT", "/v2/a/b/manifests/V1.0.0", "Bearer t", 201, ""},
 	} {
 		rec := do(c.method, c.path, c.auth)
 		if rec.Code != c.want || !strings.Contains(rec.Body.String(), c.body) {

@@ -29,13 +29,21 @@ import (
 
 // testAuthz allows per user, per repository action lists.
 type testAuthz struct {
-	mu     sync.Mutex
-	users  map[string]string              // username -> password
-	grants map[string]map[string][]string // subject -> repository -> actions
+	mu      sync.Mutex
+	users   map[string]string              // username -> password
+	grants  map[string]map[string][]string // subject -> repository -> actions
+	expires map[string]time.Time           // username -> credential expiry (none: no expiry)
 }
 
 func newTestAuthz() *testAuthz {
-	return &testAuthz{users: map[string]string{}, grants: map[string]map[string][]string{}}
+	return &testAuthz{users: map[string]string{}, grants: map[string]map[string][]string{}, expires: map[string]time.Time{}}
+}
+
+// expire sets when user's credentials expire (Subject.ExpiresAt).
+func (a *testAuthz) expire(user string, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.expires[user] = at
 }
 
 func (a *testAuthz) add(user, password, repo string, actions ...string) {
@@ -54,7 +62,7 @@ func (a *testAuthz) Authenticate(_ context.Context, username, password string) (
 	if p, ok := a.users[username]; !ok || p != password {
 		return Subject{}, fmt.Errorf("user %q: %w", username, ErrInvalidCredentials)
 	}
-	return Subject{ID: username}, nil
+	return Subject{ID: username, ExpiresAt: a.expires[username]}, nil
 }
 
 func (a *testAuthz) Allowed(_ context.Context, s Subject, repo string, requested []string) ([]string, error) {

@@ -181,6 +181,46 @@ func TestExpiredTokenRefused(t *testing.T) {
 	}
 }
 
+// A token never outlives the credentials it was issued for: a publish
+// credential that expires in a few seconds must not push for the next
+// TokenTTL minutes.
+func TestTokenExpiresWithItsSubject(t *testing.T) {
+	t.Parallel()
+	env := newTestEnv(t, nil) // TokenTTL: 5 minutes
+	env.authz.add("publisher", "s3cret", appRepo, ActionPush, ActionPull)
+	q := url.Values{"service": {env.host}, "scope": {"repository:" + appRepo + ":push,pull"}}
+
+	expires := env.clock.Now().Add(20 * time.Second)
+	env.authz.expire("publisher", expires)
+	status, body := env.token(t, "publisher", "s3cret", q)
+	if status != http.StatusOK {
+		t.Fatalf("token: %d %v", status, body)
+	}
+	c := env.claims(t, body["token"].(string))
+	if c.ExpiresAt.After(expires) || body["expires_in"].(float64) > 20 {
+		t.Fatalf("token expires at %s (expires_in %v), after its credentials (%s)", c.ExpiresAt, body["expires_in"], expires)
+	}
+
+	// Credentials that expired three minutes ago (the Authorizer issued
+	// the subject then): the registry refuses the token, leeway included.
+	env.clock.set(-3 * time.Minute)
+	env.authz.expire("publisher", env.clock.Now().Add(10*time.Second))
+	status, body = env.token(t, "publisher", "s3cret", q)
+	env.clock.set(0)
+	if status != http.StatusOK {
+		t.Fatalf("token: %d %v", status, body)
+	}
+	if got, _ := env.bearerStatus(t, http.MethodGet, "/v2/"+appRepo+"/tags/list", body["token"].(string)); got != http.StatusUnauthorized {
+		t.Fatalf("token of credentials expired 3 minutes ago = %d, want 401", got)
+	}
+
+	// A subject already expired gets no token at all.
+	env.authz.expire("publisher", env.clock.Now().Add(-time.Second))
+	if status, body := env.token(t, "publisher", "s3cret", q); status != http.StatusUnauthorized {
+		t.Fatalf("token for an expired subject = %d %v, want 401", status, body)
+	}
+}
+
 func TestTokenEndpoint(t *testing.T) {
 	t.Parallel()
 	env := newTestEnv(t, nil)

@@ -20,6 +20,11 @@ import (
 // the token's "sub".
 type Subject struct {
 	ID string
+	// ExpiresAt, when set, is when the subject's credentials expire: a
+	// token issued for the subject expires then at the latest, never
+	// after (the default TTL applies when it is later or zero). Note that
+	// distribution accepts a token up to a minute (its leeway) past "exp".
+	ExpiresAt time.Time
 }
 
 // Authorizer is implemented by the control plane.
@@ -86,9 +91,19 @@ func NewTokenHandler(cfg Config, keys *KeySet, authz Authorizer, logger *slog.Lo
 // Issue signs a token for subject with exactly the given access, bypassing
 // the Authorizer: the control plane uses it for its own registry client
 // and may use it to hand out pull credentials it has already authorized.
+// The token expires after the TTL or at subject.ExpiresAt, whichever is
+// first; a subject already expired gets an error wrapping
+// ErrInvalidCredentials.
 func (h *TokenHandler) Issue(subject Subject, access []Scope) (TokenResponse, error) {
 	now := h.now().Truncate(time.Second)
 	exp := now.Add(h.ttl)
+	if !subject.ExpiresAt.IsZero() && subject.ExpiresAt.Before(exp) {
+		// NumericDate keeps whole seconds: round down, never past the subject.
+		exp = subject.ExpiresAt.Truncate(time.Second)
+		if !exp.After(now) {
+			return TokenResponse{}, fmt.Errorf("subject %s expired at %s: %w", subject.ID, subject.ExpiresAt.UTC().Format(time.RFC3339), ErrInvalidCredentials)
+		}
+	}
 	if access == nil {
 		access = []Scope{} // "access": [] rather than null
 	}
@@ -118,7 +133,7 @@ func (h *TokenHandler) Issue(subject Subject, access []Scope) (TokenResponse, er
 	return TokenResponse{
 		Token:       signed,
 		AccessToken: signed,
-		ExpiresIn:   int64(h.ttl / time.Second),
+		ExpiresIn:   int64(exp.Sub(now) / time.Second),
 		IssuedAt:    now.UTC().Format(time.RFC3339),
 	}, nil
 }
@@ -196,6 +211,11 @@ func (h *TokenHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := h.Issue(subject, granted)
+	if isInvalidCredentials(err) {
+		h.logger.DebugContext(ctx, "registry token refused", "reason", "credentials expired")
+		h.unauthorized(w, r, "invalid credentials")
+		return
+	}
 	if err != nil {
 		h.logger.ErrorContext(ctx, "registry token: issue", "err", err)
 		h.fail(w, r, http.StatusInternalServerError, "internal", "could not issue token")

@@ -136,7 +136,16 @@ func fetchManifest(ctx context.Context, tag name.Tag, opts Options) (img v1.Imag
 
 // readLayer reads one layer blob, refusing blobs larger than limit. The remote
 // layer verifies the blob against its digest while it is read.
+//
+// A descriptor that names foreign URLs is refused before anything is read:
+// go-containerregistry falls back to fetching such a layer from its URLs when
+// the registry lacks the blob, so whoever can push a signature or attestation
+// manifest could make the verifier send requests to any host it names.
+// Signatures and attestations live in the registry, nowhere else.
 func readLayer(img v1.Image, desc v1.Descriptor, limit int64) ([]byte, error) {
+	if len(desc.URLs) > 0 {
+		return nil, fmt.Errorf("layer %s names foreign URLs; signature and attestation layers must be served by the registry", desc.Digest)
+	}
 	if desc.Size < 0 || desc.Size > limit {
 		return nil, fmt.Errorf("layer %s has size %d (limit %d)", desc.Digest, desc.Size, limit)
 	}
