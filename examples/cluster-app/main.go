@@ -248,6 +248,7 @@ func (c *controller) sync(ctx context.Context) error {
 		return err
 	}
 	var events []runtimeEvent
+	var changed []member
 	c.mu.Lock()
 	for _, m := range page.Items {
 		if !m.Added || m.Status == "deploying" {
@@ -261,7 +262,7 @@ func (c *controller) sync(ctx context.Context) error {
 		if typ == "" || (!known && m.Status == "removed") {
 			continue
 		}
-		c.roster[m.ID] = worker{Name: m.Name, Role: m.Role, NodeID: m.NodeID, Status: m.Status, Reason: m.ReasonCode, Since: m.UpdatedAt}
+		changed = append(changed, m)
 		events = append(events, runtimeEvent{SpecVersion: "1.0",
 			// The same transition gets the same id: a report retried after
 			// a lost answer is a duplicate, not a second event.
@@ -271,33 +272,41 @@ func (c *controller) sync(ctx context.Context) error {
 	}
 	c.lastErr, c.synced = "", true
 	c.mu.Unlock()
-	if len(events) > 0 {
-		c.report(ctx, events)
+	// A change enters the roster once the platform has its event (or
+	// refused it for good), so one not reported is reported at a later poll.
+	if len(events) > 0 && c.report(ctx, events) {
+		c.mu.Lock()
+		for _, m := range changed {
+			c.roster[m.ID] = worker{Name: m.Name, Role: m.Role, NodeID: m.NodeID, Status: m.Status, Reason: m.ReasonCode, Since: m.UpdatedAt}
+		}
+		c.mu.Unlock()
 	}
 	return nil
 }
 
 // report posts runtime events about the instance as one batch, trying
-// three times where trying again may help.
-func (c *controller) report(ctx context.Context, events []runtimeEvent) {
+// three times where trying again may help; done says the platform took
+// them or refused them for good (trying again would not help).
+func (c *controller) report(ctx context.Context, events []runtimeEvent) (done bool) {
 	for try := 1; try <= 3; try++ {
 		retry, err := c.meter.Call(ctx, http.MethodPost, c.instance+"/runtime-events", events, nil)
 		if err == nil {
 			for _, e := range events {
 				c.log.Info("reported", "type", e.Type, "member", e.Data.Member)
 			}
-			return
+			return true
 		}
 		c.log.Warn("runtime events not reported", "count", len(events), "try", try, "err", err)
 		if !retry {
-			return
+			return true
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return false
 		case <-time.After(time.Duration(try) * time.Second):
 		}
 	}
+	return false
 }
 
 func (c *controller) listed() bool {

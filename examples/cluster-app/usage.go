@@ -163,25 +163,36 @@ func (r *usageReporter) Run(ctx context.Context) {
 }
 
 // Flush reports what was counted, retrying a report that failed for a
-// reason that may pass (network, 5xx, 429) with the same event id.
+// reason that may pass (network, 5xx, 429) with the same event id. A report
+// kept from an earlier failure goes first, then what was counted since.
 func (r *usageReporter) Flush(ctx context.Context) error {
 	if !r.enabled {
 		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.cut == nil {
-		n := r.pending.Swap(0)
-		if n == 0 {
-			return nil
+	if r.cut != nil {
+		if err := r.sendCut(ctx); err != nil && r.cut != nil {
+			return err // still kept: what was counted since waits behind it
 		}
-		r.seq++
-		now := time.Now().UTC()
-		ev := &usageEvent{SpecVersion: "1.0", ID: fmt.Sprintf("%s-%d", r.idPrefix, r.seq), Source: r.source,
-			Type: "gpuaas.usage.v1", Subject: os.Getenv("GPUAAS_APP_INSTANCE_ID"), Time: now, DataContentType: "application/json"}
-		ev.Data.UsageUnit, ev.Data.Quantity, ev.Data.StartTime = r.unit, n, r.since
-		r.cut, r.since = ev, now
 	}
+	n := r.pending.Swap(0)
+	if n == 0 {
+		return nil
+	}
+	r.seq++
+	now := time.Now().UTC()
+	ev := &usageEvent{SpecVersion: "1.0", ID: fmt.Sprintf("%s-%d", r.idPrefix, r.seq), Source: r.source,
+		Type: "gpuaas.usage.v1", Subject: os.Getenv("GPUAAS_APP_INSTANCE_ID"), Time: now, DataContentType: "application/json"}
+	ev.Data.UsageUnit, ev.Data.Quantity, ev.Data.StartTime = r.unit, n, r.since
+	r.cut, r.since = ev, now
+	return r.sendCut(ctx)
+}
+
+// sendCut sends the cut report until it is taken, refused for good, or the
+// tries or ctx run out (then it is kept for the next Flush). The caller
+// holds r.mu.
+func (r *usageReporter) sendCut(ctx context.Context) error {
 	delay := 500 * time.Millisecond
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {

@@ -20,7 +20,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -212,12 +211,14 @@ func askForStreamUsage(r *http.Request) error {
 
 // tokenCounter passes an answer through and, at its end, counts the
 // tokens it reports: usage.total_tokens of the JSON answer, or of the
-// stream's data: chunks.
+// stream's data: chunks. A stream is read line by line as it passes, so
+// its usage chunk, which comes last, is seen however long the answer.
 type tokenCounter struct {
 	body   io.ReadCloser
 	meter  *usageReporter
 	stream bool
-	seen   bytes.Buffer // what has passed, up to a bound
+	seen   bytes.Buffer // a JSON answer so far (up to a bound), or a stream's unfinished line
+	total  int64        // the last usage a stream's chunks reported
 	done   bool
 }
 
@@ -225,14 +226,52 @@ const maxCounted = 4 << 20
 
 func (t *tokenCounter) Read(b []byte) (int, error) {
 	n, err := t.body.Read(b)
-	if t.seen.Len() < maxCounted {
+	if t.stream {
+		t.lines(b[:n])
+	} else if t.seen.Len() < maxCounted {
 		t.seen.Write(b[:n])
 	}
 	if err == io.EOF && !t.done {
 		t.done = true
+		if t.stream {
+			t.lines([]byte("\n")) // a last line without its newline
+		}
 		t.meter.Add(t.tokens())
 	}
 	return n, err
+}
+
+// lines reads the stream's complete lines in p; an unfinished one waits
+// in seen (a line past the bound is no usage chunk, and is dropped).
+func (t *tokenCounter) lines(p []byte) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			if t.seen.Len()+len(p) <= maxCounted {
+				t.seen.Write(p)
+			} else {
+				t.seen.Reset()
+			}
+			return
+		}
+		if t.seen.Len()+i <= maxCounted {
+			t.seen.Write(p[:i])
+			t.line(t.seen.Bytes())
+		}
+		t.seen.Reset()
+		p = p[i+1:]
+	}
+}
+
+func (t *tokenCounter) line(l []byte) {
+	data, ok := bytes.CutPrefix(bytes.TrimRight(l, "\r"), []byte("data: "))
+	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+		return
+	}
+	var u usageOf
+	if json.Unmarshal(data, &u) == nil && u.Usage != nil {
+		t.total = u.Usage.TotalTokens // the last chunk's count is the whole answer's
+	}
 }
 
 func (t *tokenCounter) Close() error { return t.body.Close() }
@@ -244,27 +283,14 @@ type usageOf struct {
 }
 
 func (t *tokenCounter) tokens() int64 {
-	if !t.stream {
-		var u usageOf
-		if json.Unmarshal(t.seen.Bytes(), &u) == nil && u.Usage != nil {
-			return u.Usage.TotalTokens
-		}
-		return 0
+	if t.stream {
+		return t.total
 	}
-	var total int64
-	sc := bufio.NewScanner(bytes.NewReader(t.seen.Bytes()))
-	sc.Buffer(make([]byte, 64<<10), maxCounted)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok || data == "[DONE]" {
-			continue
-		}
-		var u usageOf
-		if json.Unmarshal([]byte(data), &u) == nil && u.Usage != nil {
-			total = u.Usage.TotalTokens // the last chunk's count is the whole answer's
-		}
+	var u usageOf
+	if json.Unmarshal(t.seen.Bytes(), &u) == nil && u.Usage != nil {
+		return u.Usage.TotalTokens
 	}
-	return total
+	return 0
 }
 
 func envOr(k, def string) string {

@@ -84,8 +84,8 @@ var goImage struct {
 // buildGoImage imports an image holding the host's GOROOT at
 // /usr/local/go (what `go build` needs of it: no tests, no cmd sources, no
 // vet or cover) and, as /bin/sh, a static build of mvdan.cc/sh's gosh
-// (Dockerfile RUN lines go through /bin/sh -c), with the environment of
-// the official golang images. Nothing is fetched at build time: the
+// (Dockerfile RUN lines go through /bin/sh -c), and the host's root
+// certificates, with the environment of the official golang images. Nothing is fetched at build time: the
 // templates have no dependencies (GOPROXY=off, GOFLAGS=-mod=mod).
 //
 // Its GOCACHE comes warm: the standard library compiled as the templates'
@@ -125,6 +125,18 @@ func buildGoImage() (string, error) {
 	if out, err := build.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("warm the Go image's build cache: %v\n%s", err, out)
 	}
+	// The official golang images carry the system's root certificates,
+	// which the templates' Dockerfiles copy into the FROM-scratch image.
+	roots, err := os.ReadFile("/etc/ssl/certs/ca-certificates.crt")
+	if err != nil {
+		return "", fmt.Errorf("the Go image needs this machine's root certificates: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "etc", "ssl", "certs"), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "ssl", "certs", "ca-certificates.crt"), roots, 0o644); err != nil {
+		return "", err
+	}
 	if err := os.Mkdir(filepath.Join(dir, "tmp"), 0o755); err != nil {
 		return "", err
 	}
@@ -137,7 +149,7 @@ func buildGoImage() (string, error) {
 	name := fmt.Sprintf("gpuaas-go-standin:%d", time.Now().UnixNano())
 	// tar's --transform puts GOROOT at usr/local/go, whatever it is called here.
 	script := `g=$(basename "$2"); t=$g/pkg/tool/*
-tar -c -C "$1" bin tmp -C "$(dirname "$2")" --exclude="$g/test" --exclude="$g/api" --exclude="$g/doc" --exclude="$g/misc" \
+tar -c -C "$1" bin etc tmp -C "$(dirname "$2")" --exclude="$g/test" --exclude="$g/api" --exclude="$g/doc" --exclude="$g/misc" \
   --exclude="$g/lib" --exclude="$g/src/cmd" --exclude='*_test.go' --exclude=testdata \
   --exclude="$t/vet" --exclude="$t/cover" --exclude="$t/fix" --exclude="$t/preprofile" \
   --transform "s,^$g,usr/local/go," "$g" |

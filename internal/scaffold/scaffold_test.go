@@ -2,6 +2,8 @@ package scaffold_test
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
@@ -73,6 +75,46 @@ func TestEveryTemplateWritesAValidApp(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An app that calls the platform (usage.go: token, usage, heartbeats) over
+// the HTTPS API of a real install must find root certificates in its image;
+// an image FROM scratch has none unless the Dockerfile copies them in, and
+// every call then fails with "certificate signed by unknown authority".
+func TestReleaseImagesFromScratchCarryRootCertificates(t *testing.T) {
+	for _, tmpl := range scaffold.Templates() {
+		dir := filepath.Join(t.TempDir(), tmpl)
+		files, err := scaffold.Write(dir, scaffold.Options{Template: tmpl, Slug: "my-svc"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(files, "usage.go") {
+			continue // never calls the platform
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "Dockerfile"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var final []string // the last stage's lines
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "FROM ") {
+				final = nil
+			}
+			final = append(final, l)
+		}
+		if len(final) == 0 || strings.TrimSpace(final[0]) != "FROM scratch" {
+			continue // a base image with its own roots
+		}
+		ok := false
+		for _, l := range final {
+			f := strings.Fields(l)
+			ok = ok || len(f) == 4 && f[0] == "COPY" && strings.HasPrefix(f[1], "--from=") &&
+				strings.HasSuffix(f[2], "/ca-certificates.crt") && f[3] == "/etc/ssl/certs/ca-certificates.crt"
+		}
+		if !ok {
+			t.Errorf("%s: the image is FROM scratch and calls the API, but has no /etc/ssl/certs/ca-certificates.crt:\n%s", tmpl, b)
+		}
 	}
 }
 
@@ -187,13 +229,233 @@ func TestHTTPTemplateAppReportsUsageAndStopsCleanly(t *testing.T) {
 	if api.attempts[0] != api.attempts[1] {
 		t.Errorf("the retry of a refused report changed its id: %v", api.attempts)
 	}
-	var total int64
-	for _, q := range api.accepted {
-		total += q
-	}
-	if total != 4 || api.tokens < 1 {
+	if total := api.total(); total != 4 || api.tokens < 1 {
 		t.Errorf("accepted %v (total %d, want 4) with %d tokens", api.accepted, total, api.tokens)
 	}
+}
+
+// A report that failed is kept and sent again at the stop; what was
+// counted after it was cut must go out too. Before, the last flush sent
+// the kept report only, and the requests served since went unbilled.
+func TestHTTPTemplateAppReportsAllItOwesAfterAFailedReport(t *testing.T) {
+	api := &fakeAPI{t: t, refuse: true}
+	app := startHTTPTemplateApp(t, api)
+	for range 3 {
+		get(t, app.base+"/")
+	}
+	// The report of those three is cut and refused; its retry waits.
+	waitFor(t, func() bool { api.mu.Lock(); defer api.mu.Unlock(); return len(api.attempts) > 0 })
+	get(t, app.base+"/") // counted after the cut
+	if err := app.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	api.mu.Lock()
+	api.refuse = false // the platform is back for the stop
+	api.mu.Unlock()
+	app.waitStopped(t)
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if total := api.total(); total != 4 {
+		t.Errorf("accepted %v (total %d, want 4); posts %v", api.accepted, total, api.attempts)
+	}
+}
+
+// The vllm-compose app counts a streamed answer's tokens from its last
+// chunk (the usage chunk), however long the stream: before, it kept only
+// the first 4 MiB of a stream, so a long answer's usage chunk was never
+// seen and the answer was billed as 0 tokens.
+func TestVLLMTemplateAppMetersALongStream(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "llm")
+	if _, err := scaffold.Write(dir, scaffold.Options{Template: "vllm-compose"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range [][]string{{"-o", "app", "."}, {"-o", "app-standin", "./standin"}} {
+		if out, err := runIn(dir, append([]string{"go", "build"}, b...)...); err != nil {
+			t.Fatalf("go build %v: %v\n%s", b, err, out)
+		}
+	}
+	api := &fakeAPI{t: t, unit: "tokens"}
+	app := startTemplateApp(t, api, filepath.Join(dir, "app"), []string{"--model", "org/m", "--port", "PORT"},
+		"VLLM_COMMAND="+filepath.Join(dir, "app-standin"), "BACKEND_PORT="+freePort(t))
+	waitFor(t, func() bool { code, _ := get(t, app.base+"/v1/models"); return code == 200 })
+
+	// 60,000 words come back as 60,001 chunks, about 7 MiB of stream.
+	prompt := strings.Repeat("w ", 60000)
+	body, _ := json.Marshal(map[string]any{"model": "org/m", "prompt": prompt, "stream": true})
+	resp, err := http.Post(app.base+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || n < 5<<20 {
+		t.Fatalf("stream: %s, %d bytes", resp.Status, n)
+	}
+	if err := app.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	app.waitStopped(t)
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if want, total := int64(60000+60001), api.total(); total != want {
+		t.Errorf("metered %d tokens (%v), want %d", total, api.accepted, want)
+	}
+}
+
+// The controller reports a worker's change as a runtime event; when the
+// platform cannot take it (the tries run out), a later poll reports it
+// again with the same id. Before, the change entered the roster before it
+// was reported, and an event that failed was never sent.
+func TestControllerTemplateReportsAMemberChangeAfterAFailedReport(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cluster")
+	if _, err := scaffold.Write(dir, scaffold.Options{Template: "controller"}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runIn(dir, "go", "build", "-o", "app", "."); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	const inst = "/api/v1/projects/proj-1/app-instances/inst-1"
+	refused, taken := 0, map[string]int{} // member events: posts refused, and taken by id
+	api := &fakeAPI{t: t, other: func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case inst + "/members":
+			fmt.Fprint(w, `{"items":[{"id":"c","name":"controller","added":false,"status":"running"},`+
+				`{"id":"m-1","name":"worker-1","added":true,"node_id":"n-1","role":"worker","status":"running","updated_at":"2026-01-01T00:00:00Z"}]}`)
+		case inst + "/runtime-events":
+			var evs []struct{ ID, Type string }
+			if err := json.NewDecoder(r.Body).Decode(&evs); err != nil || len(evs) == 0 {
+				http.Error(w, "bad", http.StatusBadRequest)
+				return
+			}
+			if evs[0].Type != "member_added" {
+				fmt.Fprint(w, `{"recorded":1}`) // the heartbeat
+				return
+			}
+			if refused < 3 { // every try of the first report
+				refused++
+				http.Error(w, `{"error":{"code":"unavailable"}}`, http.StatusServiceUnavailable)
+				return
+			}
+			taken[evs[0].ID]++
+			fmt.Fprint(w, `{"recorded":1}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}}
+	app := startTemplateApp(t, api, filepath.Join(dir, "app"), nil, "USAGE_INTERVAL=1h")
+	waitFor(t, func() bool { api.mu.Lock(); defer api.mu.Unlock(); return len(taken) > 0 })
+	if err := app.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, app.logs, `"msg":"stopped cleanly"`)
+	_ = app.cmd.Wait()
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if len(taken) != 1 || taken["roster-m-1-running-2026-01-01T00:00:00Z"] != 1 {
+		t.Errorf("member events taken: %v", taken)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return fmt.Sprint(ln.Addr().(*net.TCPAddr).Port)
+}
+
+type templateApp struct {
+	cmd  *exec.Cmd
+	base string
+	logs chan string
+}
+
+// waitStopped waits for the app, signalled to stop, to log its clean stop
+// and exit 0.
+func (a templateApp) waitStopped(t *testing.T) {
+	t.Helper()
+	waitLog(t, a.logs, `"msg":"stopped cleanly"`)
+	if err := a.cmd.Wait(); err != nil {
+		t.Fatalf("exit: %v", err)
+	}
+}
+
+// startHTTPTemplateApp builds the http template's app and runs it against
+// api, as the platform would, until it serves.
+func startHTTPTemplateApp(t *testing.T, api *fakeAPI) templateApp {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "hello")
+	if _, err := scaffold.Write(dir, scaffold.Options{Template: "http"}); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "app")
+	if out, err := runIn(dir, "go", "build", "-o", bin, "."); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return startTemplateApp(t, api, bin, nil)
+}
+
+// startTemplateApp runs bin with args (PORT in them is the port it is
+// given) against api, with a mounted identity, until it logs that it serves.
+func startTemplateApp(t *testing.T, api *fakeAPI, bin string, args []string, env ...string) templateApp {
+	t.Helper()
+	pub, priv, _ := ed25519.GenerateKey(rand.Reader)
+	der, _ := x509.MarshalPKCS8PrivateKey(priv)
+	const tokenURL = "https://api.example/api/v1/auth/service-account/token"
+	api.pub, api.audience = pub, tokenURL
+	srv := httptest.NewServer(api)
+	t.Cleanup(srv.Close)
+	key, _ := json.Marshal(map[string]string{"type": "service_account", "service_account_id": "sa-1", "key_id": "k-1",
+		"private_key_pem": string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})), "token_url": tokenURL})
+	keyFile := filepath.Join(t.TempDir(), "identity.json")
+	if err := os.WriteFile(keyFile, key, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	for i, a := range args {
+		if a == "PORT" {
+			args[i] = port
+		}
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its children go with it
+	cmd.Env = append(append(os.Environ(), "PORT="+port, "USAGE_INTERVAL=200ms", "GPUAAS_IDENTITY_FILE="+keyFile,
+		"GPUAAS_APP_INSTANCE_ID=inst-1", "GPUAAS_PROJECT_ID=proj-1", "GPUAAS_API_BASE_URL="+srv.URL), env...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	logs := make(chan string, 1000)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			logs <- sc.Text()
+		}
+		close(logs)
+	}()
+	waitLog(t, logs, `"msg":"serving"`)
+	return templateApp{cmd: cmd, base: "http://127.0.0.1:" + port, logs: logs}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("not within 30 s")
+		}
+	}
+}
+
+// total is the quantity of every usage event taken; the caller holds mu.
+func (f *fakeAPI) total() int64 {
+	var n int64
+	for _, q := range f.accepted {
+		n += q
+	}
+	return n
 }
 
 type fakeAPI struct {
@@ -201,8 +463,11 @@ type fakeAPI struct {
 	pub         ed25519.PublicKey
 	audience    string
 	refuseFirst bool
+	unit        string           // the usage unit the app reports; requests when empty
+	other       http.HandlerFunc // any other path (called with mu held)
 
 	mu       sync.Mutex
+	refuse   bool // every usage post answers 503 while set
 	tokens   int
 	attempts []string
 	accepted map[string]int64
@@ -237,13 +502,13 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				Quantity  int64  `json:"quantity"`
 			} `json:"data"`
 		}
-		if err := json.NewDecoder(r.Body).Decode(&evs); err != nil || len(evs) != 1 || evs[0].Data.UsageUnit != "requests" || evs[0].Type != "gpuaas.usage.v1" {
+		if err := json.NewDecoder(r.Body).Decode(&evs); err != nil || len(evs) != 1 || evs[0].Data.UsageUnit != cmp.Or(f.unit, "requests") || evs[0].Type != "gpuaas.usage.v1" {
 			f.t.Errorf("usage body: %v %+v", err, evs)
 			http.Error(w, "bad", http.StatusBadRequest)
 			return
 		}
 		f.attempts = append(f.attempts, evs[0].ID)
-		if f.refuseFirst {
+		if f.refuseFirst || f.refuse {
 			f.refuseFirst = false
 			http.Error(w, `{"error":{"code":"unavailable"}}`, http.StatusServiceUnavailable)
 			return
@@ -254,6 +519,10 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.accepted[evs[0].ID] = evs[0].Data.Quantity // a repeat would overwrite, not add
 		fmt.Fprint(w, `{"results":[{"status":"recorded"}]}`)
 	default:
+		if f.other != nil {
+			f.other(w, r)
+			return
+		}
 		http.NotFound(w, r)
 	}
 }
