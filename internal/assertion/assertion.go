@@ -44,6 +44,7 @@ type Assertion struct {
 	JTI       string
 	IssuedAt  time.Time
 	ExpiresAt time.Time
+	NotBefore time.Time // zero when the assertion has no nbf
 
 	signingString string
 	signature     []byte
@@ -123,9 +124,13 @@ func Parse(raw string, r Rules) (Assertion, error) {
 	if len(tok.Signature) == 0 {
 		return Assertion{}, GrantError("missing_signature", "the assertion is not signed")
 	}
+	var nbf time.Time
+	if c.NotBefore != nil {
+		nbf = c.NotBefore.Time
+	}
 	return Assertion{
 		KeyID: kid, Algorithm: alg, Issuer: c.Issuer, Audience: c.Audience, JTI: c.ID, IssuedAt: iat, ExpiresAt: exp,
-		signingString: parts[0] + "." + parts[1], signature: tok.Signature,
+		NotBefore: nbf, signingString: parts[0] + "." + parts[1], signature: tok.Signature,
 	}, nil
 }
 
@@ -133,14 +138,19 @@ func errMalformed() error {
 	return GrantError("malformed_assertion", "the assertion is not a well-formed JWT: each part must be base64url-encoded JSON, signed")
 }
 
-// CheckClaims checks the audience (exactly tokenURL) and the clock: iat not
-// in the future and exp not past, each within skew.
+// CheckClaims checks the audience (exactly tokenURL) and the clock: iat and
+// nbf (when sent) not in the future and exp not past, each within skew. An
+// assertion must not be accepted before its nbf (RFC 7519 4.1.5, RFC 7523
+// 3).
 func (a Assertion) CheckClaims(now time.Time, tokenURL string, skew time.Duration) error {
 	if len(a.Audience) != 1 || a.Audience[0] != tokenURL {
 		return GrantError("invalid_audience", "the assertion's aud must be exactly %q, this server's token endpoint", tokenURL)
 	}
 	if a.IssuedAt.After(now.Add(skew)) {
 		return GrantError("issued_in_future", "the assertion's iat is in the future; check the clock of the signing machine (tolerance %s)", skew)
+	}
+	if !a.NotBefore.IsZero() && a.NotBefore.After(now.Add(skew)) {
+		return GrantError("not_yet_valid", "the assertion's nbf is in the future; it cannot be exchanged before %s (tolerance %s)", a.NotBefore.UTC().Format(time.RFC3339), skew)
 	}
 	if now.After(a.ExpiresAt.Add(skew)) {
 		return GrantError("assertion_expired", "the assertion expired at %s; sign a fresh one for every exchange", a.ExpiresAt.UTC().Format(time.RFC3339))

@@ -67,7 +67,9 @@ var secretKeys = map[string]bool{
 	"chpasswd": true, "ssh_keys": true, "private_key": true,
 }
 
-var privateKeyPEM = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY-----`)
+// privateKeyPEM matches PEM private keys (PKCS#1, PKCS#8, SEC 1, OpenSSH)
+// and armoured PGP secret keys (PRIVATE KEY BLOCK).
+var privateKeyPEM = regexp.MustCompile(`-----BEGIN [A-Z ]*PRIVATE KEY( BLOCK)?-----`)
 
 // Validate checks data and returns its problems, located by JSON pointer
 // and line; none means it is a bootstrap gpuaas accepts.
@@ -103,7 +105,7 @@ func Validate(data []byte) []manifest.Problem {
 	}
 	c.secrets("", root)
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], root.Content[i+1]
+		k, v := deref(root.Content[i]), deref(root.Content[i+1])
 		check, ok := modules[k.Value]
 		if !ok {
 			if !secretKeys[k.Value] { // already reported as a credential
@@ -133,10 +135,13 @@ func (c *checker) secrets(ptr string, n *yaml.Node) {
 	switch n.Kind {
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
+			// A key may be an alias of a scalar anchored elsewhere (*k: x);
+			// cloud-init reads it as that scalar. A value that is an alias
+			// was walked where its anchor is.
+			k, v := deref(n.Content[i]), n.Content[i+1]
 			p := ptr + "/" + escape(k.Value)
 			if secretKeys[k.Value] {
-				c.add(p, k.Line, "%s would put a credential in user-data, which anything on the machine can read; deliver it with the access-credential APIs at boot", k.Value)
+				c.add(p, n.Content[i].Line, "%s would put a credential in user-data, which anything on the machine can read; deliver it with the access-credential APIs at boot", k.Value)
 				continue
 			}
 			c.secrets(p, v)
@@ -186,13 +191,16 @@ func items(c *checker, ptr string, n *yaml.Node, want string, each func(ip strin
 		return
 	}
 	for i, item := range n.Content {
-		each(ptr+"/"+strconv.Itoa(i), item)
+		each(ptr+"/"+strconv.Itoa(i), deref(item))
 	}
 }
 
 func sshPwauth(c *checker, ptr string, n *yaml.Node) {
 	boolean(c, ptr, n)
-	if n.Value == "true" {
+	// YAML reads True and TRUE as true too (and cloud-init's YAML 1.1 yes
+	// and on).
+	switch strings.ToLower(n.Value) {
+	case "true", "yes", "on":
 		c.add(ptr, n.Line, "password sign-in over SSH is off on gpuaas machines; use keys (ssh_authorized_keys, or the bootstrap access credential)")
 	}
 }
@@ -222,7 +230,7 @@ func commands(c *checker, ptr string, n *yaml.Node) {
 				c.add(ip, cmd.Line, "an empty argument list")
 			}
 			for j, a := range cmd.Content {
-				if a.Kind != yaml.ScalarNode {
+				if deref(a).Kind != yaml.ScalarNode {
 					c.add(ip+"/"+strconv.Itoa(j), a.Line, "an argument must be a string")
 				}
 			}
@@ -247,7 +255,7 @@ func writeFiles(c *checker, ptr string, n *yaml.Node) {
 		var path *yaml.Node
 		hasBody := false
 		for j := 0; j+1 < len(f.Content); j += 2 {
-			k, v := f.Content[j], f.Content[j+1]
+			k, v := deref(f.Content[j]), deref(f.Content[j+1])
 			kp := ip + "/" + escape(k.Value)
 			switch k.Value {
 			case "path":
@@ -293,7 +301,7 @@ func users(c *checker, ptr string, n *yaml.Node) {
 		case u.Kind == yaml.MappingNode:
 			named := false
 			for j := 0; j+1 < len(u.Content); j += 2 {
-				if u.Content[j].Value == "name" && u.Content[j+1].Value != "" {
+				if deref(u.Content[j]).Value == "name" && deref(u.Content[j+1]).Value != "" {
 					named = true
 				}
 			}
@@ -333,6 +341,17 @@ func suggest(key string) string {
 		}
 	}
 	return best
+}
+
+// deref returns the node an alias (*name) stands for, as cloud-init reads
+// it; any other node as it is. Only the one node: the checks never expand
+// aliases below it, so a document of nested aliases costs no more to check
+// than to read.
+func deref(n *yaml.Node) *yaml.Node {
+	for i := 0; n.Kind == yaml.AliasNode && n.Alias != nil && i < 100; i++ {
+		n = n.Alias
+	}
+	return n
 }
 
 func escape(t string) string {

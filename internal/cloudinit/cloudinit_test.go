@@ -41,7 +41,11 @@ func TestValidateNamesWhatIsWrong(t *testing.T) {
 		{"password", h + "users:\n  - name: bob\n    plain_text_passwd: hunter2\n", "/users/0/plain_text_passwd", "credential in user-data", 4},
 		{"chpasswd", h + "chpasswd:\n  list: |\n    root:x\n", "/chpasswd", "credential in user-data", 2},
 		{"private key in a file", h + "write_files:\n  - path: /root/.ssh/id_ed25519\n    content: |\n      -----BEGIN OPENSSH PRIVATE KEY-----\n      abc\n", "/write_files/0/content", "private key", 4},
+		{"pgp secret key in apt", h + "apt:\n  sources:\n    x:\n      key: |\n        -----BEGIN PGP PRIVATE KEY BLOCK-----\n        abc\n", "/apt/sources/x/key", "private key", 5},
 		{"ssh password auth", h + "ssh_pwauth: true\n", "/ssh_pwauth", "password sign-in", 2},
+		{"ssh password auth, capitalised", h + "ssh_pwauth: True\n", "/ssh_pwauth", "password sign-in", 2},
+		{"ssh password auth, upper case", h + "ssh_pwauth: TRUE\n", "/ssh_pwauth", "password sign-in", 2},
+		{"password under an alias key", h + "hostname: &k plain_text_passwd\nusers:\n  - name: bob\n    *k : hunter2\n", "/users/0/plain_text_passwd", "credential in user-data", 5},
 		{"not a public key", h + "ssh_authorized_keys: [hello]\n", "/ssh_authorized_keys/0", "OpenSSH public key", 2},
 		{"empty command", h + "runcmd:\n  - ''\n", "/runcmd/0", "empty command", 3},
 		{"nested argv", h + "runcmd:\n  - [ls, [a]]\n", "/runcmd/0/1", "argument must be a string", 3},
@@ -60,6 +64,17 @@ func TestValidateNamesWhatIsWrong(t *testing.T) {
 			}
 			t.Errorf("want %s (line %d) %q among %+v", c.pointer, c.line, c.substr, ps)
 		})
+	}
+}
+
+// Anchors and aliases are YAML that cloud-init reads as what they stand
+// for: a module or a list item given by an alias is checked as its anchor.
+func TestValidateReadsAliases(t *testing.T) {
+	doc := "#cloud-config\nruncmd: &cmds\n  - [ls, &dir /etc]\nbootcmd: *cmds\n" +
+		"write_files:\n  - &f {path: /etc/x, content: x, permissions: '0644'}\n  - *f\n" +
+		"users:\n  - &u {name: bob}\n  - *u\n"
+	if p := cloudinit.Validate([]byte(doc)); len(p) > 0 {
+		t.Fatalf("a valid document with aliases: %v", p)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
 )
@@ -74,6 +75,24 @@ func (h *Hub) deliver(topic string) {
 	}
 }
 
+// deliverAll wakes every waiter and runs every listener, of every topic:
+// what a replica does when it may have missed notifications.
+func (h *Hub) deliverAll() {
+	h.mu.Lock()
+	for topic, c := range h.waiters {
+		close(c)
+		delete(h.waiters, topic)
+	}
+	var fs []func()
+	for _, l := range h.listeners {
+		fs = append(fs, l...)
+	}
+	h.mu.Unlock()
+	for _, f := range fs {
+		f()
+	}
+}
+
 // Waiting reports how many topics have waiters (tests, metrics).
 func (h *Hub) Waiting() int {
 	h.mu.Lock()
@@ -87,7 +106,11 @@ const Subject = "gpuaas.wake."
 // NewNATS returns a hub linked to every replica connected to nc: a Notify
 // is published on Subject+topic (core NATS, no JetStream: a hint needs no
 // storage), and a notification from another replica wakes this one's
-// waiters. The returned stop unsubscribes.
+// waiters. While the connection is down, the notifications of other
+// replicas do not reach this one; when it is back (and the subscription
+// with it), every waiter is woken and every listener run, as if each topic
+// had been notified, so nothing waits for its fallback nor trusts a cache
+// for what it may have missed. The returned stop unsubscribes.
 func NewNATS(nc *nats.Conn) (*Hub, func(), error) {
 	h := New()
 	b := make([]byte, 8)
@@ -109,7 +132,22 @@ func NewNATS(nc *nats.Conn) (*Hub, func(), error) {
 		return nil, nil, err
 	}
 	h.publish = func(topic string) { _ = nc.Publish(Subject+topic, []byte(self)) }
-	return h, func() { _ = sub.Unsubscribe() }, nil
+	// nats.go has one reconnect handler: keep the one set before, and call
+	// it first. nats.go sends the subscriptions again before calling it.
+	var stopped atomic.Bool
+	prev := nc.ReconnectHandler()
+	nc.SetReconnectHandler(func(c *nats.Conn) {
+		if prev != nil {
+			prev(c)
+		}
+		if !stopped.Load() {
+			h.deliverAll()
+		}
+	})
+	return h, func() {
+		stopped.Store(true)
+		_ = sub.Unsubscribe()
+	}, nil
 }
 
 // EventsCommitted is the topic of "a mutation committed events to the
