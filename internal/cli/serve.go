@@ -137,6 +137,9 @@ func newServerCmd() *cobra.Command {
 				return err
 			}
 			defer app.Close()
+			for _, w := range cfg.ProductionWarnings() {
+				app.Logger.WarnContext(ctx, "not a production setting: "+w)
+			}
 			return app.Serve(ctx)
 		},
 	}

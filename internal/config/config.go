@@ -437,3 +437,29 @@ func originURL(raw string) error {
 	}
 	return nil
 }
+
+// ProductionWarnings names the settings `gpuaas server` accepts but that a
+// production deployment usually should not run with; the server logs each
+// at start. They are not errors: one replica on SQLite, or plain HTTP on a
+// private network, can be what an operator chose.
+func (c Config) ProductionWarnings() []string {
+	var w []string
+	if strings.HasPrefix(c.DatabaseURL, "sqlite:") {
+		w = append(w, "the database is SQLite: one replica only, and no point-in-time backups; use PostgreSQL (--database-url postgres://…) in production")
+	}
+	if c.Events.NATSURL == "" {
+		w = append(w, "NATS is embedded: replicas do not share events or wake-ups; give every replica the same --nats-url in production")
+	}
+	if u, err := url.Parse(c.PublicURL); err == nil && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+		w = append(w, fmt.Sprintf("--public-url %s is plain HTTP on a non-loopback host: passwords, tokens and console cookies travel unencrypted (and the cookies lose Secure); serve https behind TLS", c.PublicURL))
+	}
+	return w
+}
+
+func loopbackHost(h string) bool {
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}

@@ -120,3 +120,26 @@ func TestValidateRefusesALimiterThatLocksEveryoneOut(t *testing.T) {
 		t.Errorf("no limit: %v", err)
 	}
 }
+
+// gpuaas server warns at start about settings it accepts but production
+// should not run with, and says nothing for a production-shaped config.
+func TestProductionWarnings(t *testing.T) {
+	c := Defaults()
+	c.DatabaseURL, c.PublicURL = "sqlite:///var/lib/gpuaas/db", "http://gpuaas.internal:8080"
+	w := strings.Join(c.ProductionWarnings(), "\n")
+	for _, want := range []string{"SQLite", "--nats-url", "plain HTTP"} {
+		if !strings.Contains(w, want) {
+			t.Errorf("no warning naming %s:\n%s", want, w)
+		}
+	}
+	c.DatabaseURL, c.PublicURL, c.Events.NATSURL = "postgres://db/gpuaas", "https://gpuaas.example.com", "nats://nats:4222"
+	if w := c.ProductionWarnings(); len(w) != 0 {
+		t.Errorf("a production config warned: %v", w)
+	}
+	for _, local := range []string{"http://127.0.0.1:8080", "http://localhost:8080", "http://[::1]:8080"} {
+		c.PublicURL = local
+		if w := c.ProductionWarnings(); len(w) != 0 {
+			t.Errorf("%s warned: %v", local, w)
+		}
+	}
+}
