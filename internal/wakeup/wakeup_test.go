@@ -38,15 +38,7 @@ func TestNotifyWakesWaitersOfItsTopicOnly(t *testing.T) {
 // Two hubs on one NATS server stand for two replicas: a notify on one wakes
 // the other's waiter.
 func TestNATSLinksReplicas(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	defer ns.Shutdown()
-	if !ns.ReadyForConnections(5 * time.Second) {
-		t.Fatal("nats not ready")
-	}
+	ns := startNATS(t)
 	conn := func() *nats.Conn {
 		nc, err := nats.Connect(ns.ClientURL())
 		if err != nil {
@@ -88,15 +80,7 @@ func TestNATSLinksReplicas(t *testing.T) {
 // its listeners run (caches forget), and the reconnect handler set before
 // still runs.
 func TestNATSReconnectWakesWhatItMayHaveMissed(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	defer ns.Shutdown()
-	if !ns.ReadyForConnections(5 * time.Second) {
-		t.Fatal("nats not ready")
-	}
+	ns := startNATS(t)
 	ncA, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -167,4 +151,19 @@ func (d *gatedDialer) Dial(network, address string) (net.Conn, error) {
 	case <-time.After(10 * time.Second): // a test that failed early
 	}
 	return net.Dial(network, address)
+}
+
+// startNATS runs an in-process NATS server until the test ends.
+func startNATS(t *testing.T) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats not ready")
+	}
+	return ns
 }
