@@ -10,12 +10,17 @@ import (
 
 // Billing's reads of the nodes domain's tables (allocations, issue 11).
 
+// allocationIntervalsSinceQuery reads the intervals open or ended at or
+// after its argument through allocation_intervals_ended (a BitmapOr of
+// its two conditions on PostgreSQL), not a scan of every interval.
+const allocationIntervalsSinceQuery = `SELECT id, allocation_id, org_id, project_id, sku, gpu_count, started_at, ended_at FROM allocation_intervals
+		WHERE ended_at IS NULL OR ended_at >= ? ORDER BY started_at, id`
+
 // AllocationIntervalsSince lists the allocation intervals of every project
 // that are still open or ended at or after since: what the metering worker
 // may still have to record.
 func (q *Queries) AllocationIntervalsSince(ctx context.Context, since time.Time) ([]billing.AllocationInterval, error) {
-	rows, err := q.query(ctx, `SELECT id, allocation_id, org_id, project_id, sku, gpu_count, started_at, ended_at FROM allocation_intervals
-		WHERE ended_at IS NULL OR ended_at >= ? ORDER BY started_at, id`, ts(since))
+	rows, err := q.query(ctx, allocationIntervalsSinceQuery, ts(since))
 	if err != nil {
 		return nil, err
 	}
@@ -36,15 +41,22 @@ func (q *Queries) ProjectHeldGPUs(ctx context.Context, projectID string) (int64,
 
 // Billing's reads of the app-instances domain's tables (issue 12).
 
+// instanceStatusChangesQuery picks the instances first (one list of ids:
+// two IN lists joined by OR made both dialects scan every timeline row,
+// and a UNION made SQLite scan them in id order to merge) and reads their
+// timelines through app_instance_events_instance; the recently changed
+// ones are found through app_instance_events_occurred.
+const instanceStatusChangesQuery = `SELECT e.instance_id, e.id, e.status, e.occurred_at FROM app_instance_events e
+		WHERE e.instance_id IN (SELECT id FROM app_instances WHERE status IN ('running', 'upgrading', 'rolling_back')
+			UNION ALL SELECT instance_id FROM app_instance_events WHERE occurred_at >= ?)
+		ORDER BY e.instance_id, e.occurred_at, e.id`
+
 // InstanceStatusChanges returns the timelines, oldest first per instance,
 // of every instance that is serving now (running, upgrading, rolling back)
 // or that changed status at or after since: everything whose running time
 // the metering worker may still have to record.
 func (q *Queries) InstanceStatusChanges(ctx context.Context, since time.Time) ([]billing.InstanceStatusChange, error) {
-	rows, err := q.query(ctx, `SELECT e.instance_id, e.id, e.status, e.occurred_at FROM app_instance_events e
-		WHERE e.instance_id IN (SELECT id FROM app_instances WHERE status IN ('running', 'upgrading', 'rolling_back'))
-		   OR e.instance_id IN (SELECT instance_id FROM app_instance_events WHERE occurred_at >= ?)
-		ORDER BY e.instance_id, e.occurred_at, e.id`, ts(since))
+	rows, err := q.query(ctx, instanceStatusChangesQuery, ts(since))
 	if err != nil {
 		return nil, err
 	}

@@ -126,3 +126,54 @@ func SchemaShapeForTest(ctx context.Context, db *DB) (SchemaShape, error) {
 	}
 	return s, nil
 }
+
+// CurrentRoleForTest reads the role the session runs as (PostgreSQL).
+func CurrentRoleForTest(ctx context.Context, q *Queries, role *string) error {
+	return q.queryRow(ctx, `SELECT current_user`).Scan(role)
+}
+
+// The metering reads, for their query plans.
+const (
+	AllocationIntervalsSinceQueryForTest = allocationIntervalsSinceQuery
+	InstanceStatusChangesQueryForTest    = instanceStatusChangesQuery
+)
+
+// QueryPlanForTest returns the plan of query: EXPLAIN QUERY PLAN on
+// SQLite; on PostgreSQL EXPLAIN with sequential scans priced out, so the
+// plan shows whether an index can serve the query at all (on a small
+// table a scan is cheaper, whatever the indexes).
+func QueryPlanForTest(ctx context.Context, db *DB, query string, args ...any) (string, error) {
+	var lines []string
+	err := db.InTx(ctx, func(q *Queries) error {
+		explain := `EXPLAIN QUERY PLAN `
+		if db.dialect == Postgres {
+			if _, err := q.exec(ctx, `SET LOCAL enable_seqscan = off`); err != nil {
+				return err
+			}
+			explain = `EXPLAIN `
+		}
+		rows, err := q.query(ctx, explain+query, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if db.dialect == Postgres {
+				var line string
+				if err := rows.Scan(&line); err != nil {
+					return err
+				}
+				lines = append(lines, line)
+				continue
+			}
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				return err
+			}
+			lines = append(lines, detail)
+		}
+		return rows.Err()
+	})
+	return strings.Join(lines, "\n"), err
+}

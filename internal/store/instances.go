@@ -126,7 +126,7 @@ func (q *Queries) UpdateAppInstanceHealth(ctx context.Context, id string, h inst
 // heartbeat was due before now, earliest due first.
 func (q *Queries) HeartbeatsOverdue(ctx context.Context, now time.Time, limit int) ([]instances.AppInstance, error) {
 	rows, err := q.query(ctx, `SELECT `+appInstanceReadCols+` FROM app_instances WHERE heartbeat_due_at IS NOT NULL AND heartbeat_due_at < ?
-		AND status = 'running' AND health <> 'degraded' ORDER BY heartbeat_due_at, id`+limitClause(limit), ts(now))
+		AND status = 'running' AND health <> 'degraded' ORDER BY heartbeat_due_at, id LIMIT ?`, ts(now), limit)
 	if err != nil {
 		return nil, err
 	}

@@ -79,14 +79,59 @@ const createMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
     applied_at TEXT NOT NULL
 )`
 
+// migrateLock is the PostgreSQL advisory lock every schema change holds:
+// replicas migrating one database take turns.
+const migrateLock = 7434211
+
 // SchemaVersion reports the version recorded in the database (0 when fresh).
+// It only reads: the server may run as a role that cannot create tables
+// (gpuaas_app, with --auto-migrate=false), which `CREATE TABLE IF NOT
+// EXISTS` refuses even when the table exists.
 func (db *DB) SchemaVersion(ctx context.Context) (int, error) {
-	if _, err := db.sql.ExecContext(ctx, createMigrationsTable); err != nil {
-		return 0, fmt.Errorf("ensure schema_migrations: %w", err)
+	exists, err := db.migrationsTableExists(ctx)
+	if err != nil || !exists {
+		return 0, err
 	}
 	var v int
-	err := db.sql.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
-	return v, err
+	err = db.sql.QueryRowContext(ctx, `SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	return v, mapErr(err)
+}
+
+func (db *DB) migrationsTableExists(ctx context.Context) (bool, error) {
+	query := `SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`
+	if db.dialect == Postgres {
+		// The schema tables are created in (CREATE TABLE IF NOT EXISTS
+		// looked only in) the current schema, not anywhere on the path.
+		query = `SELECT COUNT(*) FROM pg_catalog.pg_tables WHERE schemaname = current_schema() AND tablename = 'schema_migrations'`
+	}
+	var n int
+	if err := db.sql.QueryRowContext(ctx, query).Scan(&n); err != nil {
+		return false, fmt.Errorf("find schema_migrations: %w", mapErr(err))
+	}
+	return n > 0, nil
+}
+
+// ensureMigrationsTable creates schema_migrations if it is missing, under
+// the migration lock: concurrent CREATE TABLE IF NOT EXISTS of one table
+// fail on PostgreSQL (a unique violation in its catalog), which stopped
+// replicas starting together on a fresh database.
+func (db *DB) ensureMigrationsTable(ctx context.Context) error {
+	if exists, err := db.migrationsTableExists(ctx); err != nil || exists {
+		return err
+	}
+	err := db.InTx(ctx, func(q *Queries) error {
+		if db.dialect == Postgres {
+			if _, err := q.exec(ctx, `SELECT pg_advisory_xact_lock(`+strconv.Itoa(migrateLock)+`)`); err != nil {
+				return err
+			}
+		}
+		_, err := q.exec(ctx, createMigrationsTable)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("ensure schema_migrations: %w", err)
+	}
+	return nil
 }
 
 // Migrate applies every pending migration, each in its own transaction. On
@@ -97,7 +142,7 @@ func (db *DB) Migrate(ctx context.Context) (applied int, err error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := db.SchemaVersion(ctx); err != nil {
+	if err := db.ensureMigrationsTable(ctx); err != nil {
 		return 0, err
 	}
 	for _, m := range ms {
@@ -105,7 +150,7 @@ func (db *DB) Migrate(ctx context.Context) (applied int, err error) {
 		err := db.InTx(ctx, func(q *Queries) error {
 			if db.dialect == Postgres {
 				// Held until the transaction ends; replicas wait here in turn.
-				if _, err := q.exec(ctx, `SELECT pg_advisory_xact_lock(7434211)`); err != nil {
+				if _, err := q.exec(ctx, `SELECT pg_advisory_xact_lock(`+strconv.Itoa(migrateLock)+`)`); err != nil {
 					return err
 				}
 			}
