@@ -47,8 +47,10 @@ func TestPythonSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pytest: %v\n%s", err, res)
 	}
-	if !strings.Contains(string(res), "4 passed") {
-		t.Errorf("pytest ran other than the 4 tests:\n%s", res)
+	// Every test ran against the server: the suite's offline tests pass
+	// without it, and the ones that need it skip when it is missing.
+	if !strings.Contains(string(res), " passed") || strings.Contains(string(res), "skipped") || strings.Contains(string(res), "deselected") {
+		t.Errorf("pytest skipped tests or passed none:\n%s", res)
 	}
 	t.Logf("pytest:\n%s", res)
 }

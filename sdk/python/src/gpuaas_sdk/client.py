@@ -167,8 +167,13 @@ class Client:
             if authenticated and self.credentials is not None:
                 h["Authorization"] = "Bearer " + self.credentials.token()
             r = self._http.request(method, path, json=json, params=_clean(params), content=content, headers=h)
-            if r.status_code == 401 and attempt == 1 and isinstance(self.credentials, ServiceAccountCredentials):
-                self.credentials.invalidate()  # revoked or expired early: mint a new one, once
+            # Revoked or expired early: mint a new token, once. Only for a
+            # call that sent one: a 401 of the token exchange itself comes
+            # while the credentials hold their lock (invalidating would wait
+            # on it forever), and resending its one-time assertion cannot help.
+            if (r.status_code == 401 and attempt == 1 and authenticated
+                    and isinstance(self.credentials, ServiceAccountCredentials)):
+                self.credentials.invalidate()
                 continue
             break
         if r.status_code >= 400:

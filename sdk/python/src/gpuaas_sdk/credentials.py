@@ -14,7 +14,7 @@ import json
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
@@ -37,7 +37,7 @@ class KeyFile:
 
     service_account_id: str
     key_id: str
-    private_key_pem: str
+    private_key_pem: str = field(repr=False)  # never in a log line or a test failure
     project_id: str = ""
     token_url: str = ""
     api_base_url: str = ""  # set in a workload's identity file

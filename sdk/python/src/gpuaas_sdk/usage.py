@@ -8,6 +8,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from . import errors
 from .client import Client, UsageEvent
 from .credentials import IDENTITY_PATH, KeyFile
@@ -21,7 +23,7 @@ class UsageReporter:
     GPUAAS_APP_INSTANCE_ID and GPUAAS_PROJECT_ID. Event ids must be stable
     across retries (derive them from what was measured): a retried report is
     counted once, so ``report`` retries on its own when the platform is
-    briefly unavailable.
+    briefly unavailable or unreachable (503, 429, 5xx, a network error).
     """
 
     def __init__(self, client: Client, project_id: str, instance_id: str, source: str | None = None) -> None:
@@ -49,9 +51,12 @@ class UsageReporter:
         for attempt in range(attempts):
             try:
                 return self.client.report_usage(self.project_id, self.instance_id, [ev])
-            except (errors.Unavailable, errors.RateLimited) as e:
+            except (errors.Unavailable, errors.RateLimited, errors.ServerError,
+                    httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as e:
+                # Safe to send again whatever happened to the last try: the
+                # event id is the same, so one that arrived is counted once.
                 if attempt == attempts - 1:
                     raise
-                time.sleep(e.retry_after or delay)
+                time.sleep(getattr(e, "retry_after", None) or delay)
                 delay = min(delay * 2, 10)
         raise AssertionError("unreachable")
