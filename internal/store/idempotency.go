@@ -73,7 +73,7 @@ func (q *Queries) commitIdempotencyClaim(ctx context.Context, c IdempotencyClaim
 	var n int
 	if err := q.queryRow(ctx, `SELECT COUNT(*) FROM idempotency_keys WHERE principal = ? AND idem_key = ? AND claim_id = ?`,
 		c.Principal, c.Key, c.ClaimID).Scan(&n); err != nil {
-		return err
+		return mapErr(err)
 	}
 	if n == 0 {
 		return errdefs.Conflict("idempotency_claim_lost",

@@ -645,5 +645,5 @@ func (q *Queries) ListInstanceAttachments(ctx context.Context, instanceID string
 func (q *Queries) InstanceAttached(ctx context.Context, instanceID, projectID string) (bool, error) {
 	var n int
 	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_instance_attachments WHERE instance_id = ? AND project_id = ?`, instanceID, projectID).Scan(&n)
-	return n > 0, err
+	return n > 0, mapErr(err)
 }
