@@ -201,6 +201,10 @@ type page struct {
 	// After is where a live page's stream starts (liveAfter): the event
 	// position its state is as of. Empty: at the stream's opening.
 	After string
+	// formToAnyOrigin lets the page's forms lead to another origin: a form
+	// whose answer redirects there (the app's origin, for "Open app") is
+	// held to form-action by the browser, redirect included.
+	formToAnyOrigin bool
 }
 
 type sessionView struct {
@@ -253,6 +257,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	}
 	p.Path = r.URL.Path
 	securityHeaders(w)
+	if p.formToAnyOrigin {
+		w.Header().Set("Content-Security-Policy", strings.Replace(w.Header().Get("Content-Security-Policy"), "form-action 'self'", "form-action 'self' http: https:", 1))
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.WriteHeader(status)
 	tmpl := "layout.html"

@@ -38,6 +38,7 @@ func (c *Console) routes() {
 	m.HandleFunc("GET /workloads/instance/{id}", c.signedIn(c.instancePage))
 	m.HandleFunc("POST /workloads/instance/{id}/{action}", c.signedIn(c.instanceAction))
 	m.HandleFunc("GET /workloads/instance/{id}/open", c.signedIn(c.openApp))
+	m.HandleFunc("POST /workloads/instance/{id}/open", c.signedIn(c.openAppConfirmed))
 	m.HandleFunc("GET /events/stream", c.signedIn(c.eventStream))
 	c.extraRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -177,7 +178,7 @@ func (c *Console) loginCSRF(w http.ResponseWriter, r *http.Request) string {
 
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	if _, err := c.session(r); err == nil {
-		http.Redirect(w, r, redirect.Local(r.URL.Query().Get("next")), http.StatusSeeOther)
+		http.Redirect(w, r, askBeforeOpening(redirect.Local(r.URL.Query().Get("next"))), http.StatusSeeOther)
 		return
 	}
 	c.render(w, r, http.StatusOK, "login", page{Title: "Sign in", Data: loginData{CSRF: c.loginCSRF(w, r), Next: redirect.Local(r.URL.Query().Get("next"))}})
@@ -226,7 +227,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	done := c.cookie(loginCSRFCookie, "/login")
 	done.MaxAge = -1
 	http.SetCookie(w, done)
-	http.Redirect(w, r, next, http.StatusSeeOther)
+	http.Redirect(w, r, askBeforeOpening(next), http.StatusSeeOther)
 }
 
 // logout ends the session on the server: the cookie is worthless after.

@@ -3,8 +3,10 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/url"
+	pathpkg "path"
 	"strings"
 
 	"github.com/gpuaas/gpuaas/client"
@@ -139,6 +141,13 @@ type launchData struct {
 // launchVersion finds the entitled version a launch is for.
 func (c *Console) launchVersion(w http.ResponseWriter, r *http.Request, q *req) (*launchData, bool) {
 	if c.needProject(w, r, q) {
+		return nil, false
+	}
+	if !q.view.Can(iam.PermInstanceCreate) {
+		// Launch preview and create both need it: a viewer gets no wizard
+		// whose every button the API refuses.
+		c.render(w, r, http.StatusNotFound, "notfound", page{Title: "Not found", Session: q.view,
+			Flash: "Your roles in this project do not allow launching apps. A project admin can grant you a role that does (project_member or app_operator)."})
 		return nil, false
 	}
 	e, err := c.projectEntry(r, q, r.PathValue("slug"))
@@ -349,9 +358,58 @@ func (c *Console) instanceAction(w http.ResponseWriter, r *http.Request, q *req)
 
 // openApp hands the browser a one-time link to the instance's UI on its
 // own origin (the gateway also sends people here when their app token
-// expired).
+// expired). Minting a code opens the app as the person and is audited, so
+// a GET does it only when the console itself (or the person, typing the
+// address) asked: a link on another site, which SameSite=Lax sends the
+// session cookie with, gets a page whose button (a CSRF-checked POST,
+// openAppConfirmed) opens the app.
 func (c *Console) openApp(w http.ResponseWriter, r *http.Request, q *req) {
-	id := r.PathValue("id")
+	id, path := r.PathValue("id"), r.URL.Query().Get("path")
+	if c.foreignNavigation(r) || r.URL.Query().Get("ask") != "" {
+		inst, err := q.api.GetAppInstance(r.Context(), c.instanceProject(r, q, id), id)
+		if err != nil {
+			c.fail(w, r, err)
+			return
+		}
+		c.render(w, r, http.StatusOK, "open", page{Title: "Open " + inst.DisplayName, Session: q.view,
+			Data: openData{Inst: inst, Path: path}, formToAnyOrigin: true})
+		return
+	}
+	c.mintAndOpen(w, r, q, id, path)
+}
+
+// askBeforeOpening marks a sign-in's next that opens an app (a foreign
+// link, or the gateway, sent a signed-out person to sign in first): the
+// redirect after the sign-in is the console's own, so the person is asked
+// there as they would have been when signed in (openApp).
+func askBeforeOpening(next string) string {
+	u, err := url.Parse(next)
+	if err != nil {
+		return next
+	}
+	if ok, _ := pathpkg.Match("/workloads/instance/*/open", u.Path); !ok {
+		return next
+	}
+	qv := u.Query()
+	qv.Set("ask", "1")
+	u.RawQuery = qv.Encode()
+	return u.String()
+}
+
+// openAppConfirmed opens the app from the button of the page a foreign
+// link got (openApp); signedIn checked its CSRF token.
+func (c *Console) openAppConfirmed(w http.ResponseWriter, r *http.Request, q *req) {
+	c.mintAndOpen(w, r, q, r.PathValue("id"), r.PostFormValue("path"))
+}
+
+type openData struct {
+	Inst client.AppInstance
+	Path string
+}
+
+// mintAndOpen mints a one-time UI code for the instance and sends the
+// browser to the gateway with it, on to path within the app.
+func (c *Console) mintAndOpen(w http.ResponseWriter, r *http.Request, q *req, id, path string) {
 	var out struct {
 		URL string `json:"url"`
 	}
@@ -365,13 +423,84 @@ func (c *Console) openApp(w http.ResponseWriter, r *http.Request, q *req) {
 		c.fail(w, r, err)
 		return
 	}
-	if p := r.URL.Query().Get("path"); strings.HasPrefix(p, "/") && !strings.HasPrefix(p, "//") {
+	if strings.HasPrefix(path, "/") && !strings.HasPrefix(path, "//") {
 		qv := target.Query()
-		qv.Set("path", p)
+		qv.Set("path", path)
 		target.RawQuery = qv.Encode()
 	}
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	http.Redirect(w, r, target.String(), http.StatusSeeOther)
+}
+
+// foreignNavigation reports whether a GET may have been started by a page
+// that is not the console's: another site's link, or an app's UI on a
+// sibling subdomain (same-site, but not the console). A browser says so
+// in Sec-Fetch-Site ("same-origin" for the console's own links, "none"
+// for an address typed or a bookmark). Where it sends no fetch metadata
+// (an older browser, or a plain-http origin that is not loopback, where
+// browsers send none) an Origin or Referer of another origin gives it
+// away; with neither (a page can suppress its Referer) only a request
+// that no current browser would send without fetch metadata (over https
+// or to loopback: a client that is no browser) passes.
+func (c *Console) foreignNavigation(r *http.Request) bool {
+	switch r.Header.Get("Sec-Fetch-Site") {
+	case "same-origin", "none":
+		return false
+	case "":
+	default: // same-site, cross-site, or a value unknown here
+		return true
+	}
+	seen := false
+	for _, h := range []string{"Origin", "Referer"} {
+		v := r.Header.Get(h)
+		if v == "" {
+			continue
+		}
+		if !c.ownOrigin(r, v) {
+			return true
+		}
+		seen = true
+	}
+	return !seen && !c.fetchMetadataExpected(r)
+}
+
+// ownOrigin reports whether the URL v (an Origin or a Referer) is of the
+// console's own origin: its public URL's, or the host the request came to.
+func (c *Console) ownOrigin(r *http.Request, v string) bool {
+	u, err := url.Parse(v)
+	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
+		return false // "null" (an opaque origin) included
+	}
+	if c.cfg.PublicURL != nil {
+		if pub, err := url.Parse(c.cfg.PublicURL()); err == nil && pub.Host != "" &&
+			strings.EqualFold(pub.Scheme, u.Scheme) && strings.EqualFold(pub.Host, u.Host) {
+			return true
+		}
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return u.Scheme == scheme && strings.EqualFold(u.Host, r.Host)
+}
+
+// fetchMetadataExpected reports whether a current browser would have sent
+// Sec-Fetch-Site to this request: browsers send it to potentially
+// trustworthy origins only (https, loopback).
+func (c *Console) fetchMetadataExpected(r *http.Request) bool {
+	if r.TLS != nil || (c.cfg.PublicURL != nil && c.secure()) {
+		return true
+	}
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 // eventStream relays the project's event stream to the page's

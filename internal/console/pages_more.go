@@ -3,6 +3,7 @@ package console
 import (
 	"encoding/json"
 	"fmt"
+	"html/template"
 	"io"
 	"math/big"
 	"net/http"
@@ -413,7 +414,10 @@ type auditData struct {
 	Items   []auditRow
 	Next    string
 	Filters map[string]string
-	Query   string
+	// Query is the filters as a query string, for the next page's link:
+	// a URL part already encoded (html/template would encode its & and =
+	// again, and the next page would lose the filters).
+	Query template.URL
 }
 
 var auditFilters = []string{"action", "actor_id", "resource_type", "resource_id", "outcome", "correlation_id", "project_id", "org_id"}
@@ -445,6 +449,6 @@ func (c *Console) audit(w http.ResponseWriter, r *http.Request, q *req) {
 	d.Items, d.Next = out.Items, out.NextCursor
 	qv.Del("cursor")
 	qv.Del("limit")
-	d.Query = qv.Encode()
+	d.Query = template.URL(qv.Encode()) // encoded by url.Values: safe as a query
 	c.render(w, r, http.StatusOK, "audit", page{Title: "Audit log", Session: q.view, Data: d})
 }

@@ -31,6 +31,9 @@ type field struct {
 	Min, Max    string
 	Required    bool
 	Error       string
+	// enum is an enum field's values as the schema has them: the option
+	// chosen is sent as its value (the number 2, not the text "2").
+	enum []any
 }
 
 // schemaDoc is the part of a JSON Schema the wizard renders.
@@ -124,7 +127,7 @@ func schemaFields(doc string, raw json.RawMessage) []field {
 	var out []field
 	for _, n := range names {
 		p := s.Properties[n]
-		f := field{Name: doc + "." + n, Pointer: "/" + doc + "/" + n, Label: n, Description: p.Description, Kind: p.typeName()}
+		f := field{Name: doc + "." + n, Pointer: "/" + doc + "/" + pointerToken(n), Label: n, Description: p.Description, Kind: p.typeName()}
 		if p.Title != "" {
 			f.Label = p.Title
 		}
@@ -132,7 +135,7 @@ func schemaFields(doc string, raw json.RawMessage) []field {
 			f.Required = f.Required || r == n
 		}
 		if len(p.Enum) > 0 {
-			f.Kind = "enum"
+			f.Kind, f.enum = "enum", p.Enum
 			for _, e := range p.Enum {
 				f.Options = append(f.Options, fmt.Sprint(e))
 			}
@@ -176,6 +179,14 @@ func fill(fields []field, form url.Values) {
 			continue
 		}
 		f.Value = form.Get(f.Name)
+		if v := strings.TrimSpace(f.Value); strings.HasPrefix(f.Name, "resources.") && v != "" {
+			if _, err := strconv.Atoi(v); err != nil {
+				// The request carries resources as integers, so this text
+				// goes as -1 and the server's error would name -1, which
+				// the person never typed: say what is wrong with what they did.
+				f.Error = fmt.Sprintf("must be a whole number (got %q)", v)
+			}
+		}
 	}
 }
 
@@ -187,6 +198,16 @@ func launchValue(f field, itemType string) (any, bool) {
 	switch f.Kind {
 	case "boolean":
 		return f.Checked, true
+	case "enum":
+		if f.Value == "" {
+			return nil, false
+		}
+		for _, e := range f.enum {
+			if fmt.Sprint(e) == f.Value {
+				return e, true
+			}
+		}
+		return f.Value, true // not an option: the server says so
 	case "array":
 		if v == "" {
 			return nil, false
@@ -295,6 +316,12 @@ func itemTypes(mv manifest.Version) map[string]string {
 	return out
 }
 
+// pointerToken escapes a property name as one JSON pointer token (RFC
+// 6901), as the server's errors name it: "a/b" is "a~1b".
+func pointerToken(name string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(name)
+}
+
 // markErrors puts each field error next to its field; the rest are
 // returned for the top of the form.
 func markErrors(fields []field, errs map[string]string) map[string]string {
@@ -303,7 +330,10 @@ func markErrors(fields []field, errs map[string]string) map[string]string {
 		placed := false
 		for i := range fields {
 			if ptr == fields[i].Pointer || strings.HasPrefix(ptr, fields[i].Pointer+"/") {
-				fields[i].Error, placed = msg, true
+				if fields[i].Error == "" { // one set by fill says it better
+					fields[i].Error = msg
+				}
+				placed = true
 				break
 			}
 		}
