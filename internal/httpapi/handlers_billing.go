@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/csv"
+	"fmt"
 	"math/big"
 	"net/http"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpuaas/gpuaas/internal/billing"
+	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/storage"
 )
@@ -18,7 +20,8 @@ import (
 // usageMaxBody admits a full batch of usage events (10,000 small events).
 const usageMaxBody = 16 << 20
 
-// csvExportMax bounds one CSV export; narrow the time range for more.
+// csvExportMax bounds one CSV export; a larger one is aborted (narrow the
+// time range).
 const csvExportMax = 200_000
 
 func (a *API) billingService() (*billing.Service, error) {
@@ -131,7 +134,7 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
 		}
 		if wantsCSV(r) {
 			cols := append(append([]string(nil), qy.GroupBy...), "usage_unit", "quantity", "records")
-			return writeCSV(w, cols, func(emit func([]string) error) error {
+			return a.writeCSV(w, r, cols, func(emit func([]string) error) error {
 				for _, gr := range out.Groups {
 					row := make([]string, 0, len(cols))
 					for _, c := range qy.GroupBy {
@@ -158,7 +161,7 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return writeCSV(w, cols, func(emit func([]string) error) error {
+		return a.writeCSV(w, r, cols, func(emit func([]string) error) error {
 			recs, n := first, 0
 			for {
 				for _, u := range recs {
@@ -170,8 +173,11 @@ func (a *API) listUsage(w http.ResponseWriter, r *http.Request) error {
 					}
 				}
 				n += len(recs)
-				if next == "" || n >= csvExportMax {
+				if next == "" {
 					return nil
+				}
+				if n >= csvExportMax {
+					return errCSVExportTooLarge
 				}
 				if recs, next, err = svc.ListUsage(ctx, g, qy, storage.Page{Limit: storage.MaxPageLimit, Cursor: next}); err != nil {
 					return err
@@ -231,7 +237,7 @@ func (a *API) listLedger(w http.ResponseWriter, r *http.Request) error {
 		if err != nil {
 			return err
 		}
-		return writeCSV(w, cols, func(emit func([]string) error) error {
+		return a.writeCSV(w, r, cols, func(emit func([]string) error) error {
 			es, n := first, 0
 			for {
 				for _, e := range es {
@@ -243,8 +249,11 @@ func (a *API) listLedger(w http.ResponseWriter, r *http.Request) error {
 					}
 				}
 				n += len(es)
-				if next == "" || n >= csvExportMax {
+				if next == "" {
 					return nil
+				}
+				if n >= csvExportMax {
+					return errCSVExportTooLarge
 				}
 				if es, next, err = svc.ListLedger(ctx, g, qy, storage.Page{Limit: storage.MaxPageLimit, Cursor: next}); err != nil {
 					return err
@@ -331,7 +340,7 @@ func (a *API) billingCosts(w http.ResponseWriter, r *http.Request) error {
 	}
 	if wantsCSV(r) {
 		cols := append(append([]string(nil), qy.GroupBy...), "currency", "amount_micros", "entries")
-		return writeCSV(w, cols, func(emit func([]string) error) error {
+		return a.writeCSV(w, r, cols, func(emit func([]string) error) error {
 			if len(qy.GroupBy) == 0 {
 				for _, t := range out.Totals {
 					if err := emit([]string{t.Currency, t.AmountMicros.String(), itoa64(t.Entries)}); err != nil {
@@ -357,7 +366,11 @@ func (a *API) billingCosts(w http.ResponseWriter, r *http.Request) error {
 }
 
 // writeCSV streams a CSV document: a header row, then what rows emits.
-func writeCSV(w http.ResponseWriter, header []string, rows func(emit func([]string) error) error) error {
+// The status is sent before the rows are read, so a later failure (the
+// database gone mid-export, more than csvExportMax rows) cannot become an
+// error answer; the response is aborted instead, so the client sees a
+// failed download rather than a short file that looks complete.
+func (a *API) writeCSV(w http.ResponseWriter, r *http.Request, header []string, rows func(emit func([]string) error) error) error {
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
 	w.Header().Set("Content-Disposition", "attachment")
 	w.WriteHeader(http.StatusOK)
@@ -365,10 +378,16 @@ func writeCSV(w http.ResponseWriter, header []string, rows func(emit func([]stri
 	if err := cw.Write(header); err != nil {
 		return nil // the client went away; the status is already sent
 	}
-	_ = rows(func(rec []string) error { return cw.Write(rec) })
+	if err := rows(func(rec []string) error { return cw.Write(rec) }); err != nil {
+		a.Logger.ErrorContext(r.Context(), "CSV export aborted", "err", err, "correlation_id", correlation.ID(r.Context()))
+		panic(http.ErrAbortHandler)
+	}
 	cw.Flush()
 	return nil
 }
+
+// errCSVExportTooLarge ends an export past csvExportMax rows.
+var errCSVExportTooLarge = fmt.Errorf("the export has more than %d rows; narrow the time range", csvExportMax)
 
 func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
 

@@ -94,7 +94,11 @@ func (a *API) wrap(rt route) http.Handler {
 		r = r.WithContext(ctx)
 		rec := &recorder{ResponseWriter: w}
 		defer func() {
-			if p := recover(); p != nil {
+			// http.ErrAbortHandler is no failure of the handler's own: it
+			// cuts a response it already began (writeCSV), and net/http
+			// must see it to end the response unfinished.
+			p := recover()
+			if p != nil && p != http.ErrAbortHandler {
 				a.Logger.ErrorContext(ctx, "handler panic", "panic", p, "route", rt.pattern)
 				if rec.status == 0 {
 					writeError(rec, r, a.Logger, errors.New("panic"))
@@ -108,6 +112,9 @@ func (a *API) wrap(rt route) http.Handler {
 			a.metrics.observe(r.Method, rt.pattern, status, d)
 			a.Logger.InfoContext(ctx, "request", "method", r.Method, "route", rt.pattern, "status", status,
 				"duration_ms", d.Milliseconds(), "correlation_id", rid, "principal", principal.From(r.Context()).Key())
+			if p == http.ErrAbortHandler {
+				panic(p)
+			}
 		}()
 		if rt.stream {
 			ExtendDeadlines(rec, a.StreamTimeout)
@@ -258,6 +265,15 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 		return
 	}
 	w.capture = true
+	defer func() {
+		// A handler that panicked is a server error too: give the claim
+		// back (unless its change committed) so the retry runs, instead
+		// of answering "still being processed" until it is abandoned.
+		if p := recover(); p != nil {
+			_ = q.ReleaseIdempotencyKey(context.WithoutCancel(ctx), claim)
+			panic(p)
+		}
+	}()
 	a.serve(w, r.WithContext(storage.WithIdempotencyClaim(ctx, claim)), rt)
 	if faultExitAfterServe && w.status < 500 {
 		os.Exit(137) // test-only fault injection: a crash between commit and recording the answer

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
@@ -44,20 +45,26 @@ func (l *clientLimiter) allow(r *http.Request) bool {
 	if l == nil {
 		return true
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		host = r.RemoteAddr
-	}
+	host := clientKey(r.RemoteAddr)
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	e, ok := l.clients[host]
 	if !ok {
 		if len(l.clients) >= maxTrackedClients {
+			// Forget the idle clients; if every one is recent (a flood
+			// from many addresses), forget the longest quiet, so the
+			// table stays bounded.
+			oldest, oldestSeen := "", now
 			for k, v := range l.clients {
 				if now.Sub(v.seen) > time.Minute {
 					delete(l.clients, k)
+				} else if !v.seen.After(oldestSeen) {
+					oldest, oldestSeen = k, v.seen
 				}
+			}
+			if len(l.clients) >= maxTrackedClients {
+				delete(l.clients, oldest)
 			}
 		}
 		e = &limitEntry{lim: rate.NewLimiter(l.every, l.burst)}
@@ -65,6 +72,30 @@ func (l *clientLimiter) allow(r *http.Request) bool {
 	}
 	e.seen = now
 	return e.lim.AllowN(now, 1)
+}
+
+// clientKey is the bucket a client address counts against: an IPv4
+// address, or the /64 prefix of an IPv6 one (one host, a cloud VM or a home
+// line, holds a whole /64 and could take a fresh address for every
+// attempt).
+func clientKey(remoteAddr string) string {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	ip, err := netip.ParseAddr(host)
+	if err != nil {
+		return host
+	}
+	ip = ip.Unmap()
+	if ip.Is4() {
+		return ip.String()
+	}
+	p, err := ip.WithZone("").Prefix(64)
+	if err != nil {
+		return host
+	}
+	return p.String()
 }
 
 var errRateLimited = &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "rate_limited",

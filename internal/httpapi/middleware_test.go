@@ -1,0 +1,88 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/storage"
+)
+
+// A CSV export whose rows fail part way (the database went away on a later
+// page) must not end as a complete-looking 200: the download fails.
+func TestCSVExportFailingMidwayIsNotAShortFile(t *testing.T) {
+	a := &API{Logger: slog.New(slog.DiscardHandler), metrics: newMetrics()}
+	rt := route{method: "GET", path: "/export", public: true, pattern: "GET /export"}
+	rt.handler = func(w http.ResponseWriter, r *http.Request) error {
+		return a.writeCSV(w, r, []string{"id", "amount"}, func(emit func([]string) error) error {
+			for i := range 2000 { // past the buffers: the status and a first part are sent
+				if err := emit([]string{"entry-" + strconv.Itoa(i), "1"}); err != nil {
+					return err
+				}
+			}
+			return errors.New("the database is gone")
+		})
+	}
+	srv := httptest.NewServer(a.wrap(rt))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/export")
+	if err != nil {
+		return // cut before the header was sent: a failed download
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil {
+		t.Fatalf("a failed export read as a complete %d response:\n%s", resp.StatusCode, body)
+	}
+}
+
+type idemQueries struct {
+	Queries
+	released, completed int
+}
+
+func (q *idemQueries) ClaimIdempotencyKey(context.Context, storage.IdempotencyRecord) error {
+	return nil
+}
+func (q *idemQueries) ReleaseIdempotencyKey(context.Context, storage.IdempotencyClaim) error {
+	q.released++
+	return nil
+}
+func (q *idemQueries) CompleteIdempotencyKey(context.Context, storage.IdempotencyClaim, int, []byte, string) error {
+	q.completed++
+	return nil
+}
+
+type idemStore struct {
+	Store
+	q *idemQueries
+}
+
+func (s idemStore) Read() Queries { return s.q }
+
+// A keyed request whose handler panics is a server error: its claim is
+// given back so the retry runs, not held as "in flight" until abandoned.
+func TestKeyedRequestThatPanicsReleasesItsClaim(t *testing.T) {
+	q := &idemQueries{}
+	a := &API{Store: idemStore{q: q}, Logger: slog.New(slog.DiscardHandler), IdempotencyTTL: time.Hour,
+		IdempotencyHashKey: []byte("k"), Now: time.Now}
+	rt := route{method: "POST", path: "/x", pattern: "POST /x",
+		handler: func(http.ResponseWriter, *http.Request) error { panic("odd input") }}
+	r := httptest.NewRequest("POST", "/x", strings.NewReader(`{}`))
+	r = r.WithContext(principal.With(r.Context(), principal.Principal{Type: principal.User, ID: "u1"}))
+	func() {
+		defer func() { _ = recover() }() // wrap's recovery
+		a.idempotent(&recorder{ResponseWriter: httptest.NewRecorder()}, r, rt, "key-1")
+	}()
+	if q.released != 1 || q.completed != 0 {
+		t.Fatalf("after a panic: %d releases, %d completions; want the claim released", q.released, q.completed)
+	}
+}
