@@ -226,3 +226,37 @@ func TestTaskLeaseExpiryRedelivers(t *testing.T) {
 		}
 	})
 }
+
+// A workload's log may hold NUL bytes; its failed result is stored with
+// them shown as U+FFFD (PostgreSQL's JSONB refuses \u0000, and the result
+// failed at every delivery), and an output holding one is refused with a
+// 400, not a 500.
+func TestTaskResultWithNULIsStored(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		s := servertest.Start(t, d)
+		a := join(t, s, s.Admin(), "nul", 0)
+		ctx := context.Background()
+		task, err := s.App.Nodes.EnqueueTask(ctx, nil, a.id, nodeapi.KindWorkloadInspect, map[string]any{"instance_id": "x"}, "", s.Creds.ProjectID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.c.Do("GET", "/api/v1/nodes/"+a.id+"/tasks?wait_seconds=1", nil).Want(t, 200)
+		path := "/api/v1/nodes/" + a.id + "/tasks/" + task.ID + "/result"
+		a.c.Do("POST", path, nodeapi.TaskResult{State: "succeeded", Output: json.RawMessage(`{"name":"a\u0000b"}`)}).Want(t, 400)
+		a.c.Do("POST", path, nodeapi.TaskResult{State: "failed", ReasonCode: nodeapi.ReasonContainerExited, Message: "exit\x00 1",
+			LogTail: []string{"ok", "bin\x00ary"}}).Want(t, 204)
+		done, err := s.App.Nodes.Task(ctx, task.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r nodeapi.TaskResult
+		if err := json.Unmarshal(done.Result, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Message != "exit\uFFFD 1" || len(r.LogTail) != 2 || r.LogTail[1] != "bin\uFFFDary" {
+			t.Fatalf("stored result %q %q", r.Message, r.LogTail)
+		}
+	})
+}

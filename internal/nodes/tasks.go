@@ -1,11 +1,14 @@
 package nodes
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -271,8 +274,19 @@ func (s *Service) ReportResult(ctx context.Context, nodeID, taskID string, r nod
 	if len(r.Output) > maxOutputBytes {
 		fe = append(fe, errdefs.FieldError{Field: "/output", Code: "too_long", Message: fmt.Sprintf("at most %d bytes", maxOutputBytes)})
 	}
+	if bytes.Contains(r.Output, []byte(`\u0000`)) {
+		fe = append(fe, errdefs.FieldError{Field: "/output", Code: "invalid", Message: "must not hold NUL characters (\\u0000)"})
+	}
 	if fe != nil {
 		return errdefs.Validation(fe)
+	}
+	// A workload's log lines are whatever bytes it wrote. NUL is no text
+	// (PostgreSQL's JSONB refuses \u0000, which would fail the result's
+	// every delivery), so it is shown as U+FFFD, as invalid UTF-8 already is.
+	r.Message = noNUL(r.Message)
+	r.LogTail = slices.Clone(r.LogTail)
+	for i, l := range r.LogTail {
+		r.LogTail[i] = noNUL(l)
 	}
 	result, err := json.Marshal(r)
 	if err != nil {
@@ -345,3 +359,5 @@ func (s *Service) Task(ctx context.Context, id string) (Task, error) {
 func (s *Service) Tasks(ctx context.Context, f NodeTaskFilter, p storage.Page) ([]NodeTask, string, error) {
 	return s.Store.Read().ListNodeTasks(ctx, f, p)
 }
+
+func noNUL(s string) string { return strings.ReplaceAll(s, "\x00", "\uFFFD") }
