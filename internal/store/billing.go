@@ -76,6 +76,12 @@ func (q *Queries) InsertUsageRecords(ctx context.Context, recs []billing.UsageRe
 	return stored, nil
 }
 
+// dequeueUnrated takes a charged record off the rater's queue.
+func (q *Queries) dequeueUnrated(ctx context.Context, usageRecordID string) error {
+	_, err := q.exec(ctx, `DELETE FROM usage_unrated WHERE usage_record_id = ?`, usageRecordID)
+	return err
+}
+
 // insertSkippingConflicts runs one multi-row INSERT … ON CONFLICT DO
 // NOTHING of the rows whose ids are ids into table, and marks in stored the
 // ids it wrote: every one when the row count says nothing conflicted (the
@@ -270,15 +276,30 @@ func withColumn(by []string, col string) []string {
 	return append(append([]string(nil), by...), col)
 }
 
+// unratedFrom reads the rater's queue: the records with no charge yet.
+// The ledger stays the truth (unratedWhere): a queue row whose record was
+// charged by a path that did not take it off is passed over.
+const unratedFrom = ` FROM usage_unrated w JOIN usage_records u ON u.id = w.usage_record_id`
+
 const unratedWhere = ` NOT EXISTS (SELECT 1 FROM ledger_entries l WHERE l.usage_record_id = u.id AND l.entry_type = 'charge')`
+
+// usageColsU are the usage columns of the alias u.
+var usageColsU = prefixed("u.", usageCols)
+
+// unratedUsageQuery is the rating pass's read. The queue is read first
+// (MATERIALIZED), so the planner cannot start from usage_records: the
+// queue holds the records waiting for a price and the parked ones, few,
+// while usage_records holds every record ever stored.
+var unratedUsageQuery = `WITH w AS MATERIALIZED (SELECT usage_record_id FROM usage_unrated WHERE usage_record_id > ?)
+SELECT ` + usageColsU + ` FROM w JOIN usage_records u ON u.id = w.usage_record_id
+ WHERE` + unratedWhere + `
+ AND NOT EXISTS (SELECT 1 FROM billing_parked_usage p WHERE p.usage_record_id = u.id)
+ ORDER BY w.usage_record_id LIMIT `
 
 // UnratedUsage returns up to limit usage records after afterID (in id
 // order) that have no charge in the ledger yet and are not parked.
 func (q *Queries) UnratedUsage(ctx context.Context, afterID string, limit int) ([]billing.UsageRecord, error) {
-	rows, err := q.query(ctx, `SELECT `+prefixed("u.", usageCols)+` FROM usage_records u
- WHERE u.id > ? AND`+unratedWhere+`
- AND NOT EXISTS (SELECT 1 FROM billing_parked_usage p WHERE p.usage_record_id = u.id)
- ORDER BY u.id LIMIT `+strconv.Itoa(limit), afterID)
+	rows, err := q.query(ctx, unratedUsageQuery+strconv.Itoa(limit), afterID)
 	if err != nil {
 		return nil, err
 	}
@@ -305,9 +326,9 @@ func (q *Queries) ListUnratedUsage(ctx context.Context, p Page) ([]billing.Unrat
 	if err != nil {
 		return nil, "", err
 	}
-	rows, err := q.query(ctx, `SELECT `+prefixed("u.", usageCols)+`, COALESCE(p.reason, ''), COALESCE(p.detail, ''), p.parked_at
- FROM usage_records u LEFT JOIN billing_parked_usage p ON p.usage_record_id = u.id
- WHERE u.id > ? AND`+unratedWhere+` ORDER BY u.id`+limitClause(limit), after)
+	rows, err := q.query(ctx, `SELECT `+usageColsU+`, COALESCE(p.reason, ''), COALESCE(p.detail, ''), p.parked_at`+unratedFrom+`
+ LEFT JOIN billing_parked_usage p ON p.usage_record_id = u.id
+ WHERE w.usage_record_id > ? AND`+unratedWhere+` ORDER BY w.usage_record_id`+limitClause(limit), after)
 	if err != nil {
 		return nil, "", err
 	}
@@ -445,7 +466,10 @@ func (q *Queries) InsertLedgerEntry(ctx context.Context, e billing.LedgerEntry) 
 		e.ID, e.OrgID, e.ProjectID, e.EntryType, nullStr(e.UsageRecordID), nullStr(e.CorrectsEntryID), e.AppInstanceID,
 		e.UsageSource, e.UsageUnit, e.SKU, e.Meter, e.Quantity, nullStr(e.PriceID), e.UnitPriceMicros, e.PerQuantity,
 		e.AmountMicros, e.Currency, e.Reason, ts(e.UsageTime), e.CreatedBy, ts(e.CreatedAt))
-	return err
+	if err != nil || e.EntryType != billing.EntryCharge || e.UsageRecordID == "" {
+		return err
+	}
+	return q.dequeueUnrated(ctx, e.UsageRecordID)
 }
 
 // InsertCharge appends a charge unless the usage record already has one,
@@ -461,7 +485,11 @@ func (q *Queries) InsertCharge(ctx context.Context, e billing.LedgerEntry) (bool
 		return false, err
 	}
 	n, err := res.RowsAffected()
-	return n == 1, err
+	if err != nil {
+		return false, err
+	}
+	// Charged now or before: either way off the queue.
+	return n == 1, q.dequeueUnrated(ctx, e.UsageRecordID)
 }
 
 // GetLedgerEntry returns one entry by id.

@@ -8,3 +8,8 @@ func ExecForTest(ctx context.Context, db *DB, query string, args ...any) error {
 	_, err := db.Queries().exec(ctx, query, args...)
 	return err
 }
+
+// QueryRowForTest reads one row of a raw query into dest.
+func QueryRowForTest(ctx context.Context, db *DB, query string, dest ...any) error {
+	return db.Queries().queryRow(ctx, query).Scan(dest...)
+}

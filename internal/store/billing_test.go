@@ -151,3 +151,115 @@ func testPriceAt(t *testing.T, db *store.DB) {
 		t.Fatal("a price version was edited in place")
 	}
 }
+
+// The rating pass reads the queue of records without a charge, not every
+// usage record ever stored: a record joins it when stored and leaves it
+// when charged, by the rater (InsertCharge) or a posted charge
+// (InsertLedgerEntry); parked records stay listed as unrated.
+func TestRatingReadsTheUnratedQueue(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		now := time.Now().UTC()
+		q := db.Queries()
+		var recs []billing.UsageRecord
+		for i := range 4 {
+			recs = append(recs, usageRec(fmt.Sprintf("queue-%d-%s", i, newID()), 1, now))
+		}
+		if _, err := q.InsertUsageRecords(ctx, append(recs, recs[0])); err != nil { // a duplicate is queued once
+			t.Fatal(err)
+		}
+		charge := func(u billing.UsageRecord) billing.LedgerEntry {
+			return billing.LedgerEntry{ID: newID(), OrgID: "o1", ProjectID: "p1", EntryType: billing.EntryCharge, UsageRecordID: u.ID,
+				UsageSource: u.UsageSource, UsageUnit: "tokens", Quantity: 1, PerQuantity: 1, Currency: "USD", UsageTime: now,
+				CreatedBy: "system:billing", CreatedAt: now}
+		}
+		if ok, err := q.InsertCharge(ctx, charge(recs[0])); err != nil || !ok {
+			t.Fatalf("charge: %v %v", ok, err)
+		}
+		noErr(t, "posted charge", q.InsertLedgerEntry(ctx, charge(recs[1])))
+		if _, err := q.ParkUsage(ctx, billing.ParkedUsage{UsageRecordID: recs[3].ID, OrgID: "o1", ProjectID: "p1", Reason: "r", ParkedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+		ids := func(us []billing.UsageRecord) []string {
+			var out []string
+			for _, u := range us {
+				out = append(out, u.ID)
+			}
+			return out
+		}
+		got, err := q.UnratedUsage(ctx, "", 100)
+		noErr(t, "unrated", err)
+		same(t, "to rate", ids(got), []string{recs[2].ID})
+		rows, _, err := q.ListUnratedUsage(ctx, store.Page{Limit: 100})
+		noErr(t, "list unrated", err)
+		var listed []billing.UsageRecord
+		for _, r := range rows {
+			listed = append(listed, r.Record)
+		}
+		want := []string{recs[2].ID, recs[3].ID}
+		if want[0] > want[1] {
+			want[0], want[1] = want[1], want[0]
+		}
+		same(t, "listed unrated", ids(listed), want)
+		var queued int
+		noErr(t, "queue", store.QueryRowForTest(ctx, db, `SELECT COUNT(*) FROM usage_unrated`, &queued))
+		if queued != 2 {
+			t.Errorf("%d records queued, want the 2 without a charge", queued)
+		}
+	})
+}
+
+// BenchmarkRatingReadAfterHistory is one rating pass's read (UnratedUsage
+// until it runs dry, as billing.Rate reads) on a store holding 50,000
+// charged usage records and 10 to rate: what every replica does every
+// minute once a platform has history.
+func BenchmarkRatingReadAfterHistory(b *testing.B) {
+	storetest.EachDialect(b, func(b *testing.B, d store.Dialect) {
+		db := storetest.Open(b, d)
+		ctx := context.Background()
+		now := time.Now().UTC()
+		const history, pending = 50_000, 10
+		err := db.InTx(ctx, func(q *store.Queries) error {
+			var recs []billing.UsageRecord
+			for i := range history + pending {
+				recs = append(recs, usageRec(fmt.Sprintf("hist-%d", i), 1, now))
+			}
+			if _, err := q.InsertUsageRecords(ctx, recs); err != nil {
+				return err
+			}
+			for _, u := range recs[:history] {
+				if _, err := q.InsertCharge(ctx, billing.LedgerEntry{ID: newID(), OrgID: "o1", ProjectID: "p1", EntryType: billing.EntryCharge,
+					UsageRecordID: u.ID, UsageSource: u.UsageSource, UsageUnit: "tokens", Quantity: 1, PerQuantity: 1, Currency: "USD",
+					UsageTime: now, CreatedBy: "system:billing", CreatedAt: now}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		// As autovacuum would have by the time history is this long.
+		if err := store.ExecForTest(ctx, db, `ANALYZE`); err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		for range b.N {
+			after, n := "", 0
+			for {
+				recs, err := db.Queries().UnratedUsage(ctx, after, 500)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n += len(recs)
+				if len(recs) < 500 {
+					break
+				}
+				after = recs[len(recs)-1].ID
+			}
+			if n != pending {
+				b.Fatalf("read %d records to rate, want %d", n, pending)
+			}
+		}
+	})
+}

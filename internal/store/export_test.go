@@ -108,7 +108,7 @@ func SchemaShapeForTest(ctx context.Context, db *DB) (SchemaShape, error) {
 		// SQLite gives the trigger's SQL; PostgreSQL one row per event.
 		for _, ev := range []string{"INSERT", "UPDATE", "DELETE"} {
 			if db.dialect == Postgres && what == ev ||
-				db.dialect == SQLite && strings.Contains(strings.ToUpper(what), "BEFORE "+ev) {
+				db.dialect == SQLite && (strings.Contains(strings.ToUpper(what), "BEFORE "+ev) || strings.Contains(strings.ToUpper(what), "AFTER "+ev)) {
 				events[t][ev] = true
 			}
 		}

@@ -1,0 +1,17 @@
+-- The usage records the rater still has to look at: one row per record
+-- with no charge yet. Every stored record joins it (the trigger below, in
+-- the inserting statement, so no insert path can miss it); the store takes
+-- a record off when it posts its charge. The rating pass (every minute, on
+-- every replica) reads this queue rather than every usage record ever
+-- stored, which only grows.
+CREATE TABLE usage_unrated (
+    usage_record_id TEXT PRIMARY KEY REFERENCES usage_records(id)
+);
+INSERT INTO usage_unrated (usage_record_id)
+SELECT u.id FROM usage_records u
+ WHERE NOT EXISTS (SELECT 1 FROM ledger_entries l WHERE l.usage_record_id = u.id AND l.entry_type = 'charge');
+
+CREATE TRIGGER usage_records_queue_unrated AFTER INSERT ON usage_records
+BEGIN
+    INSERT INTO usage_unrated (usage_record_id) VALUES (NEW.id);
+END;
