@@ -82,6 +82,11 @@ func TestLaunchIsOfferedOnlyToThoseWhoMayLaunch(t *testing.T) {
 			if got := strings.Contains(catalog.Body.String(), `href="/catalog/nb/1.0.0/launch"`); got != mayLaunch {
 				t.Errorf("the catalog links the version to its launch: %t, want %t", got, mayLaunch)
 			}
+			// The navigation offers only pages the person may read: a viewer
+			// cannot list service accounts.
+			if got := strings.Contains(catalog.Body.String(), `href="/service-accounts"`); got != mayLaunch {
+				t.Errorf("the navigation links service accounts: %t, want %t", got, mayLaunch)
+			}
 
 			launch := get("/catalog/nb/1.0.0/launch")
 			wizard := strings.Contains(launch.Body.String(), `id="launch"`)

@@ -119,6 +119,9 @@ func TestOpenAppFromAnotherSiteAsksFirst(t *testing.T) {
 			}
 			if rec := post(url.Values{"path": {"/ui/x"}}); rec.Code != http.StatusForbidden || opened.Load() != 0 {
 				t.Fatalf("the button without a CSRF token: %d, %d codes minted", rec.Code, opened.Load())
+			} else if strings.Contains(rec.Body.String(), "javascript:") {
+				// The page's own policy (script-src 'self') blocks such a link: it would be dead.
+				t.Errorf("the refusal page has a javascript: link:\n%s", rec.Body)
 			}
 			// Pressed, it opens the app where the link pointed.
 			rec = post(url.Values{"csrf_token": {csrf}, "path": {"/ui/x"}})
