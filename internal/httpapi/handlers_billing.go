@@ -378,12 +378,32 @@ func (a *API) writeCSV(w http.ResponseWriter, r *http.Request, header []string, 
 	if err := cw.Write(header); err != nil {
 		return nil // the client went away; the status is already sent
 	}
-	if err := rows(func(rec []string) error { return cw.Write(rec) }); err != nil {
+	if err := rows(func(rec []string) error {
+		for i, cell := range rec {
+			rec[i] = csvCell(cell)
+		}
+		return cw.Write(rec)
+	}); err != nil {
 		a.Logger.ErrorContext(r.Context(), "CSV export aborted", "err", err, "correlation_id", correlation.ID(r.Context()))
 		panic(http.ErrAbortHandler)
 	}
 	cw.Flush()
 	return nil
+}
+
+// csvCell defuses a cell a spreadsheet would run as a formula: text that
+// tenants and apps chose (an event id or source, a correction's reason)
+// starting with = + - @ or a tab or carriage return gets a leading ' (the
+// OWASP advice), so a finance team opening the export runs nothing. Numbers,
+// negative ones included, stay as they are.
+func csvCell(s string) string {
+	if s == "" || !strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return s
+	}
+	if _, err := strconv.ParseFloat(s, 64); err == nil {
+		return s
+	}
+	return "'" + s
 }
 
 // errCSVExportTooLarge ends an export past csvExportMax rows.

@@ -86,3 +86,26 @@ func TestKeyedRequestThatPanicsReleasesItsClaim(t *testing.T) {
 		t.Fatalf("after a panic: %d releases, %d completions; want the claim released", q.released, q.completed)
 	}
 }
+
+// Text a tenant or an app chose reaches the CSV exports (event ids and
+// sources, correction reasons); a spreadsheet must not run it as a
+// formula, while numbers, negative ones included, stay numbers.
+func TestCSVCellsAreNotFormulas(t *testing.T) {
+	for in, want := range map[string]string{
+		"=HYPERLINK(\"http://x\",\"y\")": "'=HYPERLINK(\"http://x\",\"y\")",
+		"+1+1":                           "'+1+1",
+		"-2+3":                           "'-2+3",
+		"@SUM(A1)":                       "'@SUM(A1)",
+		"\tcmd":                          "'\tcmd",
+		"-1500000":                       "-1500000",
+		"+12":                            "+12",
+		"-0.5":                           "-0.5",
+		"refund":                         "refund",
+		"2026-11-28T09:00:00Z":           "2026-11-28T09:00:00Z",
+		"":                               "",
+	} {
+		if got := csvCell(in); got != want {
+			t.Errorf("csvCell(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
