@@ -1,8 +1,10 @@
 package manifest
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -92,4 +94,26 @@ func formatProblems(ps []Problem) string {
 		b.WriteString("  " + p.String() + "\n")
 	}
 	return b.String()
+}
+
+// Launch values missing a required property get one problem per missing
+// property at its own pointer, so a form shows each beside its field; a
+// manifest keeps one problem at the object, the line an editor shows.
+func TestMissingRequiredLaunchValuesPointAtTheProperty(t *testing.T) {
+	sch, err := CompileSchema(json.RawMessage(`{"type":"object","required":["model","max_len"],"properties":{"model":{"type":"string"},"max_len":{"type":"integer"},"a/b":{"type":"object","required":["c"]}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = sch.Validate(map[string]any{"a/b": map[string]any{}})
+	if err == nil {
+		t.Fatal("values missing required properties passed")
+	}
+	got := map[string]string{}
+	for _, p := range SchemaErrorProblems(err, "/parameters") {
+		got[p.Pointer] = p.Message
+	}
+	want := map[string]string{"/parameters/model": "is required", "/parameters/max_len": "is required", "/parameters/a~1b/c": "is required"}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("problems %v, want %v", got, want)
+	}
 }

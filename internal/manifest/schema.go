@@ -107,7 +107,8 @@ func CompileSchema(raw json.RawMessage, formats ...*jsonschema.Format) (*jsonsch
 }
 
 // SchemaErrorProblems converts an error from validating an instance against
-// a compiled schema into Problems whose pointers are prefixed with prefix.
+// a compiled schema into Problems whose pointers are prefixed with prefix;
+// a missing required property is one Problem at that property's pointer.
 // Lines are left 0: the caller knows whether the instance has a source.
 func SchemaErrorProblems(err error, prefix string) []Problem {
 	var verr *jsonschema.ValidationError
@@ -211,6 +212,17 @@ func leafProblems(e *jsonschema.ValidationError, prefix string, set *schemaSet) 
 		}
 		return out
 	case *kind.Required:
+		if set == nil {
+			// An instance (launch values): one problem per missing
+			// property, at the property, so a form shows it beside the
+			// field to fill in. A manifest keeps one at the object, the
+			// line an editor can jump to.
+			out := make([]Problem, 0, len(k.Missing))
+			for _, p := range k.Missing {
+				out = append(out, Problem{Pointer: pointerJoin(ptr, p), Message: "is required"})
+			}
+			return out
+		}
 		msg := hint
 		if msg == "" {
 			msg = fmt.Sprintf("missing required property %s", quoteList(k.Missing))
