@@ -11,7 +11,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from gpuaas_sdk import AuthenticationError, Client, KeyFile, ServiceAccountCredentials
+from gpuaas_sdk import AuthenticationError, Client, KeyFile, ServiceAccountCredentials, StaticToken
 
 
 def _key() -> KeyFile:
@@ -109,3 +109,22 @@ def test_usage_report_retries_a_lost_or_failed_post_with_the_same_event(monkeypa
     events = [json.loads(b) for b in bodies]
     assert len(events) == 3 and all(e == events[0] for e in events), events
     assert events[0][0]["id"] == "batch-7" and events[0][0]["data"]["quantity"] == 3
+
+
+def test_lifecycle_calls_send_the_callers_idempotency_key() -> None:
+    """A caller retrying an upgrade, rollback or decommission after a lost
+    answer passes the same key, so the platform answers the first request's
+    outcome instead of starting a second operation."""
+    keys: list[tuple[str, str]] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        keys.append((req.url.path.rsplit("/", 1)[-1], req.headers.get("X-Idempotency-Key", "")))
+        return httpx.Response(202, json={"id": "i-1", "operation_id": "op-1"})
+
+    c = Client("http://api.test", StaticToken("t"), transport=httpx.MockTransport(handler))
+    c.upgrade_instance("p-1", "i-1", "2.0.0", idempotency_key="up-1")
+    c.rollback_instance("p-1", "i-1", "1.0.0", idempotency_key="rb-1")
+    c.decommission_instance("p-1", "i-1", idempotency_key="dc-1")
+    c.decommission_instance("p-1", "i-1")
+    assert keys[:3] == [("upgrade", "up-1"), ("rollback", "rb-1"), ("decommission", "dc-1")]
+    assert keys[3][1] not in ("", "dc-1"), "without one, each call gets a fresh key"

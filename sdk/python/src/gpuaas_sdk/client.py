@@ -234,16 +234,24 @@ class Client:
     def list_instances(self, project_id: str, status: str | None = None) -> list[dict[str, Any]]:
         return list(self._pages(f"/api/v1/projects/{project_id}/app-instances", {"status": status}))
 
-    def upgrade_instance(self, project_id: str, instance_id: str, version: str) -> dict[str, Any]:
+    # The lifecycle calls take an idempotency_key as create_instance does: a
+    # caller that retries one after a lost answer passes the same key and
+    # gets the first answer back, not a second operation.
+
+    def upgrade_instance(self, project_id: str, instance_id: str, version: str, *,
+                         idempotency_key: str | None = None) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/upgrade",
-                            json={"target_version": version})
+                            json={"target_version": version}, idempotency_key=idempotency_key)
 
-    def rollback_instance(self, project_id: str, instance_id: str, version: str) -> dict[str, Any]:
+    def rollback_instance(self, project_id: str, instance_id: str, version: str, *,
+                          idempotency_key: str | None = None) -> dict[str, Any]:
         return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/rollback",
-                            json={"target_version": version})
+                            json={"target_version": version}, idempotency_key=idempotency_key)
 
-    def decommission_instance(self, project_id: str, instance_id: str) -> dict[str, Any]:
-        return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/decommission", json={})
+    def decommission_instance(self, project_id: str, instance_id: str, *,
+                              idempotency_key: str | None = None) -> dict[str, Any]:
+        return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/decommission", json={},
+                            idempotency_key=idempotency_key)
 
     def get_operation(self, project_id: str, operation_id: str) -> dict[str, Any]:
         return self.request("GET", f"/api/v1/projects/{project_id}/operations/{operation_id}")
