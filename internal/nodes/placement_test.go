@@ -167,7 +167,15 @@ func TestLivenessWorkerWithShortTTL(t *testing.T) {
 	n := join(t, s, admin, "short", 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	w := s.App.Workers[0].(*worker.Periodic)
+	var w *worker.Periodic
+	for _, sv := range s.App.Workers {
+		if p, ok := sv.(*worker.Periodic); ok && p.Name == "node-liveness" {
+			w = p
+		}
+	}
+	if w == nil {
+		t.Fatal("the server runs no node-liveness worker")
+	}
 	for runs := w.Runs() + 1; ; runs++ {
 		if err := w.WaitRuns(ctx, runs); err != nil {
 			t.Fatal("node never marked down")
