@@ -450,16 +450,21 @@ func (c Config) ProductionWarnings() []string {
 	if c.Events.NATSURL == "" {
 		w = append(w, "NATS is embedded: replicas do not share events or wake-ups; give every replica the same --nats-url in production")
 	}
-	if u, err := url.Parse(c.PublicURL); err == nil && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+	if u, err := url.Parse(c.PublicURL); err == nil && u.Scheme == "http" && !LoopbackHost(u.Hostname()) {
 		w = append(w, fmt.Sprintf("--public-url %s is plain HTTP on a non-loopback host: passwords, tokens and console cookies travel unencrypted (and the cookies lose Secure); serve https behind TLS", c.PublicURL))
 	}
 	return w
 }
 
-func loopbackHost(h string) bool {
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+// LoopbackHost reports whether host (without its port; an IPv6 address in
+// brackets or not) names this machine's loopback: localhost, a name under
+// .localhost, or a loopback address. Browsers treat such origins as
+// trustworthy, as they do https.
+func LoopbackHost(host string) bool {
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
 		return true
 	}
-	ip := net.ParseIP(h)
+	ip := net.ParseIP(strings.Trim(host, "[]"))
 	return ip != nil && ip.IsLoopback()
 }
