@@ -192,14 +192,7 @@ func TestHTTPTemplateAppReportsUsageAndStopsCleanly(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	logs := make(chan string, 100)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logs <- sc.Text()
-		}
-		close(logs)
-	}()
+	logs := logLines(stderr, 100)
 	waitLog(t, logs, `"msg":"serving"`)
 	base := "http://127.0.0.1:" + port
 	if code, body := get(t, base+"/healthz"); code != 200 {
@@ -428,14 +421,7 @@ func startTemplateApp(t *testing.T, api *fakeAPI, bin string, args []string, env
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
-	logs := make(chan string, 1000)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			logs <- sc.Text()
-		}
-		close(logs)
-	}()
+	logs := logLines(stderr, 1000)
 	waitLog(t, logs, `"msg":"serving"`)
 	return templateApp{cmd: cmd, base: "http://127.0.0.1:" + port, logs: logs}
 }
@@ -594,4 +580,18 @@ func runIn(dir string, args ...string) (string, error) {
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOWORK=off")
 	out, err := cmd.CombinedOutput()
 	return string(out), err
+}
+
+// logLines hands on the lines r yields, buffering up to n, and closes the
+// channel at r's end.
+func logLines(r io.Reader, n int) chan string {
+	logs := make(chan string, n)
+	go func() {
+		sc := bufio.NewScanner(r)
+		for sc.Scan() {
+			logs <- sc.Text()
+		}
+		close(logs)
+	}()
+	return logs
 }
