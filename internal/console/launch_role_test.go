@@ -30,18 +30,12 @@ func TestLaunchIsOfferedOnlyToThoseWhoMayLaunch(t *testing.T) {
 		t.Run(role, func(t *testing.T) {
 			now := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
 			var previews atomic.Int32
-			api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				switch r.Method + " " + r.URL.Path {
-				case "GET /api/v1/me":
-					_, _ = io.WriteString(w, `{"id":"u1","type":"user","email":"a@example.com"}`)
-				case "GET /api/v1/orgs":
-					_, _ = io.WriteString(w, `{"items":[{"id":"o1","slug":"acme"}]}`)
-				case "GET /api/v1/orgs/o1/projects":
-					_, _ = io.WriteString(w, `{"items":[{"id":"p1","org_id":"o1","slug":"web"}]}`)
-				case "GET /api/v1/projects/p1/apps/catalog":
-					_, _ = io.WriteString(w, `{"items":[{"app":{"slug":"nb","display_name":"Notebook"},"versions":[{"app_slug":"nb","version":"1.0.0","status":"published","manifest":{"version":"1.0.0"}}]}]}`)
-				case "POST /api/v1/projects/p1/apps/catalog/nb/versions/1.0.0/launch-preview":
+			api := fakeAPI(map[string]http.HandlerFunc{
+				"GET /api/v1/me":                       reply(`{"id":"u1","type":"user","email":"a@example.com"}`),
+				"GET /api/v1/orgs":                     reply(`{"items":[{"id":"o1","slug":"acme"}]}`),
+				"GET /api/v1/orgs/o1/projects":         reply(`{"items":[{"id":"p1","org_id":"o1","slug":"web"}]}`),
+				"GET /api/v1/projects/p1/apps/catalog": reply(`{"items":[{"app":{"slug":"nb","display_name":"Notebook"},"versions":[{"app_slug":"nb","version":"1.0.0","status":"published","manifest":{"version":"1.0.0"}}]}]}`),
+				"POST /api/v1/projects/p1/apps/catalog/nb/versions/1.0.0/launch-preview": func(w http.ResponseWriter, _ *http.Request) {
 					previews.Add(1)
 					if role == iam.RoleProjectViewer {
 						w.WriteHeader(http.StatusForbidden)
@@ -49,14 +43,9 @@ func TestLaunchIsOfferedOnlyToThoseWhoMayLaunch(t *testing.T) {
 						return
 					}
 					_, _ = io.WriteString(w, `{"operating_mode":"tenant_dedicated","control_plane_scope":"project"}`)
-				default:
-					w.WriteHeader(http.StatusNotFound)
-					_, _ = io.WriteString(w, `{"code":"not_found","message":"no"}`)
-				}
+				},
 			})
-			sessions := &memSessions{m: map[string]ConsoleSession{}}
-			_ = sessions.InsertConsoleSession(context.Background(), ConsoleSession{IDHash: hashID("cookie"), UserID: "u1", CSRFToken: "csrf",
-				ProjectID: "p1", CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)})
+			sessions := oneSession(ConsoleSession{UserID: "u1", CSRFToken: "csrf", ProjectID: "p1", CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)})
 			grants := bindings{{PrincipalType: "user", PrincipalID: "u1", Role: role, ScopeType: iam.ScopeProject, ScopeID: "p1", OrgID: "o1"}}
 			c, err := New(Config{API: api, Sessions: sessions, PublicURL: func() string { return "http://x" }, Now: func() time.Time { return now },
 				Mint: func(context.Context, string) (string, time.Time, error) { return "tok", now.Add(time.Hour), nil },

@@ -21,27 +21,17 @@ func openAppConsole(t *testing.T, publicURL string) (c *Console, session *http.C
 	t.Helper()
 	now := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
 	opened = &atomic.Int32{}
-	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		switch r.Method + " " + r.URL.Path {
-		case "GET /api/v1/me":
-			_, _ = io.WriteString(w, `{"id":"u1","type":"user","email":"a@example.com"}`)
-		case "GET /api/v1/orgs":
-			_, _ = io.WriteString(w, `{"items":[]}`)
-		case "GET /api/v1/projects/p1/app-instances/i1":
-			_, _ = io.WriteString(w, `{"id":"i1","project_id":"p1","display_name":"notebook","status":"running"}`)
-		case "POST /api/v1/projects/p1/app-instances/i1/ui-open":
+	api := fakeAPI(map[string]http.HandlerFunc{
+		"GET /api/v1/me":                           reply(`{"id":"u1","type":"user","email":"a@example.com"}`),
+		"GET /api/v1/orgs":                         reply(`{"items":[]}`),
+		"GET /api/v1/projects/p1/app-instances/i1": reply(`{"id":"i1","project_id":"p1","display_name":"notebook","status":"running"}`),
+		"POST /api/v1/projects/p1/app-instances/i1/ui-open": func(w http.ResponseWriter, r *http.Request) {
 			opened.Add(1)
-			_, _ = io.WriteString(w, `{"url":"http://i1.apps.example/__gpuaas/open?code=one-time"}`)
-		default:
-			w.WriteHeader(http.StatusNotFound)
-			_, _ = io.WriteString(w, `{"code":"not_found","message":"no"}`)
-		}
+			reply(`{"url":"http://i1.apps.example/__gpuaas/open?code=one-time"}`)(w, r)
+		},
 	})
-	sessions := &memSessions{m: map[string]ConsoleSession{}}
 	csrf = "the-sessions-csrf-token"
-	_ = sessions.InsertConsoleSession(context.Background(), ConsoleSession{IDHash: hashID("cookie"), UserID: "u1", CSRFToken: csrf,
-		CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)})
+	sessions := oneSession(ConsoleSession{UserID: "u1", CSRFToken: csrf, CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)})
 	c, err := New(Config{API: api, Sessions: sessions, PublicURL: func() string { return publicURL }, Now: func() time.Time { return now },
 		Mint:      func(context.Context, string) (string, time.Time, error) { return "tok", now.Add(time.Hour), nil },
 		Grants:    func(context.Context, string) (*iam.Grants, error) { return &iam.Grants{}, nil },
