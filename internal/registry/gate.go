@@ -12,13 +12,16 @@ import (
 // a whole repository, which is too coarse for two promises the control
 // plane makes about single digests: a revoked digest is never served again,
 // and the signature of a verified digest cannot be replaced. The registry
-// asks the gate on every manifest read and write.
+// asks the gate on every manifest read, and on every manifest write or
+// delete its credentials allow.
 type ContentGate interface {
 	// ManifestDenied reports whether the manifest with digest in
 	// repository must not be served (it was revoked).
 	ManifestDenied(ctx context.Context, repository, digest string) (bool, error)
 	// TagFrozen reports whether tag in repository may no longer be
-	// written (the signature or attestation tag of a verified digest).
+	// written or deleted (the signature or attestation tag of a verified
+	// digest). A manifest a frozen tag points at cannot be deleted by its
+	// digest either.
 	TagFrozen(ctx context.Context, repository, tag string) (bool, error)
 }
 
@@ -48,60 +51,113 @@ func SignatureTagDigest(tag string) (string, bool) {
 	return "sha256:" + hex, true
 }
 
-// gated wraps the registry handler with gate's checks on manifests.
-func gated(gate ContentGate, next http.Handler, fail func(http.ResponseWriter, *http.Request, error)) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		// A manifest is a blob of its repository too, and the registry
-		// serves it by its digest at /blobs/ as well: a revoked one is
-		// refused there as at /manifests/.
-		if b := blobPathRe.FindStringSubmatch(req.URL.Path); b != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
-			denied, err := gate.ManifestDenied(req.Context(), b[1], b[2])
-			if err != nil {
-				fail(w, req, err)
-				return
-			}
-			if denied {
-				writeDockerError(w, http.StatusNotFound, "BLOB_UNKNOWN", "blob "+b[2]+" is a revoked manifest and is no longer served")
-				return
-			}
-		}
-		m := manifestPathRe.FindStringSubmatch(req.URL.Path)
-		if m == nil {
-			next.ServeHTTP(w, req)
+// gateHandler wraps the registry handler with the gate's checks on
+// manifests.
+type gateHandler struct {
+	gate ContentGate
+	// authorized reports whether req's credentials grant what the registry
+	// itself requires of req's write on repository (PUT: pull and push,
+	// DELETE: delete). The gate tells only such a caller that a tag is
+	// frozen; anyone else gets the registry's own answer (401 and its token
+	// challenge), as for any other tag, so a refusal reveals nothing about
+	// verification to a caller who may not write there.
+	authorized func(req *http.Request, repository string) bool
+	// tagsOf returns the tags of repository that point at digest.
+	tagsOf func(ctx context.Context, repository, digest string) ([]string, error)
+	next   http.Handler
+	fail   func(http.ResponseWriter, *http.Request, error)
+}
+
+func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	// A manifest is a blob of its repository too, and the registry
+	// serves it by its digest at /blobs/ as well: a revoked one is
+	// refused there as at /manifests/.
+	if b := blobPathRe.FindStringSubmatch(req.URL.Path); b != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+		denied, err := g.gate.ManifestDenied(req.Context(), b[1], b[2])
+		if err != nil {
+			g.fail(w, req, err)
 			return
 		}
-		repo, ref := m[1], m[2]
-		switch req.Method {
-		case http.MethodPut, http.MethodDelete:
-			// Anonymous writes are the registry's to refuse (401), so the
-			// gate tells nothing about tags to callers without credentials.
-			// Any credentials are checked, whatever the scheme's case: the
-			// registry reads "bearer" as "Bearer".
-			if strings.Contains(ref, ":") || req.Header.Get("Authorization") == "" {
+		if denied {
+			writeDockerError(w, http.StatusNotFound, "BLOB_UNKNOWN", "blob "+b[2]+" is a revoked manifest and is no longer served")
+			return
+		}
+	}
+	m := manifestPathRe.FindStringSubmatch(req.URL.Path)
+	if m == nil {
+		g.next.ServeHTTP(w, req)
+		return
+	}
+	repo, ref := m[1], m[2]
+	switch req.Method {
+	case http.MethodPut, http.MethodDelete:
+		// Writes the registry would refuse anyway are the registry's to
+		// answer, before the gate looks at any tag.
+		if !g.authorized(req, repo) {
+			break
+		}
+		if strings.Contains(ref, ":") {
+			// A manifest put by digest moves no tag; a delete by digest
+			// removes the manifest and every tag pointing at it, so it is
+			// refused when one of them is frozen.
+			if req.Method != http.MethodDelete {
 				break
 			}
-			frozen, err := tagFrozen(req.Context(), gate, repo, ref)
+			tag, err := g.frozenTagOf(req.Context(), repo, ref)
 			if err != nil {
-				fail(w, req, err)
+				g.fail(w, req, err)
 				return
 			}
-			if frozen {
+			if tag != "" {
 				writeDockerError(w, http.StatusForbidden, "DENIED",
-					"tag "+ref+" holds the signature of a verified artifact and can no longer be changed")
+					"manifest "+ref+" is tagged "+tag+", which holds the signature of a verified artifact: it can no longer be deleted")
 				return
 			}
-		case http.MethodGet, http.MethodHead:
-			// A tag resolves to a digest only inside the registry: decide
-			// on the digest the response carries.
-			gw := &gateWriter{ResponseWriter: w, check: func(d string) (bool, error) { return gate.ManifestDenied(req.Context(), repo, d) }}
-			next.ServeHTTP(gw, req)
-			if gw.err != nil && !gw.wrote {
-				fail(w, req, gw.err)
-			}
+			break
+		}
+		frozen, err := tagFrozen(req.Context(), g.gate, repo, ref)
+		if err != nil {
+			g.fail(w, req, err)
 			return
 		}
-		next.ServeHTTP(w, req)
-	})
+		if frozen {
+			writeDockerError(w, http.StatusForbidden, "DENIED",
+				"tag "+ref+" holds the signature of a verified artifact and can no longer be changed")
+			return
+		}
+	case http.MethodGet, http.MethodHead:
+		// A tag resolves to a digest only inside the registry: decide
+		// on the digest the response carries.
+		gw := &gateWriter{ResponseWriter: w, check: func(d string) (bool, error) { return g.gate.ManifestDenied(req.Context(), repo, d) }}
+		g.next.ServeHTTP(gw, req)
+		if gw.err != nil && !gw.wrote {
+			g.fail(w, req, gw.err)
+		}
+		return
+	}
+	g.next.ServeHTTP(w, req)
+}
+
+// frozenTagOf returns a frozen tag of repo that points at digest, or "".
+// An invalid repository name is the registry's to refuse.
+func (g *gateHandler) frozenTagOf(ctx context.Context, repo, digest string) (string, error) {
+	if !ValidRepository(repo) {
+		return "", nil
+	}
+	tags, err := g.tagsOf(ctx, repo, digest)
+	if err != nil {
+		return "", err
+	}
+	for _, tag := range tags {
+		frozen, err := tagFrozen(ctx, g.gate, repo, tag)
+		if err != nil {
+			return "", err
+		}
+		if frozen {
+			return tag, nil
+		}
+	}
+	return "", nil
 }
 
 // tagFrozen asks the gate about tag and, when it has upper-case letters,

@@ -90,6 +90,14 @@ type testEnv struct {
 // at /v2/ of a mux like the control plane's.
 func newTestEnv(t testing.TB, mutateCfg func(*Config)) *testEnv {
 	t.Helper()
+	return newTestEnvWith(t, mutateCfg, nil)
+}
+
+// newTestEnvWith is newTestEnv with the registry's Authorizer built by
+// wrap from the env's testAuthz (nil: the testAuthz itself), for tests
+// that give it a ContentGate.
+func newTestEnvWith(t testing.TB, mutateCfg func(*Config), wrap func(*testAuthz) Authorizer) *testEnv {
+	t.Helper()
 	env := &testEnv{authz: newTestAuthz(), clock: &offsetClock{}}
 	env.srv = httptest.NewUnstartedServer(nil)
 	env.host = env.srv.Listener.Addr().String()
@@ -102,7 +110,11 @@ func newTestEnv(t testing.TB, mutateCfg func(*Config)) *testEnv {
 	if mutateCfg != nil {
 		mutateCfg(&cfg)
 	}
-	reg, err := New(context.Background(), cfg, env.authz, testLogger(t))
+	var authz Authorizer = env.authz
+	if wrap != nil {
+		authz = wrap(env.authz)
+	}
+	reg, err := New(context.Background(), cfg, authz, testLogger(t))
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

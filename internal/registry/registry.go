@@ -12,14 +12,17 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/distribution/distribution/v3"
 	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/registry/auth"
 	"github.com/distribution/distribution/v3/registry/handlers"
+	"github.com/distribution/distribution/v3/registry/storage"
+	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/google/uuid"
 
-	// Register the token access controller and the filesystem driver
-	// (both register themselves in process-wide maps at init).
+	// Register the token access controller (it registers itself in a
+	// process-wide map at init; so does the filesystem driver).
 	_ "github.com/distribution/distribution/v3/registry/auth/token"
-	_ "github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 )
 
 // Registry is the embedded OCI registry (or, in external mode, the link to
@@ -78,7 +81,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 
 	id := uuid.NewString()
 	r.unregister = registerLogger(id, logger)
-	app, err := newApp(context.WithValue(ctx, instanceKey, id), cfg, keys)
+	app, access, err := newApp(context.WithValue(ctx, instanceKey, id), cfg, keys)
 	if err != nil {
 		r.unregister()
 		return nil, err
@@ -89,10 +92,16 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 	})
 	var served http.Handler = tagged
 	if gate, ok := authz.(ContentGate); ok {
-		served = gated(gate, tagged, func(w http.ResponseWriter, req *http.Request, err error) {
-			logger.ErrorContext(req.Context(), "registry: content gate failed", "err", err)
-			tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not check this manifest; retry")
-		})
+		tagsOf, err := tagLookup(ctx, cfg.RootDir)
+		if err != nil {
+			r.Close()
+			return nil, err
+		}
+		served = &gateHandler{gate: gate, authorized: writeAuthorized(access), tagsOf: tagsOf, next: tagged,
+			fail: func(w http.ResponseWriter, req *http.Request, err error) {
+				logger.ErrorContext(req.Context(), "registry: content gate failed", "err", err)
+				tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not check this manifest; retry")
+			}}
 	}
 	r.handler = r.route(served)
 	r.client, err = newHTTPClient("http://"+cfg.Host, tokens, HandlerTransport{Handler: r.handler})
@@ -120,39 +129,41 @@ func (r *Registry) route(registry http.Handler) http.Handler {
 }
 
 // newApp configures a distribution App: filesystem storage under RootDir,
-// deletes enabled, token auth trusting keys. NewApp reports configuration
-// errors by panicking; they are returned as errors here.
-func newApp(ctx context.Context, cfg Config, keys *KeySet) (app *handlers.App, err error) {
+// deletes enabled, token auth trusting keys. It also returns an access
+// controller configured as the App's, for the content gate to ask what a
+// request's token grants. NewApp reports configuration errors by
+// panicking; they are returned as errors here.
+func newApp(ctx context.Context, cfg Config, keys *KeySet) (app *handlers.App, access auth.AccessController, err error) {
 	root, err := filepath.Abs(cfg.RootDir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := os.MkdirAll(root, 0o700); err != nil {
-		return nil, fmt.Errorf("registry root: %w", err)
+		return nil, nil, fmt.Errorf("registry root: %w", err)
 	}
 	// The token access controller only reads a JWKS from a file, once, at
 	// construction: write it to a private temp file and remove it after.
 	jwks, err := keys.JWKS()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	f, err := os.CreateTemp("", "gpuaas-registry-jwks-*.json")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer os.Remove(f.Name())
 	if _, err := f.Write(jwks); err != nil {
 		f.Close()
-		return nil, err
+		return nil, nil, err
 	}
 	if err := f.Close(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	secret := cfg.HTTPSecret
 	if secret == "" {
 		var b [32]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		secret = hex.EncodeToString(b[:])
 	}
@@ -178,12 +189,15 @@ func newApp(ctx context.Context, cfg Config, keys *KeySet) (app *handlers.App, e
 		"signingalgorithms": []any{string(EdDSA), string(ES256)},
 	}}
 
+	if access, err = auth.GetAccessController(dc.Auth.Type(), dc.Auth.Parameters()); err != nil {
+		return nil, nil, fmt.Errorf("configure embedded registry auth: %w", err)
+	}
 	defer func() {
 		if p := recover(); p != nil {
-			app, err = nil, fmt.Errorf("configure embedded registry: %v", p)
+			app, access, err = nil, nil, fmt.Errorf("configure embedded registry: %v", p)
 		}
 	}()
-	return handlers.NewApp(ctx, dc), nil
+	return handlers.NewApp(ctx, dc), access, nil
 }
 
 // Handler serves /v2/token and the OCI distribution API under /v2/; mount
@@ -240,3 +254,75 @@ func (r *Registry) Close() error {
 	}
 	return err
 }
+
+// writeAuthorized reports whether req's bearer token grants, by access,
+// what the registry requires of a write on repository: pull and push for a
+// PUT, delete for a DELETE (distribution's own rule).
+func writeAuthorized(access auth.AccessController) func(*http.Request, string) bool {
+	return func(req *http.Request, repository string) bool {
+		res := auth.Resource{Type: "repository", Name: repository}
+		var want []auth.Access
+		switch req.Method {
+		case http.MethodPut:
+			want = []auth.Access{{Resource: res, Action: ActionPull}, {Resource: res, Action: ActionPush}}
+		case http.MethodDelete:
+			want = []auth.Access{{Resource: res, Action: ActionDelete}}
+		default:
+			return false
+		}
+		_, err := access.Authorized(req, want...)
+		return err == nil
+	}
+}
+
+// tagLookup returns the tags of a repository that point at a digest,
+// read from the embedded registry's storage under root.
+func tagLookup(ctx context.Context, root string) (func(ctx context.Context, repository, digest string) ([]string, error), error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	driver, err := filesystem.FromParameters(map[string]any{"rootdirectory": root})
+	if err != nil {
+		return nil, fmt.Errorf("registry storage: %w", err)
+	}
+	ns, err := storage.NewRegistry(ctx, driver)
+	if err != nil {
+		return nil, fmt.Errorf("registry storage: %w", err)
+	}
+	return func(ctx context.Context, repository, digest string) ([]string, error) {
+		repo, err := ns.Repository(ctx, repositoryName(repository))
+		if err != nil {
+			return nil, err
+		}
+		ts := repo.Tags(ctx)
+		all, err := ts.All(ctx)
+		if errors.As(err, new(distribution.ErrRepositoryUnknown)) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		var tags []string
+		for _, tag := range all {
+			desc, err := ts.Get(ctx, tag)
+			if errors.As(err, new(distribution.ErrTagUnknown)) {
+				continue // untagged meanwhile
+			}
+			if err != nil {
+				return nil, err
+			}
+			if desc.Digest.String() == digest {
+				tags = append(tags, tag)
+			}
+		}
+		return tags, nil
+	}, nil
+}
+
+// repositoryName is a repository name (already checked with
+// ValidRepository) as distribution's storage takes it.
+type repositoryName string
+
+func (n repositoryName) Name() string   { return string(n) }
+func (n repositoryName) String() string { return string(n) }
