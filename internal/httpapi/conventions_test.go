@@ -159,6 +159,55 @@ func TestIdempotencyKeys(t *testing.T) {
 	})
 }
 
+// A stored outcome is replayed only to a caller whose roles are unchanged:
+// a member removed since the first request does not get its answer back,
+// and a refusal stored before a role was given does not outlive the grant.
+func TestIdempotentReplayFollowsTheCallersRoles(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
+		admin := s.Admin()
+		path := "/api/v1/orgs/" + s.Creds.OrgID + "/projects"
+		uid, user := s.NewUser(admin, "replay-roles@example.com")
+		body := map[string]string{"slug": "replayed", "name": "Replayed"}
+
+		// No role yet: refused, and the refusal is stored under the key.
+		before := user.Do("POST", path, body, "X-Idempotency-Key", "k-refused")
+		if before.Status < 400 || before.Status >= 500 {
+			t.Fatalf("a user without a role created a project: %d %s", before.Status, before.Body)
+		}
+		if r := user.Do("POST", path, body, "X-Idempotency-Key", "k-refused"); r.Header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("unchanged roles: the refusal is not replayed: %d %s", r.Status, r.Body)
+		}
+		b := admin.Do("POST", "/api/v1/orgs/"+s.Creds.OrgID+"/members", map[string]string{"user_id": uid, "role": "org_admin"}).Want(t, 201)
+		r := user.Do("POST", path, body, "X-Idempotency-Key", "k-refused").Want(t, 409)
+		if r.ErrorCode() != "idempotency_key_grants_changed" || r.Header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("the refusal outlived the grant: %s", r.Body)
+		}
+
+		// With the role: created, and replayed while the role holds.
+		created := user.Do("POST", path, body, "X-Idempotency-Key", "k-created").Want(t, 201)
+		if r := user.Do("POST", path, body, "X-Idempotency-Key", "k-created").Want(t, 201); r.String("id") != created.String("id") {
+			t.Fatalf("replay differs: %s", r.Body)
+		}
+		// Removed from the org: the stored 201 is not handed back, and
+		// nothing is created a second time.
+		admin.Do("DELETE", "/api/v1/orgs/"+s.Creds.OrgID+"/members/"+b.String("id"), nil).Want(t, 204)
+		r = user.Do("POST", path, body, "X-Idempotency-Key", "k-created").Want(t, 409)
+		if r.ErrorCode() != "idempotency_key_grants_changed" || strings.Contains(string(r.Body), created.String("id")) {
+			t.Fatalf("a removed member got the stored answer: %s", r.Body)
+		}
+		n := 0
+		for _, p := range admin.Do("GET", path, nil).Want(t, 200).Items() {
+			if p["slug"] == "replayed" {
+				n++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("%d projects named replayed, want 1", n)
+		}
+	})
+}
+
 func TestIdempotencyInFlightWithMatchingHash(t *testing.T) {
 	t.Parallel()
 	s := servertest.Start(t, store.SQLite)

@@ -210,8 +210,9 @@ func idempotencyKey(r *http.Request) string {
 var faultExitAfterServe = os.Getenv("GPUAAS_FAULT_EXIT_AFTER_SERVE") == "1"
 
 // idempotent runs a keyed mutation at most once per principal and key: a
-// retry with the same request gets the stored response; the same key with a
-// different request is refused; a retry while the first still runs gets 409.
+// retry with the same request, by a caller whose roles are unchanged, gets
+// the stored response; the same key with a different request is refused; a
+// retry while the first still runs gets 409.
 func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 	ctx := r.Context()
 	if len(key) > 255 {
@@ -226,10 +227,11 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	hash := a.RequestHash(r.Method, r.URL.Path, body)
 	claim := storage.IdempotencyClaim{Principal: principal.From(ctx).Key(), Key: key, ClaimID: uuid.NewString()}
+	grants := grantsFrom(ctx).Fingerprint()
 	now := a.Now()
 	q := a.Store.Read()
 	err = q.ClaimIdempotencyKey(ctx, storage.IdempotencyRecord{Principal: claim.Principal, Key: key, Method: r.Method, Path: r.URL.Path,
-		RequestHash: hash, CreatedAt: now, ExpiresAt: now.Add(a.IdempotencyTTL), ClaimID: claim.ClaimID})
+		RequestHash: hash, GrantsHash: grants, CreatedAt: now, ExpiresAt: now.Add(a.IdempotencyTTL), ClaimID: claim.ClaimID})
 	if errors.Is(err, storage.ErrAlreadyExists) {
 		prev, gerr := q.GetIdempotencyRecord(ctx, claim.Principal, key)
 		switch {
@@ -238,6 +240,14 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 		case prev.RequestHash != hash:
 			writeError(w, r, a.Logger, errdefs.Unprocessable("idempotency_key_reused",
 				"this idempotency key was already used for a different request; use a new key for a new request"))
+		case prev.GrantsHash != grants && (prev.State == storage.IdempotencyComplete || !prev.CommittedAt.IsZero()):
+			// The stored outcome was made under other rights: a member
+			// removed since must not be handed it (it may name what they
+			// can no longer read), and a refusal stored before a role was
+			// given must not outlive the grant. Nothing runs again either:
+			// the first request may have taken effect.
+			writeError(w, r, a.Logger, errdefs.Conflict("idempotency_key_grants_changed",
+				"your roles changed since the request with this idempotency key was first sent, so its outcome is not shown again; read the resource to see where it stands, or send the request with a new key"))
 		case prev.State != storage.IdempotencyComplete && !prev.CommittedAt.IsZero():
 			// The change committed but its answer was lost (the server
 			// stopped, or failed after the commit): it is never run again.

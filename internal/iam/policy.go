@@ -2,6 +2,9 @@ package iam
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"sort"
 
 	"github.com/gpuaas/gpuaas/internal/principal"
 )
@@ -31,6 +34,32 @@ func LoadGrants(ctx context.Context, q GrantReader, p principal.Principal) (*Gra
 	}
 	g.bindings = bs
 	return g, nil
+}
+
+// Fingerprint names what g grants: two Grants with the same fingerprint
+// answer every Can and Sees alike. The idempotency layer stores it with a
+// keyed request and replays the stored answer only to a caller whose
+// fingerprint is unchanged, so a member removed (or a viewer promoted)
+// since the first request is not handed an answer made under other rights.
+// Binding ids and times are left out: a role taken away and given back
+// grants the same.
+func (g *Grants) Fingerprint() string {
+	if g == nil {
+		return ""
+	}
+	lines := make([]string, 0, len(g.bindings))
+	for _, b := range g.bindings {
+		lines = append(lines, b.Role+"\x00"+b.ScopeType+"\x00"+b.ScopeID+"\x00"+b.OrgID)
+	}
+	sort.Strings(lines)
+	h := sha256.New()
+	// The principal's own confinement (a service account's project) is
+	// part of what it may do.
+	h.Write([]byte(string(g.P.Type) + "\x00" + g.P.ID + "\x00" + g.P.OrgID + "\x00" + g.P.ProjectID + "\n"))
+	for _, l := range lines {
+		h.Write([]byte(l + "\n"))
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // covers reports whether binding b applies at scope s.

@@ -23,6 +23,9 @@ type IdempotencyRecord struct {
 	Method      string
 	Path        string
 	RequestHash string
+	// GrantsHash is the caller's iam.Grants fingerprint when the key was
+	// claimed; the stored outcome is shown again only under the same one.
+	GrantsHash  string
 	State       IdempotencyState
 	StatusCode  int
 	Body        []byte

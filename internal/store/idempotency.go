@@ -28,7 +28,7 @@ func idempotencyClaimFrom(ctx context.Context) (IdempotencyClaim, bool) {
 }
 
 const idemCols = `principal, idem_key, method, path, request_hash, state, status_code, response_body, content_type, created_at, expires_at,
-	claim_id, committed_at, resource_type, resource_id`
+	claim_id, committed_at, resource_type, resource_id, grants_hash`
 
 // ClaimIdempotencyKey inserts an in-flight record. ErrAlreadyExists means the
 // key is taken: read it with GetIdempotencyRecord. An expired record, or an
@@ -41,8 +41,8 @@ func (q *Queries) ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord) 
 		return err
 	}
 	_, err := q.exec(ctx, `INSERT INTO idempotency_keys (principal, idem_key, method, path, request_hash, state, status_code, response_body,
-		content_type, created_at, expires_at, claim_id) VALUES (?, ?, ?, ?, ?, 'in_flight', 0, NULL, '', ?, ?, ?)`,
-		r.Principal, r.Key, r.Method, r.Path, r.RequestHash, ts(r.CreatedAt), ts(r.ExpiresAt), r.ClaimID)
+		content_type, created_at, expires_at, claim_id, grants_hash) VALUES (?, ?, ?, ?, ?, 'in_flight', 0, NULL, '', ?, ?, ?, ?)`,
+		r.Principal, r.Key, r.Method, r.Path, r.RequestHash, ts(r.CreatedAt), ts(r.ExpiresAt), r.ClaimID, r.GrantsHash)
 	return err
 }
 
@@ -50,7 +50,7 @@ func (q *Queries) GetIdempotencyRecord(ctx context.Context, principal, key strin
 	var r IdempotencyRecord
 	err := q.queryRow(ctx, `SELECT `+idemCols+` FROM idempotency_keys WHERE principal = ? AND idem_key = ?`, principal, key).Scan(
 		&r.Principal, &r.Key, &r.Method, &r.Path, &r.RequestHash, &r.State, &r.StatusCode, &r.Body, &r.ContentType,
-		scanTime(&r.CreatedAt), scanTime(&r.ExpiresAt), &r.ClaimID, scanTime(&r.CommittedAt), &r.ResourceType, &r.ResourceID)
+		scanTime(&r.CreatedAt), scanTime(&r.ExpiresAt), &r.ClaimID, scanTime(&r.CommittedAt), &r.ResourceType, &r.ResourceID, &r.GrantsHash)
 	return r, scanOne(err)
 }
 
