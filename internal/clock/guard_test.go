@@ -40,6 +40,7 @@ var wallClockAllowed = map[string]string{
 	"internal/iam/keyring.go:Keyring.ReloadIfStale":     "throttle: how often an unknown kid may reload the key set",
 	"internal/iam/keyring.go:Keyring.Reload":            "throttle: when the key set was last read (ReloadIfStale)",
 	"internal/nodes/tasks.go:Service.PollTasks":         "deadline: how long a task poll waits",
+	"internal/instances/external.go:Service.Acquire":    "deadline: how long a worker's acquire waits",
 	"internal/server/devnode.go:App.waitDevNode":        "deadline: how long dev mode waits for its node",
 	"internal/worker/worker.go:Periodic.loop":           "latency and process-local backoff: a run's duration for the log, the wait after a panic",
 }

@@ -207,7 +207,9 @@ func (s *Service) Acquire(ctx context.Context, appSlug string, wait time.Duratio
 		return WorkerTask{}, false, err
 	}
 	wait = min(max(wait, 0), MaxWorkerWait)
-	deadline := s.Now().Add(wait)
+	// The wait is the caller's, in real time: the service's clock (which a
+	// test may hold still or move) stamps the lease, not this.
+	deadline := time.Now().Add(wait)
 	for {
 		// Take the waiter before looking, so a notify between the look and
 		// the wait is not lost.
@@ -216,7 +218,7 @@ func (s *Service) Acquire(ctx context.Context, appSlug string, wait time.Duratio
 		if err != nil || ok {
 			return t, ok, err
 		}
-		left := deadline.Sub(s.Now())
+		left := time.Until(deadline)
 		if left <= 0 {
 			return WorkerTask{}, false, nil
 		}
