@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/gpuaas/gpuaas/internal/principal"
@@ -19,7 +21,8 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) error {
 	if err := a.Health.Ping(r.Context()); err != nil {
 		checks["database"], status = "unreachable", http.StatusServiceUnavailable
 	} else if err := a.Health.CheckSchema(r.Context()); err != nil {
-		checks["migrations"], status = err.Error(), http.StatusServiceUnavailable
+		checks["migrations"], status = schemaState(err), http.StatusServiceUnavailable
+		a.Logger.WarnContext(r.Context(), "not ready: schema check", "err", err)
 	}
 	state := "ready"
 	if status != http.StatusOK {
@@ -27,6 +30,22 @@ func (a *API) readyz(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, status, map[string]any{"status": state, "checks": checks})
 	return nil
+}
+
+// schemaState is what /readyz, which anyone may ask, says about a failed
+// schema check: the two versions when they differ, and otherwise no more
+// than that the check failed (a driver's error text can name tables,
+// roles and hosts; it goes to the log).
+func schemaState(err error) string {
+	var gap interface{ SchemaGap() (database, binary int) }
+	if !errors.As(err, &gap) {
+		return "unreadable (the server's log has the error)"
+	}
+	db, bin := gap.SchemaGap()
+	if db < bin {
+		return fmt.Sprintf("behind: database %d, binary %d; run gpuaas migrate", db, bin)
+	}
+	return fmt.Sprintf("ahead: database %d, binary %d; run a newer gpuaas", db, bin)
 }
 
 func (a *API) jwks(w http.ResponseWriter, r *http.Request) error {

@@ -73,6 +73,20 @@ func (e ErrSchemaTooNew) Error() string {
 	return fmt.Sprintf("database schema version %d is newer than this binary supports (%d); run a newer gpuaas", e.Database, e.Binary)
 }
 
+// SchemaGap reports the two versions (for /readyz, which shows them and no
+// other error text).
+func (e ErrSchemaTooNew) SchemaGap() (database, binary int) { return e.Database, e.Binary }
+
+// ErrSchemaBehind means the database still needs this binary's migrations.
+type ErrSchemaBehind struct{ Database, Binary int }
+
+func (e ErrSchemaBehind) Error() string {
+	return fmt.Sprintf("database schema version %d is behind this binary (%d); run gpuaas migrate", e.Database, e.Binary)
+}
+
+// SchemaGap: see ErrSchemaTooNew.SchemaGap.
+func (e ErrSchemaBehind) SchemaGap() (database, binary int) { return e.Database, e.Binary }
+
 const createMigrationsTable = `CREATE TABLE IF NOT EXISTS schema_migrations (
     version    INTEGER PRIMARY KEY,
     name       TEXT NOT NULL,
@@ -197,7 +211,7 @@ func (db *DB) CheckSchema(ctx context.Context) error {
 	case cur > latest:
 		return ErrSchemaTooNew{Database: cur, Binary: latest}
 	case cur < latest:
-		return fmt.Errorf("database schema version %d is behind this binary (%d); run gpuaas migrate", cur, latest)
+		return ErrSchemaBehind{Database: cur, Binary: latest}
 	}
 	return nil
 }
