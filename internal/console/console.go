@@ -449,7 +449,37 @@ func (c *Console) endWithSession(ctx context.Context, cancel context.CancelFunc,
 // errNoSession: the request carries no live session.
 var errNoSession = errors.New("no session")
 
-// session resolves the request's live session, sliding its idle expiry.
+// eventStreamPath is where a live page's script follows the project's
+// event stream (pages.go routes it).
+const eventStreamPath = "/events/stream"
+
+// background reports whether r was made by the live-update script of an
+// open page rather than by the person: its event stream, the fragments it
+// refetches, or any other request a script starts. Such a request is
+// served while the session lives but is no use of it, or a forgotten tab
+// would keep its session from ever idling out.
+//
+// It is told by what the server itself decides on, not by a header the
+// script would have to remember to send (an EventSource cannot set one):
+// the stream's path, and the fragment parameter (which alone makes the
+// server answer a fragment rather than a page, so no navigation carries
+// it). Beyond those, a browser that sends fetch metadata says
+// Sec-Fetch-Mode navigate for every navigation and form post, and
+// something else (cors, same-origin, no-cors) for what a script fetches,
+// so that catches a script's request the two above would miss. Its
+// absence (browsers send none to a plain-http origin that is not
+// loopback) marks nothing: there, navigations must still count.
+func background(r *http.Request) bool {
+	if r.URL.Path == eventStreamPath || r.URL.Query().Get("fragment") != "" {
+		return true
+	}
+	mode := r.Header.Get("Sec-Fetch-Mode")
+	return mode != "" && mode != "navigate"
+}
+
+// session resolves the request's live session. A request the person made
+// slides its idle expiry; a live page's background request (background)
+// does not.
 func (c *Console) session(r *http.Request) (ConsoleSession, error) {
 	ck, err := r.Cookie(c.cookie(SessionCookie, "/").Name)
 	if err != nil || ck.Value == "" {
@@ -471,7 +501,7 @@ func (c *Console) session(r *http.Request) (ConsoleSession, error) {
 	}
 	// Writing last-seen on every request would make each page a write;
 	// once a minute is exact enough for a 30-minute idle limit.
-	if now.Sub(s.LastSeenAt) > time.Minute {
+	if !background(r) && now.Sub(s.LastSeenAt) > time.Minute {
 		if err := c.cfg.Sessions.TouchConsoleSession(r.Context(), s.IDHash, now); err != nil {
 			return s, err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/redirect"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // req is one signed-in request: its session, the API as that person, and
@@ -39,7 +40,7 @@ func (c *Console) routes() {
 	m.HandleFunc("POST /workloads/instance/{id}/{action}", c.signedIn(c.instanceAction))
 	m.HandleFunc("GET /workloads/instance/{id}/open", c.signedIn(c.openApp))
 	m.HandleFunc("POST /workloads/instance/{id}/open", c.signedIn(c.openAppConfirmed))
-	m.HandleFunc("GET /events/stream", c.signedIn(c.eventStream))
+	m.HandleFunc("GET "+eventStreamPath, c.signedIn(c.eventStream))
 	c.extraRoutes(m)
 	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		c.render(w, r, http.StatusNotFound, "notfound", page{Title: "Not found"})
@@ -61,6 +62,14 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, *req)) htt
 	return func(w http.ResponseWriter, r *http.Request) {
 		s, err := c.session(r)
 		if errors.Is(err, errNoSession) {
+			if background(r) {
+				// A live page's script, not the person: a redirect to the
+				// sign-in page would hand it a page it cannot show. It
+				// answers signed out; the script says so on the page.
+				securityHeaders(w)
+				http.Error(w, "signed out: the console session has ended", http.StatusUnauthorized)
+				return
+			}
 			if r.Method != http.MethodGet {
 				c.render(w, r, http.StatusUnauthorized, "login", page{Title: "Sign in", Flash: "Your session has ended; sign in again.",
 					Data: loginData{CSRF: c.loginCSRF(w, r), Next: "/"}})
@@ -193,6 +202,15 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 			Data: loginData{CSRF: c.loginCSRF(w, r), Next: redirect.Local(r.PostFormValue("next"))}})
 		return
 	}
+	// A sign-in replaces the browser's session: the one it still holds
+	// (the same person again, or another on a shared machine) ends on the
+	// server first, whatever the sign-in's outcome, so its cookie, copied
+	// or left behind, opens nothing. The form's CSRF check above keeps
+	// another site from ending it so.
+	if err := c.endPrevious(r); err != nil {
+		c.fail(w, r, err)
+		return
+	}
 	email, next := r.PostFormValue("email"), redirect.Local(r.PostFormValue("next"))
 	api := c.apiClient(r, "")
 	// The API's own login (its rate limit and throttle), then who it is;
@@ -228,6 +246,27 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	done.MaxAge = -1
 	http.SetCookie(w, done)
 	http.Redirect(w, r, askBeforeOpening(next), http.StatusSeeOther)
+}
+
+// endPrevious ends the session whose cookie a sign-in carries, if it has
+// not ended yet (over or not: a session past its expiry is ended all the
+// same, so nothing of it lingers).
+func (c *Console) endPrevious(r *http.Request) error {
+	ck, err := r.Cookie(c.cookie(SessionCookie, "/").Name)
+	if err != nil || ck.Value == "" {
+		return nil
+	}
+	old, err := c.cfg.Sessions.GetConsoleSession(r.Context(), hashID(ck.Value))
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !old.EndedAt.IsZero() {
+		return nil
+	}
+	return c.endSession(r.Context(), old.IDHash, c.cfg.Now())
 }
 
 // logout ends the session on the server: the cookie is worthless after.

@@ -3,6 +3,7 @@ package console
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/url"
@@ -275,7 +276,11 @@ func (c *Console) instanceList(w http.ResponseWriter, r *http.Request, q *req) {
 }
 
 type instanceData struct {
-	Inst      client.AppInstance
+	Inst client.AppInstance
+	// Project is the project the page reads the instance through: its
+	// own, or an attached one (throughProject); its live stream is that
+	// project's.
+	Project   string
 	Timeline  []client.AppInstanceEvent
 	Logs      []string
 	Versions  []string // versions it may move to
@@ -285,7 +290,8 @@ type instanceData struct {
 	CanDelete bool
 }
 
-// instanceProject resolves the project an instance link is in.
+// instanceProject resolves the project an instance link is in: the
+// instance's own (its home). Changes go through it.
 func (c *Console) instanceProject(r *http.Request, q *req, id string) string {
 	if c.cfg.ProjectOf != nil {
 		if p, err := c.cfg.ProjectOf(r.Context(), id); err == nil {
@@ -295,16 +301,44 @@ func (c *Console) instanceProject(r *http.Request, q *req, id string) string {
 	return q.view.ProjectID
 }
 
+// throughProject calls the API's read of instance id, call, in the
+// project the person reads it through, and says which. That is its home
+// project (instanceProject) or, for a shared instance (control_plane_scope
+// tenant, or platform-managed) attached to other projects, the project the
+// person works in: a member of an attached project only reads the shared
+// instance through that project (GET /projects/{attached}/app-instances/
+// {id}, its events, logs, UI), and through the home project the API
+// answers not found. So where the home project refuses (404, or 403) and
+// the session's project is another, call is tried there; the API still
+// decides, and an instance the person reads through neither stays not
+// found (the home project's answer).
+func (c *Console) throughProject(r *http.Request, q *req, id string, call func(project string) error) (string, error) {
+	home := c.instanceProject(r, q, id)
+	err := call(home)
+	var ae *client.APIError
+	if err == nil || !errors.As(err, &ae) || (ae.Status != http.StatusNotFound && ae.Status != http.StatusForbidden) ||
+		q.view.ProjectID == "" || q.view.ProjectID == home {
+		return home, err
+	}
+	if err2 := call(q.view.ProjectID); err2 == nil {
+		return q.view.ProjectID, nil
+	}
+	return home, err
+}
+
 func (c *Console) instancePage(w http.ResponseWriter, r *http.Request, q *req) {
 	id := r.PathValue("id")
-	project := c.instanceProject(r, q, id)
 	after := c.liveAfter(r)
-	inst, err := q.api.GetAppInstance(r.Context(), project, id)
+	var inst client.AppInstance
+	project, err := c.throughProject(r, q, id, func(project string) (err error) {
+		inst, err = q.api.GetAppInstance(r.Context(), project, id)
+		return err
+	})
 	if err != nil {
 		c.fail(w, r, err)
 		return
 	}
-	d := instanceData{Inst: inst, Terminal: inst.Status == "decommissioned"}
+	d := instanceData{Inst: inst, Project: project, Terminal: inst.Status == "decommissioned"}
 	sc := iam.Scope{OrgID: inst.OrgID, ProjectID: inst.ProjectID}
 	d.CanUpdate = q.view.grants.Can(iam.PermInstanceUpdate, sc)
 	d.CanDelete = q.view.grants.Can(iam.PermInstanceDelete, sc)
@@ -367,7 +401,11 @@ func (c *Console) instanceAction(w http.ResponseWriter, r *http.Request, q *req)
 func (c *Console) openApp(w http.ResponseWriter, r *http.Request, q *req) {
 	id, path := r.PathValue("id"), r.URL.Query().Get("path")
 	if c.foreignNavigation(r) || r.URL.Query().Get("ask") != "" {
-		inst, err := q.api.GetAppInstance(r.Context(), c.instanceProject(r, q, id), id)
+		var inst client.AppInstance
+		_, err := c.throughProject(r, q, id, func(project string) (err error) {
+			inst, err = q.api.GetAppInstance(r.Context(), project, id)
+			return err
+		})
 		if err != nil {
 			c.fail(w, r, err)
 			return
@@ -414,7 +452,12 @@ func (c *Console) mintAndOpen(w http.ResponseWriter, r *http.Request, q *req, id
 	var out struct {
 		URL string `json:"url"`
 	}
-	err := q.api.Do(r.Context(), http.MethodPost, "/api/v1/projects/"+url.PathEscape(c.instanceProject(r, q, id))+"/app-instances/"+url.PathEscape(id)+"/ui-open", nil, nil, &out)
+	// Through the project the person reads the instance in: a member of a
+	// project attached to a shared instance opens it through that one. A
+	// refused open mints no code, so trying the next project is safe.
+	_, err := c.throughProject(r, q, id, func(project string) error {
+		return q.api.Do(r.Context(), http.MethodPost, "/api/v1/projects/"+url.PathEscape(project)+"/app-instances/"+url.PathEscape(id)+"/ui-open", nil, nil, &out)
+	})
 	if err != nil {
 		c.fail(w, r, err)
 		return

@@ -16,13 +16,38 @@
   var project = live.getAttribute("data-live");
   var instance = live.getAttribute("data-instance");
   var types = (document.body.getAttribute("data-event-types") || "").split(",");
-  var pending = false, again = false;
+  var pending = false, again = false, ended = false, es = null;
+
+  // The session is over (signed out, idled out, its account disabled):
+  // the server answers this script's requests 401, never a sign-in page.
+  // Say so on the page and stop following. These requests do not keep the
+  // session alive; only what the person does (pages, forms) does.
+  function signedOut() {
+    if (ended) { return; }
+    ended = true;
+    if (es) { es.close(); }
+    live.setAttribute("data-stream", "signed-out");
+    var p = document.createElement("p");
+    p.className = "flash";
+    p.id = "signed-out";
+    p.setAttribute("role", "alert");
+    p.appendChild(document.createTextNode("Your session has ended: this page no longer updates. "));
+    var a = document.createElement("a");
+    a.href = "/login?next=" + encodeURIComponent(location.pathname + location.search);
+    a.textContent = "Sign in again";
+    p.appendChild(a);
+    live.parentNode.insertBefore(p, live);
+  }
 
   function refresh() {
+    if (ended) { return; }
     if (pending) { again = true; return; }
     pending = true;
     fetch(live.getAttribute("data-refresh"), { credentials: "same-origin", headers: { "Accept": "text/html" } })
-      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (r) {
+        if (r.status === 401) { signedOut(); return null; }
+        return r.ok ? r.text() : null;
+      })
       .then(function (html) {
         if (html === null) { return; }
         var doc = new DOMParser().parseFromString(html, "text/html");
@@ -43,16 +68,21 @@
     refresh();
   }
   function listen() {
-    var es = new EventSource("/events/stream?project=" + encodeURIComponent(project) +
+    if (ended) { return; }
+    var s = new EventSource("/events/stream?project=" + encodeURIComponent(project) +
       (after ? "&after=" + encodeURIComponent(after) : ""));
-    types.forEach(function (t) { if (t) { es.addEventListener(t, onEvent); } });
-    es.addEventListener("open", function () { live.setAttribute("data-stream", "open"); });
-    es.addEventListener("error", function () {
-      // Refused outright (the position past retention, say): listen from
-      // now on, and re-render once for whatever came in between.
-      if (es.readyState === EventSource.CLOSED && after) {
+    es = s;
+    types.forEach(function (t) { if (t) { s.addEventListener(t, onEvent); } });
+    s.addEventListener("open", function () { live.setAttribute("data-stream", "open"); });
+    s.addEventListener("error", function () {
+      if (s.readyState !== EventSource.CLOSED || ended) { return; }
+      // Refused outright. The session over (a 401, which EventSource does
+      // not show): the re-render finds that out and says so. The position
+      // past retention, say: listen from now on, and re-render once for
+      // whatever came in between.
+      refresh();
+      if (after) {
         after = "";
-        refresh();
         listen();
       }
     });

@@ -1,0 +1,69 @@
+package console
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/iam"
+)
+
+// A shared instance (control_plane_scope tenant) lives in its home
+// project, and a member of a project attached to it reads it, and opens
+// its UI, through that attached project; through the home project the API
+// answers that member not found. The console's instance page, asked by
+// instance id, reads it through the project the person works in when the
+// home project refuses: the page shows it, its live stream is the attached
+// project's, and Open app mints through the attached project. An instance
+// read through neither stays not found.
+func TestASharedInstanceShowsThroughAnAttachedProject(t *testing.T) {
+	now := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	var opened atomic.Int32
+	shared := `{"id":"i1","org_id":"o1","project_id":"home","display_name":"shared notebook","status":"running","control_plane_scope":"tenant"}`
+	// The API as the member of project "att" sees it: nothing through
+	// "home" (the default answer, 404), the instance through "att".
+	api := fakeAPI(map[string]http.HandlerFunc{
+		"GET /api/v1/me":                            reply(`{"id":"u1","type":"user","email":"b@example.com"}`),
+		"GET /api/v1/orgs":                          reply(`{"items":[{"id":"o1","slug":"acme"}]}`),
+		"GET /api/v1/orgs/o1/projects":              reply(`{"items":[{"id":"att","org_id":"o1","slug":"team-b"}]}`),
+		"GET /api/v1/projects/att/app-instances/i1": reply(shared),
+		"POST /api/v1/projects/att/app-instances/i1/ui-open": func(w http.ResponseWriter, r *http.Request) {
+			opened.Add(1)
+			reply(`{"url":"http://i1.apps.example/__gpuaas/open?code=one-time"}`)(w, r)
+		},
+	})
+	sessions := oneSession(ConsoleSession{UserID: "u1", CSRFToken: "csrf", ProjectID: "att", CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)})
+	c, err := New(Config{API: api, Sessions: sessions, PublicURL: func() string { return "http://x" }, Now: func() time.Time { return now },
+		Mint:   func(context.Context, string) (string, time.Time, error) { return "tok", now.Add(time.Hour), nil },
+		Grants: func(context.Context, string) (*iam.Grants, error) { return &iam.Grants{}, nil },
+		// The instance's own project, as the server finds it.
+		ProjectOf: func(_ context.Context, id string) (string, error) { return "home", nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rec := get(c, "/workloads/instance/i1", nil)
+	if body := rec.Body.String(); rec.Code != http.StatusOK || !strings.Contains(body, "shared notebook") {
+		t.Fatalf("the shared instance's page through the attached project: %d\n%s", rec.Code, body)
+	}
+	if body := rec.Body.String(); !strings.Contains(body, `data-live="att"`) {
+		t.Errorf("the page's live stream is not the attached project's:\n%s", body)
+	}
+	if rec := get(c, "/workloads/instance/i1?fragment=1", nil); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "shared notebook") {
+		t.Errorf("the page's fragment: %d", rec.Code)
+	}
+	rec = get(c, "/workloads/instance/i1/open", map[string]string{"Sec-Fetch-Site": "same-origin"})
+	if loc := rec.Header().Get("Location"); rec.Code != http.StatusSeeOther || !strings.HasPrefix(loc, "http://i1.apps.example/") || opened.Load() != 1 {
+		t.Errorf("Open app through the attached project: %d %q, %d codes minted", rec.Code, loc, opened.Load())
+	}
+	if rec := get(c, "/workloads/instance/i1/open", map[string]string{"Sec-Fetch-Site": "cross-site"}); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "shared notebook") {
+		t.Errorf("the Open app page of a foreign link: %d", rec.Code)
+	}
+	// Read through neither project: not found.
+	if rec := get(c, "/workloads/instance/i2", nil); rec.Code != http.StatusNotFound {
+		t.Errorf("an instance of neither project: %d, want 404", rec.Code)
+	}
+}
