@@ -39,6 +39,7 @@ func BenchmarkInitToSmoke(b *testing.B) {
 			b.Fatal(err, out.String())
 		}
 		run("go", "build", "-o", "app", ".")
+		run("cp", "/etc/ssl/certs/ca-certificates.crt", ".")
 		run("docker", "build", "-q", "-f", "Dockerfile.prebuilt", "-t", image, ".")
 		out.Reset()
 		root = NewRoot(&out, &out)

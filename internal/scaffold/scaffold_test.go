@@ -18,6 +18,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -82,6 +83,8 @@ func TestEveryTemplateWritesAValidApp(t *testing.T) {
 // the HTTPS API of a real install must find root certificates in its image;
 // an image FROM scratch has none unless the Dockerfile copies them in, and
 // every call then fails with "certificate signed by unknown authority".
+// Both release images count: the two-stage Dockerfile copies the golang
+// image's roots, Dockerfile.prebuilt the host's, put beside the binary.
 func TestReleaseImagesFromScratchCarryRootCertificates(t *testing.T) {
 	for _, tmpl := range scaffold.Templates() {
 		dir := filepath.Join(t.TempDir(), tmpl)
@@ -92,28 +95,36 @@ func TestReleaseImagesFromScratchCarryRootCertificates(t *testing.T) {
 		if !slices.Contains(files, "usage.go") {
 			continue // never calls the platform
 		}
-		b, err := os.ReadFile(filepath.Join(dir, "Dockerfile"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var final []string // the last stage's lines
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "FROM ") {
-				final = nil
+		for _, name := range []string{"Dockerfile", "Dockerfile.prebuilt"} {
+			if !slices.Contains(files, name) {
+				continue
 			}
-			final = append(final, l)
-		}
-		if len(final) == 0 || strings.TrimSpace(final[0]) != "FROM scratch" {
-			continue // a base image with its own roots
-		}
-		ok := false
-		for _, l := range final {
-			f := strings.Fields(l)
-			ok = ok || len(f) == 4 && f[0] == "COPY" && strings.HasPrefix(f[1], "--from=") &&
-				strings.HasSuffix(f[2], "/ca-certificates.crt") && f[3] == "/etc/ssl/certs/ca-certificates.crt"
-		}
-		if !ok {
-			t.Errorf("%s: the image is FROM scratch and calls the API, but has no /etc/ssl/certs/ca-certificates.crt:\n%s", tmpl, b)
+			b, err := os.ReadFile(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var final []string // the last stage's lines
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "FROM ") {
+					final = nil
+				}
+				final = append(final, l)
+			}
+			if len(final) == 0 || strings.TrimSpace(final[0]) != "FROM scratch" {
+				continue // a base image with its own roots
+			}
+			ok := false
+			for _, l := range final {
+				f := strings.Fields(l)
+				if len(f) == 4 && strings.HasPrefix(f[1], "--from=") {
+					f = slices.Delete(f, 1, 2) // from a build stage
+				}
+				ok = ok || len(f) == 3 && f[0] == "COPY" &&
+					path.Base(f[1]) == "ca-certificates.crt" && f[2] == "/etc/ssl/certs/ca-certificates.crt"
+			}
+			if !ok {
+				t.Errorf("%s/%s: the image is FROM scratch and calls the API, but has no /etc/ssl/certs/ca-certificates.crt:\n%s", tmpl, name, b)
+			}
 		}
 	}
 }
