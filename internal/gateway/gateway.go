@@ -196,13 +196,47 @@ func (g *Gateway) matchHost(hostport string) (target, bool) {
 		return target{}, false
 	}
 	host := strings.ToLower(hostport)
-	if h, _, err := net.SplitHostPort(host); err == nil {
+	if h, port, err := net.SplitHostPort(host); err == nil {
+		if !portNumber(port) {
+			return target{}, false
+		}
 		host = h
 	}
-	if label, ok := strings.CutSuffix(host, "."+g.cfg.Domain); ok && label != "" && !strings.Contains(label, ".") {
+	// The Host header is the browser's (or anyone's) to write, and what
+	// matches becomes the instance id looked up and the origin the gateway
+	// redirects to and checks WebSocket Origins against: only a DNS label
+	// (what an instance id is) under the apps domain is one.
+	if label, ok := strings.CutSuffix(host, "."+g.cfg.Domain); ok && dnsLabel(label) {
 		return target{instanceID: label, origin: g.scheme() + "://" + strings.ToLower(hostport)}, true
 	}
 	return target{}, false
+}
+
+// dnsLabel reports whether s is one DNS label: 1 to 63 lower-case letters,
+// digits and hyphens, neither first nor last a hyphen.
+func dnsLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 || s[0] == '-' || s[len(s)-1] == '-' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// portNumber reports whether s is a port: 1 to 5 digits.
+func portNumber(s string) bool {
+	if len(s) == 0 || len(s) > 5 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func (g *Gateway) scheme() string {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -566,6 +567,45 @@ func TestSetCookieName(t *testing.T) {
 	} {
 		if got := setCookieName(line); got != want {
 			t.Errorf("setCookieName(%q) = %q, want %q", line, got, want)
+		}
+	}
+}
+
+// The Host header is anyone's to write: only a DNS label under the apps
+// domain, with a numeric port if any, is an instance's origin, and what
+// matches is exactly that label and origin.
+func FuzzMatchHost(f *testing.F) {
+	for _, s := range []string{inst + ".apps.test", inst + ".apps.test:8443", "A.APPS.TEST", "x.y.apps.test", ".apps.test",
+		"a b.apps.test", "a\".apps.test:1", "a.apps.test:", "a.apps.test:port", "-a.apps.test", "apps.test", "a.apps.test.",
+		"[::1]:80", "a%2f.apps.test", "é.apps.test"} {
+		f.Add(s)
+	}
+	g := New(Config{Domain: "apps.test", PublicURL: func() string { return "https://console.test" }, Backend: &fakeBackend{}})
+	label := regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	f.Fuzz(func(t *testing.T, hostport string) {
+		tg, ok := g.matchHost(hostport)
+		if !ok {
+			return
+		}
+		if !label.MatchString(tg.instanceID) {
+			t.Fatalf("%q matched instance %q, not a DNS label", hostport, tg.instanceID)
+		}
+		rest, _ := strings.CutPrefix(tg.origin, "https://"+tg.instanceID+".apps.test")
+		if rest != "" && !regexp.MustCompile(`^:[0-9]{1,5}$`).MatchString(rest) {
+			t.Fatalf("%q matched with origin %q", hostport, tg.origin)
+		}
+	})
+}
+
+func TestMatchHostTakesOnlyALabelUnderTheDomain(t *testing.T) {
+	g := New(Config{Domain: "apps.test", PublicURL: func() string { return "https://console.test" }, Backend: &fakeBackend{}})
+	for host, want := range map[string]string{
+		inst + ".apps.test": inst, inst + ".APPS.test:8443": inst, "x.y.apps.test": "", "a b.apps.test": "",
+		`a".apps.test`: "", "a.apps.test:": "", "a.apps.test:http": "", "-a.apps.test": "", "a_b.apps.test": "",
+	} {
+		tg, ok := g.matchHost(host)
+		if ok != (want != "") || tg.instanceID != want {
+			t.Errorf("matchHost(%q) = %q %v, want %q", host, tg.instanceID, ok, want)
 		}
 	}
 }
