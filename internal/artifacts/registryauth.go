@@ -45,7 +45,7 @@ func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, no
 		if err != nil {
 			return nil, err
 		}
-		sealed, err := s.Seal(pemBytes, k.KeyID())
+		sealed, err := iam.SealSigningKey(s, RegistryKeyPurpose, k.KeyID(), pemBytes)
 		if err != nil {
 			return nil, err
 		}
@@ -61,13 +61,16 @@ func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, no
 			return nil, err
 		}
 	}
+	if err := iam.ResealSigningKeys(ctx, db, s, RegistryKeyPurpose, rows, now); err != nil {
+		return nil, fmt.Errorf("registry token keys: %w", err)
+	}
 	var signing *registry.SigningKey
 	var others []crypto.PublicKey
 	for _, r := range rows {
 		if signing == nil && r.RetiredAt.IsZero() {
-			raw, err := s.Open(r.PrivateKey, r.KID)
+			raw, err := iam.OpenSigningKey(s, RegistryKeyPurpose, r)
 			if err != nil {
-				return nil, fmt.Errorf("registry token key %s: %w", r.KID, err)
+				return nil, fmt.Errorf("registry token key: %w", err)
 			}
 			if signing, err = registry.ParseSigningKeyPEM(raw); err != nil {
 				return nil, fmt.Errorf("registry token key %s: %w", r.KID, err)

@@ -15,7 +15,9 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/clock"
+	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Keyring holds the Ed25519 keys the control plane signs one kind of token
@@ -79,12 +81,15 @@ func (k *Keyring) Reload(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load %s signing keys: %w", k.purpose, err)
 	}
+	if err := ResealSigningKeys(ctx, k.keys, k.sealer, k.purpose, rows, k.now); err != nil {
+		return err
+	}
 	byKID := map[string]*ringKey{}
 	var signing *ringKey
 	for _, r := range rows {
-		raw, err := k.sealer.Open(r.PrivateKey, r.KID)
+		raw, err := OpenSigningKey(k.sealer, k.purpose, r)
 		if err != nil {
-			return fmt.Errorf("signing key %s: %w", r.KID, err)
+			return err
 		}
 		if len(raw) != ed25519.PrivateKeySize {
 			return fmt.Errorf("signing key %s: bad length", r.KID)
@@ -109,7 +114,7 @@ func (k *Keyring) Rotate(ctx context.Context) error {
 		return err
 	}
 	kid := uuid.Must(uuid.NewV7()).String()
-	sealed, err := k.sealer.Seal(priv, kid)
+	sealed, err := SealSigningKey(k.sealer, k.purpose, kid, priv)
 	if err != nil {
 		return err
 	}
@@ -181,4 +186,80 @@ func (k *Keyring) JWKS() map[string][]JWK {
 		keys = append(keys, JWK{KTY: "OKP", CRV: "Ed25519", X: base64.RawURLEncoding.EncodeToString(rk.pub), KID: rk.kid, ALG: "EdDSA", USE: "sig"})
 	}
 	return map[string][]JWK{"keys": keys}
+}
+
+// A signing key's private half is sealed under its purpose and its kid
+// ("access_token:" + kid), so a sealed key copied into a row of another
+// purpose (the release key serving as a token key, say) does not open.
+func signingKeyAAD(purpose, kid string) string { return purpose + ":" + kid }
+
+// SealSigningKey seals the private half of the key kid of purpose.
+func SealSigningKey(s *sealer.Sealer, purpose, kid string, priv []byte) (string, error) {
+	return s.Seal(priv, signingKeyAAD(purpose, kid))
+}
+
+// KeyResealer writes back a signing key resealed under its purpose: it
+// replaces the sealed private half from with to while the row of kid and
+// purpose still holds from (of replicas resealing at once, one writes), in
+// its own transaction with the audit row, and reports whether it wrote.
+type KeyResealer interface {
+	ResealSigningKey(ctx context.Context, kid, purpose, from, to string, audit storage.AuditEvent) (bool, error)
+}
+
+// ResealSigningKeys reseals, under its purpose, every key of rows sealed
+// before purposes were bound (under its kid alone), writes each back
+// through db (which must be a KeyResealer) and updates rows to match, so
+// that afterwards each opens only as what it is. Keys that open under their
+// purpose, or not at all, are left to OpenSigningKey. Each key written back
+// has its audit row (signing_key.reseal), stamped by now (nil: the wall
+// clock).
+func ResealSigningKeys(ctx context.Context, db KeyStore, s *sealer.Sealer, purpose string, rows []SigningKey, now func() time.Time) error {
+	for i, r := range rows {
+		if r.Purpose != purpose {
+			continue // OpenSigningKey refuses it
+		}
+		aad := signingKeyAAD(purpose, r.KID)
+		if _, err := s.Open(r.PrivateKey, aad); err == nil {
+			continue
+		}
+		raw, err := s.Open(r.PrivateKey, r.KID) // the legacy, kid-only form
+		if err != nil {
+			continue
+		}
+		rs, ok := db.(KeyResealer)
+		if !ok {
+			return fmt.Errorf("signing key %s is sealed under its kid alone and this store cannot reseal it", r.KID)
+		}
+		sealed, err := s.Seal(raw, aad)
+		clear(raw)
+		if err != nil {
+			return err
+		}
+		_, err = rs.ResealSigningKey(ctx, r.KID, purpose, r.PrivateKey, sealed, storage.AuditEvent{
+			OccurredAt: clock.Or(now)(), ActorType: string(principal.System), ActorID: principal.SystemActor.ID,
+			Action: "signing_key.reseal", ResourceType: "signing_key", ResourceID: r.KID,
+			Reason: "sealed under its purpose " + purpose + " as well as its kid", Outcome: "success",
+		})
+		if err != nil {
+			return fmt.Errorf("reseal %s signing key %s: %w", purpose, r.KID, err)
+		}
+		// Another replica that won the race wrote its own sealing of the
+		// same key; this one opens the same.
+		rows[i].PrivateKey = sealed
+	}
+	return nil
+}
+
+// OpenSigningKey opens the private half of r as a key of purpose, refusing
+// a key of another purpose, or sealed for one (ResealSigningKeys first
+// brings keys sealed the legacy way to this form).
+func OpenSigningKey(s *sealer.Sealer, purpose string, r SigningKey) ([]byte, error) {
+	if r.Purpose != purpose {
+		return nil, fmt.Errorf("signing key %s has purpose %s, not %s", r.KID, r.Purpose, purpose)
+	}
+	raw, err := s.Open(r.PrivateKey, signingKeyAAD(purpose, r.KID))
+	if err != nil {
+		return nil, fmt.Errorf("signing key %s does not open for purpose %s: sealed for another purpose, under another master key, or tampered", r.KID, purpose)
+	}
+	return raw, nil
 }

@@ -64,7 +64,7 @@ func LoadSigningKey(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, now 
 			return nil, err
 		}
 		kid := "release-" + strings.TrimPrefix(fp, "sha256:")[:16]
-		sealed, err := s.Seal(privPEM, kid)
+		sealed, err := iam.SealSigningKey(s, KeyPurpose, kid, privPEM)
 		if err != nil {
 			return nil, err
 		}
@@ -76,13 +76,16 @@ func LoadSigningKey(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, now 
 			return nil, err
 		}
 	}
+	if err := iam.ResealSigningKeys(ctx, db, s, KeyPurpose, rows, now); err != nil {
+		return nil, fmt.Errorf("release signing keys: %w", err)
+	}
 	for _, r := range rows {
 		if !r.RetiredAt.IsZero() {
 			continue
 		}
-		raw, err := s.Open(r.PrivateKey, r.KID)
+		raw, err := iam.OpenSigningKey(s, KeyPurpose, r)
 		if err != nil {
-			return nil, fmt.Errorf("release signing key %s: %w", r.KID, err)
+			return nil, fmt.Errorf("release signing key: %w", err)
 		}
 		signer, err := signature.ParsePrivateKeyPEM(raw)
 		if err != nil {

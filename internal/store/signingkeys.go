@@ -2,11 +2,18 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"fmt"
 
+	"github.com/google/uuid"
+
+	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/iam"
 )
 
 // iam.SigningKey is the IAM domain's.
+
+var _ iam.KeyResealer = (*Queries)(nil)
 
 const signingKeyCols = `kid, purpose, algorithm, private_key, public_key, created_at, retired_at`
 
@@ -28,4 +35,52 @@ func (q *Queries) SigningKeys(ctx context.Context, purpose string) ([]iam.Signin
 		err := s.Scan(&k.KID, &k.Purpose, &k.Algorithm, &k.PrivateKey, &k.PublicKey, scanTime(&k.CreatedAt), scanTime(&k.RetiredAt))
 		return k, err
 	})
+}
+
+// ResealSigningKey replaces the sealed private half of the key kid of
+// purpose with to while the row still holds from, and writes audit with it
+// (its id and correlation id filled when empty); it reports whether it
+// wrote. On the pool it runs in a transaction of its own (the key loaders
+// hold no Store to Mutate with); inside a transaction it joins it.
+func (q *Queries) ResealSigningKey(ctx context.Context, kid, purpose, from, to string, audit AuditEvent) (bool, error) {
+	var pool *sql.DB
+	if ex, ok := q.ex.(sqlExecer); ok {
+		pool, _ = ex.x.(*sql.DB)
+	}
+	if pool == nil {
+		return q.resealSigningKey(ctx, kid, purpose, from, to, audit)
+	}
+	tx, err := pool.BeginTx(ctx, nil)
+	if err != nil {
+		return false, fmt.Errorf("begin transaction: %w", mapErr(err))
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op once committed
+	wrote, err := (&Queries{ex: sqlExecer{tx}, d: q.d, stmts: q.stmts, tx: tx, count: q.count}).resealSigningKey(ctx, kid, purpose, from, to, audit)
+	if err != nil || !wrote {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, fmt.Errorf("commit: %w", mapErr(err))
+	}
+	return true, nil
+}
+
+func (q *Queries) resealSigningKey(ctx context.Context, kid, purpose, from, to string, audit AuditEvent) (bool, error) {
+	res, err := q.exec(ctx, `UPDATE signing_keys SET private_key = ? WHERE kid = ? AND purpose = ? AND private_key = ?`, to, kid, purpose, from)
+	if err != nil {
+		return false, err
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return false, err
+	}
+	if audit.ID == "" {
+		audit.ID = uuid.Must(uuid.NewV7()).String()
+	}
+	if audit.CorrelationID == "" {
+		audit.CorrelationID = correlation.ID(ctx)
+	}
+	if err := q.InsertAudit(ctx, audit); err != nil {
+		return false, fmt.Errorf("write audit row: %w", err)
+	}
+	return true, nil
 }
