@@ -25,14 +25,27 @@ import (
 var ErrLeaseLost = errors.New("store: relay lease is held by another replica")
 
 // EventFilter selects sequenced events. Empty fields match everything.
+//
+// A project's events (ProjectID) are the events recorded on the project,
+// and the AttachedTypePrefix events of every shared instance attached to it
+// (subject app-instances/<id>) while it is attached: all of that instance's
+// retained apps.instance.* events, those from before the attachment too
+// (the attached project's members read the same through the instance's
+// timeline), in the one position order, and none once it is detached. No
+// other event of the instance's home project reaches the attached one.
 type EventFilter struct {
 	OrgID      string
-	ProjectID  string
+	ProjectID  string // the project's own events, and those of the shared instances attached to it
 	TypePrefix string // "apps.artifact." or a whole type
 	Subject    string
 	Since      time.Time // occurred_at >= Since
 	Until      time.Time // occurred_at < Until
 }
+
+// AttachedTypePrefix is the type prefix of the events a project attached
+// to a shared instance reads of it (the instance's lifecycle; not, say, the
+// usage billed to the home project).
+const AttachedTypePrefix = "apps.instance."
 
 // ParkReason is why the bus refused an event for good (the relay parked
 // it and went on).

@@ -238,22 +238,18 @@ func (q *Queries) EventPosition(ctx context.Context, id string) (int64, error) {
 }
 
 // ListEvents returns up to limit sequenced events after position `after`
-// that match f, in position order.
+// that match f, in position order. A project's events (f.ProjectID) are its
+// own and the apps.instance.* events of the shared instances attached to it
+// now (events.EventFilter): two index-ordered reads (outbox_events_project,
+// outbox_events_subject), each cut at limit, merged by position.
 func (q *Queries) ListEvents(ctx context.Context, f events.EventFilter, after int64, limit int) ([]Event, error) {
-	query := `SELECT ` + eventReadCols + ` FROM outbox_events WHERE position IS NOT NULL AND position > ?`
-	args := []any{after}
-	add := func(cond string, v any) { query += " AND " + cond; args = append(args, v) }
-	if f.OrgID != "" {
-		add("org_id = ?", f.OrgID)
-	}
-	if f.ProjectID != "" {
-		add("project_id = ?", f.ProjectID)
-	}
+	var conds string
+	var args []any
+	add := func(cond string, v ...any) { conds += " AND " + cond; args = append(args, v...) }
 	if f.TypePrefix != "" {
 		// A prefix match without LIKE, whose wildcards '_' and '%' appear in
 		// type names: compare the leading characters.
-		add("SUBSTR(type, 1, ?) = ?", len(f.TypePrefix))
-		args = append(args, f.TypePrefix)
+		add("SUBSTR(type, 1, ?) = ?", len(f.TypePrefix), f.TypePrefix)
 	}
 	if f.Subject != "" {
 		add("subject = ?", f.Subject)
@@ -264,7 +260,33 @@ func (q *Queries) ListEvents(ctx context.Context, f events.EventFilter, after in
 	if !f.Until.IsZero() {
 		add("occurred_at < ?", ts(f.Until))
 	}
-	rows, err := q.query(ctx, query+` ORDER BY position LIMIT ?`, append(args, limit)...)
+	var query string
+	var all []any
+	switch {
+	case f.ProjectID == "":
+		query, all = `SELECT `+eventReadCols+` FROM outbox_events WHERE position IS NOT NULL AND position > ?`, []any{after}
+		if f.OrgID != "" {
+			query, all = query+" AND org_id = ?", append(all, f.OrgID)
+		}
+		query, all = query+conds+` ORDER BY position LIMIT ?`, append(append(all, args...), limit)
+	default:
+		own, ownArgs := `SELECT `+eventReadCols+` FROM outbox_events WHERE project_id = ? AND position IS NOT NULL AND position > ?`, []any{f.ProjectID, after}
+		if f.OrgID != "" {
+			own, ownArgs = own+" AND org_id = ?", append(ownArgs, f.OrgID)
+		}
+		// The attachment names the project, whatever its org (a
+		// platform-managed instance is attached across orgs); the home
+		// project's rows are the first branch's.
+		shared := `SELECT ` + eventReadCols + ` FROM outbox_events
+			WHERE subject IN (SELECT 'app-instances/' || instance_id FROM app_instance_attachments WHERE project_id = ?)
+			AND SUBSTR(type, 1, ?) = ? AND project_id <> ? AND position IS NOT NULL AND position > ?`
+		query = `SELECT * FROM (` + own + conds + ` ORDER BY position LIMIT ?) AS own
+			UNION ALL SELECT * FROM (` + shared + conds + ` ORDER BY position LIMIT ?) AS shared
+			ORDER BY position LIMIT ?`
+		all = append(append(ownArgs, args...), limit, f.ProjectID, len(events.AttachedTypePrefix), events.AttachedTypePrefix, f.ProjectID, after)
+		all = append(append(all, args...), limit, limit)
+	}
+	rows, err := q.query(ctx, query, all...)
 	if err != nil {
 		return nil, err
 	}
