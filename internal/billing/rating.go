@@ -16,6 +16,11 @@ import (
 // rateBatch is how many usage records one rating transaction takes.
 const rateBatch = 500
 
+// rateWindow is how many entries of the rating queue a pass reads at once.
+// Records waiting for a price and parked ones stay queued and are read on
+// every pass: a wide window reads them in few queries.
+const rateWindow = 5000
+
 // errNothingToPost rolls back a rating transaction that posted nothing (or
 // a park another rater already made), so it leaves no audit row behind.
 var errNothingToPost = errors.New("billing: nothing to post")
@@ -71,22 +76,23 @@ func (s *Service) Rate(ctx context.Context) (int, error) {
 	ctx = systemContext(ctx)
 	after, total, unpriced := "", 0, int64(0)
 	for {
-		recs, err := s.Store.Read().UnratedUsage(ctx, after, rateBatch)
+		recs, next, err := s.Store.Read().UnratedUsage(ctx, after, rateWindow)
 		if err != nil {
 			return total, err
 		}
-		if len(recs) == 0 {
+		for len(recs) > 0 {
+			batch := recs[:min(len(recs), rateBatch)]
+			recs = recs[len(batch):]
+			n, np, err := s.rate(ctx, batch)
+			total, unpriced = total+n, unpriced+np
+			if err != nil {
+				return total, err
+			}
+		}
+		if next == "" {
 			break
 		}
-		after = recs[len(recs)-1].ID
-		n, np, err := s.rate(ctx, recs)
-		total, unpriced = total+n, unpriced+np
-		if err != nil {
-			return total, err
-		}
-		if len(recs) < rateBatch {
-			break
-		}
+		after = next
 	}
 	s.unpriced.Store(unpriced)
 	return total, nil

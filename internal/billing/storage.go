@@ -201,7 +201,10 @@ type Queries interface {
 	InsertUsageRecords(ctx context.Context, recs []UsageRecord) (map[string]bool, error)
 	ListUsage(ctx context.Context, f UsageFilter, p storage.Page) ([]UsageRecord, string, error)
 	GroupUsage(ctx context.Context, f UsageFilter, by []string) ([]UsageGroup, error)
-	UnratedUsage(ctx context.Context, afterID string, limit int) ([]UsageRecord, error)
+	// UnratedUsage reads the rating queue a window of limit entries at a
+	// time: the records of the window to rate, and the cursor of the next
+	// window ("" at the end).
+	UnratedUsage(ctx context.Context, afterID string, limit int) (recs []UsageRecord, next string, err error)
 	ParkUsage(ctx context.Context, p ParkedUsage) (bool, error)
 	ListUnratedUsage(ctx context.Context, p storage.Page) ([]UnratedRow, string, error)
 	CountParkedUsage(ctx context.Context) (map[string]int64, error)

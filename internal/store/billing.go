@@ -3,8 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -286,24 +286,45 @@ const unratedWhere = ` NOT EXISTS (SELECT 1 FROM ledger_entries l WHERE l.usage_
 // usageColsU are the usage columns of the alias u.
 var usageColsU = prefixed("u.", usageCols)
 
-// unratedUsageQuery is the rating pass's read. The queue is read first
-// (MATERIALIZED), so the planner cannot start from usage_records: the
-// queue holds the records waiting for a price and the parked ones, few,
-// while usage_records holds every record ever stored.
-var unratedUsageQuery = `WITH w AS MATERIALIZED (SELECT usage_record_id FROM usage_unrated WHERE usage_record_id > ?)
-SELECT ` + usageColsU + ` FROM w JOIN usage_records u ON u.id = w.usage_record_id
- WHERE` + unratedWhere + `
- AND NOT EXISTS (SELECT 1 FROM billing_parked_usage p WHERE p.usage_record_id = u.id)
- ORDER BY w.usage_record_id LIMIT `
+// unratedWindowQuery finds where the next window of the rater's queue
+// ends: at most limit ids after the cursor, read from the queue's own key.
+const unratedWindowQuery = `SELECT COUNT(*), COALESCE(MAX(usage_record_id), '') FROM
+ (SELECT usage_record_id FROM usage_unrated WHERE usage_record_id > ? ORDER BY usage_record_id LIMIT %d) w`
 
-// UnratedUsage returns up to limit usage records after afterID (in id
-// order) that have no charge in the ledger yet and are not parked.
-func (q *Queries) UnratedUsage(ctx context.Context, afterID string, limit int) ([]billing.UsageRecord, error) {
-	rows, err := q.query(ctx, unratedUsageQuery+strconv.Itoa(limit), afterID)
-	if err != nil {
-		return nil, err
+// unratedUsageQuery reads the records of one window of the queue. The
+// window's bounds are given on both sides of the join, so the planner
+// reads a range of each key rather than hashing all of usage_records,
+// which holds every record ever stored.
+var unratedUsageQuery = `SELECT ` + usageColsU + ` FROM usage_unrated w JOIN usage_records u ON u.id = w.usage_record_id
+ WHERE w.usage_record_id > ? AND w.usage_record_id <= ? AND u.id > ? AND u.id <= ? AND` + unratedWhere + `
+ AND NOT EXISTS (SELECT 1 FROM billing_parked_usage p WHERE p.usage_record_id = u.id)
+ ORDER BY w.usage_record_id`
+
+// UnratedUsage reads the next limit entries of the rating queue after
+// afterID (in id order) and returns those records that have no charge in
+// the ledger yet and are not parked, with the cursor to read on from (""
+// once the queue is read to its end). The queue is read a window at a
+// time, not filtered to a page of records: records waiting for a price
+// and parked ones stay queued, and a pass that asked each batch for the
+// next limit rateable records would read all of those again per batch.
+func (q *Queries) UnratedUsage(ctx context.Context, afterID string, limit int) ([]billing.UsageRecord, string, error) {
+	var n int
+	var end string
+	if err := q.queryRow(ctx, fmt.Sprintf(unratedWindowQuery, limit), afterID).Scan(&n, &end); err != nil {
+		return nil, "", mapErr(err)
 	}
-	return collect(rows, scanUsage)
+	if n == 0 {
+		return nil, "", nil
+	}
+	rows, err := q.query(ctx, unratedUsageQuery, afterID, end, afterID, end)
+	if err != nil {
+		return nil, "", err
+	}
+	recs, err := collect(rows, scanUsage)
+	if err != nil || n < limit {
+		return recs, "", err
+	}
+	return recs, end, nil
 }
 
 // ParkUsage sets a usage record aside so rating skips it, and reports

@@ -187,9 +187,35 @@ func TestRatingReadsTheUnratedQueue(t *testing.T) {
 			}
 			return out
 		}
-		got, err := q.UnratedUsage(ctx, "", 100)
+		got, next, err := q.UnratedUsage(ctx, "", 100)
 		noErr(t, "unrated", err)
 		same(t, "to rate", ids(got), []string{recs[2].ID})
+		if next != "" {
+			t.Errorf("the queue read to its end gave cursor %q", next)
+		}
+		// A window at a time: one entry per window, the parked one's
+		// window empty but not the end.
+		var windows [][]string
+		for after := ""; ; {
+			got, next, err := q.UnratedUsage(ctx, after, 1)
+			noErr(t, "unrated window", err)
+			windows = append(windows, ids(got))
+			if next == "" {
+				break
+			}
+			if next <= after {
+				t.Fatalf("cursor %q does not move past %q", next, after)
+			}
+			after = next
+		}
+		var seen []string
+		for _, w := range windows {
+			seen = append(seen, w...)
+		}
+		same(t, "to rate, one window at a time", seen, []string{recs[2].ID})
+		if len(windows) < 2 {
+			t.Errorf("windows of one entry over a queue of two: %v", windows)
+		}
 		rows, _, err := q.ListUnratedUsage(ctx, store.Page{Limit: 100})
 		noErr(t, "list unrated", err)
 		var listed []billing.UsageRecord
@@ -213,15 +239,25 @@ func TestRatingReadsTheUnratedQueue(t *testing.T) {
 // until it runs dry, as billing.Rate reads) on a store holding 50,000
 // charged usage records and 10 to rate: what every replica does every
 // minute once a platform has history.
-func BenchmarkRatingReadAfterHistory(b *testing.B) {
+func BenchmarkRatingReadAfterHistory(b *testing.B) { benchRatingRead(b, 50_000, 0, 10) }
+
+// BenchmarkRatingReadWithParked is the same pass with 20,000 parked records,
+// which stay in the rating queue, and 10 to rate.
+func BenchmarkRatingReadWithParked(b *testing.B) { benchRatingRead(b, 0, 20_000, 10) }
+
+// BenchmarkRatingReadWaitingForPrice is the same pass with 20,000 records
+// waiting for a price (unparked, uncharged: every pass reads them all, in
+// batches), which should be read once per pass, not once per batch.
+func BenchmarkRatingReadWaitingForPrice(b *testing.B) { benchRatingRead(b, 0, 0, 20_000) }
+
+func benchRatingRead(b *testing.B, history, parked, pending int) {
 	storetest.EachDialect(b, func(b *testing.B, d store.Dialect) {
 		db := storetest.Open(b, d)
 		ctx := context.Background()
 		now := time.Now().UTC()
-		const history, pending = 50_000, 10
 		err := db.InTx(ctx, func(q *store.Queries) error {
 			var recs []billing.UsageRecord
-			for i := range history + pending {
+			for i := range history + parked + pending {
 				recs = append(recs, usageRec(fmt.Sprintf("hist-%d", i), 1, now))
 			}
 			if _, err := q.InsertUsageRecords(ctx, recs); err != nil {
@@ -231,6 +267,12 @@ func BenchmarkRatingReadAfterHistory(b *testing.B) {
 				if _, err := q.InsertCharge(ctx, billing.LedgerEntry{ID: newID(), OrgID: "o1", ProjectID: "p1", EntryType: billing.EntryCharge,
 					UsageRecordID: u.ID, UsageSource: u.UsageSource, UsageUnit: "tokens", Quantity: 1, PerQuantity: 1, Currency: "USD",
 					UsageTime: now, CreatedBy: "system:billing", CreatedAt: now}); err != nil {
+					return err
+				}
+			}
+			for _, u := range recs[history : history+parked] {
+				if _, err := q.ParkUsage(ctx, billing.ParkedUsage{UsageRecordID: u.ID, OrgID: "o1", ProjectID: "p1",
+					Reason: billing.UnratedAmountOverflow, ParkedAt: now}); err != nil {
 					return err
 				}
 			}
@@ -245,21 +287,27 @@ func BenchmarkRatingReadAfterHistory(b *testing.B) {
 		}
 		b.ResetTimer()
 		for range b.N {
-			after, n := "", 0
-			for {
-				recs, err := db.Queries().UnratedUsage(ctx, after, 500)
-				if err != nil {
-					b.Fatal(err)
-				}
-				n += len(recs)
-				if len(recs) < 500 {
-					break
-				}
-				after = recs[len(recs)-1].ID
-			}
-			if n != pending {
+			if n := ratingPass(b, db.Queries()); n != pending {
 				b.Fatalf("read %d records to rate, want %d", n, pending)
 			}
 		}
 	})
+}
+
+// ratingPass reads the rating queue to its end as billing.Rate does (a
+// window of 5,000 entries at a time) and reports how many records it got
+// to rate.
+func ratingPass(tb testing.TB, q *store.Queries) int {
+	after, n := "", 0
+	for {
+		recs, next, err := q.UnratedUsage(context.Background(), after, 5000)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		n += len(recs)
+		if next == "" {
+			return n
+		}
+		after = next
+	}
 }
