@@ -119,7 +119,7 @@ A version that lists artifacts (docker_compose) takes --image NAME=IMAGE for
 each artifact, or one --image IMAGE when it lists one.`,
 		Example: `  go build -o app . && cp /etc/ssl/certs/ca-certificates.crt . && docker build -q -f Dockerfile.prebuilt -t hello:smoke .
   gpuaas app smoke --image hello:smoke`,
-		Args:    cobra.MaximumNArgs(1),
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dir := "."
 			if len(args) == 1 {
