@@ -201,9 +201,9 @@ func SealSigningKey(s *sealer.Sealer, purpose, kid string, priv []byte) (string,
 // KeyResealer writes back a signing key resealed under its purpose: it
 // replaces the sealed private half from with to while the row of kid and
 // purpose still holds from (of replicas resealing at once, one writes), in
-// its own transaction with the audit row, and reports whether it wrote.
+// its own transaction with the audit row.
 type KeyResealer interface {
-	ResealSigningKey(ctx context.Context, kid, purpose, from, to string, audit storage.AuditEvent) (bool, error)
+	ResealSigningKey(ctx context.Context, kid, purpose, from, to string, audit storage.AuditEvent) error
 }
 
 // ResealSigningKeys reseals, under its purpose, every key of rows sealed
@@ -235,7 +235,7 @@ func ResealSigningKeys(ctx context.Context, db KeyStore, s *sealer.Sealer, purpo
 		if err != nil {
 			return err
 		}
-		_, err = rs.ResealSigningKey(ctx, r.KID, purpose, r.PrivateKey, sealed, storage.AuditEvent{
+		err = rs.ResealSigningKey(ctx, r.KID, purpose, r.PrivateKey, sealed, storage.AuditEvent{
 			OccurredAt: clock.Or(now)(), ActorType: string(principal.System), ActorID: principal.SystemActor.ID,
 			Action: "signing_key.reseal", ResourceType: "signing_key", ResourceID: r.KID,
 			Reason: "sealed under its purpose " + purpose + " as well as its kid", Outcome: "success",

@@ -39,10 +39,11 @@ func (q *Queries) SigningKeys(ctx context.Context, purpose string) ([]iam.Signin
 
 // ResealSigningKey replaces the sealed private half of the key kid of
 // purpose with to while the row still holds from, and writes audit with it
-// (its id and correlation id filled when empty); it reports whether it
-// wrote. On the pool it runs in a transaction of its own (the key loaders
+// (its id and correlation id filled when empty); a row that no longer holds
+// from (another replica resealed it first) is left alone, without an audit
+// row. On the pool it runs in a transaction of its own (the key loaders
 // hold no Store to Mutate with); inside a transaction it joins it.
-func (q *Queries) ResealSigningKey(ctx context.Context, kid, purpose, from, to string, audit AuditEvent) (bool, error) {
+func (q *Queries) ResealSigningKey(ctx context.Context, kid, purpose, from, to string, audit AuditEvent) error {
 	var pool *sql.DB
 	if ex, ok := q.ex.(sqlExecer); ok {
 		pool, _ = ex.x.(*sql.DB)
@@ -52,26 +53,25 @@ func (q *Queries) ResealSigningKey(ctx context.Context, kid, purpose, from, to s
 	}
 	tx, err := pool.BeginTx(ctx, nil)
 	if err != nil {
-		return false, fmt.Errorf("begin transaction: %w", mapErr(err))
+		return fmt.Errorf("begin transaction: %w", mapErr(err))
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op once committed
-	wrote, err := (&Queries{ex: sqlExecer{tx}, d: q.d, stmts: q.stmts, tx: tx, count: q.count}).resealSigningKey(ctx, kid, purpose, from, to, audit)
-	if err != nil || !wrote {
-		return false, err
+	if err := (&Queries{ex: sqlExecer{tx}, d: q.d, stmts: q.stmts, tx: tx, count: q.count}).resealSigningKey(ctx, kid, purpose, from, to, audit); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return false, fmt.Errorf("commit: %w", mapErr(err))
+		return fmt.Errorf("commit: %w", mapErr(err))
 	}
-	return true, nil
+	return nil
 }
 
-func (q *Queries) resealSigningKey(ctx context.Context, kid, purpose, from, to string, audit AuditEvent) (bool, error) {
+func (q *Queries) resealSigningKey(ctx context.Context, kid, purpose, from, to string, audit AuditEvent) error {
 	res, err := q.exec(ctx, `UPDATE signing_keys SET private_key = ? WHERE kid = ? AND purpose = ? AND private_key = ?`, to, kid, purpose, from)
 	if err != nil {
-		return false, err
+		return err
 	}
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
-		return false, err
+		return err
 	}
 	if audit.ID == "" {
 		audit.ID = uuid.Must(uuid.NewV7()).String()
@@ -80,7 +80,7 @@ func (q *Queries) resealSigningKey(ctx context.Context, kid, purpose, from, to s
 		audit.CorrelationID = correlation.ID(ctx)
 	}
 	if err := q.InsertAudit(ctx, audit); err != nil {
-		return false, fmt.Errorf("write audit row: %w", err)
+		return fmt.Errorf("write audit row: %w", err)
 	}
-	return true, nil
+	return nil
 }
