@@ -19,13 +19,20 @@ import (
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
-// consoleSession signs in through the console's form and selects the dev
-// project; it returns the session cookie.
+// consoleSession signs in through the console's form as the admin and
+// selects the dev project; it returns the session cookie.
 func consoleSession(tb testing.TB, s *servertest.Server) *http.Cookie {
 	tb.Helper()
-	session := signIn(tb, s, s.Creds.AdminEmail, s.Creds.AdminPassword)
+	return sessionIn(tb, s, s.Creds.AdminEmail, s.Creds.AdminPassword, s.Creds.ProjectID)
+}
+
+// sessionIn signs in through the console's form and selects project; it
+// returns the session cookie.
+func sessionIn(tb testing.TB, s *servertest.Server, email, password, project string) *http.Cookie {
+	tb.Helper()
+	session := signIn(tb, s, email, password)
 	csrf := csrfOf(tb, fetch(tb, s.URL+"/projects", session))
-	form := url.Values{"project_id": {s.Creds.ProjectID}, "csrf_token": {csrf}, "next": {"/workloads"}}
+	form := url.Values{"project_id": {project}, "csrf_token": {csrf}, "next": {"/workloads"}}
 	if resp := postForm(tb, s, "/projects/select", form, session); resp.StatusCode != http.StatusSeeOther {
 		tb.Fatalf("select project: %d", resp.StatusCode)
 	}

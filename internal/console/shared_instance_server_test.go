@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -55,12 +54,7 @@ func TestSharedInstancePageThroughAnAttachedProject(t *testing.T) {
 		bea.Do("GET", "/api/v1/projects/"+s.Creds.ProjectID+"/app-instances/"+id, nil).Want(t, http.StatusNotFound, http.StatusForbidden)
 
 		open := func(email, pw, project string) (int, string) {
-			session := signIn(t, s, email, pw)
-			csrf := csrfOf(t, fetch(t, s.URL+"/projects", session))
-			form := url.Values{"project_id": {project}, "csrf_token": {csrf}, "next": {"/workloads"}}
-			if resp := postForm(t, s, "/projects/select", form, session); resp.StatusCode != http.StatusSeeOther {
-				t.Fatalf("select project: %d", resp.StatusCode)
-			}
+			session := sessionIn(t, s, email, pw, project)
 			if shown := strings.Contains(fetch(t, s.URL+"/workloads", session), id); shown != (project == attached) {
 				t.Errorf("%s: the instance list shows the shared instance: %t", email, shown)
 			}
