@@ -113,6 +113,11 @@ type Config struct {
 	// ProjectOf finds an instance's project, so links by instance id work
 	// whatever project the session is in (the API still checks access).
 	ProjectOf func(ctx context.Context, instanceID string) (string, error)
+	// AttachedTo lists the projects a shared instance is attached to, so a
+	// link to it opens through whichever of them the person reads (the
+	// API still decides); nil: only the project the session is in is
+	// tried besides the home project.
+	AttachedTo func(ctx context.Context, instanceID string) ([]iam.Scope, error)
 	// StreamHead is the event stream's newest position. A page that updates
 	// live reads it before the state it shows, and its stream starts after
 	// it: a change made between the page's render and its stream's opening

@@ -304,26 +304,51 @@ func (c *Console) instanceProject(r *http.Request, q *req, id string) string {
 // throughProject calls the API's read of instance id, call, in the
 // project the person reads it through, and says which. That is its home
 // project (instanceProject) or, for a shared instance (control_plane_scope
-// tenant, or platform-managed) attached to other projects, the project the
-// person works in: a member of an attached project only reads the shared
-// instance through that project (GET /projects/{attached}/app-instances/
-// {id}, its events, logs, UI), and through the home project the API
-// answers not found. So where the home project refuses (404, or 403) and
-// the session's project is another, call is tried there; the API still
-// decides, and an instance the person reads through neither stays not
-// found (the home project's answer).
+// tenant, or platform-managed), a project attached to it: a member of an
+// attached project only reads the shared instance through that project
+// (GET /projects/{attached}/app-instances/{id}, its events, logs, UI), and
+// through the home project the API answers not found. So where the home
+// project refuses (404, or 403), call is tried in the project the session
+// is in, and then in each other attached project the person's roles may
+// read instances in; a link works whichever project the person has
+// selected. The API still decides, and an instance the person reads
+// through none of them stays not found (the home project's answer).
 func (c *Console) throughProject(r *http.Request, q *req, id string, call func(project string) error) (string, error) {
 	home := c.instanceProject(r, q, id)
 	err := call(home)
 	var ae *client.APIError
-	if err == nil || !errors.As(err, &ae) || (ae.Status != http.StatusNotFound && ae.Status != http.StatusForbidden) ||
-		q.view.ProjectID == "" || q.view.ProjectID == home {
+	if err == nil || !errors.As(err, &ae) || (ae.Status != http.StatusNotFound && ae.Status != http.StatusForbidden) {
 		return home, err
 	}
-	if err2 := call(q.view.ProjectID); err2 == nil {
-		return q.view.ProjectID, nil
+	for _, p := range c.attachedReaders(r, q, id, home) {
+		if call(p) == nil {
+			return p, nil
+		}
 	}
 	return home, err
+}
+
+// attachedReaders lists the projects other than home that throughProject
+// tries: the session's first, then the attached projects the person's
+// roles read instances in (others would only answer not found).
+func (c *Console) attachedReaders(r *http.Request, q *req, id, home string) []string {
+	var out []string
+	if q.view.ProjectID != "" && q.view.ProjectID != home {
+		out = append(out, q.view.ProjectID)
+	}
+	if c.cfg.AttachedTo == nil {
+		return out
+	}
+	attached, err := c.cfg.AttachedTo(r.Context(), id)
+	if err != nil {
+		return out
+	}
+	for _, sc := range attached {
+		if sc.ProjectID != home && sc.ProjectID != q.view.ProjectID && q.view.grants.Can(iam.PermInstanceRead, sc) {
+			out = append(out, sc.ProjectID)
+		}
+	}
+	return out
 }
 
 func (c *Console) instancePage(w http.ResponseWriter, r *http.Request, q *req) {

@@ -35,13 +35,18 @@ func TestSharedInstancePageThroughAnAttachedProject(t *testing.T) {
 			CreatedAt: now, UpdatedAt: now}); err != nil {
 			t.Fatal(err)
 		}
-		member := func(slug, email string) string {
+		member := func(slug, email string) (string, string) {
 			p := admin.Do("POST", "/api/v1/orgs/"+s.Creds.OrgID+"/projects", map[string]string{"slug": slug, "name": slug}).Want(t, http.StatusCreated).String("id")
 			u := admin.Do("POST", "/api/v1/users", map[string]string{"email": email, "password": "a-long-password-" + slug}).Want(t, http.StatusCreated).String("id")
 			admin.Do("POST", "/api/v1/projects/"+p+"/members", map[string]string{"user_id": u, "role": "project_viewer"}).Want(t, http.StatusCreated)
-			return p
+			return p, u
 		}
-		attached, other := member("team-b", "bea@example.com"), member("team-c", "cal@example.com")
+		attached, bea := member("team-b", "bea@example.com")
+		other, _ := member("team-c", "cal@example.com")
+		// Bea works in a second project too, which the instance is not
+		// attached to.
+		beasOther := admin.Do("POST", "/api/v1/orgs/"+s.Creds.OrgID+"/projects", map[string]string{"slug": "team-d", "name": "team-d"}).Want(t, http.StatusCreated).String("id")
+		admin.Do("POST", "/api/v1/projects/"+beasOther+"/members", map[string]string{"user_id": bea, "role": "project_member"}).Want(t, http.StatusCreated)
 		if err := s.DB.InTx(ctx, func(q *store.Queries) error {
 			return q.InsertInstanceAttachment(ctx, instances.Attachment{InstanceID: id, ProjectID: attached, OrgID: s.Creds.OrgID,
 				AttachedBy: "user:test", CreatedAt: now})
@@ -49,9 +54,9 @@ func TestSharedInstancePageThroughAnAttachedProject(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The API: read through the attached project, not through its home.
-		bea := s.Login("bea@example.com", "a-long-password-team-b")
-		bea.Do("GET", "/api/v1/projects/"+attached+"/app-instances/"+id, nil).Want(t, http.StatusOK)
-		bea.Do("GET", "/api/v1/projects/"+s.Creds.ProjectID+"/app-instances/"+id, nil).Want(t, http.StatusNotFound, http.StatusForbidden)
+		beaAPI := s.Login("bea@example.com", "a-long-password-team-b")
+		beaAPI.Do("GET", "/api/v1/projects/"+attached+"/app-instances/"+id, nil).Want(t, http.StatusOK)
+		beaAPI.Do("GET", "/api/v1/projects/"+s.Creds.ProjectID+"/app-instances/"+id, nil).Want(t, http.StatusNotFound, http.StatusForbidden)
 
 		open := func(email, pw, project string) (int, string) {
 			session := sessionIn(t, s, email, pw, project)
@@ -71,6 +76,12 @@ func TestSharedInstancePageThroughAnAttachedProject(t *testing.T) {
 		if code, page := open("bea@example.com", "a-long-password-team-b", attached); code != http.StatusOK || !strings.Contains(page, "shared-notebook") ||
 			!strings.Contains(page, `data-live="`+attached+`"`) {
 			t.Errorf("the attached project's member: the instance page answers %d\n%s", code, page)
+		}
+		// A link followed while Bea works in her other project opens
+		// through the attached one all the same.
+		if code, page := open("bea@example.com", "a-long-password-team-b", beasOther); code != http.StatusOK ||
+			!strings.Contains(page, `data-live="`+attached+`"`) {
+			t.Errorf("the attached project's member, working in another project: the instance page answers %d\n%s", code, page)
 		}
 		if code, _ := open("cal@example.com", "a-long-password-team-c", other); code != http.StatusNotFound {
 			t.Errorf("an unattached project's member: the instance page answers %d, want 404", code)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/principal"
 )
 
 // A shared instance (control_plane_scope tenant) lives in its home
@@ -65,5 +66,64 @@ func TestASharedInstanceShowsThroughAnAttachedProject(t *testing.T) {
 	// Read through neither project: not found.
 	if rec := get(c, "/workloads/instance/i2", nil); rec.Code != http.StatusNotFound {
 		t.Errorf("an instance of neither project: %d, want 404", rec.Code)
+	}
+}
+
+type bindingsOf []iam.RoleBinding
+
+func (b bindingsOf) BindingsOfPrincipal(context.Context, string, string) ([]iam.RoleBinding, error) {
+	return b, nil
+}
+
+// A link to a shared instance opens through whichever attached project the
+// person reads it in, not only through the one the session is in: here
+// the session is in a project the instance is not attached to, and of the
+// two attached projects the person is a member of one. The console does
+// not knock at the attached project the person holds no role in.
+func TestASharedInstanceOpensThroughAnyAttachedProjectThePersonReads(t *testing.T) {
+	now := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	var knocked atomic.Int32
+	shared := `{"id":"i1","org_id":"o1","project_id":"home","display_name":"shared notebook","status":"running","control_plane_scope":"tenant"}`
+	api := fakeAPI(map[string]http.HandlerFunc{
+		"GET /api/v1/me":                             reply(`{"id":"u1","type":"user","email":"b@example.com"}`),
+		"GET /api/v1/orgs":                           reply(`{"items":[{"id":"o1","slug":"acme"}]}`),
+		"GET /api/v1/orgs/o1/projects":               reply(`{"items":[{"id":"mine","org_id":"o1","slug":"team-a"},{"id":"att2","org_id":"o1","slug":"team-b"}]}`),
+		"GET /api/v1/projects/att2/app-instances/i1": reply(shared),
+		"GET /api/v1/projects/att/app-instances/i1": func(w http.ResponseWriter, r *http.Request) {
+			knocked.Add(1)
+			http.NotFound(w, r)
+		},
+	})
+	sessions := oneSession(ConsoleSession{UserID: "u1", CSRFToken: "csrf", ProjectID: "mine", CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)})
+	g, err := iam.LoadGrants(context.Background(), bindingsOf{
+		{Role: iam.RoleProjectMember, ScopeType: iam.ScopeProject, ScopeID: "mine", OrgID: "o1"},
+		{Role: iam.RoleProjectViewer, ScopeType: iam.ScopeProject, ScopeID: "att2", OrgID: "o1"},
+	}, principal.Principal{Type: principal.User, ID: "u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := New(Config{API: api, Sessions: sessions, PublicURL: func() string { return "http://x" }, Now: func() time.Time { return now },
+		Mint:      func(context.Context, string) (string, time.Time, error) { return "tok", now.Add(time.Hour), nil },
+		Grants:    func(context.Context, string) (*iam.Grants, error) { return g, nil },
+		ProjectOf: func(context.Context, string) (string, error) { return "home", nil },
+		AttachedTo: func(_ context.Context, id string) ([]iam.Scope, error) {
+			if id != "i1" {
+				return nil, nil
+			}
+			return []iam.Scope{{OrgID: "o1", ProjectID: "att"}, {OrgID: "o1", ProjectID: "att2"}}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rec := get(c, "/workloads/instance/i1", nil)
+	if body := rec.Body.String(); rec.Code != http.StatusOK || !strings.Contains(body, "shared notebook") || !strings.Contains(body, `data-live="att2"`) {
+		t.Fatalf("the shared instance's page, session in another project: %d\n%s", rec.Code, body)
+	}
+	if n := knocked.Load(); n != 0 {
+		t.Errorf("the console asked the API %d times through an attached project the person holds no role in", n)
+	}
+	if rec := get(c, "/workloads/instance/i2", nil); rec.Code != http.StatusNotFound {
+		t.Errorf("an instance attached nowhere the person reads: %d, want 404", rec.Code)
 	}
 }

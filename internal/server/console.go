@@ -59,6 +59,14 @@ func (a *App) webParts(masterKey []byte) error {
 			inst, err := q.GetAppInstanceByID(ctx, instanceID)
 			return inst.ProjectID, err
 		},
+		AttachedTo: func(ctx context.Context, instanceID string) ([]iam.Scope, error) {
+			atts, err := q.ListInstanceAttachments(ctx, instanceID)
+			out := make([]iam.Scope, len(atts))
+			for i, at := range atts {
+				out[i] = iam.Scope{OrgID: at.OrgID, ProjectID: at.ProjectID}
+			}
+			return out, err
+		},
 		StreamHead: func(ctx context.Context) (int64, error) {
 			_, newest, err := q.EventBounds(ctx)
 			return newest, err
