@@ -33,8 +33,11 @@ var ErrLeaseLost = errors.New("store: relay lease is held by another replica")
 // (the attached project's members read the same through the instance's
 // timeline), in the one position order, and none once it is detached. No
 // other event of the instance's home project reaches the attached one.
+// An org's events (OrgID alone) are likewise its own, and those of the
+// shared instances attached to any of its projects: a platform-managed
+// instance's rows are of the platform's org, not of the tenant's.
 type EventFilter struct {
-	OrgID      string
+	OrgID      string // the org's own events, and those of the shared instances attached to its projects
 	ProjectID  string // the project's own events, and those of the shared instances attached to it
 	TypePrefix string // "apps.artifact." or a whole type
 	Subject    string

@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/billing"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -223,6 +225,36 @@ func TestPlatformManagedInstance(t *testing.T) {
 		}
 		if got := vX.Do("GET", "/api/v1/projects/"+tp+"/app-instances/"+id, nil).Want(t, 200); got.String("operating_mode") != "platform_managed" {
 			t.Fatalf("the tenant reads it: %s", got.Body)
+		}
+		// The tenant org's own event reads carry the instance's lifecycle
+		// (its rows are the platform project's, in another org), from
+		// before the attachment up to it; another org's carry none of it.
+		uXA, xAdmin := e.s.NewUser(e.admin, "x-admin@example.com")
+		e.admin.Do("POST", "/api/v1/orgs/"+tenant+"/members", map[string]string{"user_id": uXA, "role": "org_admin"}).Want(t, 201)
+		n := 0
+		for _, ev := range followUntil(t, e.s, xAdmin.Token, client.OrgEventsPath(tenant), "", "apps.instance.project_attached", e.pid) {
+			if ev.OrgID == tenant {
+				continue
+			}
+			if ev.Subject != "app-instances/"+id || !strings.HasPrefix(ev.Type, "apps.instance.") {
+				t.Fatalf("the tenant org's stream: an event of the platform's org that is not the instance's: %s %s", ev.Type, ev.Subject)
+			}
+			n++
+		}
+		if n < 2 {
+			t.Fatalf("the tenant org's stream carried %d of the instance's events before its attachment", n)
+		}
+		other := e.admin.Do("POST", "/api/v1/orgs", map[string]string{"slug": "tenant-y", "name": "Tenant Y"}).Want(t, 201).String("id")
+		uYA, yAdmin := e.s.NewUser(e.admin, "y-admin@example.com")
+		e.admin.Do("POST", "/api/v1/orgs/"+other+"/members", map[string]string{"user_id": uYA, "role": "org_admin"}).Want(t, 201)
+		ly, err := client.New(e.s.URL, yAdmin.Token).ListEvents(context.Background(), client.OrgEventsPath(other), client.EventFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range ly.Items {
+			if ev.OrgID != other {
+				t.Fatalf("an unattached org's list: %s %s of org %s", ev.Type, ev.Subject, ev.OrgID)
+			}
 		}
 		orgAdmin.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 403)
 		dec := e.admin.Do("POST", e.path("/app-instances/"+id+"/decommission"), nil).Want(t, 202)

@@ -240,8 +240,11 @@ func (q *Queries) EventPosition(ctx context.Context, id string) (int64, error) {
 // ListEvents returns up to limit sequenced events after position `after`
 // that match f, in position order. A project's events (f.ProjectID) are its
 // own and the apps.instance.* events of the shared instances attached to it
-// now (events.EventFilter): two index-ordered reads (outbox_events_project,
-// outbox_events_subject), each cut at limit, merged by position.
+// now; an org's (f.OrgID alone) are its own and those of the shared
+// instances attached to any of its projects now, which for a
+// platform-managed instance of another org are not its own rows
+// (events.EventFilter). Either is two index-ordered reads (by project or
+// org, and outbox_events_subject), each cut at limit, merged by position.
 func (q *Queries) ListEvents(ctx context.Context, f events.EventFilter, after int64, limit int) ([]Event, error) {
 	var conds string
 	var args []any
@@ -263,34 +266,47 @@ func (q *Queries) ListEvents(ctx context.Context, f events.EventFilter, after in
 	var query string
 	var all []any
 	switch {
+	case f.ProjectID == "" && f.OrgID == "":
+		query = `SELECT ` + eventReadCols + ` FROM outbox_events WHERE position IS NOT NULL AND position > ?` + conds + ` ORDER BY position LIMIT ?`
+		all = append(append([]any{after}, args...), limit)
 	case f.ProjectID == "":
-		query, all = `SELECT `+eventReadCols+` FROM outbox_events WHERE position IS NOT NULL AND position > ?`, []any{after}
-		if f.OrgID != "" {
-			query, all = query+" AND org_id = ?", append(all, f.OrgID)
-		}
-		query, all = query+conds+` ORDER BY position LIMIT ?`, append(append(all, args...), limit)
+		// The org's own rows, and the attached instances' rows of other
+		// orgs (a tenant-shared instance's are the org's own already).
+		query, all = withAttached(`org_id = ?`, []any{f.OrgID}, `org_id = ?`, f.OrgID, `org_id <> ?`, f.OrgID, after, conds, args, limit)
 	default:
-		own, ownArgs := `SELECT `+eventReadCols+` FROM outbox_events WHERE project_id = ? AND position IS NOT NULL AND position > ?`, []any{f.ProjectID, after}
+		own, ownArgs := `project_id = ?`, []any{f.ProjectID}
 		if f.OrgID != "" {
 			own, ownArgs = own+" AND org_id = ?", append(ownArgs, f.OrgID)
 		}
 		// The attachment names the project, whatever its org (a
 		// platform-managed instance is attached across orgs); the home
 		// project's rows are the first branch's.
-		shared := `SELECT ` + eventReadCols + ` FROM outbox_events
-			WHERE subject IN (SELECT 'app-instances/' || instance_id FROM app_instance_attachments WHERE project_id = ?)
-			AND SUBSTR(type, 1, ?) = ? AND project_id <> ? AND position IS NOT NULL AND position > ?`
-		query = `SELECT * FROM (` + own + conds + ` ORDER BY position LIMIT ?) AS own
-			UNION ALL SELECT * FROM (` + shared + conds + ` ORDER BY position LIMIT ?) AS shared
-			ORDER BY position LIMIT ?`
-		all = append(append(ownArgs, args...), limit, f.ProjectID, len(events.AttachedTypePrefix), events.AttachedTypePrefix, f.ProjectID, after)
-		all = append(append(all, args...), limit, limit)
+		query, all = withAttached(own, ownArgs, `project_id = ?`, f.ProjectID, `project_id <> ?`, f.ProjectID, after, conds, args, limit)
 	}
 	rows, err := q.query(ctx, query, all...)
 	if err != nil {
 		return nil, err
 	}
 	return collect(rows, scanEvent)
+}
+
+// withAttached builds ListEvents' read of a scope: the rows matching own
+// (the scope's own events), and the AttachedTypePrefix rows of the
+// instances whose app_instance_attachments row matches attached, less the
+// rows the first branch has (notOwn), both after position after and
+// matching conds, merged by position.
+func withAttached(own string, ownArgs []any, attached string, attachedArg any, notOwn string, notOwnArg any,
+	after int64, conds string, args []any, limit int) (string, []any) {
+	ownQ := `SELECT ` + eventReadCols + ` FROM outbox_events WHERE ` + own + ` AND position IS NOT NULL AND position > ?`
+	shared := `SELECT ` + eventReadCols + ` FROM outbox_events
+			WHERE subject IN (SELECT 'app-instances/' || instance_id FROM app_instance_attachments WHERE ` + attached + `)
+			AND SUBSTR(type, 1, ?) = ? AND ` + notOwn + ` AND position IS NOT NULL AND position > ?`
+	query := `SELECT * FROM (` + ownQ + conds + ` ORDER BY position LIMIT ?) AS own
+			UNION ALL SELECT * FROM (` + shared + conds + ` ORDER BY position LIMIT ?) AS shared
+			ORDER BY position LIMIT ?`
+	all := append(append(append(ownArgs, after), args...), limit, attachedArg, len(events.AttachedTypePrefix), events.AttachedTypePrefix, notOwnArg, after)
+	all = append(append(all, args...), limit, limit)
+	return query, all
 }
 
 // AllEvents returns every outbox row, sequenced or not, in id order: the
