@@ -21,30 +21,16 @@ import (
 // project's, and Open app mints through the attached project. An instance
 // read through neither stays not found.
 func TestASharedInstanceShowsThroughAnAttachedProject(t *testing.T) {
-	now := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
 	var opened atomic.Int32
-	shared := `{"id":"i1","org_id":"o1","project_id":"home","display_name":"shared notebook","status":"running","control_plane_scope":"tenant"}`
 	// The API as the member of project "att" sees it: nothing through
 	// "home" (the default answer, 404), the instance through "att".
-	api := fakeAPI(map[string]http.HandlerFunc{
-		"GET /api/v1/me":                            reply(`{"id":"u1","type":"user","email":"b@example.com"}`),
-		"GET /api/v1/orgs":                          reply(`{"items":[{"id":"o1","slug":"acme"}]}`),
-		"GET /api/v1/orgs/o1/projects":              reply(`{"items":[{"id":"att","org_id":"o1","slug":"team-b"}]}`),
-		"GET /api/v1/projects/att/app-instances/i1": reply(shared),
+	c := sharedInstanceConsole(t, "att", `[{"id":"att","org_id":"o1","slug":"team-b"}]`, &iam.Grants{}, nil, map[string]http.HandlerFunc{
+		"GET /api/v1/projects/att/app-instances/i1": reply(sharedInstance),
 		"POST /api/v1/projects/att/app-instances/i1/ui-open": func(w http.ResponseWriter, r *http.Request) {
 			opened.Add(1)
 			reply(`{"url":"http://i1.apps.example/__gpuaas/open?code=one-time"}`)(w, r)
 		},
 	})
-	sessions := oneSession(ConsoleSession{UserID: "u1", CSRFToken: "csrf", ProjectID: "att", CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)})
-	c, err := New(Config{API: api, Sessions: sessions, PublicURL: func() string { return "http://x" }, Now: func() time.Time { return now },
-		Mint:   func(context.Context, string) (string, time.Time, error) { return "tok", now.Add(time.Hour), nil },
-		Grants: func(context.Context, string) (*iam.Grants, error) { return &iam.Grants{}, nil },
-		// The instance's own project, as the server finds it.
-		ProjectOf: func(_ context.Context, id string) (string, error) { return "home", nil }})
-	if err != nil {
-		t.Fatal(err)
-	}
 
 	rec := get(c, "/workloads/instance/i1", nil)
 	if body := rec.Body.String(); rec.Code != http.StatusOK || !strings.Contains(body, "shared notebook") {
@@ -69,6 +55,34 @@ func TestASharedInstanceShowsThroughAnAttachedProject(t *testing.T) {
 	}
 }
 
+// sharedInstance is a tenant-shared instance of home project "home", as
+// the API answers it through a project attached to it.
+const sharedInstance = `{"id":"i1","org_id":"o1","project_id":"home","display_name":"shared notebook","status":"running","control_plane_scope":"tenant"}`
+
+// sharedInstanceConsole is the console of person u1 of org o1 (whose
+// projects are the JSON array projects), signed in and working in project,
+// with grants g, in front of an API that answers routes besides who u1 is
+// and which orgs and projects u1 sees. Instances' own project, as the
+// server finds it, is "home"; attachedTo is Config.AttachedTo.
+func sharedInstanceConsole(t *testing.T, project, projects string, g *iam.Grants,
+	attachedTo func(context.Context, string) ([]iam.Scope, error), routes map[string]http.HandlerFunc) *Console {
+	t.Helper()
+	now := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
+	routes["GET /api/v1/me"] = reply(`{"id":"u1","type":"user","email":"b@example.com"}`)
+	routes["GET /api/v1/orgs"] = reply(`{"items":[{"id":"o1","slug":"acme"}]}`)
+	routes["GET /api/v1/orgs/o1/projects"] = reply(`{"items":` + projects + `}`)
+	sessions := oneSession(ConsoleSession{UserID: "u1", CSRFToken: "csrf", ProjectID: project, CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)})
+	c, err := New(Config{API: fakeAPI(routes), Sessions: sessions, PublicURL: func() string { return "http://x" }, Now: func() time.Time { return now },
+		Mint:       func(context.Context, string) (string, time.Time, error) { return "tok", now.Add(time.Hour), nil },
+		Grants:     func(context.Context, string) (*iam.Grants, error) { return g, nil },
+		ProjectOf:  func(context.Context, string) (string, error) { return "home", nil },
+		AttachedTo: attachedTo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 type bindingsOf []iam.RoleBinding
 
 func (b bindingsOf) BindingsOfPrincipal(context.Context, string, string) ([]iam.RoleBinding, error) {
@@ -81,20 +95,7 @@ func (b bindingsOf) BindingsOfPrincipal(context.Context, string, string) ([]iam.
 // two attached projects the person is a member of one. The console does
 // not knock at the attached project the person holds no role in.
 func TestASharedInstanceOpensThroughAnyAttachedProjectThePersonReads(t *testing.T) {
-	now := time.Date(2026, 12, 6, 9, 0, 0, 0, time.UTC)
 	var knocked atomic.Int32
-	shared := `{"id":"i1","org_id":"o1","project_id":"home","display_name":"shared notebook","status":"running","control_plane_scope":"tenant"}`
-	api := fakeAPI(map[string]http.HandlerFunc{
-		"GET /api/v1/me":                             reply(`{"id":"u1","type":"user","email":"b@example.com"}`),
-		"GET /api/v1/orgs":                           reply(`{"items":[{"id":"o1","slug":"acme"}]}`),
-		"GET /api/v1/orgs/o1/projects":               reply(`{"items":[{"id":"mine","org_id":"o1","slug":"team-a"},{"id":"att2","org_id":"o1","slug":"team-b"}]}`),
-		"GET /api/v1/projects/att2/app-instances/i1": reply(shared),
-		"GET /api/v1/projects/att/app-instances/i1": func(w http.ResponseWriter, r *http.Request) {
-			knocked.Add(1)
-			http.NotFound(w, r)
-		},
-	})
-	sessions := oneSession(ConsoleSession{UserID: "u1", CSRFToken: "csrf", ProjectID: "mine", CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)})
 	g, err := iam.LoadGrants(context.Background(), bindingsOf{
 		{Role: iam.RoleProjectMember, ScopeType: iam.ScopeProject, ScopeID: "mine", OrgID: "o1"},
 		{Role: iam.RoleProjectViewer, ScopeType: iam.ScopeProject, ScopeID: "att2", OrgID: "o1"},
@@ -102,19 +103,20 @@ func TestASharedInstanceOpensThroughAnyAttachedProjectThePersonReads(t *testing.
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(Config{API: api, Sessions: sessions, PublicURL: func() string { return "http://x" }, Now: func() time.Time { return now },
-		Mint:      func(context.Context, string) (string, time.Time, error) { return "tok", now.Add(time.Hour), nil },
-		Grants:    func(context.Context, string) (*iam.Grants, error) { return g, nil },
-		ProjectOf: func(context.Context, string) (string, error) { return "home", nil },
-		AttachedTo: func(_ context.Context, id string) ([]iam.Scope, error) {
-			if id != "i1" {
-				return nil, nil
-			}
-			return []iam.Scope{{OrgID: "o1", ProjectID: "att"}, {OrgID: "o1", ProjectID: "att2"}}, nil
-		}})
-	if err != nil {
-		t.Fatal(err)
+	attachedTo := func(_ context.Context, id string) ([]iam.Scope, error) {
+		if id != "i1" {
+			return nil, nil
+		}
+		return []iam.Scope{{OrgID: "o1", ProjectID: "att"}, {OrgID: "o1", ProjectID: "att2"}}, nil
 	}
+	c := sharedInstanceConsole(t, "mine", `[{"id":"mine","org_id":"o1","slug":"team-a"},{"id":"att2","org_id":"o1","slug":"team-b"}]`, g, attachedTo,
+		map[string]http.HandlerFunc{
+			"GET /api/v1/projects/att2/app-instances/i1": reply(sharedInstance),
+			"GET /api/v1/projects/att/app-instances/i1": func(w http.ResponseWriter, r *http.Request) {
+				knocked.Add(1)
+				http.NotFound(w, r)
+			},
+		})
 
 	rec := get(c, "/workloads/instance/i1", nil)
 	if body := rec.Body.String(); rec.Code != http.StatusOK || !strings.Contains(body, "shared notebook") || !strings.Contains(body, `data-live="att2"`) {
