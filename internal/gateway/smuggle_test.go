@@ -69,6 +69,15 @@ func (a *strictApp) serve(c net.Conn, br *bufio.Reader) {
 	}
 }
 
+// drain ends what c sends and reads every answer to it, for at most wait,
+// then closes it.
+func drain(c net.Conn, wait time.Duration) {
+	_ = c.(*net.TCPConn).CloseWrite()
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	_, _ = io.ReadAll(c)
+	c.Close()
+}
+
 func (a *strictApp) seen() (paths, ambiguous []string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -117,10 +126,7 @@ func testOneFraming(t *testing.T, apps bool) {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(dc, "POST /attack HTTP/1.1\r\nHost: %s\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n%s", host, smuggled)
-	_ = dc.(*net.TCPConn).CloseWrite()
-	_ = dc.SetReadDeadline(time.Now().Add(5 * time.Second))
-	_, _ = io.ReadAll(dc)
-	dc.Close()
+	drain(dc, 5*time.Second)
 	if p, amb := direct.seen(); len(amb) != 1 || strings.Join(p, " ") != "/attack /smuggled" {
 		t.Fatalf("the control, straight to the app: paths %v, framed two ways %v", p, amb)
 	}
@@ -129,10 +135,7 @@ func testOneFraming(t *testing.T, apps bool) {
 		fmt.Fprintf(c, "POST /attack HTTP/1.1\r\nHost: %s\r\nCookie: __Host-gpuaas_app=%s\r\n%s", host, cookie.Value, rest)
 		// Whatever the gateway answers (the app's answer, or a refusal),
 		// read it all.
-		_ = c.(*net.TCPConn).CloseWrite()
-		_ = c.SetReadDeadline(time.Now().Add(time.Second))
-		_, _ = io.ReadAll(c)
-		c.Close()
+		drain(c, time.Second)
 		if resp, body := r.get(t, "/victim", cookie, nil); resp.StatusCode != http.StatusOK || body != "/victim" {
 			t.Errorf("%s: another browser's GET /victim then got %d %q", name, resp.StatusCode, body)
 		}
