@@ -202,8 +202,13 @@ func TestPlatformManagedInstance(t *testing.T) {
 		if r := e.bot.Do("POST", e.path("/app-instances"), launch); r.Status != 403 || !strings.Contains(string(r.Body), "platform_role_required") {
 			t.Fatalf("a project operator launches a platform-managed instance: %d %s", r.Status, r.Body)
 		}
-		uA, orgAdmin := e.s.NewUser(e.admin, "org-admin@example.com")
-		e.admin.Do("POST", "/api/v1/orgs/"+e.s.Creds.OrgID+"/members", map[string]string{"user_id": uA, "role": "org_admin"}).Want(t, 201)
+		// adminOf is a new person, an org admin of org.
+		adminOf := func(org, email string) *servertest.Client {
+			u, c := e.s.NewUser(e.admin, email)
+			e.admin.Do("POST", "/api/v1/orgs/"+org+"/members", map[string]string{"user_id": u, "role": "org_admin"}).Want(t, 201)
+			return c
+		}
+		orgAdmin := adminOf(e.s.Creds.OrgID, "org-admin@example.com")
 		if r := orgAdmin.Do("POST", e.path("/app-instances"), launch); r.Status != 403 || !strings.Contains(string(r.Body), "platform_role_required") {
 			t.Fatalf("an org admin launches a platform-managed instance: %d %s", r.Status, r.Body)
 		}
@@ -229,8 +234,7 @@ func TestPlatformManagedInstance(t *testing.T) {
 		// The tenant org's own event reads carry the instance's lifecycle
 		// (its rows are the platform project's, in another org), from
 		// before the attachment up to it; another org's carry none of it.
-		uXA, xAdmin := e.s.NewUser(e.admin, "x-admin@example.com")
-		e.admin.Do("POST", "/api/v1/orgs/"+tenant+"/members", map[string]string{"user_id": uXA, "role": "org_admin"}).Want(t, 201)
+		xAdmin := adminOf(tenant, "x-admin@example.com")
 		n := 0
 		for _, ev := range followUntil(t, e.s, xAdmin.Token, client.OrgEventsPath(tenant), "", "apps.instance.project_attached", e.pid) {
 			if ev.OrgID == tenant {
@@ -245,8 +249,7 @@ func TestPlatformManagedInstance(t *testing.T) {
 			t.Fatalf("the tenant org's stream carried %d of the instance's events before its attachment", n)
 		}
 		other := e.admin.Do("POST", "/api/v1/orgs", map[string]string{"slug": "tenant-y", "name": "Tenant Y"}).Want(t, 201).String("id")
-		uYA, yAdmin := e.s.NewUser(e.admin, "y-admin@example.com")
-		e.admin.Do("POST", "/api/v1/orgs/"+other+"/members", map[string]string{"user_id": uYA, "role": "org_admin"}).Want(t, 201)
+		yAdmin := adminOf(other, "y-admin@example.com")
 		ly, err := client.New(e.s.URL, yAdmin.Token).ListEvents(context.Background(), client.OrgEventsPath(other), client.EventFilter{})
 		if err != nil {
 			t.Fatal(err)
