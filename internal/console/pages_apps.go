@@ -320,7 +320,10 @@ func (c *Console) throughProject(r *http.Request, q *req, id string, call func(p
 	if err == nil || !errors.As(err, &ae) || (ae.Status != http.StatusNotFound && ae.Status != http.StatusForbidden) {
 		return home, err
 	}
-	for _, p := range c.attachedReaders(r, q, id, home) {
+	if p := q.view.ProjectID; p != "" && p != home && call(p) == nil {
+		return p, nil
+	}
+	for _, p := range c.otherReaders(r, q, id, home) {
 		if call(p) == nil {
 			return p, nil
 		}
@@ -328,21 +331,20 @@ func (c *Console) throughProject(r *http.Request, q *req, id string, call func(p
 	return home, err
 }
 
-// attachedReaders lists the projects other than home that throughProject
-// tries: the session's first, then the attached projects the person's
-// roles read instances in (others would only answer not found).
-func (c *Console) attachedReaders(r *http.Request, q *req, id, home string) []string {
-	var out []string
-	if q.view.ProjectID != "" && q.view.ProjectID != home {
-		out = append(out, q.view.ProjectID)
-	}
+// otherReaders lists the projects attached to instance id, other than
+// home and the session's (throughProject tried those), in which the
+// person's roles read instances (others would only answer not found).
+// They are looked up only once the session's project has refused: a page
+// read through it, each live update included, costs no lookup.
+func (c *Console) otherReaders(r *http.Request, q *req, id, home string) []string {
 	if c.cfg.AttachedTo == nil {
-		return out
+		return nil
 	}
 	attached, err := c.cfg.AttachedTo(r.Context(), id)
 	if err != nil {
-		return out
+		return nil
 	}
+	var out []string
 	for _, sc := range attached {
 		if sc.ProjectID != home && sc.ProjectID != q.view.ProjectID && q.view.grants.Can(iam.PermInstanceRead, sc) {
 			out = append(out, sc.ProjectID)

@@ -21,10 +21,13 @@ import (
 // project's, and Open app mints through the attached project. An instance
 // read through neither stays not found.
 func TestASharedInstanceShowsThroughAnAttachedProject(t *testing.T) {
-	var opened atomic.Int32
+	var opened, lookups atomic.Int32
+	// Read through the session's project, a page needs no lookup of the
+	// instance's attachments.
+	attachedTo := func(context.Context, string) ([]iam.Scope, error) { lookups.Add(1); return nil, nil }
 	// The API as the member of project "att" sees it: nothing through
 	// "home" (the default answer, 404), the instance through "att".
-	c := sharedInstanceConsole(t, "att", `[{"id":"att","org_id":"o1","slug":"team-b"}]`, &iam.Grants{}, nil, map[string]http.HandlerFunc{
+	c := sharedInstanceConsole(t, "att", `[{"id":"att","org_id":"o1","slug":"team-b"}]`, &iam.Grants{}, attachedTo, map[string]http.HandlerFunc{
 		"GET /api/v1/projects/att/app-instances/i1": reply(sharedInstance),
 		"POST /api/v1/projects/att/app-instances/i1/ui-open": func(w http.ResponseWriter, r *http.Request) {
 			opened.Add(1)
@@ -48,6 +51,9 @@ func TestASharedInstanceShowsThroughAnAttachedProject(t *testing.T) {
 	}
 	if rec := get(c, "/workloads/instance/i1/open", map[string]string{"Sec-Fetch-Site": "cross-site"}); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "shared notebook") {
 		t.Errorf("the Open app page of a foreign link: %d", rec.Code)
+	}
+	if n := lookups.Load(); n != 0 {
+		t.Errorf("pages read through the session's project looked up the attachments %d times", n)
 	}
 	// Read through neither project: not found.
 	if rec := get(c, "/workloads/instance/i2", nil); rec.Code != http.StatusNotFound {
