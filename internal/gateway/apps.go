@@ -9,6 +9,7 @@ import (
 	"iter"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,11 +28,12 @@ import (
 // goroutine with fasthttp's reused buffers.
 //
 // Only a request the gateway lets through to a running app is proxied
-// here: it carries a valid app token for the instance of its host, is no
-// WebSocket upgrade, HEAD or CONNECT, and is not for the gateway's own
-// paths (/__gpuaas/). Its body streams to the app and the answer streams
-// back. Everything else (the code's redemption, refusals, the pages that
-// explain them, upgrades) goes to the same net/http gateway as on the
+// here: it carries a valid app token for the instance of its host, comes
+// from no other origin's page (crossOrigin), is no WebSocket upgrade, HEAD
+// or CONNECT, and is not for the gateway's own paths (/__gpuaas/). Its
+// body streams to the app and the answer streams back. Everything else
+// (the code's redemption, refusals, the pages that explain them,
+// upgrades) goes to the same net/http gateway as on the
 // console's listener, through fasthttp's adaptor, so each is decided in one
 // place. The platform's credentials are taken out of a proxied request by
 // the rules the net/http path follows (TestGateway* run on both).
@@ -205,11 +207,11 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 	h := &ctx.Request.Header
 	uri := h.RequestURI()
 	if len(h.Peek("Upgrade")) > 0 || h.IsHead() || h.IsConnect() ||
-		!bytes.HasPrefix(uri, []byte("/")) || bytes.HasPrefix(uri, []byte("/__gpuaas/")) {
+		!bytes.HasPrefix(uri, []byte("/")) || gatewayPath(uri) {
 		return false
 	}
 	t, ok := s.g.matchHost(string(h.Host()))
-	if !ok {
+	if !ok || crossOrigin(string(h.Method()), string(h.Peek("Sec-Fetch-Site")), string(h.Peek("Origin")), t.origin) {
 		return false
 	}
 	// Not ctx: fasthttp recycles it, and nothing here is cancelled early
@@ -303,6 +305,22 @@ func (s *AppsServer) proxy(ctx *fasthttp.RequestCtx) bool {
 	}
 	fasthttp.ReleaseResponse(resp)
 	return true
+}
+
+// gatewayPath says whether a request URI is for the gateway's own paths
+// (/__gpuaas/…, the code's redemption) as the console's listener reads
+// it: net/http decides on the path decoded, so /%5F_gpuaas/open is the
+// redemption there, and must not go to the app here.
+func gatewayPath(uri []byte) bool {
+	path, _, _ := bytes.Cut(uri, []byte("?"))
+	if bytes.HasPrefix(path, []byte("/__gpuaas/")) {
+		return true
+	}
+	if bytes.IndexByte(path, '%') < 0 {
+		return false
+	}
+	p, err := url.PathUnescape(string(path))
+	return err == nil && strings.HasPrefix(p, "/__gpuaas/")
 }
 
 // untilClose sends an answer of unknown length to a browser that is not
@@ -469,12 +487,9 @@ func (g *Gateway) outboundHeader(client net.IP, in, out *fasthttp.RequestHeader)
 		case bytes.EqualFold(k, []byte("Host")), bytes.EqualFold(k, []byte("Content-Length")),
 			// The apps listener answered the Expect itself; the body follows anyway.
 			bytes.EqualFold(k, []byte("Expect")),
-			bytes.EqualFold(k, []byte("Cookie")), bytes.EqualFold(k, []byte("Forwarded")),
-			bytes.EqualFold(k, []byte("X-Forwarded-For")), bytes.EqualFold(k, []byte("X-Forwarded-Host")),
-			bytes.EqualFold(k, []byte("X-Forwarded-Proto")),
-			// As rewrite drops them: the browser's own would lie to an
-			// app that trusts them (no path mode here to set a prefix).
-			bytes.EqualFold(k, []byte("X-Real-IP")), bytes.EqualFold(k, []byte("X-Forwarded-Prefix")):
+			bytes.EqualFold(k, []byte("Cookie")),
+			// As rewrite drops them (no path mode here to set a prefix).
+			forwardingHeader(string(k)):
 		case bytes.EqualFold(k, []byte("Authorization")) && g.isPlatformAuthorization(context.Background(), string(v)):
 		default:
 			out.AddBytesKV(k, v)
@@ -511,8 +526,11 @@ func (g *Gateway) isPlatformAuthorization(ctx context.Context, h string) bool {
 	if g.cfg.IsPlatformToken == nil {
 		return false
 	}
-	scheme, tok, ok := strings.Cut(h, " ")
-	return ok && strings.EqualFold(scheme, "Bearer") && g.cfg.IsPlatformToken(ctx, tok)
+	// The token is what follows the scheme, blanks trimmed: an app that
+	// trims them would have a platform token from "Bearer  <token>".
+	h = strings.Trim(h, " \t")
+	i := strings.IndexAny(h, " \t")
+	return i > 0 && strings.EqualFold(h[:i], "Bearer") && g.cfg.IsPlatformToken(ctx, strings.Trim(h[i:], " \t"))
 }
 
 // fastPage is page on the apps listener.

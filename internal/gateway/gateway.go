@@ -33,6 +33,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/events"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/redirect"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 )
 
 // Backend is what the gateway asks of the instances domain.
@@ -88,6 +89,13 @@ type Config struct {
 	// in the calling goroutine and the rest through a pooled
 	// http.Transport).
 	Transport http.RoundTripper
+	// Wake, when set, makes the gateway forget every instance address it
+	// remembers at each notice of wakeup.InstanceOperations (a request to
+	// decommission, upgrade or roll back an instance committed, on any
+	// replica): an instance being torn down stops being proxied to at
+	// once, before its node can hand its port to another instance,
+	// rather than up to upstreamCacheTTL later.
+	Wake *wakeup.Hub
 }
 
 // Gateway serves instance UIs.
@@ -96,6 +104,9 @@ type Gateway struct {
 	proxy *httputil.ReverseProxy
 	mu    sync.Mutex
 	cache map[string]cachedUpstream
+	// epoch counts forgetUpstreams: an address read before a forget is
+	// not remembered after it.
+	epoch uint64
 	// verified remembers tokens whose signature checked out, until they
 	// expire: a page with fifty assets is fifty requests with one token,
 	// and the HMAC and JSON decoding were a tenth of the gateway's cost.
@@ -138,6 +149,9 @@ func New(cfg Config) *Gateway {
 		}, dial, cfg.Now)
 	}
 	g := &Gateway{cfg: cfg, cache: map[string]cachedUpstream{}}
+	if cfg.Wake != nil {
+		cfg.Wake.OnNotify(wakeup.InstanceOperations, g.forgetUpstreams)
+	}
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      cfg.Transport,
@@ -317,15 +331,34 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 		http.SetCookie(w, fresh)
 	}
 	up, err := g.upstream(r.Context(), t.instanceID)
+	if err == nil && up.Embedded && up.InstanceID == claims.Instance && up.ContainerPort != claims.Port {
+		// The token is for a UI port the instance no longer serves its UI
+		// on (an upgrade moved it): it opens nothing, and the person opens
+		// the app again through the console.
+		g.signIn(w, r, t, path)
+		return
+	}
 	if !admitted(up, claims, err) {
 		g.refuse(w, r, up, claims, err)
 		return
+	}
+	if r.Header.Get("Upgrade") != "" && !isWebSocket(r) {
+		// Only a WebSocket is switched to: its Origin is checked and its
+		// connection watched (watchUpgrade). The proxy would switch to any
+		// protocol the app agrees to, and such a connection would outlive
+		// the person's access; the request goes on as a plain one.
+		r.Header.Del("Upgrade")
 	}
 	if isWebSocket(r) {
 		if o := r.Header.Get("Origin"); !strings.EqualFold(o, t.origin) {
 			http.Error(w, "the WebSocket's Origin is not this app's origin", http.StatusForbidden)
 			return
 		}
+	}
+	if crossOrigin(r.Method, r.Header.Get("Sec-Fetch-Site"), r.Header.Get("Origin"), t.origin) {
+		g.page(w, http.StatusForbidden, "Not sent to the app",
+			"This request to the app came from a page of another site, so it was not sent on. Use the app from its own pages.", "")
+		return
 	}
 	if isWebSocket(r) {
 		// The proxy closes the upgraded connection when its request's
@@ -343,9 +376,36 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 
 // admitted says whether a request whose app token carries claims may reach
 // the instance as resolved (up, err): the one decision both listeners
-// proxy on.
+// proxy on. A token is for one instance and the port its UI was on.
 func admitted(up instances.UIUpstream, claims appClaims, err error) bool {
-	return err == nil && up.Embedded && up.InstanceID == claims.Instance && up.Addr != ""
+	return err == nil && up.Embedded && up.InstanceID == claims.Instance && up.ContainerPort == claims.Port && up.Addr != ""
+}
+
+// crossOrigin says whether a request that may change something (any
+// method but GET, HEAD and OPTIONS) was sent by a page of another origin
+// than the app's own (own): such a request is not sent on. SameSite=Lax
+// keeps the app cookie from other sites, but every instance's origin, and
+// any other host under the same registrable domain, is the same site: a
+// page of another tenant's app could post a form to this one, and the
+// browser would send the app cookie with it. An app behind the gateway
+// runs no sign-in of its own, so the gateway is what stops it, as it stops
+// another origin's WebSocket. A browser says where a request came from in
+// Sec-Fetch-Site ("same-origin", or "none" for what the person did);
+// without it, an Origin other than own gives it away. A request with
+// neither (no browser sent it) goes on.
+func crossOrigin(method, fetchSite, origin, own string) bool {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	switch fetchSite {
+	case "same-origin", "none":
+		return false
+	case "":
+		return origin != "" && !strings.EqualFold(origin, own)
+	default: // same-site, cross-site, or a value unknown here
+		return true
+	}
 }
 
 // refuse answers a request admitted refused, with why.
@@ -454,6 +514,7 @@ func (g *Gateway) upstream(ctx context.Context, id string) (instances.UIUpstream
 	now := g.cfg.Now()
 	g.mu.Lock()
 	c, ok := g.cache[id]
+	epoch := g.epoch
 	g.mu.Unlock()
 	if ok && now.Before(c.expires) {
 		return c.up, c.err
@@ -465,10 +526,21 @@ func (g *Gateway) upstream(ctx context.Context, id string) (instances.UIUpstream
 		if len(g.cache) > 10000 {
 			clear(g.cache)
 		}
-		g.cache[id] = cachedUpstream{up: up, err: err, expires: now.Add(upstreamCacheTTL)}
+		if g.epoch == epoch {
+			g.cache[id] = cachedUpstream{up: up, err: err, expires: now.Add(upstreamCacheTTL)}
+		}
 		g.mu.Unlock()
 	}
 	return up, err
+}
+
+// forgetUpstreams drops every remembered instance address and state: the
+// next request for each reads it again.
+func (g *Gateway) forgetUpstreams() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.cache)
+	g.epoch++
 }
 
 var pageTmpl = template.Must(template.New("page").Parse(`<!doctype html>
@@ -762,20 +834,28 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Set("Cookie", strings.Join(keep, "; "))
 	}
 	// A platform token never reaches the app; the app's own key does.
-	if g.isPlatformAuthorization(pr.In.Context(), pr.In.Header.Get("Authorization")) {
+	// Every Authorization header is looked at, not the first only: the
+	// apps listener drops each that is the platform's.
+	if auth := pr.Out.Header.Values("Authorization"); len(auth) > 0 {
 		pr.Out.Header.Del("Authorization")
+		for _, v := range auth {
+			if !g.isPlatformAuthorization(pr.In.Context(), v) {
+				pr.Out.Header.Add("Authorization", v)
+			}
+		}
 	}
 	if isWebSocket(pr.In) {
 		g.dropPlatformProtocols(pr.In.Context(), pr.Out.Header)
 	}
-	// What says where a request came from is the gateway's to say: an app
-	// may trust these (a framework's proxy-headers setting), and the
-	// browser's own would lie to it. Rewrite has dropped the browser's
-	// X-Forwarded-For, -Host and -Proto; X-Real-IP and X-Forwarded-Prefix
-	// go too, the prefix set again in path mode.
-	pr.Out.Header.Del("Forwarded")
-	pr.Out.Header.Del("X-Real-Ip")
-	pr.Out.Header.Del("X-Forwarded-Prefix")
+	// What says where a request came from is the gateway's to say
+	// (forwardingHeader): Rewrite has dropped the browser's
+	// X-Forwarded-For, -Host and -Proto, and the rest go too, the prefix
+	// set again in path mode.
+	for k := range pr.Out.Header {
+		if forwardingHeader(k) {
+			delete(pr.Out.Header, k)
+		}
+	}
 	pr.SetXForwarded()
 	if pr.In.TLS == nil && g.scheme() == "https" {
 		pr.Out.Header.Set("X-Forwarded-Proto", "https")
@@ -784,6 +864,18 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Header.Set("X-Forwarded-Prefix", p.prefix)
 	}
 	exactWebSocketCasing(pr.Out.Header)
+}
+
+// forwardingHeader says whether a request header is one a proxy writes to
+// say where the request came from (Forwarded, X-Real-IP, any
+// X-Forwarded-*: -For, -Host, -Proto, -Port, -Prefix, -Ssl, …). An app
+// may trust these (a framework's proxy-headers setting), and a browser's
+// own would lie to it: both listeners drop every one a request comes with
+// and set their own.
+func forwardingHeader(name string) bool {
+	const prefix = "X-Forwarded-"
+	return strings.EqualFold(name, "Forwarded") || strings.EqualFold(name, "X-Real-Ip") ||
+		len(name) > len(prefix) && strings.EqualFold(name[:len(prefix)], prefix)
 }
 
 // dropPlatformProtocols takes a platform token offered as a WebSocket

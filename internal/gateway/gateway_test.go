@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/wakeup"
 )
 
 // fakeBackend stands in for the instances domain: this tests the gateway
@@ -56,6 +57,8 @@ func (f *fakeBackend) UIUpstreamOf(_ context.Context, id string) (instances.UIUp
 	if f.panics {
 		panic("backend bug")
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	up, ok := f.up[id]
 	if !ok {
 		return up, errdefs.NotFound("app_instance_not_found", "no")
@@ -85,7 +88,7 @@ func newRig(t testing.TB, upstream string, opts ...func(*Config)) *rig {
 func newRigOn(t testing.TB, apps bool, upstream string, opts ...func(*Config)) *rig {
 	r := &rig{backend: &fakeBackend{codes: map[string]instances.UIGrant{}, up: map[string]instances.UIUpstream{
 		inst:                                   {InstanceID: inst, Status: "running", Embedded: true, ContainerPort: 8080, Path: "/ui/", Addr: upstream},
-		"0193aaaa-bbbb-7ccc-8ddd-000000000001": {InstanceID: "0193aaaa-bbbb-7ccc-8ddd-000000000001", Status: "deploying", Embedded: true},
+		"0193aaaa-bbbb-7ccc-8ddd-000000000001": {InstanceID: "0193aaaa-bbbb-7ccc-8ddd-000000000001", Status: "deploying", Embedded: true, ContainerPort: 8080},
 	}}, now: time.Now()}
 	cfg := Config{Domain: "apps.test", PublicURL: func() string { return "http://console.test:8080" }, Key: []byte("k"),
 		Backend: r.backend, StripCookies: []string{"gpuaas_session"},
@@ -172,6 +175,24 @@ func (r *rig) upgrade(t testing.TB, app *http.Cookie) (net.Conn, *bufio.Reader) 
 
 // client reaches any host on the rig's listener and follows no redirect.
 func (r *rig) client() *http.Client { return clientTo(r.addr) }
+
+// appGet GETs path on the instance's origin with the app token tok (and
+// Accept, when accept is set), and returns the answer, its body read.
+func (r *rig) appGet(t testing.TB, path, tok, accept string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+inst+".apps.test:8080"+path, nil)
+	req.Header.Set("Cookie", "__Host-gpuaas_app="+tok)
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	resp, err := r.client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
 
 // clientTo reaches any host at addr and follows no redirect.
 func clientTo(addr string) *http.Client {
@@ -477,7 +498,7 @@ func TestGatewayPathMode(t *testing.T) {
 	}))
 	defer up.Close()
 	backend := &fakeBackend{codes: map[string]instances.UIGrant{"c": {UserID: "u", InstanceID: inst, Port: 8080}},
-		up: map[string]instances.UIUpstream{inst: {InstanceID: inst, Status: "running", Embedded: true, Addr: up.Listener.Addr().String()}}}
+		up: map[string]instances.UIUpstream{inst: {InstanceID: inst, Status: "running", Embedded: true, ContainerPort: 8080, Addr: up.Listener.Addr().String()}}}
 	g := New(Config{Domain: "apps.test", PathMode: true, PublicURL: func() string { return "http://console.test" }, Key: []byte("k"), Backend: backend})
 	front := httptest.NewServer(g.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "console") })))
 	defer front.Close()
@@ -608,4 +629,31 @@ func TestMatchHostTakesOnlyALabelUnderTheDomain(t *testing.T) {
 			t.Errorf("matchHost(%q) = %q %v, want %q", host, tg.instanceID, ok, want)
 		}
 	}
+}
+
+// A request to tear an instance down (or move it) wakes every replica on
+// wakeup.InstanceOperations, and the gateway forgets what it remembered of
+// every instance: the next request reads the instance again and is not
+// proxied to an address it no longer serves on, which its node may give to
+// another instance, within the two seconds the gateway would have kept it.
+func TestGatewayForgetsAnInstanceAtItsNextOperation(t *testing.T) {
+	onBothListeners(t, func(t *testing.T, apps bool) {
+		up := echoUpstream(t)
+		hub := wakeup.New()
+		r := newRigOn(t, apps, up.Listener.Addr().String(), func(c *Config) { c.Wake = hub })
+		tok := r.open(t).Value
+		get := func() int { return r.appGet(t, "/ui/", tok, "").StatusCode }
+		if code := get(); code != http.StatusOK {
+			t.Fatalf("running: %d", code)
+		}
+		// The instance's decommission commits; the rig's clock stands still,
+		// well inside the time the gateway remembers an address.
+		r.backend.mu.Lock()
+		r.backend.up[inst] = instances.UIUpstream{InstanceID: inst, Status: "decommissioning", Embedded: true, ContainerPort: 8080}
+		r.backend.mu.Unlock()
+		hub.Notify(wakeup.InstanceOperations)
+		if code := get(); code != http.StatusServiceUnavailable {
+			t.Fatalf("after the decommission's notice the request got %d, not the instance's state (503)", code)
+		}
+	})
 }

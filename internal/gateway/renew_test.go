@@ -61,20 +61,7 @@ func testRenewsPastHalfLife(t *testing.T, apps bool) {
 	up := echoUpstream(t) // it tries to set the platform's cookie too
 	r := newRigOn(t, apps, up.Listener.Addr().String())
 	first := r.open(t)
-	do := func(tok, accept string) *http.Response {
-		t.Helper()
-		req, _ := http.NewRequest("GET", "http://"+inst+".apps.test:8080/ui/api", nil)
-		req.Header.Set("Cookie", "__Host-gpuaas_app="+tok)
-		if accept != "" {
-			req.Header.Set("Accept", accept)
-		}
-		resp, err := r.client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
-	}
+	do := func(tok, accept string) *http.Response { t.Helper(); return r.appGet(t, "/ui/api", tok, accept) }
 	proxied := func() int64 {
 		if r.apps == nil {
 			return 0
@@ -144,7 +131,7 @@ func TestGatewayRenewsInPathMode(t *testing.T) {
 	up := echoUpstream(t)
 	clk := clock.NewManual(time.Now())
 	backend := &fakeBackend{codes: map[string]instances.UIGrant{"c": {UserID: "u", InstanceID: inst, Port: 8080}},
-		up: map[string]instances.UIUpstream{inst: {InstanceID: inst, Status: "running", Embedded: true, Addr: up.Listener.Addr().String()}}}
+		up: map[string]instances.UIUpstream{inst: {InstanceID: inst, Status: "running", Embedded: true, ContainerPort: 8080, Addr: up.Listener.Addr().String()}}}
 	g := New(Config{Domain: "apps.test", PathMode: true, PublicURL: func() string { return "http://console.test" }, Key: []byte("k"),
 		Backend: backend, Now: clk.Now})
 	front := httptest.NewServer(g.Wrap(http.NotFoundHandler()))

@@ -31,7 +31,7 @@ func (a *App) webParts(masterKey []byte) error {
 		},
 		StripCookies: console.Cookies,
 		ReadTimeout:  cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
-		Backend: a.Instances, Logger: a.Logger, Now: a.now,
+		Backend: a.Instances, Logger: a.Logger, Now: a.now, Wake: a.Wake(),
 	})
 	if a.gateway.Enabled() {
 		a.API.UIOpenURL = a.gateway.OpenURL
