@@ -34,13 +34,18 @@ type streamEnd struct {
 	err       error
 }
 
-// openStream opens path (…/events) as SSE (…/stream) or WebSocket (…/ws)
-// with token, and reports on the channel how it ended.
+// openStream opens path (…/events, with a query or none) as SSE
+// (…/stream) or WebSocket (…/ws) with token, and reports on the channel
+// how it ended.
 func openStream(t *testing.T, ctx context.Context, s *servertest.Server, transport, path, token string) <-chan streamEnd {
 	t.Helper()
 	ch := make(chan streamEnd, 1)
+	path, query, _ := strings.Cut(path, "?")
+	if query != "" {
+		query = "?" + query
+	}
 	if transport == "ws" {
-		c, _, err := wsDial(ctx, s, path+"/ws", token, "", nil)
+		c, _, err := wsDial(ctx, s, path+"/ws"+query, token, "", nil)
 		if err != nil {
 			t.Fatalf("dial %s: %v", path, err)
 		}
@@ -61,7 +66,7 @@ func openStream(t *testing.T, ctx context.Context, s *servertest.Server, transpo
 		}()
 		return ch
 	}
-	req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+path+"/stream", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+path+"/stream"+query, nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil || resp.StatusCode != 200 {

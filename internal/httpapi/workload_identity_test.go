@@ -95,6 +95,12 @@ func emptyList(r *servertest.Response) bool {
 // file) and returns a client acting as that identity.
 func workloadClient(t testing.TB, e *instanceEnv, id string) *servertest.Client {
 	t.Helper()
+	return e.s.AsServiceAccount(workloadKey(t, e, id))
+}
+
+// workloadKey is the key file the instance's run task mounts.
+func workloadKey(t testing.TB, e *instanceEnv, id string) client.KeyFile {
+	t.Helper()
 	for _, task := range e.node.tasks() {
 		if task.Kind != nodeapi.KindContainerRun || task.InstanceID != id {
 			continue
@@ -107,8 +113,53 @@ func workloadClient(t testing.TB, e *instanceEnv, id string) *servertest.Client 
 		if err := json.Unmarshal(run.Mounts[0].Content, &key); err != nil {
 			t.Fatal(err)
 		}
-		return e.s.AsServiceAccount(key)
+		return key
 	}
 	t.Fatalf("no run task for instance %s", id)
-	return nil
+	return client.KeyFile{}
+}
+
+// An instance's own identity is the platform's: no one, a platform admin
+// included, disables, re-keys or deletes it, or removes its role binding,
+// through the API (each 409 managed_by_platform, nothing changed). A
+// project admin could otherwise cut the instance off from reporting the
+// usage billed to the project.
+func TestInstanceIdentityIsThePlatforms(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		e := newInstanceEnv(t, d, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 1)
+		e.node.serve(t, okResult)
+		cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "own"}).Want(t, 202)
+		if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
+			t.Fatalf("create: %s", op.Body)
+		}
+		key := workloadKey(t, e, cr.String("id"))
+		sa := e.path("/service-accounts/" + key.ServiceAccountID)
+		var binding string
+		for _, b := range e.admin.Do("GET", e.path("/members?limit=500"), nil).Want(t, 200).Items() {
+			if b["principal_id"] == key.ServiceAccountID {
+				binding, _ = b["id"].(string)
+			}
+		}
+		if binding == "" {
+			t.Fatalf("no role binding of the instance's account %s among the project's members", key.ServiceAccountID)
+		}
+		for _, c := range []struct {
+			method, path string
+			body         any
+		}{
+			{"POST", sa + "/disable", nil}, {"POST", sa + "/enable", nil},
+			{"POST", sa + "/rotate-key", map[string]any{"grace_period_seconds": 0}},
+			{"DELETE", sa, nil}, {"DELETE", e.path("/members/" + binding), nil},
+		} {
+			if r := e.admin.Do(c.method, c.path, c.body); r.Status != 409 || r.ErrorCode() != "managed_by_platform" {
+				t.Errorf("%s %s: %d %s, want 409 managed_by_platform", c.method, c.path, r.Status, r.Body)
+			}
+		}
+		if acc := e.admin.Do("GET", sa, nil).Want(t, 200); acc.String("status") != "active" || len(acc.JSON["keys"].([]any)) != 1 {
+			t.Fatalf("the instance's account after the refusals: %s", acc.Body)
+		}
+		e.s.AsServiceAccount(key).Do("GET", e.path("/app-instances/"+cr.String("id")), nil).Want(t, 200)
+	})
 }

@@ -140,6 +140,13 @@ func (s *Service) RemoveMember(ctx context.Context, g *Grants, scopeType, scopeI
 		if err != nil {
 			return err
 		}
+		if platformRoles[b.Role] {
+			// As no one binds such a role through the API, no one removes
+			// it: an app instance's identity would lose its own instance
+			// and its usage reports with it.
+			return errdefs.FailedPrecondition("managed_by_platform",
+				"role binding %s gives %s %s the %q role, which the platform binds and removes itself (an app instance's own identity, until the instance is decommissioned)", b.ID, b.PrincipalType, b.PrincipalID, b.Role)
+		}
 		if err := tx.DeleteRoleBinding(ctx, b.ID); err != nil {
 			return err
 		}

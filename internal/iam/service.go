@@ -24,7 +24,8 @@ type Service struct {
 	Now    func() time.Time
 	// OnAccessChanged, when set, is called after a change that may end
 	// someone's access (a role binding removed, an account disabled or
-	// deleted): open event streams re-check their reader at once.
+	// deleted, a service-account key revoked): open event streams
+	// re-check their reader at once.
 	OnAccessChanged func()
 
 	throttleOnce  sync.Once

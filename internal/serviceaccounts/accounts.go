@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -215,6 +216,33 @@ func (s *Service) load(ctx context.Context, q Queries, projectID, id string) (Ac
 	return accs[0], nil
 }
 
+// change loads an account of a project for a change by a person or a
+// client: its row is held until the mutation ends, so concurrent changes
+// of one account (a disable, rotations) each see what the one before
+// committed; and an app instance's own identity is refused, which the
+// platform alone keys and removes.
+func (s *Service) change(ctx context.Context, tx Tx, projectID, id string) (Account, error) {
+	if _, err := tx.LockServiceAccount(ctx, id); err != nil && !errors.Is(err, storage.ErrNotFound) {
+		return Account{}, err
+	}
+	a, err := s.load(ctx, tx, projectID, id)
+	if err != nil {
+		return Account{}, err
+	}
+	return a, managed(a)
+}
+
+// managed refuses a change of an app instance's own identity: without it
+// the instance could not report its usage (billed to the project whose
+// admin would have cut it) nor read its own instance.
+func managed(a Account) error {
+	if slices.Contains(a.Roles, iam.RoleInstanceWorkload) {
+		return errdefs.FailedPrecondition("managed_by_platform",
+			"service account %s is an app instance's own identity: the platform gives it a new key at each deployment and removes it when the instance is decommissioned, so it cannot be disabled, re-keyed or deleted here; decommission the instance instead", a.ID)
+	}
+	return nil
+}
+
 // complete attaches roles and keys to accounts, in two queries. Roles is
 // never nil (the views and audit rows show an empty list).
 func (s *Service) complete(ctx context.Context, q Queries, as []ServiceAccount) ([]Account, error) {
@@ -288,7 +316,7 @@ func (s *Service) setStatus(ctx context.Context, g *iam.Grants, projectID, id st
 	action := map[AccountStatus]string{AccountDisabled: "service_account.disable", AccountActive: "service_account.enable"}[status]
 	var after Account
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
-		before, err := s.load(ctx, tx, p.ID, id)
+		before, err := s.change(ctx, tx, p.ID, id)
 		if err != nil {
 			return err
 		}
@@ -334,6 +362,9 @@ func (s *Service) RotateKey(ctx context.Context, g *iam.Grants, projectID, id st
 			fmt.Sprintf("must be from 0 (revoke the current keys now) to %d (7 days)", int(MaxGracePeriod.Seconds())))
 	}
 	cur, err := s.load(ctx, s.Store.Read(), p.ID, id)
+	if err == nil {
+		err = managed(cur)
+	}
 	if err != nil {
 		return IssuedKey{}, err
 	}
@@ -349,11 +380,14 @@ func (s *Service) RotateKey(ctx context.Context, g *iam.Grants, projectID, id st
 	key.ServiceAccountID = id
 	var out Account
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
-		before, err := s.load(ctx, tx, p.ID, id)
+		before, err := s.change(ctx, tx, p.ID, id)
 		if err != nil {
 			return err
 		}
-		// Keys valid now stay valid through a grace period, beside the new one.
+		// Keys valid now stay valid through a grace period, beside the new
+		// one. Counted under the account's lock: rotations at once each
+		// count the keys the one before left.
+
 		retireAt, active := now.Add(grace), 0
 		for _, k := range before.Keys {
 			if grace > 0 && k.ActiveAt(now) {
@@ -370,11 +404,11 @@ func (s *Service) RotateKey(ctx context.Context, g *iam.Grants, projectID, id st
 		if err := tx.CreateServiceAccountKey(ctx, key); err != nil {
 			return err
 		}
-		if err := tx.SetServiceAccountStatus(ctx, id, before.Status, time.Time{}, now); err != nil {
-			return err
-		}
+		// A rotation changes the keys, never the account row: writing back
+		// the status read above would undo a disable that committed since
+		// (on PostgreSQL the write waits for the disable's lock, then
+		// overwrites it), re-enabling the account with this new key.
 		out = before
-		out.UpdatedAt = now
 		out.Keys = nil
 		for _, k := range before.Keys {
 			if k.ExpiresAt.IsZero() || k.ExpiresAt.After(retireAt) {
@@ -392,6 +426,12 @@ func (s *Service) RotateKey(ctx context.Context, g *iam.Grants, projectID, id st
 	if err != nil {
 		return IssuedKey{}, err
 	}
+	if grace == 0 {
+		// The other keys were revoked now, and with them the tokens
+		// minted with them: open event streams re-check their reader at
+		// once, as after a disable.
+		s.IAM.AccessChanged()
+	}
 	s.Logger.InfoContext(ctx, "service account key rotated", "service_account_id", id, "key_id", key.ID, "grace", grace.String())
 	return IssuedKey{Account: out, Key: key, PrivateKeyPEM: priv, TokenURL: s.TokenURL()}, nil
 }
@@ -404,7 +444,7 @@ func (s *Service) Delete(ctx context.Context, g *iam.Grants, projectID, id strin
 		return err
 	}
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
-		before, err := s.load(ctx, tx, p.ID, id)
+		before, err := s.change(ctx, tx, p.ID, id)
 		if err != nil {
 			return err
 		}

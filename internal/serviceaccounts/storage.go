@@ -54,6 +54,10 @@ func (k ServiceAccountKey) ActiveAt(t time.Time) bool {
 type Queries interface {
 	CreateServiceAccount(ctx context.Context, a ServiceAccount) error
 	GetServiceAccount(ctx context.Context, id string) (ServiceAccount, error)
+	// LockServiceAccount is GetServiceAccount holding the row until the
+	// mutation ends: changes of one account (status, keys) run one after
+	// the other, each reading what the one before committed.
+	LockServiceAccount(ctx context.Context, id string) (ServiceAccount, error)
 	ListServiceAccounts(ctx context.Context, projectID string, p storage.Page) ([]ServiceAccount, string, error)
 	SetServiceAccountStatus(ctx context.Context, id string, status AccountStatus, validAfter, at time.Time) error
 	DeleteServiceAccount(ctx context.Context, id string) error

@@ -37,6 +37,14 @@ func (q *Queries) GetServiceAccount(ctx context.Context, id string) (serviceacco
 	return a, scanOne(err)
 }
 
+// LockServiceAccount reads an account and holds its row until the
+// transaction ends (FOR UPDATE on PostgreSQL; a SQLite mutation holds the
+// database already).
+func (q *Queries) LockServiceAccount(ctx context.Context, id string) (serviceaccounts.ServiceAccount, error) {
+	a, err := scanServiceAccount(q.queryRow(ctx, `SELECT `+saCols+` FROM service_accounts WHERE id = ?`+q.forUpdate(), id))
+	return a, scanOne(err)
+}
+
 // ListServiceAccounts lists the accounts of a project in creation order.
 func (q *Queries) ListServiceAccounts(ctx context.Context, projectID string, p Page) ([]serviceaccounts.ServiceAccount, string, error) {
 	after, limit, err := p.AfterID()
