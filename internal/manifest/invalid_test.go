@@ -22,6 +22,7 @@ func TestInvalidCorpus(t *testing.T) {
 		contains string
 	}{
 		{"tag-instead-of-digest.json", "/runtime_profile/image_ref", 7, "pinned by digest"},
+		{"env-visible-devices.json", "/runtime_profile/env/1/name", 10, "set by the platform"},
 		{"artifact-ref-tag.json", "/artifact_ref", 6, "pinned by digest"},
 		{"unknown-runtime-kind.yaml", "/versions/0/runtime_profile/kind", 8, "launchable_oci"},
 		{"gpu-bounds-reversed.yaml", "/version/runtime_profile/resources/gpu_count", 11, "reversed"},

@@ -179,11 +179,18 @@ func (c *checker) bounds(ptr, name string, b *Bounds) {
 	}
 }
 
+// visibleDevicesEnv tells the NVIDIA container runtime which GPUs a
+// container sees; the node agent sets it to the allocation's GPUs alone.
+const visibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
+
 func (c *checker) launchable(ptr string, p *RuntimeProfile) {
 	envs := map[string]bool{}
 	for i, e := range p.Env {
 		if envs[e.Name] {
 			c.add(pointerIndex(ptr+"/env", i)+"/name", "environment variable %q is set twice", e.Name)
+		}
+		if e.Name == visibleDevicesEnv {
+			c.add(pointerIndex(ptr+"/env", i)+"/name", "environment variable %s is set by the platform to the GPUs of the instance's allocation (none when it has none); remove it and size GPUs with resources.gpu_count", e.Name)
 		}
 		envs[e.Name] = true
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/api/types/network"
 	"github.com/moby/moby/client"
+	"gopkg.in/yaml.v3"
 )
 
 // Standard Compose labels, so `docker compose ls`/`ps` understand the project.
@@ -53,11 +54,50 @@ func invalid(format string, args ...any) error {
 	return &docker.Failure{Reason: nodeapi.ReasonInvalidTask, Message: fmt.Sprintf(format, args...)}
 }
 
+// The keys of the curated subset: a project's top-level keys and a
+// service's. Anything else is refused before compose-go reads the
+// document, because compose-go acts on some keys as it loads: env_file and
+// label_file read files of the node into the service's environment and
+// labels, extends and include read other Compose files from the node.
+var (
+	topLevelKeys = []string{"name", "services", "networks", "volumes"}
+	serviceKeys  = []string{"image", "command", "entrypoint", "environment", "ports", "volumes", "labels", "networks",
+		"depends_on", "deploy", "cpus", "mem_limit", "shm_size", "restart", "read_only"}
+)
+
+// checkKeys refuses a document with a key outside the curated subset. A
+// document that is not YAML, or not of the expected shape, is left to
+// compose-go to report.
+func checkKeys(doc []byte) error {
+	var top map[string]any
+	if yaml.Unmarshal(doc, &top) != nil {
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(top)) {
+		if !slices.Contains(topLevelKeys, k) {
+			return invalid("compose project: top-level key %q is not supported (the curated subset has %s)", k, strings.Join(topLevelKeys, ", "))
+		}
+	}
+	services, _ := top["services"].(map[string]any)
+	for _, name := range slices.Sorted(maps.Keys(services)) {
+		svc, _ := services[name].(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(svc)) {
+			if !slices.Contains(serviceKeys, k) {
+				return invalid("service %s: %s is not supported (the curated subset has %s)", name, k, strings.Join(serviceKeys, ", "))
+			}
+		}
+	}
+	return nil
+}
+
 // Load parses and validates a rendered project and checks it stays inside
 // the curated subset.
 func Load(ctx context.Context, u nodeapi.ComposeUp) (*types.Project, error) {
 	if !projectName.MatchString(u.Project) {
 		return nil, invalid("compose project name %q must be lower-case letters, digits, _ and -", u.Project)
+	}
+	if err := checkKeys(u.YAML); err != nil {
+		return nil, err
 	}
 	wd, err := os.MkdirTemp("", "gpuaas-compose-")
 	if err != nil {
@@ -225,22 +265,20 @@ func startService(ctx context.Context, d *docker.Driver, p *types.Project, s typ
 	if err != nil {
 		return "", err
 	}
-	env := []string{}
-	for k, v := range s.Environment {
-		if v != nil {
-			env = append(env, k+"="+*v)
-		}
-	}
-	slices.Sort(env)
 	var mounts []mount.Mount
 	for _, v := range s.Volumes {
 		mounts = append(mounts, mount.Mount{Type: mount.TypeVolume, Source: p.Name + "_" + v.Source, Target: v.Target, ReadOnly: v.ReadOnly})
 	}
 	mounts = append(mounts, files...)
-	res := container.Resources{}
-	if wantsGPU(s) {
-		res.DeviceRequests = docker.GPURequests(gpus)
+	// The service's own limits, as the renderer sized them; every service
+	// gets the workload process limit.
+	pids := docker.PidsLimit
+	res := container.Resources{NanoCPUs: int64(float64(s.CPUS) * 1e9), Memory: int64(s.MemLimit), PidsLimit: &pids}
+	if !wantsGPU(s) {
+		gpus = nil
 	}
+	res.DeviceRequests = docker.GPURequests(gpus)
+	env := docker.WorkloadEnv(s.Environment, gpus)
 	var deps []string
 	for dep, c := range s.DependsOn {
 		deps = append(deps, dep+":"+c.Condition+":"+strconv.FormatBool(c.Restart))
@@ -253,7 +291,8 @@ func startService(ctx context.Context, d *docker.Driver, p *types.Project, s typ
 		cfg.Entrypoint = s.Entrypoint
 	}
 	r, err := d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg,
-		HostConfig:       &container.HostConfig{PortBindings: bindings, Mounts: mounts, GroupAdd: docker.GroupAdd(instanceID, files), Resources: res},
+		HostConfig: &container.HostConfig{PortBindings: bindings, Mounts: mounts, GroupAdd: docker.GroupAdd(instanceID, files), Resources: res,
+			ShmSize: int64(s.ShmSize)},
 		NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netName: {Aliases: []string{s.Name}}}}})
 	if err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)

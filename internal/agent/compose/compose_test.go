@@ -20,16 +20,30 @@ import (
 	"github.com/moby/moby/client"
 )
 
-// A two-service project (web depends on db, db has a named volume) comes up
-// on the real engine with the standard Compose labels and gpuaas labels,
-// web answers its readiness probe on a host-local port, and down leaves
-// nothing labelled for the instance.
-func TestComposeUpDown(t *testing.T) {
+// engineEnv is a driver on the real engine, the test server image in a
+// real server's registry, and one instance's Compose project (brought down
+// when the test ends).
+type engineEnv struct {
+	d             *docker.Driver
+	img           agenttest.Image
+	ref           string // the image pinned by digest
+	inst, project string
+	server        *servertest.Server
+	admin         *servertest.Client
+}
+
+// pull is a pull of the image with a fresh single-use wrapping token.
+func (e engineEnv) pull(t *testing.T) nodeapi.ImagePull {
+	return nodeapi.ImagePull{Repository: e.img.Repository, Digest: e.img.Digest, WrappingToken: agenttest.PullToken(t, e.server, e.admin, e.img.ArtifactID)}
+}
+
+// setupEngine pushes the image as app prefix+random.
+func setupEngine(t *testing.T, prefix string) engineEnv {
 	dk := agenttest.RequireDocker(t)
 	t.Cleanup(dk.RemoveImages)
 	s := servertest.Start(t, store.SQLite)
 	admin := s.Admin()
-	img := agenttest.PushServerImage(t, dk, s, admin, "cmp"+strings.ReplaceAll(uuid.NewString()[:8], "-", ""))
+	img := agenttest.PushServerImage(t, dk, s, admin, prefix+strings.ReplaceAll(uuid.NewString()[:8], "-", ""))
 	d, err := docker.New(docker.Config{NodeID: "compose-node", DataDir: t.TempDir(), Unwrap: func(ctx context.Context, tok string) (docker.Credentials, error) {
 		r := admin.Do("POST", "/api/v1/apps/registry/unwrap", map[string]string{"wrapping_token": tok}).Want(t, 200)
 		return docker.Credentials{Username: r.String("username"), Password: r.String("password"), Registry: r.String("registry")}, nil
@@ -37,12 +51,21 @@ func TestComposeUpDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	ctx := context.Background()
+	t.Cleanup(func() { d.Close() })
 	inst := "inst" + uuid.NewString()[:8]
-	project := "gpuaas-" + inst
-	t.Cleanup(func() { compose.Down(context.Background(), d, project, inst) })
-	ref := img.Repository + "@" + img.Digest
+	e := engineEnv{d: d, img: img, ref: img.Repository + "@" + img.Digest, inst: inst, project: "gpuaas-" + inst, server: s, admin: admin}
+	t.Cleanup(func() { compose.Down(context.Background(), d, e.project, inst) })
+	return e
+}
+
+// A two-service project (web depends on db, db has a named volume) comes up
+// on the real engine with the standard Compose labels and gpuaas labels,
+// web answers its readiness probe on a host-local port, and down leaves
+// nothing labelled for the instance.
+func TestComposeUpDown(t *testing.T) {
+	e := setupEngine(t, "cmp")
+	d, img, ref, inst, project := e.d, e.img, e.ref, e.inst, e.project
+	ctx := context.Background()
 	yaml := `services:
   web:
     image: ` + ref + `
@@ -61,7 +84,7 @@ volumes:
 	const identityPath = "/var/run/gpuaas/identity.json"
 	identity := nodeapi.Mount{Kind: "file", Target: identityPath, Content: []byte(`{"key":"secret"}`), Mode: 0o444, ReadOnly: true, Services: []string{"web"}}
 	up := nodeapi.ComposeUp{Project: project, YAML: []byte(yaml), Service: "web", Readiness: &nodeapi.Readiness{Port: 8080, HTTPPath: "/", TimeoutSeconds: 30},
-		Images: []nodeapi.ImagePull{{Repository: img.Repository, Digest: img.Digest, WrappingToken: agenttest.PullToken(t, s, admin, img.ArtifactID)}}}
+		Images: []nodeapi.ImagePull{e.pull(t)}}
 	// A file mount must name its services; one naming no service of the
 	// project is refused before anything is created.
 	for _, bad := range [][]string{nil, {"nope"}} {
@@ -190,6 +213,16 @@ func TestLoadRefuses(t *testing.T) {
 		"privileged": "services:\n  a:\n    image: reg/x" + digest + "\n    privileged: true\n",
 		"hostnet":    "services:\n  a:\n    image: reg/x" + digest + "\n    network_mode: host\n",
 		"garbage":    "services: [",
+		// Keys compose-go acts on as it loads: each reads a file of the node.
+		"env_file":    "services:\n  a:\n    image: reg/x" + digest + "\n    env_file: /etc/os-release\n",
+		"env_file_v2": "services:\n  a:\n    image: reg/x" + digest + "\n    env_file: [{path: /etc/os-release}]\n",
+		"label_file":  "services:\n  a:\n    image: reg/x" + digest + "\n    label_file: /etc/os-release\n",
+		"extends":     "services:\n  a:\n    image: reg/x" + digest + "\n    extends: {file: /etc/compose.yaml, service: b}\n",
+		"include":     "include: [/etc/compose.yaml]\nservices:\n  a:\n    image: reg/x" + digest + "\n",
+		"merged":      "volumes:\n  v: &x {env_file: /etc/os-release}\nservices:\n  a:\n    <<: *x\n    image: reg/x" + digest + "\n",
+		// Engine options outside the subset.
+		"security_opt": "services:\n  a:\n    image: reg/x" + digest + "\n    security_opt: [\"seccomp=unconfined\"]\n",
+		"volumes_from": "services:\n  a:\n    image: reg/x" + digest + "\n    volumes_from: [b]\n  b:\n    image: reg/x" + digest + "\n",
 	} {
 		if _, err := compose.Load(context.Background(), nodeapi.ComposeUp{Project: "p", YAML: []byte(y)}); docker.AsFailure(err) == nil || docker.AsFailure(err).Reason != nodeapi.ReasonInvalidTask {
 			t.Errorf("%s: %v", name, err)

@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
@@ -45,7 +46,8 @@ type Config struct {
 type Driver struct {
 	C      *client.Client
 	cfg    Config
-	pulled pulled // the images it pulled, for ImagePruner
+	pulled pulled     // the images it pulled, for ImagePruner
+	netMu  sync.Mutex // one creation of WorkloadNetwork at a time
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST or the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"net"
 	"net/http"
@@ -59,6 +60,92 @@ func GPURequests(uuids []string) []container.DeviceRequest {
 		return nil
 	}
 	return []container.DeviceRequest{{Driver: "nvidia", DeviceIDs: uuids, Capabilities: [][]string{{"gpu"}}}}
+}
+
+// VisibleDevicesEnv is the variable the NVIDIA container runtime reads to
+// decide which GPUs a container sees.
+const VisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES"
+
+// WorkloadEnv is a workload's environment as it reaches the engine: env,
+// sorted, with NVIDIA_VISIBLE_DEVICES set by the platform alone — the
+// workload's GPUs, or "void" (no GPU, no driver) when it has none. On a
+// node whose default runtime is nvidia, the runtime hands a container every
+// GPU its environment names, and "all" reaches it from a task's env or
+// from the image's own ENV (the CUDA base images set it): a CPU-only
+// workload, or a sidecar, would see every GPU of the node, the other
+// tenants' included. Whatever env says for it is dropped.
+func WorkloadEnv(env map[string]*string, gpus []string) []string {
+	out := make([]string, 0, len(env)+1)
+	for k, v := range env {
+		if v != nil && k != VisibleDevicesEnv {
+			out = append(out, k+"="+*v)
+		}
+	}
+	slices.Sort(out)
+	visible := "void"
+	if len(gpus) > 0 {
+		visible = strings.Join(gpus, ",")
+	}
+	return append(out, VisibleDevicesEnv+"="+visible)
+}
+
+// PidsLimit bounds the processes and threads of one workload container: a
+// workload that forks without end exhausts its own limit, not the node's
+// process table that every tenant's workload and the agent share.
+const PidsLimit int64 = 16384
+
+// WorkloadNetwork is the bridge network every container.run workload
+// joins. Inter-container traffic is off on it: the engine's default bridge
+// lets every container reach every other container's ports directly, so one
+// tenant's workload could talk to another's app (a UI that trusts the UI
+// gateway in front of it) without passing the gateway. Ports published on
+// the host-local address still reach the workload.
+const WorkloadNetwork = "gpuaas-workloads"
+
+// labelNetwork marks the platform's own networks; iccOption is the bridge
+// option that turns inter-container traffic off.
+const (
+	labelNetwork = "gpuaas.network"
+	iccOption    = "com.docker.network.bridge.enable_icc"
+)
+
+// workloadNetwork returns the id of WorkloadNetwork, creating it when the
+// engine has none. Agents sharing an engine may each create one at once
+// (the engine allows two networks of one name): every agent then uses the
+// one with the lowest id, and the others stay unused.
+func (d *Driver) workloadNetwork(ctx context.Context) (string, error) {
+	d.netMu.Lock()
+	defer d.netMu.Unlock()
+	find := func() (string, error) {
+		res, err := d.C.NetworkList(ctx, client.NetworkListOptions{Filters: d.Managed(labelNetwork + "=" + WorkloadNetwork)})
+		if err != nil {
+			return "", fail(nodeapi.ReasonInternal, "list networks: %v", err)
+		}
+		var ids []string
+		for _, n := range res.Items {
+			if n.Name == WorkloadNetwork && n.Options[iccOption] == "false" {
+				ids = append(ids, n.ID)
+			}
+		}
+		slices.Sort(ids)
+		if len(ids) == 0 {
+			return "", nil
+		}
+		return ids[0], nil
+	}
+	if id, err := find(); id != "" || err != nil {
+		return id, err
+	}
+	if _, err := d.C.NetworkCreate(ctx, WorkloadNetwork, client.NetworkCreateOptions{Driver: "bridge",
+		Options: map[string]string{iccOption: "false"},
+		Labels:  map[string]string{nodeapi.LabelManaged: "true", labelNetwork: WorkloadNetwork}}); err != nil && !cerrdefs.IsConflict(err) {
+		return "", fail(nodeapi.ReasonInternal, "create the workload network: %v", err)
+	}
+	id, err := find()
+	if id == "" && err == nil {
+		err = fail(nodeapi.ReasonInternal, "the workload network %s was created but is not found", WorkloadNetwork)
+	}
+	return id, err
 }
 
 // FileGroup is the group id that owns an instance's platform files (its
@@ -174,11 +261,40 @@ func (d *Driver) PortBindings(ps []nodeapi.PortMapping) (network.PortSet, networ
 		set[port] = struct{}{}
 		hp := ""
 		if p.Host > 0 {
+			if err := hostPortFree(ip, p.Host, proto); err != nil {
+				return nil, nil, err
+			}
 			hp = strconv.Itoa(p.Host)
 		}
 		pm[port] = append(pm[port], network.PortBinding{HostIP: ip, HostPort: hp})
 	}
 	return set, pm, nil
+}
+
+// hostPortFree refuses a host port that something on the node already
+// listens on. The engine's userland proxy would fail to bind it too, but
+// only after the container was made; and an engine without the proxy
+// (userland-proxy: false) binds nothing: it rewrites the node's own
+// connections to the port, loopback included, to the container, which
+// would then receive what the node's service was sent.
+func hostPortFree(ip netip.Addr, port int, proto string) error {
+	addr := net.JoinHostPort(ip.String(), strconv.Itoa(port))
+	var (
+		c   io.Closer
+		err error
+	)
+	switch proto {
+	case "tcp":
+		c, err = net.Listen("tcp", addr)
+	case "udp":
+		c, err = net.ListenPacket("udp", addr)
+	default:
+		return nil
+	}
+	if err != nil {
+		return fail(nodeapi.ReasonInvalidTask, "host port %d/%s on %s is already in use on the node: choose another host_port", port, proto, ip)
+	}
+	return c.Close()
 }
 
 // Run starts one container for a task. A container of the same name that
@@ -207,14 +323,20 @@ func (d *Driver) Run(ctx context.Context, o Owner, r nodeapi.ContainerRun) (node
 		if err != nil {
 			return nodeapi.RunOutput{}, err
 		}
-		env := make([]string, 0, len(r.Env))
+		env := make(map[string]*string, len(r.Env))
 		for k, v := range r.Env {
-			env = append(env, k+"="+v)
+			env[k] = &v
 		}
-		hc := &container.HostConfig{PortBindings: bindings, Mounts: mounts, GroupAdd: GroupAdd(o.InstanceID, mounts), Resources: container.Resources{
-			Memory: r.MemoryMiB << 20, NanoCPUs: int64(r.CPUCores * 1e9), DeviceRequests: GPURequests(r.GPUUUIDs)}}
+		netID, err := d.workloadNetwork(ctx)
+		if err != nil {
+			return nodeapi.RunOutput{}, err
+		}
+		pids := PidsLimit
+		hc := &container.HostConfig{NetworkMode: container.NetworkMode(netID), PortBindings: bindings, Mounts: mounts,
+			GroupAdd: GroupAdd(o.InstanceID, mounts), Resources: container.Resources{
+				Memory: r.MemoryMiB << 20, NanoCPUs: int64(r.CPUCores * 1e9), DeviceRequests: GPURequests(r.GPUUUIDs), PidsLimit: &pids}}
 		res, err := d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: r.Name, HostConfig: hc, Config: &container.Config{
-			Image: ref, Entrypoint: r.Command, Cmd: r.Args, Env: env, ExposedPorts: exposed, Labels: d.Labels(o, r.Labels)}})
+			Image: ref, Entrypoint: r.Command, Cmd: r.Args, Env: WorkloadEnv(env, r.GPUUUIDs), ExposedPorts: exposed, Labels: d.Labels(o, r.Labels)}})
 		if err != nil {
 			return nodeapi.RunOutput{}, fail(nodeapi.ReasonInternal, "create container: %v", err)
 		}
@@ -283,7 +405,11 @@ func (d *Driver) WaitReady(ctx context.Context, id string, ports []nodeapi.PortM
 	}
 	addr := net.JoinHostPort(d.cfg.HostAddress, strconv.Itoa(host))
 	deadline := time.Now().Add(timeout)
-	hc := &http.Client{Timeout: 2 * time.Second}
+	// The probe runs on the node, outside the workload's network: it never
+	// follows a redirect the workload answers with (a Location on the
+	// node's loopback or a metadata address would make the agent request
+	// it for the workload). A 3xx answer is ready as it stands.
+	hc := &http.Client{Timeout: 2 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	// Most workloads answer within a few hundred milliseconds of starting:
 	// probe early and often, then back off to the steady cadence, so
 	// readiness is noticed within ~10% of when it happened.
