@@ -57,12 +57,20 @@ func GrantError(reason, format string, args ...any) *errdefs.Error {
 	return errdefs.Invalid("invalid_grant", format, args...).WithDetails(map[string]any{"reason": reason})
 }
 
-// ReasonOf returns the refusal reason of err, if it is a grant error.
+// ReasonOf returns why an exchange was refused, for its failure audit
+// row: a grant error's reason, or the code of any other error the request
+// itself caused (an assertion whose kid, iss or jti is not text); "" for a
+// failure of the server's own (the database), which is no refusal.
 func ReasonOf(err error) string {
-	if e, ok := errdefs.As(err); ok && e.Details != nil {
-		if r, ok := e.Details["reason"].(string); ok {
-			return r
-		}
+	e, ok := errdefs.As(err)
+	if !ok {
+		return ""
+	}
+	if r, ok := e.Details["reason"].(string); ok {
+		return r
+	}
+	if e.Kind == errdefs.KindInvalidArgument {
+		return e.Code
 	}
 	return ""
 }

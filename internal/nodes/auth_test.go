@@ -1,6 +1,7 @@
 package nodes_test
 
 import (
+	"context"
 	"crypto/ed25519"
 	"strings"
 	"testing"
@@ -17,7 +18,8 @@ import (
 // A node's token exchange refuses every assertion an attacker could try —
 // expired, tampered, for another audience, signed with another node's key,
 // naming a key that is not the node's, unknown issuer, a symmetric
-// algorithm, an over-long lifetime, a replay — each with its own reason.
+// algorithm, an over-long lifetime, a replay, a kid that is not text —
+// each with its own reason, and each leaves a failure audit row with it.
 func TestNodeAssertionRefusals(t *testing.T) {
 	t.Parallel()
 	s := servertest.Start(t, store.SQLite)
@@ -62,13 +64,25 @@ func TestNodeAssertionRefusals(t *testing.T) {
 		{"over-long lifetime", sign(a.priv, a.keyID, claims(a.id, a.tokURL, now, now.Add(2*time.Hour))), "invalid_lifetime"},
 		{"replayed", replayed, "replayed_assertion"},
 		{"not a JWT", "not.a.jwt", "malformed_assertion"},
+		{"kid not text", sign(a.priv, a.keyID+"\x00", valid), "invalid_encoding"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := s.Anonymous().Do("POST", "/api/v1/nodes/token", nodeapi.TokenRequest{Assertion: c.assertion}).Want(t, 400)
 			errObj, _ := r.JSON["error"].(map[string]any)
 			details, _ := errObj["details"].(map[string]any)
-			if r.ErrorCode() != "invalid_grant" || details["reason"] != c.reason {
+			if c.reason == "invalid_encoding" {
+				if r.ErrorCode() != c.reason {
+					t.Fatalf("want invalid_encoding, got %s", r.Body)
+				}
+			} else if r.ErrorCode() != "invalid_grant" || details["reason"] != c.reason {
 				t.Fatalf("want invalid_grant/%s, got %s", c.reason, r.Body)
+			}
+			evs, _, err := s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{CorrelationID: r.Header.Get("X-Request-ID")}, store.Page{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(evs) != 1 || evs[0].Action != "node.token" || evs[0].Outcome != "failure" || evs[0].Reason != c.reason {
+				t.Fatalf("want one node.token failure audit row with reason %s, got %+v", c.reason, evs)
 			}
 		})
 	}

@@ -29,26 +29,12 @@ type ExchangeInput struct {
 func (s *Service) Exchange(ctx context.Context, in ExchangeInput) (iam.Issued, error) {
 	acc, tok, err := s.exchange(ctx, in)
 	if err != nil {
-		if reason := refusalOf(err); reason != "" {
+		if reason := reasonOf(err); reason != "" {
 			s.RefuseExchange(ctx, acc, reason)
 		}
 		return iam.Issued{}, err
 	}
 	return tok, nil
-}
-
-// refusalOf names why the request was refused, for the audit row: the
-// grant error's reason, or the code of any other error the request itself
-// caused (an assertion whose kid, iss or jti is not text); "" for a
-// failure of the server's own (the database), which is no refusal.
-func refusalOf(err error) string {
-	if reason := reasonOf(err); reason != "" {
-		return reason
-	}
-	if e, ok := errdefs.As(err); ok && e.Kind == errdefs.KindInvalidArgument {
-		return e.Code
-	}
-	return ""
 }
 
 // RefuseExchange writes the failure audit row of a refused exchange. acc
