@@ -374,6 +374,14 @@ func (c *Config) Validate() error {
 	c.PublicURL = strings.TrimRight(c.PublicURL, "/")
 	if err := originURL(c.PublicURL); err != nil {
 		errs = append(errs, fmt.Errorf("--public-url %q: %v", c.PublicURL, err))
+	} else if u, _ := url.Parse(c.PublicURL); c.AppsDomain != "" {
+		// Every name under the apps domain is an app's origin to the
+		// gateway: a console there would be unreachable, and share its
+		// cookies' site with every app.
+		h, d := strings.ToLower(strings.TrimSuffix(u.Hostname(), ".")), strings.ToLower(strings.Trim(c.AppsDomain, "."))
+		if h == d || strings.HasSuffix(h, "."+d) {
+			errs = append(errs, fmt.Errorf("--public-url %s: its host lies under --apps-domain %s, whose names are the apps' origins; give the console a name outside it (console.example.com beside apps.example.com)", c.PublicURL, c.AppsDomain))
+		}
 	}
 	c.WorkloadAPIURL = strings.TrimRight(c.WorkloadAPIURL, "/")
 	if c.WorkloadAPIURL != "" {

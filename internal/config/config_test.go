@@ -72,6 +72,8 @@ func TestValidateNamesEveryProblem(t *testing.T) {
 		{func(c *Config) { c.PublicURL = "https://gpuaas.example.com/?x=1" }, "no query"},
 		{func(c *Config) { c.PublicURL = "https://gpuaas.example.com/gpuaas" }, "want no path"},
 		{func(c *Config) { c.RegistryURL = "registry.example.com" }, "--registry-url"},
+		{func(c *Config) { c.AppsDomain, c.PublicURL = "apps.example.com", "https://console.Apps.example.com." }, "lies under --apps-domain apps.example.com"},
+		{func(c *Config) { c.AppsDomain, c.PublicURL = "apps.example.com", "https://apps.example.com" }, "lies under --apps-domain"},
 	} {
 		c := Defaults()
 		c.DatabaseURL, c.SecretKey = "sqlite://x.db", "k"
@@ -80,9 +82,10 @@ func TestValidateNamesEveryProblem(t *testing.T) {
 			t.Errorf("want an error naming %q, got %v", tc.want, err)
 		}
 	}
-	for _, ok := range []string{"", "http://127.0.0.1:8080", "https://gpuaas.example.com/", "https://[::1]:8443"} {
+	for _, ok := range []string{"", "http://127.0.0.1:8080", "https://gpuaas.example.com/", "https://[::1]:8443", "https://myapps.example.com"} {
 		c := Defaults()
 		c.DatabaseURL, c.SecretKey, c.PublicURL, c.RegistryURL = "sqlite://x.db", "k", ok, ok
+		c.AppsDomain = "apps.example.com"
 		if err := c.Validate(); err != nil {
 			t.Errorf("--public-url and --registry-url %q refused: %v", ok, err)
 		}

@@ -307,12 +307,34 @@ func (g *Gateway) OpenURL(instanceID, path, code string) string {
 func (g *Gateway) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		t, ok := g.match(r)
+		if !ok && g.underDomain(r.Host) {
+			// Another name under the apps domain (two labels deep, the
+			// domain itself, a trailing dot) is no app's origin, and the
+			// console is not served there: it would share its site with
+			// every app.
+			g.page(w, http.StatusNotFound, "Not found", "This address serves app UIs only, at <instance-id>."+g.cfg.Domain+".", "")
+			return
+		}
 		if !ok {
 			next.ServeHTTP(w, r)
 			return
 		}
 		g.serve(w, r, t)
 	})
+}
+
+// underDomain says whether a Host header names the apps domain or a name
+// under it, in any case, with a port or a trailing dot.
+func (g *Gateway) underDomain(hostport string) bool {
+	if !g.Enabled() {
+		return false
+	}
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.ToLower(host), ".")
+	return host == g.cfg.Domain || strings.HasSuffix(host, "."+g.cfg.Domain)
 }
 
 func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {

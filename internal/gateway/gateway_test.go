@@ -657,3 +657,39 @@ func TestGatewayForgetsAnInstanceAtItsNextOperation(t *testing.T) {
 		}
 	})
 }
+
+// A name under the apps domain that is no app's origin (two labels deep,
+// the domain itself, a trailing dot, other case) gets not-found from the
+// gateway, on both listeners: the console behind it is never served on
+// the apps' site.
+func TestGatewayServesNoConsoleUnderTheAppsDomain(t *testing.T) {
+	onBothListeners(t, func(t *testing.T, apps bool) {
+		r := newRigOn(t, apps, "127.0.0.1:1")
+		for _, host := range []string{"a.b.apps.test:8080", "apps.test:8080", "APPS.test", inst + ".apps.test.:8080", "x_y.apps.test"} {
+			req, _ := http.NewRequest("GET", "http://"+host+"/", nil)
+			resp, err := r.client().Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "serves app UIs only") {
+				t.Errorf("%s: %d %s, want the gateway's not-found page", host, resp.StatusCode, body)
+			}
+		}
+		if apps {
+			return
+		}
+		// On the console's listener the console's own name still reaches
+		// what the gateway wraps (the rig's: net/http's plain 404).
+		resp, err := r.client().Get("http://console.test:8080/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "404 page not found\n" {
+			t.Errorf("the console's host did not reach the wrapped handler: %d %q", resp.StatusCode, body)
+		}
+	})
+}
