@@ -172,25 +172,42 @@ func (s *Service) Decommission(ctx context.Context, g *iam.Grants, projectID, id
 	if err != nil {
 		return AppInstance{}, InstanceOperation{}, err
 	}
-	switch inst.Status {
-	case StatusDecommissioning, StatusDecommissioned:
-		op, err := s.Store.Read().GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID)
-		if err != nil {
-			return inst, op, err
-		}
-		// The repeat changes nothing, but the request is still recorded.
-		err = s.Store.Mutate(ctx, func(tx Tx) error {
-			return tx.Audit(storage.AuditEvent{Action: "app_instance.decommission", ResourceType: "app_instance", ResourceID: inst.ID,
-				OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: "already_" + string(inst.Status)}, nil, auditState(inst))
-		})
-		return inst, op, err
+	if decommissionBegun(inst) {
+		return s.decommissionRepeated(ctx, inst)
 	}
 	if busy(inst.Status) {
 		return AppInstance{}, InstanceOperation{}, errBusy(inst)
 	}
 	op := s.newOperation(ctx, inst, OpDecommission, inst.Version, "", fmt.Sprintf("decommission %s %s", inst.AppSlug, inst.Version))
 	out, err := s.begin(ctx, inst, op, StatusDecommissioning, EventDecommissionRequested, "app_instance.decommission")
+	if e, ok := errdefs.As(err); ok && e.Code == operationInProgressCode {
+		// Another request won the race for the instance; when it was a
+		// decommission too, this one is its repeat, not a conflict.
+		if cur, gerr := s.Store.Read().GetAppInstanceByID(ctx, inst.ID); gerr == nil && decommissionBegun(cur) {
+			return s.decommissionRepeated(ctx, cur)
+		}
+	}
 	return out, op, err
+}
+
+// decommissionBegun reports whether a decommission already began (or ended).
+func decommissionBegun(inst AppInstance) bool {
+	return inst.Status == StatusDecommissioning || inst.Status == StatusDecommissioned
+}
+
+// decommissionRepeated answers a decommission of an instance already
+// decommissioning or decommissioned with the operation that does (or did)
+// it. The repeat changes nothing, but the request is still recorded.
+func (s *Service) decommissionRepeated(ctx context.Context, inst AppInstance) (AppInstance, InstanceOperation, error) {
+	op, err := s.Store.Read().GetInstanceOperation(ctx, inst.ProjectID, inst.CurrentOperationID)
+	if err != nil {
+		return inst, op, err
+	}
+	err = s.Store.Mutate(ctx, func(tx Tx) error {
+		return tx.Audit(storage.AuditEvent{Action: "app_instance.decommission", ResourceType: "app_instance", ResourceID: inst.ID,
+			OrgID: inst.OrgID, ProjectID: inst.ProjectID, Reason: "already_" + string(inst.Status)}, nil, auditState(inst))
+	})
+	return inst, op, err
 }
 
 // begin records a lifecycle request: the operation, the instance's new

@@ -56,16 +56,33 @@ func platformManaged(mode string) bool { return mode == manifest.ModePlatformMan
 // owned: at its org for control_plane_scope tenant, at the platform for a
 // platform-managed one. A project role is not enough.
 func (s *Service) sharedRole(ctx context.Context, g *iam.Grants, orgID, mode, instanceID, perm string) error {
-	sc, owner, code := iam.Scope{OrgID: orgID}, "org "+orgID+" (an org admin)", codeOrgRoleRequired
+	err := sharedRoleRefusal(g, orgID, mode, instanceID, perm)
+	if err != nil {
+		_ = s.IAM.Deny(ctx, perm, sharedScope(orgID, mode), "app_instance", instanceID) // records the refused attempt
+	}
+	return err
+}
+
+// sharedScope is where a shared instance of org in mode is owned: the
+// platform for a platform-managed one, else the org.
+func sharedScope(orgID, mode string) iam.Scope {
+	if platformManaged(mode) {
+		return iam.Scope{}
+	}
+	return iam.Scope{OrgID: orgID}
+}
+
+// sharedRoleRefusal is sharedRole's answer, without recording anything.
+func sharedRoleRefusal(g *iam.Grants, orgID, mode, instanceID, perm string) error {
+	owner, code := "org "+orgID+" (an org admin)", codeOrgRoleRequired
 	what := "instance " + instanceID + " is shared by its org (control_plane_scope tenant)"
 	if platformManaged(mode) {
-		sc, owner, code = iam.Scope{}, "the platform (a platform admin)", codePlatformRoleRequired
+		owner, code = "the platform (a platform admin)", codePlatformRoleRequired
 		what = "instance " + instanceID + " is platform-managed"
 	}
-	if g.Can(perm, sc) {
+	if g.Can(perm, sharedScope(orgID, mode)) {
 		return nil
 	}
-	_ = s.IAM.Deny(ctx, perm, sc, "app_instance", instanceID) // records the refused attempt
 	if instanceID == "" {
 		what = "this launch makes a shared instance"
 	}
@@ -145,11 +162,28 @@ func (s *Service) Detach(ctx context.Context, g *iam.Grants, projectID, id, targ
 	})
 }
 
-// Attachments lists the projects attached to an instance.
+// Attachments lists the projects attached to an instance. Its owner (a
+// reader at its org, or at the platform for a platform-managed one) sees
+// every attachment; anyone else, reading it through a project, sees those
+// of that project's org only: the other tenants a platform-managed
+// instance serves are not theirs to know.
 func (s *Service) Attachments(ctx context.Context, g *iam.Grants, projectID, id string) ([]Attachment, error) {
-	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
+	p, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
 	if err != nil {
 		return nil, err
 	}
-	return s.Store.Read().ListInstanceAttachments(ctx, inst.ID)
+	all, err := s.Store.Read().ListInstanceAttachments(ctx, inst.ID)
+	if err != nil || g.Can(iam.PermInstanceRead, ownerScope(inst)) {
+		return all, err
+	}
+	out := []Attachment{}
+	for _, a := range all {
+		if a.OrgID == p.OrgID {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
+
+// ownerScope is where an instance is owned (sharedScope).
+func ownerScope(inst AppInstance) iam.Scope { return sharedScope(inst.OrgID, inst.OperatingMode) }

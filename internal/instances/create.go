@@ -111,7 +111,7 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 	if err != nil {
 		return AppInstance{}, InstanceOperation{}, err
 	}
-	if t.effective.ControlPlaneScope == manifest.ScopeTenant || platformManaged(t.effective.OperatingMode) {
+	if sharedLaunch(t.effective) {
 		// The org's (or the platform's) instance: launched only with a role
 		// there.
 		if err := s.sharedRole(ctx, g, p.OrgID, t.effective.OperatingMode, "", iam.PermInstanceCreate); err != nil {
@@ -175,10 +175,24 @@ func (s *Service) LaunchRefusal(ctx context.Context, g *iam.Grants, projectID, a
 		return err
 	}
 	q := s.Store.Read()
-	if _, err := s.resolve(ctx, q, p, appSlug, version, req, "", false); err != nil {
+	t, err := s.resolve(ctx, q, p, appSlug, version, req, "", false)
+	if err != nil {
 		return err
 	}
+	if sharedLaunch(t.effective) {
+		// A preview is a question, not an attempt: refused as create
+		// would be, but not audited as a denied one.
+		if err := sharedRoleRefusal(g, p.OrgID, t.effective.OperatingMode, "", iam.PermInstanceCreate); err != nil {
+			return err
+		}
+	}
 	return s.checkLaunch(ctx, nil, p.ID, appSlug) // a preview: outside any transaction
+}
+
+// sharedLaunch reports whether a launch makes a shared instance: the
+// org's (control_plane_scope tenant) or the platform's.
+func sharedLaunch(eff catalog.Effective) bool {
+	return eff.ControlPlaneScope == manifest.ScopeTenant || platformManaged(eff.OperatingMode)
 }
 
 // resolve decides a launch of appSlug@version in project p onto an
@@ -508,9 +522,18 @@ func (s *Service) reserveHostPort(ctx context.Context, tx Tx, inst *AppInstance,
 		hi = *b.Max
 	}
 	if req.Resources.HostPort != nil {
+		// The holder is named only when it is the project's own: a node
+		// may carry allocations of other projects, and other tenants,
+		// whose instances are not the caller's to know.
+		by := "another project's app instance"
+		if _, err := tx.GetAppInstance(ctx, inst.ProjectID, holder); err == nil {
+			by = "app instance " + holder
+		} else if !errors.Is(err, storage.ErrNotFound) {
+			return err
+		}
 		return errdefs.Validation([]errdefs.FieldError{{Field: "/resources/host_port", Code: CodeHostPortInUse,
-			Message: fmt.Sprintf("host port %d on node %s is held by app instance %s; choose another (%d–%d), or leave host_port out to take the next free one",
-				inst.HostPort, inst.NodeID, holder, lo, hi)}})
+			Message: fmt.Sprintf("host port %d on node %s is held by %s; choose another (%d–%d), or leave host_port out to take the next free one",
+				inst.HostPort, inst.NodeID, by, lo, hi)}})
 	}
 	for port := lo; port <= hi; port++ {
 		if _, taken := held[port]; taken {

@@ -95,12 +95,29 @@ func (s *Service) List(ctx context.Context, g *iam.Grants, projectID string, sta
 }
 
 // Events pages through an instance's timeline.
+// A tenant reading a platform-managed instance through its own project
+// does not see the attachments of the other tenants it serves (as in
+// Attachments): their rows are left out of its pages.
 func (s *Service) Events(ctx context.Context, g *iam.Grants, projectID, id string, p storage.Page) ([]InstanceEvent, string, error) {
-	_, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
+	pr, inst, err := s.instance(ctx, g, projectID, id, iam.PermInstanceRead)
 	if err != nil {
 		return nil, "", err
 	}
-	return s.Store.Read().ListInstanceEvents(ctx, inst.ID, p)
+	es, next, err := s.Store.Read().ListInstanceEvents(ctx, inst.ID, p)
+	if err != nil || !platformManaged(inst.OperatingMode) || g.Can(iam.PermInstanceRead, ownerScope(inst)) {
+		return es, next, err
+	}
+	out := make([]InstanceEvent, 0, len(es))
+	for _, e := range es {
+		if e.EventType == EventProjectAttached || e.EventType == EventProjectDetached {
+			var d EventData
+			if json.Unmarshal(e.Payload, &d) != nil || d.AttachedProjectID != pr.ID {
+				continue
+			}
+		}
+		out = append(out, e)
+	}
+	return out, next, nil
 }
 
 // Members lists what an instance runs on its node.

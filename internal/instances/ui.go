@@ -126,7 +126,7 @@ func (s *Service) OpenUI(ctx context.Context, g *iam.Grants, projectID, id strin
 	now := s.Now().UTC()
 	// The project the person reads the instance through: its own, or one
 	// attached to it (a shared instance).
-	c := UIOpenCode{CodeHash: hashCode(code), UserID: g.P.ID, OrgID: inst.OrgID, ProjectID: p.ID,
+	c := UIOpenCode{CodeHash: hashCode(code), UserID: g.P.ID, OrgID: p.OrgID, ProjectID: p.ID,
 		InstanceID: inst.ID, Port: up.ContainerPort, CreatedAt: now, ExpiresAt: now.Add(UICodeTTL)}
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.InsertUIOpenCode(ctx, c); err != nil {
@@ -202,14 +202,21 @@ func (s *Service) uiAllowed(ctx context.Context, gr UIGrant) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	orgID, projectID := gr.OrgID, gr.ProjectID
+	projectID := gr.ProjectID
 	if projectID == "" {
-		orgID, projectID = inst.OrgID, inst.ProjectID
+		projectID = inst.ProjectID
 	}
-	if orgID == "" {
-		orgID = inst.OrgID
+	// The project's own org, read here rather than taken from the grant:
+	// a project attached to a platform-managed instance is another org's,
+	// and its readers hold their roles there.
+	p, err := s.Store.Read().GetProject(ctx, projectID)
+	if errors.Is(err, storage.ErrNotFound) {
+		return false, nil
 	}
-	ok, err := s.UserReads(ctx, gr.UserID, orgID, projectID)
+	if err != nil {
+		return false, err
+	}
+	ok, err := s.UserReads(ctx, gr.UserID, p.OrgID, p.ID)
 	if err != nil || !ok {
 		return false, err
 	}

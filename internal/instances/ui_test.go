@@ -37,7 +37,16 @@ type uiQueries struct {
 	bindings  map[string][]iam.RoleBinding
 	instances map[string]AppInstance
 	attached  map[[2]string]bool // instance, project
+	projects  map[string]iam.Project
 	manifest  []byte
+}
+
+func (q *uiQueries) GetProject(_ context.Context, id string) (iam.Project, error) {
+	p, ok := q.projects[id]
+	if !ok {
+		return iam.Project{}, storage.ErrNotFound
+	}
+	return p, nil
 }
 
 func (q *uiQueries) GetUser(_ context.Context, id string) (iam.User, error) {
@@ -95,6 +104,7 @@ func TestRecheckUI(t *testing.T) {
 		instances: map[string]AppInstance{"i1": {ID: "i1", OrgID: "org", ProjectID: "p1", AppSlug: "lab", Version: "1.0.0",
 			Status: StatusRunning}},
 		attached: map[[2]string]bool{{"i1", "p2"}: true},
+		projects: map[string]iam.Project{"p1": {ID: "p1", OrgID: "org"}, "p2": {ID: "p2", OrgID: "org"}},
 		manifest: mv,
 	}
 	s := New(Deps{Store: uiStore{q: q}})
@@ -128,4 +138,41 @@ func TestRecheckUI(t *testing.T) {
 	// The project detached from the shared instance.
 	q.attached = nil
 	refused("project detached", bob)
+}
+
+// A platform-managed instance is attached to projects of other orgs: a
+// person who reads such a project through a role at its org (an org admin
+// of the tenant) keeps the UI they opened through it, and loses it with
+// that role. Their grant is judged at the project's own org, not at the
+// instance's (the platform's).
+func TestRecheckUIThroughAnotherOrgsProject(t *testing.T) {
+	ctx := context.Background()
+	mv, err := json.Marshal(manifest.Version{UI: &manifest.UI{ExtensionKind: "embedded"},
+		RuntimeProfile: &manifest.RuntimeProfile{Ports: []manifest.Port{{Container: 8080, Expose: manifest.ExposeEmbeddedUIGateway}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenantAdmin := iam.RoleBinding{ID: "b1", PrincipalType: "user", PrincipalID: "xena", Role: iam.RoleOrgAdmin, ScopeType: iam.ScopeOrg, ScopeID: "org-x", OrgID: "org-x"}
+	q := &uiQueries{
+		users:    map[string]iam.User{"xena": {ID: "xena", Status: iam.UserActive}},
+		bindings: map[string][]iam.RoleBinding{"xena": {tenantAdmin}},
+		instances: map[string]AppInstance{"i1": {ID: "i1", OrgID: "platform-org", ProjectID: "home", AppSlug: "lab", Version: "1.0.0",
+			Status: StatusRunning, OperatingMode: manifest.ModePlatformManaged, ControlPlaneScope: manifest.ScopePlatform}},
+		attached: map[[2]string]bool{{"i1", "tp"}: true},
+		projects: map[string]iam.Project{"home": {ID: "home", OrgID: "platform-org"}, "tp": {ID: "tp", OrgID: "org-x"}},
+		manifest: mv,
+	}
+	s := New(Deps{Store: uiStore{q: q}})
+	// What a code opened through project tp carried (the instance's org),
+	// and what it carries now (the project's): both are judged at org-x.
+	for _, org := range []string{"platform-org", "org-x"} {
+		gr := UIGrant{UserID: "xena", OrgID: org, ProjectID: "tp", InstanceID: "i1", Port: 8080}
+		if err := s.RecheckUI(ctx, gr); err != nil {
+			t.Fatalf("the tenant's org admin, through the attached project (grant org %s): %v", org, err)
+		}
+	}
+	q.bindings["xena"] = nil
+	if err := s.RecheckUI(ctx, UIGrant{UserID: "xena", OrgID: "org-x", ProjectID: "tp", InstanceID: "i1", Port: 8080}); errdefs.KindOf(err) != errdefs.KindNotFound {
+		t.Fatalf("the role removed: %v, want a refusal", err)
+	}
 }
