@@ -138,6 +138,10 @@ func (s *Service) checkPrice(in PriceInput) (Price, error) {
 	}
 	if p.EffectiveFrom.IsZero() {
 		p.EffectiveFrom = now
+	} else if err := storage.CheckTime("effective_from", p.EffectiveFrom); err != nil {
+		// Year 0 is a 500 on PostgreSQL; SQLite keeps a five-digit year
+		// as text that compares before every four-digit one.
+		bad("/effective_from", "out_of_range", "must be between 0001-01-01T00:00:00Z and 9999-12-31T23:59:59Z")
 	}
 	// Whole seconds: usage timestamps are often whole seconds, and usage
 	// sent the second a price was created must find it.

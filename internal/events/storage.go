@@ -45,6 +45,20 @@ type EventFilter struct {
 	Until      time.Time // occurred_at < Until
 }
 
+// Check refuses a filter whose time bounds the store cannot compare
+// against (storage.CheckTime), before anything is read or sent.
+func (f EventFilter) Check() error {
+	if !f.Since.IsZero() {
+		if err := storage.CheckTime("since", f.Since); err != nil {
+			return err
+		}
+	}
+	if !f.Until.IsZero() {
+		return storage.CheckTime("until", f.Until)
+	}
+	return nil
+}
+
 // AttachedTypePrefix is the type prefix of the events a project attached
 // to a shared instance reads of it (the instance's lifecycle; not, say, the
 // usage billed to the home project).

@@ -121,8 +121,13 @@ const ResumeNow = "now"
 // ones stream. A point older than retention is 410 cursor_expired naming the
 // oldest event retained in that scope, never a silent skip. An event id
 // outside the scope is answered exactly like an unknown one: its position is
-// never revealed.
+// never revealed. A stream's filter is checked here too (EventFilter.Check),
+// since both stream handlers call this before they answer: a bound the
+// store refuses must be a 400, not a stream that opens and then ends.
 func (rd *Reader) ResumePoint(ctx context.Context, f EventFilter, lastEventID string) (int64, error) {
+	if err := f.Check(); err != nil {
+		return 0, err
+	}
 	switch lastEventID {
 	case "":
 		return 0, nil

@@ -48,11 +48,8 @@ func (q *Queries) ListAudit(ctx context.Context, f AuditFilter, p Page) ([]Audit
 			add(c.col+" = ?", c.v)
 		}
 	}
-	if !f.Since.IsZero() {
-		add("occurred_at >= ?", ts(f.Since))
-	}
-	if !f.Until.IsZero() {
-		add("occurred_at < ?", ts(f.Until))
+	if err := addTimeBounds(add, timeBound{"since", "occurred_at >= ?", f.Since}, timeBound{"until", "occurred_at < ?", f.Until}); err != nil {
+		return nil, "", err
 	}
 	rows, err := q.query(ctx, query+` ORDER BY id DESC`+limitClause(limit), args...)
 	if err != nil {

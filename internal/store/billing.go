@@ -164,7 +164,7 @@ func (q *Queries) GetUsageByDedupeKey(ctx context.Context, key string) (billing.
 }
 
 // usageWhere is the WHERE clause of f, on timeCol as the usage time.
-func usageWhere(f billing.UsageFilter, timeCol string) (string, []any) {
+func usageWhere(f billing.UsageFilter, timeCol string) (string, []any, error) {
 	var (
 		conds []string
 		args  []any
@@ -190,16 +190,14 @@ func usageWhere(f billing.UsageFilter, timeCol string) (string, []any) {
 			add("project_id IN ("+ph+")", vs...)
 		}
 	}
-	if !f.From.IsZero() {
-		add(timeCol+" >= ?", ts(f.From))
-	}
-	if !f.To.IsZero() {
-		add(timeCol+" < ?", ts(f.To))
+	if err := addTimeBounds(func(c string, v any) { add(c, v) },
+		timeBound{"from", timeCol + " >= ?", f.From}, timeBound{"to", timeCol + " < ?", f.To}); err != nil {
+		return "", nil, err
 	}
 	if len(conds) == 0 {
-		return "", nil
+		return "", nil, nil
 	}
-	return " WHERE " + strings.Join(conds, " AND "), args
+	return " WHERE " + strings.Join(conds, " AND "), args, nil
 }
 
 // ListUsage returns usage records in id (recording) order.
@@ -208,7 +206,10 @@ func (q *Queries) ListUsage(ctx context.Context, f billing.UsageFilter, p Page) 
 	if err != nil {
 		return nil, "", err
 	}
-	where, args := usageWhere(f, "start_time")
+	where, args, err := usageWhere(f, "start_time")
+	if err != nil {
+		return nil, "", err
+	}
 	if after != "" {
 		where = andWhere(where, "id > ?")
 		args = append(args, after)
@@ -238,7 +239,10 @@ func andWhere(where, cond string) string {
 func (q *Queries) GroupUsage(ctx context.Context, f billing.UsageFilter, by []string) ([]billing.UsageGroup, error) {
 	by = withColumn(by, "usage_unit")
 	cols := strings.Join(by, ", ")
-	where, args := usageWhere(f, "start_time")
+	where, args, err := usageWhere(f, "start_time")
+	if err != nil {
+		return nil, err
+	}
 	rows, err := q.query(ctx, `SELECT `+cols+`, `+exactSum("quantity")+`, COUNT(*) FROM usage_records`+where+
 		` GROUP BY `+cols+` ORDER BY `+cols, args...)
 	if err != nil {
@@ -525,7 +529,10 @@ func (q *Queries) ListLedger(ctx context.Context, f billing.UsageFilter, p Page)
 	if err != nil {
 		return nil, "", err
 	}
-	where, args := usageWhere(f, "usage_time")
+	where, args, err := usageWhere(f, "usage_time")
+	if err != nil {
+		return nil, "", err
+	}
 	if after != "" {
 		where = andWhere(where, "id > ?")
 		args = append(args, after)
@@ -548,7 +555,10 @@ func (q *Queries) ListLedger(ctx context.Context, f billing.UsageFilter, p Page)
 func (q *Queries) GroupLedger(ctx context.Context, f billing.UsageFilter, by []string) ([]billing.LedgerGroup, error) {
 	by = withColumn(by, "currency")
 	cols := strings.Join(by, ", ")
-	where, args := usageWhere(f, "usage_time")
+	where, args, err := usageWhere(f, "usage_time")
+	if err != nil {
+		return nil, err
+	}
 	rows, err := q.query(ctx, `SELECT `+cols+`, `+exactSum("amount_micros")+`, COUNT(*) FROM ledger_entries`+where+
 		` GROUP BY `+cols+` ORDER BY `+cols, args...)
 	if err != nil {

@@ -257,11 +257,9 @@ func (q *Queries) ListEvents(ctx context.Context, f events.EventFilter, after in
 	if f.Subject != "" {
 		add("subject = ?", f.Subject)
 	}
-	if !f.Since.IsZero() {
-		add("occurred_at >= ?", ts(f.Since))
-	}
-	if !f.Until.IsZero() {
-		add("occurred_at < ?", ts(f.Until))
+	if err := addTimeBounds(func(c string, v any) { add(c, v) },
+		timeBound{"since", "occurred_at >= ?", f.Since}, timeBound{"until", "occurred_at < ?", f.Until}); err != nil {
+		return nil, err
 	}
 	var query string
 	var all []any

@@ -4,6 +4,8 @@ import (
 	"database/sql/driver"
 	"fmt"
 	"time"
+
+	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
 // Timestamps are written as fixed-width UTC text with microseconds. PostgreSQL
@@ -12,6 +14,29 @@ import (
 const timeLayout = "2006-01-02T15:04:05.000000Z"
 
 func ts(t time.Time) string { return t.UTC().Format(timeLayout) }
+
+// timeBound is one time bound of a list filter: the filter's name, its
+// condition on the time column ("occurred_at >= ?") and the time (zero:
+// no bound).
+type timeBound struct {
+	name, cond string
+	t          time.Time
+}
+
+// addTimeBounds adds the condition of each bound given, refusing one the
+// store cannot hold (storage.CheckTime) as the caller's error.
+func addTimeBounds(add func(cond string, v any), bounds ...timeBound) error {
+	for _, b := range bounds {
+		if b.t.IsZero() {
+			continue
+		}
+		if err := storage.CheckTime(b.name, b.t); err != nil {
+			return err
+		}
+		add(b.cond, ts(b.t))
+	}
+	return nil
+}
 
 // nullTS returns nil for the zero time so nullable columns stay NULL.
 func nullTS(t time.Time) any {
