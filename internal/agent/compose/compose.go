@@ -181,11 +181,16 @@ func Up(ctx context.Context, d *docker.Driver, o docker.Owner, u nodeapi.Compose
 	}
 	out := nodeapi.RunOutput{ContainerIDs: []string{}, Ports: []nodeapi.PortMapping{}, HostAddress: d.HostIP()}
 	var readyID string
+	// compose-go starts services that do not depend on each other at
+	// once, each in a goroutine of its own: what they record is shared.
+	var mu sync.Mutex
 	err = graph.InDependencyOrder(ctx, p, func(ctx context.Context, name string, s types.ServiceConfig) error {
 		id, err := startService(ctx, d, p, s, base, netName, u.GPUUUIDs, o.InstanceID, files[name])
 		if err != nil {
 			return err
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		out.ContainerIDs = append(out.ContainerIDs, id)
 		if name == u.Service || (u.Service == "" && len(p.Services) == 1) {
 			readyID = id
