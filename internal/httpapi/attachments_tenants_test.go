@@ -18,11 +18,7 @@ func TestPlatformManagedAttachmentsHideOtherTenants(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		manifest := func(version, imageRef string) map[string]any {
-			m := echoManifest("managed")(version, imageRef)
-			m["supported_modes"] = map[string]any{"operating_modes": []string{"tenant_dedicated", "platform_managed"}, "control_plane_scopes": []string{"project", "platform"}}
-			return m
-		}
+		manifest := modesManifest("managed", []string{"tenant_dedicated", "platform_managed"}, []string{"project", "platform"})
 		e := newInstanceEnv(t, d, "managed", map[string]v1.Image{"1.0.0": nil}, manifest, 1)
 		e.node.serve(t, okResult)
 		cr := e.admin.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "managed", "version": "1.0.0", "display_name": "managed", "operating_mode": "platform_managed"}).Want(t, 202)

@@ -29,9 +29,8 @@ func TestTenantSharedInstance(t *testing.T) {
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
 		manifest := func(version, imageRef string) map[string]any {
-			m := echoManifest("shared")(version, imageRef)
+			m := modesManifest("shared", []string{"tenant_dedicated"}, []string{"project", "tenant"})(version, imageRef)
 			m["metering"] = map[string]any{"kind": "tokens"}
-			m["supported_modes"] = map[string]any{"operating_modes": []string{"tenant_dedicated"}, "control_plane_scopes": []string{"project", "tenant"}}
 			return m
 		}
 		e := newInstanceEnv(t, d, "shared", map[string]v1.Image{"1.0.0": nil, "2.0.0": nil}, manifest, 1)
@@ -187,11 +186,7 @@ func TestPlatformManagedInstance(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		manifest := func(version, imageRef string) map[string]any {
-			m := echoManifest("managed")(version, imageRef)
-			m["supported_modes"] = map[string]any{"operating_modes": []string{"tenant_dedicated", "platform_managed"}, "control_plane_scopes": []string{"project", "platform"}}
-			return m
-		}
+		manifest := modesManifest("managed", []string{"tenant_dedicated", "platform_managed"}, []string{"project", "platform"})
 		e := newInstanceEnv(t, d, "managed", map[string]v1.Image{"1.0.0": nil}, manifest, 1)
 		e.node.serve(t, okResult)
 		plain := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "managed", "version": "1.0.0", "display_name": "plain"}).Want(t, 202)

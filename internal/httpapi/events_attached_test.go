@@ -48,11 +48,7 @@ func TestAttachedProjectReadsSharedInstanceEvents(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		manifest := func(version, imageRef string) map[string]any {
-			m := echoManifest("shared-ev")(version, imageRef)
-			m["supported_modes"] = map[string]any{"operating_modes": []string{"tenant_dedicated"}, "control_plane_scopes": []string{"project", "tenant"}}
-			return m
-		}
+		manifest := modesManifest("shared-ev", []string{"tenant_dedicated"}, []string{"project", "tenant"})
 		e := newInstanceEnv(t, d, "shared-ev", map[string]v1.Image{"1.0.0": nil, "2.0.0": nil}, manifest, 1)
 		e.node.serve(t, okResult)
 		org := e.s.Creds.OrgID

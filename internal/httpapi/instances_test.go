@@ -123,6 +123,16 @@ func (e *instanceEnv) publishArtifact(t testing.TB, slug, v, artifactName string
 	return creds.registry, creds.repo, dg.String()
 }
 
+// modesManifest is echoManifest offering the operating modes and
+// control-plane scopes given (supported_modes): a shared instance's app.
+func modesManifest(slug string, modes, scopes []string) func(version, imageRef string) map[string]any {
+	return func(version, imageRef string) map[string]any {
+		m := echoManifest(slug)(version, imageRef)
+		m["supported_modes"] = map[string]any{"operating_modes": modes, "control_plane_scopes": scopes}
+		return m
+	}
+}
+
 // echoManifest is a launchable_oci app listening on 8080.
 func echoManifest(slug string) func(version, imageRef string) map[string]any {
 	return func(version, imageRef string) map[string]any {

@@ -17,11 +17,7 @@ func TestLaunchPreviewRefusesASharedLaunchAsCreateDoes(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		manifest := func(version, imageRef string) map[string]any {
-			m := echoManifest("shared")(version, imageRef)
-			m["supported_modes"] = map[string]any{"operating_modes": []string{"tenant_dedicated", "platform_managed"}, "control_plane_scopes": []string{"project", "tenant", "platform"}}
-			return m
-		}
+		manifest := modesManifest("shared", []string{"tenant_dedicated", "platform_managed"}, []string{"project", "tenant", "platform"})
 		e := newInstanceEnv(t, d, "shared", map[string]v1.Image{"1.0.0": nil}, manifest, 1)
 		e.admin.Do("PUT", e.path("/apps/entitlements/shared"), map[string]any{"enabled": true}).Want(t, 200)
 		e.admin.Do("PUT", "/api/v1/orgs/"+e.s.Creds.OrgID+"/apps/entitlements/shared", map[string]any{"enabled": true}).Want(t, 200)
