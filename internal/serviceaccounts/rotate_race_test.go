@@ -20,29 +20,20 @@ func TestDisableRacingRotationsStaysDisabled(t *testing.T) {
 		for i := range rounds {
 			r, _ := e.createSA(t, e.admin, e.Creds.ProjectID, map[string]any{"name": "racer", "slug": fmt.Sprintf("racer-%d", i)})
 			path := base + "/" + r.String("id")
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for j := range rotations + 1 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					if j == rotations/2 {
-						if d := e.admin.Do("POST", path+"/disable", nil); d.Status != 200 {
-							t.Errorf("disable: %d %s", d.Status, d.Body)
-						}
-						return
+			atOnce(rotations+1, func(j int) {
+				if j == rotations/2 {
+					if d := e.admin.Do("POST", path+"/disable", nil); d.Status != 200 {
+						t.Errorf("disable: %d %s", d.Status, d.Body)
 					}
-					rot := e.admin.Do("POST", path+"/rotate-key", map[string]any{"grace_period_seconds": 0})
-					if rot.Status != 200 {
-						t.Errorf("rotate: %d %s", rot.Status, rot.Body)
-						return
-					}
-					e.remember(rot.String("private_key_pem"))
-				}()
-			}
-			close(start)
-			wg.Wait()
+					return
+				}
+				rot := e.admin.Do("POST", path+"/rotate-key", map[string]any{"grace_period_seconds": 0})
+				if rot.Status != 200 {
+					t.Errorf("rotate: %d %s", rot.Status, rot.Body)
+					return
+				}
+				e.remember(rot.String("private_key_pem"))
+			})
 			if got := e.admin.Do("GET", path, nil).Want(t, 200).String("status"); got != "disabled" {
 				t.Fatalf("round %d: after a disable racing %d rotations the account is %q, want disabled", i, rotations, got)
 			}
@@ -62,24 +53,15 @@ func TestRacingGraceRotationsKeepTheKeyLimit(t *testing.T) {
 		for i := range rounds {
 			r, _ := e.createSA(t, e.admin, e.Creds.ProjectID, map[string]any{"name": "rotor", "slug": fmt.Sprintf("rotor-%d", i)})
 			path := base + "/" + r.String("id")
-			var wg sync.WaitGroup
-			start := make(chan struct{})
-			for range rotations {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					<-start
-					rot := e.admin.Do("POST", path+"/rotate-key", map[string]any{"grace_period_seconds": 3600})
-					switch {
-					case rot.Status == 200:
-						e.remember(rot.String("private_key_pem"))
-					case rot.Status != 409 || rot.ErrorCode() != "too_many_active_keys":
-						t.Errorf("rotate: %d %s", rot.Status, rot.Body)
-					}
-				}()
-			}
-			close(start)
-			wg.Wait()
+			atOnce(rotations, func(int) {
+				rot := e.admin.Do("POST", path+"/rotate-key", map[string]any{"grace_period_seconds": 3600})
+				switch {
+				case rot.Status == 200:
+					e.remember(rot.String("private_key_pem"))
+				case rot.Status != 409 || rot.ErrorCode() != "too_many_active_keys":
+					t.Errorf("rotate: %d %s", rot.Status, rot.Body)
+				}
+			})
 			acc := e.admin.Do("GET", path, nil).Want(t, 200)
 			valid, endless := 0, 0
 			for _, k := range acc.JSON["keys"].([]any) {
@@ -100,4 +82,19 @@ func TestRacingGraceRotationsKeepTheKeyLimit(t *testing.T) {
 			}
 		}
 	})
+}
+
+// atOnce runs f(0) … f(n-1), each in a goroutine of its own, released
+// together, and returns when all have returned.
+func atOnce(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			f(i)
+		})
+	}
+	close(start)
+	wg.Wait()
 }
