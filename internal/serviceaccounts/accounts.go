@@ -203,6 +203,12 @@ func (s *Service) newKey(algorithm, publicKeyPEM string, now time.Time) (Service
 // another project is not found. Callers check the permission first.
 func (s *Service) load(ctx context.Context, q Queries, projectID, id string) (Account, error) {
 	a, err := q.GetServiceAccount(ctx, id)
+	return s.ofProject(ctx, q, projectID, id, a, err)
+}
+
+// ofProject completes the read (a, err) of account id as an account of
+// projectID: another project's is not found.
+func (s *Service) ofProject(ctx context.Context, q Queries, projectID, id string, a ServiceAccount, err error) (Account, error) {
 	if errors.Is(err, storage.ErrNotFound) || (err == nil && a.ProjectID != projectID) {
 		return Account{}, errAccountNotFound(id)
 	}
@@ -222,10 +228,8 @@ func (s *Service) load(ctx context.Context, q Queries, projectID, id string) (Ac
 // committed; and an app instance's own identity is refused, which the
 // platform alone keys and removes.
 func (s *Service) change(ctx context.Context, tx Tx, projectID, id string) (Account, error) {
-	if _, err := tx.LockServiceAccount(ctx, id); err != nil && !errors.Is(err, storage.ErrNotFound) {
-		return Account{}, err
-	}
-	a, err := s.load(ctx, tx, projectID, id)
+	locked, err := tx.LockServiceAccount(ctx, id)
+	a, err := s.ofProject(ctx, tx, projectID, id, locked, err)
 	if err != nil {
 		return Account{}, err
 	}
