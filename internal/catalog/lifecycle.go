@@ -118,7 +118,10 @@ func (s *Service) TransitionVersion(ctx context.Context, g *iam.Grants, appSlug,
 	}
 	var out AppVersion
 	err := s.Store.Mutate(ctx, func(tx Tx) error {
-		v, err := tx.GetAppVersion(ctx, appSlug, version)
+		// Locked before the instance gate counts: a launch or version
+		// change to it that shares the row has committed (and is counted)
+		// or waits, and then finds the new status.
+		v, err := tx.LockAppVersion(ctx, appSlug, version)
 		if errors.Is(err, storage.ErrNotFound) {
 			return errVersionNotFound(appSlug, version)
 		}

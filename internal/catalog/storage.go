@@ -84,6 +84,10 @@ type Queries interface {
 	ReplaceDraftVersion(ctx context.Context, v AppVersion) error
 	ListAppVersions(ctx context.Context, appSlug string, statuses []VersionStatus, p storage.Page) ([]AppVersion, string, error)
 	SetAppVersionStatus(ctx context.Context, id string, from, to VersionStatus, reason string, at time.Time) error
+	// LockAppVersion reads a version and holds it until the transaction
+	// ends: a status change waits for the launches and version changes
+	// that share it (instances' ShareAppVersion), and they for it.
+	LockAppVersion(ctx context.Context, appSlug, version string) (AppVersion, error)
 
 	CreateEntitlement(ctx context.Context, e AppEntitlement) error
 	UpdateEntitlement(ctx context.Context, e AppEntitlement) error

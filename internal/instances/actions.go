@@ -229,6 +229,11 @@ func (s *Service) begin(ctx context.Context, inst AppInstance, op InstanceOperat
 			}
 			return err
 		}
+		if op.Kind == OpUpgrade || op.Kind == OpRollback {
+			if err := holdVersion(ctx, tx, inst.AppSlug, op.TargetVersion, op.Kind == OpRollback); err != nil {
+				return targetRefusal(err)
+			}
+		}
 		if err := tx.UpdateAppInstance(ctx, inst, before.Status); err != nil {
 			if errors.Is(err, storage.ErrNotFound) {
 				cur, gerr := tx.GetAppInstanceByID(ctx, inst.ID)

@@ -138,6 +138,9 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 		if err := s.checkLaunch(ctx, tx, p.ID, inst.AppSlug); err != nil {
 			return err
 		}
+		if err := holdVersion(ctx, tx, inst.AppSlug, inst.Version, false); err != nil {
+			return err
+		}
 		if err := s.reserveHostPort(ctx, tx, &inst, t, req); err != nil {
 			return err
 		}
@@ -263,6 +266,28 @@ func (s *Service) resolveDeprecated(ctx context.Context, q Queries, p iam.Projec
 	}
 	eff, err := catalog.ResolveEntitled(ctx, q, p, v.AppSlug, mv, req)
 	return eff, v, err
+}
+
+// holdVersion keeps the version a launch (or an upgrade or rollback) goes
+// to from changing status until the recording transaction ends, and
+// refuses it if the status changed since resolve read it: a version
+// deprecated or retired meanwhile. Without the hold, a retirement whose
+// instance count ran before this transaction committed would pass, and
+// the instance would run a retired version. existing allows a deprecated
+// version, as resolve does for a rollback.
+func holdVersion(ctx context.Context, tx Tx, appSlug, version string, existing bool) error {
+	v, err := tx.ShareAppVersion(ctx, appSlug, version)
+	if errors.Is(err, storage.ErrNotFound) {
+		return launchRefusal(errdefs.NotFound("app_version_not_found", "app %s has no version %q", appSlug, version))
+	}
+	if err != nil {
+		return err
+	}
+	if v.Status == catalog.StatusPublished || existing && v.Status == catalog.StatusDeprecated {
+		return nil
+	}
+	return launchRefusal(errdefs.FailedPrecondition("version_not_launchable",
+		"version %s of app %s became %s while this request ran; pick a published version (gpuaas app versions %s)", version, appSlug, v.Status, appSlug))
 }
 
 // launchRefusal turns the catalog's refusals into field errors, so a form

@@ -110,9 +110,23 @@ func (f *fakeQueue) complete(t *testing.T, run nodeapi.TaskResult) []string {
 	return kinds
 }
 
-type fakeAllocs struct{ list []instances.Allocation }
+type fakeAllocs struct {
+	list []instances.Allocation
+	// placing, when set, runs once as a launch's placement reads the
+	// allocations: after the version was resolved, before anything is
+	// recorded.
+	placing func()
+}
+
+func (f *fakeAllocs) place() {
+	if hook := f.placing; hook != nil {
+		f.placing = nil
+		hook()
+	}
+}
 
 func (f *fakeAllocs) Allocation(_ context.Context, _ storage.Tx, id string) (instances.Allocation, error) {
+	f.place()
 	for _, a := range f.list {
 		if a.ID == id {
 			return a, nil
@@ -122,6 +136,7 @@ func (f *fakeAllocs) Allocation(_ context.Context, _ storage.Tx, id string) (ins
 }
 
 func (f *fakeAllocs) ProjectAllocations(_ context.Context, _ storage.Tx, projectID string) ([]instances.Allocation, error) {
+	f.place()
 	var out []instances.Allocation
 	for _, a := range f.list {
 		if a.ProjectID == projectID {
@@ -161,12 +176,7 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 	q := db.Queries()
 	must(t, q.CreateRoleBinding(ctx, iam.RoleBinding{ID: iam.NewID(), PrincipalType: "user", PrincipalID: admin.ID,
 		Role: iam.RolePlatformAdmin, ScopeType: iam.ScopePlatform, CreatedAt: now}))
-	org := iam.Org{ID: iam.NewID(), Slug: "acme", Name: "Acme", CreatedAt: now}
-	must(t, q.CreateOrg(ctx, org))
-	p := iam.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "ml", Name: "ML", CreatedAt: now}
-	must(t, q.CreateProject(ctx, p))
-	other := iam.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "other", Name: "Other", CreatedAt: now}
-	must(t, q.CreateProject(ctx, other))
+	org, p, other := mkTenant(t, q)
 	g, err := iam.LoadGrants(ctx, q, admin)
 	must(t, err)
 	ctx = principal.With(ctx, admin)
@@ -188,6 +198,19 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 	_, err = cat.PutEntitlement(ctx, g, p.ID, "echo", catalog.EntitlementInput{Enabled: &enabled})
 	must(t, err)
 	return f
+}
+
+// mkTenant records the org acme with its projects ml and other.
+func mkTenant(t *testing.T, q *store.Queries) (org iam.Org, ml, other iam.Project) {
+	t.Helper()
+	ctx, now := context.Background(), time.Now()
+	org = iam.Org{ID: iam.NewID(), Slug: "acme", Name: "Acme", CreatedAt: now}
+	must(t, q.CreateOrg(ctx, org))
+	ml = iam.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "ml", Name: "ML", CreatedAt: now}
+	must(t, q.CreateProject(ctx, ml))
+	other = iam.Project{ID: iam.NewID(), OrgID: org.ID, Slug: "other", Name: "Other", CreatedAt: now}
+	must(t, q.CreateProject(ctx, other))
+	return org, ml, other
 }
 
 func must(t *testing.T, err error) {

@@ -204,7 +204,14 @@ type Queries interface {
 	// ListAppInstances lists a project's instances and the shared instances
 	// attached to it.
 	ListAppInstances(ctx context.Context, projectID string, status InstanceStatus, p storage.Page) ([]AppInstance, string, error)
+	// CountLiveInstancesOfVersion counts the instances not decommissioned
+	// that run appSlug@version or have an operation in progress to it.
 	CountLiveInstancesOfVersion(ctx context.Context, appSlug, version string) (int, error)
+	// ShareAppVersion reads a version and keeps its status from changing
+	// until the transaction ends (the catalog's LockAppVersion waits), so
+	// a launch or version change recorded against it cannot cross its
+	// retirement.
+	ShareAppVersion(ctx context.Context, appSlug, version string) (catalog.AppVersion, error)
 	CountLiveInstancesUsingDigest(ctx context.Context, digest string) (int, error)
 	LiveInstancesOn(ctx context.Context, allocationID, nodeID string) ([]AppInstance, error)
 	// HostPortsHeld maps each host port held on a node by an instance not

@@ -104,7 +104,23 @@ func (q *Queries) ReplaceDraftVersion(ctx context.Context, v catalog.AppVersion)
 
 // GetAppVersion returns one version of an app.
 func (q *Queries) GetAppVersion(ctx context.Context, appSlug, version string) (catalog.AppVersion, error) {
-	v, err := scanAppVersion(q.queryRow(ctx, `SELECT `+appVersionCols+` FROM app_versions WHERE app_slug = ? AND version = ?`, appSlug, version))
+	return q.getAppVersion(ctx, appSlug, version, "")
+}
+
+// LockAppVersion reads a version and holds it against every other
+// transaction that locks or shares it until this one ends.
+func (q *Queries) LockAppVersion(ctx context.Context, appSlug, version string) (catalog.AppVersion, error) {
+	return q.getAppVersion(ctx, appSlug, version, q.forUpdate())
+}
+
+// ShareAppVersion reads a version and keeps its status from changing until
+// the transaction ends; other transactions may share it at once.
+func (q *Queries) ShareAppVersion(ctx context.Context, appSlug, version string) (catalog.AppVersion, error) {
+	return q.getAppVersion(ctx, appSlug, version, q.forShare())
+}
+
+func (q *Queries) getAppVersion(ctx context.Context, appSlug, version, lock string) (catalog.AppVersion, error) {
+	v, err := scanAppVersion(q.queryRow(ctx, `SELECT `+appVersionCols+` FROM app_versions WHERE app_slug = ? AND version = ?`+lock, appSlug, version))
 	return v, scanOne(err)
 }
 

@@ -318,3 +318,14 @@ func (q *Queries) forUpdate() string {
 	}
 	return ""
 }
+
+// forShare ends a SELECT whose rows must not change until the transaction
+// ends, while other readers may hold them too: FOR SHARE on PostgreSQL
+// (a writer's FOR UPDATE or UPDATE waits); nothing on SQLite (BEGIN
+// IMMEDIATE already holds the whole database).
+func (q *Queries) forShare() string {
+	if q.d == Postgres {
+		return " FOR SHARE"
+	}
+	return ""
+}

@@ -163,10 +163,14 @@ func (q *Queries) ListAppInstances(ctx context.Context, projectID string, status
 // hold) a workload: everything but decommissioned.
 const liveInstance = `status <> 'decommissioned'`
 
-// CountLiveInstancesOfVersion counts live instances running an app version.
+// CountLiveInstancesOfVersion counts live instances running an app version
+// or on their way to it: a launch, upgrade or rollback to it still in
+// progress counts, since it ends with the instance running that version.
 func (q *Queries) CountLiveInstancesOfVersion(ctx context.Context, appSlug, version string) (int, error) {
 	var n int
-	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_instances WHERE app_slug = ? AND version = ? AND `+liveInstance, appSlug, version).Scan(&n)
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_instances i WHERE i.app_slug = ? AND i.`+liveInstance+` AND (i.version = ? OR EXISTS (
+		SELECT 1 FROM app_instance_operations o WHERE o.id = i.current_operation_id AND o.state = 'in_progress' AND o.target_version = ?))`,
+		appSlug, version, version).Scan(&n)
 	return n, mapErr(err)
 }
 

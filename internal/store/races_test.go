@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -111,6 +113,15 @@ func race[T storage.Tx, Q any](t *testing.T, db *store.DB, s storage.Store[T, Q]
 	}
 	doneB := make(chan error, 1)
 	go func() { doneB <- s.InTx(ctx, op) }()
+	return afterLockWait(t, db, table, release, doneA, doneB)
+}
+
+// afterLockWait waits until transaction B (doneB) waits on a lock on table
+// that transaction A holds until release closes; then lets A commit and
+// returns B's error.
+func afterLockWait(t *testing.T, db *store.DB, table string, release chan struct{}, doneA, doneB chan error) error {
+	t.Helper()
+	ctx := context.Background()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		n, err := store.LockWaitersOnForTest(ctx, db, table)
@@ -139,4 +150,52 @@ func race[T storage.Tx, Q any](t *testing.T, db *store.DB, s storage.Store[T, Q]
 		t.Fatalf("commit A: %v", err)
 	}
 	return <-doneB
+}
+
+// A launch, upgrade or rollback shares the row of the version it records
+// an instance against (ShareAppVersion); a status change locks it
+// (LockAppVersion) before the instance gate counts. So a retirement waits
+// for a launch that read the version first, and then counts its instance.
+func TestVersionStatusChangeWaitsForASharedLaunch(t *testing.T) {
+	db := storetest.Open(t, store.Postgres)
+	ctx := context.Background()
+	v := mkVersion(t, db, mkApp(t, db, "held"), "1.0.0", catalog.StatusDeprecated)
+	share := func(q instances.Queries) error {
+		_, err := q.ShareAppVersion(ctx, v.AppSlug, v.Version)
+		return err
+	}
+	// Launches share it with each other: the second does not wait (it
+	// would until the deadline if the first held the row exclusively).
+	noErr(t, "two launches at once", store.Instances(db).InTx(ctx, func(q instances.Queries) error {
+		if err := share(q); err != nil {
+			return err
+		}
+		second, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return store.Instances(db).InTx(second, func(q instances.Queries) error {
+			_, err := q.ShareAppVersion(second, v.AppSlug, v.Version)
+			return err
+		})
+	}))
+
+	shared, release, doneA := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+	go func() {
+		doneA <- store.Instances(db).InTx(ctx, func(q instances.Queries) error {
+			err := share(q)
+			shared <- err
+			<-release
+			return err
+		})
+	}()
+	if err := <-shared; err != nil {
+		t.Fatalf("share: %v", err)
+	}
+	doneB := make(chan error, 1)
+	go func() {
+		doneB <- store.Catalog(db).InTx(ctx, func(q catalog.Queries) error {
+			_, err := q.LockAppVersion(ctx, v.AppSlug, v.Version)
+			return err
+		})
+	}()
+	noErr(t, "status change after the launch", afterLockWait(t, db, "app_versions", release, doneA, doneB))
 }
