@@ -42,36 +42,53 @@ func (l NodesLink) Allocation(ctx context.Context, tx storage.Tx, id string) (Al
 	return l.withNode(ctx, q, a)
 }
 
-// ProjectAllocations implements Allocations.
+// ProjectAllocations implements Allocations. It reads every page of the
+// project's allocations: a launch may only fit one past the first page.
+// Each node is read once however many of the allocations it holds.
 func (l NodesLink) ProjectAllocations(ctx context.Context, tx storage.Tx, projectID string) ([]Allocation, error) {
 	q := l.queries(tx)
-	as, _, err := q.ListAllocations(ctx, nodes.AllocationFilter{ProjectID: projectID}, storage.Page{Limit: storage.MaxPageLimit})
-	if err != nil {
-		return nil, err
-	}
 	var out []Allocation
-	for _, a := range as {
-		if !a.Live() {
-			continue
-		}
-		x, err := l.withNode(ctx, q, a)
+	nodesByID := map[string]nodes.Node{}
+	p := storage.Page{Limit: storage.MaxPageLimit}
+	for {
+		as, next, err := q.ListAllocations(ctx, nodes.AllocationFilter{ProjectID: projectID}, p)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, x)
+		for _, a := range as {
+			if !a.Live() {
+				continue
+			}
+			n, ok := nodesByID[a.NodeID]
+			if !ok {
+				if n, err = q.GetNode(ctx, a.NodeID); err != nil {
+					return nil, err
+				}
+				nodesByID[a.NodeID] = n
+			}
+			out = append(out, joinNode(a, n))
+		}
+		if next == "" {
+			return out, nil
+		}
+		p.Cursor = next
 	}
-	return out, nil
 }
 
 func (l NodesLink) withNode(ctx context.Context, q nodes.Queries, a nodes.Allocation) (Allocation, error) {
-	out := Allocation{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, NodeID: a.NodeID, Shape: a.Shape, State: a.State, GPUUUIDs: a.GPUUUIDs}
 	n, err := q.GetNode(ctx, a.NodeID)
 	if err != nil {
 		return Allocation{}, err
 	}
+	return joinNode(a, n), nil
+}
+
+// joinNode is a together with its node's state and inventory.
+func joinNode(a nodes.Allocation, n nodes.Node) Allocation {
+	out := Allocation{ID: a.ID, OrgID: a.OrgID, ProjectID: a.ProjectID, NodeID: a.NodeID, Shape: a.Shape, State: a.State, GPUUUIDs: a.GPUUUIDs}
 	out.NodeState = n.State
 	_ = json.Unmarshal(n.Inventory, &out.Inventory)
-	return out, nil
+	return out
 }
 
 // Enqueue implements TaskQueue. A nil tx queues the task in its own
