@@ -120,8 +120,10 @@ func Load(ctx context.Context, u nodeapi.ComposeUp) (*types.Project, error) {
 			return nil, invalid("service %s: build is not supported; reference an image by digest", name)
 		case !strings.Contains(s.Image, "@sha256:"):
 			return nil, invalid("service %s: image %q is not pinned by digest", name, s.Image)
-		case s.Privileged || s.NetworkMode != "" || s.Pid != "" || s.Ipc != "" || len(s.CapAdd) > 0 || len(s.Devices) > 0:
-			return nil, invalid("service %s: privileged, network_mode, pid, ipc, cap_add and devices are not supported", name)
+		// checkKeys refuses these keys already; compose-go's reading of the
+		// document is checked too, so that no spelling of them gets past.
+		case s.Privileged || s.NetworkMode != "" || s.Pid != "" || s.Ipc != "" || len(s.CapAdd) > 0 || len(s.SecurityOpt) > 0 || len(s.Devices) > 0:
+			return nil, invalid("service %s: privileged, network_mode, pid, ipc, cap_add, security_opt and devices are not supported", name)
 		}
 		for _, v := range s.Volumes {
 			if v.Type != types.VolumeTypeVolume || v.Source == "" {
@@ -296,8 +298,9 @@ func startService(ctx context.Context, d *docker.Driver, p *types.Project, s typ
 		cfg.Entrypoint = s.Entrypoint
 	}
 	r, err := d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: name, Config: cfg,
-		HostConfig: &container.HostConfig{PortBindings: bindings, Mounts: mounts, GroupAdd: docker.GroupAdd(instanceID, files), Resources: res,
-			ShmSize: int64(s.ShmSize)},
+		// The workload privilege policy, shared with container.run.
+		HostConfig: docker.Harden(&container.HostConfig{PortBindings: bindings, Mounts: mounts, GroupAdd: docker.GroupAdd(instanceID, files), Resources: res,
+			ShmSize: int64(s.ShmSize)}),
 		NetworkingConfig: &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{netName: {Aliases: []string{s.Name}}}}})
 	if err != nil {
 		return "", fmt.Errorf("create %s: %w", name, err)

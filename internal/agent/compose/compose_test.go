@@ -222,6 +222,10 @@ func TestLoadRefuses(t *testing.T) {
 		"merged":      "volumes:\n  v: &x {env_file: /etc/os-release}\nservices:\n  a:\n    <<: *x\n    image: reg/x" + digest + "\n",
 		// Engine options outside the subset.
 		"security_opt": "services:\n  a:\n    image: reg/x" + digest + "\n    security_opt: [\"seccomp=unconfined\"]\n",
+		"no_new_privs": "services:\n  a:\n    image: reg/x" + digest + "\n    security_opt: [\"no-new-privileges:false\"]\n",
+		"cap_add":      "services:\n  a:\n    image: reg/x" + digest + "\n    cap_add: [NET_RAW]\n",
+		"cap_add_all":  "services:\n  a:\n    image: reg/x" + digest + "\n    cap_add: [ALL]\n",
+		"cap_merged":   "volumes:\n  v: &x {cap_add: [NET_RAW], privileged: true}\nservices:\n  a:\n    <<: *x\n    image: reg/x" + digest + "\n",
 		"volumes_from": "services:\n  a:\n    image: reg/x" + digest + "\n    volumes_from: [b]\n  b:\n    image: reg/x" + digest + "\n",
 	} {
 		if _, err := compose.Load(context.Background(), nodeapi.ComposeUp{Project: "p", YAML: []byte(y)}); docker.AsFailure(err) == nil || docker.AsFailure(err).Reason != nodeapi.ReasonInvalidTask {

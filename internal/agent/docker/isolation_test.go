@@ -18,6 +18,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/agent/docker"
 	"github.com/gpuaas/gpuaas/internal/testbin"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 )
 
@@ -174,5 +175,49 @@ func TestRunRefusesAHostPortInUse(t *testing.T) {
 	}
 	if rem, err := e.d.Verify(context.Background(), inst, nil); err != nil || len(rem) != 0 {
 		t.Fatalf("a refused run left %v %v", rem, err)
+	}
+}
+
+// A container.run workload cannot gain privileges (a setuid binary in its
+// image runs with its caller's) nor open raw sockets on the shared bridge,
+// and keeps the rest of the default capabilities: what the kernel holds
+// for the workload's own process, read inside the container, and what the
+// engine was asked for.
+func TestRunDropsPrivileges(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	inst := "inst" + uuid.NewString()[:8]
+	out, err := e.d.Run(ctx, docker.Owner{TaskID: "task-" + inst, InstanceID: inst, ProjectID: e.s.Creds.ProjectID},
+		nodeapi.ContainerRun{Name: "gpuaas-test-" + inst, Image: e.pull(t), Env: map[string]string{"PORT": "9000"},
+			Ports: []nodeapi.PortMapping{{Container: 9000}}, Readiness: &nodeapi.Readiness{Port: 9000, HTTPPath: "/", TimeoutSeconds: 30}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	agenttest.CheckHardened(t, "container.run", out.Ports[0].Host)
+	ins, err := e.d.C.ContainerInspect(ctx, out.ContainerIDs[0], client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := ins.Container.HostConfig
+	if !slices.Equal(hc.SecurityOpt, []string{docker.NoNewPrivileges}) || !hasCap(hc.CapDrop, "NET_RAW") || hc.Privileged || len(hc.CapAdd) != 0 {
+		t.Fatalf("security options %v, dropped %v, added %v, privileged %v", hc.SecurityOpt, hc.CapDrop, hc.CapAdd, hc.Privileged)
+	}
+}
+
+// hasCap reports whether caps names c, with or without the CAP_ prefix.
+func hasCap(caps []string, c string) bool {
+	return slices.Contains(caps, c) || slices.Contains(caps, "CAP_"+c)
+}
+
+// Harden overrides whatever a HostConfig asked for that would undo the
+// policy, and keeps what it dropped besides.
+func TestHardenOverrides(t *testing.T) {
+	hc := docker.Harden(&container.HostConfig{Privileged: true, CapAdd: []string{"NET_RAW", "SYS_ADMIN"}, CapDrop: []string{"MKNOD"},
+		SecurityOpt: []string{"seccomp=unconfined", "no-new-privileges:false"}})
+	if hc.Privileged || len(hc.CapAdd) != 0 || !slices.Equal(hc.SecurityOpt, []string{docker.NoNewPrivileges}) || !slices.Equal(hc.CapDrop, []string{"MKNOD", "NET_RAW"}) {
+		t.Fatalf("hardened: privileged %v, added %v, security options %v, dropped %v", hc.Privileged, hc.CapAdd, hc.SecurityOpt, hc.CapDrop)
+	}
+	if again := docker.Harden(hc); !slices.Equal(again.CapDrop, []string{"MKNOD", "NET_RAW"}) {
+		t.Fatalf("hardened twice: dropped %v", again.CapDrop)
 	}
 }

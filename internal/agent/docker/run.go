@@ -94,6 +94,36 @@ func WorkloadEnv(env map[string]*string, gpus []string) []string {
 // process table that every tenant's workload and the agent share.
 const PidsLimit int64 = 16384
 
+// NoNewPrivileges is the security option that keeps a workload's processes
+// from gaining privileges through execve: a setuid or setcap binary in the
+// image (su, ping, a planted one) runs with the privileges of its caller.
+const NoNewPrivileges = "no-new-privileges:true"
+
+// DroppedCaps are the capabilities every workload container loses from the
+// engine's default set. NET_RAW gives raw and packet sockets: a workload
+// could forge ARP replies and packets of any source on the bridge it
+// shares with other tenants' workloads. The rest of the default set stays
+// (apps chown their files, bind ports below 1024, switch users).
+var DroppedCaps = []string{"NET_RAW"}
+
+// Harden applies the privilege policy of every workload container to hc
+// and returns it: no new privileges, DroppedCaps dropped, and no
+// privileged mode, added capabilities or other security options, whatever
+// hc held. container.run and each Compose service build their HostConfig
+// apart, and both pass it here as it goes to the engine, so the policy is
+// written once and neither path can drift from it or be left without it.
+func Harden(hc *container.HostConfig) *container.HostConfig {
+	hc.Privileged = false
+	hc.CapAdd = nil
+	hc.SecurityOpt = []string{NoNewPrivileges}
+	for _, c := range DroppedCaps {
+		if !slices.Contains(hc.CapDrop, c) {
+			hc.CapDrop = append(hc.CapDrop, c)
+		}
+	}
+	return hc
+}
+
 // WorkloadNetwork is the bridge network every container.run workload
 // joins. Inter-container traffic is off on it: the engine's default bridge
 // lets every container reach every other container's ports directly, so one
@@ -332,9 +362,9 @@ func (d *Driver) Run(ctx context.Context, o Owner, r nodeapi.ContainerRun) (node
 			return nodeapi.RunOutput{}, err
 		}
 		pids := PidsLimit
-		hc := &container.HostConfig{NetworkMode: container.NetworkMode(netID), PortBindings: bindings, Mounts: mounts,
+		hc := Harden(&container.HostConfig{NetworkMode: container.NetworkMode(netID), PortBindings: bindings, Mounts: mounts,
 			GroupAdd: GroupAdd(o.InstanceID, mounts), Resources: container.Resources{
-				Memory: r.MemoryMiB << 20, NanoCPUs: int64(r.CPUCores * 1e9), DeviceRequests: GPURequests(r.GPUUUIDs), PidsLimit: &pids}}
+				Memory: r.MemoryMiB << 20, NanoCPUs: int64(r.CPUCores * 1e9), DeviceRequests: GPURequests(r.GPUUUIDs), PidsLimit: &pids}})
 		res, err := d.C.ContainerCreate(ctx, client.ContainerCreateOptions{Name: r.Name, HostConfig: hc, Config: &container.Config{
 			Image: ref, Entrypoint: r.Command, Cmd: r.Args, Env: WorkloadEnv(env, r.GPUUUIDs), ExposedPorts: exposed, Labels: d.Labels(o, r.Labels)}})
 		if err != nil {
