@@ -25,8 +25,9 @@ import (
 // artifact is refused while a live instance uses its digest.
 type InstanceUsage interface {
 	// LiveInstancesUsingDigest counts live (not decommissioned) instances
-	// that run digest, reading the instances domain's own storage.
-	LiveInstancesUsingDigest(ctx context.Context, digest string) (int, error)
+	// that run digest, reading the instances domain's own storage in tx,
+	// the retire's transaction.
+	LiveInstancesUsingDigest(ctx context.Context, tx storage.Tx, digest string) (int, error)
 }
 
 func artifactNotFound(id string) error {
@@ -232,21 +233,31 @@ func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID
 	if !CanTransition(a.LifecycleState, to) {
 		return AppArtifact{}, illegal(a, string(to))
 	}
+	var unused func(context.Context, Tx, AppArtifact) (map[string]any, error)
 	if to == StateRetired {
-		n := 0
-		for _, u := range s.instanceUsers() {
-			live, err := u.LiveInstancesUsingDigest(ctx, a.Digest)
-			if err != nil {
-				return AppArtifact{}, err
-			}
-			n += live
-		}
-		if n > 0 {
-			return AppArtifact{}, errdefs.FailedPrecondition("artifact_in_use",
-				"%d live instance(s) still run %s; decommission or upgrade them before retiring it", n, a.Digest)
-		}
+		unused = s.unused
 	}
-	return s.transition(ctx, action, in.Reason, a, func(a *AppArtifact) { a.LifecycleState = to })
+	return s.transitionWith(ctx, action, in.Reason, a, func(a *AppArtifact) { a.LifecycleState = to }, unused)
+}
+
+// unused refuses to retire an artifact while a live instance runs its
+// digest. It counts after the retire's update holds the artifact's row: a
+// launch or deployment that shares the row to record the digest has
+// committed by then (and is counted) or waits, and then finds it retired.
+func (s *Service) unused(ctx context.Context, tx Tx, a AppArtifact) (map[string]any, error) {
+	n := 0
+	for _, u := range s.instanceUsers() {
+		live, err := u.LiveInstancesUsingDigest(ctx, tx, a.Digest)
+		if err != nil {
+			return nil, err
+		}
+		n += live
+	}
+	if n > 0 {
+		return nil, errdefs.FailedPrecondition("artifact_in_use",
+			"%d live instance(s) still run %s; decommission or upgrade them before retiring it", n, a.Digest)
+	}
+	return nil, nil
 }
 
 // Revoke marks an artifact revoked: terminal, from any state. It blocks

@@ -141,6 +141,9 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 		if err := holdVersion(ctx, tx, inst.AppSlug, inst.Version, false); err != nil {
 			return err
 		}
+		if err := holdArtifacts(ctx, tx, t.artifacts); err != nil {
+			return err
+		}
 		if err := s.reserveHostPort(ctx, tx, &inst, t, req); err != nil {
 			return err
 		}
@@ -288,6 +291,31 @@ func holdVersion(ctx context.Context, tx Tx, appSlug, version string, existing b
 	}
 	return launchRefusal(errdefs.FailedPrecondition("version_not_launchable",
 		"version %s of app %s became %s while this request ran; pick a published version (gpuaas app versions %s)", version, appSlug, v.Status, appSlug))
+}
+
+// holdArtifacts keeps the artifacts resolve pinned from changing state
+// until the transaction that records their digests ends, and refuses if
+// one stopped being launchable since it was pinned (deprecated, retired or
+// revoked meanwhile): the artifact's retire counts the instances running
+// its digest only once it holds the row, so without the hold a launch
+// could record a digest the retire had just counted no user of.
+func holdArtifacts(ctx context.Context, tx Tx, pinned map[string]artifacts.AppArtifact) error {
+	for _, p := range pinned {
+		a, err := tx.ShareAppArtifact(ctx, p.ID)
+		if err != nil && !errors.Is(err, storage.ErrNotFound) {
+			return err
+		}
+		if err == nil && a.Launchable() {
+			continue
+		}
+		code, what := CodeArtifactNotReady, "is no longer active and verified"
+		if a.Revoked() {
+			code, what = CodeArtifactRevoked, "was revoked"
+		}
+		return errdefs.Validation([]errdefs.FieldError{{Field: "/version", Code: code,
+			Message: fmt.Sprintf("artifact %s (%s) %s while this request ran; it can no longer be launched", p.ArtifactName, p.Digest, what)}})
+	}
+	return nil
 }
 
 // launchRefusal turns the catalog's refusals into field errors, so a form

@@ -427,6 +427,12 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 	}
 	prevPhase, prevStatus := op.Phase, inst.Status
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
+		// resolve pinned the artifacts outside this transaction; an
+		// artifact retired or revoked since fails the step, and the next
+		// one's resolve refuses the operation with the reason.
+		if err := holdArtifacts(ctx, tx, t.artifacts); err != nil {
+			return err
+		}
 		id, err := s.identity(ctx, tx, p, &inst)
 		if err != nil {
 			return err

@@ -340,7 +340,7 @@ func testLifecycle(t *testing.T, d store.Dialect) {
 	if _, err := f.cat.TransitionVersion(f.ctx, f.g, "echo", "1.0.0", "retire", "t"); err == nil {
 		t.Fatal("retired a version a live instance runs")
 	}
-	if n, _ := f.svc.LiveInstancesUsingDigest(f.ctx, digestV1); n != 1 {
+	if n, _ := f.db.Queries().CountLiveInstancesUsingDigest(f.ctx, digestV1); n != 1 {
 		t.Fatalf("digest usage: %d", n)
 	}
 

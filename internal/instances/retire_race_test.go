@@ -2,8 +2,10 @@ package instances_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -74,6 +76,53 @@ func TestVersionRetiredWhileARequestRunsRefusesIt(t *testing.T) {
 			t.Fatalf("instances of the retired version: %d %v", n, err)
 		}
 	})
+}
+
+// An artifact is pinned by resolve, before the transaction that records
+// its digest (the launch's, then the deployment's); a retirement or
+// revocation that commits in between must not be crossed: the artifact's
+// retire counted no instance running the digest.
+func TestArtifactRetiredWhileALaunchRunsRefusesIt(t *testing.T) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		f := newFixture(t, d)
+		f.allocs.placing = func() { retireArtifacts(t, f, "2.0.0") }
+		_, _, err := f.svc.Create(f.ctx, f.g, f.project.ID, instances.CreateInput{AppSlug: "echo", Version: "2.0.0", DisplayName: "late"})
+		if field, code := fieldCode(t, err); field != "/version" || code != instances.CodeArtifactNotReady {
+			t.Fatalf("launch of an artifact retired meanwhile: %s %s (%v)", field, code, err)
+		}
+		if n, err := f.db.Queries().CountLiveInstancesUsingDigest(f.ctx, digestV2); err != nil || n != 0 {
+			t.Fatalf("instances running the retired digest: %d %v", n, err)
+		}
+
+		// The deployment re-pins; an artifact revoked between its pin and
+		// its record is not deployed, and the launch fails with the reason.
+		inst, _, err := f.svc.Create(f.ctx, f.g, f.project.ID, instances.CreateInput{AppSlug: "echo", Version: "3.0.0", DisplayName: "revoked"})
+		must(t, err)
+		f.allocs.placing = func() { revoke(t, f, "3.0.0") }
+		_ = f.svc.Drive(f.ctx, "test-driver") // the step that crossed the revocation fails
+		f.drive(t)
+		for _, task := range f.q.pending() {
+			if task.kind == nodeapi.KindContainerRun {
+				t.Fatalf("a revoked artifact was deployed (task %s)", task.id)
+			}
+		}
+		if got := f.get(t, inst.ID); got.Status != instances.StatusFailed {
+			t.Fatalf("launch of an artifact revoked before its deployment: %s", got.Status)
+		}
+	})
+}
+
+// retireArtifacts moves the artifacts of echo@version to retired, as
+// their retire would once deprecated.
+func retireArtifacts(t *testing.T, f *fixture, version string) {
+	t.Helper()
+	arts, err := f.db.Queries().AppArtifactsOfVersion(f.ctx, "echo", version)
+	must(t, err)
+	for _, a := range arts {
+		prev := a.LifecycleState
+		a.LifecycleState, a.UpdatedAt = artifacts.StateRetired, time.Now()
+		must(t, f.db.Queries().UpdateAppArtifactState(f.ctx, a, prev, a.TrustState, false))
+	}
 }
 
 // refusedAndStill checks that a version change (what) to a version

@@ -169,9 +169,10 @@ func (s *Service) LiveInstances(ctx context.Context, tx storage.Tx, appSlug, ver
 }
 
 // LiveInstancesUsingDigest implements artifacts.InstanceUsage: an artifact
-// cannot be retired while a live instance runs its digest.
-func (s *Service) LiveInstancesUsingDigest(ctx context.Context, digest string) (int, error) {
-	return s.Store.Read().CountLiveInstancesUsingDigest(ctx, digest)
+// cannot be retired while a live instance runs its digest. It reads in the
+// artifact's retire transaction.
+func (s *Service) LiveInstancesUsingDigest(ctx context.Context, tx storage.Tx, digest string) (int, error) {
+	return s.Store.Join(tx).CountLiveInstancesUsingDigest(ctx, digest)
 }
 
 var _ artifacts.InstanceUsage = (*Service)(nil)

@@ -212,6 +212,8 @@ type Queries interface {
 	// a launch or version change recorded against it cannot cross its
 	// retirement.
 	ShareAppVersion(ctx context.Context, appSlug, version string) (catalog.AppVersion, error)
+	// CountLiveInstancesUsingDigest counts the instances not
+	// decommissioned that run digest, as their own or a member's.
 	CountLiveInstancesUsingDigest(ctx context.Context, digest string) (int, error)
 	LiveInstancesOn(ctx context.Context, allocationID, nodeID string) ([]AppInstance, error)
 	// HostPortsHeld maps each host port held on a node by an instance not
@@ -270,6 +272,10 @@ type Queries interface {
 	// AppArtifactsOfVersion lists every artifact registered for an app
 	// version in any project, revoked ones included.
 	AppArtifactsOfVersion(ctx context.Context, appSlug, appVersion string) ([]artifacts.AppArtifact, error)
+	// ShareAppArtifact reads an artifact and keeps its state from
+	// changing until the transaction ends (a retire or revoke waits), so a
+	// launch or deployment recorded with its digest cannot cross it.
+	ShareAppArtifact(ctx context.Context, id string) (artifacts.AppArtifact, error)
 	catalog.LaunchReader
 	GetProject(ctx context.Context, id string) (iam.Project, error)
 	GetUser(ctx context.Context, id string) (iam.User, error)

@@ -165,6 +165,13 @@ func (q *Queries) GetAppArtifact(ctx context.Context, projectID, id string) (art
 	return a, scanOne(err)
 }
 
+// ShareAppArtifact reads an artifact and keeps its state from changing
+// until the transaction ends; other transactions may share it at once.
+func (q *Queries) ShareAppArtifact(ctx context.Context, id string) (artifacts.AppArtifact, error) {
+	a, err := scanAppArtifact(q.queryRow(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE id = ?`+q.forShare(), id))
+	return a, scanOne(err)
+}
+
 // UpdateAppArtifactState writes the lifecycle and trust columns of a, but
 // only if the row still has the lifecycle and trust state the caller read
 // (prevState, prevTrust, prevRevoked): a concurrent transition makes it

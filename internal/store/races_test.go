@@ -152,50 +152,69 @@ func afterLockWait(t *testing.T, db *store.DB, table string, release chan struct
 	return <-doneB
 }
 
-// A launch, upgrade or rollback shares the row of the version it records
-// an instance against (ShareAppVersion); a status change locks it
-// (LockAppVersion) before the instance gate counts. So a retirement waits
-// for a launch that read the version first, and then counts its instance.
-func TestVersionStatusChangeWaitsForASharedLaunch(t *testing.T) {
+// A launch, upgrade or rollback shares the rows of the version and the
+// artifacts it records an instance against (ShareAppVersion,
+// ShareAppArtifact); a retire takes them exclusively (LockAppVersion, the
+// artifact's state update) before it counts the instances using them. So
+// a retire waits for a launch that read them first, and then counts its
+// instance. Launches share them with each other.
+func TestRetiresWaitForASharedLaunch(t *testing.T) {
 	db := storetest.Open(t, store.Postgres)
 	ctx := context.Background()
 	v := mkVersion(t, db, mkApp(t, db, "held"), "1.0.0", catalog.StatusDeprecated)
-	share := func(q instances.Queries) error {
-		_, err := q.ShareAppVersion(ctx, v.AppSlug, v.Version)
-		return err
-	}
-	// Launches share it with each other: the second does not wait (it
-	// would until the deadline if the first held the row exclusively).
-	noErr(t, "two launches at once", store.Instances(db).InTx(ctx, func(q instances.Queries) error {
-		if err := share(q); err != nil {
+	o, p := tenant(t, db, "held")
+	a := mkAppArtifact(o, p, "held", "1.0.0", "main", "sha256:held")
+	noErr(t, "insert artifact", store.Artifacts(db).Read().InsertAppArtifact(ctx, a))
+	for _, c := range []struct {
+		table  string
+		share  func(context.Context, instances.Queries) error
+		retire func(*store.Queries) error
+	}{
+		{"app_versions", func(ctx context.Context, q instances.Queries) error {
+			_, err := q.ShareAppVersion(ctx, v.AppSlug, v.Version)
 			return err
-		}
-		second, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		return store.Instances(db).InTx(second, func(q instances.Queries) error {
-			_, err := q.ShareAppVersion(second, v.AppSlug, v.Version)
-			return err
-		})
-	}))
-
-	shared, release, doneA := make(chan error, 1), make(chan struct{}), make(chan error, 1)
-	go func() {
-		doneA <- store.Instances(db).InTx(ctx, func(q instances.Queries) error {
-			err := share(q)
-			shared <- err
-			<-release
-			return err
-		})
-	}()
-	if err := <-shared; err != nil {
-		t.Fatalf("share: %v", err)
-	}
-	doneB := make(chan error, 1)
-	go func() {
-		doneB <- store.Catalog(db).InTx(ctx, func(q catalog.Queries) error {
+		}, func(q *store.Queries) error {
 			_, err := q.LockAppVersion(ctx, v.AppSlug, v.Version)
 			return err
+		}},
+		{"app_artifacts", func(ctx context.Context, q instances.Queries) error {
+			_, err := q.ShareAppArtifact(ctx, a.ID)
+			return err
+		}, func(q *store.Queries) error {
+			next := a
+			next.LifecycleState = artifacts.StateRetired
+			return q.UpdateAppArtifactState(ctx, next, a.LifecycleState, a.TrustState, false)
+		}},
+	} {
+		t.Run(c.table, func(t *testing.T) {
+			// The second launch would wait until the deadline if the first
+			// held the row exclusively.
+			noErr(t, "two launches at once", store.Instances(db).InTx(ctx, func(q instances.Queries) error {
+				if err := c.share(ctx, q); err != nil {
+					return err
+				}
+				second, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				return store.Instances(db).InTx(second, func(q instances.Queries) error { return c.share(second, q) })
+			}))
+
+			shared, release, doneA := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+			go func() {
+				doneA <- store.Instances(db).InTx(ctx, func(q instances.Queries) error {
+					err := c.share(ctx, q)
+					shared <- err
+					<-release
+					return err
+				})
+			}()
+			if err := <-shared; err != nil {
+				t.Fatalf("share: %v", err)
+			}
+			doneB := make(chan error, 1)
+			go func() {
+				doneB <- db.InTx(ctx, func(q *store.Queries) error { return c.retire(q) })
+			}()
+			noErr(t, "retire after the launch", afterLockWait(t, db, c.table, release, doneA, doneB))
 		})
-	}()
-	noErr(t, "status change after the launch", afterLockWait(t, db, "app_versions", release, doneA, doneB))
+	}
 }
