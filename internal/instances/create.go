@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
@@ -300,7 +302,10 @@ func holdVersion(ctx context.Context, tx Tx, appSlug, version string, existing b
 // its digest only once it holds the row, so without the hold a launch
 // could record a digest the retire had just counted no user of.
 func holdArtifacts(ctx context.Context, tx Tx, pinned map[string]artifacts.AppArtifact) error {
-	for _, p := range pinned {
+	// In id order, as every launch holds them: two transactions never
+	// wait on each other's rows crosswise.
+	ordered := slices.SortedFunc(maps.Values(pinned), func(a, b artifacts.AppArtifact) int { return strings.Compare(a.ID, b.ID) })
+	for _, p := range ordered {
 		a, err := tx.ShareAppArtifact(ctx, p.ID)
 		if err != nil && !errors.Is(err, storage.ErrNotFound) {
 			return err
