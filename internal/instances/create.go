@@ -254,7 +254,7 @@ func (s *Service) trialRender(p iam.Project, appSlug string, t target) error {
 		images[art] = nodeapi.ImagePull{Repository: s.imageRepository(t, art, a), Digest: a.Digest}
 	}
 	d := runtime.Deployment{ProjectID: p.ID, OrgID: p.OrgID, NodeID: t.allocation.NodeID, AppSlug: appSlug, Version: t.version.Version,
-		Name: "trial", Profile: t.manifest.RuntimeProfile, Images: images, Resources: t.effective.Resources,
+		Name: "trial", Profile: t.manifest.RuntimeProfile, Images: images, Resources: workloadResources(t.effective.Resources, t.allocation),
 		Parameters: t.effective.Parameters, GPUUUIDs: t.allocation.GPUUUIDs, Identity: &runtime.Identity{}}
 	if _, err := runtime.Render(d); err != nil {
 		return errdefs.FailedPrecondition(ReasonRenderFailed, "%s %s cannot be deployed with these launch values: %v", appSlug, t.version.Version, err)

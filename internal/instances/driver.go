@@ -442,7 +442,7 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 		name := workloadName(inst.ID, inst.DeploySeq)
 		d := runtime.Deployment{InstanceID: inst.ID, ProjectID: inst.ProjectID, OrgID: inst.OrgID, NodeID: t.allocation.NodeID,
 			AppSlug: inst.AppSlug, Version: version, Name: name, Profile: t.manifest.RuntimeProfile, Images: images,
-			Resources: t.effective.Resources, Parameters: t.effective.Parameters, GPUUUIDs: t.allocation.GPUUUIDs,
+			Resources: workloadResources(t.effective.Resources, t.allocation), Parameters: t.effective.Parameters, GPUUUIDs: t.allocation.GPUUUIDs,
 			HostPort: inst.HostPort, Identity: id, ReadinessTimeoutSeconds: int(s.ReadinessTimeout.Seconds())}
 		if _, ok := UIOf(t.manifest); ok && s.UIBasePath != nil {
 			d.UIBasePath = s.UIBasePath(inst.ID)

@@ -220,29 +220,38 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// register adds, verifies and publishes one version with its artifact.
+// register adds, verifies and publishes one version of echo with its
+// artifact.
 func (f *fixture) register(t *testing.T, version, digest string) {
 	t.Helper()
+	f.registerOCI(t, "echo", version, digest, `{gpu_count: {default: 1, min: 1, max: 4}, cpu_cores: {default: 2, min: 1, max: 64}}`, "")
+}
+
+// registerOCI adds, verifies and publishes version of a launchable_oci app
+// slug running registry.local/apps/<slug>@digest, with the profile's
+// resources and any more profile lines (indented as its keys).
+func (f *fixture) registerOCI(t *testing.T, slug, version, digest, resources, more string) {
+	t.Helper()
 	m := fmt.Sprintf(`
-app: {slug: echo, display_name: Echo, runtime_backend: launchable_oci}
+app: {slug: %[1]s, display_name: %[1]s, runtime_backend: launchable_oci}
 version:
-  version: %s
+  version: %[2]s
   compatibility: {requires_capacity_shape: [gpu_slice, baremetal], min_gpu_count: 1, supported_accelerators: [nvidia]}
-  artifacts: [{name: runtime, artifact_kind: oci, source_type: oci_registry, repository: apps/echo}]
+  artifacts: [{name: runtime, artifact_kind: oci, source_type: oci_registry, repository: apps/%[1]s}]
   runtime_profile:
     kind: launchable_oci
-    image_ref: registry.local/apps/echo@%s
+    image_ref: registry.local/apps/%[1]s@%[3]s
     ports: [{container: 8080, expose: private_host_local}]
     readiness: {type: http, path: /healthz, port: 8080}
-    resources: {gpu_count: {default: 1, min: 1, max: 4}, cpu_cores: {default: 2, min: 1, max: 64}}
-`, version, digest)
+    resources: %[4]s
+%[5]s`, slug, version, digest, resources, more)
 	_, err := f.cat.RegisterManifest(f.ctx, f.g, []byte(m), catalog.SyntaxYAML)
 	must(t, err)
 	now := time.Now()
 	must(t, f.db.Queries().InsertAppArtifact(f.ctx, artifacts.AppArtifact{ID: iam.NewID(), OrgID: f.project.OrgID, ProjectID: f.project.ID,
-		AppSlug: "echo", AppVersion: version, ArtifactName: "runtime", ArtifactKind: "oci", SourceType: "oci_registry", Repository: "apps/echo",
+		AppSlug: slug, AppVersion: version, ArtifactName: "runtime", ArtifactKind: "oci", SourceType: "oci_registry", Repository: "apps/" + slug,
 		Digest: digest, LifecycleState: "active", TrustState: "verified", CreatedBy: "t", CreatedAt: now, UpdatedAt: now}))
-	_, err = f.cat.TransitionVersion(f.ctx, f.g, "echo", version, "publish", "test")
+	_, err = f.cat.TransitionVersion(f.ctx, f.g, slug, version, "publish", "test")
 	must(t, err)
 }
 

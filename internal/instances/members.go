@@ -560,7 +560,7 @@ func (s *Service) renderMembers(ctx context.Context, inst AppInstance, ms []Inst
 				return nil, errdefs.FailedPrecondition(ReasonImagePullFailed, "no pull credentials for node %s: %v", m.NodeID, err)
 			}
 		}
-		res := t.effective.Resources
+		res := workloadResources(t.effective.Resources, t.allocation)
 		res.HostPort = 0 // a member publishes on a port its node picks
 		m.Version, m.Digest = version, a.Digest
 		out = append(out, memberRender{m: m, d: runtime.Deployment{InstanceID: inst.ID, ProjectID: inst.ProjectID, OrgID: inst.OrgID,
