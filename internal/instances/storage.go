@@ -266,6 +266,9 @@ type Queries interface {
 
 	InsertUIOpenCode(ctx context.Context, c UIOpenCode) error
 	RedeemUIOpenCode(ctx context.Context, codeHash, instanceID string, at time.Time) (UIOpenCode, error)
+	// UsableUIOpenCode returns a code RedeemUIOpenCode would redeem now,
+	// without using it.
+	UsableUIOpenCode(ctx context.Context, codeHash, instanceID string, at time.Time) (UIOpenCode, error)
 
 	// Other domains' tables, read where a launch is resolved.
 

@@ -149,7 +149,8 @@ var errUICode = errdefs.NotFound("ui_code_invalid",
 // RedeemUI trades a one-time code for the grant it proves, once. The person
 // must still be allowed to open the instance's UI now (uiAllowed).
 func (s *Service) RedeemUI(ctx context.Context, code, instanceID string) (UIGrant, error) {
-	c, err := s.Store.Read().RedeemUIOpenCode(ctx, hashCode(code), instanceID, s.Now().UTC())
+	q, hash, now := s.Store.Read(), hashCode(code), s.Now().UTC()
+	c, err := q.UsableUIOpenCode(ctx, hash, instanceID, now)
 	if errors.Is(err, storage.ErrNotFound) {
 		return UIGrant{}, errUICode
 	}
@@ -157,8 +158,18 @@ func (s *Service) RedeemUI(ctx context.Context, code, instanceID string) (UIGran
 		return UIGrant{}, err
 	}
 	gr := UIGrant{UserID: c.UserID, OrgID: c.OrgID, ProjectID: c.ProjectID, InstanceID: c.InstanceID, Port: c.Port}
+	// Checked before the code is used: a check that cannot answer (the
+	// database failing) leaves the code for the person's retry instead of
+	// burning it.
 	ok, err := s.uiAllowed(ctx, gr)
 	if err != nil {
+		return UIGrant{}, err
+	}
+	// Used whether or not the check passed: a code opens at most once, and
+	// of two redemptions racing, one uses it.
+	if _, err := q.RedeemUIOpenCode(ctx, hash, instanceID, now); errors.Is(err, storage.ErrNotFound) {
+		return UIGrant{}, errUICode
+	} else if err != nil {
 		return UIGrant{}, err
 	}
 	if !ok {

@@ -3,7 +3,9 @@ package instances
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -39,6 +41,25 @@ type uiQueries struct {
 	attached  map[[2]string]bool // instance, project
 	projects  map[string]iam.Project
 	manifest  []byte
+	codes     map[string]*UIOpenCode // by hash
+	failing   error                  // what reading bindings answers, when set
+}
+
+func (q *uiQueries) UsableUIOpenCode(_ context.Context, codeHash, instanceID string, at time.Time) (UIOpenCode, error) {
+	c, ok := q.codes[codeHash]
+	if !ok || c.InstanceID != instanceID || !c.UsedAt.IsZero() || !at.Before(c.ExpiresAt) {
+		return UIOpenCode{}, storage.ErrNotFound
+	}
+	return *c, nil
+}
+
+func (q *uiQueries) RedeemUIOpenCode(ctx context.Context, codeHash, instanceID string, at time.Time) (UIOpenCode, error) {
+	c, err := q.UsableUIOpenCode(ctx, codeHash, instanceID, at)
+	if err == nil {
+		q.codes[codeHash].UsedAt = at
+		c.UsedAt = at
+	}
+	return c, err
 }
 
 func (q *uiQueries) GetProject(_ context.Context, id string) (iam.Project, error) {
@@ -58,7 +79,7 @@ func (q *uiQueries) GetUser(_ context.Context, id string) (iam.User, error) {
 }
 
 func (q *uiQueries) BindingsOfPrincipal(_ context.Context, _, id string) ([]iam.RoleBinding, error) {
-	return q.bindings[id], nil
+	return q.bindings[id], q.failing
 }
 
 func (q *uiQueries) GetAppInstanceByID(_ context.Context, id string) (AppInstance, error) {
@@ -77,6 +98,17 @@ func (q *uiQueries) GetAppVersion(_ context.Context, appSlug, version string) (c
 	return catalog.AppVersion{AppSlug: appSlug, Version: version, Manifest: q.manifest}, nil
 }
 
+// uiManifest is a version body serving an embedded UI on port 8080.
+func uiManifest(t *testing.T) []byte {
+	t.Helper()
+	mv, err := json.Marshal(manifest.Version{UI: &manifest.UI{ExtensionKind: "embedded"},
+		RuntimeProfile: &manifest.RuntimeProfile{Ports: []manifest.Port{{Container: 8080, Expose: manifest.ExposeEmbeddedUIGateway}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mv
+}
+
 type uiStore struct {
 	Store
 	q *uiQueries
@@ -89,11 +121,7 @@ func (s uiStore) Read() Queries { return s.q }
 // and a grant through an attached project holds only while it is attached.
 func TestRecheckUI(t *testing.T) {
 	ctx := context.Background()
-	mv, err := json.Marshal(manifest.Version{UI: &manifest.UI{ExtensionKind: "embedded"},
-		RuntimeProfile: &manifest.RuntimeProfile{Ports: []manifest.Port{{Container: 8080, Expose: manifest.ExposeEmbeddedUIGateway}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mv := uiManifest(t)
 	viewer := func(user, project string) iam.RoleBinding {
 		return iam.RoleBinding{ID: user + project, PrincipalType: "user", PrincipalID: user, Role: iam.RoleProjectViewer,
 			ScopeType: iam.ScopeProject, ScopeID: project, OrgID: "org"}
@@ -147,11 +175,7 @@ func TestRecheckUI(t *testing.T) {
 // instance's (the platform's).
 func TestRecheckUIThroughAnotherOrgsProject(t *testing.T) {
 	ctx := context.Background()
-	mv, err := json.Marshal(manifest.Version{UI: &manifest.UI{ExtensionKind: "embedded"},
-		RuntimeProfile: &manifest.RuntimeProfile{Ports: []manifest.Port{{Container: 8080, Expose: manifest.ExposeEmbeddedUIGateway}}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mv := uiManifest(t)
 	tenantAdmin := iam.RoleBinding{ID: "b1", PrincipalType: "user", PrincipalID: "xena", Role: iam.RoleOrgAdmin, ScopeType: iam.ScopeOrg, ScopeID: "org-x", OrgID: "org-x"}
 	q := &uiQueries{
 		users:    map[string]iam.User{"xena": {ID: "xena", Status: iam.UserActive}},
@@ -175,4 +199,52 @@ func TestRecheckUIThroughAnotherOrgsProject(t *testing.T) {
 	if err := s.RecheckUI(ctx, UIGrant{UserID: "xena", OrgID: "org-x", ProjectID: "tp", InstanceID: "i1", Port: 8080}); errdefs.KindOf(err) != errdefs.KindNotFound {
 		t.Fatalf("the role removed: %v, want a refusal", err)
 	}
+}
+
+// A code is used once, and only once its check could answer: a check that
+// fails on the database leaves the code for the person's retry, while a
+// refused one uses it up like a granted one.
+func TestRedeemUIKeepsTheCodeWhenItsCheckCannotAnswer(t *testing.T) {
+	ctx := context.Background()
+	mv := uiManifest(t)
+	now := time.Now().UTC()
+	code := func(c string) *UIOpenCode {
+		return &UIOpenCode{CodeHash: hashCode(c), UserID: "ann", OrgID: "org", ProjectID: "p1", InstanceID: "i1", Port: 8080,
+			CreatedAt: now, ExpiresAt: now.Add(time.Minute)}
+	}
+	viewer := iam.RoleBinding{ID: "b", PrincipalType: "user", PrincipalID: "ann", Role: iam.RoleProjectViewer, ScopeType: iam.ScopeProject, ScopeID: "p1", OrgID: "org"}
+	q := &uiQueries{
+		users:    map[string]iam.User{"ann": {ID: "ann", Status: iam.UserActive}},
+		bindings: map[string][]iam.RoleBinding{"ann": {viewer}},
+		instances: map[string]AppInstance{"i1": {ID: "i1", OrgID: "org", ProjectID: "p1", AppSlug: "lab", Version: "1.0.0",
+			Status: StatusRunning}},
+		projects: map[string]iam.Project{"p1": {ID: "p1", OrgID: "org"}},
+		manifest: mv,
+		codes:    map[string]*UIOpenCode{hashCode("first"): code("first"), hashCode("second"): code("second")},
+	}
+	s := New(Deps{Store: uiStore{q: q}, Now: func() time.Time { return now }})
+	invalid := func(what, c string) {
+		t.Helper()
+		if _, err := s.RedeemUI(ctx, c, "i1"); !errors.Is(err, errUICode) {
+			t.Fatalf("%s: %v, want %v", what, err, errUICode)
+		}
+	}
+
+	down := errors.New("database down")
+	q.failing = down
+	if _, err := s.RedeemUI(ctx, "first", "i1"); !errors.Is(err, down) {
+		t.Fatalf("redeem while the check cannot answer: %v, want %v", err, down)
+	}
+	q.failing = nil
+	gr, err := s.RedeemUI(ctx, "first", "i1")
+	if err != nil || gr.UserID != "ann" || gr.Port != 8080 {
+		t.Fatalf("the retry: %+v %v", gr, err)
+	}
+	invalid("the code again", "first")
+
+	// Refused (no role), the code is used up all the same.
+	q.bindings["ann"] = nil
+	invalid("without a role", "second")
+	q.bindings["ann"] = []iam.RoleBinding{viewer}
+	invalid("the refused code, with the role back", "second")
 }

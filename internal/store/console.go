@@ -74,9 +74,19 @@ func (q *Queries) RedeemUIOpenCode(ctx context.Context, codeHash, instanceID str
 		}
 		return instances.UIOpenCode{}, err
 	}
+	return q.uiOpenCode(ctx, ``, codeHash)
+}
+
+// UsableUIOpenCode returns a code RedeemUIOpenCode would redeem at at,
+// without using it. ErrNotFound as RedeemUIOpenCode.
+func (q *Queries) UsableUIOpenCode(ctx context.Context, codeHash, instanceID string, at time.Time) (instances.UIOpenCode, error) {
+	return q.uiOpenCode(ctx, ` AND instance_id = ? AND used_at IS NULL AND expires_at > ?`, codeHash, instanceID, ts(at))
+}
+
+func (q *Queries) uiOpenCode(ctx context.Context, cond string, codeHash string, args ...any) (instances.UIOpenCode, error) {
 	var c instances.UIOpenCode
-	err = q.queryRow(ctx, `SELECT code_hash, user_id, org_id, project_id, instance_id, port, created_at, expires_at, used_at
-		FROM ui_open_codes WHERE code_hash = ?`, codeHash).Scan(&c.CodeHash, &c.UserID, &c.OrgID, &c.ProjectID, &c.InstanceID,
+	err := q.queryRow(ctx, `SELECT code_hash, user_id, org_id, project_id, instance_id, port, created_at, expires_at, used_at
+		FROM ui_open_codes WHERE code_hash = ?`+cond, append([]any{codeHash}, args...)...).Scan(&c.CodeHash, &c.UserID, &c.OrgID, &c.ProjectID, &c.InstanceID,
 		&c.Port, scanTime(&c.CreatedAt), scanTime(&c.ExpiresAt), scanTime(&c.UsedAt))
 	return c, scanOne(err)
 }

@@ -710,7 +710,18 @@ func testUIOpenCodes(t *testing.T, db *store.DB) {
 	noErr(t, "issue", issue(c))
 	wantErr(t, "issue the same code twice", issue(c), storage.ErrAlreadyExists)
 
-	_, err := q.RedeemUIOpenCode(ctx, c.CodeHash, newID(), at(time.Second))
+	// Looking a code up does not use it.
+	for range 2 {
+		got, err := q.UsableUIOpenCode(ctx, c.CodeHash, i.ID, at(time.Second))
+		noErr(t, "usable", err)
+		same(t, "usable code", got, c)
+	}
+	_, err := q.UsableUIOpenCode(ctx, c.CodeHash, newID(), at(time.Second))
+	wantErr(t, "usable for another instance", err, storage.ErrNotFound)
+	_, err = q.UsableUIOpenCode(ctx, c.CodeHash, i.ID, at(time.Minute))
+	wantErr(t, "usable at expiry", err, storage.ErrNotFound)
+
+	_, err = q.RedeemUIOpenCode(ctx, c.CodeHash, newID(), at(time.Second))
 	wantErr(t, "redeem for another instance", err, storage.ErrNotFound)
 	_, err = q.RedeemUIOpenCode(ctx, "code-"+newID(), i.ID, at(time.Second))
 	wantErr(t, "redeem an unknown code", err, storage.ErrNotFound)
@@ -721,6 +732,8 @@ func testUIOpenCodes(t *testing.T, db *store.DB) {
 	same(t, "redeemed code", got, want)
 	_, err = q.RedeemUIOpenCode(ctx, c.CodeHash, i.ID, at(31*time.Second))
 	wantErr(t, "redeem twice", err, storage.ErrNotFound)
+	_, err = q.UsableUIOpenCode(ctx, c.CodeHash, i.ID, at(31*time.Second))
+	wantErr(t, "usable once used", err, storage.ErrNotFound)
 
 	// Expired: refused at its expiry, and after.
 	e := c
