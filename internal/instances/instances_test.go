@@ -531,12 +531,20 @@ func mustFail(_ instances.AppInstance, _ instances.InstanceOperation, err error)
 
 func revoke(t *testing.T, f *fixture, version string) {
 	t.Helper()
+	changeArtifacts(t, f, version, func(a *artifacts.AppArtifact) { a.RevokedAt, a.RevokeReason = time.Now(), "test" })
+}
+
+// changeArtifacts applies change to every artifact of echo@version and
+// stores it, as the artifacts domain's transitions would.
+func changeArtifacts(t *testing.T, f *fixture, version string, change func(*artifacts.AppArtifact)) {
+	t.Helper()
 	arts, err := f.db.Queries().AppArtifactsOfVersion(f.ctx, "echo", version)
 	must(t, err)
 	for _, a := range arts {
-		prev := a.LifecycleState
-		a.RevokedAt, a.RevokeReason, a.UpdatedAt = time.Now(), "test", time.Now()
-		must(t, f.db.Queries().UpdateAppArtifactState(f.ctx, a, prev, a.TrustState, false))
+		prev := a
+		change(&a)
+		a.UpdatedAt = time.Now()
+		must(t, f.db.Queries().UpdateAppArtifactState(f.ctx, a, prev.LifecycleState, prev.TrustState, prev.Revoked()))
 	}
 }
 

@@ -2,7 +2,6 @@ package instances_test
 
 import (
 	"testing"
-	"time"
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/artifacts"
@@ -116,13 +115,7 @@ func TestArtifactRetiredWhileALaunchRunsRefusesIt(t *testing.T) {
 // their retire would once deprecated.
 func retireArtifacts(t *testing.T, f *fixture, version string) {
 	t.Helper()
-	arts, err := f.db.Queries().AppArtifactsOfVersion(f.ctx, "echo", version)
-	must(t, err)
-	for _, a := range arts {
-		prev := a.LifecycleState
-		a.LifecycleState, a.UpdatedAt = artifacts.StateRetired, time.Now()
-		must(t, f.db.Queries().UpdateAppArtifactState(f.ctx, a, prev, a.TrustState, false))
-	}
+	changeArtifacts(t, f, version, func(a *artifacts.AppArtifact) { a.LifecycleState = artifacts.StateRetired })
 }
 
 // refusedAndStill checks that a version change (what) to a version
