@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -18,9 +16,7 @@ func TestPlatformManagedAttachmentsHideOtherTenants(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		manifest := modesManifest("managed", []string{"tenant_dedicated", "platform_managed"}, []string{"project", "platform"})
-		e := newInstanceEnv(t, d, "managed", map[string]v1.Image{"1.0.0": nil}, manifest, 1)
-		e.node.serve(t, okResult)
+		e := newManagedEnv(t, d)
 		cr := e.admin.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "managed", "version": "1.0.0", "display_name": "managed", "operating_mode": "platform_managed"}).Want(t, 202)
 		id := cr.String("id")
 		waitOp(t, e.admin, e.pid, cr.String("operation_id"))

@@ -186,9 +186,7 @@ func TestPlatformManagedInstance(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		manifest := modesManifest("managed", []string{"tenant_dedicated", "platform_managed"}, []string{"project", "platform"})
-		e := newInstanceEnv(t, d, "managed", map[string]v1.Image{"1.0.0": nil}, manifest, 1)
-		e.node.serve(t, okResult)
+		e := newManagedEnv(t, d)
 		plain := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "managed", "version": "1.0.0", "display_name": "plain"}).Want(t, 202)
 		if plain.String("operating_mode") != "tenant_dedicated" || plain.String("control_plane_scope") != "project" {
 			t.Fatalf("the default: %s", plain.Body)

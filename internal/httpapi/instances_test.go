@@ -133,6 +133,17 @@ func modesManifest(slug string, modes, scopes []string) func(version, imageRef s
 	}
 }
 
+// newManagedEnv is an instance environment for the app "managed" (1.0.0),
+// which may run tenant-dedicated or platform-managed, with its node
+// answering every task.
+func newManagedEnv(t testing.TB, d store.Dialect) *instanceEnv {
+	t.Helper()
+	manifest := modesManifest("managed", []string{"tenant_dedicated", "platform_managed"}, []string{"project", "platform"})
+	e := newInstanceEnv(t, d, "managed", map[string]v1.Image{"1.0.0": nil}, manifest, 1)
+	e.node.serve(t, okResult)
+	return e
+}
+
 // echoManifest is a launchable_oci app listening on 8080.
 func echoManifest(slug string) func(version, imageRef string) map[string]any {
 	return func(version, imageRef string) map[string]any {
