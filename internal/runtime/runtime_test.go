@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"slices"
 	"strings"
@@ -85,6 +86,14 @@ func TestRenderVLLMOpenAI(t *testing.T) {
 	}
 	if len(svcs) != 2 {
 		t.Errorf("services: %v", svcs)
+	}
+	// The sidecar runs inside the instance's CPU and memory as the server
+	// does: no service of the project is unlimited.
+	for name, sv := range svcs {
+		m, _ := sv.(map[string]any)
+		if fmt.Sprint(m["cpus"]) != "8" || m["mem_limit"] != "32g" {
+			t.Errorf("service %s: cpus %v mem_limit %v, want 8 and 32g", name, m["cpus"], m["mem_limit"])
+		}
 	}
 	if len(up.Mounts) != 1 || up.Mounts[0].Target != runtime.IdentityPath || !up.Mounts[0].ReadOnly || !slices.Equal(up.Mounts[0].Services, []string{up.Service}) {
 		t.Fatalf("identity mount: %+v", up.Mounts)

@@ -127,6 +127,13 @@ func renderVLLMOpenAI(d Deployment, gpus []string) (nodeapi.ComposeUp, error) {
 		}
 		svc := composeService{Image: img.Repository + "@" + img.Digest, Environment: env(d), Labels: labels,
 			Networks: []string{"default"}, Restart: "no"}
+		// Every service, a sidecar as well as the server, runs inside the
+		// instance's CPU and memory: a sidecar left unlimited could take
+		// the cores and memory of the node other allocations share.
+		svc.CPUs = float64(d.Resources.CPUCores)
+		if d.Resources.MemoryGiB > 0 {
+			svc.MemLimit = fmt.Sprintf("%dg", d.Resources.MemoryGiB)
+		}
 		delete(svc.Environment, "GPUAAS_IDENTITY_FILE") // the primary's alone, below
 		if s.Role == "primary" {
 			if primary != "" {
@@ -137,10 +144,6 @@ func renderVLLMOpenAI(d Deployment, gpus []string) (nodeapi.ComposeUp, error) {
 				svc.Environment["GPUAAS_IDENTITY_FILE"] = IdentityPath
 			}
 			svc.Command = vllmArgs(params)
-			svc.CPUs = float64(d.Resources.CPUCores)
-			if d.Resources.MemoryGiB > 0 {
-				svc.MemLimit = fmt.Sprintf("%dg", d.Resources.MemoryGiB)
-			}
 			if s.GPU && len(gpus) > 0 {
 				dep := &composeDeploy{}
 				dep.Resources.Reservations.Devices = []composeDevice{{Driver: "nvidia", DeviceIDs: gpus, Capabilities: []string{"gpu"}}}
