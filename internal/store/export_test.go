@@ -39,7 +39,10 @@ func LockWaitersForTest(ctx context.Context, db *DB) (int, error) {
 // transaction with nothing running (PostgreSQL).
 func IdleInTransactionForTest(ctx context.Context, db *DB) (int, error) {
 	var n int
-	err := db.sql.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&n)
+	// Only this database's own sessions: storetest names them after the
+	// test's schema, and other test processes share the server.
+	err := db.sql.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'
+		AND application_name = current_setting('application_name')`).Scan(&n)
 	return n, err
 }
 

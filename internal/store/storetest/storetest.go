@@ -69,6 +69,9 @@ func URL(t testing.TB, d store.Dialect) string {
 	}
 	qv := u.Query()
 	qv.Set("search_path", schema)
+	// Sessions carry the schema's name, so a test can tell its own in
+	// pg_stat_activity from those of tests running beside it.
+	qv.Set("application_name", schema)
 	u.RawQuery = qv.Encode()
 	return u.String()
 }
