@@ -72,29 +72,32 @@ type Operation struct {
 
 // AppInstance is an app instance as the server decided it.
 type AppInstance struct {
-	ID                 string             `json:"id"`
-	OrgID              string             `json:"org_id"`
-	ProjectID          string             `json:"project_id"`
-	AppSlug            string             `json:"app_slug"`
-	Version            string             `json:"version"`
-	Digest             string             `json:"digest"`
-	DisplayName        string             `json:"display_name"`
-	Status             string             `json:"status"`
-	ReasonCode         string             `json:"reason_code"`
-	ReasonMessage      string             `json:"reason_message"`
-	OperatingMode      string             `json:"operating_mode"`
-	ControlPlaneScope  string             `json:"control_plane_scope"`
-	RuntimeBackend     string             `json:"runtime_backend"`
-	TenantBoundaryMode string             `json:"tenant_boundary_mode"`
-	Resources          map[string]int     `json:"resources"`
-	Config             json.RawMessage    `json:"config"`
-	PlacementIntent    json.RawMessage    `json:"placement_intent"`
-	Parameters         json.RawMessage    `json:"parameters"`
-	TargetAllocationID string             `json:"target_allocation_id"`
-	NodeID             string             `json:"node_id"`
-	ServiceAccountID   string             `json:"service_account_id"`
-	Access             *AppInstanceAccess `json:"access"`
-	VersionHistory     []struct {
+	ID                 string          `json:"id"`
+	OrgID              string          `json:"org_id"`
+	ProjectID          string          `json:"project_id"`
+	AppSlug            string          `json:"app_slug"`
+	Version            string          `json:"version"`
+	Digest             string          `json:"digest"`
+	DisplayName        string          `json:"display_name"`
+	Status             string          `json:"status"`
+	ReasonCode         string          `json:"reason_code"`
+	ReasonMessage      string          `json:"reason_message"`
+	OperatingMode      string          `json:"operating_mode"`
+	ControlPlaneScope  string          `json:"control_plane_scope"`
+	RuntimeBackend     string          `json:"runtime_backend"`
+	TenantBoundaryMode string          `json:"tenant_boundary_mode"`
+	Resources          map[string]int  `json:"resources"`
+	Config             json.RawMessage `json:"config"`
+	PlacementIntent    json.RawMessage `json:"placement_intent"`
+	Parameters         json.RawMessage `json:"parameters"`
+	TargetAllocationID string          `json:"target_allocation_id"`
+	// GPUUUIDs are the GPUs of the allocation the instance was given;
+	// absent when it asked for none.
+	GPUUUIDs         []string           `json:"gpu_uuids,omitempty"`
+	NodeID           string             `json:"node_id"`
+	ServiceAccountID string             `json:"service_account_id"`
+	Access           *AppInstanceAccess `json:"access"`
+	VersionHistory   []struct {
 		Version string `json:"version"`
 		Digest  string `json:"digest"`
 	} `json:"version_history"`

@@ -59,6 +59,7 @@ type instanceView struct {
 	PlacementIntent    json.RawMessage            `json:"placement_intent"`
 	Parameters         json.RawMessage            `json:"parameters"`
 	TargetAllocationID string                     `json:"target_allocation_id"`
+	GPUUUIDs           []string                   `json:"gpu_uuids,omitempty"`
 	NodeID             string                     `json:"node_id"`
 	ServiceAccountID   string                     `json:"service_account_id"`
 	Access             *instances.Access          `json:"access"`
@@ -88,7 +89,7 @@ func viewInstance(i instances.AppInstance) instanceView {
 		OperatingMode: i.OperatingMode, ControlPlaneScope: i.ControlPlaneScope, RuntimeBackend: i.RuntimeBackend,
 		TenantBoundaryMode: i.TenantBoundaryMode, Resources: doc.Effective.Resources, Config: nullIfEmpty(doc.Effective.Config),
 		PlacementIntent: nullIfEmpty(doc.Effective.PlacementIntent), Parameters: nullIfEmpty(doc.Effective.Parameters),
-		TargetAllocationID: i.TargetAllocationID, NodeID: i.NodeID, ServiceAccountID: i.ServiceAccountID,
+		TargetAllocationID: i.TargetAllocationID, GPUUUIDs: i.GPUUUIDs, NodeID: i.NodeID, ServiceAccountID: i.ServiceAccountID,
 		Access: instances.AccessOf(i), History: []instanceVersionView{}, CurrentOperationID: i.CurrentOperationID,
 		CreatedBy: i.CreatedBy, CreatedAt: rfc3339(i.CreatedAt), UpdatedAt: rfc3339(i.UpdatedAt), DecommissionedAt: rfc3339(i.DecommissionedAt)}
 	for _, h := range instances.HistoryOf(i) {

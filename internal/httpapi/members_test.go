@@ -98,6 +98,10 @@ func TestInstanceMembers(t *testing.T) {
 			t.Fatalf("create: %s", op.Body)
 		}
 		members := e.path("/app-instances/" + id + "/members")
+		// The instance reports the GPU of its allocation it was given.
+		if gpus, _ := e.bot.Do("GET", e.path("/app-instances/"+id), nil).Want(t, 200).JSON["gpu_uuids"].([]any); len(gpus) != 1 || gpus[0] == "" {
+			t.Fatalf("the instance's gpu_uuids: %v, want node-a's one GPU", gpus)
+		}
 
 		// Refusals name the field and say why.
 		for _, c := range []struct {

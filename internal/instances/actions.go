@@ -102,7 +102,7 @@ func (s *Service) changeVersion(ctx context.Context, g *iam.Grants, projectID, i
 	if err := json.Unmarshal(inst.Effective, &doc); err != nil {
 		return AppInstance{}, InstanceOperation{}, err
 	}
-	if _, err := s.resolve(ctx, s.Store.Read(), p, inst.AppSlug, in.TargetVersion, doc.Request, inst.TargetAllocationID, kind == OpRollback); err != nil {
+	if _, err := s.resolve(ctx, s.Store.Read(), p, inst.AppSlug, in.TargetVersion, doc.Request, inst.TargetAllocationID, kind == OpRollback, gpuCheck{on: true, except: inst.ID}); err != nil {
 		return AppInstance{}, InstanceOperation{}, targetRefusal(err)
 	}
 	status, event, verb := StatusUpgrading, EventUpgradeRequested, "upgrade"

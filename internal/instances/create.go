@@ -109,7 +109,7 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 	if fe != nil {
 		return AppInstance{}, InstanceOperation{}, errdefs.Validation(fe)
 	}
-	t, err := s.resolve(ctx, s.Store.Read(), p, in.AppSlug, in.Version, in.launchRequest(), in.TargetAllocationID, false)
+	t, err := s.resolve(ctx, s.Store.Read(), p, in.AppSlug, in.Version, in.launchRequest(), in.TargetAllocationID, false, gpuCheck{on: true})
 	if err != nil {
 		return AppInstance{}, InstanceOperation{}, err
 	}
@@ -145,6 +145,11 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 		}
 		if err := holdArtifacts(ctx, tx, t.artifacts); err != nil {
 			return err
+		}
+		// The node's placement lock, taken here, covers the host port
+		// below too: two launches onto one node pick one after the other.
+		if err := claimGPUs(ctx, tx, &inst, t.allocation, t.effective.Resources.GPUCount); err != nil {
+			return gpuRefusal(err)
 		}
 		if err := s.reserveHostPort(ctx, tx, &inst, t, req); err != nil {
 			return err
@@ -183,7 +188,7 @@ func (s *Service) LaunchRefusal(ctx context.Context, g *iam.Grants, projectID, a
 		return err
 	}
 	q := s.Store.Read()
-	t, err := s.resolve(ctx, q, p, appSlug, version, req, "", false)
+	t, err := s.resolve(ctx, q, p, appSlug, version, req, "", false, gpuCheck{on: true})
 	if err != nil {
 		return err
 	}
@@ -207,8 +212,9 @@ func sharedLaunch(eff catalog.Effective) bool {
 // allocation (allocationID, or the first compatible one of the project):
 // entitlement, version status, launch parameters, artifacts and target
 // compatibility. existing allows a deprecated version (an instance that
-// already runs it may go back to it).
-func (s *Service) resolve(ctx context.Context, q Queries, p iam.Project, appSlug, version string, req catalog.LaunchRequest, allocationID string, existing bool) (target, error) {
+// already runs it may go back to it); gpus says whether the allocation
+// must have the GPUs free.
+func (s *Service) resolve(ctx context.Context, q Queries, p iam.Project, appSlug, version string, req catalog.LaunchRequest, allocationID string, existing bool, gpus gpuCheck) (target, error) {
 	eff, v, err := catalog.ResolveForProject(ctx, q, p, appSlug, version, req)
 	if err != nil && existing && v.Status == catalog.StatusDeprecated {
 		eff, v, err = s.resolveDeprecated(ctx, q, p, v, req)
@@ -232,7 +238,7 @@ func (s *Service) resolve(ctx context.Context, q Queries, p iam.Project, appSlug
 			return target{}, err
 		}
 	}
-	if t.allocation, err = s.placement(ctx, p, t.manifest, eff, allocationID); err != nil {
+	if t.allocation, err = s.placement(ctx, q, p, t.manifest, eff, allocationID, gpus); err != nil {
 		return target{}, err
 	}
 	if !workerDriven(t.manifest.RuntimeBackend) {
@@ -425,8 +431,21 @@ func (s *Service) pinArtifacts(ctx context.Context, q Queries, v catalog.AppVers
 	}
 }
 
-// placement checks (or picks) the allocation the instance runs on.
-func (s *Service) placement(ctx context.Context, p iam.Project, mv manifest.Version, eff catalog.Effective, allocationID string) (Allocation, error) {
+// placement checks (or picks) the allocation the instance runs on: one
+// the version is compatible with and, when gpus asks, with the instance's
+// GPUs free.
+func (s *Service) placement(ctx context.Context, q Queries, p iam.Project, mv manifest.Version, eff catalog.Effective, allocationID string, gpus gpuCheck) (Allocation, error) {
+	fits := func(a Allocation) ([]errdefs.FieldError, error) {
+		if fes := Compatible(mv, eff, a); fes != nil || !gpus.on || eff.Resources.GPUCount == 0 {
+			return fes, nil
+		}
+		free, err := freeGPUCount(ctx, q, a, gpus.except)
+		if err != nil || free >= eff.Resources.GPUCount {
+			return nil, err
+		}
+		sh := &gpuShortage{allocationID: a.ID, want: eff.Resources.GPUCount, free: free, n: len(a.GPUUUIDs)}
+		return []errdefs.FieldError{{Field: "/resources/gpu_count", Code: CodeGPUsInUse, Message: sh.Error()}}, nil
+	}
 	if s.Allocations == nil {
 		return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeNoAllocation,
 			Message: "this server has no node allocations to launch onto"}})
@@ -445,7 +464,11 @@ func (s *Service) placement(ctx context.Context, p iam.Project, mv manifest.Vers
 			return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeAllocationNotActive,
 				Message: fmt.Sprintf("allocation %s is %s; only an active (or pending) allocation can run an instance", a.ID, a.State)}})
 		}
-		if fes := Compatible(mv, eff, a); fes != nil {
+		fes, err := fits(a)
+		if err != nil {
+			return Allocation{}, err
+		}
+		if fes != nil {
 			return Allocation{}, errdefs.Validation(fes)
 		}
 		return a, nil
@@ -459,7 +482,10 @@ func (s *Service) placement(ctx context.Context, p iam.Project, mv manifest.Vers
 		if !runnable(a.State) {
 			continue
 		}
-		fes := Compatible(mv, eff, a)
+		fes, err := fits(a)
+		if err != nil {
+			return Allocation{}, err
+		}
 		if fes == nil {
 			return a, nil
 		}

@@ -399,7 +399,7 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 	if err := json.Unmarshal(inst.Effective, &doc); err != nil {
 		return err
 	}
-	t, err := s.resolve(ctx, q, p, inst.AppSlug, version, doc.Request, inst.TargetAllocationID, true)
+	t, err := s.resolve(ctx, q, p, inst.AppSlug, version, doc.Request, inst.TargetAllocationID, true, gpuCheck{})
 	if err != nil {
 		return s.refused(ctx, inst, op, phase, refusalReason(err), err.Error())
 	}
@@ -433,6 +433,12 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 		if err := holdArtifacts(ctx, tx, t.artifacts); err != nil {
 			return err
 		}
+		// Its GPUs: the ones it has, or (a first deployment of an
+		// instance launched before they were recorded, a version with
+		// another gpu_count) free ones of its allocation.
+		if err := claimGPUs(ctx, tx, &inst, t.allocation, t.effective.Resources.GPUCount); err != nil {
+			return err
+		}
 		id, err := s.identity(ctx, tx, p, &inst)
 		if err != nil {
 			return err
@@ -442,7 +448,7 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 		name := workloadName(inst.ID, inst.DeploySeq)
 		d := runtime.Deployment{InstanceID: inst.ID, ProjectID: inst.ProjectID, OrgID: inst.OrgID, NodeID: t.allocation.NodeID,
 			AppSlug: inst.AppSlug, Version: version, Name: name, Profile: t.manifest.RuntimeProfile, Images: images,
-			Resources: workloadResources(t.effective.Resources, t.allocation), Parameters: t.effective.Parameters, GPUUUIDs: t.allocation.GPUUUIDs,
+			Resources: workloadResources(t.effective.Resources, t.allocation), Parameters: t.effective.Parameters, GPUUUIDs: inst.GPUUUIDs,
 			HostPort: inst.HostPort, Identity: id, ReadinessTimeoutSeconds: int(s.ReadinessTimeout.Seconds())}
 		if _, ok := UIOf(t.manifest); ok && s.UIBasePath != nil {
 			d.UIBasePath = s.UIBasePath(inst.ID)
@@ -487,6 +493,11 @@ func (s *Service) deployStep(ctx context.Context, inst AppInstance, op InstanceO
 		return tx.Audit(storage.AuditEvent{Action: "app_instance.deploy", ResourceType: "app_instance", ResourceID: inst.ID, OrgID: inst.OrgID,
 			ProjectID: inst.ProjectID, Reason: fmt.Sprintf("deploy %s as %s on node %s", version, name, t.allocation.NodeID)}, nil, auditState(inst))
 	})
+	if sh := (*gpuShortage)(nil); errors.As(err, &sh) {
+		// Retried, the step would find the GPUs as taken: the
+		// operation ends with the reason (an upgrade reverts).
+		return s.refused(ctx, inst, op, phase, CodeGPUsInUse, sh.Error())
+	}
 	if e, ok := errdefs.As(err); ok && e.Code == ReasonRenderFailed {
 		// The same launch renders the same way on every pass (its own
 		// workload's or an added member's): returned, the error would

@@ -182,9 +182,17 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 	ctx = principal.With(ctx, admin)
 	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: iamSvc, Logger: logger, ArtifactGate: passGate{}})
 	f := &fixture{db: db, cat: cat, q: &fakeQueue{}, ctx: ctx, g: g, project: p, other: other, allocID: iam.NewID()}
+	// The project's allocation is a whole H100 host of eight GPUs, so tests
+	// can keep several instances on it (each holds GPUs of its own).
+	var uuids []string
+	var gpus []nodeapi.GPU
+	for _, c := range "abcdefgh" {
+		uuids = append(uuids, "GPU-"+string(c))
+		gpus = append(gpus, nodeapi.GPU{UUID: "GPU-" + string(c), Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"})
+	}
 	f.allocs = &fakeAllocs{list: []instances.Allocation{
-		{ID: f.allocID, OrgID: org.ID, ProjectID: p.ID, NodeID: "node-1", Shape: "gpu_slice", State: "active", GPUUUIDs: []string{"GPU-a", "GPU-b"}, NodeState: "ready",
-			Inventory: nodeapi.Inventory{CPUCores: 32, MemoryMiB: 256 << 10, Address: "gpu-7.example", GPUs: []nodeapi.GPU{{UUID: "GPU-a", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}, {UUID: "GPU-b", Model: "NVIDIA H100 80GB HBM3", Vendor: "nvidia"}}}},
+		{ID: f.allocID, OrgID: org.ID, ProjectID: p.ID, NodeID: "node-1", Shape: "gpu_slice", State: "active", GPUUUIDs: uuids, NodeState: "ready",
+			Inventory: nodeapi.Inventory{CPUCores: 32, MemoryMiB: 256 << 10, Address: "gpu-7.example", GPUs: gpus}},
 		{ID: "alloc-other", OrgID: org.ID, ProjectID: other.ID, NodeID: "node-2", Shape: "gpu_slice", State: "active", GPUUUIDs: []string{"GPU-c"}},
 	}}
 	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: iamSvc, Logger: logger, TokenURL: func() string { return "http://api/token" }})

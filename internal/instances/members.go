@@ -188,11 +188,11 @@ func (s *Service) AddMembers(ctx context.Context, g *iam.Grants, projectID, id s
 	if err := json.Unmarshal(inst.Effective, &doc); err != nil {
 		return AppInstance{}, InstanceOperation{}, nil, err
 	}
-	t, err := s.resolve(ctx, s.Store.Read(), p, inst.AppSlug, inst.Version, doc.Request, in.AllocationID, true)
+	t, err := s.resolve(ctx, s.Store.Read(), p, inst.AppSlug, inst.Version, doc.Request, in.AllocationID, true, gpuCheck{})
 	if err != nil {
 		return AppInstance{}, InstanceOperation{}, nil, movedField(err, "/target_allocation_id", "/allocation_id")
 	}
-	gpus, err := s.freeGPUs(inst, t.allocation, live, t.effective.Resources.GPUCount, in.Count)
+	gpus, err := freeGPUs(ctx, s.Store.Read(), t.allocation, t.effective.Resources.GPUCount, in.Count)
 	if err != nil {
 		return AppInstance{}, InstanceOperation{}, nil, err
 	}
@@ -216,7 +216,7 @@ func (s *Service) AddMembers(ctx context.Context, g *iam.Grants, projectID, id s
 	for _, m := range added {
 		op.MemberIDs = append(op.MemberIDs, m.ID)
 	}
-	out, err := s.beginMembers(ctx, inst, op, added, nil, "app_instance.member_add")
+	out, err := s.beginMembers(ctx, inst, op, added, nil, t.allocation, "app_instance.member_add")
 	return out, op, added, err
 }
 
@@ -249,38 +249,51 @@ func (s *Service) memberSpec(ctx context.Context, inst AppInstance) (*manifest.M
 }
 
 // freeGPUs picks per member the GPUs it gets on an allocation: none of
-// those the instance's own deployment or its other members hold there.
-func (s *Service) freeGPUs(inst AppInstance, a Allocation, live []InstanceMember, per, count int) ([][]string, error) {
+// those an instance (this one or another) or a member holds there.
+func freeGPUs(ctx context.Context, q Queries, a Allocation, per, count int) ([][]string, error) {
 	out := make([][]string, count)
 	if per == 0 {
 		return out, nil
 	}
-	held := map[string]bool{}
-	if inst.TargetAllocationID == a.ID {
-		for _, u := range a.GPUUUIDs[:min(per, len(a.GPUUUIDs))] {
-			held[u] = true
-		}
+	held, err := gpusHeld(ctx, q, a, "")
+	if err != nil {
+		return nil, err
 	}
-	for _, m := range live {
-		for _, u := range m.GPUUUIDs {
-			held[u] = true
-		}
-	}
-	var free []string
-	for _, u := range a.GPUUUIDs {
-		if !held[u] {
-			free = append(free, u)
-		}
-	}
-	if len(free) < per*count {
+	free, ok := pickGPUs(a, held, nil, per*count)
+	if !ok {
 		return nil, errdefs.Validation([]errdefs.FieldError{{Field: "/count", Code: CodeGPUsInUse,
-			Message: fmt.Sprintf("%d member(s) of %d GPU(s) each need %d GPUs; allocation %s has %d of its %d free (the instance and its members hold the rest)",
+			Message: fmt.Sprintf("%d member(s) of %d GPU(s) each need %d GPUs; allocation %s has %d of its %d free (app instances and members on it hold the rest)",
 				count, per, per*count, a.ID, len(free), len(a.GPUUUIDs))}})
 	}
 	for i := range count {
 		out[i] = free[i*per : (i+1)*per]
 	}
 	return out, nil
+}
+
+// holdMemberGPUs takes the placement lock of the node of allocation a,
+// where the new members run, and refuses them if another launch or member
+// took one of their GPUs since freeGPUs chose them.
+func holdMemberGPUs(ctx context.Context, tx Tx, insert []InstanceMember, a Allocation) error {
+	if len(insert) == 0 || a.ID == "" {
+		return nil
+	}
+	if err := tx.LockPlacement(ctx, a.NodeID); err != nil {
+		return err
+	}
+	held, err := gpusHeld(ctx, tx, a, "")
+	if err != nil {
+		return err
+	}
+	for _, m := range insert {
+		for _, u := range m.GPUUUIDs {
+			if held[u] != "" {
+				return errdefs.Validation([]errdefs.FieldError{{Field: "/count", Code: CodeGPUsInUse,
+					Message: fmt.Sprintf("GPU %s of allocation %s was taken by another launch while this request ran; ask again", u, a.ID)}})
+			}
+		}
+	}
+	return nil
 }
 
 // RemoveMember removes one added member: its workload is removed and its
@@ -298,7 +311,7 @@ func (s *Service) RemoveMember(ctx context.Context, g *iam.Grants, projectID, id
 	}
 	op := s.newOperation(ctx, inst, OpMemberRemove, inst.Version, inst.Version, fmt.Sprintf("remove member %s (%s) from node %s", m.Name, m.ID, m.NodeID))
 	op.MemberIDs = []string{m.ID}
-	out, err := s.beginMembers(ctx, inst, op, nil, nil, "app_instance.member_remove")
+	out, err := s.beginMembers(ctx, inst, op, nil, nil, Allocation{}, "app_instance.member_remove")
 	return out, op, m, err
 }
 
@@ -318,7 +331,7 @@ func (s *Service) RecoverMember(ctx context.Context, g *iam.Grants, projectID, i
 	op := s.newOperation(ctx, inst, OpMemberRecover, inst.Version, inst.Version, fmt.Sprintf("recover member %s (%s) on node %s", m.Name, m.ID, m.NodeID))
 	op.MemberIDs = []string{m.ID}
 	m.Status, m.UpdatedAt = MemberDeploying, s.Now().UTC()
-	out, err := s.beginMembers(ctx, inst, op, nil, []InstanceMember{m}, "app_instance.member_recover")
+	out, err := s.beginMembers(ctx, inst, op, nil, []InstanceMember{m}, Allocation{}, "app_instance.member_recover")
 	return out, op, m, err
 }
 
@@ -346,7 +359,7 @@ func (s *Service) addedMember(ctx context.Context, g *iam.Grants, projectID, id,
 // beginMembers records a member request: the operation, the new members
 // (or the members' changed rows), the instance's current operation and the
 // audit row — refused with 409 when another operation won the race.
-func (s *Service) beginMembers(ctx context.Context, inst AppInstance, op InstanceOperation, insert, update []InstanceMember, action string) (AppInstance, error) {
+func (s *Service) beginMembers(ctx context.Context, inst AppInstance, op InstanceOperation, insert, update []InstanceMember, on Allocation, action string) (AppInstance, error) {
 	before := inst
 	err := s.Store.Mutate(ctx, func(tx Tx) error {
 		cur, err := tx.LockAppInstance(ctx, inst.ID)
@@ -357,6 +370,9 @@ func (s *Service) beginMembers(ctx context.Context, inst AppInstance, op Instanc
 			if err == nil {
 				err = errBusy(cur)
 			}
+			return err
+		}
+		if err := holdMemberGPUs(ctx, tx, insert, on); err != nil {
 			return err
 		}
 		if inst, err = s.startMemberOp(ctx, tx, inst, op, insert, update); err != nil {
@@ -549,7 +565,7 @@ func (s *Service) renderMembers(ctx context.Context, inst AppInstance, ms []Inst
 	}
 	var out []memberRender
 	for _, m := range ms {
-		t, err := s.resolve(ctx, q, p, inst.AppSlug, version, doc.Request, m.AllocationID, true)
+		t, err := s.resolve(ctx, q, p, inst.AppSlug, version, doc.Request, m.AllocationID, true, gpuCheck{})
 		if err != nil {
 			return nil, err
 		}

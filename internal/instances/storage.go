@@ -42,6 +42,9 @@ type AppInstance struct {
 	CreatedAt          time.Time
 	UpdatedAt          time.Time
 	DecommissionedAt   time.Time
+	// GPUUUIDs are the GPUs of its allocation the instance was given:
+	// none held by another instance or member there (gpus.go).
+	GPUUUIDs []string
 	// Health is what the workload reports about itself; only
 	// UpdateAppInstanceHealth writes it.
 	Health Health
@@ -219,6 +222,10 @@ type Queries interface {
 	// HostPortsHeld maps each host port held on a node by an instance not
 	// yet decommissioned to that instance's id.
 	HostPortsHeld(ctx context.Context, nodeID string) (map[int]string, error)
+	// LockPlacement holds the placement of instances on a node (their GPUs
+	// and host ports) against other placements there until the
+	// transaction ends.
+	LockPlacement(ctx context.Context, nodeID string) error
 
 	InsertInstanceOperation(ctx context.Context, o InstanceOperation) error
 	// UpdateInstanceOperation writes o only while the row is in progress at

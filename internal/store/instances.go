@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -24,7 +25,7 @@ func Instances(db *DB) instances.Store { return NewPort[instances.Tx, instances.
 const appInstanceCols = `id, org_id, project_id, app_slug, display_name, version, digest, status, reason_code, reason_message,
 	operating_mode, control_plane_scope, runtime_backend, tenant_boundary_mode, effective, target_allocation_id, node_id,
 	service_account_id, host_port, deploy_seq, access, log_tail, history, current_operation_id, created_by, created_at,
-	updated_at, decommissioned_at`
+	updated_at, decommissioned_at, gpu_uuids`
 
 // appInstanceReadCols adds the health columns, which only
 // UpdateAppInstanceHealth writes (new rows take their defaults).
@@ -33,22 +34,49 @@ const appInstanceReadCols = appInstanceCols + `, health, health_reason, health_c
 
 func scanAppInstance(s interface{ Scan(...any) error }) (instances.AppInstance, error) {
 	var i instances.AppInstance
+	var gpus []byte
 	err := s.Scan(&i.ID, &i.OrgID, &i.ProjectID, &i.AppSlug, &i.DisplayName, &i.Version, &i.Digest, (*string)(&i.Status), &i.ReasonCode, &i.ReasonMessage,
 		&i.OperatingMode, &i.ControlPlaneScope, &i.RuntimeBackend, &i.TenantBoundaryMode, scanJSON(&i.Effective), &i.TargetAllocationID, &i.NodeID,
 		&i.ServiceAccountID, &i.HostPort, &i.DeploySeq, scanJSON(&i.Access), scanJSON(&i.LogTail), scanJSON(&i.History), &i.CurrentOperationID,
-		&i.CreatedBy, scanTime(&i.CreatedAt), scanTime(&i.UpdatedAt), scanTime(&i.DecommissionedAt),
+		&i.CreatedBy, scanTime(&i.CreatedAt), scanTime(&i.UpdatedAt), scanTime(&i.DecommissionedAt), scanJSON(&gpus),
 		(*string)(&i.Health.State), &i.Health.Reason, scanTime(&i.Health.ChangedAt), scanTime(&i.Health.LastHeartbeatAt),
 		&i.Health.HeartbeatTimeoutSeconds, scanTime(&i.Health.HeartbeatDueAt), &i.Health.StartReportedSeq)
+	if err == nil {
+		i.GPUUUIDs, err = gpuList(gpus)
+	}
 	return i, err
+}
+
+// gpuList reads a gpu_uuids column: nil for none.
+func gpuList(b []byte) ([]string, error) {
+	var out []string
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, &out); err != nil {
+			return nil, err
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// gpuText is the stored form of a GPU list ('[]' for none).
+func gpuText(uuids []string) []byte {
+	if len(uuids) == 0 {
+		return []byte("[]")
+	}
+	b, _ := json.Marshal(uuids)
+	return b
 }
 
 // InsertAppInstance writes a new instance.
 func (q *Queries) InsertAppInstance(ctx context.Context, i instances.AppInstance) error {
-	_, err := q.exec(ctx, `INSERT INTO app_instances (`+appInstanceCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := q.exec(ctx, `INSERT INTO app_instances (`+appInstanceCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		i.ID, i.OrgID, i.ProjectID, i.AppSlug, i.DisplayName, i.Version, i.Digest, string(i.Status), i.ReasonCode, i.ReasonMessage,
 		i.OperatingMode, i.ControlPlaneScope, i.RuntimeBackend, i.TenantBoundaryMode, jsonText(i.Effective), i.TargetAllocationID, i.NodeID,
 		i.ServiceAccountID, i.HostPort, i.DeploySeq, jsonText(i.Access), jsonText(i.LogTail), jsonText(orEmptyList(i.History)), i.CurrentOperationID,
-		i.CreatedBy, ts(i.CreatedAt), ts(i.UpdatedAt), nullTS(i.DecommissionedAt))
+		i.CreatedBy, ts(i.CreatedAt), ts(i.UpdatedAt), nullTS(i.DecommissionedAt), jsonText(gpuText(i.GPUUUIDs)))
 	return err
 }
 
@@ -88,10 +116,10 @@ func orEmptyList(b []byte) []byte {
 func (q *Queries) UpdateAppInstance(ctx context.Context, i instances.AppInstance, prevStatus instances.InstanceStatus) error {
 	return q.execOne(ctx, `UPDATE app_instances SET version = ?, digest = ?, status = ?, reason_code = ?, reason_message = ?,
 		node_id = ?, service_account_id = ?, host_port = ?, deploy_seq = ?, access = ?, log_tail = ?, history = ?,
-		current_operation_id = ?, updated_at = ?, decommissioned_at = ? WHERE id = ? AND status = ?`,
+		current_operation_id = ?, updated_at = ?, decommissioned_at = ?, gpu_uuids = ? WHERE id = ? AND status = ?`,
 		i.Version, i.Digest, string(i.Status), i.ReasonCode, i.ReasonMessage, i.NodeID, i.ServiceAccountID, i.HostPort, i.DeploySeq,
 		jsonText(i.Access), jsonText(i.LogTail), jsonText(orEmptyList(i.History)), i.CurrentOperationID, ts(i.UpdatedAt),
-		nullTS(i.DecommissionedAt), i.ID, string(prevStatus))
+		nullTS(i.DecommissionedAt), jsonText(gpuText(i.GPUUUIDs)), i.ID, string(prevStatus))
 }
 
 // GetAppInstance reads one instance of a project.
@@ -222,6 +250,26 @@ func (q *Queries) HostPortsHeld(ctx context.Context, nodeID string) (map[int]str
 		}
 	}
 	return out, nil
+}
+
+// placementLockClass is the first key of the PostgreSQL advisory locks
+// LockPlacement takes (the second is the node); the two-key form keeps them
+// apart from the one-key lock schema changes hold.
+const placementLockClass = 0x67707561 // "gpua"
+
+// LockPlacement holds the placement of instances on a node until the
+// transaction ends: two launches (or deployments, or member additions)
+// onto one node choose their GPUs and host ports one after the other, each
+// seeing what the other took. On PostgreSQL it is a transaction-scoped
+// advisory lock, not a row lock, so it waits only on other placements and
+// never on a node's heartbeat or an allocation's release. SQLite holds the
+// whole database for a mutation already.
+func (q *Queries) LockPlacement(ctx context.Context, nodeID string) error {
+	if q.d != Postgres {
+		return nil
+	}
+	_, err := q.exec(ctx, `SELECT pg_advisory_xact_lock(`+strconv.Itoa(placementLockClass)+`, hashtext(?))`, nodeID)
+	return err
 }
 
 const instanceOperationCols = `id, instance_id, org_id, project_id, kind, state, phase, from_version, target_version, description,
@@ -506,11 +554,8 @@ func scanInstanceMember(s interface{ Scan(...any) error }) (instances.InstanceMe
 		scanJSON(&m.ContainerIDs), scanTime(&m.CreatedAt), scanTime(&m.UpdatedAt),
 		&m.Name, &added, &m.ReasonCode, &m.ReasonMessage, &m.TaskID, &m.KeyID, scanJSON(&gpus))
 	m.Added = added == 1
-	if err == nil && len(gpus) > 0 {
-		err = json.Unmarshal(gpus, &m.GPUUUIDs)
-	}
-	if len(m.GPUUUIDs) == 0 {
-		m.GPUUUIDs = nil
+	if err == nil {
+		m.GPUUUIDs, err = gpuList(gpus)
 	}
 	return m, err
 }
@@ -522,20 +567,12 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func memberGPUs(m instances.InstanceMember) []byte {
-	if len(m.GPUUUIDs) == 0 {
-		return []byte("[]")
-	}
-	b, _ := json.Marshal(m.GPUUUIDs)
-	return b
-}
-
 // InsertInstanceMember records a workload of an instance.
 func (q *Queries) InsertInstanceMember(ctx context.Context, m instances.InstanceMember) error {
 	_, err := q.exec(ctx, `INSERT INTO app_instance_members (`+instanceMemberCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		m.ID, m.InstanceID, m.AllocationID, m.NodeID, m.Role, string(m.Status), m.Version, m.Digest, m.WorkloadName,
 		jsonText(orEmptyList(m.ContainerIDs)), ts(m.CreatedAt), ts(m.UpdatedAt),
-		m.Name, boolInt(m.Added), m.ReasonCode, m.ReasonMessage, m.TaskID, m.KeyID, jsonText(memberGPUs(m)))
+		m.Name, boolInt(m.Added), m.ReasonCode, m.ReasonMessage, m.TaskID, m.KeyID, jsonText(gpuText(m.GPUUUIDs)))
 	return err
 }
 
@@ -544,7 +581,7 @@ func (q *Queries) UpdateInstanceMember(ctx context.Context, m instances.Instance
 	return q.execOne(ctx, `UPDATE app_instance_members SET status = ?, version = ?, digest = ?, workload_name = ?, container_ids = ?,
 		reason_code = ?, reason_message = ?, task_id = ?, key_id = ?, gpu_uuids = ?, updated_at = ? WHERE instance_id = ? AND id = ?`,
 		string(m.Status), m.Version, m.Digest, m.WorkloadName, jsonText(orEmptyList(m.ContainerIDs)), m.ReasonCode, m.ReasonMessage,
-		m.TaskID, m.KeyID, jsonText(memberGPUs(m)), ts(m.UpdatedAt), m.InstanceID, m.ID)
+		m.TaskID, m.KeyID, jsonText(gpuText(m.GPUUUIDs)), ts(m.UpdatedAt), m.InstanceID, m.ID)
 }
 
 // GetInstanceMember reads one member of an instance.

@@ -218,3 +218,39 @@ func TestRetiresWaitForASharedLaunch(t *testing.T) {
 		})
 	}
 }
+
+// Placements on one node (a launch's GPUs and host port, a member's
+// GPUs) run one after the other: a second LockPlacement on the node waits
+// until the first transaction ends, so it reads what the first recorded.
+// One on another node does not wait.
+func TestPlacementsOnANodeWaitForEachOther(t *testing.T) {
+	db := storetest.Open(t, store.Postgres)
+	ctx := context.Background()
+	port := store.Instances(db)
+	noErr(t, "placements on two nodes at once", port.InTx(ctx, func(q instances.Queries) error {
+		if err := q.LockPlacement(ctx, "node-a"); err != nil {
+			return err
+		}
+		other, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return port.InTx(other, func(q instances.Queries) error { return q.LockPlacement(other, "node-b") })
+	}))
+
+	locked, release, doneA := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+	go func() {
+		doneA <- port.InTx(ctx, func(q instances.Queries) error {
+			err := q.LockPlacement(ctx, "node-a")
+			locked <- err
+			<-release
+			return err
+		})
+	}()
+	if err := <-locked; err != nil {
+		t.Fatalf("lock: %v", err)
+	}
+	doneB := make(chan error, 1)
+	go func() {
+		doneB <- port.InTx(ctx, func(q instances.Queries) error { return q.LockPlacement(ctx, "node-a") })
+	}()
+	noErr(t, "the second placement on node-a", afterLockWait(t, db, "pg_advisory_xact_lock", release, doneA, doneB))
+}
