@@ -8,9 +8,13 @@ import (
 // workloadResources returns the resources a workload on allocation a is
 // rendered with: the effective ones, with a CPU or memory size they leave
 // open (0: the runtime profile declares no bounds and the launch asked
-// none) set to the allocation's share of its node, node size × the
-// allocation's GPUs / the node's GPUs — cores rounded down, memory rounded
-// down to whole GiB, each at least 1.
+// none) set to the workload's share of its node, node size × its GPUs /
+// the node's GPUs — cores rounded down, memory rounded down to whole GiB,
+// each at least 1. Its GPUs are its gpu_count: every workload on an
+// allocation has GPUs of its own (gpus.go), so the shares of the
+// allocation's GPU workloads add up to the allocation's share of the node
+// at most. A workload of no GPUs on the allocation gets the allocation's
+// share.
 //
 // Why: a gpu_slice node carries several tenants' allocations, and a
 // container without a CPU or memory limit may take every core and all the
@@ -38,6 +42,9 @@ func workloadResources(eff catalog.EffectiveResources, a Allocation) catalog.Eff
 	nodeGPUs, held := int64(len(a.Inventory.GPUs)), int64(len(a.GPUUUIDs))
 	if nodeGPUs == 0 || held == 0 || held >= nodeGPUs || a.Shape == nodes.ShapeBaremetal {
 		return eff
+	}
+	if own := int64(eff.GPUCount); own > 0 {
+		held = min(own, held)
 	}
 	if cores := int64(a.Inventory.CPUCores); eff.CPUCores == 0 && cores > 0 {
 		eff.CPUCores = int(max(cores*held/nodeGPUs, 1))

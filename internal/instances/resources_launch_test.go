@@ -13,10 +13,10 @@ import (
 )
 
 // A launch whose profile declares no CPU or memory bounds, and which asks
-// none, runs limited to its allocation's share of the node: 2 of the
-// node's 8 GPUs, a quarter of its cores and of its memory (whole GiB);
-// a member added on that allocation too.
-func TestLaunchWithoutSizesGetsAllocationsShareOfNode(t *testing.T) {
+// none, runs limited to its GPU's share of the node: 1 of the node's 8
+// GPUs (on an allocation of 2), an eighth of its cores and of its memory
+// (whole GiB); a member added on that allocation too.
+func TestLaunchWithoutSizesGetsItsGPUsShareOfNode(t *testing.T) {
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		f := newFixture(t, d)
 		const cores, mib = 30, int64(250000)
@@ -35,7 +35,7 @@ func TestLaunchWithoutSizesGetsAllocationsShareOfNode(t *testing.T) {
 			t.Fatalf("tasks: %+v", tasks)
 		}
 		run := tasks[0].payload.(nodeapi.ContainerRun)
-		wantCPU, wantMiB := float64(cores/4), mib/4/1024*1024 // 7 cores, 61 GiB
+		wantCPU, wantMiB := float64(cores/8), mib/8/1024*1024 // 3 cores, 30 GiB
 		if run.CPUCores != wantCPU || run.MemoryMiB != wantMiB {
 			t.Fatalf("container.run limits: cpu_cores %v memory_mib %d, want %v and %d", run.CPUCores, run.MemoryMiB, wantCPU, wantMiB)
 		}
