@@ -435,17 +435,7 @@ func (s *Service) pinArtifacts(ctx context.Context, q Queries, v catalog.AppVers
 // the version is compatible with and, when gpus asks, with the instance's
 // GPUs free.
 func (s *Service) placement(ctx context.Context, q Queries, p iam.Project, mv manifest.Version, eff catalog.Effective, allocationID string, gpus gpuCheck) (Allocation, error) {
-	fits := func(a Allocation) ([]errdefs.FieldError, error) {
-		if fes := Compatible(mv, eff, a); fes != nil || !gpus.on || eff.Resources.GPUCount == 0 {
-			return fes, nil
-		}
-		free, err := freeGPUCount(ctx, q, a, gpus.except)
-		if err != nil || free >= eff.Resources.GPUCount {
-			return nil, err
-		}
-		sh := &gpuShortage{allocationID: a.ID, want: eff.Resources.GPUCount, free: free, n: len(a.GPUUUIDs)}
-		return []errdefs.FieldError{{Field: "/resources/gpu_count", Code: CodeGPUsInUse, Message: sh.Error()}}, nil
-	}
+	problems := func(a Allocation) ([]errdefs.FieldError, error) { return fits(ctx, q, mv, eff, a, gpus) }
 	if s.Allocations == nil {
 		return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeNoAllocation,
 			Message: "this server has no node allocations to launch onto"}})
@@ -464,7 +454,7 @@ func (s *Service) placement(ctx context.Context, q Queries, p iam.Project, mv ma
 			return Allocation{}, errdefs.Validation([]errdefs.FieldError{{Field: "/target_allocation_id", Code: CodeAllocationNotActive,
 				Message: fmt.Sprintf("allocation %s is %s; only an active (or pending) allocation can run an instance", a.ID, a.State)}})
 		}
-		fes, err := fits(a)
+		fes, err := problems(a)
 		if err != nil {
 			return Allocation{}, err
 		}
@@ -482,7 +472,7 @@ func (s *Service) placement(ctx context.Context, q Queries, p iam.Project, mv ma
 		if !runnable(a.State) {
 			continue
 		}
-		fes, err := fits(a)
+		fes, err := problems(a)
 		if err != nil {
 			return Allocation{}, err
 		}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/manifest"
 )
 
 // GPUs of an allocation. An allocation is a set of GPUs on one node, and
@@ -142,4 +144,18 @@ func gpuRefusal(err error) error {
 		return errdefs.Validation([]errdefs.FieldError{{Field: "/resources/gpu_count", Code: CodeGPUsInUse, Message: sh.Error()}})
 	}
 	return err
+}
+
+// fits is Compatible and, when gpus asks, the allocation's free GPUs: the
+// problems that keep a launch of mv with eff off allocation a.
+func fits(ctx context.Context, q Queries, mv manifest.Version, eff catalog.Effective, a Allocation, gpus gpuCheck) ([]errdefs.FieldError, error) {
+	if fes := Compatible(mv, eff, a); fes != nil || !gpus.on || eff.Resources.GPUCount == 0 {
+		return fes, nil
+	}
+	free, err := freeGPUCount(ctx, q, a, gpus.except)
+	if err != nil || free >= eff.Resources.GPUCount {
+		return nil, err
+	}
+	sh := &gpuShortage{allocationID: a.ID, want: eff.Resources.GPUCount, free: free, n: len(a.GPUUUIDs)}
+	return []errdefs.FieldError{{Field: "/resources/gpu_count", Code: CodeGPUsInUse, Message: sh.Error()}}, nil
 }

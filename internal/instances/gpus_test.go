@@ -48,6 +48,11 @@ func TestInstancesOnOneAllocationGetGPUsOfTheirOwn(t *testing.T) {
 		if err := f.svc.LaunchRefusal(f.ctx, f.g, f.project.ID, "echo", "1.0.0", catalog.LaunchRequest{}); err == nil {
 			t.Fatal("the preview passes a launch create refuses")
 		}
+		targets, err := f.svc.Targets(f.ctx, f.project.ID, "echo", "1.0.0", catalog.Effective{Resources: catalog.EffectiveResources{GPUCount: 1}})
+		must(t, err)
+		if len(targets) != 1 || targets[0].Compatible || len(targets[0].Problems) != 1 || targets[0].Problems[0].Code != instances.CodeGPUsInUse {
+			t.Fatalf("the preview's targets show the full allocation as %+v", targets)
+		}
 
 		// A decommission gives its GPU back.
 		_, _, err = f.svc.Decommission(f.ctx, f.g, f.project.ID, a.ID)

@@ -218,7 +218,11 @@ func (s *Service) Targets(ctx context.Context, projectID, appSlug, version strin
 			t.Problems = append(t.Problems, errdefs.FieldError{Field: "/target_allocation_id", Code: CodeAllocationNotActive,
 				Message: fmt.Sprintf("allocation %s is %s", a.ID, a.State)})
 		}
-		t.Problems = append(t.Problems, Compatible(mv, eff, a)...)
+		fes, err := fits(ctx, q, mv, eff, a, gpuCheck{on: true})
+		if err != nil {
+			return nil, err
+		}
+		t.Problems = append(t.Problems, fes...)
 		t.Compatible = len(t.Problems) == 0
 		out = append(out, t)
 	}
