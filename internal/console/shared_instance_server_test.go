@@ -32,7 +32,7 @@ func TestSharedInstancePageThroughAnAttachedProject(t *testing.T) {
 			AppSlug: "shared-app", DisplayName: "shared-notebook", Version: "1.0.0", Status: "running",
 			OperatingMode: "tenant_dedicated", ControlPlaneScope: "tenant", RuntimeBackend: "launchable_oci",
 			TenantBoundaryMode: "tenant_shared", Effective: []byte(`{"resources":{"gpu_count":1}}`), CreatedBy: "user:test",
-			CreatedAt: now, UpdatedAt: now}); err != nil {
+			CreatedAt: now, UpdatedAt: now, GPUUUIDs: []string{"GPU-5f1c"}}); err != nil {
 			t.Fatal(err)
 		}
 		member := func(slug, email string) (string, string) {
@@ -74,7 +74,7 @@ func TestSharedInstancePageThroughAnAttachedProject(t *testing.T) {
 			return resp.StatusCode, string(b)
 		}
 		if code, page := open("bea@example.com", "a-long-password-team-b", attached); code != http.StatusOK || !strings.Contains(page, "shared-notebook") ||
-			!strings.Contains(page, `data-live="`+attached+`"`) {
+			!strings.Contains(page, `data-live="`+attached+`"`) || !strings.Contains(page, "<code>GPU-5f1c</code>") {
 			t.Errorf("the attached project's member: the instance page answers %d\n%s", code, page)
 		}
 		// A link followed while Bea works in her other project opens
