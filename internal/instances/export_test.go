@@ -17,3 +17,8 @@ func (s *Service) FailNode(ctx context.Context, tx storage.Tx, nodeID string) er
 func (s *Service) RecoverNode(ctx context.Context, tx storage.Tx, nodeID string, w []nodeapi.Workload) error {
 	return s.recoverNode(ctx, s.Store.Join(tx), nodeID, w)
 }
+
+// HoldMemberGPUsForTest is holdMemberGPUs for tests.
+func HoldMemberGPUsForTest(ctx context.Context, tx Tx, insert []InstanceMember, a Allocation) error {
+	return holdMemberGPUs(ctx, tx, insert, a)
+}

@@ -2,6 +2,7 @@ package instances_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"sync"
@@ -237,4 +238,32 @@ func (f *fixture) wantGPUs(t *testing.T, id string, want ...string) {
 		}
 	}
 	t.Fatalf("instance %s has no run task", id)
+}
+
+// A member add chooses its GPUs before its transaction; the transaction
+// refuses a GPU another launch took in between, and passes free ones.
+func TestMemberGPUsTakenMeanwhileAreRefused(t *testing.T) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		f := newFixture(t, d)
+		f.allocs.list[0].GPUUUIDs = []string{"GPU-a", "GPU-b"}
+		f.launchRunning(t, "1.0.0") // takes GPU-a
+		a := f.allocs.list[0]
+		hold := func(gpu string) error {
+			done := errors.New("checked")
+			err := store.Instances(f.db).Mutate(f.ctx, func(tx instances.Tx) error {
+				if err := instances.HoldMemberGPUsForTest(f.ctx, tx, []instances.InstanceMember{{GPUUUIDs: []string{gpu}}}, a); err != nil {
+					return err
+				}
+				return done
+			})
+			if errors.Is(err, done) {
+				return nil
+			}
+			return err
+		}
+		if err := hold("GPU-a"); codeOf(err) != "validation_failed" || !strings.Contains(fieldMessage(err), "GPU-a") {
+			t.Fatalf("a member given the GPU a launch took meanwhile: %v", err)
+		}
+		must(t, hold("GPU-b"))
+	})
 }
