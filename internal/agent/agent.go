@@ -39,8 +39,9 @@ type Config struct {
 	// AdvertiseAddress is how operators reach this host for ssh -L tunnels
 	// to those ports (the hostname when empty). The server never connects in.
 	AdvertiseAddress string
-	// OrphanGrace is how long a labelled container of no known task may live
-	// before the agent removes it (default 10 minutes).
+	// OrphanGrace is how long a labelled container of no known task, or a
+	// network or volume of a Compose project with no container left, may
+	// live before the agent removes it (default 10 minutes).
 	OrphanGrace time.Duration
 	// ImagePruneGrace is how long an image the agent pulled may stay unused
 	// by every container (its instances decommissioned) before the agent
@@ -419,12 +420,20 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 	return err
 }
 
-// reconcileOnce removes orphans past their grace and images of
+// reconcileOnce removes orphans (containers, and the networks and volumes
+// of Compose projects) past their grace and images of
 // decommissioned instances past theirs.
 func (a *Agent) reconcileOnce(ctx context.Context) error {
 	res, err := a.drv.Housekeep(ctx)
 	for _, w := range res.Removed {
 		a.log.InfoContext(ctx, "orphan removed", "container_id", w.ContainerID, "task_id", w.TaskID, "instance_id", w.InstanceID)
+	}
+	// Heartbeats report containers only, so these need no early beat.
+	for _, n := range res.RemovedNetworks {
+		a.log.InfoContext(ctx, "orphan network removed", "network", n)
+	}
+	for _, v := range res.RemovedVolumes {
+		a.log.InfoContext(ctx, "orphan volume removed", "volume", v)
 	}
 	if len(res.Removed) > 0 {
 		a.mu.Lock()

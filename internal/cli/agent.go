@@ -75,7 +75,7 @@ task queue and runs workloads on the local Docker engine.`,
 	f.StringVar(&cfg.Name, "name", "", "node name (default: the hostname)")
 	f.StringVar(&cfg.HostAddress, "host-address", "127.0.0.1", "host-local address workload ports are published on")
 	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "how operators reach this host for ssh -L tunnels to workload ports (default: the hostname)")
-	f.DurationVar(&cfg.OrphanGrace, "orphan-grace", 10*time.Minute, "how long a gpuaas-labelled container of no known task lives before it is removed")
+	f.DurationVar(&cfg.OrphanGrace, "orphan-grace", 10*time.Minute, "how long a gpuaas-labelled container of no known task, or a Compose project network or volume with no container left, lives before it is removed")
 	f.DurationVar(&cfg.ImagePruneGrace, "image-prune-grace", agent.DefaultImagePruneGrace, "how long an image the agent pulled stays once no container uses it (its instances decommissioned) before it is removed")
 	f.IntVar(&cfg.PollWait, "poll-wait", 60, "task long-poll wait in seconds (at most 60); queued tasks wake the poll at once, so a long wait only saves the control plane work")
 	f.IntVar(&cfg.Concurrency, "concurrency", agent.DefaultConcurrency, "how many tasks run at once (the tasks of one instance run one at a time, in order)")

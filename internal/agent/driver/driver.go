@@ -84,8 +84,11 @@ type Engine struct {
 
 // Housekeeping is what one housekeeping pass removed.
 type Housekeeping struct {
-	Removed      []nodeapi.Workload // orphans
-	PrunedImages []string
+	Removed []nodeapi.Workload // orphans
+	// The orphan Compose project networks and volumes removed, by name.
+	RemovedNetworks []string
+	RemovedVolumes  []string
+	PrunedImages    []string
 }
 
 // Credentials are registry credentials for one pull.

@@ -80,10 +80,11 @@ func (e *Docker) Down(ctx context.Context, project, instanceID string) error {
 // has used for theirs.
 func (e *Docker) Housekeep(ctx context.Context) (driver.Housekeeping, error) {
 	res, err := e.rec.Run(ctx)
+	// What the pass removed before it failed is reported too.
+	out := driver.Housekeeping{Removed: res.Removed, RemovedNetworks: res.RemovedNetworks, RemovedVolumes: res.RemovedVolumes}
 	if err != nil {
-		return driver.Housekeeping{}, err
+		return out, err
 	}
-	out := driver.Housekeeping{Removed: res.Removed}
 	out.PrunedImages, err = e.prune.Run(ctx)
 	return out, err
 }
