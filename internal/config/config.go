@@ -38,6 +38,7 @@ type Config struct {
 	AccessTokenTTL         time.Duration // people's access tokens
 	ServiceAccountTokenTTL time.Duration // auth.service_account_token_ttl_seconds
 	IdempotencyTTL         time.Duration
+	AuditRetention         time.Duration // how long audit rows are kept before internal/audit deletes them (0: forever)
 	MaxBodyBytes           int64
 	ShutdownTimeout        time.Duration
 
@@ -178,6 +179,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.AccessTokenTTL, "access-token-ttl", c.AccessTokenTTL, "lifetime of people's access tokens")
 	fs.DurationVar(&c.ServiceAccountTokenTTL, "service-account-token-ttl", c.ServiceAccountTokenTTL, "lifetime of service-account tokens (auth.service_account_token_ttl_seconds)")
 	fs.DurationVar(&c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long idempotency keys are remembered")
+	fs.DurationVar(&c.AuditRetention, "audit-retention", c.AuditRetention, "how long audit rows are kept before they are deleted (0 keeps them forever; at least 24h otherwise)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest accepted JSON request body")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "grace period for in-flight requests on SIGTERM")
 	fs.DurationVar(&c.ReadTimeout, "read-timeout", c.ReadTimeout, "longest time to read one request, headers and body (streaming routes use --stream-timeout)")
@@ -312,6 +314,13 @@ func (c *Config) Validate() error {
 	}
 	if c.IdempotencyTTL < time.Minute {
 		errs = append(errs, errors.New("--idempotency-ttl must be at least 1m"))
+	}
+	// Deleting audit rows is opt-in and cannot be undone: a retention
+	// shorter than a day is almost certainly a unit slip, not a policy.
+	if c.AuditRetention < 0 {
+		errs = append(errs, fmt.Errorf("--audit-retention %s: must not be negative; set 0 to keep audit rows forever, or a duration of at least 24h (720h is 30 days) to delete rows older than it", c.AuditRetention))
+	} else if c.AuditRetention > 0 && c.AuditRetention < 24*time.Hour {
+		errs = append(errs, fmt.Errorf("--audit-retention %s: want at least 24h, or 0 to keep audit rows forever; an audit trail shorter than a day is almost certainly a typo (720m is 12 hours, 720h is 30 days)", c.AuditRetention))
 	}
 	if c.MaxBlobBytes < 1 || c.ProjectBlobQuota < 0 {
 		errs = append(errs, errors.New("--max-blob-bytes must be positive and --project-blob-quota-bytes not negative"))

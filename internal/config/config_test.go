@@ -146,3 +146,41 @@ func TestProductionWarnings(t *testing.T) {
 		}
 	}
 }
+
+// Audit pruning is opt-in (0 keeps rows forever) and cannot be undone: a
+// negative retention, or one under a day (a unit slip, as 720m for 720h),
+// is refused with the flag named and what to set instead.
+func TestValidateAuditRetention(t *testing.T) {
+	for _, tc := range []struct {
+		retention time.Duration
+		want      string // "" accepted
+	}{
+		{0, ""},
+		{24 * time.Hour, ""},
+		{720 * time.Hour, ""},
+		{-time.Hour, "--audit-retention -1h0m0s: must not be negative; set 0 to keep audit rows forever"},
+		{720 * time.Minute, "--audit-retention 12h0m0s: want at least 24h, or 0 to keep audit rows forever; an audit trail shorter than a day is almost certainly a typo"},
+		{24*time.Hour - time.Second, "--audit-retention 23h59m59s: want at least 24h"},
+	} {
+		c := Defaults()
+		c.DatabaseURL, c.SecretKey = "sqlite:///tmp/x.db", "k"
+		c.AuditRetention = tc.retention
+		err := c.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("--audit-retention %s refused: %v", tc.retention, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("--audit-retention %s: %v, want an error containing %q", tc.retention, err, tc.want)
+		}
+	}
+	if Defaults().AuditRetention != 0 {
+		t.Errorf("the default audit retention is %s, want 0 (keep forever)", Defaults().AuditRetention)
+	}
+	// The flag and its environment variable set it.
+	c := Defaults()
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	c.Bind(fs)
+	if err := ApplyEnv(fs, func(k string) (string, bool) { return "2160h", k == "GPUAAS_AUDIT_RETENTION" }); err != nil || c.AuditRetention != 90*24*time.Hour {
+		t.Errorf("GPUAAS_AUDIT_RETENTION=2160h: %s %v", c.AuditRetention, err)
+	}
+}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/api"
 	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/audit"
 	"github.com/gpuaas/gpuaas/internal/catalog"
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/config"
@@ -184,6 +185,11 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	cat.AddInstanceGate(a.Instances)
 	arts.AddInstanceUsage(a.Instances)
 	a.Workers = append(a.Workers, a.Instances.Worker(), a.Instances.HeartbeatWorker(), a.Instances.DeadlineWorker(), a.billing.meter, a.billing.rating)
+	// Audit rows older than --audit-retention go (none with the default 0);
+	// like the outbox cleaner, only the relay's leader deletes them.
+	pruner := &audit.Pruner{Store: store.Audit(db), Retention: cfg.AuditRetention, Leader: a.events.relay.Leader,
+		Logger: logger.With("component", "audit.retention"), Now: now}
+	a.Workers = append(a.Workers, pruner.Worker())
 	releaseKey, err := releases.LoadSigningKey(ctx, db.Queries(), seal, now)
 	if err != nil {
 		return nil, err

@@ -180,3 +180,6 @@ func QueryPlanForTest(ctx context.Context, db *DB, query string, args ...any) (s
 	})
 	return strings.Join(lines, "\n"), err
 }
+
+// PruneAuditQueryForTest is one batch of PruneAudit on d, for its plan.
+func PruneAuditQueryForTest(d Dialect, batch int) string { return pruneAuditQuery(d, batch) }
