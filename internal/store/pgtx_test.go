@@ -17,7 +17,9 @@ import (
 // with no transaction open (pgx's stdlib would close one that has: it must
 // not have to), and the next one must work.
 func TestPostgresTransactionsEndClean(t *testing.T) {
-	db := storetest.Open(t, store.Postgres)
+	// A database of its own: the session count below is the database's,
+	// which other tests' schemas would move.
+	db := storetest.OpenOwnDatabase(t)
 	ctx := context.Background()
 	audit := func(id string) store.AuditEvent {
 		return store.AuditEvent{ID: id, OccurredAt: time.Now(), ActorType: "system", ActorID: "test", Action: "pgtx.test",

@@ -76,6 +76,44 @@ func URL(t testing.TB, d store.Dialect) string {
 	return u.String()
 }
 
+// OpenOwnDatabase returns a migrated PostgreSQL database of its own on the
+// configured server, dropped at cleanup: for a test that reads the
+// server's per-database statistics (pg_stat_database), which the schemas
+// of tests running beside it would move too.
+func OpenOwnDatabase(t testing.TB) *store.DB {
+	t.Helper()
+	base := PostgresURL(t)
+	name := "t_" + randHex(8)
+	admin, err := sql.Open("pgx", base)
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(`CREATE DATABASE ` + name); err != nil {
+		t.Fatalf("postgres: create database: %v", err)
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("postgres url: %v", err)
+	}
+	u.Path = "/" + name
+	db, err := store.Open(context.Background(), u.String(), nil)
+	if err != nil {
+		t.Fatalf("open %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		_ = db.Close()
+		if a, err := sql.Open("pgx", base); err == nil {
+			defer a.Close()
+			_, _ = a.Exec(`DROP DATABASE ` + name + ` WITH (FORCE)`)
+		}
+	})
+	if _, err := db.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate %s: %v", name, err)
+	}
+	return db
+}
+
 // PostgresURL returns the configured server URL or skips (fails under CI).
 func PostgresURL(t testing.TB) string {
 	t.Helper()
