@@ -28,10 +28,12 @@ func OutboxByCorrelationForTest(ctx context.Context, q *Queries, correlationID s
 }
 
 // LockWaitersForTest counts the other sessions of this database waiting
-// on a lock (PostgreSQL).
+// on a lock (PostgreSQL); of this test's own (storetest's application_name),
+// not of tests running beside it on the same server.
 func LockWaitersForTest(ctx context.Context, db *DB) (int, error) {
 	var n int
-	err := db.sql.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n)
+	err := db.sql.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'
+		AND application_name = current_setting('application_name')`).Scan(&n)
 	return n, err
 }
 
