@@ -26,14 +26,20 @@ var Dialects = []store.Dialect{store.SQLite, store.Postgres}
 // instead when CI=true, where skipping would hide a broken setup.
 func Open(t testing.TB, d store.Dialect) *store.DB {
 	t.Helper()
-	url := URL(t, d)
+	return openMigrated(t, string(d), URL(t, d))
+}
+
+// openMigrated opens the database at url (named what in failures), closed
+// at cleanup, and migrates it.
+func openMigrated(t testing.TB, what, url string) *store.DB {
+	t.Helper()
 	db, err := store.Open(context.Background(), url, nil)
 	if err != nil {
-		t.Fatalf("open %s: %v", d, err)
+		t.Fatalf("open %s: %v", what, err)
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	if _, err := db.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate %s: %v", d, err)
+		t.Fatalf("migrate %s: %v", what, err)
 	}
 	return db
 }
@@ -47,22 +53,7 @@ func URL(t testing.TB, d store.Dialect) string {
 	}
 	base := PostgresURL(t)
 	schema := "t_" + randHex(8)
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatalf("postgres: %v", err)
-	}
-	defer admin.Close()
-	if _, err := admin.Exec(`CREATE SCHEMA ` + schema); err != nil {
-		t.Fatalf("postgres: create schema: %v", err)
-	}
-	t.Cleanup(func() {
-		a, err := sql.Open("pgx", base)
-		if err != nil {
-			return
-		}
-		defer a.Close()
-		_, _ = a.Exec(`DROP SCHEMA ` + schema + ` CASCADE`)
-	})
+	onServer(t, base, `CREATE SCHEMA `+schema, `DROP SCHEMA `+schema+` CASCADE`)
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatalf("postgres url: %v", err)
@@ -84,34 +75,36 @@ func OpenOwnDatabase(t testing.TB) *store.DB {
 	t.Helper()
 	base := PostgresURL(t)
 	name := "t_" + randHex(8)
-	admin, err := sql.Open("pgx", base)
-	if err != nil {
-		t.Fatalf("postgres: %v", err)
-	}
-	defer admin.Close()
-	if _, err := admin.Exec(`CREATE DATABASE ` + name); err != nil {
-		t.Fatalf("postgres: create database: %v", err)
-	}
+	onServer(t, base, `CREATE DATABASE `+name, `DROP DATABASE `+name+` WITH (FORCE)`)
 	u, err := url.Parse(base)
 	if err != nil {
 		t.Fatalf("postgres url: %v", err)
 	}
 	u.Path = "/" + name
-	db, err := store.Open(context.Background(), u.String(), nil)
+	return openMigrated(t, name, u.String())
+}
+
+// onServer runs create on the PostgreSQL server at base now, and drop at
+// cleanup (after the cleanups registered later, such as closing the
+// database create made).
+func onServer(t testing.TB, base, create, drop string) {
+	t.Helper()
+	admin, err := sql.Open("pgx", base)
 	if err != nil {
-		t.Fatalf("open %s: %v", name, err)
+		t.Fatalf("postgres: %v", err)
+	}
+	defer admin.Close()
+	if _, err := admin.Exec(create); err != nil {
+		t.Fatalf("postgres: %s: %v", create, err)
 	}
 	t.Cleanup(func() {
-		_ = db.Close()
-		if a, err := sql.Open("pgx", base); err == nil {
-			defer a.Close()
-			_, _ = a.Exec(`DROP DATABASE ` + name + ` WITH (FORCE)`)
+		a, err := sql.Open("pgx", base)
+		if err != nil {
+			return
 		}
+		defer a.Close()
+		_, _ = a.Exec(drop)
 	})
-	if _, err := db.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate %s: %v", name, err)
-	}
-	return db
 }
 
 // PostgresURL returns the configured server URL or skips (fails under CI).
