@@ -236,21 +236,7 @@ func TestPlacementsOnANodeWaitForEachOther(t *testing.T) {
 		return port.InTx(other, func(q instances.Queries) error { return q.LockPlacement(other, "node-b") })
 	}))
 
-	locked, release, doneA := make(chan error, 1), make(chan struct{}), make(chan error, 1)
-	go func() {
-		doneA <- port.InTx(ctx, func(q instances.Queries) error {
-			err := q.LockPlacement(ctx, "node-a")
-			locked <- err
-			<-release
-			return err
-		})
-	}()
-	if err := <-locked; err != nil {
-		t.Fatalf("lock: %v", err)
-	}
-	doneB := make(chan error, 1)
-	go func() {
-		doneB <- port.InTx(ctx, func(q instances.Queries) error { return q.LockPlacement(ctx, "node-a") })
-	}()
-	noErr(t, "the second placement on node-a", afterLockWait(t, db, "pg_advisory_xact_lock", release, doneA, doneB))
+	noErr(t, "the second placement on node-a", race(t, db, port, "pg_advisory_xact_lock", func(q instances.Queries) error {
+		return q.LockPlacement(ctx, "node-a")
+	}))
 }
