@@ -40,7 +40,7 @@ func BenchmarkInitToSmoke(b *testing.B) {
 		}
 		run("go", "build", "-o", "app", ".")
 		run("cp", "/etc/ssl/certs/ca-certificates.crt", ".")
-		run("docker", "build", "-q", "-f", "Dockerfile.prebuilt", "-t", image, ".")
+		run("docker", "build", "--no-cache", "-q", "-f", "Dockerfile.prebuilt", "-t", image, ".")
 		out.Reset()
 		root = NewRoot(&out, &out)
 		root.SetArgs([]string{"app", "smoke", dir, "--image", image})

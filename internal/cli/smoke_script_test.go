@@ -26,6 +26,7 @@ func TestAppSmokeScripts(t *testing.T) {
 		t.Skip("builds apps and images and runs them on Docker")
 	}
 	agenttest.RequireDocker(t)
+	noCache := agenttest.NoBuildCache(t)
 	goEnv := map[string]string{}
 	for _, k := range []string{"GOCACHE", "GOMODCACHE", "GOPATH", "GOROOT"} {
 		out, err := exec.Command("go", "env", k).Output()
@@ -51,6 +52,9 @@ func TestAppSmokeScripts(t *testing.T) {
 			env.Setenv("CGO_ENABLED", "0")
 			env.Setenv("HOME", env.WorkDir)
 			env.Setenv("GPUAAS_CONFIG_DIR", env.WorkDir+"/.config")
+			// Builds skip the engine's build cache: other packages delete
+			// images on it meanwhile (agenttest.NoBuildCache).
+			env.Setenv("PATH", noCache+string(os.PathListSeparator)+env.Getenv("PATH"))
 			if h := os.Getenv("DOCKER_HOST"); h != "" {
 				env.Setenv("DOCKER_HOST", h)
 			}

@@ -44,10 +44,7 @@ if [ ! -f publisher.json ]; then
   gpuaas artifact keygen --out cosign
   gpuaas artifact signing-key add --name ci --public-key-file cosign.pub >/dev/null
 fi
-# --no-cache: a layer taken from the engine's cache may be another test's
-# image, which its cleanup can remove mid-build (CI saw "unable to find
-# image" at the COPY step).
-(cd examples/my-app && CGO_ENABLED=0 go build -ldflags "-X main.version=$V" -o my-app . && docker build -q --no-cache -t "$IMAGE:$APP-$V" . >/dev/null)
+(cd examples/my-app && CGO_ENABLED=0 go build -ldflags "-X main.version=$V" -o my-app . && docker build -q -t "$IMAGE:$APP-$V" . >/dev/null)
 art="$(gpuaas artifact push "$IMAGE:$APP-$V" --app "$APP" --version "$V" --sign-key cosign.key --as publisher -o json)"
 ref="$REGISTRY/$(jq -er '.repository + "@" + .digest' <<<"$art")"
 gpuaas artifact verify "$APP/$V/runtime" --reason check >/dev/null

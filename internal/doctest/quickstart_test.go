@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
 	"github.com/gpuaas/gpuaas/internal/testbin"
 )
 
@@ -60,8 +61,10 @@ func buildGpuaas(t testing.TB) string {
 const anyPort = "GPUAAS_LISTEN=127.0.0.1:0"
 
 // shellEnv is a clean environment for a walk: the built gpuaas first on
-// PATH, its own CLI config dir, nothing inherited that would pick another
-// server, profile or project.
+// PATH, then a docker whose builds skip the engine's build cache (other
+// packages delete images on the same engine meanwhile; see
+// agenttest.NoBuildCache), its own CLI config dir, nothing inherited that
+// would pick another server, profile or project.
 func shellEnv(t testing.TB, bin string, extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
@@ -71,7 +74,7 @@ func shellEnv(t testing.TB, bin string, extra ...string) []string {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+	env = append(env, "PATH="+strings.Join([]string{bin, agenttest.NoBuildCache(t), os.Getenv("PATH")}, string(os.PathListSeparator)),
 		"GPUAAS_CONFIG_DIR="+t.TempDir())
 	return append(env, extra...)
 }

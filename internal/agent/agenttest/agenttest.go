@@ -40,10 +40,14 @@ func (d Docker) Label() string { return ImageLabel + "=" + d.id }
 // ConfigDir is the private DOCKER_CONFIG directory (docker login writes there).
 func (d Docker) ConfigDir() string { return d.config }
 
-// Run runs one docker command.
+// Run runs one docker command; a build skips the engine's build cache
+// (see NoBuildCache).
 func (d Docker) Run(stdin string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
+	if len(args) > 0 && args[0] == "build" {
+		args = append([]string{"build", "--no-cache"}, args[1:]...)
+	}
 	cmd := exec.CommandContext(ctx, "docker", args...)
 	cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+d.config, "DOCKER_BUILDKIT=0")
 	cmd.Stdin = strings.NewReader(stdin)
@@ -80,6 +84,36 @@ func RequireDocker(t testing.TB) Docker {
 		t.Skipf("!!! SKIPPED: no Docker engine answers (%s); %s is NOT tested against Docker !!!", why, t.Name())
 	}
 	return d
+}
+
+// NoBuildCache returns a directory holding a docker command that runs the
+// real one and adds --no-cache to docker build. Scripts that build images as
+// a person would (the doc walks, the smoke scripts) put it first on their
+// PATH, so their commands stay as the docs print them.
+//
+// Test packages run side by side on one engine, and the engine's build cache
+// is not safe beside them. Docker 20.10's classic builder, probing its cache
+// for a step, reads every image that could hold the step's result; for a
+// first step on scratch that is every image on the engine without a parent
+// (every pulled, imported or scratch-built image). When another process
+// deletes one of them meanwhile (a test's cleanup, an agent's image pruner),
+// the build fails with `unable to find image "sha256:…"`. With --no-cache the
+// builder does not probe. Each test builds its images once, so the cache
+// saves a test nothing.
+func NoBuildCache(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("docker")
+	if err != nil {
+		t.Fatalf("no docker CLI on PATH: %v", err)
+	}
+	dir := t.TempDir()
+	script := "#!/bin/sh\n# agenttest.NoBuildCache: builds skip the engine's build cache.\n" +
+		"if [ \"$1\" = build ]; then shift; exec '" + bin + "' build --no-cache \"$@\"; fi\n" +
+		"exec '" + bin + "' \"$@\"\n"
+	if err := os.WriteFile(filepath.Join(dir, "docker"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // RemoveImages deletes every image this package built.
