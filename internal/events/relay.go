@@ -45,6 +45,13 @@ type Relay struct {
 	// Now is the server's clock: the lease, the sequencing and publishing
 	// times it stamps and the republish cutoff (nil: the wall clock).
 	Now func() time.Time
+	// OnLead is called, in the relay's goroutine, each time this replica
+	// takes the lease; set it before Start and keep each quick (a Kick).
+	// The jobs only the leader runs (outbox and audit retention) kick
+	// themselves with it: their first run at start usually comes before
+	// the first lease, and their next one an interval (up to an hour)
+	// later.
+	OnLead []func()
 
 	periodic worker.Periodic
 	leader   atomic.Bool
@@ -126,6 +133,11 @@ func (r *Relay) pass(ctx context.Context) error {
 				return err
 			}
 			r.Logger.InfoContext(ctx, "event relay took over; republishing the recent tail", "events", n)
+		}
+		if ok {
+			for _, f := range r.OnLead {
+				f()
+			}
 		}
 	}
 	if !ok {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,13 +129,19 @@ func TestRelayHandover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b1, b2 := &flakyBus{}, &flakyBus{}
-	r1 := &events.Relay{Log: store.EventLog(db), Bus: b1, Wake: wakeup.New(), Holder: "r1", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute}
-	r2 := &events.Relay{Log: store.EventLog(db), Bus: b2, Wake: wakeup.New(), Holder: "r2", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute}
+	var led1, led2 atomic.Int32 // OnLead calls
+	r1 := &events.Relay{Log: store.EventLog(db), Bus: b1, Wake: wakeup.New(), Holder: "r1", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute,
+		OnLead: []func(){func() { led1.Add(1) }}}
+	r2 := &events.Relay{Log: store.EventLog(db), Bus: b2, Wake: wakeup.New(), Holder: "r2", Interval: 20 * time.Millisecond, LeaseTTL: time.Minute,
+		OnLead: []func(){func() { led2.Add(1) }}}
 	if err := r1.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := r1.WaitRuns(ctx, 1); err != nil {
 		t.Fatal(err)
+	}
+	if n := led1.Load(); n != 1 || !r1.Leader() {
+		t.Fatalf("the first relay's first pass: leader %v, OnLead called %d times, want once", r1.Leader(), n)
 	}
 	if err := r2.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -142,12 +149,18 @@ func TestRelayHandover(t *testing.T) {
 	defer r2.Stop()
 	emitN(t, db, 5)
 	waitFor(t, func() bool { return len(b1.received()) == 5 })
-	if r2.Leader() || len(b2.received()) != 0 {
-		t.Fatal("the second relay published while the first held the lease")
+	if r2.Leader() || len(b2.received()) != 0 || led2.Load() != 0 {
+		t.Fatalf("the second relay published (or was told it leads, %d) while the first held the lease", led2.Load())
+	}
+	if n := led1.Load(); n != 1 {
+		t.Fatalf("OnLead called %d times while the first relay kept its lease, want once", n)
 	}
 	r1.Stop()
 	emitN(t, db, 3)
 	waitFor(t, func() bool { return r2.Leader() && len(b2.received()) >= 3 })
+	if n := led2.Load(); n != 1 {
+		t.Fatalf("the second relay took over: OnLead called %d times, want once", n)
+	}
 	for _, e := range b2.received() {
 		if e.Sequence <= 5 && e.Sequence > 0 {
 			continue // the new leader's republished tail; deduplicated by id on the bus

@@ -64,6 +64,8 @@ type App struct {
 	events   *eventParts      // NATS, outbox relay, event streams (issue 10)
 	billing  *billingParts    // usage, ledger, budgets (issue 13)
 	gateway  *gateway.Gateway // instance UIs on their own origins (issue 20)
+	// auditPruner deletes audit rows past --audit-retention.
+	auditPruner *worker.Periodic
 	// now is the one clock every service reads (config.Now; the wall
 	// clock by default).
 	now func() time.Time
@@ -186,10 +188,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	arts.AddInstanceUsage(a.Instances)
 	a.Workers = append(a.Workers, a.Instances.Worker(), a.Instances.HeartbeatWorker(), a.Instances.DeadlineWorker(), a.billing.meter, a.billing.rating)
 	// Audit rows older than --audit-retention go (none with the default 0);
-	// like the outbox cleaner, only the relay's leader deletes them.
+	// like the outbox cleaner, only the relay's leader deletes them, from
+	// the moment it takes the lease.
 	pruner := &audit.Pruner{Store: store.Audit(db), Retention: cfg.AuditRetention, Leader: a.events.relay.Leader,
 		Logger: logger.With("component", "audit.retention"), Now: now}
-	a.Workers = append(a.Workers, pruner.Worker())
+	a.auditPruner = pruner.Worker()
+	a.events.relay.OnLead = append(a.events.relay.OnLead, a.auditPruner.Kick)
+	a.Workers = append(a.Workers, a.auditPruner)
 	releaseKey, err := releases.LoadSigningKey(ctx, db.Queries(), seal, now)
 	if err != nil {
 		return nil, err
@@ -366,3 +371,6 @@ func (a *App) Close() error {
 
 // Now is the server's clock: what every service reads as the time.
 func (a *App) Now() time.Time { return a.now() }
+
+// AuditPruner is this replica's audit retention worker.
+func (a *App) AuditPruner() *worker.Periodic { return a.auditPruner }

@@ -67,6 +67,7 @@ func (a *App) newEventParts(ctx context.Context) (*eventParts, error) {
 	relay := &events.Relay{Log: eventLog, Bus: bus, Wake: wake, Holder: fmt.Sprintf("%s/%d/%s", host, os.Getpid(), randomHex(4)),
 		LeaseTTL: cfg.LeaseTTL, Republish: min(cfg.DuplicateWindow/2, time.Minute), Interval: cfg.RelayInterval, Logger: a.Logger.With("component", "events.relay"), Now: a.now}
 	cleaner := &events.Cleaner{Log: eventLog, Relay: relay, Retention: cfg.Retention, Logger: a.Logger.With("component", "events.retention"), Now: a.now}
+	relay.OnLead = append(relay.OnLead, cleaner.Kick)
 	p := &eventParts{conn: conn, bus: bus, wake: wake, relay: relay, cleaner: cleaner,
 		reader:  &events.Reader{Log: eventLog, Wake: wake, KeepAlive: cfg.KeepAlive, Reauthorize: cfg.Reauthorize, Poll: cfg.RelayInterval, WriteTimeout: cfg.WriteTimeout, Now: a.now},
 		workers: worker.Group{relay, cleaner}}
