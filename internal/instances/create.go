@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -46,6 +47,7 @@ const (
 	CodeRequired              = "required"
 	CodeHostPortInUse         = "host_port_in_use"
 	CodeNotEntitled           = "not_entitled"
+	CodeEntitlementChanged    = "entitlement_changed"
 	CodeNotFound              = "not_found"
 	CodeVersionNotLaunchable  = "version_not_launchable"
 	CodeArtifactNotReady      = "artifact_not_ready"
@@ -141,6 +143,9 @@ func (s *Service) Create(ctx context.Context, g *iam.Grants, projectID string, i
 			return err
 		}
 		if err := holdVersion(ctx, tx, inst.AppSlug, inst.Version, false); err != nil {
+			return err
+		}
+		if err := holdEntitlement(ctx, tx, p, t, req); err != nil {
 			return err
 		}
 		if err := holdArtifacts(ctx, tx, t.artifacts); err != nil {
@@ -299,6 +304,37 @@ func holdVersion(ctx context.Context, tx Tx, appSlug, version string, existing b
 	}
 	return launchRefusal(errdefs.FailedPrecondition("version_not_launchable",
 		"version %s of app %s became %s while this request ran; pick a published version (gpuaas app versions %s)", version, appSlug, v.Status, appSlug))
+}
+
+// holdEntitlement keeps the entitlements a launch was resolved under (the
+// project's, and the org's for an org-shared instance) from changing until
+// the transaction that records it ends, and refuses the launch if they
+// changed since resolve read them: disabled, or narrowed so that the
+// request now resolves to other values. Without the hold, an entitlement
+// disabled while a launch ran could be followed by a new instance of the
+// app, its audit row after the disabling's.
+func holdEntitlement(ctx context.Context, tx Tx, p iam.Project, t target, req catalog.LaunchRequest) error {
+	eff, err := catalog.ResolveEntitled(ctx, sharedEntitlements{tx}, p, t.version.AppSlug, t.manifest, req)
+	if err != nil {
+		return launchRefusal(err)
+	}
+	if !reflect.DeepEqual(eff, t.effective) {
+		return errdefs.Validation([]errdefs.FieldError{{Field: "/app_slug", Code: CodeEntitlementChanged,
+			Message: fmt.Sprintf("the entitlement to app %s changed while this request ran, and the launch would now resolve to other values; preview it again and send it again", t.version.AppSlug)}})
+	}
+	return nil
+}
+
+// sharedEntitlements is the recording transaction as the catalog's launch
+// resolution reads it, with the entitlements read held (ShareEntitlement).
+type sharedEntitlements struct{ Tx }
+
+func (s sharedEntitlements) GetEntitlement(ctx context.Context, projectID, appSlug string) (catalog.AppEntitlement, error) {
+	return s.ShareEntitlement(ctx, projectID, appSlug)
+}
+
+func (s sharedEntitlements) GetOrgEntitlement(ctx context.Context, orgID, appSlug string) (catalog.AppEntitlement, error) {
+	return s.ShareOrgEntitlement(ctx, orgID, appSlug)
 }
 
 // holdArtifacts keeps the artifacts resolve pinned from changing state

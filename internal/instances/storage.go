@@ -215,6 +215,12 @@ type Queries interface {
 	// a launch or version change recorded against it cannot cross its
 	// retirement.
 	ShareAppVersion(ctx context.Context, appSlug, version string) (catalog.AppVersion, error)
+	// ShareEntitlement and ShareOrgEntitlement read a project's (an org's)
+	// entitlement to an app and keep it from changing until the
+	// transaction ends (the catalog's update waits), so a launch recorded
+	// under it cannot cross its disabling.
+	ShareEntitlement(ctx context.Context, projectID, appSlug string) (catalog.AppEntitlement, error)
+	ShareOrgEntitlement(ctx context.Context, orgID, appSlug string) (catalog.AppEntitlement, error)
 	// CountLiveInstancesUsingDigest counts the instances not
 	// decommissioned that run digest, as their own or a member's.
 	CountLiveInstancesUsingDigest(ctx context.Context, digest string) (int, error)

@@ -195,7 +195,17 @@ func (q *Queries) updateEntitlement(ctx context.Context, table string, e catalog
 
 // GetEntitlement returns the entitlement of a project to an app.
 func (q *Queries) GetEntitlement(ctx context.Context, projectID, appSlug string) (catalog.AppEntitlement, error) {
-	e, err := scanEntitlement(q.queryRow(ctx, `SELECT `+entitlementCols+` FROM app_entitlements WHERE project_id = ? AND app_slug = ?`,
+	return q.getEntitlement(ctx, projectID, appSlug, "")
+}
+
+// ShareEntitlement reads a project's entitlement to an app and keeps it
+// from changing until the transaction ends (an update waits).
+func (q *Queries) ShareEntitlement(ctx context.Context, projectID, appSlug string) (catalog.AppEntitlement, error) {
+	return q.getEntitlement(ctx, projectID, appSlug, q.forShare())
+}
+
+func (q *Queries) getEntitlement(ctx context.Context, projectID, appSlug, lock string) (catalog.AppEntitlement, error) {
+	e, err := scanEntitlement(q.queryRow(ctx, `SELECT `+entitlementCols+` FROM app_entitlements WHERE project_id = ? AND app_slug = ?`+lock,
 		projectID, appSlug))
 	return e, scanOne(err)
 }
@@ -250,7 +260,17 @@ func (q *Queries) UpdateOrgEntitlement(ctx context.Context, e catalog.AppEntitle
 
 // GetOrgEntitlement returns the entitlement of an org to an app.
 func (q *Queries) GetOrgEntitlement(ctx context.Context, orgID, appSlug string) (catalog.AppEntitlement, error) {
-	e, err := scanEntitlement(q.queryRow(ctx, orgEntitlementSelect+` WHERE org_id = ? AND app_slug = ?`, orgID, appSlug))
+	return q.getOrgEntitlement(ctx, orgID, appSlug, "")
+}
+
+// ShareOrgEntitlement reads an org's entitlement to an app and keeps it
+// from changing until the transaction ends (an update waits).
+func (q *Queries) ShareOrgEntitlement(ctx context.Context, orgID, appSlug string) (catalog.AppEntitlement, error) {
+	return q.getOrgEntitlement(ctx, orgID, appSlug, q.forShare())
+}
+
+func (q *Queries) getOrgEntitlement(ctx context.Context, orgID, appSlug, lock string) (catalog.AppEntitlement, error) {
+	e, err := scanEntitlement(q.queryRow(ctx, orgEntitlementSelect+` WHERE org_id = ? AND app_slug = ?`+lock, orgID, appSlug))
 	return e, scanOne(err)
 }
 

@@ -157,14 +157,27 @@ func afterLockWait(t *testing.T, db *store.DB, table string, release chan struct
 // ShareAppArtifact); a retire takes them exclusively (LockAppVersion, the
 // artifact's state update) before it counts the instances using them. So
 // a retire waits for a launch that read them first, and then counts its
-// instance. Launches share them with each other.
+// instance. A launch shares the entitlements it is recorded under
+// (ShareEntitlement, ShareOrgEntitlement) the same way, so disabling one
+// waits for it. Launches share them with each other.
 func TestRetiresWaitForASharedLaunch(t *testing.T) {
 	db := storetest.Open(t, store.Postgres)
 	ctx := context.Background()
-	v := mkVersion(t, db, mkApp(t, db, "held"), "1.0.0", catalog.StatusDeprecated)
+	app := mkApp(t, db, "held")
+	v := mkVersion(t, db, app, "1.0.0", catalog.StatusDeprecated)
 	o, p := tenant(t, db, "held")
 	a := mkAppArtifact(o, p, "held", "1.0.0", "main", "sha256:held")
 	noErr(t, "insert artifact", store.Artifacts(db).Read().InsertAppArtifact(ctx, a))
+	ent := catalog.AppEntitlement{ID: newID(), ProjectID: p.ID, OrgID: o.ID, AppID: app.ID, AppSlug: app.Slug, Enabled: true, PolicyOverrides: []byte(`{}`),
+		UpdatedBy: "user:x", CreatedAt: t0, UpdatedAt: t0}
+	noErr(t, "insert entitlement", db.Queries().CreateEntitlement(ctx, ent))
+	orgEnt := ent
+	orgEnt.ID, orgEnt.ProjectID = newID(), ""
+	noErr(t, "insert org entitlement", db.Queries().CreateOrgEntitlement(ctx, orgEnt))
+	disabled := func(e catalog.AppEntitlement) catalog.AppEntitlement {
+		e.Enabled, e.UpdatedAt = false, at(time.Minute)
+		return e
+	}
 	for _, c := range []struct {
 		table  string
 		share  func(context.Context, instances.Queries) error
@@ -185,6 +198,14 @@ func TestRetiresWaitForASharedLaunch(t *testing.T) {
 			next.LifecycleState = artifacts.StateRetired
 			return q.UpdateAppArtifactState(ctx, next, a.LifecycleState, a.TrustState, false)
 		}},
+		{"app_entitlements", func(ctx context.Context, q instances.Queries) error {
+			_, err := q.ShareEntitlement(ctx, p.ID, app.Slug)
+			return err
+		}, func(q *store.Queries) error { return q.UpdateEntitlement(ctx, disabled(ent)) }},
+		{"app_org_entitlements", func(ctx context.Context, q instances.Queries) error {
+			_, err := q.ShareOrgEntitlement(ctx, o.ID, app.Slug)
+			return err
+		}, func(q *store.Queries) error { return q.UpdateOrgEntitlement(ctx, disabled(orgEnt)) }},
 	} {
 		t.Run(c.table, func(t *testing.T) {
 			// The second launch would wait until the deadline if the first
