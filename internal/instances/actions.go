@@ -102,7 +102,8 @@ func (s *Service) changeVersion(ctx context.Context, g *iam.Grants, projectID, i
 	if err := json.Unmarshal(inst.Effective, &doc); err != nil {
 		return AppInstance{}, InstanceOperation{}, err
 	}
-	if _, err := s.resolve(ctx, s.Store.Read(), p, inst.AppSlug, in.TargetVersion, doc.Request, inst.TargetAllocationID, kind == OpRollback, gpuCheck{on: true, except: inst.ID}); err != nil {
+	t, err := s.resolve(ctx, s.Store.Read(), p, inst.AppSlug, in.TargetVersion, doc.Request, inst.TargetAllocationID, kind == OpRollback, gpuCheck{on: true, except: inst.ID})
+	if err != nil {
 		return AppInstance{}, InstanceOperation{}, targetRefusal(err)
 	}
 	status, event, verb := StatusUpgrading, EventUpgradeRequested, "upgrade"
@@ -110,7 +111,15 @@ func (s *Service) changeVersion(ctx context.Context, g *iam.Grants, projectID, i
 		status, event, verb = StatusRollingBack, EventRollbackRequested, "roll back"
 	}
 	op := s.newOperation(ctx, inst, kind, inst.Version, in.TargetVersion, fmt.Sprintf("%s %s from %s to %s", verb, inst.AppSlug, inst.Version, in.TargetVersion))
-	out, err := s.begin(ctx, inst, op, status, event, "app_instance."+string(kind))
+	// What the move was resolved under is held until it is recorded, as a
+	// launch holds it: the target version's status and the entitlement.
+	hold := func(ctx context.Context, tx Tx) error {
+		if err := holdVersion(ctx, tx, inst.AppSlug, in.TargetVersion, kind == OpRollback); err != nil {
+			return targetRefusal(err)
+		}
+		return targetRefusal(holdEntitlement(ctx, tx, p, t, doc.Request))
+	}
+	out, err := s.begin(ctx, inst, op, status, event, "app_instance."+string(kind), hold)
 	return out, op, err
 }
 
@@ -179,7 +188,7 @@ func (s *Service) Decommission(ctx context.Context, g *iam.Grants, projectID, id
 		return AppInstance{}, InstanceOperation{}, errBusy(inst)
 	}
 	op := s.newOperation(ctx, inst, OpDecommission, inst.Version, "", fmt.Sprintf("decommission %s %s", inst.AppSlug, inst.Version))
-	out, err := s.begin(ctx, inst, op, StatusDecommissioning, EventDecommissionRequested, "app_instance.decommission")
+	out, err := s.begin(ctx, inst, op, StatusDecommissioning, EventDecommissionRequested, "app_instance.decommission", nil)
 	if e, ok := errdefs.As(err); ok && e.Code == operationInProgressCode {
 		// Another request won the race for the instance; when it was a
 		// decommission too, this one is its repeat, not a conflict.
@@ -212,8 +221,10 @@ func (s *Service) decommissionRepeated(ctx context.Context, inst AppInstance) (A
 
 // begin records a lifecycle request: the operation, the instance's new
 // status, its event and audit row — refused with 409 if another request
-// won the race for the instance.
-func (s *Service) begin(ctx context.Context, inst AppInstance, op InstanceOperation, status InstanceStatus, event, action string) (AppInstance, error) {
+// won the race for the instance. hold, when set, runs once the instance is
+// locked, before anything is written: it keeps what the request was
+// resolved under from changing until the recording commits, or refuses.
+func (s *Service) begin(ctx context.Context, inst AppInstance, op InstanceOperation, status InstanceStatus, event, action string, hold func(context.Context, Tx) error) (AppInstance, error) {
 	before := inst
 	inst.Status, inst.CurrentOperationID, inst.UpdatedAt = status, op.ID, s.Now().UTC()
 	err := s.Store.Mutate(ctx, func(tx Tx) error {
@@ -229,9 +240,9 @@ func (s *Service) begin(ctx context.Context, inst AppInstance, op InstanceOperat
 			}
 			return err
 		}
-		if op.Kind == OpUpgrade || op.Kind == OpRollback {
-			if err := holdVersion(ctx, tx, inst.AppSlug, op.TargetVersion, op.Kind == OpRollback); err != nil {
-				return targetRefusal(err)
+		if hold != nil {
+			if err := hold(ctx, tx); err != nil {
+				return err
 			}
 		}
 		if err := tx.UpdateAppInstance(ctx, inst, before.Status); err != nil {

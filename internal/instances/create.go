@@ -306,13 +306,13 @@ func holdVersion(ctx context.Context, tx Tx, appSlug, version string, existing b
 		"version %s of app %s became %s while this request ran; pick a published version (gpuaas app versions %s)", version, appSlug, v.Status, appSlug))
 }
 
-// holdEntitlement keeps the entitlements a launch was resolved under (the
-// project's, and the org's for an org-shared instance) from changing until
-// the transaction that records it ends, and refuses the launch if they
-// changed since resolve read them: disabled, or narrowed so that the
-// request now resolves to other values. Without the hold, an entitlement
-// disabled while a launch ran could be followed by a new instance of the
-// app, its audit row after the disabling's.
+// holdEntitlement keeps the entitlements a launch (or an upgrade or
+// rollback) was resolved under (the project's, and the org's for an
+// org-shared instance) from changing until the transaction that records it
+// ends, and refuses it if they changed since resolve read them: disabled,
+// or narrowed so that the request now resolves to other values. Without
+// the hold, an entitlement disabled while a launch ran could be followed by
+// a new instance of the app, its audit row after the disabling's.
 func holdEntitlement(ctx context.Context, tx Tx, p iam.Project, t target, req catalog.LaunchRequest) error {
 	eff, err := catalog.ResolveEntitled(ctx, sharedEntitlements{tx}, p, t.version.AppSlug, t.manifest, req)
 	if err != nil {
@@ -320,7 +320,7 @@ func holdEntitlement(ctx context.Context, tx Tx, p iam.Project, t target, req ca
 	}
 	if !reflect.DeepEqual(eff, t.effective) {
 		return errdefs.Validation([]errdefs.FieldError{{Field: "/app_slug", Code: CodeEntitlementChanged,
-			Message: fmt.Sprintf("the entitlement to app %s changed while this request ran, and the launch would now resolve to other values; preview it again and send it again", t.version.AppSlug)}})
+			Message: fmt.Sprintf("the entitlement to app %s changed while this request ran, and the request would now resolve to other values; preview it again and send it again", t.version.AppSlug)}})
 	}
 	return nil
 }

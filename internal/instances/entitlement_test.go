@@ -5,9 +5,11 @@ import (
 	"testing"
 
 	"github.com/gpuaas/gpuaas/internal/catalog"
+	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
 
 // A launch is recorded under the entitlement as it is when it is recorded:
@@ -65,4 +67,53 @@ func (g *inTxGate) CheckInstance(_ context.Context, tx storage.Tx, _, _ string) 
 		g.run()
 	}
 	return nil
+}
+
+// An upgrade or rollback is recorded under the entitlement as it is when
+// it is recorded, as a launch is: an entitlement disabled, or narrowed
+// away from the target version, after the request was resolved (the
+// placement hook changes it there) refuses it, and the instance goes on
+// running the version it ran, with no operation begun.
+func TestVersionChangeUnderAnEntitlementChangedMeanwhile(t *testing.T) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		f := newFixture(t, d)
+		off, on := false, true
+		entitle := func(in catalog.EntitlementInput) {
+			if _, err := f.cat.PutEntitlement(f.ctx, f.g, f.project.ID, "echo", in); err != nil {
+				t.Errorf("change the entitlement: %v", err)
+			}
+		}
+		inst := f.launchRunning(t, "1.0.0")
+		_, _, err := f.svc.Upgrade(f.ctx, f.g, f.project.ID, inst.ID, instances.VersionInput{TargetVersion: "2.0.0"})
+		must(t, err)
+		f.finish(t)
+		for _, c := range []struct {
+			name, version, field string
+			change               catalog.EntitlementInput
+			move                 func(context.Context, *iam.Grants, string, string, instances.VersionInput) (instances.AppInstance, instances.InstanceOperation, error)
+		}{
+			{"upgrade, entitlement disabled", "3.0.0", "/app_slug", catalog.EntitlementInput{Enabled: &off}, f.svc.Upgrade},
+			{"upgrade, narrowed to other versions", "3.0.0", "/target_version", catalog.EntitlementInput{Enabled: &on,
+				PolicyOverrides: &catalog.EntitlementOverrides{AllowedVersions: []string{"1.0.0", "2.0.0"}}}, f.svc.Upgrade},
+			{"rollback, entitlement disabled", "1.0.0", "/app_slug", catalog.EntitlementInput{Enabled: &off}, f.svc.Rollback},
+			{"rollback, narrowed to other versions", "1.0.0", "/target_version", catalog.EntitlementInput{Enabled: &on,
+				PolicyOverrides: &catalog.EntitlementOverrides{AllowedVersions: []string{"2.0.0", "3.0.0"}}}, f.svc.Rollback},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				before := len(f.eventTypes(t, inst.ID))
+				f.allocs.placing = func() { entitle(c.change) }
+				_, _, err := c.move(f.ctx, f.g, f.project.ID, inst.ID, instances.VersionInput{TargetVersion: c.version})
+				if field, code := fieldCode(t, err); field != c.field || code != instances.CodeNotEntitled {
+					t.Fatalf("%s: %s %s (%v), want %s %s", c.name, field, code, err, c.field, instances.CodeNotEntitled)
+				}
+				if got := f.get(t, inst.ID); got.Status != instances.StatusRunning || got.Version != "2.0.0" {
+					t.Fatalf("after the refusal: %s %s, want running 2.0.0", got.Status, got.Version)
+				}
+				if after := f.eventTypes(t, inst.ID); len(after) != before {
+					t.Fatalf("events recorded by the refused request: %v", after[before:])
+				}
+				entitle(catalog.EntitlementInput{Enabled: &on, PolicyOverrides: &catalog.EntitlementOverrides{}})
+			})
+		}
+	})
 }
