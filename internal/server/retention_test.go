@@ -18,7 +18,7 @@ import (
 // runs as soon as the replica takes the lease, not an hour later: its run at
 // start usually finds the lease not yet taken, and a replica that takes over
 // from another must not wait a whole interval either. The test takes the
-// lease away (the relay stops, as on a handover), leaves rows past the
+// lease away (the relay stops, as on a handover), leaves a row past the
 // retention, and gives it back.
 func TestAuditRetentionRunsWhenTheReplicaLeads(t *testing.T) {
 	at := time.Now().UTC().Truncate(time.Second)
