@@ -303,6 +303,67 @@ func TestOverlappingUsageBatches(t *testing.T) {
 	})
 }
 
+// An event is a duplicate only of one its own instance reported: two
+// instances of an app in one project that use one source and count their
+// ids alike (or one that reports the other's ids on purpose) each have
+// their usage recorded, and each instance's retries still count once. The
+// event reported first keeps the project-wide key, so events stored before
+// the rule still dedupe as they did.
+func TestUsageDedupeIsPerInstance(t *testing.T) {
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		s := servertest.Start(t, d, quietWorkers)
+		admin := s.Admin()
+		pid := s.Creds.ProjectID
+		now := time.Now().UTC()
+		a := newWorkload(t, s, admin, pid, "tok-app", "tokens", "", now.Add(-time.Hour), time.Time{})
+		b := newWorkload(t, s, admin, pid, "tok-app", "tokens", "", now.Add(-time.Hour), time.Time{})
+		const source = "//tok-app"
+		post := func(w workload, evs ...any) (recorded, duplicates float64) {
+			t.Helper()
+			r := w.Bot.Do("POST", usagePath(pid, w.ID), evs, "Content-Type", billing.MediaTypeBatch).Want(t, 200)
+			return r.JSON["recorded"].(float64), r.JSON["duplicates"].(float64)
+		}
+		at := now.Add(-time.Minute)
+		for _, c := range []struct {
+			name           string
+			w              workload
+			evs            []any
+			recorded, dups float64
+		}{
+			{"a reports evt-1", a, []any{usageEvent("evt-1", source, "tokens", 5, at)}, 1, 0},
+			{"b reports its own evt-1", b, []any{usageEvent("evt-1", source, "tokens", 700, at)}, 1, 0},
+			{"b again, with evt-2 twice", b, []any{usageEvent("evt-1", source, "tokens", 700, at),
+				usageEvent("evt-2", source, "tokens", 30, at), usageEvent("evt-2", source, "tokens", 30, at)}, 1, 2},
+			{"a again, with b's evt-2", a, []any{usageEvent("evt-1", source, "tokens", 5, at), usageEvent("evt-2", source, "tokens", 1, at)}, 1, 1},
+			{"b again", b, []any{usageEvent("evt-1", source, "tokens", 700, at), usageEvent("evt-2", source, "tokens", 30, at)}, 0, 2},
+		} {
+			if rec, dup := post(c.w, c.evs...); rec != c.recorded || dup != c.dups {
+				t.Fatalf("%s: %v recorded, %v duplicates; want %v and %v", c.name, rec, dup, c.recorded, c.dups)
+			}
+		}
+		for _, w := range []struct {
+			wl       workload
+			quantity int64
+		}{{a, 5 + 1}, {b, 700 + 30}} {
+			g, err := s.DB.Queries().GroupUsage(ctx, billing.UsageFilter{AppInstanceID: w.wl.ID}, nil)
+			if err != nil || len(g) != 1 || g[0].Records != 2 || g[0].Quantity.Int64() != w.quantity {
+				t.Fatalf("usage of %s: %+v (%v), want 2 records of %d in all", w.wl.ID, g, err, w.quantity)
+			}
+		}
+		for _, k := range []struct{ key, owner string }{
+			{billing.DedupeKeyForEvent(pid, source, "evt-1"), a.ID},
+			{billing.InstanceDedupeKey(b.ID, source, "evt-1"), b.ID},
+			{billing.DedupeKeyForEvent(pid, source, "evt-2"), b.ID},
+			{billing.InstanceDedupeKey(a.ID, source, "evt-2"), a.ID},
+		} {
+			if r, err := s.DB.Queries().GetUsageByDedupeKey(ctx, k.key); err != nil || r.AppInstanceID != k.owner {
+				t.Fatalf("record under %s: instance %q (%v), want %s", k.key, r.AppInstanceID, err, k.owner)
+			}
+		}
+	})
+}
+
 // A usage post of 10,000 events (the batch limit) no longer becomes one
 // 2.6 MB event over the bus's message limit: it emits one
 // billing.usage.recorded event per 100 new records, each small.

@@ -42,10 +42,21 @@ type IngestResult struct {
 }
 
 // DedupeKeyForEvent is the durable dedupe key of an app usage event
-// (cloudevents.Key in the "app" namespace).
+// (cloudevents.Key in the "app" namespace): (source, id) within the
+// project. It is the key an event is stored under unless another instance
+// of the project holds it already (InstanceDedupeKey).
 func DedupeKeyForEvent(projectID, source, id string) string {
 	return cloudevents.Key("app", projectID, source, id)
 }
+
+// InstanceDedupeKey is the key an app usage event is stored under when its
+// project-wide key (DedupeKeyForEvent) is held by another instance's
+// record: (source, id) within the reporting instance (cloudevents.Rekey).
+func InstanceDedupeKey(instanceID, source, id string) string {
+	return cloudevents.Key(instanceKeyNamespace, instanceID, source, id)
+}
+
+const instanceKeyNamespace = "app-instance"
 
 // RecordAppUsage stores usage events an app instance reports about itself.
 // Only the instance's own service account may report, only in the unit its
@@ -184,6 +195,9 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 		if err != nil {
 			return err
 		}
+		if err := storeUnderInstanceKeys(ctx, tx, inst.ID, recs, stored); err != nil {
+			return err
+		}
 		res = IngestResult{Results: make([]EventResult, len(recs))}
 		// New records by the project they are billed to (in order of first
 		// appearance): a shared instance's usage for an attached project is
@@ -231,6 +245,32 @@ func (s *Service) storeEvents(ctx context.Context, inst Instance, events []Usage
 		s.usageRecorded()
 	}
 	return res, nil
+}
+
+// storeUnderInstanceKeys stores again, under InstanceDedupeKey, the
+// records of recs that another instance's record kept out
+// (cloudevents.Rekey), and marks those it stores in stored.
+func storeUnderInstanceKeys(ctx context.Context, tx Tx, instanceID string, recs []UsageRecord, stored map[string]bool) error {
+	keyed := make([]cloudevents.Keyed, len(recs))
+	for i, r := range recs {
+		keyed[i] = cloudevents.Keyed{RowID: r.ID, Key: r.DedupeKey, Source: r.EventSource, EventID: r.EventID}
+	}
+	rekeyed, err := cloudevents.Rekey(ctx, instanceKeyNamespace, instanceID, keyed, stored, tx.UsageKeyOwners)
+	if err != nil || len(rekeyed) == 0 {
+		return err
+	}
+	var again []UsageRecord
+	for i, r := range recs {
+		if k, ok := rekeyed[r.ID]; ok {
+			recs[i].DedupeKey = k
+			again = append(again, recs[i])
+		}
+	}
+	more, err := tx.InsertUsageRecords(ctx, again)
+	for id := range more {
+		stored[id] = true
+	}
+	return err
 }
 
 // maxDeadlockRetries bounds how often a usage write that PostgreSQL aborted

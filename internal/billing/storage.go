@@ -199,6 +199,9 @@ type InstanceRecord struct {
 type Queries interface {
 	// Usage records.
 	InsertUsageRecords(ctx context.Context, recs []UsageRecord) (map[string]bool, error)
+	// UsageKeyOwners returns, for each of keys a record is stored under,
+	// that record's app instance ("" for a record of no instance).
+	UsageKeyOwners(ctx context.Context, keys []string) (map[string]string, error)
 	ListUsage(ctx context.Context, f UsageFilter, p storage.Page) ([]UsageRecord, string, error)
 	GroupUsage(ctx context.Context, f UsageFilter, by []string) ([]UsageGroup, error)
 	// UnratedUsage reads the rating queue a window of limit entries at a

@@ -7,6 +7,7 @@ package cloudevents
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -66,13 +67,52 @@ type wireEvent struct {
 
 // Key is the durable dedupe key of an event a workload posted: the
 // CloudEvents (source, id) pair within a project (so one tenant's ids can
-// never swallow another's events), under a namespace per kind of report.
+// never swallow another's events), or within an instance (Rekey), under a
+// namespace per kind of report.
 // The source is hashed to a fixed width; the id is kept as sent, so ids
 // that grow in order (counters, UUIDv7) land side by side in a unique index
 // instead of at random pages.
 func Key(namespace, projectID, source, id string) string {
 	sum := sha256.Sum256([]byte(source))
 	return namespace + ":" + projectID + ":" + hex.EncodeToString(sum[:16]) + ":" + id
+}
+
+// Keyed is a row an instance's event was to be stored as: its id, the key
+// it was tried under (Key, within the project) and the event's source and
+// id.
+type Keyed struct{ RowID, Key, Source, EventID string }
+
+// Rekey finds the rows that were not stored (stored has no RowID) because
+// a row of another instance holds their key, and returns the key each is
+// to be stored under instead: Key(namespace, instanceID, …), within the
+// instance. A row whose key its own instance holds is a duplicate and gets
+// none. An event is a duplicate only of its own instance's event, so an
+// instance that posts another's (source, id), by mistake or on purpose,
+// cannot make the other's go unrecorded; the key within the project comes
+// first so that events stored before instances had keys of their own
+// still dedupe. owners returns the instance of the row under each key.
+func Rekey(ctx context.Context, namespace, instanceID string, rows []Keyed, stored map[string]bool,
+	owners func(context.Context, []string) (map[string]string, error)) (map[string]string, error) {
+	var keys []string
+	for _, r := range rows {
+		if !stored[r.RowID] {
+			keys = append(keys, r.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil, nil
+	}
+	held, err := owners(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, r := range rows {
+		if owner, ok := held[r.Key]; !stored[r.RowID] && ok && owner != instanceID {
+			out[r.RowID] = Key(namespace, instanceID, r.Source, r.EventID)
+		}
+	}
+	return out, nil
 }
 
 // CheckOwn refuses an event posted for an app instance that names another

@@ -1,6 +1,9 @@
 package cloudevents
 
 import (
+	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,4 +93,39 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("accepted %q as %+v", raw, ev)
 		}
 	})
+}
+
+// Rekey gives a key within the instance to exactly the rows another
+// instance's row kept out: not to rows stored, nor to rows its own
+// instance's row kept out (duplicates).
+func TestRekey(t *testing.T) {
+	rows := []Keyed{
+		{RowID: "r1", Key: "k1", Source: "//s", EventID: "1"}, // stored
+		{RowID: "r2", Key: "k2", Source: "//s", EventID: "2"}, // kept out by its own instance's row
+		{RowID: "r3", Key: "k3", Source: "//s", EventID: "3"}, // kept out by another instance's row
+		{RowID: "r4", Key: "k4", Source: "//t", EventID: "4"}, // kept out by a row of no instance
+	}
+	var asked []string
+	owners := func(_ context.Context, keys []string) (map[string]string, error) {
+		asked = keys
+		return map[string]string{"k1": "other", "k2": "me", "k3": "other", "k4": ""}, nil
+	}
+	got, err := Rekey(context.Background(), "ns", "me", rows, map[string]bool{"r1": true}, owners)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"r3": Key("ns", "me", "//s", "3"), "r4": Key("ns", "me", "//t", "4")}; !maps.Equal(got, want) {
+		t.Fatalf("rekeyed %v, want %v", got, want)
+	}
+	if !slices.Equal(asked, []string{"k2", "k3", "k4"}) {
+		t.Fatalf("asked the owners of %v, want those of the rows not stored", asked)
+	}
+	none, err := Rekey(context.Background(), "ns", "me", rows[:1], map[string]bool{"r1": true},
+		func(context.Context, []string) (map[string]string, error) {
+			t.Fatal("asked owners with every row stored")
+			return nil, nil
+		})
+	if err != nil || len(none) != 0 {
+		t.Fatalf("every row stored: %v %v", none, err)
+	}
 }

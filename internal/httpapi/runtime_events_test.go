@@ -148,6 +148,17 @@ func testRuntimeEvents(t *testing.T, d store.Dialect) {
 	if r := postRuntime(identity, e, mine, failed).Want(t, 200); num(r, "recorded") != 0 || num(r, "duplicates") != 1 {
 		t.Fatalf("a repeated event: %s", r.Body)
 	}
+	// Another instance that posts the same source and ids has events of
+	// its own, not duplicates of this one's; its repeats are duplicates.
+	if r := postRuntime(otherIdentity, e, other, added, failed).Want(t, 200); num(r, "recorded") != 2 || num(r, "duplicates") != 0 {
+		t.Fatalf("another instance's events with this one's source and ids: %s", r.Body)
+	}
+	if r := postRuntime(otherIdentity, e, other, failed, added).Want(t, 200); num(r, "recorded") != 0 || num(r, "duplicates") != 2 {
+		t.Fatalf("the other instance's repeated events: %s", r.Body)
+	}
+	if o := e.bot.Do("GET", e.path("/app-instances/"+other+"/events?limit=500"), nil).Want(t, 200); !strings.Contains(string(o.Body), "gpu_xid_error") {
+		t.Fatalf("the other instance's timeline lacks its member_failed: %s", o.Body)
+	}
 	count := func(typ string) int { // over the whole timeline, page by page
 		n, cursor := 0, ""
 		for {

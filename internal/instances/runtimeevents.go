@@ -267,6 +267,9 @@ func (s *Service) ReportRuntimeEvents(ctx context.Context, g *iam.Grants, projec
 		if err != nil {
 			return err
 		}
+		if err := storeUnderInstanceKeys(ctx, tx, cur.ID, events, rows, written); err != nil {
+			return err
+		}
 		var recorded []ReportedEvent
 		for i, ev := range events {
 			res := RuntimeEventResult{ID: ev.ID, Source: ev.Source, Status: "applied"}
@@ -481,4 +484,33 @@ func (s *Service) SweepHeartbeats(ctx context.Context) error {
 		}))
 	}
 	return errors.Join(errs...)
+}
+
+// storeUnderInstanceKeys stores again, under a key within the instance,
+// the timeline rows another instance's row kept out (cloudevents.Rekey),
+// and marks those it stores in written. rows are the rows tried, index
+// for index with events (a heartbeat's is empty).
+func storeUnderInstanceKeys(ctx context.Context, tx Tx, instanceID string, events []RuntimeEvent, rows []InstanceEvent, written map[string]bool) error {
+	keyed := make([]cloudevents.Keyed, 0, len(rows))
+	for i, ev := range events {
+		if rows[i].ID != "" {
+			keyed = append(keyed, cloudevents.Keyed{RowID: rows[i].ID, Key: rows[i].DedupeKey, Source: ev.Source, EventID: ev.ID})
+		}
+	}
+	rekeyed, err := cloudevents.Rekey(ctx, "runtime-instance", instanceID, keyed, written, tx.ReportedEventKeyOwners)
+	if err != nil || len(rekeyed) == 0 {
+		return err
+	}
+	var again []InstanceEvent
+	for _, r := range rows {
+		if k, ok := rekeyed[r.ID]; ok {
+			r.DedupeKey = k
+			again = append(again, r)
+		}
+	}
+	more, err := tx.InsertReportedInstanceEvents(ctx, again)
+	for id := range more {
+		written[id] = true
+	}
+	return err
 }

@@ -259,6 +259,9 @@ type Queries interface {
 	// InsertReportedInstanceEvents appends rows that carry a dedupe key,
 	// skipping each whose key exists; it returns the ids it wrote.
 	InsertReportedInstanceEvents(ctx context.Context, events []InstanceEvent) (map[string]bool, error)
+	// ReportedEventKeyOwners returns, for each of keys a timeline row is
+	// stored under, that row's instance.
+	ReportedEventKeyOwners(ctx context.Context, keys []string) (map[string]string, error)
 	ListInstanceEvents(ctx context.Context, instanceID string, p storage.Page) ([]InstanceEvent, string, error)
 
 	InsertInstanceMember(ctx context.Context, m InstanceMember) error

@@ -76,6 +76,39 @@ func (q *Queries) InsertUsageRecords(ctx context.Context, recs []billing.UsageRe
 	return stored, nil
 }
 
+// UsageKeyOwners returns the app instance of the record stored under each
+// of keys that one is stored under.
+func (q *Queries) UsageKeyOwners(ctx context.Context, keys []string) (map[string]string, error) {
+	return q.keyOwners(ctx, "usage_records", "app_instance_id", keys)
+}
+
+// keyOwners returns ownerCol of the row of table stored under each of keys
+// (its dedupe_key) that one is stored under.
+func (q *Queries) keyOwners(ctx context.Context, table, ownerCol string, keys []string) (map[string]string, error) {
+	out := make(map[string]string, len(keys))
+	for chunk := range slices.Chunk(keys, usageInsertChunk) {
+		args := make([]any, len(chunk))
+		for i, k := range chunk {
+			args[i] = k
+		}
+		rows, err := q.query(ctx, `SELECT dedupe_key, `+ownerCol+` FROM `+table+` WHERE dedupe_key IN (`+placeholders(len(chunk))+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		owners, err := collect(rows, func(s interface{ Scan(...any) error }) ([2]string, error) {
+			var o [2]string
+			return o, s.Scan(&o[0], &o[1])
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range owners {
+			out[o[0]] = o[1]
+		}
+	}
+	return out, nil
+}
+
 // dequeueUnrated takes a charged record off the rater's queue.
 func (q *Queries) dequeueUnrated(ctx context.Context, usageRecordID string) error {
 	_, err := q.exec(ctx, `DELETE FROM usage_unrated WHERE usage_record_id = ?`, usageRecordID)

@@ -525,6 +525,12 @@ func (q *Queries) InsertReportedInstanceEvents(ctx context.Context, events []ins
 	return stored, nil
 }
 
+// ReportedEventKeyOwners returns the instance of the timeline row stored
+// under each of keys that one is stored under.
+func (q *Queries) ReportedEventKeyOwners(ctx context.Context, keys []string) (map[string]string, error) {
+	return q.keyOwners(ctx, "app_instance_events", "instance_id", keys)
+}
+
 // ListInstanceEvents pages through an instance's timeline, oldest first.
 func (q *Queries) ListInstanceEvents(ctx context.Context, instanceID string, p Page) ([]instances.InstanceEvent, string, error) {
 	after, limit, err := p.AfterID()
