@@ -1,9 +1,11 @@
 package httpapi_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -50,6 +52,54 @@ func TestPlatformManagedAttachmentsHideOtherTenants(t *testing.T) {
 		}
 		if all := e.admin.Do("GET", e.path("/app-instances/"+id+"/events"), nil).Want(t, 200); !strings.Contains(string(all.Body), yProject) {
 			t.Fatalf("the platform admin's timeline: want every attachment: %s", all.Body)
+		}
+
+		// The event feeds of X's project and X's org (list and stream)
+		// carry X's attachment and neither Y's attachment nor its detach,
+		// which came while X was still attached; the owner's feed has all.
+		e.admin.Do("DELETE", e.path("/app-instances/"+id+"/attachments/"+yProject), nil).Want(t, 204)
+		aX, xAdmin := e.s.NewUser(e.admin, "x-admin@example.com")
+		e.admin.Do("POST", "/api/v1/orgs/"+xOrg+"/members", map[string]string{"user_id": aX, "role": "org_admin"}).Want(t, 201)
+		createSAs(t, e.admin, xProject, 1) // the streams' end marker
+		attachmentsIn := func(what string, evs []client.Event) (own int) {
+			t.Helper()
+			for _, ev := range evs {
+				if strings.Contains(string(ev.Data), yProject) || strings.Contains(string(ev.Data), yOrg) {
+					t.Fatalf("%s carries tenant Y's %s (project %s): %s", what, ev.Type, yProject, ev.Data)
+				}
+				if ev.Type == "apps.instance.project_attached" && strings.Contains(string(ev.Data), xProject) {
+					own++
+				}
+			}
+			return own
+		}
+		for _, r := range []struct{ what, token, path string }{
+			{"X's project feed", vX.Token, client.ProjectEventsPath(xProject)},
+			{"X's org feed", xAdmin.Token, client.OrgEventsPath(xOrg)},
+		} {
+			if own := attachmentsIn(r.what+" (stream)", followUntil(t, e.s, r.token, r.path, "", "iam.service_account.created", xProject)); own != 1 {
+				t.Fatalf("%s (stream): X's attachment %d times, want once", r.what, own)
+			}
+			l, err := client.New(e.s.URL, r.token).ListEvents(context.Background(), r.path, client.EventFilter{Type: "apps.instance.project_"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if own := attachmentsIn(r.what+" (list)", l.Items); own != 1 {
+				t.Fatalf("%s (list): X's attachment %d times, want once", r.what, own)
+			}
+		}
+		owner, err := client.New(e.s.URL, e.admin.Token).ListEvents(context.Background(), client.ProjectEventsPath(e.pid), client.EventFilter{Type: "apps.instance.project_"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ofY int
+		for _, ev := range owner.Items {
+			if strings.HasPrefix(ev.Type, "apps.instance.project_") && strings.Contains(string(ev.Data), yProject) {
+				ofY++
+			}
+		}
+		if ofY != 2 {
+			t.Fatalf("the owner's feed: tenant Y's attach and detach %d times, want 2", ofY)
 		}
 	})
 }

@@ -55,7 +55,14 @@ func (s *Service) record(ctx context.Context, tx Tx, inst AppInstance, op Instan
 	if x != nil {
 		d.ReasonCode, d.Reason, d.LogTail, d.Health, d.Member, d.AttachedProjectID = x.reasonCode, x.reason, x.logTail, x.health, x.member, x.project
 	}
-	if err := tx.Emit(storage.Event{Type: eventType, Subject: "app-instances/" + inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID}, d); err != nil {
+	e := storage.Event{Type: eventType, Subject: "app-instances/" + inst.ID, OrgID: inst.OrgID, ProjectID: inst.ProjectID}
+	if platformManaged(inst.OperatingMode) {
+		// A platform-managed instance serves many tenants: the event of
+		// one tenant's attachment is not the others' to read (Audience),
+		// as on the timeline (Events).
+		e.Audience = d.AttachedProjectID
+	}
+	if err := tx.Emit(e, d); err != nil {
 		return err
 	}
 	payload, err := jsonOf(d)

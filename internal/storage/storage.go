@@ -119,6 +119,12 @@ type Event struct {
 	CorrelationID string
 	Data          []byte // JSON object
 	Position      int64  // 0 until sequenced
+	// Audience, when set, is the one project this event is about besides
+	// its own scope's (an attachment of a shared instance to a tenant's
+	// project). Readers of the event through an attachment see it only if
+	// they are that project or its org; its own scope reads it as any
+	// other. It is stored, not read back.
+	Audience string
 }
 
 // MaxEventDataBytes bounds one event's data, far below NATS's default

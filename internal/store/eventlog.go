@@ -270,7 +270,8 @@ func (q *Queries) ListEvents(ctx context.Context, f events.EventFilter, after in
 	case f.ProjectID == "":
 		// The org's own rows, and the attached instances' rows of other
 		// orgs (a tenant-shared instance's are the org's own already).
-		query, all = withAttached(`org_id = ?`, []any{f.OrgID}, `org_id = ?`, f.OrgID, `org_id <> ?`, f.OrgID, after, conds, args, limit)
+		query, all = withAttached(`org_id = ?`, []any{f.OrgID}, `org_id = ?`, f.OrgID, `org_id <> ?`, f.OrgID,
+			`audience IN (SELECT id FROM projects WHERE org_id = ?)`, f.OrgID, after, conds, args, limit)
 	default:
 		own, ownArgs := `project_id = ?`, []any{f.ProjectID}
 		if f.OrgID != "" {
@@ -279,7 +280,8 @@ func (q *Queries) ListEvents(ctx context.Context, f events.EventFilter, after in
 		// The attachment names the project, whatever its org (a
 		// platform-managed instance is attached across orgs); the home
 		// project's rows are the first branch's.
-		query, all = withAttached(own, ownArgs, `project_id = ?`, f.ProjectID, `project_id <> ?`, f.ProjectID, after, conds, args, limit)
+		query, all = withAttached(own, ownArgs, `project_id = ?`, f.ProjectID, `project_id <> ?`, f.ProjectID,
+			`audience = ?`, f.ProjectID, after, conds, args, limit)
 	}
 	rows, err := q.query(ctx, query, all...)
 	if err != nil {
@@ -291,18 +293,20 @@ func (q *Queries) ListEvents(ctx context.Context, f events.EventFilter, after in
 // withAttached builds ListEvents' read of a scope: the rows matching own
 // (the scope's own events), and the AttachedTypePrefix rows of the
 // instances whose app_instance_attachments row matches attached, less the
-// rows the first branch has (notOwn), both after position after and
-// matching conds, merged by position.
+// rows the first branch has (notOwn) and the rows about another tenant's
+// attachment (an audience, not matching audience), both after position
+// after and matching conds, merged by position.
 func withAttached(own string, ownArgs []any, attached string, attachedArg any, notOwn string, notOwnArg any,
-	after int64, conds string, args []any, limit int) (string, []any) {
+	audience string, audienceArg any, after int64, conds string, args []any, limit int) (string, []any) {
 	ownQ := `SELECT ` + eventReadCols + ` FROM outbox_events WHERE ` + own + ` AND position IS NOT NULL AND position > ?`
 	shared := `SELECT ` + eventReadCols + ` FROM outbox_events
 			WHERE subject IN (SELECT 'app-instances/' || instance_id FROM app_instance_attachments WHERE ` + attached + `)
-			AND SUBSTR(type, 1, ?) = ? AND ` + notOwn + ` AND position IS NOT NULL AND position > ?`
+			AND SUBSTR(type, 1, ?) = ? AND ` + notOwn + ` AND (audience = '' OR ` + audience + `)
+			AND position IS NOT NULL AND position > ?`
 	query := `SELECT * FROM (` + ownQ + conds + ` ORDER BY position LIMIT ?) AS own
 			UNION ALL SELECT * FROM (` + shared + conds + ` ORDER BY position LIMIT ?) AS shared
 			ORDER BY position LIMIT ?`
-	all := append(append(append(ownArgs, after), args...), limit, attachedArg, len(events.AttachedTypePrefix), events.AttachedTypePrefix, notOwnArg, after)
+	all := append(append(append(ownArgs, after), args...), limit, attachedArg, len(events.AttachedTypePrefix), events.AttachedTypePrefix, notOwnArg, audienceArg, after)
 	all = append(append(all, args...), limit, limit)
 	return query, all
 }

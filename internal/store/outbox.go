@@ -73,6 +73,6 @@ const eventCols = `id, source, type, subject, occurred_at, org_id, project_id, a
 // InsertEvent writes one outbox row. Use Tx.Emit from domains; this is the
 // raw insert it ends in.
 func (q *Queries) InsertEvent(ctx context.Context, e Event) error {
-	return q.execHeld(ctx, `INSERT INTO outbox_events (`+eventCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		e.ID, e.Source, e.Type, e.Subject, ts(e.Time), e.OrgID, e.ProjectID, e.Actor, e.CorrelationID, jsonText(e.Data))
+	return q.execHeld(ctx, `INSERT INTO outbox_events (`+eventCols+`, audience) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		e.ID, e.Source, e.Type, e.Subject, ts(e.Time), e.OrgID, e.ProjectID, e.Actor, e.CorrelationID, jsonText(e.Data), e.Audience)
 }
