@@ -509,7 +509,8 @@ func (g *Gateway) inboundHeader(in *fasthttp.ResponseHeader, out *fasthttp.Respo
 	connection := connectionHeader(in.All())
 	for k, v := range in.All() {
 		switch {
-		case dropHeader(k, connection), bytes.EqualFold(k, []byte("Content-Length")):
+		case dropHeader(k, connection), bytes.EqualFold(k, []byte("Content-Length")),
+			bytes.EqualFold(k, []byte(clearSiteData)):
 		case bytes.EqualFold(k, []byte("Set-Cookie")):
 			if !g.oursSetCookie(string(v)) {
 				out.AddBytesKV(k, v)

@@ -795,6 +795,14 @@ func (g *Gateway) ours(name string) bool {
 	return false
 }
 
+// clearSiteData is the answer header that has a browser clear what it
+// keeps for a site: its "cookies" (and "*") directive clears the cookies
+// of the whole registrable domain, the console's and every app's when
+// they share a parent domain. Sessions and cookies are the gateway's, so
+// both listeners drop it from an app's answer: an app clears its own
+// cookies with an expired Set-Cookie.
+const clearSiteData = "Clear-Site-Data"
+
 // oursSetCookie says whether a Set-Cookie line from an app would set or
 // clear a platform cookie; both listeners drop such a line.
 func (g *Gateway) oursSetCookie(line string) bool { return g.ours(setCookieName(line)) }
@@ -893,11 +901,42 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 // X-Forwarded-*: -For, -Host, -Proto, -Port, -Prefix, -Ssl, …). An app
 // may trust these (a framework's proxy-headers setting), and a browser's
 // own would lie to it: both listeners drop every one a request comes with
-// and set their own.
+// and set their own. The name is read as an app's server reads it
+// (sameHeaderName): X_Forwarded_For and X-Forwarded_Host are forwarding
+// headers as much as X-Forwarded-For is.
 func forwardingHeader(name string) bool {
 	const prefix = "X-Forwarded-"
-	return strings.EqualFold(name, "Forwarded") || strings.EqualFold(name, "X-Real-Ip") ||
-		len(name) > len(prefix) && strings.EqualFold(name[:len(prefix)], prefix)
+	return sameHeaderName(name, "Forwarded") || sameHeaderName(name, "X-Real-Ip") ||
+		len(name) > len(prefix) && sameHeaderName(name[:len(prefix)], prefix)
+}
+
+// sameHeaderName says whether two header names are one to an app: ASCII
+// case aside, and '_' the same as '-'. CGI, FastCGI and WSGI servers
+// (Python's wsgiref, gunicorn before 22) turn both into '_' (X_Real_Ip and
+// X-Real-IP are both HTTP_X_REAL_IP) and join the values of the names
+// that meet there, so a name the gateway drops or sets must not pass in
+// another spelling. Apps' own headers with '_' in their names go on.
+func sameHeaderName(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range len(a) {
+		if x, y := a[i], b[i]; x != y && foldHeaderByte(x) != foldHeaderByte(y) {
+			return false
+		}
+	}
+	return true
+}
+
+// foldHeaderByte is c as sameHeaderName compares it: upper case, '_' as '-'.
+func foldHeaderByte(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case 'a' <= c && c <= 'z':
+		return c - ('a' - 'A')
+	}
+	return c
 }
 
 // dropPlatformProtocols takes a platform token offered as a WebSocket
@@ -929,7 +968,9 @@ func (g *Gateway) dropPlatformProtocols(ctx context.Context, h http.Header) {
 }
 
 func (g *Gateway) modifyResponse(res *http.Response) error {
-	// The app cannot set or clear the platform's cookies on this origin.
+	// The app cannot set or clear the platform's cookies on this origin,
+	// nor have the browser clear the site's data (clearSiteData).
+	res.Header.Del(clearSiteData)
 	if sc := res.Header.Values("Set-Cookie"); len(sc) > 0 {
 		res.Header.Del("Set-Cookie")
 		for _, line := range sc {

@@ -493,6 +493,7 @@ func TestOpenURL(t *testing.T) {
 func TestGatewayPathMode(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Seen-Prefix", r.Header.Get("X-Forwarded-Prefix"))
+		w.Header().Set("X-Seen-Underscored-Prefix", r.Header.Get("X_Forwarded_Prefix"))
 		w.Header().Set("X-Seen-Cookie", r.Header.Get("Cookie"))
 		io.WriteString(w, r.URL.Path)
 	}))
@@ -516,7 +517,8 @@ func TestGatewayPathMode(t *testing.T) {
 	}
 	req, _ := http.NewRequest("GET", front.URL+base+"/lab/", nil)
 	req.AddCookie(cks[0])
-	req.Header.Set("X-Forwarded-Prefix", "/admin") // the gateway's, not the browser's
+	req.Header.Set("X-Forwarded-Prefix", "/admin")        // the gateway's, not the browser's
+	req.Header["X_Forwarded_Prefix"] = []string{"/admin"} // one name to a CGI or WSGI app
 	resp, err = hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -525,6 +527,9 @@ func TestGatewayPathMode(t *testing.T) {
 	resp.Body.Close()
 	if string(body) != base+"/lab/" || resp.Header.Get("X-Seen-Prefix") != base || resp.Header.Get("X-Seen-Cookie") != "" {
 		t.Errorf("path mode proxy: %q prefix %q cookie %q", body, resp.Header.Get("X-Seen-Prefix"), resp.Header.Get("X-Seen-Cookie"))
+	}
+	if got := resp.Header.Get("X-Seen-Underscored-Prefix"); got != "" {
+		t.Errorf("the browser's X_Forwarded_Prefix reached the app: %q", got)
 	}
 	// Outside an instance's UI prefix, the console answers.
 	resp, _ = hc.Get(front.URL + "/apps/instances/" + inst + "/other")
