@@ -21,6 +21,7 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -192,8 +193,58 @@ func (c *Console) parse() error {
 	return nil
 }
 
+// maxBodyBytes is the most a request to the console may carry. The API's
+// routes cap their bodies in its middleware; the console is served from
+// the API's fallback, past it, so it caps its own (ServeHTTP): anyone may
+// post the sign-in form. Its forms are small: the largest real one, a
+// launch form, is a few KiB (the Jupyter example's 32 extra packages of at
+// most 256 characters each come to under 25 KiB even percent-encoded).
+const maxBodyBytes = 64 << 10
+
 // ServeHTTP serves the console.
-func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) { c.mux.ServeHTTP(w, r) }
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if c.limitBody(w, r) {
+		c.mux.ServeHTTP(w, r)
+	}
+}
+
+// limitBody holds a request's body to maxBodyBytes, and refuses a
+// multipart one (the console's forms send no files; Go's form parsing
+// would spool a multipart body's file parts to disk). A form body is
+// parsed here, so one past the cap is refused before any handler runs
+// rather than read as an empty form. It reports whether to go on.
+func (c *Console) limitBody(w http.ResponseWriter, r *http.Request) bool {
+	ct := r.Header.Get("Content-Type")
+	mt, _, _ := mime.ParseMediaType(ct)
+	if strings.HasPrefix(mt, "multipart/") || strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "multipart/") {
+		c.refuseBody(w, r, http.StatusUnsupportedMediaType, "Not accepted",
+			"The console's forms send no files: a multipart/form-data request is refused.")
+		return false
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		return true
+	}
+	if r.ContentLength > maxBodyBytes {
+		c.refuseBody(w, r, http.StatusRequestEntityTooLarge, "Too large", tooLarge)
+		return false
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, maxBodyBytes)
+	var over *http.MaxBytesError
+	if err := r.ParseForm(); errors.As(err, &over) {
+		c.refuseBody(w, r, http.StatusRequestEntityTooLarge, "Too large", tooLarge)
+		return false
+	}
+	return true
+}
+
+var tooLarge = "This request carries more than the console's forms ever send (" + strconv.Itoa(maxBodyBytes>>10) + " KiB); it is refused."
+
+// refuseBody answers a request refused for its body with a page saying
+// why, and closes the connection (the rest of the body is not read).
+func (c *Console) refuseBody(w http.ResponseWriter, r *http.Request, status int, title, why string) {
+	w.Header().Set("Connection", "close")
+	c.render(w, r, status, "error", page{Title: title, Flash: why})
+}
 
 // page is what every page template gets.
 type page struct {

@@ -187,7 +187,7 @@ func (c *Console) loginCSRF(w http.ResponseWriter, r *http.Request) string {
 
 func (c *Console) loginPage(w http.ResponseWriter, r *http.Request) {
 	if _, err := c.session(r); err == nil {
-		http.Redirect(w, r, askBeforeOpening(redirect.Local(r.URL.Query().Get("next"))), http.StatusSeeOther)
+		redirectNext(w, r, r.URL.Query().Get("next"))
 		return
 	}
 	c.render(w, r, http.StatusOK, "login", page{Title: "Sign in", Data: loginData{CSRF: c.loginCSRF(w, r), Next: redirect.Local(r.URL.Query().Get("next"))}})
@@ -245,7 +245,7 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 	done := c.cookie(loginCSRFCookie, "/login")
 	done.MaxAge = -1
 	http.SetCookie(w, done)
-	http.Redirect(w, r, askBeforeOpening(next), http.StatusSeeOther)
+	redirectNext(w, r, next)
 }
 
 // endPrevious ends the session whose cookie a sign-in carries, if it has
@@ -303,7 +303,7 @@ func (c *Console) selectProject(w http.ResponseWriter, r *http.Request, q *req) 
 		c.fail(w, r, err)
 		return
 	}
-	http.Redirect(w, r, redirect.Local(r.PostFormValue("next")), http.StatusSeeOther)
+	redirectNext(w, r, r.PostFormValue("next"))
 }
 
 // needProject sends a person without a chosen project to choose one.

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	pathpkg "path"
 	"strings"
 
 	"github.com/gpuaas/gpuaas/client"
@@ -15,6 +14,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/manifest"
+	"github.com/gpuaas/gpuaas/internal/redirect"
 )
 
 type catalogData struct {
@@ -444,22 +444,53 @@ func (c *Console) openApp(w http.ResponseWriter, r *http.Request, q *req) {
 	c.mintAndOpen(w, r, q, id, path)
 }
 
-// askBeforeOpening marks a sign-in's next that opens an app (a foreign
-// link, or the gateway, sent a signed-out person to sign in first): the
-// redirect after the sign-in is the console's own, so the person is asked
-// there as they would have been when signed in (openApp).
+// localNext is where a redirect to a caller-supplied "next" goes (the
+// sign-in's, the sign-in page's when already signed in, the project
+// switcher's): every such redirect takes it from here. redirect.Local
+// keeps it on the console and answers the address the browser will
+// actually request (dot segments, percent-encoded or not, and repeated
+// slashes resolved), and askBeforeOpening then looks at that address, so
+// "/workloads/instance/X/./open" and the like are asked about as the
+// plain form is.
+func localNext(next string) string {
+	return askBeforeOpening(redirect.Local(next))
+}
+
+// redirectNext sends the browser on to the request's next (localNext).
+func redirectNext(w http.ResponseWriter, r *http.Request, next string) {
+	http.Redirect(w, r, localNext(next), http.StatusSeeOther)
+}
+
+// askBeforeOpening marks a next that opens an app (a foreign link, or the
+// gateway, sent a signed-out person to sign in first; a page's project
+// switcher posts the page's path): the redirect is the console's own, so
+// the person is asked there as they would have been when signed in
+// (openApp). next must be normalised already (localNext): the route is
+// matched as the router matches it, segment by unescaped segment.
 func askBeforeOpening(next string) string {
 	u, err := url.Parse(next)
-	if err != nil {
-		return next
-	}
-	if ok, _ := pathpkg.Match("/workloads/instance/*/open", u.Path); !ok {
+	if err != nil || !opensApp(u.EscapedPath()) {
 		return next
 	}
 	qv := u.Query()
 	qv.Set("ask", "1")
 	u.RawQuery = qv.Encode()
 	return u.String()
+}
+
+// opensApp reports whether the escaped path p is routed to openApp
+// ("GET /workloads/instance/{id}/open").
+func opensApp(p string) bool {
+	segs := strings.Split(p, "/")
+	if len(segs) != 5 || segs[0] != "" || segs[3] == "" {
+		return false
+	}
+	for i, want := range map[int]string{1: "workloads", 2: "instance", 4: "open"} {
+		if seg, err := url.PathUnescape(segs[i]); err != nil || seg != want {
+			return false
+		}
+	}
+	return true
 }
 
 // openAppConfirmed opens the app from the button of the page a foreign
