@@ -129,6 +129,7 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 		AppSlug: in.AppSlug, AppVersion: in.AppVersion, ArtifactName: in.ArtifactName, Channel: in.Channel,
 		CreatedBy: actor(ctx), CreatedAt: now, ExpiresAt: now.Add(ttl),
 	}
+	it.CreatorTokenIssuedUS, it.CreatorKeyID = creatorToken(ctx)
 	if kind == KindBlob {
 		if s.Blobs == nil {
 			return Intent{}, errdefs.FailedPrecondition("blob_store_unavailable", "this server has no blob store configured")
@@ -232,6 +233,7 @@ func (s *Service) CreatePullIntent(ctx context.Context, g *iam.Grants, projectID
 		AppSlug: a.AppSlug, AppVersion: a.AppVersion, ArtifactName: a.ArtifactName, Repository: a.Repository, SourceURI: a.SourceURI,
 		ArtifactID: a.ID, CreatedBy: actor(ctx), CreatedAt: now, ExpiresAt: now.Add(ttl),
 	}
+	it.CreatorTokenIssuedUS, it.CreatorKeyID = creatorToken(ctx)
 	if a.ArtifactKind == KindBlob {
 		if _, err := s.saveIntent(ctx, it, nil); err != nil {
 			return Intent{}, err

@@ -121,12 +121,12 @@ func (a registryAuthz) Authenticate(ctx context.Context, username, password stri
 	if err != nil {
 		return registry.Subject{}, err
 	}
-	ok, err := ownerMay(ctx, a.s.Store.Read(), it.CreatedBy, it, credentialPerm(c.Actions))
+	ok, err := ownerMay(ctx, a.s.Store.Read(), a.s.tokenChecker(), it, credentialPerm(c.Actions))
 	if err != nil {
 		return registry.Subject{}, err
 	}
 	if !ok {
-		return registry.Subject{}, fmt.Errorf("the credential's owner %s is disabled, deleted or lost its role: %w", it.CreatedBy, registry.ErrInvalidCredentials)
+		return registry.Subject{}, fmt.Errorf("the credential's owner %s is disabled, deleted or lost its role, or the key or session it was created with was revoked: %w", it.CreatedBy, registry.ErrInvalidCredentials)
 	}
 	// The registry token lives no longer than the credential it was
 	// traded for.

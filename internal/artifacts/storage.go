@@ -45,8 +45,15 @@ type ArtifactIntent struct {
 	SigningKeyID       string
 	ProvenanceRequired bool
 	CreatedBy          string
-	CreatedAt          time.Time
-	ExpiresAt          time.Time
+	// The access token of the request that created the intent, as the REST
+	// API checks it on every request (iam.AccessClaims): its issue time in
+	// microseconds and, for a service account, the key it was minted with.
+	// Zero for intents created before they were recorded and for node pull
+	// intents (no token): those are checked by their creator alone.
+	CreatorTokenIssuedUS int64
+	CreatorKeyID         string
+	CreatedAt            time.Time
+	ExpiresAt            time.Time
 }
 
 // RegistryCredential is a registry username whose secret is stored hashed,

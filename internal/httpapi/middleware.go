@@ -188,7 +188,7 @@ func (a *API) authenticate(r *http.Request, rt route) (context.Context, error) {
 	if claims.ExpiresAt != nil {
 		s.expires = claims.ExpiresAt.Time
 	}
-	ctx = context.WithValue(principal.With(ctx, p), sessionKey, s)
+	ctx = iam.WithClaims(context.WithValue(principal.With(ctx, p), sessionKey, s), claims)
 	g, err := iam.LoadGrants(ctx, a.Store.Read(), p)
 	if err != nil {
 		return nil, err

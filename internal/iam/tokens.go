@@ -45,6 +45,20 @@ func (c AccessClaims) CutBy(validAfter time.Time) bool {
 	return c.IssuedAtMS <= validAfter.UnixMilli()
 }
 
+type claimsKey struct{}
+
+// WithClaims returns ctx carrying the claims of the access token the
+// request was authenticated with.
+func WithClaims(ctx context.Context, c AccessClaims) context.Context {
+	return context.WithValue(ctx, claimsKey{}, c)
+}
+
+// ClaimsFrom returns the claims WithClaims put in ctx, if any.
+func ClaimsFrom(ctx context.Context) (AccessClaims, bool) {
+	c, ok := ctx.Value(claimsKey{}).(AccessClaims)
+	return c, ok
+}
+
 // ServiceAccountChecker confirms a service-account token is still good: the
 // account exists and is enabled, and the key it was minted with is not
 // revoked. The service-account domain implements it.
@@ -161,7 +175,7 @@ func (t *Tokens) Claims(ctx context.Context, raw string) (principal.Principal, A
 			// few seconds.
 			if t.Ring.ReloadIfStale(ctx) {
 				if _, err2 := t.parser.ParseWithClaims(raw, &c, t.Ring.Keyfunc); err2 == nil {
-					p, err := t.check(ctx, c)
+					p, err := t.Check(ctx, c)
 					return p, c, err
 				}
 			}
@@ -171,7 +185,7 @@ func (t *Tokens) Claims(ctx context.Context, raw string) (principal.Principal, A
 		}
 		return principal.Principal{}, c, errBadToken
 	}
-	p, err := t.check(ctx, c)
+	p, err := t.Check(ctx, c)
 	return p, c, err
 }
 
@@ -201,7 +215,13 @@ func (t *Tokens) Authenticate(ctx context.Context, raw string) (principal.Princi
 	return p, err
 }
 
-func (t *Tokens) check(ctx context.Context, c AccessClaims) (principal.Principal, error) {
+// Check is the check every request runs on a token that verified (its
+// signature and expiry): the account still exists and is enabled, the token
+// is not cut off by the account's tokens_valid_after, and a service
+// account's key is not revoked. What outlives the request that a token
+// authenticated (registry credentials handed out to it) runs it again, on
+// the claims it recorded, so that it ends when the token would have.
+func (t *Tokens) Check(ctx context.Context, c AccessClaims) (principal.Principal, error) {
 	q := t.Users
 	switch c.Type {
 	case string(principal.User):

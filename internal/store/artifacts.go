@@ -64,21 +64,21 @@ func (q *Queries) AllArtifactSigningKeys(ctx context.Context, projectID string) 
 
 const artifactIntentCols = `id, kind, org_id, project_id, artifact_kind, source_type, app_slug, app_version, artifact_name, channel,
 	repository, tag_hint, source_uri, upload_id, artifact_id, signature_required, signature_scheme, signing_key_id,
-	provenance_required, created_by, created_at, expires_at`
+	provenance_required, created_by, created_at, expires_at, creator_token_issued_us, creator_key_id`
 
 func scanArtifactIntent(s interface{ Scan(...any) error }) (artifacts.ArtifactIntent, error) {
 	var i artifacts.ArtifactIntent
 	err := s.Scan(&i.ID, &i.Kind, &i.OrgID, &i.ProjectID, &i.ArtifactKind, &i.SourceType, &i.AppSlug, &i.AppVersion, &i.ArtifactName, &i.Channel,
 		&i.Repository, &i.TagHint, &i.SourceURI, &i.UploadID, &i.ArtifactID, &i.SignatureRequired, &i.SignatureScheme, &i.SigningKeyID,
-		&i.ProvenanceRequired, &i.CreatedBy, scanTime(&i.CreatedAt), scanTime(&i.ExpiresAt))
+		&i.ProvenanceRequired, &i.CreatedBy, scanTime(&i.CreatedAt), scanTime(&i.ExpiresAt), &i.CreatorTokenIssuedUS, &i.CreatorKeyID)
 	return i, err
 }
 
 func (q *Queries) InsertArtifactIntent(ctx context.Context, i artifacts.ArtifactIntent) error {
-	_, err := q.exec(ctx, `INSERT INTO artifact_intents (`+artifactIntentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	_, err := q.exec(ctx, `INSERT INTO artifact_intents (`+artifactIntentCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		i.ID, i.Kind, i.OrgID, i.ProjectID, i.ArtifactKind, i.SourceType, i.AppSlug, i.AppVersion, i.ArtifactName, i.Channel,
 		i.Repository, i.TagHint, i.SourceURI, i.UploadID, i.ArtifactID, i.SignatureRequired, i.SignatureScheme, i.SigningKeyID,
-		i.ProvenanceRequired, i.CreatedBy, ts(i.CreatedAt), ts(i.ExpiresAt))
+		i.ProvenanceRequired, i.CreatedBy, ts(i.CreatedAt), ts(i.ExpiresAt), i.CreatorTokenIssuedUS, i.CreatorKeyID)
 	return err
 }
 
