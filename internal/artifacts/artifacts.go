@@ -334,6 +334,16 @@ func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifact
 	if a.ArtifactKind == KindBlob {
 		res, err = s.verifyBlob(ctx, a)
 	} else {
+		// From reading the signature until the outcome is recorded, no
+		// write of the digest's signature or attestation tags lands in
+		// this process (the registry's content gate holds the same lock
+		// over its check and write): a verified artifact's tags are the
+		// ones it was verified against.
+		var release func()
+		if release, err = registry.HoldSignatureTags(ctx, a.Repository, a.Digest); err != nil {
+			return AppArtifact{}, err
+		}
+		defer release()
 		res, err = s.verifyOCI(ctx, a)
 	}
 	if err != nil {

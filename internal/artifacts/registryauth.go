@@ -190,8 +190,10 @@ func hashSecret(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// ManifestDenied refuses to serve a revoked digest, whoever asks and
-// whichever tag or intent led there: revocation is of the content.
+// ManifestDenied refuses to serve a digest revoked in the project the
+// repository belongs to, whoever asks, whichever tag or intent led there
+// and whichever of the project's repositories holds it: revocation is of
+// the content, project-wide, as registration applies it.
 func (a registryAuthz) ManifestDenied(ctx context.Context, repository, digest string) (bool, error) {
 	if digest == "" {
 		return false, nil

@@ -1,8 +1,10 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -56,11 +58,12 @@ func SignatureTagDigest(tag string) (string, bool) {
 type gateHandler struct {
 	gate ContentGate
 	// authorized reports whether req's credentials grant what the registry
-	// itself requires of req's write on repository (PUT: pull and push,
-	// DELETE: delete). The gate tells only such a caller that a tag is
-	// frozen; anyone else gets the registry's own answer (401 and its token
-	// challenge), as for any other tag, so a refusal reveals nothing about
-	// verification to a caller who may not write there.
+	// itself requires of req on repository (GET and HEAD: pull, PUT: pull
+	// and push, DELETE: delete). The gate tells only such a caller that a
+	// tag is frozen or a blob is a revoked manifest; anyone else gets the
+	// registry's own answer (401 and its token challenge), as for any
+	// other tag or digest, so a refusal reveals nothing about verification
+	// or revocation to a caller who may not read or write there.
 	authorized func(req *http.Request, repository string) bool
 	// tagsOf returns the tags of repository that point at digest.
 	tagsOf func(ctx context.Context, repository, digest string) ([]string, error)
@@ -71,8 +74,11 @@ type gateHandler struct {
 func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	// A manifest is a blob of its repository too, and the registry
 	// serves it by its digest at /blobs/ as well: a revoked one is
-	// refused there as at /manifests/.
-	if b := blobPathRe.FindStringSubmatch(req.URL.Path); b != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+	// refused there as at /manifests/, but only to a caller who may pull
+	// from the repository. Anyone else gets the registry's 401, whatever
+	// the digest, and costs the gate no lookup.
+	if b := blobPathRe.FindStringSubmatch(req.URL.Path); b != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) &&
+		g.authorized(req, b[1]) {
 		denied, err := g.gate.ManifestDenied(req.Context(), b[1], b[2])
 		if err != nil {
 			g.fail(w, req, err)
@@ -115,14 +121,11 @@ func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			}
 			break
 		}
-		frozen, err := tagFrozen(req.Context(), g.gate, repo, ref)
-		if err != nil {
-			g.fail(w, req, err)
+		if d, ok := SignatureTagDigest(strings.ToLower(ref)); ok {
+			g.serveSignatureTagWrite(w, req, repo, ref, d)
 			return
 		}
-		if frozen {
-			writeDockerError(w, http.StatusForbidden, "DENIED",
-				"tag "+ref+" holds the signature of a verified artifact and can no longer be changed")
+		if !g.tagWritable(w, req, repo, ref) {
 			return
 		}
 	case http.MethodGet, http.MethodHead:
@@ -133,6 +136,56 @@ func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		if gw.err != nil && !gw.wrote {
 			g.fail(w, req, gw.err)
 		}
+		return
+	}
+	g.next.ServeHTTP(w, req)
+}
+
+// tagWritable asks the gate whether tag may be written or deleted and, if
+// not, answers 403 (or the gate's failure) itself.
+func (g *gateHandler) tagWritable(w http.ResponseWriter, req *http.Request, repo, tag string) bool {
+	frozen, err := tagFrozen(req.Context(), g.gate, repo, tag)
+	if err != nil {
+		g.fail(w, req, err)
+		return false
+	}
+	if frozen {
+		writeDockerError(w, http.StatusForbidden, "DENIED",
+			"tag "+tag+" holds the signature of a verified artifact and can no longer be changed")
+		return false
+	}
+	return true
+}
+
+// serveSignatureTagWrite passes on a write or delete of tag, a signature or
+// attestation tag of digest, with no gap between the gate's check and the
+// registry's write that a verification could fall into. Checked when the
+// headers arrive, a PUT whose body comes slowly (registry routes may
+// stream for an hour) would be written long after the check, over the
+// signature a verification in between read and froze. So the whole body
+// is read first, bounded by the registry's manifest limit (a longer one
+// reaches the registry cut one byte past the limit, and the registry
+// refuses it), and only then are the check and the write done under
+// HoldSignatureTags, which verification holds from reading the signature
+// until it has recorded the outcome: the write is refused as frozen, or
+// the verification reads what it wrote.
+func (g *gateHandler) serveSignatureTagWrite(w http.ResponseWriter, req *http.Request, repo, tag, digest string) {
+	if req.Method == http.MethodPut {
+		body, err := io.ReadAll(io.LimitReader(req.Body, MaxManifestBytes+1))
+		if err != nil {
+			// The client went away or its stream's deadline passed.
+			writeDockerError(w, http.StatusBadRequest, "MANIFEST_INVALID", "the manifest could not be read")
+			return
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		req.ContentLength = int64(len(body))
+	}
+	release, err := HoldSignatureTags(req.Context(), repo, digest)
+	if err != nil {
+		return // the client went away while waiting
+	}
+	defer release()
+	if !g.tagWritable(w, req, repo, tag) {
 		return
 	}
 	g.next.ServeHTTP(w, req)

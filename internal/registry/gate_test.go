@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -8,15 +9,22 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
-type fakeGate struct{ denied, frozen string }
+type fakeGate struct {
+	denied, frozen string
+	asked          *atomic.Int64 // ManifestDenied calls, when not nil
+}
 
 func (g fakeGate) ManifestDenied(_ context.Context, _, d string) (bool, error) {
+	if g.asked != nil {
+		g.asked.Add(1)
+	}
 	return d == g.denied, nil
 }
 func (g fakeGate) TagFrozen(_ context.Context, _, tag string) (bool, error) {
@@ -36,17 +44,29 @@ func TestSignatureTagDigest(t *testing.T) {
 	}
 }
 
-// fakeRegistry stands in for the registry behind the gate: "Bearer push"
-// may PUT and "Bearer delete" may DELETE (the scheme in any case, as the
-// registry reads it); any other write gets the registry's 401 challenge.
-// The manifest sha256:sig is tagged sha256-x.sig, sha256:img is tagged 1.0.0.
+// fakeRegistry stands in for the registry behind the gate: "Bearer pull"
+// may GET and HEAD, "Bearer push" may PUT and "Bearer delete" may DELETE
+// (the scheme in any case, as the registry reads it); any other request
+// gets the registry's 401 challenge. The manifest sha256:sig is tagged
+// sha256-x.sig, sha256:img is tagged 1.0.0.
 func fakeRegistry(t *testing.T) *gateHandler {
 	authorized := func(r *http.Request, _ string) bool {
 		scheme, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		return strings.EqualFold(scheme, "bearer") && ((r.Method == http.MethodPut && tok == "push") || (r.Method == http.MethodDelete && tok == "delete"))
+		if !strings.EqualFold(scheme, "bearer") {
+			return false
+		}
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			return tok == "pull"
+		case http.MethodPut:
+			return tok == "push"
+		case http.MethodDelete:
+			return tok == "delete"
+		}
+		return false
 	}
 	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if (r.Method == http.MethodPut || r.Method == http.MethodDelete) && !authorized(r, "") {
+		if !authorized(r, "") {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="http://r/v2/token",service="r",scope="repository:a/b:push,pull"`)
 			writeDockerError(w, http.StatusUnauthorized, "UNAUTHORIZED", "authentication required")
 			return
@@ -97,14 +117,14 @@ func TestGateManifestReadsAndTagWrites(t *testing.T) {
 		want               int
 		body               string
 	}{
-		{"GET", "/v2/a/b/manifests/good", "", 200, "manifest"},
-		{"GET", "/v2/a/b/manifests/bad", "", 404, "MANIFEST_UNKNOWN"},
-		{"HEAD", "/v2/a/b/manifests/sha256:bad", "", 404, ""},
+		{"GET", "/v2/a/b/manifests/good", "Bearer pull", 200, "manifest"},
+		{"GET", "/v2/a/b/manifests/bad", "Bearer pull", 404, "MANIFEST_UNKNOWN"},
+		{"HEAD", "/v2/a/b/manifests/sha256:bad", "Bearer pull", 404, ""},
 		// A revoked manifest read as a blob of its repository is refused
 		// too; other blobs pass.
-		{"GET", "/v2/a/b/blobs/sha256:bad", "", 404, "BLOB_UNKNOWN"},
-		{"HEAD", "/v2/a/b/blobs/sha256:bad", "", 404, ""},
-		{"GET", "/v2/a/b/blobs/sha256:good", "", 200, "manifest"},
+		{"GET", "/v2/a/b/blobs/sha256:bad", "Bearer pull", 404, "BLOB_UNKNOWN"},
+		{"HEAD", "/v2/a/b/blobs/sha256:bad", "bearer pull", 404, ""},
+		{"GET", "/v2/a/b/blobs/sha256:good", "Bearer pull", 200, "manifest"},
 		{"PUT", "/v2/a/b/manifests/sha256-x.sig", "Bearer push", 403, "can no longer be changed"},
 		// The registry takes the scheme in any case, and so does the gate.
 		{"PUT", "/v2/a/b/manifests/sha256-x.sig", "bearer push", 403, "DENIED"},
@@ -174,13 +194,46 @@ func TestGateFrozenTagRevealedOnlyToAuthorizedWriters(t *testing.T) {
 	}
 }
 
-// gatedAuthz is a testAuthz with a ContentGate that freezes one tag.
+// A caller who may not pull from the repository learns nothing about
+// which digests are revoked: its read of a revoked manifest's blob is
+// answered exactly as its read of any other blob (the registry's 401 and
+// challenge), and the gate is not asked.
+func TestGateRevokedBlobRevealedOnlyToPullers(t *testing.T) {
+	h := fakeRegistry(t)
+	var asked atomic.Int64
+	h.gate = fakeGate{denied: "sha256:bad", frozen: "sha256-x.sig", asked: &asked}
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		for _, auth := range []string{"", "Bearer t", "bearer t", "Basic dTpw", "Bearer push", "Bearer delete", "Negotiate x"} {
+			revoked := serveGate(h, method, "/v2/a/b/blobs/sha256:bad", auth)
+			other := serveGate(h, method, "/v2/a/b/blobs/sha256:good", auth)
+			if revoked.Code != http.StatusUnauthorized || revoked.Code != other.Code || revoked.Body.String() != other.Body.String() ||
+				revoked.Header().Get("WWW-Authenticate") == "" || revoked.Header().Get("WWW-Authenticate") != other.Header().Get("WWW-Authenticate") {
+				t.Errorf("%s (%q): revoked blob %d %s, other blob %d %s", method, auth, revoked.Code, revoked.Body, other.Code, other.Body)
+			}
+		}
+	}
+	if n := asked.Load(); n != 0 {
+		t.Errorf("the gate was asked %d times about unauthorized reads", n)
+	}
+	if rec := serveGate(h, http.MethodGet, "/v2/a/b/blobs/sha256:bad", "Bearer pull"); rec.Code != http.StatusNotFound || asked.Load() != 1 {
+		t.Errorf("a puller's read of the revoked blob = %d %s (gate asked %d times), want 404 after one question", rec.Code, rec.Body, asked.Load())
+	}
+}
+
+// gatedAuthz is a testAuthz with a ContentGate that freezes one tag and
+// denies one digest.
 type gatedAuthz struct {
 	*testAuthz
 	frozen atomic.Value // string
+	denied atomic.Value // string
+	asked  atomic.Int64 // ManifestDenied calls
 }
 
-func (a *gatedAuthz) ManifestDenied(context.Context, string, string) (bool, error) { return false, nil }
+func (a *gatedAuthz) ManifestDenied(_ context.Context, _, d string) (bool, error) {
+	a.asked.Add(1)
+	denied, _ := a.denied.Load().(string)
+	return denied != "" && d == denied, nil
+}
 func (a *gatedAuthz) TagFrozen(_ context.Context, _, tag string) (bool, error) {
 	f, _ := a.frozen.Load().(string)
 	return f != "" && tag == f, nil
@@ -306,4 +359,172 @@ func TestGateHoldsOnEmbeddedRegistry(t *testing.T) {
 			t.Fatalf("DELETE of the image = %d %s, want 202", code, body)
 		}
 	})
+}
+
+// The embedded registry behind the gate: a revoked manifest read as a blob
+// is refused (404 BLOB_UNKNOWN) only to a token that may pull from the
+// repository; without one, the registry's 401 and challenge answer, the
+// same for the revoked digest as for any other, and the gate is not asked.
+func TestGateRevokedBlobOnEmbeddedRegistry(t *testing.T) {
+	t.Parallel()
+	var gate *gatedAuthz
+	env := newTestEnvWith(t, nil, func(a *testAuthz) Authorizer {
+		gate = &gatedAuthz{testAuthz: a}
+		return gate
+	})
+	env.authz.add("publisher", "s3cret", appRepo, ActionPush, ActionPull)
+	ctx := context.Background()
+	ref, err := name.ParseReference(env.host+"/"+appRepo+":v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := ociImage(t, 512)
+	if err := remote.Write(ref, img, env.opts(ctx, &authn.Basic{Username: "publisher", Password: "s3cret"})...); err != nil {
+		t.Fatal(err)
+	}
+	d, _ := img.Digest()
+	cfg, _ := img.ConfigName()
+	gate.denied.Store(d.String())
+	issue := func(repo string, actions ...string) string {
+		tok, err := env.reg.TokenHandler().Issue(Subject{ID: "ci"}, []Scope{{Type: "repository", Name: repo, Actions: actions}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return "Bearer " + tok.Token
+	}
+	blobs := "/v2/" + appRepo + "/blobs/"
+	gate.asked.Store(0)
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		for _, auth := range []string{
+			"", "Bearer not-a-token", "bearer not-a-token", "Basic cHVibGlzaGVyOnMzY3JldA==",
+			issue(otherRepo, ActionPull, ActionPush, ActionDelete),
+		} {
+			rc, rh, rb := env.call(t, method, blobs+d.String(), auth)
+			oc, oh, ob := env.call(t, method, blobs+cfg.String(), auth)
+			if rc != http.StatusUnauthorized || challenge(rh) == "" || rc != oc || rb != ob || challenge(rh) != challenge(oh) {
+				t.Errorf("%s %.20q: revoked digest %d %s %v, other digest %d %s %v", method, auth, rc, rb, rh, oc, ob, oh)
+			}
+		}
+	}
+	if n := gate.asked.Load(); n != 0 {
+		t.Errorf("the gate was asked %d times about unauthorized blob reads", n)
+	}
+	pull := issue(appRepo, ActionPull)
+	if code, _, body := env.call(t, http.MethodGet, blobs+d.String(), pull); code != http.StatusNotFound || !strings.Contains(body, "BLOB_UNKNOWN") {
+		t.Fatalf("a puller's GET of the revoked manifest's blob = %d %s, want 404 BLOB_UNKNOWN", code, body)
+	}
+	if code, _, body := env.call(t, http.MethodGet, blobs+cfg.String(), pull); code != http.StatusOK {
+		t.Fatalf("a puller's GET of another blob = %d %s, want 200", code, body)
+	}
+}
+
+// A write of a signature tag is checked and written under
+// HoldSignatureTags, after its whole body is in: while a verification
+// holds the digest's tags, the write waits, and once the verification
+// froze the tag it is refused, however early its headers came.
+func TestGateSignatureTagWriteWaitsForVerification(t *testing.T) {
+	t.Parallel()
+	var gate *gatedAuthz
+	env := newTestEnvWith(t, nil, func(a *testAuthz) Authorizer {
+		gate = &gatedAuthz{testAuthz: a}
+		return gate
+	})
+	env.authz.add("publisher", "s3cret", appRepo, ActionPush, ActionPull)
+	ctx := context.Background()
+	ref, err := name.ParseReference(env.host+"/"+appRepo+":forged", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := ociImage(t, 256)
+	if err := remote.Write(ref, forged, env.opts(ctx, &authn.Basic{Username: "publisher", Password: "s3cret"})...); err != nil {
+		t.Fatal(err)
+	}
+	body, _ := forged.RawManifest()
+	mt, _ := forged.MediaType()
+	digest := "sha256:" + strings.Repeat("cd", 32)
+	tok, err := env.reg.TokenHandler().Issue(Subject{ID: "ci"}, []Scope{{Type: "repository", Name: appRepo, Actions: []string{ActionPull, ActionPush}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(tag string) chan int {
+		done := make(chan int, 1)
+		go func() {
+			req, _ := http.NewRequest(http.MethodPut, env.srv.URL+"/v2/"+appRepo+"/manifests/"+tag, bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+tok.Token)
+			req.Header.Set("Content-Type", string(mt))
+			resp, err := env.srv.Client().Do(req)
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		return done
+	}
+	for _, tag := range []string{"sha256-" + strings.Repeat("cd", 32) + ".sig", "SHA256-" + strings.Repeat("CD", 32) + ".ATT"} {
+		gate.frozen.Store("")
+		release, err := HoldSignatureTags(ctx, appRepo, digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := put(tag)
+		select {
+		case code := <-done:
+			t.Fatalf("PUT %s answered %d while a verification held the digest's tags", tag, code)
+		case <-time.After(300 * time.Millisecond):
+		}
+		gate.frozen.Store(strings.ToLower(tag))
+		release()
+		if code := <-done; code != http.StatusForbidden {
+			t.Fatalf("PUT %s after the verification froze it = %d, want 403", tag, code)
+		}
+	}
+	// Other tags, and signature tags of other digests, do not wait.
+	release, err := HoldSignatureTags(ctx, appRepo, digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	for _, tag := range []string{"v2", "sha256-" + strings.Repeat("ef", 32) + ".sig"} {
+		select {
+		case code := <-put(tag):
+			if code != http.StatusCreated {
+				t.Fatalf("PUT %s = %d, want 201", tag, code)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("PUT %s waited on another digest's verification", tag)
+		}
+	}
+}
+
+func TestHoldSignatureTags(t *testing.T) {
+	ctx := context.Background()
+	release, err := HoldSignatureTags(ctx, "r", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := HoldSignatureTags(ctx, "r", "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other()
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := HoldSignatureTags(short, "r", "d"); err == nil {
+		t.Fatal("a held pair was taken twice")
+	}
+	release()
+	release() // a second release is a no-op
+	again, err := HoldSignatureTags(ctx, "r", "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	again()
+	signatureTags.mu.Lock()
+	n := len(signatureTags.held)
+	signatureTags.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d keys left behind", n)
+	}
 }

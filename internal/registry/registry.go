@@ -97,7 +97,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 			r.Close()
 			return nil, err
 		}
-		served = &gateHandler{gate: gate, authorized: writeAuthorized(access), tagsOf: tagsOf, next: tagged,
+		served = &gateHandler{gate: gate, authorized: requestAuthorized(access), tagsOf: tagsOf, next: tagged,
 			fail: func(w http.ResponseWriter, req *http.Request, err error) {
 				logger.ErrorContext(req.Context(), "registry: content gate failed", "err", err)
 				tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not check this manifest; retry")
@@ -255,14 +255,16 @@ func (r *Registry) Close() error {
 	return err
 }
 
-// writeAuthorized reports whether req's bearer token grants, by access,
-// what the registry requires of a write on repository: pull and push for a
-// PUT, delete for a DELETE (distribution's own rule).
-func writeAuthorized(access auth.AccessController) func(*http.Request, string) bool {
+// requestAuthorized reports whether req's bearer token grants, by access,
+// what the registry requires of req on repository: pull for a GET or HEAD,
+// pull and push for a PUT, delete for a DELETE (distribution's own rule).
+func requestAuthorized(access auth.AccessController) func(*http.Request, string) bool {
 	return func(req *http.Request, repository string) bool {
 		res := auth.Resource{Type: "repository", Name: repository}
 		var want []auth.Access
 		switch req.Method {
+		case http.MethodGet, http.MethodHead:
+			want = []auth.Access{{Resource: res, Action: ActionPull}}
 		case http.MethodPut:
 			want = []auth.Access{{Resource: res, Action: ActionPull}, {Resource: res, Action: ActionPush}}
 		case http.MethodDelete:

@@ -28,11 +28,22 @@ func (q *Queries) DigestRevocation(ctx context.Context, projectID, digest string
 	return at, reason, scanOne(err)
 }
 
-// RepositoryDigestRevoked reports whether an artifact registered in
-// repository with digest is revoked (a repository belongs to one project).
+// RepositoryDigestRevoked reports whether digest is revoked in the project
+// repository belongs to: the rule registration applies (DigestRevoked), so
+// a digest revoked through one app's repository is refused in every
+// repository of its project. Repositories are the platform's, and each one
+// is reached through an intent or an artifact that records it with its
+// project; those rows name the project. The query starts from the digest's
+// revoked rows (app_artifacts_digest; none for almost every digest asked)
+// and looks for the repository among their project's intents and artifacts
+// (the project_id indexes) only for those.
 func (q *Queries) RepositoryDigestRevoked(ctx context.Context, repository, digest string) (bool, error) {
 	var n int
-	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_artifacts WHERE repository = ? AND digest = ? AND revoked_at IS NOT NULL`, repository, digest).Scan(&n)
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_artifacts r WHERE r.digest = ? AND r.revoked_at IS NOT NULL AND (
+		r.repository = ?
+		OR EXISTS (SELECT 1 FROM app_artifacts a WHERE a.project_id = r.project_id AND a.repository = ?)
+		OR EXISTS (SELECT 1 FROM artifact_intents i WHERE i.project_id = r.project_id AND i.repository = ?))`,
+		digest, repository, repository, repository).Scan(&n)
 	return n > 0, mapErr(err)
 }
 

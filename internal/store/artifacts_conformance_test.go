@@ -516,7 +516,28 @@ func testArtifactDigests(t *testing.T, db *store.DB) {
 	}
 	revoked, _ = q.RepositoryDigestRevoked(ctx, foreign.Repository, d)
 	if revoked {
-		t.Fatal("the digest is revoked in another repository")
+		t.Fatal("the digest is revoked in another project's repository")
+	}
+	// Revocation is the project's: the digest is revoked in every
+	// repository of the project, whether an artifact (of any digest) or
+	// only an intent reached it, and nowhere else.
+	sibling := mkAppArtifact(o, p, "sibling", "1", "main", "sha256:sibling")
+	noErr(t, "insert", q.InsertAppArtifact(ctx, sibling))
+	pushedOnly := mkIntent(o, p, "publish", "pushed")
+	pushedOnly.Repository = o.Slug + "/pushed"
+	noErr(t, "insert intent", q.InsertArtifactIntent(ctx, pushedOnly))
+	foreignIntent := mkIntent(o2, p2, "publish", "elsewhere")
+	foreignIntent.Repository = o2.Slug + "/elsewhere"
+	noErr(t, "insert intent", q.InsertArtifactIntent(ctx, foreignIntent))
+	for repo, want := range map[string]bool{sibling.Repository: true, pushedOnly.Repository: true,
+		foreignIntent.Repository: false, foreign.Repository: false, o.Slug + "/unknown": false} {
+		revoked, err = q.RepositoryDigestRevoked(ctx, repo, d)
+		if err != nil || revoked != want {
+			t.Fatalf("digest revoked in %s = %v %v, want %v", repo, revoked, err, want)
+		}
+	}
+	if revoked, _ = q.RepositoryDigestRevoked(ctx, sibling.Repository, "sha256:sibling"); revoked {
+		t.Fatal("an unrevoked digest reads as revoked")
 	}
 	got, _ = q.UnrevokedArtifactsWithDigest(ctx, p.ID, d)
 	if len(got) != 0 {
