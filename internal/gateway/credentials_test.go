@@ -1,12 +1,18 @@
 package gateway
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/gpuaas/gpuaas/internal/instances"
 )
 
 // TestGatewayDropsEveryPlatformAuthorization: a platform token never
@@ -164,6 +170,10 @@ func testRefusesAnotherOriginsPost(t *testing.T, apps bool) {
 		if tc.site != "" {
 			req.Header.Set("Sec-Fetch-Site", tc.site)
 		}
+		if tc.method == "GET" { // a link: a navigation (foreign refuses any other GET from another origin's page)
+			req.Header.Set("Sec-Fetch-Mode", "navigate")
+			req.Header.Set("Sec-Fetch-Dest", "document")
+		}
 		if tc.origin != "" {
 			req.Header.Set("Origin", tc.origin)
 		}
@@ -197,4 +207,135 @@ func countingApp(t *testing.T) (addr string, reached *atomic.Int64) {
 	}))
 	t.Cleanup(up.Close)
 	return up.Listener.Addr().String(), reached
+}
+
+// TestGatewayFetchMetadataIsolatesApps: every app's origin is the same
+// site as every other, so the browser sends the app cookie with a request
+// another tenant's app page makes in the background (a credentialed fetch,
+// an <img>, a <script>). An app that reflects the caller's Origin in CORS
+// with credentials would hand the person's data to that page. By the
+// browser's fetch metadata, the gateway sends on only what the app's own
+// pages ask for, what the person does (navigations, also into the
+// console's iframe), and what comes from no browser; the rest gets a 403
+// page that says why, sets no cookie, and never reaches the app.
+func TestGatewayFetchMetadataIsolatesApps(t *testing.T) {
+	onBothListeners(t, testFetchMetadataIsolatesApps)
+}
+
+func testFetchMetadataIsolatesApps(t *testing.T, apps bool) {
+	addr, reached := countingApp(t)
+	r := newRigOn(t, apps, addr)
+	app := r.open(t)
+	// Past half its lifetime, the token is renewed on use: a refusal must
+	// not hand out the fresh one (nor clear the cookie).
+	r.advance(3 * time.Minute)
+	for _, tc := range []struct {
+		name, method, site, mode, dest string
+		refused                        bool
+	}{
+		{"another app's credentialed fetch", "GET", "same-site", "cors", "empty", true},
+		{"another app's <img>", "GET", "same-site", "no-cors", "image", true},
+		{"another app's <script>", "GET", "same-site", "no-cors", "script", true},
+		{"another site's fetch", "GET", "cross-site", "cors", "empty", true},
+		{"another app's <object>", "GET", "same-site", "navigate", "object", true},
+		{"another app's <embed>", "GET", "cross-site", "navigate", "embed", true},
+		{"another app's preflight", "OPTIONS", "same-site", "cors", "empty", true},
+		{"a fetch metadata value unknown here", "GET", "same-party", "cors", "empty", true},
+		{"a link from another site", "GET", "cross-site", "navigate", "document", false},
+		{"the console's iframe", "GET", "same-site", "navigate", "iframe", false},
+		{"a HEAD navigation", "HEAD", "same-site", "navigate", "document", false},
+		{"no browser (curl)", "GET", "", "", "", false},
+		{"the app's own page's fetch", "GET", "same-origin", "cors", "empty", false},
+		{"the app's own page's <img>", "GET", "same-origin", "no-cors", "image", false},
+		{"typed into the address bar", "GET", "none", "navigate", "document", false},
+	} {
+		before, fastBefore := reached.Load(), fastProxied(r)
+		h := map[string]string{}
+		for k, v := range map[string]string{"Sec-Fetch-Site": tc.site, "Sec-Fetch-Mode": tc.mode, "Sec-Fetch-Dest": tc.dest} {
+			if v != "" {
+				h[k] = v
+			}
+		}
+		resp, body := r.send(t, tc.method, "/ui/data.json", nil, app, h)
+		sent := reached.Load() > before
+		if tc.refused {
+			if resp.StatusCode != http.StatusForbidden || sent || !strings.Contains(body, "another site") ||
+				len(resp.Header.Values("Set-Cookie")) > 0 {
+				t.Errorf("%s: %d, reached the app: %v, Set-Cookie %q; want a 403 page that says why, no cookie, nothing sent on (%s)",
+					tc.name, resp.StatusCode, sent, resp.Header.Values("Set-Cookie"), body)
+			}
+			continue
+		}
+		if resp.StatusCode != http.StatusOK || !sent {
+			t.Errorf("%s: %d, reached the app: %v; want it sent on (%s)", tc.name, resp.StatusCode, sent, body)
+		}
+		if len(appCookies(resp, "__Host-gpuaas_app")) != 1 {
+			t.Errorf("%s: the renewed app token was not set: %q", tc.name, resp.Header.Values("Set-Cookie"))
+		}
+		// On the apps listener, what goes on goes on the fast path (HEAD
+		// always takes the slow one).
+		if apps && tc.method != "HEAD" && fastProxied(r) == fastBefore {
+			t.Errorf("%s: not proxied on the apps listener's fast path", tc.name)
+		}
+	}
+}
+
+// fastProxied is how many requests the rig's apps listener proxied on its
+// fast path (0 on the console's listener).
+func fastProxied(r *rig) int64 {
+	if r.apps == nil {
+		return 0
+	}
+	return r.apps.proxied.Load()
+}
+
+// The one-time code's redemption is a navigation from the console (the
+// same site as the apps, or another site when the apps domain is on the
+// Public Suffix List); it is handled before any app token is looked at,
+// and fetch metadata does not stand in its way.
+func TestGatewayOpenLinkIsANavigationFromElsewhere(t *testing.T) {
+	onBothListeners(t, func(t *testing.T, apps bool) {
+		addr, reached := countingApp(t)
+		r := newRigOn(t, apps, addr)
+		for i, site := range []string{"same-site", "cross-site"} {
+			code := fmt.Sprint("nav", i)
+			r.backend.mu.Lock()
+			r.backend.codes[code] = instances.UIGrant{UserID: "u", InstanceID: inst, Port: 8080}
+			r.backend.mu.Unlock()
+			resp, body := r.send(t, "GET", "/__gpuaas/open?code="+code+"&path=%2Fui%2F", nil, nil,
+				map[string]string{"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe", "Accept": "text/html"})
+			cookies := appCookies(resp, "__Host-gpuaas_app")
+			if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/" || len(cookies) != 1 {
+				t.Fatalf("%s: open: %d → %q, cookies %v (%s)", site, resp.StatusCode, resp.Header.Get("Location"), cookies, body)
+			}
+			// The redirect it answers is followed as the same navigation.
+			resp, body = r.send(t, "GET", "/ui/", nil, cookies[0],
+				map[string]string{"Sec-Fetch-Site": site, "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "iframe", "Accept": "text/html"})
+			if resp.StatusCode != http.StatusOK || body != "done" {
+				t.Errorf("%s: the app after the open link: %d %q", site, resp.StatusCode, body)
+			}
+		}
+		if n := reached.Load(); n != 2 {
+			t.Errorf("the app was reached %d times, want 2", n)
+		}
+	})
+}
+
+// On the apps listener's fast path the fetch metadata are read in place:
+// deciding allocates nothing.
+func TestFastForeignAllocatesNothing(t *testing.T) {
+	var h fasthttp.RequestHeader
+	h.SetMethod("GET")
+	h.Set("Sec-Fetch-Site", "same-site")
+	h.Set("Sec-Fetch-Mode", "navigate")
+	h.Set("Sec-Fetch-Dest", "iframe")
+	h.Set("Origin", "http://x.apps.test")
+	own := "http://" + inst + ".apps.test:8080"
+	if n := testing.AllocsPerRun(100, func() {
+		if fastForeign(&h, own) {
+			t.Fatal("a navigation into the console's iframe was refused")
+		}
+	}); n != 0 {
+		t.Errorf("fastForeign allocates %v times a request", n)
+	}
 }

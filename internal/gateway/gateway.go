@@ -349,6 +349,12 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 		g.signIn(w, r, t, path)
 		return
 	}
+	if why := foreign(r.Method, r.Header.Get("Sec-Fetch-Site"), r.Header.Get("Sec-Fetch-Mode"),
+		r.Header.Get("Sec-Fetch-Dest"), r.Header.Get("Origin"), t.origin); why != "" {
+		// Before the renewed token is set: a refusal sets no cookie.
+		g.page(w, http.StatusForbidden, "Not sent to the app", why, "")
+		return
+	}
 	if fresh != nil {
 		http.SetCookie(w, fresh)
 	}
@@ -377,11 +383,6 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 			return
 		}
 	}
-	if crossOrigin(r.Method, r.Header.Get("Sec-Fetch-Site"), r.Header.Get("Origin"), t.origin) {
-		g.page(w, http.StatusForbidden, "Not sent to the app",
-			"This request to the app came from a page of another site, so it was not sent on. Use the app from its own pages.", "")
-		return
-	}
 	if isWebSocket(r) {
 		// The proxy closes the upgraded connection when its request's
 		// context ends.
@@ -401,6 +402,63 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 // proxy on. A token is for one instance and the port its UI was on.
 func admitted(up instances.UIUpstream, claims appClaims, err error) bool {
 	return err == nil && up.Embedded && up.InstanceID == claims.Instance && up.ContainerPort == claims.Port && up.Addr != ""
+}
+
+// foreign decides whether a request for an app, from a browser that holds
+// the person's app token for it, was sent by a page the app must not
+// answer to: it says why in words a person reads, or "" when the request
+// goes on. Both listeners decide on it (the apps listener's fast path
+// hands what it refuses to the net/http gateway, which refuses it here,
+// after checking the token): method and the Sec-Fetch-Site,
+// Sec-Fetch-Mode, Sec-Fetch-Dest and Origin headers as the browser sent
+// them, and own, the app's origin.
+//
+// Two rules refuse: crossOrigin (a change sent from another origin's
+// page) and crossSiteResource (anything but a navigation, asked for by
+// another origin's page). A WebSocket's Origin is checked besides, where
+// the upgrade is handled.
+func foreign(method, site, mode, dest, origin, own string) string {
+	if crossOrigin(method, site, origin, own) {
+		return "This request to the app came from a page of another site, so it was not sent on. Use the app from its own pages."
+	}
+	if crossSiteResource(method, site, mode, dest) {
+		return "A page of another site (another app under this domain, perhaps) asked for this app's data, scripts or images, " +
+			"so the request was not sent on: an app answers its own pages only. Open the app itself to use it."
+	}
+	return ""
+}
+
+// crossSiteResource says whether a request is a resource that a page of
+// another origin asked for in the background (a fetch or XHR, with CORS
+// or without, an image, a script, a style sheet, a frame's <object> or
+// <embed>), by the browser's fetch metadata: such a request is not sent on
+// (a resource isolation policy, as web.dev's "Protect your resources from
+// web attacks with Fetch Metadata" describes). Every app's origin is the
+// same site as every other under the apps domain, so the browser sends the
+// app cookie with a request another tenant's app makes: an app that
+// answers CORS with the caller's Origin and credentials allowed (as dev
+// servers do), or JSON a <script> can include, would hand the person's
+// data in it to that app's page. GETs are refused here too, which
+// crossOrigin lets go on.
+//
+// What goes on: a request without Sec-Fetch-Site (a browser too old to
+// send it; a client that is no browser, such as curl or an SDK with the
+// app's own key, which holds no app cookie to misuse), one from the app's
+// own pages ("same-origin") or from the person ("none": typed, a
+// bookmark), and a navigation (GET or HEAD, mode "navigate") into a
+// window or frame: Open app and the one-time link's redirects, a frame of
+// the console's (frame-ancestors lets it frame the app), a link from
+// elsewhere. A navigation into an <object> or
+// <embed> is a resource of the page that holds it, and refused.
+func crossSiteResource(method, site, mode, dest string) bool {
+	switch site {
+	case "", "same-origin", "none":
+		return false
+	}
+	if mode == "navigate" && (method == http.MethodGet || method == http.MethodHead) {
+		return dest == "object" || dest == "embed"
+	}
+	return true // same-site, cross-site, or a value unknown here
 }
 
 // crossOrigin says whether a request that may change something (any
