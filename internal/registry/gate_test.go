@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 )
 
@@ -229,6 +230,34 @@ type gatedAuthz struct {
 	asked  atomic.Int64 // ManifestDenied calls
 }
 
+// newGatedEnv is an embedded registry behind a gatedAuthz, with the
+// publisher credentials (push and pull on appRepo).
+func newGatedEnv(t *testing.T) (*testEnv, *gatedAuthz) {
+	t.Helper()
+	var gate *gatedAuthz
+	env := newTestEnvWith(t, nil, func(a *testAuthz) Authorizer {
+		gate = &gatedAuthz{testAuthz: a}
+		return gate
+	})
+	env.authz.add("publisher", "s3cret", appRepo, ActionPush, ActionPull)
+	return env, gate
+}
+
+// pushAsPublisher pushes an image of size bytes to appRepo:tag with the
+// publisher credentials.
+func pushAsPublisher(t *testing.T, env *testEnv, tag string, size int64) v1.Image {
+	t.Helper()
+	ref, err := name.ParseReference(env.host+"/"+appRepo+":"+tag, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img := ociImage(t, size)
+	if err := remote.Write(ref, img, env.opts(context.Background(), &authn.Basic{Username: "publisher", Password: "s3cret"})...); err != nil {
+		t.Fatalf("push %s: %v", tag, err)
+	}
+	return img
+}
+
 func (a *gatedAuthz) ManifestDenied(_ context.Context, _, d string) (bool, error) {
 	a.asked.Add(1)
 	denied, _ := a.denied.Load().(string)
@@ -268,25 +297,11 @@ func challenge(h http.Header) string {
 // which tags are frozen.
 func TestGateHoldsOnEmbeddedRegistry(t *testing.T) {
 	t.Parallel()
-	var gate *gatedAuthz
-	env := newTestEnvWith(t, nil, func(a *testAuthz) Authorizer {
-		gate = &gatedAuthz{testAuthz: a}
-		return gate
-	})
-	env.authz.add("publisher", "s3cret", appRepo, ActionPush, ActionPull)
+	env, gate := newGatedEnv(t)
 	ctx := context.Background()
-	publisher := &authn.Basic{Username: "publisher", Password: "s3cret"}
 	push := func(tag string) string {
 		t.Helper()
-		ref, err := name.ParseReference(env.host+"/"+appRepo+":"+tag, name.Insecure)
-		if err != nil {
-			t.Fatal(err)
-		}
-		img := ociImage(t, 512)
-		if err := remote.Write(ref, img, env.opts(ctx, publisher)...); err != nil {
-			t.Fatalf("push %s: %v", tag, err)
-		}
-		d, _ := img.Digest()
+		d, _ := pushAsPublisher(t, env, tag, 512).Digest()
 		return d.String()
 	}
 	imgDigest := push("v1")
@@ -367,21 +382,8 @@ func TestGateHoldsOnEmbeddedRegistry(t *testing.T) {
 // same for the revoked digest as for any other, and the gate is not asked.
 func TestGateRevokedBlobOnEmbeddedRegistry(t *testing.T) {
 	t.Parallel()
-	var gate *gatedAuthz
-	env := newTestEnvWith(t, nil, func(a *testAuthz) Authorizer {
-		gate = &gatedAuthz{testAuthz: a}
-		return gate
-	})
-	env.authz.add("publisher", "s3cret", appRepo, ActionPush, ActionPull)
-	ctx := context.Background()
-	ref, err := name.ParseReference(env.host+"/"+appRepo+":v1", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img := ociImage(t, 512)
-	if err := remote.Write(ref, img, env.opts(ctx, &authn.Basic{Username: "publisher", Password: "s3cret"})...); err != nil {
-		t.Fatal(err)
-	}
+	env, gate := newGatedEnv(t)
+	img := pushAsPublisher(t, env, "v1", 512)
 	d, _ := img.Digest()
 	cfg, _ := img.ConfigName()
 	gate.denied.Store(d.String())
@@ -424,21 +426,9 @@ func TestGateRevokedBlobOnEmbeddedRegistry(t *testing.T) {
 // froze the tag it is refused, however early its headers came.
 func TestGateSignatureTagWriteWaitsForVerification(t *testing.T) {
 	t.Parallel()
-	var gate *gatedAuthz
-	env := newTestEnvWith(t, nil, func(a *testAuthz) Authorizer {
-		gate = &gatedAuthz{testAuthz: a}
-		return gate
-	})
-	env.authz.add("publisher", "s3cret", appRepo, ActionPush, ActionPull)
+	env, gate := newGatedEnv(t)
 	ctx := context.Background()
-	ref, err := name.ParseReference(env.host+"/"+appRepo+":forged", name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forged := ociImage(t, 256)
-	if err := remote.Write(ref, forged, env.opts(ctx, &authn.Basic{Username: "publisher", Password: "s3cret"})...); err != nil {
-		t.Fatal(err)
-	}
+	forged := pushAsPublisher(t, env, "forged", 256)
 	body, _ := forged.RawManifest()
 	mt, _ := forged.MediaType()
 	digest := "sha256:" + strings.Repeat("cd", 32)
