@@ -57,7 +57,11 @@ func testDropsEveryPlatformAuthorization(t *testing.T, apps bool) {
 // TestGatewaySaysWhereARequestCameFrom: an app may trust what a proxy says
 // of where a request came from (a framework's proxy-headers setting), so
 // none of what a browser sends of it reaches the app, whatever the
-// X-Forwarded- header's name; the gateway's own For, Host and Proto do.
+// X-Forwarded- header's name and however it is spelt: a CGI, FastCGI or
+// WSGI server reads X_Forwarded_For as X-Forwarded-For (both are
+// HTTP_X_FORWARDED_FOR) and joins their values. The gateway's own For,
+// Host and Proto do reach it, and so does an app's own header with an
+// underscore in its name.
 func TestGatewaySaysWhereARequestCameFrom(t *testing.T) {
 	onBothListeners(t, testSaysWhereARequestCameFrom)
 }
@@ -80,6 +84,11 @@ func testSaysWhereARequestCameFrom(t *testing.T, apps bool) {
 		req.Header[h] = []string{"spoofed"}
 	}
 	req.Header["x-forwarded-port"] = []string{"spoofed"} // as a browser may spell it
+	for _, h := range []string{"X_Forwarded_For", "X_Forwarded_Host", "X_Forwarded_Proto", "X_Forwarded_Prefix",
+		"X_Real_Ip", "X-Forwarded_Host", "X_Forwarded-Port", "x_forwarded_for", "x_real_ip", "X-REAL_IP"} {
+		req.Header[h] = []string{"spoofed"} // as sent, not canonicalised
+	}
+	req.Header["X_App_Key"] = []string{"kept"}
 	resp, err := r.client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +101,8 @@ func testSaysWhereARequestCameFrom(t *testing.T, apps bool) {
 	if strings.Contains(string(body), "spoofed") {
 		t.Errorf("what the browser said of where it came from reached the app:\n%s", body)
 	}
-	for _, want := range []string{"X-Forwarded-For: 127.0.0.1", "X-Forwarded-Host: " + inst + ".apps.test:8080", "X-Forwarded-Proto: http"} {
+	for _, want := range []string{"X-Forwarded-For: 127.0.0.1", "X-Forwarded-Host: " + inst + ".apps.test:8080", "X-Forwarded-Proto: http",
+		"X_app_key: kept"} {
 		if !strings.Contains(string(body), want+"\n") && !strings.HasSuffix(string(body), want) {
 			t.Errorf("the app did not get %q:\n%s", want, body)
 		}

@@ -559,12 +559,7 @@ func testPlatformCookieFromOddLines(t *testing.T, apps bool) {
 		"Set-Cookie: app_state=1\r\n" +
 		"Set-Cookie: theme=\"a\"b; Path=/\r\n" +
 		"Content-Length: 2\r\n\r\nok"
-	addr, _ := rawApp(t, func(c net.Conn, br *bufio.Reader) {
-		for readRequest(t, br) {
-			io.WriteString(c, answer)
-		}
-	})
-	r := newRigOn(t, apps, addr)
+	r := newRigOn(t, apps, answeringApp(t, answer))
 	app := r.open(t)
 	req, _ := http.NewRequest("GET", "http://"+inst+".apps.test:8080/", nil)
 	req.AddCookie(app)

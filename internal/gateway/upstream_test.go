@@ -137,6 +137,17 @@ func TestUpstreamSendsBodiesAndUpgradesToTheFallback(t *testing.T) {
 	}
 }
 
+// answeringApp is a rawApp that answers every request with answer, a
+// whole HTTP/1.1 response written as it is.
+func answeringApp(t *testing.T, answer string) string {
+	addr, _ := rawApp(t, func(c net.Conn, br *bufio.Reader) {
+		for readRequest(t, br) {
+			io.WriteString(c, answer)
+		}
+	})
+	return addr
+}
+
 // rawApp answers each connection with serve, by hand, to produce what a
 // well-behaved net/http server would not.
 func rawApp(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) (addr string, accepted *atomic.Int64) {
