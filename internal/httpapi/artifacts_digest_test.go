@@ -40,8 +40,7 @@ func testArtifactDigestTruth(t *testing.T, d store.Dialect) {
 	key := admin.Do("POST", "/api/v1/projects/"+pid+"/artifact-signing-keys", map[string]string{"name": "ci", "public_key": string(pubPEM)}).Want(t, 201)
 
 	intent := func(version string) (string, regCreds) {
-		pi := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": "demo", "app_version": version, "artifact_name": "runtime"}).Want(t, 201)
-		return pi.String("repository"), unwrap(t, admin, wrapToken(pi))
+		return publishIntent(t, admin, pid, map[string]any{"app_slug": "demo", "app_version": version, "artifact_name": "runtime"})
 	}
 	reg := func(version, repo, digest, tag string) *servertest.Response {
 		return admin.Do("POST", base, map[string]any{"app_slug": "demo", "app_version": version, "artifact_name": "runtime", "repository": repo, "digest": digest, "tag": tag})

@@ -36,8 +36,7 @@ func testArtifactRevocationCoversProjectRepositories(t *testing.T, d store.Diale
 	base := "/api/v1/projects/" + s.Creds.ProjectID + "/app-artifacts"
 	host := admin.Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
 	intent := func(app string) (string, regCreds) {
-		pi := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": app, "app_version": "1.0.0", "artifact_name": "runtime"}).Want(t, 201)
-		return pi.String("repository"), unwrap(t, admin, wrapToken(pi))
+		return publishIntent(t, admin, s.Creds.ProjectID, map[string]any{"app_slug": app, "app_version": "1.0.0", "artifact_name": "runtime"})
 	}
 	repoA, cA := intent("alpha")
 	repoB, cB := intent("beta")

@@ -44,8 +44,7 @@ func testArtifactSignatureTagWriteSpanningVerify(t *testing.T, d store.Dialect) 
 	privPEM, pubPEM := mustKeyPair(t, signature.AlgECDSAP256)
 	key := admin.Do("POST", "/api/v1/projects/"+pid+"/artifact-signing-keys", map[string]string{"name": "ci", "public_key": string(pubPEM)}).Want(t, 201)
 	intent := func(version string) (string, regCreds) {
-		pi := admin.Do("POST", base+"/publish-intents", map[string]any{"app_slug": "demo", "app_version": version, "artifact_name": "runtime"}).Want(t, 201)
-		return pi.String("repository"), unwrap(t, admin, wrapToken(pi))
+		return publishIntent(t, admin, pid, map[string]any{"app_slug": "demo", "app_version": version, "artifact_name": "runtime"})
 	}
 
 	repo, c1 := intent("1.0.0")

@@ -39,6 +39,15 @@ func (rc regCreds) opts(ctx context.Context) []remote.Option {
 	return []remote.Option{remote.WithContext(ctx), remote.WithAuth(&authn.Basic{Username: rc.user, Password: rc.pass})}
 }
 
+// publishIntent creates a publish intent as c in projectID (body: the
+// request's fields) and unwraps its registry credentials: the intent's
+// repository and the credentials.
+func publishIntent(t *testing.T, c *servertest.Client, projectID string, body map[string]any) (string, regCreds) {
+	t.Helper()
+	pi := c.Do("POST", "/api/v1/projects/"+projectID+"/app-artifacts/publish-intents", body).Want(t, 201)
+	return pi.String("repository"), unwrap(t, c, wrapToken(pi))
+}
+
 func wrapToken(r *servertest.Response) string {
 	w, _ := r.JSON["wrapped_credentials"].(map[string]any)
 	s, _ := w["wrapping_token"].(string)

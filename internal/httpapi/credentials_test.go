@@ -99,10 +99,9 @@ func newPublisherAccount(t *testing.T, s *servertest.Server, admin *servertest.C
 // unwraps its registry credentials.
 func publishCreds(t *testing.T, s *servertest.Server, c *servertest.Client, version string) regCreds {
 	t.Helper()
-	pi := c.Do("POST", "/api/v1/projects/"+s.Creds.ProjectID+"/app-artifacts/publish-intents",
-		map[string]any{"app_slug": "demo", "app_version": version, "artifact_name": "runtime", "signature_required": false,
-			"ttl_seconds": 3600}).Want(t, 201)
-	return unwrap(t, c, wrapToken(pi))
+	_, rc := publishIntent(t, c, s.Creds.ProjectID, map[string]any{"app_slug": "demo", "app_version": version, "artifact_name": "runtime",
+		"signature_required": false, "ttl_seconds": 3600})
+	return rc
 }
 
 // Registry credentials a service account minted with a key die when that
