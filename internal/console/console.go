@@ -21,7 +21,6 @@ import (
 	"html/template"
 	"io/fs"
 	"log/slog"
-	"mime"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -214,9 +213,9 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // parsed here, so one past the cap is refused before any handler runs
 // rather than read as an empty form. It reports whether to go on.
 func (c *Console) limitBody(w http.ResponseWriter, r *http.Request) bool {
-	ct := r.Header.Get("Content-Type")
-	mt, _, _ := mime.ParseMediaType(ct)
-	if strings.HasPrefix(mt, "multipart/") || strings.HasPrefix(strings.ToLower(strings.TrimSpace(ct)), "multipart/") {
+	// The media type is what comes before any ";", so this prefix is
+	// mime.ParseMediaType's answer, and holds for a header it cannot parse.
+	if strings.HasPrefix(strings.ToLower(strings.TrimSpace(r.Header.Get("Content-Type"))), "multipart/") {
 		c.refuseBody(w, r, http.StatusUnsupportedMediaType, "Not accepted",
 			"The console's forms send no files: a multipart/form-data request is refused.")
 		return false
