@@ -166,6 +166,17 @@ func (a Assertion) CheckClaims(now time.Time, tokenURL string, skew time.Duratio
 	return nil
 }
 
+// RememberUntil is how long a replica must keep this assertion's jti once
+// it was exchanged: until no replica can accept the assertion any more.
+// Each accepts it until exp+skew by its own clock, and the replica that
+// purges the jti may run up to skew ahead of the one still accepting it (the
+// tolerance the platform allows between clocks), so the jti is kept until
+// exp+2×skew by the purger's clock. With exp+skew, a fast replica's purge
+// handed a slow one up to skew in which the same assertion passed again.
+func (a Assertion) RememberUntil(skew time.Duration) time.Time {
+	return a.ExpiresAt.Add(2 * skew)
+}
+
 // Verify checks the signature with pub, a stored public key of algorithm
 // alg; keyName says which key in the message.
 func (a Assertion) Verify(alg string, pub any, keyName string) error {

@@ -63,7 +63,7 @@ func (s *Service) exchange(ctx context.Context, raw string) (string, iam.Issued,
 		return node.ID, iam.Issued{}, grantError("node_removed", "node %s was removed; join again with a new join token", node.ID)
 	}
 	q := s.Store.Read()
-	if err := q.UseNodeAssertionID(ctx, node.ID, as.JTI, as.ExpiresAt.Add(ClockSkew)); err != nil {
+	if err := q.UseNodeAssertionID(ctx, node.ID, as.JTI, as.RememberUntil(ClockSkew)); err != nil {
 		if errors.Is(err, storage.ErrAlreadyExists) {
 			return node.ID, iam.Issued{}, grantError("replayed_assertion", "this assertion's jti was already exchanged; sign a new one")
 		}

@@ -98,9 +98,9 @@ func (s *Service) exchange(ctx context.Context, in ExchangeInput) (ServiceAccoun
 	if acc.Status != AccountActive {
 		return acc, iam.Issued{}, grantError("account_disabled", "service account %s is disabled; a project admin can enable it again", acc.ID)
 	}
-	// Single use: remembered until the assertion could no longer pass the
-	// expiry check anyway. The primary key refuses a concurrent replay too.
-	if err := q.UseAssertionID(ctx, acc.ID, as.JTI, as.ExpiresAt.Add(ClockSkew)); err != nil {
+	// Single use: remembered until no replica's expiry check could pass the
+	// assertion any more. The primary key refuses a concurrent replay too.
+	if err := q.UseAssertionID(ctx, acc.ID, as.JTI, as.RememberUntil(ClockSkew)); err != nil {
 		if errors.Is(err, storage.ErrAlreadyExists) {
 			return acc, iam.Issued{}, grantError("replayed_assertion", "this assertion's jti was already exchanged; sign a new assertion with a fresh jti for every exchange")
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 	"github.com/gpuaas/gpuaas/internal/store"
 )
 
@@ -280,6 +281,29 @@ func TestConcurrentReplay(t *testing.T) {
 		if ok != 1 {
 			t.Fatalf("%d of %d concurrent exchanges of one assertion succeeded, want 1", ok, n)
 		}
+	})
+}
+
+// Replicas' clocks differ: one whose clock runs ahead may purge used jtis
+// while another still accepts the assertion by its own clock (up to
+// exp+skew). The purge a replica ahead by almost the skew runs at that
+// moment must not make the assertion exchangeable again.
+func TestReplayAfterAReplicaAheadPurged(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, e *env) {
+		_, kf := e.createSA(t, e.admin, e.Creds.ProjectID, map[string]any{"name": "A", "slug": "sa-a"})
+		a := e.assertion(t, kf)
+		e.exchange(a).Want(t, 200)
+		var c jwt.RegisteredClaims
+		if _, _, err := jwt.NewParser().ParseUnverified(a, &c); err != nil {
+			t.Fatal(err)
+		}
+		// The replica still accepting reads exp+skew; the one ahead by
+		// skew-1s reads:
+		ahead := c.ExpiresAt.Add(serviceaccounts.ClockSkew).Add(serviceaccounts.ClockSkew - time.Second)
+		if _, err := e.DB.Queries().PurgeExpiredAssertionIDs(context.Background(), ahead); err != nil {
+			t.Fatal(err)
+		}
+		e.refused(t, e.exchange(a), "replayed_assertion")
 	})
 }
 
