@@ -200,8 +200,11 @@ func (c *Console) parse() error {
 // most 256 characters each come to under 25 KiB even percent-encoded).
 const maxBodyBytes = 64 << 10
 
-// ServeHTTP serves the console.
+// ServeHTTP serves the console. Every answer (page, asset, fragment,
+// stream, download) says nosniff: a browser must not read a CSV export or
+// an error as HTML or script.
 func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	if c.limitBody(w, r) {
 		c.mux.ServeHTTP(w, r)
 	}
@@ -331,7 +334,6 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 func securityHeaders(w http.ResponseWriter) {
 	h := w.Header()
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-src http: https:; frame-ancestors 'self'; form-action 'self'")
-	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 }

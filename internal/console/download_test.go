@@ -1,14 +1,17 @@
 package console
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/iam"
 )
 
 // A download the API refuses before its first byte is answered as the
@@ -61,5 +64,47 @@ func TestADownloadTheAPIRefusesIsNoEmptyFile(t *testing.T) {
 	}
 	if _, aborted := get(func(w io.Writer) error { io.WriteString(w, "id\n"); return errors.New("reset") }); !aborted {
 		t.Error("a download that failed part way ended as if whole")
+	}
+}
+
+// Every answer of the console says nosniff, a CSV export included: a
+// browser that sniffed one (its cells are the project's data) could take
+// it for HTML or script.
+func TestEveryAnswerSaysNoSniff(t *testing.T) {
+	now := time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)
+	api := fakeAPI(map[string]http.HandlerFunc{
+		"GET /api/v1/me":               reply(`{"id":"u1","type":"user","email":"a@example.com"}`),
+		"GET /api/v1/orgs":             reply(`{"items":[{"id":"o1","slug":"acme"}]}`),
+		"GET /api/v1/orgs/o1/projects": reply(`{"items":[{"id":"p1","org_id":"o1","slug":"web"}]}`),
+		"GET /api/v1/billing/usage": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/csv")
+			_, _ = io.WriteString(w, "id,quantity\n1,2\n")
+		},
+	})
+	sessions := oneSession(ConsoleSession{UserID: "u1", CSRFToken: "csrf", ProjectID: "p1", CreatedAt: now, LastSeenAt: now, ExpiresAt: now.Add(time.Hour)})
+	c, err := New(Config{API: api, Sessions: sessions, PublicURL: func() string { return "http://x" }, Now: func() time.Time { return now },
+		Mint:   func(context.Context, string) (string, time.Time, error) { return "tok", now.Add(time.Hour), nil },
+		Grants: func(context.Context, string) (*iam.Grants, error) { return &iam.Grants{}, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		path, contentType string
+		status            int
+	}{
+		{"/usage.csv?what=usage", "text/csv; charset=utf-8", http.StatusOK},
+		{"/no-such-page", "text/html; charset=utf-8", http.StatusNotFound},
+		{"/static/console.css", "text/css; charset=utf-8", http.StatusOK},
+	} {
+		req := httptest.NewRequest("GET", tc.path, nil)
+		req.AddCookie(&http.Cookie{Name: SessionCookie, Value: "cookie"})
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		if rec.Code != tc.status || rec.Header().Get("Content-Type") != tc.contentType {
+			t.Fatalf("%s: %d %v\n%s", tc.path, rec.Code, rec.Header(), rec.Body)
+		}
+		if got := rec.Header().Get("X-Content-Type-Options"); got != "nosniff" {
+			t.Errorf("%s: X-Content-Type-Options %q, want nosniff", tc.path, got)
+		}
 	}
 }

@@ -394,7 +394,7 @@ func (g *Gateway) serve(w http.ResponseWriter, r *http.Request, t target) {
 	}
 	body, _ := r.Body.(*movingBody)
 	r = r.WithContext(context.WithValue(r.Context(), upstreamKey{}, proxied{up: up, prefix: t.prefix, body: body, claims: claims}))
-	g.proxy.ServeHTTP(w, r)
+	g.proxy.ServeHTTP(g.earlyWriter(w), r)
 }
 
 // admitted says whether a request whose app token carries claims may reach
@@ -1025,18 +1025,72 @@ func (g *Gateway) dropPlatformProtocols(ctx context.Context, h http.Header) {
 	}
 }
 
-func (g *Gateway) modifyResponse(res *http.Response) error {
-	// The app cannot set or clear the platform's cookies on this origin,
-	// nor have the browser clear the site's data (clearSiteData).
-	res.Header.Del(clearSiteData)
-	if sc := res.Header.Values("Set-Cookie"); len(sc) > 0 {
-		res.Header.Del("Set-Cookie")
+// appAnswerHeader holds the headers of an app's answer, final
+// (modifyResponse) or 1xx (earlyWriter), to one policy: the app cannot
+// set or clear the platform's cookies on this origin, nor have the
+// browser clear the site's data (clearSiteData).
+func (g *Gateway) appAnswerHeader(h http.Header) {
+	h.Del(clearSiteData)
+	if sc := h.Values("Set-Cookie"); len(sc) > 0 {
+		h.Del("Set-Cookie")
 		for _, line := range sc {
 			if !g.oursSetCookie(line) {
-				res.Header.Add("Set-Cookie", line)
+				h.Add("Set-Cookie", line)
 			}
 		}
 	}
+}
+
+// earlyWriter is what the proxy answers through. The proxy writes an
+// app's 1xx answers (103 Early Hints) to it from its client trace, past
+// modifyResponse, so they are held to appAnswerHeader here, whichever
+// transport read them. After each 1xx the proxy's trace clears the
+// header map, which would drop what the gateway set before proxying
+// (frame-ancestors, a renewed app cookie) from the final answer: that is
+// put back before the map is used again. The proxy's trace runs under
+// its own lock, taken again before it goes on, so wiped needs none.
+type earlyWriter struct {
+	http.ResponseWriter
+	g     *Gateway
+	own   http.Header // the gateway's, set before proxying
+	wiped bool        // a 1xx went out and the proxy cleared the map
+}
+
+func (g *Gateway) earlyWriter(w http.ResponseWriter) *earlyWriter {
+	return &earlyWriter{ResponseWriter: w, g: g, own: w.Header().Clone()}
+}
+
+func (w *earlyWriter) Header() http.Header {
+	h := w.ResponseWriter.Header()
+	if w.wiped {
+		w.wiped = false
+		for k, v := range w.own {
+			h[k] = append(v[:len(v):len(v)], h[k]...)
+		}
+	}
+	return h
+}
+
+func (w *earlyWriter) WriteHeader(code int) {
+	h := w.Header()
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		w.g.appAnswerHeader(h)
+		w.ResponseWriter.WriteHeader(code)
+		w.wiped = true
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *earlyWriter) Write(p []byte) (int, error) {
+	w.Header()
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *earlyWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (g *Gateway) modifyResponse(res *http.Response) error {
+	g.appAnswerHeader(res.Header)
 	exactWebSocketCasing(res.Header)
 	// An upgraded connection has its own watch (watchUpgrade); any other
 	// answer's body goes on only while the access holds (access.go).

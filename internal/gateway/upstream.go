@@ -142,7 +142,8 @@ func (t *upstreamTransport) exchange(c *upConn, req *http.Request) (*http.Respon
 			return fail(err)
 		}
 		// 1xx answers (103 Early Hints) come before the answer; the
-		// reverse proxy forwards them through its client trace.
+		// reverse proxy forwards them through its client trace, under
+		// the final answer's header policy (earlyWriter).
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 {
 			if resp.StatusCode == http.StatusSwitchingProtocols {
 				return fail(errors.New("the app switched protocols on a request that asked for no upgrade"))
