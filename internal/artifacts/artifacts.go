@@ -335,12 +335,12 @@ func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifact
 		res, err = s.verifyBlob(ctx, a)
 	} else {
 		// From reading the signature until the outcome is recorded, no
-		// write of the digest's signature or attestation tags lands in
-		// this process (the registry's content gate holds the same lock
-		// over its check and write): a verified artifact's tags are the
-		// ones it was verified against.
+		// write of the digest's signature or attestation tags lands, in
+		// this replica or another (the registry's content gate holds the
+		// same lock over its check and write): a verified artifact's tags
+		// are the ones it was verified against.
 		var release func()
-		if release, err = registry.HoldSignatureTags(ctx, a.Repository, a.Digest); err != nil {
+		if release, err = s.holdSignatureTags(ctx, a.Repository, a.Digest); err != nil {
 			return AppArtifact{}, err
 		}
 		defer release()
@@ -359,6 +359,22 @@ func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifact
 			a.TrustState, a.TrustReason, a.TrustDetail, a.VerifiedKeyID = TrustFailed, res.reason, res.detail, ""
 		}
 	})
+}
+
+// holdSignatureTags holds the signature and attestation tags of digest in
+// repository: in this process, and across replicas when SignatureTags is
+// set. Verification and the registry's content gate (registryAuthz) hold
+// this same lock.
+func (s *Service) holdSignatureTags(ctx context.Context, repository, digest string) (release func(), err error) {
+	return registry.HoldSignatureTagsWith(ctx, s.SignatureTags, repository, digest)
+}
+
+var _ registry.SignatureTagHolder = registryAuthz{}
+
+// HoldSignatureTags makes the registry's content gate hold what
+// verification holds (registry.SignatureTagHolder).
+func (a registryAuthz) HoldSignatureTags(ctx context.Context, repository, digest string) (release func(), err error) {
+	return a.s.holdSignatureTags(ctx, repository, digest)
 }
 
 type verifyResult struct{ reason, detail, keyID string }

@@ -48,6 +48,10 @@ type Deps struct {
 	// IntentTTL is the default lifetime of intents; WrapTTL of wrapping tokens.
 	IntentTTL time.Duration
 	WrapTTL   time.Duration
+	// SignatureTags is the lock replicas share on a digest's signature
+	// tags (verification and the registry's content gate hold it); nil
+	// means this process's lock only, enough for one process (SQLite).
+	SignatureTags registry.SignatureTagLocker
 }
 
 // Service is the artifacts domain.

@@ -166,9 +166,10 @@ func (g *gateHandler) tagWritable(w http.ResponseWriter, req *http.Request, repo
 // is read first, bounded by the registry's manifest limit (a longer one
 // reaches the registry cut one byte past the limit, and the registry
 // refuses it), and only then are the check and the write done under
-// HoldSignatureTags, which verification holds from reading the signature
-// until it has recorded the outcome: the write is refused as frozen, or
-// the verification reads what it wrote.
+// the gate's SignatureTagHolder (HoldSignatureTags without one), which
+// verification holds from reading the signature until it has recorded the
+// outcome: the write is refused as frozen, or the verification reads what
+// it wrote.
 func (g *gateHandler) serveSignatureTagWrite(w http.ResponseWriter, req *http.Request, repo, tag, digest string) {
 	if req.Method == http.MethodPut {
 		body, err := io.ReadAll(io.LimitReader(req.Body, MaxManifestBytes+1))
@@ -180,9 +181,16 @@ func (g *gateHandler) serveSignatureTagWrite(w http.ResponseWriter, req *http.Re
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		req.ContentLength = int64(len(body))
 	}
-	release, err := HoldSignatureTags(req.Context(), repo, digest)
+	hold := HoldSignatureTags
+	if h, ok := g.gate.(SignatureTagHolder); ok {
+		hold = h.HoldSignatureTags
+	}
+	release, err := hold(req.Context(), repo, digest)
 	if err != nil {
-		return // the client went away while waiting
+		if req.Context().Err() == nil { // else the client went away while waiting
+			g.fail(w, req, err)
+		}
+		return
 	}
 	defer release()
 	if !g.tagWritable(w, req, repo, tag) {

@@ -166,7 +166,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if cfg.ProjectBlobQuota > 0 {
 		quota = artifacts.StaticBlobQuota(cfg.ProjectBlobQuota)
 	}
-	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota, Now: now})
+	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota, Now: now,
+		SignatureTags: a.artifacts.sigTags})
 	if w := arts.UploadSweeper(); w != nil {
 		a.Workers = append(a.Workers, w)
 	}

@@ -24,6 +24,10 @@ type artifactParts struct {
 	keys       *registry.KeySet
 	httpSecret string
 	registry   *registry.Registry
+	// sigTags is the lock replicas share on signature tags (nil on
+	// SQLite): verification and the registry's content gate both hold it,
+	// through the artifacts service.
+	sigTags registry.SignatureTagLocker
 }
 
 func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, cfg config.Config, masterKey []byte, now func() time.Time) (*artifactParts, error) {
@@ -40,7 +44,8 @@ func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, cf
 		return nil, err
 	}
 	// Replicas share the master key, so they derive the same upload-state secret.
-	return &artifactParts{blobs: blobs, keys: keys, httpSecret: hex.EncodeToString(subkey(masterKey, "gpuaas registry http secret"))}, nil
+	return &artifactParts{blobs: blobs, keys: keys, httpSecret: hex.EncodeToString(subkey(masterKey, "gpuaas registry http secret")),
+		sigTags: store.SignatureTagLocks(db)}, nil
 }
 
 // startRegistry builds the registry once the public address is final: its

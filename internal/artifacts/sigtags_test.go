@@ -1,0 +1,41 @@
+package artifacts
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/gpuaas/gpuaas/internal/registry"
+)
+
+type recordingLocker struct{ held []string }
+
+func (l *recordingLocker) Hold(_ context.Context, key string) (func(), error) {
+	l.held = append(l.held, key)
+	return func() {}, nil
+}
+
+// The registry's content gate and verification hold one lock: the
+// service's, with the lock replicas share (Deps.SignatureTags) under it.
+func TestSignatureTagsHeldThroughTheService(t *testing.T) {
+	ctx := context.Background()
+	shared := &recordingLocker{}
+	s := New(Deps{SignatureTags: shared})
+	gate, ok := s.RegistryAuthorizer().(registry.SignatureTagHolder)
+	if !ok {
+		t.Fatal("the registry authorizer does not say how to hold signature tags")
+	}
+	release, err := gate.HoldSignatureTags(ctx, "p/app/runtime", "sha256:d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	release, err = s.holdSignatureTags(ctx, "p/app/runtime", "sha256:d") // Verify's
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if want := []string{"p/app/runtime@sha256:d", "p/app/runtime@sha256:d"}; !slices.Equal(shared.held, want) {
+		t.Fatalf("shared lock held %v, want %v", shared.held, want)
+	}
+}

@@ -1,0 +1,165 @@
+package store
+
+import (
+	"context"
+	"crypto/sha256"
+	"database/sql"
+	"database/sql/driver"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/gpuaas/gpuaas/internal/registry"
+)
+
+// SignatureTagLocks is the lock the replicas on db share on a digest's
+// signature tags (registry.HoldSignatureTagsWith): a session-level
+// PostgreSQL advisory lock per key, held on a connection of db's pool kept
+// out of it until release. On SQLite, a single process, it is nil: the
+// process's own lock is the whole lock.
+func SignatureTagLocks(db *DB) registry.SignatureTagLocker {
+	if db.dialect != Postgres {
+		return nil
+	}
+	n := 4 // an unbounded pool
+	if open := db.sql.Stats().MaxOpenConnections; open > 0 {
+		n = max(1, open/4)
+	}
+	return &advisoryLocks{db: db, slots: make(chan struct{}, n)}
+}
+
+// signatureTagLockKey is the advisory lock of key: the first 8 bytes of
+// its SHA-256 with the top bit set, so a negative one-key lock. Schema
+// changes hold a positive one-key lock (migrateLock) and placements the
+// two-key form (placementLockClass), which PostgreSQL keeps apart from
+// the one-key form: the negative one-key locks are the signature tags'
+// alone. Two keys whose 63 bits collide only wait on each other.
+func signatureTagLockKey(key string) int64 {
+	sum := sha256.Sum256([]byte(key))
+	return int64(binary.BigEndian.Uint64(sum[:8]) | 1<<63)
+}
+
+// advisoryCancelGrace is how long a wait that its caller gave up on is
+// left to end by the server's cancel before its connection is dropped.
+const advisoryCancelGrace = 5 * time.Second
+
+// advisoryLocks holds advisory locks on connections of db's pool. Each
+// hold, waiting or granted, keeps one connection; slots bounds them to a
+// quarter of the pool, so holders that query the database while they hold
+// (verification records its outcome) always find a connection.
+type advisoryLocks struct {
+	db    *DB
+	slots chan struct{}
+}
+
+// Hold waits for key's lock until ctx is done. The caller's process holds
+// its own lock on key first (registry.HoldSignatureTagsWith), so a process
+// has one connection at most per key.
+func (l *advisoryLocks) Hold(ctx context.Context, key string) (release func(), err error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	conn, err := l.db.sql.Conn(ctx)
+	if err != nil {
+		<-l.slots
+		return nil, fmt.Errorf("signature tag lock: %w", mapErr(err))
+	}
+	k := signatureTagLockKey(key)
+	if err := l.lock(ctx, conn, k); err != nil {
+		_ = conn.Close()
+		<-l.slots
+		return nil, err
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.unlock(conn, key, k)
+			<-l.slots
+		})
+	}, nil
+}
+
+// lock runs pg_advisory_lock(k) on conn. The wait runs on a context of
+// its own: when ctx ends, the server is asked to cancel the statement,
+// which takes the session out of the lock's queue at once (a connection
+// only closed would leave its backend waiting, to be granted the lock and
+// hold it until it noticed). Should the cancel not get through, the
+// statement's own context ends advisoryCancelGrace later and pgx drops the
+// connection. A wait that did not end with the lock held drops its
+// connection, which the server ends along with anything it holds.
+func (l *advisoryLocks) lock(ctx context.Context, conn *sql.Conn, k int64) error {
+	var err error
+	rerr := conn.Raw(func(dc any) error {
+		sc, ok := dc.(*stdlib.Conn)
+		if !ok {
+			err = fmt.Errorf("store: PostgreSQL driver connection is %T, not pgx", dc)
+			return err
+		}
+		pc := sc.Conn()
+		wait, stop := context.WithCancel(context.WithoutCancel(ctx))
+		defer stop()
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			select {
+			case <-ctx.Done():
+			case <-wait.Done():
+				return
+			}
+			cctx, cancel := context.WithTimeout(wait, advisoryCancelGrace)
+			defer cancel()
+			_ = pc.PgConn().CancelRequest(cctx)
+			<-cctx.Done()
+			stop()
+		}()
+		l.db.statements.Add(1)
+		_, err = pc.Exec(wait, `SELECT pg_advisory_lock($1)`, k)
+		stop()
+		<-watched
+		switch {
+		case ctx.Err() != nil:
+			// Granted or not: a cancel may still be on its way to
+			// this session, and a lock granted to a caller who gave up
+			// is released with the session.
+			err = ctx.Err()
+		case err != nil:
+			err = fmt.Errorf("signature tag lock: %w", mapErr(err))
+		default:
+			return nil
+		}
+		return driver.ErrBadConn // dropped, not returned to the pool
+	})
+	if err == nil && rerr != nil {
+		err = fmt.Errorf("signature tag lock: %w", mapErr(rerr))
+	}
+	return err
+}
+
+// unlock releases k and gives conn back to the pool, or drops conn when
+// the unlock failed: the server ends the session, and the lock with it, so
+// the pool never hands out a connection holding it.
+func (l *advisoryLocks) unlock(conn *sql.Conn, key string, k int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var (
+		unlocked bool
+		err      error
+	)
+	_ = conn.Raw(func(dc any) error {
+		l.db.statements.Add(1)
+		err = dc.(*stdlib.Conn).Conn().QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, k).Scan(&unlocked)
+		if err != nil || !unlocked {
+			return driver.ErrBadConn
+		}
+		return nil
+	})
+	_ = conn.Close()
+	if err != nil || !unlocked {
+		l.db.logger.Warn("signature tag lock: unlock failed, connection dropped to release it", "key", key, "unlocked", unlocked, "err", err)
+	}
+}

@@ -1,0 +1,13 @@
+package store
+
+import "context"
+
+// SignatureTagLockStateForTest counts the sessions of db's server that
+// hold, and that wait for, the advisory lock of a signature tag key.
+func SignatureTagLockStateForTest(ctx context.Context, db *DB, key string) (held, waiting int, err error) {
+	k := uint64(signatureTagLockKey(key))
+	err = db.sql.QueryRowContext(ctx, `SELECT count(*) FILTER (WHERE granted), count(*) FILTER (WHERE NOT granted) FROM pg_locks
+		WHERE locktype = 'advisory' AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+		AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1`, int64(k>>32), int64(k&0xffffffff)).Scan(&held, &waiting)
+	return held, waiting, err
+}

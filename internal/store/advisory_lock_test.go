@@ -1,0 +1,146 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/registry"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// twoReplicas opens two pools on one PostgreSQL database, as two replicas
+// of the server would, and returns the signature tag lock of each.
+func twoReplicas(t *testing.T) (a, b registry.SignatureTagLocker, dbA *store.DB) {
+	t.Helper()
+	url := storetest.URL(t, store.Postgres)
+	var locks [2]registry.SignatureTagLocker
+	var dbs [2]*store.DB
+	for i := range locks {
+		db, err := store.Open(context.Background(), url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		if locks[i] = store.SignatureTagLocks(db); locks[i] == nil {
+			t.Fatal("no signature tag lock on PostgreSQL")
+		}
+		dbs[i] = db
+	}
+	return locks[0], locks[1], dbs[0]
+}
+
+// A digest's signature tags held by one replica are held for every other:
+// while pool A holds a key, pool B waits for it (until its context ends,
+// or until A releases it), and other keys do not wait.
+func TestSignatureTagLocksAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	a, b, _ := twoReplicas(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	key := "app/demo@sha256:" + newID()
+	releaseA, err := a.Hold(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer stop()
+	if release, err := b.Hold(short, key); !errors.Is(err, context.DeadlineExceeded) {
+		if err == nil {
+			release()
+		}
+		t.Fatalf("pool B's hold while pool A held the key: %v, want context deadline exceeded", err)
+	}
+	other, stop2 := context.WithTimeout(ctx, 5*time.Second)
+	defer stop2()
+	releaseOther, err := b.Hold(other, "app/demo@sha256:"+newID())
+	if err != nil {
+		t.Fatalf("pool B's hold of another key waited on pool A's: %v", err)
+	}
+	releaseOther()
+
+	got := make(chan error, 1)
+	var releaseB func()
+	go func() {
+		var err error
+		releaseB, err = b.Hold(ctx, key)
+		got <- err
+	}()
+	select {
+	case err := <-got:
+		t.Fatalf("pool B took the key while pool A held it (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	releaseA()
+	releaseA() // a second release is a no-op
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("pool B after pool A released: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pool B did not get the key after pool A released it")
+	}
+	releaseB()
+	// Nothing holds it now: A takes it at once.
+	again, stop3 := context.WithTimeout(ctx, 5*time.Second)
+	defer stop3()
+	releaseA, err = a.Hold(again, key)
+	if err != nil {
+		t.Fatalf("pool A after pool B released: %v", err)
+	}
+	releaseA()
+}
+
+// A wait its caller gave up on leaves nothing behind: its session is no
+// longer queued for the lock (a session only disconnected would be, and
+// would take the lock when it is freed), and once the holder releases it
+// the next hold gets it at once.
+func TestSignatureTagLockCancelledWait(t *testing.T) {
+	t.Parallel()
+	a, b, db := twoReplicas(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	key := "app/demo@sha256:" + newID()
+	releaseA, err := a.Hold(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := b.Hold(short, key)
+		stop()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("wait %d: %v, want context deadline exceeded", i, err)
+		}
+		// A cancelled wait is out of the queue when the hold returns,
+		// not whenever the server gets to a dropped connection.
+		held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held != 1 || waiting != 0 {
+			t.Fatalf("after cancelled wait %d: %d sessions hold the key and %d wait for it, want 1 and 0", i, held, waiting)
+		}
+	}
+	releaseA()
+	next, stop := context.WithTimeout(ctx, 2*time.Second)
+	defer stop()
+	releaseB, err := b.Hold(next, key)
+	if err != nil {
+		t.Fatalf("a hold after the cancelled waits and the release: %v", err)
+	}
+	releaseB()
+	if held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key); err != nil || held != 0 || waiting != 0 {
+		t.Fatalf("after every release: %d sessions hold the key and %d wait (%v), want none", held, waiting, err)
+	}
+}
+
+// SQLite is one process: its own lock is the whole lock.
+func TestSignatureTagLocksSQLite(t *testing.T) {
+	if l := store.SignatureTagLocks(storetest.Open(t, store.SQLite)); l != nil {
+		t.Fatalf("SQLite has a shared signature tag lock: %T", l)
+	}
+}
