@@ -28,9 +28,9 @@ const RegistryKeyPurpose = "registry_token"
 
 // LoadRegistryKeys returns the registry token key set every replica shares:
 // the keys live in signing_keys (private halves sealed), the oldest unretired
-// key signs, every other key still verifies. The first start creates one.
-// Two replicas racing on an empty table both insert; both then pick the
-// oldest, so they converge. now stamps a created key (nil: the wall clock).
+// key signs, every other key still verifies. The first start creates one;
+// replicas starting together store one between them
+// (InsertFirstSigningKey). now stamps a created key (nil: the wall clock).
 func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, now func() time.Time) (*registry.KeySet, error) {
 	rows, err := db.SigningKeys(ctx, RegistryKeyPurpose)
 	if err != nil {
@@ -53,7 +53,7 @@ func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, no
 		if err != nil {
 			return nil, err
 		}
-		if err := db.InsertSigningKey(ctx, iam.SigningKey{KID: k.KeyID(), Purpose: RegistryKeyPurpose,
+		if _, err := db.InsertFirstSigningKey(ctx, iam.SigningKey{KID: k.KeyID(), Purpose: RegistryKeyPurpose,
 			Algorithm: string(k.Algorithm()), PrivateKey: sealed, PublicKey: string(pub), CreatedAt: clock.Or(now)()}); err != nil {
 			return nil, fmt.Errorf("store registry token key: %w", err)
 		}

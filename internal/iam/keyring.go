@@ -68,7 +68,15 @@ func LoadKeyring(ctx context.Context, keys KeyStore, s *sealer.Sealer, purpose s
 		return nil, err
 	}
 	if k.signing == nil {
-		if err := k.Rotate(ctx); err != nil {
+		// The first start: one key for every replica starting with it.
+		first, err := k.generate()
+		if err != nil {
+			return nil, err
+		}
+		if _, err := keys.InsertFirstSigningKey(ctx, first); err != nil {
+			return nil, fmt.Errorf("store signing key: %w", err)
+		}
+		if err := k.Reload(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -109,26 +117,34 @@ func (k *Keyring) Reload(ctx context.Context) error {
 
 // Rotate adds a new signing key; older keys keep verifying.
 func (k *Keyring) Rotate(ctx context.Context) error {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	key, err := k.generate()
 	if err != nil {
 		return err
+	}
+	if err := k.keys.InsertSigningKey(ctx, key); err != nil {
+		return fmt.Errorf("store signing key: %w", err)
+	}
+	return k.Reload(ctx)
+}
+
+// generate makes a new key of the keyring's purpose, its private half
+// sealed.
+func (k *Keyring) generate() (SigningKey, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return SigningKey{}, err
 	}
 	kid := uuid.Must(uuid.NewV7()).String()
 	sealed, err := SealSigningKey(k.sealer, k.purpose, kid, priv)
 	if err != nil {
-		return err
+		return SigningKey{}, err
 	}
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
-		return err
+		return SigningKey{}, err
 	}
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
-	if err := k.keys.InsertSigningKey(ctx, SigningKey{
-		KID: kid, Purpose: k.purpose, Algorithm: "EdDSA", PrivateKey: sealed, PublicKey: string(pubPEM), CreatedAt: k.now(),
-	}); err != nil {
-		return fmt.Errorf("store signing key: %w", err)
-	}
-	return k.Reload(ctx)
+	return SigningKey{KID: kid, Purpose: k.purpose, Algorithm: "EdDSA", PrivateKey: sealed, PublicKey: string(pubPEM), CreatedAt: k.now()}, nil
 }
 
 // Sign signs claims with the current key, setting the kid header.

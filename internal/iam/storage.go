@@ -99,6 +99,10 @@ type Queries interface {
 type KeyStore interface {
 	InsertSigningKey(ctx context.Context, k SigningKey) error
 	SigningKeys(ctx context.Context, purpose string) ([]SigningKey, error)
+	// InsertFirstSigningKey stores k unless its purpose has an unretired
+	// key already, deciding once for every replica of the database, and
+	// reports whether it did.
+	InsertFirstSigningKey(ctx context.Context, k SigningKey) (bool, error)
 }
 
 // Binder writes a role binding: what Bind needs of the caller's

@@ -43,8 +43,8 @@ func (k *SigningKey) Sign(b []byte) (string, error) {
 
 // LoadSigningKey returns the release signing key every replica shares: it
 // lives in signing_keys with its private half sealed under the master key;
-// the first start creates it. Two replicas racing on an empty table both
-// insert, then both pick the oldest unretired key, so they converge.
+// the first start creates it, and replicas starting together store one
+// between them (InsertFirstSigningKey).
 func LoadSigningKey(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, now func() time.Time) (*SigningKey, error) {
 	rows, err := db.SigningKeys(ctx, KeyPurpose)
 	if err != nil {
@@ -68,7 +68,7 @@ func LoadSigningKey(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, now 
 		if err != nil {
 			return nil, err
 		}
-		if err := db.InsertSigningKey(ctx, iam.SigningKey{KID: kid, Purpose: KeyPurpose, Algorithm: string(signature.AlgECDSAP256),
+		if _, err := db.InsertFirstSigningKey(ctx, iam.SigningKey{KID: kid, Purpose: KeyPurpose, Algorithm: string(signature.AlgECDSAP256),
 			PrivateKey: sealed, PublicKey: string(pubPEM), CreatedAt: clock.Or(now)()}); err != nil {
 			return nil, fmt.Errorf("store release signing key: %w", err)
 		}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -157,4 +159,118 @@ func TestReleaseKeyResealsLegacyKey(t *testing.T) {
 			t.Fatalf("reseal audit rows %d, err %v", len(audits), err)
 		}
 	})
+}
+
+// staleFirstRead is a replica's view of the keys that read them before
+// another replica's first key was committed: its first read finds none.
+type staleFirstRead struct {
+	iam.KeyStore
+	read bool
+}
+
+func (s *staleFirstRead) SigningKeys(ctx context.Context, purpose string) ([]iam.SigningKey, error) {
+	if !s.read {
+		s.read = true
+		return nil, nil
+	}
+	return s.KeyStore.SigningKeys(ctx, purpose)
+}
+
+// Two replicas start together on an empty table: B reads before A's key is
+// committed, so both create one, and B's clock is behind A's. They must
+// still sign with one key, the only one stored: a registry set up with
+// A's key refused B's tokens, and the release key served by A did not
+// verify B's releases.
+func TestReplicasStartingTogetherShareOneKey(t *testing.T) {
+	loaders := map[string]func(context.Context, iam.KeyStore, *sealer.Sealer, func() time.Time) (string, error){
+		releases.KeyPurpose: func(ctx context.Context, q iam.KeyStore, s *sealer.Sealer, now func() time.Time) (string, error) {
+			k, err := releases.LoadSigningKey(ctx, q, s, now)
+			if err != nil {
+				return "", err
+			}
+			return k.KID, nil
+		},
+		artifacts.RegistryKeyPurpose: func(ctx context.Context, q iam.KeyStore, s *sealer.Sealer, now func() time.Time) (string, error) {
+			ks, err := artifacts.LoadRegistryKeys(ctx, q, s, now)
+			if err != nil {
+				return "", err
+			}
+			return ks.Signing().KeyID(), nil
+		},
+	}
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx, s := context.Background(), keySealer(t)
+		behind := func() time.Time { return time.Now().Add(-2 * time.Second) }
+		for purpose, load := range loaders {
+			a, err := load(ctx, db.Queries(), s, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := load(ctx, &staleFirstRead{KeyStore: db.Queries()}, s, behind)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a != b {
+				t.Errorf("%s: replica A signs with %s, replica B with %s", purpose, a, b)
+			}
+			if rows, err := db.Queries().SigningKeys(ctx, purpose); err != nil || len(rows) != 1 {
+				t.Errorf("%s: %d keys stored (%v), want 1", purpose, len(rows), err)
+			}
+		}
+	})
+}
+
+// Replicas on PostgreSQL that store a purpose's first key at the same
+// moment, each on a pool of its own, store one between them.
+func TestFirstSigningKeyStoredOnceAcrossPools(t *testing.T) {
+	url := storetest.URL(t, store.Postgres)
+	ctx := context.Background()
+	const replicas = 8
+	var pools [replicas]*store.DB
+	for i := range pools {
+		db, err := store.Open(ctx, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		pools[i] = db
+	}
+	if _, err := pools[0].Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		purpose := fmt.Sprintf("test_first_%d_%d", time.Now().UnixNano(), round)
+		start := make(chan struct{})
+		inserted := make(chan bool, replicas)
+		var wg sync.WaitGroup
+		for i, db := range pools {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ok, err := db.Queries().InsertFirstSigningKey(ctx, iam.SigningKey{KID: fmt.Sprintf("%s-%d", purpose, i), Purpose: purpose,
+					Algorithm: "EdDSA", PrivateKey: "sealed", PublicKey: "public", CreatedAt: time.Now()})
+				if err != nil {
+					t.Error(err)
+				}
+				inserted <- ok
+			}()
+		}
+		close(start)
+		wg.Wait()
+		close(inserted)
+		n := 0
+		for ok := range inserted {
+			if ok {
+				n++
+			}
+		}
+		rows, err := pools[0].Queries().SigningKeys(ctx, purpose)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 || len(rows) != 1 {
+			t.Fatalf("round %d: %d replicas report storing the first key, %d keys stored; want 1 and 1", round, n, len(rows))
+		}
+	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
+	"strconv"
 
 	"github.com/google/uuid"
 
@@ -41,22 +43,58 @@ func (q *Queries) SigningKeys(ctx context.Context, purpose string) ([]iam.Signin
 // purpose with to while the row still holds from, and writes audit with it
 // (its id and correlation id filled when empty); a row that no longer holds
 // from (another replica resealed it first) is left alone, without an audit
-// row. On the pool it runs in a transaction of its own (the key loaders
-// hold no Store to Mutate with); inside a transaction it joins it.
+// row. On the pool it runs in a transaction of its own (keyTx).
 func (q *Queries) ResealSigningKey(ctx context.Context, kid, purpose, from, to string, audit AuditEvent) error {
+	return q.keyTx(ctx, func(q *Queries) error { return q.resealSigningKey(ctx, kid, purpose, from, to, audit) })
+}
+
+// signingKeyLockClass is the first key of the PostgreSQL advisory lock
+// InsertFirstSigningKey takes (the second is the purpose's hash), apart
+// from placements' (placementLockClass) and the one-key locks.
+const signingKeyLockClass = 0x67706b79 // "gpky"
+
+// InsertFirstSigningKey stores k unless its purpose already has an
+// unretired key, and reports whether it did. Replicas starting together on
+// an empty table each generate a key and try: the check and the insert run
+// in one transaction under a lock per purpose (PostgreSQL: an advisory
+// lock; SQLite is one process), so one key is stored and every replica
+// loads that one. Each storing its own and picking the oldest did not
+// converge: a replica that read before the other's commit kept its own
+// key, and a registry set up with it refused the other's tokens. On the
+// pool it runs in a transaction of its own (keyTx).
+func (q *Queries) InsertFirstSigningKey(ctx context.Context, k iam.SigningKey) (inserted bool, err error) {
+	err = q.keyTx(ctx, func(q *Queries) error {
+		if q.d == Postgres {
+			if _, err := q.exec(ctx, `SELECT pg_advisory_xact_lock(`+strconv.Itoa(signingKeyLockClass)+`, hashtext(?))`, k.Purpose); err != nil {
+				return err
+			}
+		}
+		rows, err := q.SigningKeys(ctx, k.Purpose)
+		if err != nil || slices.ContainsFunc(rows, func(r iam.SigningKey) bool { return r.RetiredAt.IsZero() }) {
+			return err
+		}
+		inserted = true
+		return q.InsertSigningKey(ctx, k)
+	})
+	return inserted && err == nil, err
+}
+
+// keyTx runs fn in a transaction: a new one on the pool (the key loaders
+// run at start, with no Store to Mutate with), or the one q is in.
+func (q *Queries) keyTx(ctx context.Context, fn func(q *Queries) error) error {
 	var pool *sql.DB
 	if ex, ok := q.ex.(sqlExecer); ok {
 		pool, _ = ex.x.(*sql.DB)
 	}
 	if pool == nil {
-		return q.resealSigningKey(ctx, kid, purpose, from, to, audit)
+		return fn(q)
 	}
 	tx, err := pool.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin transaction: %w", mapErr(err))
 	}
 	defer func() { _ = tx.Rollback() }() // a no-op once committed
-	if err := (&Queries{ex: sqlExecer{tx}, d: q.d, stmts: q.stmts, tx: tx, count: q.count}).resealSigningKey(ctx, kid, purpose, from, to, audit); err != nil {
+	if err := fn(&Queries{ex: sqlExecer{tx}, d: q.d, stmts: q.stmts, tx: tx, count: q.count}); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
