@@ -129,6 +129,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if err := db.CheckSchema(ctx); err != nil {
 		return nil, err
 	}
+	warnClockOffset(ctx, db, now, logger)
 	// The domains are built in dependency order, each from its Deps; the
 	// three true back-edges (a domain built later vouching to one built
 	// earlier) are registrations that add and never replace: the token
