@@ -125,3 +125,47 @@ func TestDownNodeDrainedComesBackDrainingWithItsAllocations(t *testing.T) {
 		c.backDraining(t)
 	})
 }
+
+// A control plane back from an outage (every replica stopped for an
+// upgrade, a single-process install restarted) finds every node's last
+// beat as old as the outage. Its liveness worker judges nobody until the
+// agents have had TTL + grace to reach it: a node that beats meanwhile
+// stays ready, and one that stays silent is marked down after.
+func TestLivenessWaitsForAgentsAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	s := servertest.Start(t, store.SQLite)
+	admin := s.Admin()
+	back, silent := join(t, s, admin, "back", 0), join(t, s, admin, "silent", 0)
+	back.beat(t, nil)
+	silent.beat(t, nil)
+	ctx := context.Background()
+	node, err := s.DB.Queries().GetNode(ctx, silent.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The control plane comes back an hour after the last beats.
+	now := node.LastHeartbeatAt.Add(time.Hour)
+	live := nodes.New(nodes.Deps{Store: store.Nodes(s.DB), IAM: s.App.IAM, Now: func() time.Time { return now },
+		HeartbeatTTL: nodes.DefaultHeartbeatTTL, HeartbeatGrace: nodes.DefaultHeartbeatGrace}).Liveness(nil)
+	state := func(n *agent) string {
+		return admin.Do("GET", "/api/v1/admin/nodes/"+n.id, nil).Want(t, 200).String("state")
+	}
+	if err := live.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if state(back) != "ready" || state(silent) != "ready" {
+		t.Fatalf("the first liveness pass after an outage marked nodes down: back %s, silent %s", state(back), state(silent))
+	}
+	// back's agent beats again (at the worker's time: the server that
+	// took the beats above reads the wall clock, an hour behind it).
+	now = now.Add(nodes.DefaultHeartbeatTTL + nodes.DefaultHeartbeatGrace)
+	if err := s.DB.Queries().TouchNode(ctx, back.id, now.Add(-time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := live.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if state(silent) != "down" || state(back) != "ready" {
+		t.Fatalf("TTL + grace after the control plane came back: silent %s (want down), back %s (want ready)", state(silent), state(back))
+	}
+}

@@ -21,10 +21,29 @@ const livenessBatch = 200
 // Liveness returns the worker that marks nodes down once their last beat
 // is older than TTL + grace. It runs every grace/2 (at most every second),
 // so a dead node is marked within TTL + grace + a fraction of grace.
+//
+// It judges nothing for TTL + grace after its first run: a silence counts
+// only while the control plane could hear the node. After an outage of
+// every replica (an upgrade that stops them, a restart of a single-process
+// install) each node's last beat is as old as the outage, and its agent
+// beats again within TTL/3 of the API being back; judging at once marked
+// every node down and failed every instance at the first pass. A replica
+// that restarts while others run loses nothing by waiting: they judge.
 func (s *Service) Liveness(logger *slog.Logger) *worker.Periodic {
 	every := min(max(s.HeartbeatGrace/2, 200*time.Millisecond), time.Second)
+	var listening time.Time // of the first run; runs never overlap
 	return &worker.Periodic{Name: "node-liveness", Interval: every, Jitter: 0.1, Timeout: 30 * time.Second,
-		Logger: logger, Run: func(ctx context.Context) error { _, err := s.CheckLiveness(ctx); return err }}
+		Logger: logger, Run: func(ctx context.Context) error {
+			now := s.Now()
+			if listening.IsZero() {
+				listening = now
+			}
+			if now.Sub(listening) < s.HeartbeatTTL+s.HeartbeatGrace {
+				return nil
+			}
+			_, err := s.CheckLiveness(ctx)
+			return err
+		}}
 }
 
 // CheckLiveness marks every ready or draining node whose last heartbeat is
