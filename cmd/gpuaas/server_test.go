@@ -22,9 +22,18 @@ func TestServerOnPostgres(t *testing.T) {
 	url := storetest.URL(t, store.Postgres)
 	bin := buildBinary(t)
 
+	pending, err := exec.Command(bin, "migrate", "--check", "--database-url", url).CombinedOutput()
+	want := strconv.Itoa(store.LatestVersion(store.Postgres)) + " migration(s) to apply"
+	if err != nil || !strings.Contains(string(pending), want) {
+		t.Fatalf("migrate --check on an empty database: %v\n%s\nwant %q", err, pending, want)
+	}
 	out, err := exec.Command(bin, "migrate", "--database-url", url).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "postgres schema is at version") {
 		t.Fatalf("migrate: %v\n%s", err, out)
+	}
+	current, err := exec.Command(bin, "migrate", "--check", "--database-url", url).CombinedOutput()
+	if err != nil || !strings.Contains(string(current), "nothing to apply") {
+		t.Fatalf("migrate --check after migrate: %v\n%s", err, current)
 	}
 	again, err := exec.Command(bin, "migrate", "--database-url", url).CombinedOutput()
 	if err != nil || !strings.Contains(string(again), "applied 0 migration") {

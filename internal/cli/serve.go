@@ -148,10 +148,20 @@ func newServerCmd() *cobra.Command {
 }
 
 func newMigrateCmd() *cobra.Command {
-	var url string
+	var (
+		url   string
+		check bool
+	)
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply pending database migrations and exit",
+		Long: `Apply pending database migrations and exit.
+
+A binary runs only on the schema it was built for: once a release's
+migrations are applied, replicas of the release before stop being ready.
+An upgrade that brings migrations stops every replica, migrates, then
+starts the new ones; --check says whether this binary brings any
+(docs/operations.md, "Upgrading").`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := config.ApplyEnv(cmd.Flags(), nil); err != nil {
 				return err
@@ -159,11 +169,42 @@ func newMigrateCmd() *cobra.Command {
 			if url == "" {
 				return fmt.Errorf("--database-url (or GPUAAS_DATABASE_URL) is required")
 			}
+			if check {
+				return checkMigrations(cmd.Context(), cmd, url)
+			}
 			return migrate(cmd.Context(), cmd, url)
 		},
 	}
 	cmd.Flags().StringVar(&url, "database-url", "", "postgres://… or sqlite://PATH")
+	cmd.Flags().BoolVar(&check, "check", false, "apply nothing: say how many migrations this binary would apply")
 	return cmd
+}
+
+// checkMigrations says, applying nothing, whether this binary brings
+// migrations: whether its release can be rolled out replica by replica.
+func checkMigrations(ctx context.Context, cmd *cobra.Command, url string) error {
+	db, err := store.Open(ctx, url, nil)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	cur, err := db.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	latest := store.LatestVersion(db.Dialect())
+	var line string
+	switch {
+	case cur > latest:
+		return fmt.Errorf("the %s schema is at version %d, newer than this binary's %d: run the release that migrated it, or a later one", db.Dialect(), cur, latest)
+	case cur == latest:
+		line = fmt.Sprintf("the %s schema is at version %d, this binary's: nothing to apply; replicas can be replaced one by one", db.Dialect(), cur)
+	default:
+		line = fmt.Sprintf("the %s schema is at version %d, this binary's at %d: %d migration(s) to apply. Replicas of the running release stop being ready once they are: stop them all, run gpuaas migrate, then start this release",
+			db.Dialect(), cur, latest, latest-cur)
+	}
+	return printOutcome(cmd, line, map[string]any{"dialect": db.Dialect(), "schema_version": cur, "binary_version": latest, "pending": latest - cur},
+		"dialect", "schema_version", "binary_version", "pending")
 }
 
 func migrate(ctx context.Context, cmd *cobra.Command, url string) error {
