@@ -77,6 +77,7 @@ type API struct {
 
 	metrics *metrics
 	limiter *clientLimiter
+	streams streamSlots
 	once    sync.Once
 	handler http.Handler
 }

@@ -119,6 +119,11 @@ func (a *API) streamEvents(sc eventScope) func(http.ResponseWriter, *http.Reques
 		if err != nil {
 			return err
 		}
+		release, err := a.streams.take(r)
+		if err != nil {
+			return err
+		}
+		defer release()
 		var revoked *events.Revoked
 		if err := a.Events.Stream(r.Context(), w, f, after, a.streamAccess(r, sc)); errors.Is(err, events.ErrSlowConsumer) || errors.Is(err, events.ErrStreamExpired) || errors.As(err, &revoked) {
 			a.Logger.InfoContext(r.Context(), "event stream ended", "error", err)
@@ -151,6 +156,11 @@ func (a *API) streamEventsWS(sc eventScope) func(http.ResponseWriter, *http.Requ
 		if e, ok := errdefs.As(resumeErr); resumeErr != nil && (!ok || e.Code != "cursor_expired") {
 			return resumeErr
 		}
+		release, err := a.streams.take(r)
+		if err != nil {
+			return err
+		}
+		defer release()
 		// The server's request deadlines would cut the hijacked connection;
 		// the stream bounds its own writes (WriteTimeout).
 		rc := http.NewResponseController(w)
