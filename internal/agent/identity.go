@@ -17,6 +17,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/fsutil"
 )
 
 // identity is what the agent keeps across restarts: its key pair and the
@@ -75,12 +76,12 @@ func loadOrCreateKey(dir string) (ed25519.PrivateKey, string, error) {
 	return priv, string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})), nil
 }
 
+// writeFileAtomic replaces path (mode 0600) so that a crash or a power loss
+// leaves the old content or the new, never an empty node.key or node.json
+// (either bricks the agent until it joins again): fsutil.WriteFile syncs the
+// file before the rename and the directory after it.
 func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return fsutil.WriteFile(path, b, 0o600)
 }
 
 func loadIdentity(dir string) (identity, bool, error) {

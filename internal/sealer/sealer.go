@@ -11,8 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/fsutil"
 )
 
 // KeySize is the master key length in bytes.
@@ -83,31 +84,18 @@ func LoadOrCreateKeyFile(path string) ([]byte, error) {
 	return DecodeKey(strings.TrimSpace(string(b)))
 }
 
-// createKeyFile writes a new key aside, syncs it and links it in: the link
-// fails when the file exists, so of two processes starting together one key
-// wins and the other reads it back (a key that is not on disk would seal
-// secrets no later start can open), and a crash never leaves a torn file.
+// createKeyFile writes a new key aside, syncs it and links it in
+// (fsutil.CreateFile): the link fails when the file exists, so of two
+// processes starting together one key wins and the other reads it back (a
+// key that is not on disk would seal secrets no later start can open), and a
+// crash never leaves a torn file.
 func createKeyFile(path string) ([]byte, error) {
 	key := make([]byte, KeySize)
 	if _, err := rand.Read(key); err != nil {
 		return nil, err
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return nil, err
-	}
-	defer os.Remove(tmp.Name())
-	_, err = tmp.WriteString(base64.StdEncoding.EncodeToString(key) + "\n")
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := os.Link(tmp.Name(), path); errors.Is(err, os.ErrExist) {
+	err := fsutil.CreateFile(path, []byte(base64.StdEncoding.EncodeToString(key)+"\n"), 0o600)
+	if errors.Is(err, os.ErrExist) {
 		return ReadKeyFile(path)
 	} else if err != nil {
 		return nil, err

@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/events"
+	"github.com/gpuaas/gpuaas/internal/fsutil"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/wakeup"
 	"github.com/gpuaas/gpuaas/internal/worker"
@@ -35,7 +37,7 @@ func (a *App) newEventParts(ctx context.Context) (*eventParts, error) {
 	nc := events.NATSConfig{URL: cfg.NATSURL, CredsFile: cfg.NATSCredsFile, NKeyFile: cfg.NATSNKeyFile,
 		DataDir: a.Config.DataDir, Listen: cfg.NATSListen, Sync: cfg.NATSSync}
 	if nc.URL == "" && nc.Listen != "" {
-		pw, err := loadOrCreateSecret(filepath.Join(a.Config.DataDir, "nats.password"))
+		pw, err := loadOrCreateSecret(filepath.Join(a.Config.DataDir, "nats.password"), a.Logger)
 		if err != nil {
 			return nil, err
 		}
@@ -106,15 +108,30 @@ func randomHex(n int) string {
 }
 
 // loadOrCreateSecret reads a one-line secret file, minting it (0600) on
-// first use.
-func loadOrCreateSecret(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		return strings.TrimSpace(string(b)), nil
-	} else if !errors.Is(err, os.ErrNotExist) {
+// first use. The file is written durably (fsutil), so a crash leaves either
+// no file or the whole secret; an empty file (a crash of a build that wrote
+// it in place) never held a password anyone could use, so it is treated as
+// missing and replaced, with a warning.
+func loadOrCreateSecret(path string, log *slog.Logger) (string, error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		if s := strings.TrimSpace(string(b)); s != "" {
+			return s, nil
+		}
+		log.Warn("the secret file is empty (a crash while it was written?); writing a new secret", "path", path)
+		s := randomHex(24)
+		if err := fsutil.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+			return "", fmt.Errorf("write %s: %w", path, err)
+		}
+		return s, nil
+	case !errors.Is(err, os.ErrNotExist):
 		return "", err
 	}
 	s := randomHex(24)
-	if err := os.WriteFile(path, []byte(s+"\n"), 0o600); err != nil {
+	if err := fsutil.CreateFile(path, []byte(s+"\n"), 0o600); errors.Is(err, os.ErrExist) {
+		return loadOrCreateSecret(path, log) // written meanwhile
+	} else if err != nil {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return s, nil

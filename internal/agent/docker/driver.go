@@ -48,6 +48,11 @@ type Driver struct {
 	cfg    Config
 	pulled pulled     // the images it pulled, for ImagePruner
 	netMu  sync.Mutex // one creation of WorkloadNetwork at a time
+
+	// afterEnginePull, set by tests only, runs once the engine holds a
+	// pulled image, before Pull checks and returns it; an error ends Pull
+	// there, as a killed agent would.
+	afterEnginePull func(ref string) error
 }
 
 // New connects to the engine named by the environment (DOCKER_HOST or the
@@ -98,6 +103,9 @@ func (d *Driver) Pull(ctx context.Context, p nodeapi.ImagePull) (string, error) 
 		d.markPulled(ref, false, time.Now())
 		return ref, nil
 	}
+	// Recorded before the engine pulls: see beginPull.
+	d.beginPull(ref, time.Now())
+	defer d.endPull(ref)
 	opts := client.ImagePullOptions{}
 	if p.WrappingToken != "" {
 		if d.cfg.Unwrap == nil {
@@ -123,10 +131,15 @@ func (d *Driver) Pull(ctx context.Context, p nodeapi.ImagePull) (string, error) 
 	if err != nil {
 		return "", classifyPull(err)
 	}
+	if d.afterEnginePull != nil {
+		if err := d.afterEnginePull(ref); err != nil {
+			return "", err
+		}
+	}
 	if !d.hasDigest(ctx, ref) {
 		return "", fail(nodeapi.ReasonDigestMismatch, "the engine pulled %s but holds no image with that repo digest", ref)
 	}
-	d.markPulled(ref, true, time.Now())
+	d.markPulled(ref, true, time.Now()) // the grace counts from the end of the pull
 	return ref, nil
 }
 

@@ -2,6 +2,7 @@ package docker_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -346,6 +347,81 @@ func TestImagePruner(t *testing.T) {
 	}
 	if got := e.d.PulledImages(); len(got) != 0 {
 		t.Fatalf("record after pruning: %v", got)
+	}
+}
+
+// An agent killed once the engine holds a pulled image but before the pull
+// task finished: the redelivered task finds the digest on the engine, and
+// the image must still be in the record of what the agent pulled, or the
+// pruner never removes it (many GB left on the host for ever).
+func TestImagePullKilledMidwayStaysRecorded(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	killed := errors.New("agent killed")
+	docker.SetAfterEnginePull(e.d, func(string) error { return killed })
+	if _, err := e.d.Pull(ctx, e.pull(t)); !errors.Is(err, killed) {
+		t.Fatalf("first pull: %v, want the simulated kill", err)
+	}
+	restarted, err := docker.New(docker.Config{NodeID: e.node, DataDir: e.dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer restarted.Close()
+	ref, err := restarted.Pull(ctx, e.pull(t)) // the task, redelivered
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := restarted.PulledImages(); !slices.Equal(got, []string{ref}) {
+		t.Fatalf("after the redelivered pull the record holds %v, want [%s]: the image would never be pruned", got, ref)
+	}
+	clock := time.Now().Add(time.Minute)
+	p := &docker.ImagePruner{D: restarted, Grace: 5 * time.Minute, Now: func() time.Time { return clock }}
+	if removed, err := p.Run(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("pruned at once: %v %v", removed, err)
+	}
+	clock = clock.Add(6 * time.Minute)
+	if removed, err := p.Run(ctx); err != nil || !slices.Equal(removed, []string{ref}) {
+		t.Fatalf("not pruned after the grace: %v %v", removed, err)
+	}
+}
+
+// A reference is recorded before its pull: while the pull runs the pruner
+// neither removes the image (the engine may hold it before Pull returns)
+// nor forgets the reference, however long the pull takes; the grace counts
+// from the end of the pull.
+func TestImagePrunerSparesAPullInProgress(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	clock := time.Now().Add(time.Hour)
+	p := &docker.ImagePruner{D: e.d, Grace: time.Minute, Now: func() time.Time { return clock }}
+	var midway []string
+	docker.SetAfterEnginePull(e.d, func(ref string) error {
+		if got := e.d.PulledImages(); !slices.Equal(got, []string{ref}) {
+			t.Errorf("mid-pull the record holds %v, want [%s]", got, ref)
+		}
+		for range 3 {
+			removed, err := p.Run(ctx)
+			if err != nil {
+				return err
+			}
+			midway = append(midway, removed...)
+			clock = clock.Add(time.Hour)
+		}
+		return nil
+	})
+	ref, err := e.d.Pull(ctx, e.pull(t))
+	if err != nil || len(midway) != 0 {
+		t.Fatalf("pull: %v; pruned mid-pull: %v", err, midway)
+	}
+	if got := e.d.PulledImages(); !slices.Equal(got, []string{ref}) {
+		t.Fatalf("after the pull the record holds %v", got)
+	}
+	if removed, err := p.Run(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("pruned at once after the pull: %v %v", removed, err)
+	}
+	clock = clock.Add(2 * time.Minute)
+	if removed, err := p.Run(ctx); err != nil || !slices.Equal(removed, []string{ref}) {
+		t.Fatalf("not pruned after the grace: %v %v", removed, err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/gpuaas/gpuaas/internal/fsutil"
 	"github.com/moby/moby/client"
 )
 
@@ -23,10 +24,11 @@ const pulledFile = "pulled-images.json"
 // pulled is the set of references the driver pulled, loaded from DataDir
 // on first use.
 type pulled struct {
-	mu     sync.Mutex
-	loaded bool
-	refs   map[string]bool
-	used   map[string]time.Time // when Pull last handed the reference out (this process)
+	mu      sync.Mutex
+	loaded  bool
+	refs    map[string]bool
+	used    map[string]time.Time // when Pull last handed the reference out (this process)
+	pulling map[string]int       // pulls in progress (this process): the pruner leaves them be
 }
 
 func (d *Driver) pulledPath() string {
@@ -64,7 +66,9 @@ func (d *Driver) loadPulledLocked() {
 	}
 }
 
-// savePulledLocked writes the record atomically.
+// savePulledLocked writes the record atomically and durably: a crash or a
+// power loss leaves the old record or the new one, never an empty or torn
+// file (which would make the agent forget every image it pulled).
 func (d *Driver) savePulledLocked() {
 	p := d.pulledPath()
 	if p == "" {
@@ -76,16 +80,54 @@ func (d *Driver) savePulledLocked() {
 	}
 	slices.Sort(refs)
 	b, _ := json.Marshal(refs)
-	if err := os.MkdirAll(filepath.Dir(p), 0o700); err == nil {
-		tmp := p + ".tmp"
-		if err = os.WriteFile(tmp, b, 0o600); err == nil {
-			err = os.Rename(tmp, p)
-		}
-		if err == nil {
-			return
-		}
+	err := os.MkdirAll(filepath.Dir(p), 0o700)
+	if err == nil {
+		err = fsutil.WriteFile(p, b, 0o600)
 	}
-	d.cfg.Logger.Warn("could not save the record of pulled images", "path", p)
+	if err != nil {
+		d.cfg.Logger.Warn("could not save the record of pulled images", "path", p, "err", err)
+	}
+}
+
+// beginPull records ref before the engine pulls it, and stamps its use. An
+// agent killed once the engine holds the image but before the pull task
+// finished finds ref in the record on its next start, so the image is
+// pruned like any other it pulled; a pull that never completes leaves a
+// reference the engine does not hold, which the pruner forgets. Until
+// endPull the pruner leaves ref alone: an image is never removed, nor its
+// reference forgotten, mid-pull.
+func (d *Driver) beginPull(ref string, now time.Time) {
+	d.pulled.mu.Lock()
+	defer d.pulled.mu.Unlock()
+	d.loadPulledLocked()
+	if d.pulled.used == nil {
+		d.pulled.used = map[string]time.Time{}
+	}
+	if d.pulled.pulling == nil {
+		d.pulled.pulling = map[string]int{}
+	}
+	d.pulled.used[ref] = now
+	d.pulled.pulling[ref]++
+	if !d.pulled.refs[ref] {
+		d.pulled.refs[ref] = true
+		d.savePulledLocked()
+	}
+}
+
+// endPull ends what beginPull started.
+func (d *Driver) endPull(ref string) {
+	d.pulled.mu.Lock()
+	defer d.pulled.mu.Unlock()
+	if d.pulled.pulling[ref]--; d.pulled.pulling[ref] <= 0 {
+		delete(d.pulled.pulling, ref)
+	}
+}
+
+// pullInProgress reports whether this process is pulling ref.
+func (d *Driver) pullInProgress(ref string) bool {
+	d.pulled.mu.Lock()
+	defer d.pulled.mu.Unlock()
+	return d.pulled.pulling[ref] > 0
 }
 
 // markPulled records that Pull handed ref out, at now: fresh when the
@@ -114,12 +156,13 @@ func (d *Driver) lastUsed(ref string) time.Time {
 	return d.pulled.used[ref]
 }
 
-// forgetPulled drops ref from the record.
+// forgetPulled drops ref from the record, unless a pull of ref began
+// meanwhile (it recorded ref again, and must keep it).
 func (d *Driver) forgetPulled(ref string) {
 	d.pulled.mu.Lock()
 	defer d.pulled.mu.Unlock()
 	d.loadPulledLocked()
-	if d.pulled.refs[ref] {
+	if d.pulled.refs[ref] && d.pulled.pulling[ref] == 0 {
 		delete(d.pulled.refs, ref)
 		d.savePulledLocked()
 	}
@@ -177,6 +220,10 @@ func (p *ImagePruner) Run(ctx context.Context) ([]string, error) {
 	}
 	var removed []string
 	for _, ref := range refs {
+		if p.D.pullInProgress(ref) { // recorded before its pull: not ours to judge yet
+			delete(p.idleSince, ref)
+			continue
+		}
 		img, err := p.D.C.ImageInspect(ctx, ref)
 		if cerrdefs.IsNotFound(err) { // removed by someone else
 			p.D.forgetPulled(ref)
