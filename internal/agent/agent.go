@@ -212,7 +212,7 @@ func (a *Agent) Start(ctx context.Context) error {
 			return errors.New("this data dir holds no node identity: pass --join-token to join")
 		}
 		inv := a.inventory(ctx)
-		r, err := a.api.JoinNode(ctx, nodeapi.JoinRequest{JoinToken: a.cfg.JoinToken, Name: a.cfg.Name, PublicKeyPEM: pub, Inventory: inv})
+		r, err := a.join(ctx, nodeapi.JoinRequest{JoinToken: a.cfg.JoinToken, Name: a.cfg.Name, PublicKeyPEM: pub, Inventory: inv})
 		if err != nil {
 			return fmt.Errorf("join: %w", err)
 		}
@@ -236,6 +236,48 @@ func (a *Agent) Start(ctx context.Context) error {
 	a.tasks = newRunner(a.cfg.Concurrency, a.handle)
 	a.tasksCtx, a.stopTasks = context.WithCancel(ctx)
 	return a.group.Start(ctx)
+}
+
+// How a join is retried: joinAttempts tries at most, waiting joinBackoff
+// after the first failure, twice as long after each next one, at most
+// joinMaxBackoff (two minutes at most in all, well inside a join token's
+// life).
+const (
+	joinAttempts   = 10
+	joinBackoff    = 500 * time.Millisecond
+	joinMaxBackoff = 30 * time.Second
+)
+
+// join asks the server to join, again after a failure that may not be a
+// refusal: an answer lost on the way (a cut connection, a proxy's 502) may
+// follow a join the server committed, and the server answers a repeat of
+// the same token and key with that same node. A refusal (4xx) is final.
+func (a *Agent) join(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.JoinResponse, error) {
+	wait := joinBackoff
+	for attempt := 1; ; attempt++ {
+		r, err := a.api.JoinNode(ctx, in)
+		if err == nil || attempt == joinAttempts || !retryableJoin(err) || ctx.Err() != nil {
+			return r, err
+		}
+		d := wait/2 + rand.N(wait/2+1) // jittered: agents cut off together do not come back together
+		a.log.WarnContext(ctx, "join failed; trying again", "err", err, "attempt", attempt, "retry_in", d)
+		select {
+		case <-ctx.Done():
+			return r, err
+		case <-time.After(d):
+		}
+		wait = min(2*wait, joinMaxBackoff)
+	}
+}
+
+// retryableJoin reports whether a failed join may succeed when asked again:
+// a transport error (no answer, or a cut one), a 5xx, 408 or 429.
+func retryableJoin(err error) bool {
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		return ae.Status >= 500 || ae.Status == http.StatusRequestTimeout || ae.Status == http.StatusTooManyRequests
+	}
+	return true
 }
 
 // Stop ends the loops and the tasks in flight (their leases run out and

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -102,7 +103,8 @@ const (
 )
 
 // Join redeems a join token: registers the node with its public key and
-// inventory. The token works once; the second use fails.
+// inventory. The token works once: a second use fails, unless it repeats
+// the first join's public key before the token expires (see rejoin).
 func (s *Service) Join(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.JoinResponse, error) {
 	if in.JoinToken == "" || len(in.JoinToken) > 128 {
 		return nodeapi.JoinResponse{}, errJoinToken
@@ -132,12 +134,11 @@ func (s *Service) Join(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.Joi
 		return nodeapi.JoinResponse{}, err
 	}
 	now := s.Now()
-	if !t.UsedAt.IsZero() || !now.Before(t.ExpiresAt) {
-		reason := "join_token_used"
-		if t.UsedAt.IsZero() {
-			reason = "join_token_expired"
-		}
-		s.refuse(ctx, t.ID, "node.join", reason)
+	if !t.UsedAt.IsZero() {
+		return s.rejoin(ctx, t, in.PublicKeyPEM, now)
+	}
+	if !now.Before(t.ExpiresAt) {
+		s.refuse(ctx, t.ID, "node.join", "join_token_expired")
 		return nodeapi.JoinResponse{}, errJoinToken
 	}
 	inv, digest, err := encodeInventory(in.Inventory)
@@ -153,7 +154,7 @@ func (s *Service) Join(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.Joi
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := tx.UseNodeJoinToken(ctx, t.ID, n.ID, now); err != nil {
 			if errors.Is(err, storage.ErrNotFound) {
-				return errJoinToken // a concurrent join won
+				return errJoinRaced
 			}
 			return err
 		}
@@ -170,12 +171,82 @@ func (s *Service) Join(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.Joi
 		return tx.Audit(storage.AuditEvent{Action: "node.join", ResourceType: "node", ResourceID: n.ID}, nil,
 			map[string]any{"name": n.Name, "join_token_id": t.ID, "gpu_count": n.GPUCount, "inventory_digest": digest})
 	})
+	if errors.Is(err, errJoinRaced) {
+		// A concurrent join won: the same agent's own retry gets its answer.
+		if t, err = q.GetNodeJoinTokenByHash(ctx, t.TokenHash); err != nil {
+			return nodeapi.JoinResponse{}, err
+		}
+		return s.rejoin(ctx, t, in.PublicKeyPEM, now)
+	}
 	if err != nil {
 		return nodeapi.JoinResponse{}, err
 	}
 	s.Logger.InfoContext(ctx, "node joined", "node_id", n.ID, "name", n.Name, "gpus", n.GPUCount)
+	return s.joinAnswer(n), nil
+}
+
+// errJoinRaced: another join spent the token between the read and the write.
+var errJoinRaced = errors.New("join token spent by a concurrent join")
+
+// joinAnswer is what a join answers for n. It carries no secret: the node
+// id and key id name the node in every assertion it signs, the token URL
+// and heartbeat TTL are the server's, the digest is of what the node sent.
+func (s *Service) joinAnswer(n Node) nodeapi.JoinResponse {
 	return nodeapi.JoinResponse{NodeID: n.ID, KeyID: n.KeyID, TokenURL: s.TokenURL(), HeartbeatTTLS: int(s.HeartbeatTTL.Seconds()),
-		InventoryDigest: digest}, nil
+		InventoryDigest: n.InventoryDigest}
+}
+
+// rejoin answers a join with an already used token t. The agent that
+// joined with it may have lost the answer (a cut connection, a crash before
+// it saved its identity) and asks again: while t has not expired, the same
+// public key gets the node's join answer again — the same node, nothing
+// written but the audit row. Any other use is refused as a used token: a
+// different key, an expired token, a removed node.
+//
+// The request is not signed, so the key proves nothing; the repeat is safe
+// because it hands out nothing a holder of the token and the public key
+// could not learn before: the answer has no credential (see joinAnswer) —
+// acting as the node needs an assertion signed by the private key — and it
+// leaves out the inventory digest, which heartbeats may have changed since
+// the join (the agent then sends its inventory with its first beat, as
+// after any restart). The repeat changes nothing: not the name, the
+// inventory or the state.
+func (s *Service) rejoin(ctx context.Context, t NodeJoinToken, publicKeyPEM string, now time.Time) (nodeapi.JoinResponse, error) {
+	reason := "join_token_used"
+	if now.Before(t.ExpiresAt) && t.NodeID != "" {
+		n, err := s.Store.Read().GetNode(ctx, t.NodeID)
+		switch {
+		case errors.Is(err, storage.ErrNotFound):
+		case err != nil:
+			return nodeapi.JoinResponse{}, err
+		case n.State != StateRemoved && sameKey(n.PublicKey, publicKeyPEM):
+			ctx = principal.With(ctx, principal.Principal{Type: principal.Node, ID: n.ID})
+			after, err := json.Marshal(map[string]any{"join_token_id": t.ID, "repeat": true})
+			if err != nil {
+				return nodeapi.JoinResponse{}, err
+			}
+			if err := s.Store.RecordOutcome(ctx, storage.AuditEvent{Action: "node.join", ResourceType: "node", ResourceID: n.ID,
+				After: after, Reason: "join_repeated"}, "success"); err != nil {
+				return nodeapi.JoinResponse{}, err
+			}
+			s.Logger.InfoContext(ctx, "node join repeated", "node_id", n.ID, "join_token_id", t.ID)
+			r := s.joinAnswer(n)
+			r.InventoryDigest = ""
+			return r, nil
+		}
+	}
+	s.refuse(ctx, t.ID, "node.join", reason)
+	return nodeapi.JoinResponse{}, errJoinToken
+}
+
+// sameKey reports whether two PEM public keys are the same Ed25519 key.
+func sameKey(a, b string) bool {
+	ka, err := parsePublicKey(a)
+	if err != nil {
+		return false
+	}
+	kb, err := parsePublicKey(b)
+	return err == nil && ka.Equal(kb)
 }
 
 // refuse writes the failure audit row of a refused node credential use.
