@@ -36,13 +36,17 @@ const (
 )
 
 // Worker is the durable instance driver as a background job: every pass
-// advances each in-progress operation as far as it can without waiting.
+// advances each in-progress operation as far as it can without waiting,
+// and, every memberCheckEvery, checks the running added members against
+// their nodes' reports (checkMembers).
 func (s *Service) Worker() *worker.Periodic { return s.driver }
 
 func (s *Service) newWorker() *worker.Periodic {
 	owner := iam.NewID()
 	return &worker.Periodic{Name: "instances", Interval: s.DriveInterval, Timeout: time.Minute, Logger: s.Logger,
-		Run: func(ctx context.Context) error { return s.Drive(ctx, owner) }}
+		Run: func(ctx context.Context) error {
+			return errors.Join(s.Drive(ctx, owner), s.maybeCheckMembers(ctx))
+		}}
 }
 
 // Drive runs one pass as owner. Two replicas never drive one operation at

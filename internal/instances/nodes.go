@@ -2,6 +2,8 @@ package instances
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -320,6 +322,12 @@ func (s *Service) agentMembersOn(ctx context.Context, q Queries, nodeID string) 
 	if err != nil {
 		return nil, err
 	}
+	return s.agentMembers(ctx, q, ms)
+}
+
+// agentMembers keeps those of ms whose instance is not worker-driven; it
+// reuses ms.
+func (s *Service) agentMembers(ctx context.Context, q Queries, ms []InstanceMember) ([]InstanceMember, error) {
 	byWorker := map[string]bool{}
 	out := ms[:0]
 	for _, m := range ms {
@@ -355,42 +363,127 @@ func runningWorkload(name string, workloads []nodeapi.Workload) bool {
 // the container started can arrive after the member was marked running.
 const memberGrace = 30 * time.Second
 
+// memberCheckEvery is how often each replica compares every running added
+// member with its node's stored report (checkMembers): the backstop for
+// what the change-driven WorkloadsReported cannot see.
+const memberCheckEvery = 10 * time.Second
+
 // WorkloadsReported fails the running added members of a node whose
 // workload the node reports exited (container_exited) or no longer has
 // (workload_missing). The nodes domain calls it after it stored a changed
-// workload list; each failure is its own mutation with its event and audit
-// row.
+// workload list, so a change is acted on at once; each failure is its own
+// mutation with its event and audit row. What it cannot see — a replica
+// that stored the list and died before calling it, a call that failed, a
+// report that arrived before the member was marked running, a workload
+// still within memberGrace — checkMembers catches from the stored report.
 func (s *Service) WorkloadsReported(ctx context.Context, nodeID string, workloads []nodeapi.Workload) error {
-	ms, err := s.agentMembersOn(ctx, s.Store.Read(), nodeID)
+	ms, err := s.runningAgentMembersOn(ctx, s.Store.Read(), nodeID)
 	if err != nil {
 		return err
 	}
 	now := s.Now().UTC()
+	return s.failGoneMembers(ctx, nodeID, ms, workloads, now, now)
+}
+
+// checkMembers compares each running added member that a node agent runs
+// with what its node (ready or draining) last reported, and fails the
+// members whose workload is gone — whether or not the report changed since
+// the member was checked. It reads nothing but the node list when no node
+// has running members; a node with some costs one more read per instance.
+// Every replica runs it (the driver's worker, every memberCheckEvery):
+// the failure is a conditional mutation, so two replicas fail a member
+// once.
+func (s *Service) checkMembers(ctx context.Context) error {
+	if s.reports == nil {
+		return nil
+	}
+	q := s.Store.Read()
+	var errs []error
+	err := s.reports(ctx, func(r nodeReport) error {
+		ms, err := s.runningAgentMembersOn(ctx, q, r.NodeID)
+		if err != nil || len(ms) == 0 {
+			errs = append(errs, err)
+			return nil
+		}
+		var ws []nodeapi.Workload
+		if err := json.Unmarshal(r.Workloads, &ws); err != nil {
+			errs = append(errs, fmt.Errorf("node %s: its stored workloads: %w", r.NodeID, err))
+			return nil
+		}
+		errs = append(errs, s.failGoneMembers(ctx, r.NodeID, ms, ws, r.At, s.Now().UTC()))
+		return nil
+	})
+	return errors.Join(append(errs, err)...)
+}
+
+// maybeCheckMembers runs checkMembers when memberCheckEvery passed since
+// this replica last ran it.
+func (s *Service) maybeCheckMembers(ctx context.Context) error {
+	now := s.Now()
+	if last := s.membersChecked.Load(); last != 0 && now.Sub(time.Unix(0, last)) < memberCheckEvery {
+		return nil
+	}
+	s.membersChecked.Store(now.UnixNano())
+	return s.checkMembers(ctx)
+}
+
+// runningAgentMembersOn lists the running added members on a node that its
+// agent runs.
+func (s *Service) runningAgentMembersOn(ctx context.Context, q Queries, nodeID string) ([]InstanceMember, error) {
+	ms, err := q.AddedMembersOn(ctx, "", nodeID)
+	if err != nil {
+		return nil, err
+	}
+	running := slices.DeleteFunc(ms, func(m InstanceMember) bool { return m.Status != MemberRunning })
+	if len(running) == 0 {
+		return nil, nil
+	}
+	return s.agentMembers(ctx, q, running)
+}
+
+// memberGone says whether a running member's workload is gone by a report
+// its node sent at reportedAt, and why: the node reports its container
+// exited or dead (container_exited), or no longer reports it at all once
+// memberGrace passed since the member was marked running
+// (workload_missing). A report older than the member's running mark may
+// predate its container and judges nothing.
+func memberGone(m InstanceMember, nodeID string, workloads []nodeapi.Workload, reportedAt, now time.Time) (reason, msg string, gone bool) {
+	if reportedAt.Before(m.UpdatedAt) {
+		return "", "", false
+	}
+	reason, state := ReasonWorkloadMissing, ""
+	for _, w := range workloads {
+		if strings.TrimPrefix(w.Name, "/") == m.WorkloadName {
+			reason, state = ReasonContainerExited, w.State
+		}
+	}
+	if state == "running" || state == "created" || state == "restarting" || (state == "" && now.Sub(m.UpdatedAt) < memberGrace) {
+		return "", "", false
+	}
+	if state == "" {
+		return reason, fmt.Sprintf("node %s no longer reports the member's container", nodeID), true
+	}
+	return reason, fmt.Sprintf("node %s reports the member's container %s", nodeID, state), true
+}
+
+// failGoneMembers fails each of ms (running members on nodeID) whose
+// workload the node's report, sent at reportedAt, says is gone.
+func (s *Service) failGoneMembers(ctx context.Context, nodeID string, ms []InstanceMember, workloads []nodeapi.Workload, reportedAt, now time.Time) error {
 	for _, m := range ms {
-		if m.Status != MemberRunning {
+		reason, msg, gone := memberGone(m, nodeID, workloads, reportedAt, now)
+		if !gone {
 			continue
-		}
-		reason, state := ReasonWorkloadMissing, ""
-		for _, w := range workloads {
-			if strings.TrimPrefix(w.Name, "/") == m.WorkloadName {
-				reason, state = ReasonContainerExited, w.State
-			}
-		}
-		if state == "running" || state == "created" || state == "restarting" || (state == "" && now.Sub(m.UpdatedAt) < memberGrace) {
-			continue
-		}
-		msg := fmt.Sprintf("node %s reports the member's container %s", nodeID, state)
-		if state == "" {
-			msg = fmt.Sprintf("node %s no longer reports the member's container", nodeID)
 		}
 		if err := s.Store.Mutate(ctx, func(tx Tx) error {
-			cur, err := tx.GetInstanceMember(ctx, m.InstanceID, m.ID)
-			if err != nil || cur.Status != MemberRunning || cur.TaskID != m.TaskID {
-				return err // moved on meanwhile
-			}
-			inst, err := tx.GetAppInstanceByID(ctx, m.InstanceID)
+			// The instance's lock orders this against the driver settling
+			// the member and against another replica failing it too.
+			inst, err := tx.LockAppInstance(ctx, m.InstanceID)
 			if err != nil {
 				return err
+			}
+			cur, err := tx.GetInstanceMember(ctx, m.InstanceID, m.ID)
+			if err != nil || cur.Status != MemberRunning || cur.TaskID != m.TaskID || !cur.UpdatedAt.Equal(m.UpdatedAt) {
+				return err // moved on meanwhile
 			}
 			cur.Status, cur.ReasonCode, cur.ReasonMessage, cur.UpdatedAt = MemberFailed, reason, msg, now
 			if err := tx.UpdateInstanceMember(ctx, cur); err != nil {

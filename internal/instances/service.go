@@ -10,6 +10,7 @@ package instances
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
@@ -125,6 +126,19 @@ type Service struct {
 	heartbeats *worker.Periodic
 	// deadlines fails external workers' operations past their deadline.
 	deadlines *worker.Periodic
+	// reports walks the nodes' stored workload reports for checkMembers
+	// (NodesLink.Attach sets it; nil: no check); membersChecked is when
+	// this replica last ran it (UnixNano).
+	reports        func(ctx context.Context, fn func(nodeReport) error) error
+	membersChecked atomic.Int64
+}
+
+// nodeReport is what a node last reported running: its stored workload
+// list (JSON []nodeapi.Workload) and when its last beat carried it.
+type nodeReport struct {
+	NodeID    string
+	At        time.Time
+	Workloads []byte
 }
 
 // New builds the service.

@@ -58,9 +58,10 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 		}
 	}
 	revive := n.State == StateJoining || n.State == StateDown
+	changed := !sameWorkloads(workloads, n.Workloads)
 	now := s.Now()
 	if !revive && inv == nil && n.PendingAllocations == 0 {
-		if bytes.Equal(workloads, n.Workloads) {
+		if !changed {
 			err = q.TouchNode(ctx, nodeID, now)
 		} else if err = q.SetNodeWorkloads(ctx, nodeID, workloads, now); err == nil {
 			s.workloadsReported(ctx, nodeID, hb.Workloads)
@@ -115,7 +116,7 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 	if err != nil {
 		return nodeapi.HeartbeatResponse{}, err
 	}
-	if !revive && !bytes.Equal(workloads, n.Workloads) {
+	if !revive && changed {
 		// A beat that also changed the inventory or confirmed placements
 		// changes the workload report like a plain one (a revived node's
 		// hooks saw it as NodeReady).
@@ -124,9 +125,33 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 	return s.beatResponse(state, stored), nil
 }
 
+// sameWorkloads reports whether a beat's report (as Heartbeat encodes it)
+// is the one stored. The store may hand back its own encoding of the same
+// list (PostgreSQL's jsonb spaces and orders keys), so bytes that differ
+// are compared once the stored list is encoded the same way.
+func sameWorkloads(report, stored []byte) bool {
+	if bytes.Equal(report, stored) {
+		return true
+	}
+	var ws []nodeapi.Workload
+	if json.Unmarshal(stored, &ws) != nil {
+		return false
+	}
+	if ws == nil {
+		ws = []nodeapi.Workload{}
+	}
+	again, err := json.Marshal(ws)
+	return err == nil && bytes.Equal(report, again)
+}
+
 // workloadsReported tells the hooks that watch workloads what a node now
-// reports. A hook's failure is logged, not the node's: its report is
-// stored, and the hook sees the next change.
+// reports, so they can act on a change at once. It runs after the report
+// is stored, and only when the report changed: a replica that dies before
+// it, or a hook that fails (logged, not the node's failure), leaves later
+// beats with the same report on the plain path, which calls no hook. A
+// hook therefore must not depend on seeing every change: the stored report
+// is the truth to re-check (the instances domain compares its running
+// members with it periodically).
 func (s *Service) workloadsReported(ctx context.Context, nodeID string, ws []nodeapi.Workload) {
 	for _, h := range s.lifecycleHooks() {
 		if wh, ok := h.(WorkloadHooks); ok {
