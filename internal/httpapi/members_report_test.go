@@ -74,6 +74,7 @@ func (m *memberReportEnv) waitStored(t *testing.T, want string) {
 // reporting that same list, so no beat changes the stored report again.
 // The member still fails, container_exited.
 func TestMemberFailsWhenItsReportWasStoredButNotActedOn(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		m := newMemberReportEnv(t, d, okResult)
 		if op := waitOp(t, m.bot, m.pid, m.addWorker(t)); op.String("state") != "succeeded" {
@@ -114,6 +115,7 @@ func TestMemberFailsWhenItsReportWasStoredButNotActedOn(t *testing.T) {
 // change once the member is running, and the member still fails,
 // container_exited.
 func TestMemberFailsWhenItsExitWasReportedBeforeItRan(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		var (
 			mu       sync.Mutex
@@ -163,6 +165,7 @@ func TestMemberFailsWhenItsExitWasReportedBeforeItRan(t *testing.T) {
 // again. The server's clock is the test's (node-b's beats stay current:
 // the heartbeat TTL is long).
 func TestMemberFailsOnceItsGraceForAMissingWorkloadPassed(t *testing.T) {
+	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		clk := clock.NewManual(time.Now().UTC().Truncate(time.Second)) // near the wall clock the test clients sign with
 		m := newMemberReportEnv(t, d, okResult, servertest.WithClock(clk), steadyNodes)
