@@ -219,7 +219,10 @@ func TestInstanceDockerWalk(t *testing.T) {
 	s := servertest.Start(t, store.SQLite)
 	e := setupInstanceEnv(t, s, "echo", images, echoManifest("echo"), -1)
 	// A short image grace: the images of the decommissioned instance go.
-	_, agentDir := e.withRealAgent(t, bin, "--image-prune-grace", "2s")
+	// The grace also covers the gap between a version's image.pull task and
+	// its container.run (a few task round trips): 2 s was too short for it
+	// on a loaded CI machine, which pruned the image of a revert in between.
+	_, agentDir := e.withRealAgent(t, bin, "--image-prune-grace", "10s")
 
 	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "walk"}).Want(t, 202)
 	id := cr.String("id")
@@ -270,7 +273,7 @@ func TestInstanceDockerWalk(t *testing.T) {
 	}
 
 	// The image of the running version is kept, whatever the grace.
-	time.Sleep(3 * time.Second)
+	time.Sleep(11 * time.Second)
 	if held := strings.Join(pulledDigests(t, d, e.digests), " "); !strings.Contains(held, "1.0.0") {
 		t.Fatalf("the running version's image was pruned (held: %s)", held)
 	}
