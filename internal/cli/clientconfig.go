@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/buildinfo"
+	"github.com/gpuaas/gpuaas/internal/fsutil"
 	"github.com/spf13/cobra"
 )
 
@@ -145,23 +146,7 @@ func saveConfig(c clientConfig) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".credentials-*")
-	if err != nil {
-		return "", err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(0o600); err != nil {
-		_ = f.Close()
-		return "", err
-	}
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		_ = f.Close()
-		return "", err
-	}
-	if err := f.Close(); err != nil {
-		return "", err
-	}
-	return p, os.Rename(f.Name(), p)
+	return p, fsutil.WriteFile(p, append(b, '\n'), 0o600)
 }
 
 func flagOrEnv(cmd *cobra.Command, flag, env string) string {

@@ -15,6 +15,7 @@ import (
 	"runtime"
 
 	"github.com/gpuaas/gpuaas/internal/buildinfo"
+	"github.com/gpuaas/gpuaas/internal/fsutil"
 	"github.com/gpuaas/gpuaas/internal/releases"
 
 	"github.com/gpuaas/gpuaas/internal/config"
@@ -128,11 +129,7 @@ func writeCreds(path string, c DevCredentials) error {
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return fsutil.WriteFile(path, append(b, '\n'), 0o600)
 }
 
 // OwnRelease is what ServeOwnBuild did.
