@@ -122,7 +122,7 @@ func (db *DB) Ping(ctx context.Context) error { return db.sql.PingContext(ctx) }
 
 // Queries returns the query set bound to the pool (no transaction).
 func (db *DB) Queries() *Queries {
-	return &Queries{ex: sqlExecer{db.sql}, d: db.dialect, stmts: db.stmts, count: &db.statements}
+	return &Queries{ex: sqlExecer{db.sql}, d: db.dialect, stmts: db.stmts, count: &db.statements, pool: db}
 }
 
 // InTx runs fn in one transaction, committing when fn returns nil and rolling
@@ -211,6 +211,10 @@ type Queries struct {
 	hold    bool
 	held    []heldWrite
 	heldErr error
+	// pool is set on the pool's query set only (DB.Queries): the few
+	// queries that need a transaction of their own when called outside
+	// one begin it there (keyTx).
+	pool *DB
 }
 
 func (q *Queries) counted() {

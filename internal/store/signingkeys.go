@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"slices"
 	"strconv"
@@ -79,28 +78,13 @@ func (q *Queries) InsertFirstSigningKey(ctx context.Context, k iam.SigningKey) (
 	return inserted && err == nil, err
 }
 
-// keyTx runs fn in a transaction: a new one on the pool (the key loaders
-// run at start, with no Store to Mutate with), or the one q is in.
+// keyTx runs fn in a transaction: a new one when q is the pool's (the key
+// loaders run at start, with no Store to Mutate with), or the one q is in.
 func (q *Queries) keyTx(ctx context.Context, fn func(q *Queries) error) error {
-	var pool *sql.DB
-	if ex, ok := q.ex.(sqlExecer); ok {
-		pool, _ = ex.x.(*sql.DB)
-	}
-	if pool == nil {
+	if q.pool == nil {
 		return fn(q)
 	}
-	tx, err := pool.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("begin transaction: %w", mapErr(err))
-	}
-	defer func() { _ = tx.Rollback() }() // a no-op once committed
-	if err := fn(&Queries{ex: sqlExecer{tx}, d: q.d, stmts: q.stmts, tx: tx, count: q.count}); err != nil {
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", mapErr(err))
-	}
-	return nil
+	return q.pool.InTx(ctx, fn)
 }
 
 func (q *Queries) resealSigningKey(ctx context.Context, kid, purpose, from, to string, audit AuditEvent) error {
