@@ -47,6 +47,10 @@ type Config struct {
 	// by every container (its instances decommissioned) before the agent
 	// removes it (default DefaultImagePruneGrace).
 	ImagePruneGrace time.Duration
+	// ImageHoldMax bounds how long an image pulled for a run is held from
+	// the pruner while the run has not created its container (default
+	// DefaultImageHoldMax).
+	ImageHoldMax time.Duration
 	// PollWait is the long-poll wait in seconds (default 60, the server's
 	// longest): a queued task wakes the poll at once, so an idle agent
 	// costs the control plane one look a minute.
@@ -93,6 +97,7 @@ type Agent struct {
 	drv     driver.Driver
 	results results
 	started results         // tasks begun: their containers are not orphans
+	holds   *holds          // images pulled for runs that have not created their containers
 	conns   *http.Transport // the agent's own connections, closed at Stop
 	lock    *os.File        // the data dir's lock, held while the agent lives
 
@@ -133,6 +138,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.ImagePruneGrace <= 0 {
 		cfg.ImagePruneGrace = DefaultImagePruneGrace
 	}
+	if cfg.ImageHoldMax <= 0 {
+		cfg.ImageHoldMax = DefaultImageHoldMax
+	}
 	if cfg.PollWait <= 0 {
 		cfg.PollWait = 60
 	}
@@ -171,6 +179,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("component", "agent"), results: results{filepath.Join(dir, "tasks")},
 		started: results{filepath.Join(dir, "started")}, lock: lock, interval: 10 * time.Second, joined: make(chan struct{})}
+	a.holds = &holds{path: filepath.Join(dir, holdsFile), max: cfg.ImageHoldMax, now: cfg.Now, log: a.log}
 	a.conns = http.DefaultTransport.(*http.Transport).Clone()
 	a.api = client.New(cfg.Server, "")
 	a.api.UserAgent = "gpuaas-agent/" + cfg.Version
@@ -180,7 +189,7 @@ func New(cfg Config) (*Agent, error) {
 		newDriver = engine.New
 	}
 	if a.drv, err = newDriver(driver.Config{HostAddress: cfg.HostAddress, DataDir: dir, Logger: a.log, Unwrap: a.unwrap,
-		Known: a.known, OrphanGrace: cfg.OrphanGrace, ImagePruneGrace: cfg.ImagePruneGrace}); err != nil {
+		Known: a.known, Held: a.holds.Held, OrphanGrace: cfg.OrphanGrace, ImagePruneGrace: cfg.ImagePruneGrace}); err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("driver: %w", err)
 	}
@@ -466,6 +475,9 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 // of Compose projects) past their grace and images of
 // decommissioned instances past theirs.
 func (a *Agent) reconcileOnce(ctx context.Context) error {
+	for _, h := range a.holds.Expire() {
+		a.log.WarnContext(ctx, "an image pulled for a run was held for the longest hold and no run came; the pruner may remove it", "image", h.Ref, "instance_id", h.InstanceID, "held_since", h.Since)
+	}
 	res, err := a.drv.Housekeep(ctx)
 	for _, w := range res.Removed {
 		a.log.InfoContext(ctx, "orphan removed", "container_id", w.ContainerID, "task_id", w.TaskID, "instance_id", w.InstanceID)

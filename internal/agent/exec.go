@@ -104,14 +104,17 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 			return nil, err
 		}
 		ref, err := a.drv.Pull(ctx, p)
+		if err == nil {
+			// The run that uses the image may come long after the grace.
+			a.holds.Hold(t.InstanceID, ref)
+		}
 		return map[string]string{"image": ref, "image_digest": p.Digest}, err
 	case nodeapi.KindContainerRun:
 		r, err := decode[nodeapi.ContainerRun](t)
 		if err != nil {
 			return nil, err
 		}
-		out, err := a.drv.Run(ctx, owner, r)
-		return out, err
+		return a.run(t.InstanceID, []nodeapi.ImagePull{r.Image}, func() (nodeapi.RunOutput, error) { return a.drv.Run(ctx, owner, r) })
 	case nodeapi.KindContainerStop:
 		r, err := decode[nodeapi.ContainerRef](t)
 		if err != nil {
@@ -126,7 +129,14 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		// A removal of the whole instance (no container named) takes its
 		// scratch path and platform files too: decommission's last step,
 		// which teardown.verify then checks.
-		return nil, a.drv.Remove(ctx, a.ref(t, r))
+		ref := a.ref(t, r)
+		if err := a.drv.Remove(ctx, ref); err != nil {
+			return nil, err
+		}
+		if ref.ContainerID == "" && ref.Name == "" {
+			a.holds.Release(ref.InstanceID) // no run of the instance is coming
+		}
+		return nil, nil
 	case nodeapi.KindWorkloadInspect:
 		r, err := decode[nodeapi.ContainerRef](t)
 		if err != nil {
@@ -152,13 +162,16 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if len(rem) > 0 {
 			return nil, &driver.Failure{Reason: nodeapi.ReasonResourcesRemain, Message: fmt.Sprintf("%d resources remain: %v", len(rem), rem)}
 		}
+		if v.Names == nil {
+			a.holds.Release(v.InstanceID) // torn down: no run of the instance is coming
+		}
 		return nodeapi.VerifyOutput{Remaining: rem}, nil
 	case nodeapi.KindComposeUp:
 		u, err := decode[nodeapi.ComposeUp](t)
 		if err != nil {
 			return nil, err
 		}
-		return a.drv.Up(ctx, owner, u)
+		return a.run(t.InstanceID, u.Images, func() (nodeapi.RunOutput, error) { return a.drv.Up(ctx, owner, u) })
 	case nodeapi.KindComposeDown:
 		d, err := decode[nodeapi.ComposeDown](t)
 		if err != nil {
@@ -175,4 +188,23 @@ func (a *Agent) ref(t nodeapi.Task, r nodeapi.ContainerRef) nodeapi.ContainerRef
 		r.InstanceID = t.InstanceID
 	}
 	return r
+}
+
+// run starts the workload of a container.run or compose.up with its images
+// held, so that the pruner cannot remove one between the driver's check that
+// the engine holds it and the container's creation. Once the run succeeded
+// its containers exist and use the images (the engine refuses to remove
+// them), so the holds go; a failed run keeps them for its retry, until the
+// instance is removed or the longest hold passes.
+func (a *Agent) run(instanceID string, images []nodeapi.ImagePull, start func() (nodeapi.RunOutput, error)) (nodeapi.RunOutput, error) {
+	refs := make([]string, 0, len(images))
+	for _, ip := range images {
+		refs = append(refs, ip.Repository+"@"+ip.Digest)
+	}
+	a.holds.Hold(instanceID, refs...)
+	out, err := start()
+	if err == nil {
+		a.holds.Release(instanceID, refs...)
+	}
+	return out, err
 }

@@ -77,6 +77,7 @@ task queue and runs workloads on the local Docker engine.`,
 	f.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "how operators reach this host for ssh -L tunnels to workload ports (default: the hostname)")
 	f.DurationVar(&cfg.OrphanGrace, "orphan-grace", 10*time.Minute, "how long a gpuaas-labelled container of no known task, or a Compose project network or volume with no container left, lives before it is removed")
 	f.DurationVar(&cfg.ImagePruneGrace, "image-prune-grace", agent.DefaultImagePruneGrace, "how long an image the agent pulled stays once no container uses it (its instances decommissioned) before it is removed")
+	f.DurationVar(&cfg.ImageHoldMax, "image-hold-max", agent.DefaultImageHoldMax, "how long an image pulled for a run is kept, whatever --image-prune-grace says, while the run has not created its container (it comes late after a control-plane outage); past it, the image is pruned as usual")
 	f.IntVar(&cfg.PollWait, "poll-wait", 60, "task long-poll wait in seconds (at most 60); queued tasks wake the poll at once, so a long wait only saves the control plane work")
 	f.IntVar(&cfg.Concurrency, "concurrency", agent.DefaultConcurrency, "how many tasks run at once (the tasks of one instance run one at a time, in order)")
 	f.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")

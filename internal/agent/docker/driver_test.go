@@ -504,3 +504,41 @@ func TestIdentityFileReadableByTheWorkloadOnly(t *testing.T) {
 		t.Fatalf("a container outside the group read the identity: %d %q", code, body)
 	}
 }
+
+// An image held for a run (the agent holds what it pulled for a run until
+// the run created its container) stays past the grace, and the run then
+// creates its container; once the hold is gone (the run came, or the
+// longest hold passed) the grace counts again and the image goes.
+func TestImagePrunerSparesHeldImages(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	held := true
+	clock := time.Now().Add(time.Minute)
+	p := &docker.ImagePruner{D: e.d, Grace: time.Minute, Now: func() time.Time { return clock }, Held: func(string) bool { return held }}
+	ref, err := e.d.Pull(ctx, e.pull(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 { // hours pass between the pull task and the run
+		if removed, err := p.Run(ctx); err != nil || len(removed) != 0 {
+			t.Fatalf("pruned a held image: %v %v", removed, err)
+		}
+		clock = clock.Add(time.Hour)
+	}
+	inst := "inst" + uuid.NewString()[:8]
+	if _, err := e.d.Run(ctx, docker.Owner{TaskID: "t-" + inst, InstanceID: inst}, nodeapi.ContainerRun{Name: "gpuaas-test-held-" + inst,
+		Image: nodeapi.ImagePull{Repository: e.img.Repository, Digest: e.img.Digest}}); err != nil {
+		t.Fatalf("run after the gap: %v", err)
+	}
+	if err := e.d.Remove(ctx, nodeapi.ContainerRef{InstanceID: inst}); err != nil {
+		t.Fatal(err)
+	}
+	held = false // the longest hold passed
+	if removed, err := p.Run(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("pruned at once after the hold: %v %v", removed, err)
+	}
+	clock = clock.Add(2 * time.Minute)
+	if removed, err := p.Run(ctx); err != nil || !slices.Equal(removed, []string{ref}) {
+		t.Fatalf("not pruned after the hold and the grace: %v %v", removed, err)
+	}
+}

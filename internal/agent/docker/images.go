@@ -185,11 +185,14 @@ func (d *Driver) PulledImages() []string {
 // engine (of any owner, running or stopped) has used them for Grace: the
 // images of decommissioned instances go, an image any container still uses
 // stays, and an image the agent did not pull is never touched. The grace
-// also covers the moment between a pull and the container it is for.
+// also covers the moment between a pull and the container it is for; an
+// image Held reports held for a run (pulled for a container not created
+// yet) stays whatever its idle time, and its grace starts once released.
 type ImagePruner struct {
 	D     *Driver
 	Grace time.Duration
 	Now   func() time.Time
+	Held  func(ref string) bool // nil: nothing is held
 
 	mu        sync.Mutex
 	idleSince map[string]time.Time
@@ -233,7 +236,7 @@ func (p *ImagePruner) Run(ctx context.Context) ([]string, error) {
 		if err != nil {
 			return removed, err
 		}
-		if inUse[img.ID] {
+		if inUse[img.ID] || p.Held != nil && p.Held(ref) {
 			delete(p.idleSince, ref)
 			continue
 		}

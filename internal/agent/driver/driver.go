@@ -63,7 +63,11 @@ type Config struct {
 	Logger      *slog.Logger
 	// Known reports whether a labelled workload belongs to a task the agent
 	// ran; others are orphans, removed after OrphanGrace.
-	Known           func(nodeapi.Workload) bool
+	Known func(nodeapi.Workload) bool
+	// Held reports whether an image reference is held for a run that has
+	// not created its container yet: the pruner leaves it, past its grace
+	// too (nil holds nothing).
+	Held            func(ref string) bool
 	OrphanGrace     time.Duration
 	ImagePruneGrace time.Duration
 }

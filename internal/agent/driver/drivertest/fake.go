@@ -25,18 +25,50 @@ type Fake struct {
 	Remains map[string][]string
 	// Logs are the lines Inspect returns.
 	Logs []string
+	// Images makes the fake keep the engine's images: Pull puts one on it,
+	// Run and Up fail when theirs is gone (as a container create does), and
+	// Housekeep removes every image no workload uses and the agent does not
+	// hold (Config.Held), as if its prune grace had passed.
+	Images bool
 
 	mu        sync.Mutex
+	cfg       driver.Config
 	nodeID    string
 	next      int
 	calls     []string
 	workloads []nodeapi.Workload
+	images    map[string]bool     // refs on the fake engine (with Images)
+	uses      map[string][]string // container id to the refs it uses
 }
 
 var _ driver.Driver = (*Fake)(nil)
 
 // New returns f as a driver.New.
-func (f *Fake) New(driver.Config) (driver.Driver, error) { return f, nil }
+func (f *Fake) New(cfg driver.Config) (driver.Driver, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cfg = cfg
+	return f, nil
+}
+
+// HasImage reports whether ref is on the fake engine (with Images).
+func (f *Fake) HasImage(ref string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.images[ref]
+}
+
+// missing returns the first of refs not on the fake engine (with Images).
+func (f *Fake) missing(refs []string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, r := range refs {
+		if f.Images && !f.images[r] {
+			return r
+		}
+	}
+	return ""
+}
 
 // Calls are the methods called so far, in order.
 func (f *Fake) Calls() []string {
@@ -79,14 +111,35 @@ func (f *Fake) Pull(_ context.Context, p nodeapi.ImagePull) (string, error) {
 	if err := f.call("Pull"); err != nil {
 		return "", err
 	}
-	return p.Repository + "@" + p.Digest, nil
+	ref := p.Repository + "@" + p.Digest
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Images {
+		if f.images == nil {
+			f.images = map[string]bool{}
+		}
+		f.images[ref] = true
+	}
+	return ref, nil
 }
 
-func (f *Fake) start(o driver.Owner, name, project string, pinned []string) nodeapi.RunOutput {
+func (f *Fake) start(o driver.Owner, name, project string, images []nodeapi.ImagePull) (nodeapi.RunOutput, error) {
+	var pinned, refs []string
+	for _, ip := range images {
+		pinned = append(pinned, ip.Digest)
+		refs = append(refs, ip.Repository+"@"+ip.Digest)
+	}
+	if r := f.missing(refs); r != "" {
+		return nodeapi.RunOutput{}, fmt.Errorf("create container: No such image: %s", r)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.next++
 	id := fmt.Sprintf("fake-%d", f.next)
+	if f.uses == nil {
+		f.uses = map[string][]string{}
+	}
+	f.uses[id] = refs
 	f.workloads = append(f.workloads, nodeapi.Workload{InstanceID: o.InstanceID, TaskID: o.TaskID, ContainerID: id, Name: name,
 		ComposeProject: project, State: "running"})
 	out := nodeapi.RunOutput{ContainerIDs: []string{id}, HostAddress: "127.0.0.1", Ports: []nodeapi.PortMapping{}, ImageDigests: pinned}
@@ -96,25 +149,21 @@ func (f *Fake) start(o driver.Owner, name, project string, pinned []string) node
 	if len(pinned) > 0 {
 		out.ImageDigest = pinned[0]
 	}
-	return out
+	return out, nil
 }
 
 func (f *Fake) Run(_ context.Context, o driver.Owner, r nodeapi.ContainerRun) (nodeapi.RunOutput, error) {
 	if err := f.call("Run"); err != nil {
 		return nodeapi.RunOutput{}, err
 	}
-	return f.start(o, r.Name, "", []string{r.Image.Digest}), nil
+	return f.start(o, r.Name, "", []nodeapi.ImagePull{r.Image})
 }
 
 func (f *Fake) Up(_ context.Context, o driver.Owner, u nodeapi.ComposeUp) (nodeapi.RunOutput, error) {
 	if err := f.call("Up"); err != nil {
 		return nodeapi.RunOutput{}, err
 	}
-	var pinned []string
-	for _, ip := range u.Images {
-		pinned = append(pinned, ip.Digest)
-	}
-	return f.start(o, u.Project, u.Project, pinned), nil
+	return f.start(o, u.Project, u.Project, u.Images)
 }
 
 func matches(w nodeapi.Workload, ref nodeapi.ContainerRef) bool {
@@ -214,7 +263,26 @@ func (f *Fake) SetNodeID(id string) {
 }
 
 func (f *Fake) Housekeep(context.Context) (driver.Housekeeping, error) {
-	return driver.Housekeeping{}, f.call("Housekeep")
+	if err := f.call("Housekeep"); err != nil {
+		return driver.Housekeeping{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	inUse := map[string]bool{}
+	for _, w := range f.workloads {
+		for _, r := range f.uses[w.ContainerID] {
+			inUse[r] = true
+		}
+	}
+	var out driver.Housekeeping
+	for r := range f.images {
+		if !inUse[r] && (f.cfg.Held == nil || !f.cfg.Held(r)) {
+			delete(f.images, r)
+			out.PrunedImages = append(out.PrunedImages, r)
+		}
+	}
+	slices.Sort(out.PrunedImages)
+	return out, nil
 }
 
 func (f *Fake) Close() error { return f.call("Close") }
