@@ -213,6 +213,10 @@ func (a *Agent) Start(ctx context.Context) error {
 		return err
 	}
 	id, ok, err := loadIdentity(a.cfg.DataDir)
+	var damaged *damagedIdentity
+	if errors.As(err, &damaged) {
+		id, ok, err = a.recoverIdentity(ctx, damaged, priv)
+	}
 	if err != nil {
 		return err
 	}

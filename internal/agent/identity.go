@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -11,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -84,17 +87,54 @@ func writeFileAtomic(path string, b []byte) error {
 	return fsutil.WriteFile(path, b, 0o600)
 }
 
+// damagedIdentity is a node.json that names no node: empty, cut short or
+// not JSON (older agents did not write it durably, so a crash or a power
+// loss could leave it so). partial is what could still be read from it.
+type damagedIdentity struct {
+	path    string
+	what    string
+	partial identity
+}
+
+func (e *damagedIdentity) Error() string { return e.path + " " + e.what }
+
+// fieldRE finds a complete "name": "value" pair in what is left of a
+// node.json cut short.
+var fieldRE = regexp.MustCompile(`"(node_id|key_id|token_url|server)"\s*:\s*"([^"\\]*)"`)
+
+// loadIdentity reads node.json; ok is false when there is none. A damaged
+// one is a *damagedIdentity carrying the fields still readable.
 func loadIdentity(dir string) (identity, bool, error) {
 	var id identity
-	b, err := os.ReadFile(filepath.Join(dir, identityFile))
+	path := filepath.Join(dir, identityFile)
+	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return id, false, nil
 	}
 	if err != nil {
 		return id, false, err
 	}
-	if err := json.Unmarshal(b, &id); err != nil || id.NodeID == "" {
-		return id, false, fmt.Errorf("%s is damaged; remove the data dir and join again with a new join token", filepath.Join(dir, identityFile))
+	switch err := json.Unmarshal(b, &id); {
+	case len(bytes.TrimSpace(b)) == 0:
+		return identity{}, false, &damagedIdentity{path: path, what: fmt.Sprintf("is empty (%d bytes)", len(b))}
+	case err != nil:
+		var part identity
+		for _, m := range fieldRE.FindAllSubmatch(b, -1) {
+			v := string(m[2])
+			switch string(m[1]) {
+			case "node_id":
+				part.NodeID = v
+			case "key_id":
+				part.KeyID = v
+			case "token_url":
+				part.TokenURL = v
+			case "server":
+				part.Server = v
+			}
+		}
+		return identity{}, false, &damagedIdentity{path: path, what: fmt.Sprintf("is cut short or not JSON (%d bytes: %v)", len(b), err), partial: part}
+	case id.NodeID == "":
+		return identity{}, false, &damagedIdentity{path: path, what: "names no node (no node_id)", partial: id}
 	}
 	return id, true, nil
 }
@@ -156,4 +196,60 @@ func (t *tokens) Drop() {
 	t.mu.Lock()
 	t.token = ""
 	t.mu.Unlock()
+}
+
+// recoverIdentity deals with a damaged node.json. When what is left of it
+// still names the node and the control plane accepts an assertion signed
+// with node.key for that node, the identity is rebuilt and saved: the node
+// key is what proves the node, node.json only names it. Otherwise, given a
+// join token, ok is false and the agent joins again with its key (the same
+// token, not yet expired, gets the same node back). Without one, the error
+// says what is wrong and how to fix it.
+func (a *Agent) recoverIdentity(ctx context.Context, d *damagedIdentity, priv ed25519.PrivateKey) (identity, bool, error) {
+	if id := d.partial; id.NodeID != "" {
+		if id.TokenURL == "" {
+			id.TokenURL = strings.TrimRight(a.cfg.Server, "/") + "/api/v1/nodes/token"
+		}
+		id.Server, id.priv = a.cfg.Server, priv
+		api := client.New(a.cfg.Server, "")
+		api.HTTP.Transport = a.conns
+		_, err := (&tokens{api: api, id: &id}).Get(ctx)
+		if err == nil {
+			if err := saveIdentity(a.cfg.DataDir, id); err != nil {
+				return identity{}, false, fmt.Errorf("%v; the control plane confirmed node.key is node %s, but the repaired file could not be saved: %w", d, id.NodeID, err)
+			}
+			a.log.WarnContext(ctx, "node identity file was damaged; the control plane confirmed the node key's node and the file was written again", "path", d.path, "node_id", id.NodeID)
+			return id, true, nil
+		}
+		a.log.WarnContext(ctx, "node identity file is damaged and the control plane did not confirm the node it still names", "path", d.path, "node_id", id.NodeID, "err", err)
+		if a.cfg.JoinToken == "" {
+			if refusedGrant(err) {
+				return identity{}, false, fmt.Errorf("%v: it still names node %s, but the control plane at %s refused node.key for that node (%v).\n%s",
+					d, id.NodeID, a.cfg.Server, err, identityFix(d, a.cfg.DataDir))
+			}
+			return identity{}, false, fmt.Errorf("%v: it still names node %s, but the control plane at %s could not confirm it (%v); start the agent again once the control plane answers.\n%s",
+				d, id.NodeID, a.cfg.Server, err, identityFix(d, a.cfg.DataDir))
+		}
+	}
+	if a.cfg.JoinToken != "" {
+		a.log.WarnContext(ctx, "node identity file is damaged; joining again with the join token and the node's key", "path", d.path, "problem", d.what)
+		return identity{}, false, nil
+	}
+	return identity{}, false, fmt.Errorf("%v, so the agent does not know which node it is.\n%s", d, identityFix(d, a.cfg.DataDir))
+}
+
+// refusedGrant reports whether the control plane answered a token exchange
+// with a refusal (4xx): the node is unknown, removed, or the key is not its.
+func refusedGrant(err error) bool {
+	var ae *client.APIError
+	return errors.As(err, &ae) && ae.Status >= 400 && ae.Status < 500
+}
+
+// identityFix is the operator's way out of a damaged node.json.
+func identityFix(d *damagedIdentity, dir string) string {
+	return fmt.Sprintf(`To fix it, create a join token (gpuaas node join-token) and either:
+  - start the agent once with --join-token <token>: it joins again with its node key (%s) and writes %s anew; or
+  - remove %s and %s, then start the agent with --join-token <token> to join as a new node with a new key.
+If the control plane still lists the old node, remove it (gpuaas node remove <node id>).`,
+		filepath.Join(dir, keyFile), d.path, d.path, filepath.Join(dir, keyFile))
 }
