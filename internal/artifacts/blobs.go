@@ -80,45 +80,92 @@ func (s *Service) appendAt(ctx context.Context, it ArtifactIntent, uploadID stri
 		offset = st.Offset
 	}
 	if s.BlobQuota != nil {
-		room, limit, err := s.quotaRoom(ctx, it.ProjectID, offset)
+		limit, err := s.BlobQuota.BlobQuotaBytes(ctx, it.ProjectID)
 		if err != nil {
 			return 0, 0, err
 		}
-		// One byte past the room makes an over-quota upload fail in the
-		// store's append instead of being silently truncated.
-		body = &quotaReader{r: io.LimitReader(body, room+1), room: room, limit: limit}
+		body = &quotaReader{r: body, offset: offset, granted: offset, reserve: func(need int64) (int64, error) {
+			return s.reserveUpload(ctx, it, uploadID, need, limit)
+		}}
 	}
 	size, err = s.Blobs.Append(ctx, uploadID, offset, body)
+	// An upload past the quota or the object size limit can never be
+	// committed: its partial data is purged and its reservation released.
 	var over *quotaError
-	if errors.As(err, &over) {
+	if tooLarge := errors.Is(err, blobstore.ErrTooLarge); tooLarge || errors.As(err, &over) {
+		ctx := context.WithoutCancel(ctx)
 		_ = s.Blobs.Abort(ctx, uploadID)
-		return 0, 0, errdefs.Unprocessable("blob_quota_exceeded",
-			"this upload would take project %s past its blob storage quota of %d bytes; delete or retire blob artifacts, or ask an admin to raise the quota", it.ProjectID, over.limit)
+		if derr := s.Store.InTx(ctx, func(q Queries) error { return q.DeleteBlobUpload(ctx, uploadID) }); derr != nil {
+			s.Logger.WarnContext(ctx, "could not release an aborted upload's quota reservation", "upload_id", uploadID, "err", derr)
+		}
+		if tooLarge {
+			return 0, 0, err
+		}
+		return 0, 0, over.err
+	}
+	if !errors.Is(err, blobstore.ErrNotFound) {
+		// What the upload holds now: its size, giving back what it was
+		// granted and did not receive (also after a failed append, whose
+		// received bytes are kept).
+		ctx := context.WithoutCancel(ctx)
+		if perr := s.Store.InTx(ctx, func(q Queries) error {
+			return q.PutBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, size, ""))
+		}); perr != nil && err == nil {
+			err = perr
+		}
 	}
 	return offset, size, err
 }
 
-// BlobQuota says how many bytes of committed blob artifacts a project may
-// hold in all.
+// BlobQuota says how many bytes of blob storage a project may hold in all:
+// registered blob artifacts, content committed and not registered, and
+// uploads in progress.
 type BlobQuota interface {
 	BlobQuotaBytes(ctx context.Context, projectID string) (int64, error)
 }
 
-func (s *Service) quotaRoom(ctx context.Context, projectID string, offset int64) (room, limit int64, err error) {
-	limit, err = s.BlobQuota.BlobQuotaBytes(ctx, projectID)
-	if err != nil {
-		return 0, 0, err
-	}
-	used, err := s.Store.Read().ProjectBlobBytes(ctx, projectID)
-	if err != nil {
-		return 0, 0, err
-	}
-	room = limit - used - offset
-	if room < 0 {
-		return 0, 0, errdefs.Unprocessable("blob_quota_exceeded",
-			"project %s already holds %d bytes of blobs against a quota of %d bytes", projectID, used, limit)
-	}
-	return room, limit, nil
+// uploadGrant is how far ahead of what it has received an upload reserves
+// quota: one transaction per this many bytes instead of one per read.
+const uploadGrant = 8 << 20
+
+// reserveUpload makes the upload's reservation at least need bytes (its
+// size once the chunk in hand is written), and up to uploadGrant more when
+// the quota has room, and returns the reservation.
+//
+// Bytes in progress are reserved before they are written rather than
+// counted once received: counting afterwards lets several uploads each
+// pass the check before any of them is counted, and together exceed the
+// quota. The whole size cannot be reserved up front, as an upload does not
+// declare it (chunks of any length until the commit). Every reservation
+// takes the project's lock in the database, so uploads on every replica
+// draw from the same room; what an append was granted beyond what it
+// received is given back when it ends.
+func (s *Service) reserveUpload(ctx context.Context, it ArtifactIntent, uploadID string, need, limit int64) (int64, error) {
+	var granted int64
+	err := s.Store.InTx(ctx, func(q Queries) error {
+		if err := q.LockProjectBlobUsage(ctx, it.ProjectID); err != nil {
+			return err
+		}
+		used, err := q.ProjectBlobUsage(ctx, it.ProjectID, uploadID)
+		if err != nil {
+			return err
+		}
+		if used+need > limit {
+			return &quotaError{err: errdefs.Unprocessable("blob_quota_exceeded",
+				"project %s holds %d bytes of blob storage (registered blob artifacts, uploads committed but not registered, and uploads in progress) against its quota of %d bytes, so this upload cannot reach %d bytes; the upload was aborted. Register or abort the project's unfinished uploads, delete blob artifacts it no longer needs, or ask an operator to raise the quota (--project-blob-quota-bytes); committed uploads that are never registered are removed %s after their commit",
+				it.ProjectID, used, limit, need, AbandonedUploadAge).WithDetails(map[string]any{"used_bytes": used, "quota_bytes": limit, "upload_bytes": need})}
+		}
+		granted = min(need+uploadGrant, limit-used)
+		return q.PutBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, granted, ""))
+	})
+	return granted, err
+}
+
+// blobUploadRow is the quota's row of an upload as of now.
+func (s *Service) blobUploadRow(it ArtifactIntent, uploadID string, state BlobUploadState, bytes int64, digest string) BlobUpload {
+	now := s.Now()
+	return BlobUpload{UploadID: uploadID, ProjectID: it.ProjectID, IntentID: it.ID, SourceURI: it.SourceURI, State: state,
+		Bytes: bytes, Digest: digest, CreatedAt: now, UpdatedAt: now}
 }
 
 // StaticBlobQuota gives every project the same blob storage quota.
@@ -127,23 +174,31 @@ type StaticBlobQuota int64
 // BlobQuotaBytes implements BlobQuota.
 func (q StaticBlobQuota) BlobQuotaBytes(context.Context, string) (int64, error) { return int64(q), nil }
 
-type quotaError struct{ limit int64 }
+// quotaError carries a refusal out of the blob store's append, which
+// wraps what its reader returns.
+type quotaError struct{ err error }
 
-func (e *quotaError) Error() string { return "blob quota exceeded" }
+func (e *quotaError) Error() string { return e.err.Error() }
+func (e *quotaError) Unwrap() error { return e.err }
 
-// quotaReader fails once more than room bytes have been read.
+// quotaReader reserves quota for each chunk before handing it on: a chunk
+// the quota has no room for is never written.
 type quotaReader struct {
-	r           io.Reader
-	room, limit int64
-	read        int64
+	r               io.Reader
+	reserve         func(need int64) (int64, error)
+	offset, granted int64 // the upload's size with what was read, and its reservation
 }
 
 func (q *quotaReader) Read(p []byte) (int, error) {
 	n, err := q.r.Read(p)
-	q.read += int64(n)
-	if q.read > q.room {
-		return n, &quotaError{limit: q.limit}
+	if n > 0 && q.offset+int64(n) > q.granted {
+		g, rerr := q.reserve(q.offset + int64(n))
+		if rerr != nil {
+			return 0, rerr
+		}
+		q.granted = g
 	}
+	q.offset += int64(n)
 	return n, err
 }
 
@@ -185,11 +240,34 @@ func (s *Service) CommitUpload(ctx context.Context, g *iam.Grants, projectID, up
 			return Upload{}, err
 		}
 	}
+	// The digest is recorded before the commit starts: from then on the
+	// sweeper keeps content with this digest, which the commit may find
+	// already stored and only reference.
+	st, err := s.uploadState(ctx, it, uploadID)
+	if err != nil {
+		return Upload{}, err
+	}
+	if err := s.Store.InTx(ctx, func(q Queries) error {
+		return q.PutBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, st.Offset, digest))
+	}); err != nil {
+		return Upload{}, err
+	}
 	obj, err := s.Blobs.Commit(ctx, uploadID, digest)
+	if errors.Is(err, blobstore.ErrDigestMismatch) {
+		// The store deleted the upload: nothing of it is left to count.
+		if derr := s.Store.InTx(ctx, func(q Queries) error { return q.DeleteBlobUpload(ctx, uploadID) }); derr != nil {
+			s.Logger.WarnContext(ctx, "could not release a deleted upload's quota", "upload_id", uploadID, "err", derr)
+		}
+	}
 	if err != nil {
 		return Upload{}, err
 	}
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
+		// Committed and not registered: it counts against the quota at its
+		// size until registered, and is swept if never registered.
+		if err := tx.PutBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobCommitted, obj.Size, obj.Digest)); err != nil {
+			return err
+		}
 		return tx.Audit(storage.AuditEvent{Action: "artifact.upload.commit", ResourceType: "artifact_upload", ResourceID: uploadID,
 			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, map[string]any{"intent_id": it.ID, "source_uri": it.SourceURI, "digest": obj.Digest, "size": obj.Size})
 	})
@@ -213,6 +291,9 @@ func (s *Service) AbortUpload(ctx context.Context, g *iam.Grants, projectID, upl
 		return err
 	}
 	return s.Store.Mutate(ctx, func(tx Tx) error {
+		if err := tx.DeleteBlobUpload(ctx, uploadID); err != nil {
+			return err
+		}
 		return tx.Audit(storage.AuditEvent{Action: "artifact.upload.abort", ResourceType: "artifact_upload", ResourceID: uploadID,
 			OrgID: it.OrgID, ProjectID: it.ProjectID}, nil, map[string]any{"intent_id": it.ID})
 	})

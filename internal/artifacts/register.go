@@ -110,6 +110,11 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 		if err := refuseRevokedDigest(ctx, tx, a.ProjectID, a.Digest); err != nil {
 			return err
 		}
+		if kind == KindBlob {
+			if err := claimBlob(ctx, tx, a); err != nil {
+				return err
+			}
+		}
 		if err := tx.InsertAppArtifact(ctx, a); err != nil {
 			if errors.Is(err, storage.ErrAlreadyExists) {
 				return errdefs.AlreadyExists("artifact_already_registered",
@@ -128,6 +133,28 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 		return AppArtifact{}, err
 	}
 	return a, nil
+}
+
+// claimBlob turns the committed upload of a blob artifact's content into
+// the artifact (whose size_bytes counts it against the quota from now on).
+// The claim deletes the upload's row, which the sweeper holds while it
+// removes unregistered content: whichever comes first wins, and content
+// the sweeper took is refused here, never registered without its bytes.
+// Content with no row at all was committed before uploads were recorded.
+func claimBlob(ctx context.Context, tx Tx, a AppArtifact) error {
+	n, err := tx.ClaimCommittedBlob(ctx, a.ProjectID, a.SourceURI, a.Digest)
+	if err != nil || n > 0 {
+		return err
+	}
+	swept, err := tx.BlobContentSwept(ctx, a.ProjectID, a.SourceURI, a.Digest)
+	if err != nil {
+		return err
+	}
+	if swept {
+		return errdefs.Unprocessable("object_not_found",
+			"the content at %s was removed because it was not registered within %s of its upload; request a new publish intent, upload it again and register it right after the commit", a.SourceURI, AbandonedUploadAge)
+	}
+	return nil
 }
 
 // refuseRevokedDigest answers 422 digest_revoked when digest was revoked

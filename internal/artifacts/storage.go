@@ -125,6 +125,38 @@ func (a AppArtifact) Launchable() bool {
 	return !a.Revoked() && a.LifecycleState == StateActive && a.TrustState == TrustVerified
 }
 
+// BlobUploadState is where the bytes of a blob upload stand in a
+// project's quota.
+type BlobUploadState string
+
+// Blob upload states. A registered upload has no row: its artifact's
+// size_bytes counts the content from then on.
+const (
+	// BlobUploading: in progress; Bytes is what it has reserved against the
+	// quota (at least what it has received).
+	BlobUploading BlobUploadState = "uploading"
+	// BlobCommitted: committed and not registered; Bytes is its size.
+	BlobCommitted BlobUploadState = "committed"
+	// BlobSwept: committed content the sweeper removed unregistered; kept
+	// so a late registration is refused instead of recording an artifact
+	// whose bytes are gone. Counts nothing.
+	BlobSwept BlobUploadState = "swept"
+)
+
+// BlobUpload is the quota's record of one blob upload's bytes that are not
+// a registered artifact.
+type BlobUpload struct {
+	UploadID  string
+	ProjectID string
+	IntentID  string
+	SourceURI string
+	State     BlobUploadState
+	Bytes     int64
+	Digest    string // the expected digest once a commit starts
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
 // AppArtifactFilter narrows a project's artifact list; empty fields match
 // everything.
 type AppArtifactFilter struct {
@@ -183,7 +215,44 @@ type Queries interface {
 	UpdateAppArtifactState(ctx context.Context, a AppArtifact, prevState LifecycleState, prevTrust TrustState, prevRevoked bool) error
 	ListAppArtifacts(ctx context.Context, projectID string, f AppArtifactFilter, p storage.Page) ([]AppArtifact, string, error)
 	VersionReader
-	ProjectBlobBytes(ctx context.Context, projectID string) (int64, error)
+
+	// LockProjectBlobUsage holds the project's blob usage until the
+	// transaction ends: every reservation against the quota takes it first,
+	// so two replicas never both grant the last bytes.
+	LockProjectBlobUsage(ctx context.Context, projectID string) error
+	// ProjectBlobUsage is what counts against the project's blob quota:
+	// registered blob artifacts (revoked and retired ones too: their bytes
+	// stay), committed content no artifact references and the reservations
+	// of uploads in progress, leaving out the upload exceptUploadID.
+	ProjectBlobUsage(ctx context.Context, projectID, exceptUploadID string) (int64, error)
+	// PutBlobUpload creates or updates an upload's row (its created_at is
+	// kept).
+	PutBlobUpload(ctx context.Context, u BlobUpload) error
+	// GetBlobUpload reads an upload's row and holds it until the
+	// transaction ends; ErrNotFound if none.
+	GetBlobUpload(ctx context.Context, uploadID string) (BlobUpload, error)
+	DeleteBlobUpload(ctx context.Context, uploadID string) error
+	// ClaimCommittedBlob deletes the committed rows of the content at
+	// sourceURI with digest (it is being registered) and says how many.
+	ClaimCommittedBlob(ctx context.Context, projectID, sourceURI, digest string) (int64, error)
+	// BlobContentSwept reports whether the content at sourceURI with
+	// digest was swept unregistered.
+	BlobContentSwept(ctx context.Context, projectID, sourceURI, digest string) (bool, error)
+	// StaleBlobUploads lists up to limit rows in state whose updated_at is
+	// before cutoff, oldest first.
+	StaleBlobUploads(ctx context.Context, state BlobUploadState, cutoff time.Time, limit int) ([]BlobUpload, error)
+	// BlobSourceRegistered reports whether a blob artifact of the project
+	// references sourceURI.
+	BlobSourceRegistered(ctx context.Context, projectID, sourceURI string) (bool, error)
+	// BlobContentHeld reports whether content with digest is still needed
+	// by anything but the upload exceptUploadID: a blob artifact of any
+	// project, a platform release file (releases share the blob store's
+	// content), or an upload in progress or committed (its digest is set
+	// before its commit starts).
+	BlobContentHeld(ctx context.Context, digest, exceptUploadID string) (bool, error)
+	// OtherBlobUploadAt reports whether an upload other than uploadID,
+	// in progress or committed, is for sourceURI with digest.
+	OtherBlobUploadAt(ctx context.Context, sourceURI, digest, uploadID string) (bool, error)
 
 	DigestRevoked(ctx context.Context, projectID, digest string) (bool, error)
 	DigestRevocation(ctx context.Context, projectID, digest string) (time.Time, string, error)

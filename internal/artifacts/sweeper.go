@@ -2,8 +2,13 @@ package artifacts
 
 import (
 	"context"
+	"errors"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/blobstore"
+	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/principal"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
@@ -16,9 +21,14 @@ const uploadSweepEvery = 10 * time.Minute
 // upload idle for longer can never be finished.
 const AbandonedUploadAge = MaxIntentTTL + 10*time.Minute
 
+// sweepBatch is how many stale rows one sweep reads at a time.
+const sweepBatch = 100
+
 // UploadSweeper is the job that removes abandoned blob uploads and their
-// partial data: a client that begins a large upload and goes away would
-// otherwise leave its bytes on the server's disk for good. Nil when the
+// partial data, and committed content never registered: a client that
+// begins a large upload and goes away, or uploads and commits without
+// registering, again and again, would otherwise leave its bytes on the
+// server's disk (and against its project's quota) for good. Nil when the
 // server has no blob store.
 func (s *Service) UploadSweeper() *worker.Periodic {
 	if s.Blobs == nil {
@@ -30,6 +40,147 @@ func (s *Service) UploadSweeper() *worker.Periodic {
 			if n > 0 {
 				s.Logger.InfoContext(ctx, "abandoned blob uploads removed", "count", n, "idle_longer_than", AbandonedUploadAge)
 			}
-			return err
+			if err != nil || s.Store == nil { // a blob store alone (tests of the purge)
+				return err
+			}
+			return s.sweepBlobUploads(ctx)
 		}}
+}
+
+// sweepBlobUploads forgets the reservations of uploads idle past
+// AbandonedUploadAge (PurgeUploads removed their data) and removes content
+// committed longer ago than that and never registered. A commit needs a
+// live publish intent, and none lives past MaxIntentTTL, so content
+// committed that long ago was committed by an intent that has expired.
+func (s *Service) sweepBlobUploads(ctx context.Context) error {
+	// The platform acts: its audit rows name the system, under one
+	// correlation id per sweep.
+	ctx = correlation.With(principal.With(ctx, principal.SystemActor), correlation.New())
+	cutoff := s.Now().Add(-AbandonedUploadAge)
+	for {
+		idle, err := s.Store.Read().StaleBlobUploads(ctx, BlobUploading, cutoff, sweepBatch)
+		if err != nil {
+			return err
+		}
+		for _, u := range idle {
+			if err := s.Store.InTx(ctx, func(q Queries) error {
+				cur, err := q.GetBlobUpload(ctx, u.UploadID)
+				if errors.Is(err, storage.ErrNotFound) || err == nil && (cur.State != BlobUploading || !cur.UpdatedAt.Before(cutoff)) {
+					return nil // committed, aborted or written to since
+				}
+				if err != nil {
+					return err
+				}
+				return q.DeleteBlobUpload(ctx, u.UploadID)
+			}); err != nil {
+				return err
+			}
+		}
+		if len(idle) < sweepBatch {
+			break
+		}
+	}
+	removed := 0
+	defer func() {
+		if removed > 0 {
+			s.Logger.InfoContext(ctx, "unregistered blob content removed", "count", removed, "committed_longer_ago_than", AbandonedUploadAge)
+		}
+	}()
+	for {
+		stale, err := s.Store.Read().StaleBlobUploads(ctx, BlobCommitted, cutoff, sweepBatch)
+		if err != nil {
+			return err
+		}
+		for _, u := range stale {
+			ok, err := s.sweepCommitted(ctx, u.UploadID)
+			if err != nil {
+				return err
+			}
+			if ok {
+				removed++
+			}
+		}
+		if len(stale) < sweepBatch {
+			return nil
+		}
+	}
+}
+
+var errSweepSkipped = errors.New("upload no longer committed")
+
+// sweepCommitted removes one committed upload's content unless a
+// registered artifact references it (then only its row goes: the artifact
+// counts it). The row is marked swept first, in a transaction that holds
+// it, so a registration either claimed the row before (and the content is
+// kept) or is refused after. Blobs are shared by content, so the bytes stay
+// while an artifact of any project, a platform release or another upload
+// still names the digest; the reference stays while another upload of the
+// same content at the same key does.
+func (s *Service) sweepCommitted(ctx context.Context, uploadID string) (bool, error) {
+	var (
+		u     BlobUpload
+		swept bool
+	)
+	err := s.Store.Mutate(ctx, func(tx Tx) error {
+		var err error
+		u, err = tx.GetBlobUpload(ctx, uploadID)
+		if errors.Is(err, storage.ErrNotFound) || err == nil && u.State != BlobCommitted {
+			return errSweepSkipped // registered or swept meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		orgID := ""
+		if it, err := tx.GetArtifactIntent(ctx, u.ProjectID, u.IntentID); err == nil {
+			orgID = it.OrgID
+		} else if !errors.Is(err, storage.ErrNotFound) {
+			return err
+		}
+		registered, err := tx.BlobSourceRegistered(ctx, u.ProjectID, u.SourceURI)
+		if err != nil {
+			return err
+		}
+		audit := storage.AuditEvent{Action: "artifact.upload.sweep", ResourceType: "artifact_upload", ResourceID: uploadID, OrgID: orgID, ProjectID: u.ProjectID}
+		after := map[string]any{"intent_id": u.IntentID, "source_uri": u.SourceURI, "digest": u.Digest, "size": u.Bytes}
+		if registered {
+			// The same content committed again at a registered key.
+			after["outcome"] = "registered"
+			if err := tx.DeleteBlobUpload(ctx, uploadID); err != nil {
+				return err
+			}
+			return tx.Audit(audit, nil, after)
+		}
+		u.State, u.UpdatedAt, swept = BlobSwept, s.Now(), true
+		if err := tx.PutBlobUpload(ctx, u); err != nil {
+			return err
+		}
+		after["outcome"] = "removed"
+		return tx.Audit(audit, nil, after)
+	})
+	if errors.Is(err, errSweepSkipped) || err == nil && !swept {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	key, err := blobstore.ParseURI(u.SourceURI)
+	if err != nil {
+		return false, err
+	}
+	_, err = s.Blobs.RemoveObject(ctx, key, u.Digest, func(ctx context.Context) (blobstore.Keep, error) {
+		var k blobstore.Keep
+		q := s.Store.Read()
+		var err error
+		if k.Ref, err = q.OtherBlobUploadAt(ctx, u.SourceURI, u.Digest, uploadID); err != nil {
+			return k, err
+		}
+		if !k.Ref {
+			if k.Ref, err = q.BlobSourceRegistered(ctx, u.ProjectID, u.SourceURI); err != nil {
+				return k, err
+			}
+		}
+		k.Blob, err = q.BlobContentHeld(ctx, u.Digest, uploadID)
+		return k, err
+	})
+	return err == nil, err
 }

@@ -58,7 +58,10 @@ func (s *Store) PutContent(ctx context.Context, r io.Reader, maxBytes int64, exp
 	if expected != "" && expected != digest {
 		return "", 0, fail(ErrDigestMismatch, "the content has digest %s, not the expected %s", digest, expected)
 	}
-	if err := s.storeBlob(tmp.Name(), digest); err != nil {
+	unlock := s.lockContent(digest)
+	err = s.storeBlob(tmp.Name(), digest)
+	unlock()
+	if err != nil {
 		return "", 0, err
 	}
 	done = true

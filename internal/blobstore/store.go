@@ -86,6 +86,10 @@ type Store struct {
 	maxSize    int64
 	checkpoint int64
 	locks      [lockStripes]sync.Mutex // per-upload serialisation, striped by upload id
+	// contentLocks serialise, per digest (striped), a commit's store-and-
+	// reference against RemoveObject's check-and-delete, so a blob is never
+	// deleted between a commit finding it present and referencing it.
+	contentLocks [lockStripes]sync.Mutex
 }
 
 // New opens (creating if needed) a store under root.
@@ -293,6 +297,8 @@ func (s *Store) Commit(ctx context.Context, uploadID, expectedDigest string) (Ob
 			s.log.WarnContext(ctx, "blob upload cleanup failed", "upload_id", uploadID, "error", err)
 		}
 	}()
+	unlockContent := s.lockContent(digest)
+	defer unlockContent()
 	if existing, err := s.Stat(ctx, u.key); err == nil {
 		if existing.Digest != digest {
 			return Object{}, fail(ErrAlreadyExists, "%s holds %s", u.key, existing.Digest)
@@ -392,6 +398,51 @@ func (s *Store) removeUploadIfIdle(e fs.DirEntry, cutoff time.Time) (bool, error
 	return true, nil
 }
 
+// Keep is what RemoveObject must leave in place.
+type Keep struct {
+	Ref  bool // the key's reference: something still names this content at this key
+	Blob bool // the bytes: blobs are shared by every key, of any project, with the same content
+}
+
+// RemoveObject deletes the committed object at key when it still holds
+// digest (a key holding other content is left alone), and the bytes of
+// digest, each unless keep says something still needs it. keep is asked
+// under the digest's lock, which a commit of the same digest holds from
+// finding the content present until it references it: within a process a
+// commit and a removal never interleave. It reports whether the reference
+// was removed.
+func (s *Store) RemoveObject(ctx context.Context, key Key, digest string, keep func(context.Context) (Keep, error)) (bool, error) {
+	if !ValidDigest(digest) {
+		return false, fail(ErrInvalidArgument, "digest %q is not sha256:<64 lowercase hex>", digest)
+	}
+	unlock := s.lockContent(digest)
+	defer unlock()
+	k, err := keep(ctx)
+	if err != nil {
+		return false, err
+	}
+	removed := false
+	if !k.Ref {
+		obj, err := s.Stat(ctx, key)
+		switch {
+		case err == nil && obj.Digest == digest:
+			if err := os.Remove(s.refPath(key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return false, fmt.Errorf("blobstore: remove %s: %w", key, err)
+			}
+			removed = true
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return false, err
+		}
+	}
+	if k.Blob {
+		return removed, nil
+	}
+	if err := os.Remove(s.blobPath(digest)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return removed, fmt.Errorf("blobstore: remove %s: %w", digest, err)
+	}
+	return removed, nil
+}
+
 // Stat returns the committed object at key, or an error matching ErrNotFound.
 func (s *Store) Stat(ctx context.Context, key Key) (Object, error) {
 	if err := key.Validate(); err != nil {
@@ -478,6 +529,15 @@ func (s *Store) lockUpload(uploadID string) (func(), error) {
 	mu := &s.locks[h.Sum32()%lockStripes]
 	mu.Lock()
 	return mu.Unlock, nil
+}
+
+// lockContent takes the stripe lock of a digest.
+func (s *Store) lockContent(digest string) func() {
+	h := fnv.New32a()
+	h.Write([]byte(digest))
+	mu := &s.contentLocks[h.Sum32()%lockStripes]
+	mu.Lock()
+	return mu.Unlock
 }
 
 // openUpload loads an upload's checkpoint and opens its data, cutting off

@@ -53,7 +53,7 @@ type Config struct {
 	BlobDir          string        // project blob storage; default <data-dir>/blobs
 	RegistryTokenTTL time.Duration // lifetime of registry bearer tokens
 	MaxBlobBytes     int64         // largest project blob object
-	ProjectBlobQuota int64         // bytes of blob artifacts per project; 0 = no quota
+	ProjectBlobQuota int64         // bytes of blob storage per project (artifacts, unregistered and in-progress uploads); 0 = no quota
 
 	CredentialRate  float64 // sign-in/token requests per second per client address (0: no limit)
 	CredentialBurst int
@@ -192,7 +192,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.Float64Var(&c.CredentialRate, "credential-rate", c.CredentialRate, "sign-in and token-exchange requests per second per client address (0 disables)")
 	fs.IntVar(&c.CredentialBurst, "credential-burst", c.CredentialBurst, "burst allowed above --credential-rate")
 	fs.Int64Var(&c.MaxBlobBytes, "max-blob-bytes", c.MaxBlobBytes, "largest project blob object in bytes (uploads past it are refused and purged)")
-	fs.Int64Var(&c.ProjectBlobQuota, "project-blob-quota-bytes", c.ProjectBlobQuota, "bytes of blob artifacts each project may hold (0: no quota)")
+	fs.Int64Var(&c.ProjectBlobQuota, "project-blob-quota-bytes", c.ProjectBlobQuota, "bytes of blob storage each project may hold: registered blob artifacts, committed uploads not registered and uploads in progress (0: no quota)")
 	fs.DurationVar(&c.RegistryTokenTTL, "registry-token-ttl", c.RegistryTokenTTL, "lifetime of registry bearer tokens")
 	fs.StringVar(&c.BillingCurrency, "billing-currency", c.BillingCurrency, "ISO 4217 code of the currency of prices, budgets and the ledger")
 	fs.DurationVar(&c.BillingMaxEventAge, "billing-max-event-age", c.BillingMaxEventAge, "how late an app usage event may arrive and still be accepted")

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
@@ -226,13 +228,112 @@ func (q *Queries) LiveAppArtifactsOfVersion(ctx context.Context, appSlug, appVer
 	return collect(rows, scanAppArtifact)
 }
 
-// ProjectBlobBytes sums the sizes of a project's registered blob artifacts
-// that still hold storage (revoked and retired ones included: their bytes
-// stay until deleted).
-func (q *Queries) ProjectBlobBytes(ctx context.Context, projectID string) (int64, error) {
-	var n int64
-	err := q.queryRow(ctx, `SELECT COALESCE(SUM(size_bytes), 0) FROM app_artifacts WHERE project_id = ? AND artifact_kind = 'blob'`, projectID).Scan(&n)
+// LockProjectBlobUsage takes the project's row (FOR NO KEY UPDATE on
+// PostgreSQL: inserts that only reference the project still go ahead;
+// SQLite's BEGIN IMMEDIATE already serialises every mutation).
+func (q *Queries) LockProjectBlobUsage(ctx context.Context, projectID string) error {
+	lock := ""
+	if q.d == Postgres {
+		lock = " FOR NO KEY UPDATE"
+	}
+	var id string
+	return scanOne(q.queryRow(ctx, `SELECT id FROM projects WHERE id = ?`+lock, projectID).Scan(&id))
+}
+
+// ProjectBlobUsage sums what counts against a project's blob quota. A
+// committed upload whose key a registered artifact holds is the same
+// content committed again (keys are write-once), so it adds nothing.
+func (q *Queries) ProjectBlobUsage(ctx context.Context, projectID, exceptUploadID string) (int64, error) {
+	var artifactsBytes, uploadBytes int64
+	err := q.queryRow(ctx, `SELECT COALESCE(SUM(size_bytes), 0) FROM app_artifacts WHERE project_id = ? AND artifact_kind = 'blob'`, projectID).Scan(&artifactsBytes)
+	if err != nil {
+		return 0, mapErr(err)
+	}
+	err = q.queryRow(ctx, `SELECT COALESCE(SUM(u.bytes), 0) FROM blob_uploads u
+		WHERE u.project_id = ? AND u.upload_id <> ? AND (u.state = 'uploading' OR (u.state = 'committed' AND NOT EXISTS (
+			SELECT 1 FROM app_artifacts a WHERE a.project_id = u.project_id AND a.artifact_kind = 'blob' AND a.source_uri = u.source_uri)))`,
+		projectID, exceptUploadID).Scan(&uploadBytes)
+	return artifactsBytes + uploadBytes, mapErr(err)
+}
+
+const blobUploadCols = `upload_id, project_id, intent_id, source_uri, state, bytes, digest, created_at, updated_at`
+
+func scanBlobUpload(s interface{ Scan(...any) error }) (artifacts.BlobUpload, error) {
+	var u artifacts.BlobUpload
+	err := s.Scan(&u.UploadID, &u.ProjectID, &u.IntentID, &u.SourceURI, &u.State, &u.Bytes, &u.Digest, scanTime(&u.CreatedAt), scanTime(&u.UpdatedAt))
+	return u, err
+}
+
+func (q *Queries) PutBlobUpload(ctx context.Context, u artifacts.BlobUpload) error {
+	_, err := q.exec(ctx, `INSERT INTO blob_uploads (`+blobUploadCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (upload_id) DO UPDATE SET state = excluded.state, bytes = excluded.bytes, digest = excluded.digest, updated_at = excluded.updated_at`,
+		u.UploadID, u.ProjectID, u.IntentID, u.SourceURI, string(u.State), u.Bytes, u.Digest, ts(u.CreatedAt), ts(u.UpdatedAt))
+	return err
+}
+
+func (q *Queries) GetBlobUpload(ctx context.Context, uploadID string) (artifacts.BlobUpload, error) {
+	u, err := scanBlobUpload(q.queryRow(ctx, `SELECT `+blobUploadCols+` FROM blob_uploads WHERE upload_id = ?`+q.forUpdate(), uploadID))
+	return u, scanOne(err)
+}
+
+func (q *Queries) DeleteBlobUpload(ctx context.Context, uploadID string) error {
+	_, err := q.exec(ctx, `DELETE FROM blob_uploads WHERE upload_id = ?`, uploadID)
+	return err
+}
+
+func (q *Queries) ClaimCommittedBlob(ctx context.Context, projectID, sourceURI, digest string) (int64, error) {
+	res, err := q.exec(ctx, `DELETE FROM blob_uploads WHERE project_id = ? AND source_uri = ? AND digest = ? AND state = 'committed'`, projectID, sourceURI, digest)
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
 	return n, mapErr(err)
+}
+
+func (q *Queries) BlobContentSwept(ctx context.Context, projectID, sourceURI, digest string) (bool, error) {
+	return q.exists(ctx, `SELECT 1 FROM blob_uploads WHERE project_id = ? AND source_uri = ? AND digest = ? AND state = 'swept'`, projectID, sourceURI, digest)
+}
+
+func (q *Queries) StaleBlobUploads(ctx context.Context, state artifacts.BlobUploadState, cutoff time.Time, limit int) ([]artifacts.BlobUpload, error) {
+	rows, err := q.query(ctx, `SELECT `+blobUploadCols+` FROM blob_uploads WHERE state = ? AND updated_at < ? ORDER BY updated_at, upload_id LIMIT ?`,
+		string(state), ts(cutoff), limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanBlobUpload)
+}
+
+func (q *Queries) BlobSourceRegistered(ctx context.Context, projectID, sourceURI string) (bool, error) {
+	return q.exists(ctx, `SELECT 1 FROM app_artifacts WHERE project_id = ? AND artifact_kind = 'blob' AND source_uri = ?`, projectID, sourceURI)
+}
+
+func (q *Queries) BlobContentHeld(ctx context.Context, digest, exceptUploadID string) (bool, error) {
+	// The platform's own releases share the content-addressed blobs.
+	for _, query := range []string{
+		`SELECT 1 FROM app_artifacts WHERE artifact_kind = 'blob' AND digest = ?`,
+		`SELECT 1 FROM platform_release_artifacts WHERE digest = ?`,
+	} {
+		held, err := q.exists(ctx, query, digest)
+		if err != nil || held {
+			return held, err
+		}
+	}
+	return q.exists(ctx, `SELECT 1 FROM blob_uploads WHERE digest = ? AND upload_id <> ? AND state IN ('uploading', 'committed')`, digest, exceptUploadID)
+}
+
+func (q *Queries) OtherBlobUploadAt(ctx context.Context, sourceURI, digest, uploadID string) (bool, error) {
+	return q.exists(ctx, `SELECT 1 FROM blob_uploads WHERE source_uri = ? AND digest = ? AND upload_id <> ? AND state IN ('uploading', 'committed')`,
+		sourceURI, digest, uploadID)
+}
+
+// exists reports whether query (a SELECT 1 ...) finds a row.
+func (q *Queries) exists(ctx context.Context, query string, args ...any) (bool, error) {
+	var one int
+	err := q.queryRow(ctx, query+` LIMIT 1`, args...).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, mapErr(err)
 }
 
 // ArtifactOwnerAccount reads what the artifacts domain's registry re-check

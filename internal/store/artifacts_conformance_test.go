@@ -28,7 +28,7 @@ func TestArtifactsConformance(t *testing.T) {
 			{"artifact_round_trip", testAppArtifactRoundTrip},
 			{"artifact_state", testAppArtifactState},
 			{"artifact_lists", testAppArtifactLists},
-			{"blob_bytes", testProjectBlobBytes},
+			{"blob_usage", testProjectBlobUsage},
 			{"digests", testArtifactDigests},
 			{"owners", testArtifactOwners},
 		} {
@@ -421,11 +421,11 @@ func testAppArtifactLists(t *testing.T, db *store.DB) {
 	}
 }
 
-func testProjectBlobBytes(t *testing.T, db *store.DB) {
+func testProjectBlobUsage(t *testing.T, db *store.DB) {
 	ctx := context.Background()
 	q := store.Artifacts(db).Read()
 	o, p := tenant(t, db, "bytes")
-	n, err := q.ProjectBlobBytes(ctx, p.ID)
+	n, err := q.ProjectBlobUsage(ctx, p.ID, "")
 	if err != nil || n != 0 {
 		t.Fatalf("bytes of an empty project = %d %v", n, err)
 	}
@@ -435,15 +435,57 @@ func testProjectBlobBytes(t *testing.T, db *store.DB) {
 		revoked bool
 	}{{"blob", 3 << 30, false}, {"blob", 5 << 30, true}, {"oci", 7 << 30, false}, {"blob", 1, false}} {
 		a := mkAppArtifact(o, p, "b", "1", fmt.Sprintf("n%d", i), "d")
-		a.ArtifactKind, a.SizeBytes = c.kind, c.size
+		a.ArtifactKind, a.SizeBytes, a.SourceURI = c.kind, c.size, fmt.Sprintf("artifact_store://projects/%s/artifacts/b/1/n%d", p.ID, i)
 		if c.revoked {
 			a.RevokedAt = t0
 		}
 		noErr(t, "insert", q.InsertAppArtifact(ctx, a))
 	}
-	n, err = q.ProjectBlobBytes(ctx, p.ID)
+	n, err = q.ProjectBlobUsage(ctx, p.ID, "")
 	if err != nil || n != 8<<30+1 {
 		t.Fatalf("blob bytes = %d %v, want %d (blobs, revoked ones included, never OCI)", n, err, int64(8<<30+1))
+	}
+	// Uploads count while in progress and once committed unregistered;
+	// not the same content committed again at a registered key, nor
+	// content swept.
+	for _, u := range []artifacts.BlobUpload{
+		{UploadID: "up-1", State: artifacts.BlobUploading, Bytes: 10, SourceURI: "artifact_store://projects/" + p.ID + "/artifacts/b/1/u1"},
+		{UploadID: "up-2", State: artifacts.BlobCommitted, Bytes: 20, Digest: "sha256:c", SourceURI: "artifact_store://projects/" + p.ID + "/artifacts/b/1/u2"},
+		{UploadID: "up-3", State: artifacts.BlobCommitted, Bytes: 30, Digest: "sha256:d", SourceURI: "artifact_store://projects/" + p.ID + "/artifacts/b/1/n0"},
+		{UploadID: "up-4", State: artifacts.BlobSwept, Bytes: 40, Digest: "sha256:e", SourceURI: "artifact_store://projects/" + p.ID + "/artifacts/b/1/u4"},
+	} {
+		u.ProjectID, u.IntentID, u.CreatedAt, u.UpdatedAt = p.ID, "i", t0, t0
+		noErr(t, "put upload", q.PutBlobUpload(ctx, u))
+	}
+	for except, want := range map[string]int64{"": 8<<30 + 31, "up-1": 8<<30 + 21, "up-2": 8<<30 + 11} {
+		if n, err = q.ProjectBlobUsage(ctx, p.ID, except); err != nil || n != want {
+			t.Fatalf("usage except %q = %d %v, want %d", except, n, err, want)
+		}
+	}
+	noErr(t, "grow", q.PutBlobUpload(ctx, artifacts.BlobUpload{UploadID: "up-1", ProjectID: p.ID, IntentID: "i", State: artifacts.BlobUploading, Bytes: 15,
+		SourceURI: "artifact_store://projects/" + p.ID + "/artifacts/b/1/u1", CreatedAt: t0, UpdatedAt: t0.Add(time.Minute)}))
+	if n, err = q.ProjectBlobUsage(ctx, p.ID, ""); err != nil || n != 8<<30+36 {
+		t.Fatalf("usage after the upload grew = %d %v", n, err)
+	}
+	stale, err := q.StaleBlobUploads(ctx, artifacts.BlobUploading, t0.Add(time.Second), 10)
+	if err != nil || len(stale) != 0 {
+		t.Fatalf("stale uploads before their update = %v %v", stale, err)
+	}
+	if stale, err = q.StaleBlobUploads(ctx, artifacts.BlobCommitted, t0.Add(time.Second), 10); err != nil || len(stale) != 2 {
+		t.Fatalf("stale committed uploads = %v %v", stale, err)
+	}
+	claimed, err := q.ClaimCommittedBlob(ctx, p.ID, "artifact_store://projects/"+p.ID+"/artifacts/b/1/u2", "sha256:c")
+	if err != nil || claimed != 1 {
+		t.Fatalf("claim = %d %v", claimed, err)
+	}
+	if swept, err := q.BlobContentSwept(ctx, p.ID, "artifact_store://projects/"+p.ID+"/artifacts/b/1/u4", "sha256:e"); err != nil || !swept {
+		t.Fatalf("swept = %v %v", swept, err)
+	}
+	if held, err := q.BlobContentHeld(ctx, "sha256:d", "up-3"); err != nil || held {
+		t.Fatalf("content only its own upload names is held: %v %v", held, err)
+	}
+	if held, err := q.BlobContentHeld(ctx, "d", ""); err != nil || !held {
+		t.Fatalf("content an artifact names is not held: %v %v", held, err)
 	}
 }
 
