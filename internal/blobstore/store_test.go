@@ -2,6 +2,7 @@ package blobstore
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -619,5 +620,75 @@ func TestPurgeSparesAnUploadAppendedMeanwhile(t *testing.T) {
 	}
 	if _, err := s.Status(ctx, id); errors.Is(err, ErrNotFound) {
 		t.Fatal("an upload appended to just now was purged")
+	}
+}
+
+// RemoveObject removes a key's reference and the shared bytes only where
+// keep allows, and never a key that holds other content.
+func TestRemoveObjectKeepsWhatIsHeld(t *testing.T) {
+	t.Parallel()
+	s, root := newStore(t, Options{})
+	ctx := t.Context()
+	put := func(k Key, content string) {
+		id, err := s.Begin(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Append(ctx, id, 0, strings.NewReader(content)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Commit(ctx, id, digestOf([]byte(content))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other, shared := testKey, testKey
+	other.Name, shared.Name = "other", "shared"
+	put(testKey, "v1")
+	put(shared, "v1")
+	put(other, "v2")
+	blobs := func() int {
+		n := 0
+		for _, f := range listFiles(t, root) {
+			if strings.HasPrefix(f, "blobs/") {
+				n++
+			}
+		}
+		return n
+	}
+	keep := func(k Keep) func(context.Context) (Keep, error) {
+		return func(context.Context) (Keep, error) { return k, nil }
+	}
+	d := digestOf([]byte("v1"))
+	// A key holding other content is left alone.
+	if removed, err := s.RemoveObject(ctx, other, d, keep(Keep{Blob: true})); err != nil || removed {
+		t.Fatalf("remove of a key with other content: %v %v", removed, err)
+	}
+	if _, err := s.Stat(ctx, other); err != nil {
+		t.Fatal(err)
+	}
+	// A held reference stays.
+	if removed, err := s.RemoveObject(ctx, testKey, d, keep(Keep{Ref: true, Blob: true})); err != nil || removed {
+		t.Fatalf("remove of a held reference: %v %v", removed, err)
+	}
+	// The bytes stay while another key uses them.
+	if removed, err := s.RemoveObject(ctx, testKey, d, keep(Keep{Blob: true})); err != nil || !removed {
+		t.Fatalf("remove: %v %v", removed, err)
+	}
+	if _, err := s.Stat(ctx, testKey); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("removed key: %v", err)
+	}
+	rc, err := s.Open(ctx, shared)
+	if err != nil {
+		t.Fatalf("the other key of the same content: %v", err)
+	}
+	rc.Close()
+	if n := blobs(); n != 2 {
+		t.Fatalf("blobs = %d, want 2", n)
+	}
+	if removed, err := s.RemoveObject(ctx, shared, d, keep(Keep{})); err != nil || !removed {
+		t.Fatalf("remove the last: %v %v", removed, err)
+	}
+	if n := blobs(); n != 1 {
+		t.Fatalf("blobs after removing the last use = %d, want 1", n)
 	}
 }
