@@ -122,39 +122,12 @@ func (l NodesLink) Outcome(ctx context.Context, taskID string) (TaskOutcome, err
 // results (which wake the driver once they are committed).
 func (l NodesLink) Attach(s *Service) {
 	l.Nodes.AddHooks(nodeHooks{s})
-	s.reports = l.reports
 	l.Nodes.OnTaskResult("", func(_ context.Context, tx storage.Tx, t nodes.Task, _ nodeapi.TaskResult) error {
 		if t.InstanceID != "" {
 			tx.AfterCommit(s.kick)
 		}
 		return nil
 	})
-}
-
-// reports calls fn with the stored workload report of each ready or
-// draining node, a page of nodes at a time: the report a down node left
-// says nothing (its members failed with it), a joining node has none.
-func (l NodesLink) reports(ctx context.Context, fn func(nodeReport) error) error {
-	q := l.Nodes.Store.Read()
-	p := storage.Page{Limit: storage.MaxPageLimit}
-	for {
-		ns, next, err := q.ListNodes(ctx, "", p)
-		if err != nil {
-			return err
-		}
-		for _, n := range ns {
-			if n.State != nodes.StateReady && n.State != nodes.StateDraining {
-				continue
-			}
-			if err := fn(nodeReport{NodeID: n.ID, At: n.LastHeartbeatAt, Workloads: n.Workloads}); err != nil {
-				return err
-			}
-		}
-		if next == "" {
-			return nil
-		}
-		p.Cursor = next
-	}
 }
 
 // nodeHooks get the nodes domain's transaction, which they join.

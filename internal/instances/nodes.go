@@ -388,32 +388,46 @@ func (s *Service) WorkloadsReported(ctx context.Context, nodeID string, workload
 // checkMembers compares each running added member that a node agent runs
 // with what its node (ready or draining) last reported, and fails the
 // members whose workload is gone — whether or not the report changed since
-// the member was checked. It reads nothing but the node list when no node
-// has running members; a node with some costs one more read per instance.
+// the member was checked. It costs one read (RunningMemberReports: the
+// running added members joined with their nodes' reports), however many
+// nodes there are: most have no added member, and a read per node every
+// memberCheckEvery on every replica grew with the fleet for nothing.
 // Every replica runs it (the driver's worker, every memberCheckEvery):
 // the failure is a conditional mutation, so two replicas fail a member
 // once.
 func (s *Service) checkMembers(ctx context.Context) error {
-	if s.reports == nil {
-		return nil
+	rs, err := s.Store.Read().RunningMemberReports(ctx)
+	if err != nil {
+		return err
 	}
-	q := s.Store.Read()
+	now := s.Now().UTC()
 	var errs []error
-	err := s.reports(ctx, func(r nodeReport) error {
-		ms, err := s.runningAgentMembersOn(ctx, q, r.NodeID)
-		if err != nil || len(ms) == 0 {
-			errs = append(errs, err)
-			return nil
+	// rs comes ordered by node: each node's members are failed together,
+	// against its report decoded once.
+	for len(rs) > 0 {
+		r := rs[0]
+		n := 1
+		for n < len(rs) && rs[n].Member.NodeID == r.Member.NodeID {
+			n++
+		}
+		var ms []InstanceMember
+		for _, m := range rs[:n] {
+			if !workerDriven(m.Backend) {
+				ms = append(ms, m.Member)
+			}
+		}
+		rs = rs[n:]
+		if len(ms) == 0 {
+			continue
 		}
 		var ws []nodeapi.Workload
 		if err := json.Unmarshal(r.Workloads, &ws); err != nil {
-			errs = append(errs, fmt.Errorf("node %s: its stored workloads: %w", r.NodeID, err))
-			return nil
+			errs = append(errs, fmt.Errorf("node %s: its stored workloads: %w", r.Member.NodeID, err))
+			continue
 		}
-		errs = append(errs, s.failGoneMembers(ctx, r.NodeID, ms, ws, r.At, s.Now().UTC()))
-		return nil
-	})
-	return errors.Join(append(errs, err)...)
+		errs = append(errs, s.failGoneMembers(ctx, r.Member.NodeID, ms, ws, r.ReportedAt, now))
+	}
+	return errors.Join(errs...)
 }
 
 // maybeCheckMembers runs checkMembers when memberCheckEvery passed since

@@ -126,19 +126,8 @@ type Service struct {
 	heartbeats *worker.Periodic
 	// deadlines fails external workers' operations past their deadline.
 	deadlines *worker.Periodic
-	// reports walks the nodes' stored workload reports for checkMembers
-	// (NodesLink.Attach sets it; nil: no check); membersChecked is when
-	// this replica last ran it (UnixNano).
-	reports        func(ctx context.Context, fn func(nodeReport) error) error
+	// membersChecked is when this replica last ran checkMembers (UnixNano).
 	membersChecked atomic.Int64
-}
-
-// nodeReport is what a node last reported running: its stored workload
-// list (JSON []nodeapi.Workload) and when its last beat carried it.
-type nodeReport struct {
-	NodeID    string
-	At        time.Time
-	Workloads []byte
 }
 
 // New builds the service.

@@ -174,6 +174,18 @@ type InstanceMember struct {
 	GPUUUIDs []string
 }
 
+// MemberReport is a running added member beside what its node last
+// reported running: the node's stored workload list (JSON
+// []nodeapi.Workload) and when the beat that carried it arrived. Backend
+// is the member's instance's runtime backend (worker-driven instances'
+// members are not the agent's to report).
+type MemberReport struct {
+	Member     InstanceMember
+	Backend    string
+	ReportedAt time.Time
+	Workloads  []byte
+}
+
 // UIOpenCode is a one-time code that opens an instance's UI through the
 // gateway. CodeHash is the SHA-256 of the code.
 type UIOpenCode struct {
@@ -273,6 +285,10 @@ type Queries interface {
 	// AddedMembersOn lists added members not yet removed on a node (or,
 	// with nodeID empty, on an allocation).
 	AddedMembersOn(ctx context.Context, allocationID, nodeID string) ([]InstanceMember, error)
+	// RunningMemberReports lists every running added member on a ready or
+	// draining node, each with its node's stored workload report and its
+	// instance's runtime backend, by node: checkMembers' one read.
+	RunningMemberReports(ctx context.Context) ([]MemberReport, error)
 
 	// Tenant-shared instances (attachments.go).
 	InsertInstanceAttachment(ctx context.Context, a Attachment) error

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 )
 
 var (
@@ -608,6 +609,39 @@ func (q *Queries) AddedMembersOn(ctx context.Context, allocationID, nodeID strin
 		return nil, err
 	}
 	return collect(rows, scanInstanceMember)
+}
+
+// RunningMemberReports lists the running added members on ready or
+// draining nodes with their node's stored workload report and their
+// instance's runtime backend, ordered by node then member: one query for
+// what was a node list and a query per node.
+func (q *Queries) RunningMemberReports(ctx context.Context) ([]instances.MemberReport, error) {
+	rows, err := q.query(ctx, `SELECT `+prefixed("m.", instanceMemberCols)+`, i.runtime_backend, n.last_heartbeat_at, n.workloads
+		FROM app_instance_members m
+		JOIN nodes n ON n.id = m.node_id
+		JOIN app_instances i ON i.id = m.instance_id
+		WHERE m.added = 1 AND m.status = ? AND n.state IN (?, ?)
+		ORDER BY m.node_id, m.id`, string(instances.MemberRunning), string(nodes.StateReady), string(nodes.StateDraining))
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(s interface{ Scan(...any) error }) (instances.MemberReport, error) {
+		var r instances.MemberReport
+		m, err := scanInstanceMember(memberReportScanner{s, &r})
+		r.Member = m
+		return r, err
+	})
+}
+
+// memberReportScanner scans a RunningMemberReports row: the member's
+// columns through scanInstanceMember, the three after them into r.
+type memberReportScanner struct {
+	s interface{ Scan(...any) error }
+	r *instances.MemberReport
+}
+
+func (m memberReportScanner) Scan(dest ...any) error {
+	return m.s.Scan(append(dest, &m.r.Backend, scanTime(&m.r.ReportedAt), scanJSON(&m.r.Workloads))...)
 }
 
 // SetInstanceMembersStatus moves the members of one workload (or, with an

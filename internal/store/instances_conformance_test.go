@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/instances"
+	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
@@ -33,6 +35,7 @@ func TestInstancesConformance(t *testing.T) {
 			{"events", testInstanceEvents},
 			{"members", testInstanceMembers},
 			{"added_members", testAddedMembers},
+			{"running_member_reports", testRunningMemberReports},
 			{"worker_operations", testWorkerOperations},
 			{"health", testInstanceHealth},
 			{"host_ports", testHostPortsHeld},
@@ -941,6 +944,79 @@ func testAddedMembers(t *testing.T, db *store.DB) {
 	}
 	if g, _ := q.GetInstanceMember(ctx, other.ID, theirs.ID); g.Status != instances.MemberRunning {
 		t.Fatalf("another instance's member moved: %q", g.Status)
+	}
+}
+
+// RunningMemberReports: every running added member on a ready or draining
+// node, with that node's stored report and its instance's backend, by node
+// then member; not a member deploying, failed or removed, not the primary
+// (not added), not one on a down or joining node.
+func testRunningMemberReports(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	s := store.Instances(db)
+	q := s.Read()
+	ns := store.Nodes(db)
+	o, p := tenant(t, db, "reports")
+	i := mkInstance(t, s, newInstance(o, p, "cluster", "1", instances.StatusRunning))
+	wi := newInstance(o, p, "cluster-worker", "1", instances.StatusRunning)
+	wi.RuntimeBackend = "external_worker"
+	worker := mkInstance(t, s, wi)
+	report := func(state nodes.NodeState, workloads string, at time.Time) nodes.Node {
+		n := mkNode(t, ns, "n-"+newID()[:8], state, 1, at)
+		noErr(t, "set workloads", ns.Read().SetNodeWorkloads(ctx, n.ID, []byte(workloads), at))
+		return n
+	}
+	ready := report(nodes.StateReady, `[{"name":"/a","state":"running"}]`, at(time.Minute))
+	draining := report(nodes.StateDraining, `[{"name":"b","state":"exited"}]`, at(2*time.Minute))
+	down := report(nodes.StateDown, `[]`, at(3*time.Minute))
+	joining := report(nodes.StateJoining, `[]`, at(4*time.Minute))
+	quiet := report(nodes.StateReady, `[]`, at(5*time.Minute)) // has no members
+	mk := func(inst instances.AppInstance, n nodes.Node, st instances.MemberStatus, added bool) instances.InstanceMember {
+		m := instances.InstanceMember{ID: newID(), InstanceID: inst.ID, AllocationID: newID(), NodeID: n.ID, Role: "worker", Status: st,
+			Version: "1", Digest: "sha256:w", WorkloadName: "w-" + newID()[:8], ContainerIDs: []byte(`[]`), CreatedAt: t0, UpdatedAt: t0,
+			Name: "worker", Added: added, GPUUUIDs: []string{"GPU-a"}}
+		if !added {
+			m.Role, m.Name = instances.RolePrimary, ""
+		}
+		noErr(t, "insert member", q.InsertInstanceMember(ctx, m))
+		return m
+	}
+	r1, r2 := mk(i, ready, instances.MemberRunning, true), mk(worker, ready, instances.MemberRunning, true)
+	d1 := mk(i, draining, instances.MemberRunning, true)
+	mk(i, ready, instances.MemberDeploying, true)
+	mk(i, ready, instances.MemberFailed, true)
+	mk(i, ready, instances.MemberRemoved, true)
+	mk(i, ready, instances.MemberRunning, false)
+	mk(i, down, instances.MemberRunning, true)
+	mk(i, joining, instances.MemberRunning, true)
+
+	got, err := q.RunningMemberReports(ctx)
+	noErr(t, "running member reports", err)
+	// Other cases' rows share the database: keep this case's nodes.
+	got = slices.DeleteFunc(got, func(r instances.MemberReport) bool {
+		return !slices.Contains([]string{ready.ID, draining.ID, down.ID, joining.ID, quiet.ID}, r.Member.NodeID)
+	})
+	type row struct {
+		Member, Node, Backend string
+		At                    time.Time
+	}
+	var rows []row
+	for _, r := range got {
+		rows = append(rows, row{r.Member.ID, r.Member.NodeID, r.Backend, r.ReportedAt})
+	}
+	want := []row{{r1.ID, ready.ID, "docker", at(time.Minute)}, {r2.ID, ready.ID, "external_worker", at(time.Minute)},
+		{d1.ID, draining.ID, "docker", at(2 * time.Minute)}}
+	slices.SortFunc(want, func(a, b row) int { return strings.Compare(a.Node+a.Member, b.Node+b.Member) })
+	same(t, "running added members on ready and draining nodes, by node", rows, want)
+	for _, r := range got {
+		switch r.Member.ID {
+		case r1.ID:
+			r.Member.ContainerIDs, r1.ContainerIDs = nil, nil
+			same(t, "the member's columns", r.Member, r1)
+			sameJSON(t, "the ready node's report", r.Workloads, []byte(`[{"name":"/a","state":"running"}]`))
+		case d1.ID:
+			sameJSON(t, "the draining node's report", r.Workloads, []byte(`[{"name":"b","state":"exited"}]`))
+		}
 	}
 }
 
