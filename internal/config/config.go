@@ -71,6 +71,10 @@ type Config struct {
 	// every change that lets an operation move wakes the drivers of all
 	// replicas at once.
 	InstanceDriveInterval time.Duration
+	// SchemaCheckInterval is how often each replica compares the
+	// database's schema version with its own; while they differ it
+	// pauses its background jobs and refuses changes.
+	SchemaCheckInterval time.Duration
 	// WorkerOperationTimeout bounds an external worker's operation;
 	// WorkerLease is how long one acquisition or heartbeat holds it.
 	WorkerOperationTimeout time.Duration
@@ -150,6 +154,7 @@ func Defaults() Config {
 		NodeTokenTTL:           15 * time.Minute,
 		NodeTaskLease:          2 * time.Minute,
 		InstanceDriveInterval:  5 * time.Second,
+		SchemaCheckInterval:    10 * time.Second,
 		WorkerOperationTimeout: time.Hour,
 		WorkerLease:            time.Minute,
 		AppTokenTTL:            5 * time.Minute,
@@ -206,6 +211,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.WorkerOperationTimeout, "worker-operation-timeout", c.WorkerOperationTimeout, "the longest an external worker's operation may take; past it the operation fails with operation_timeout and a cleanup operation follows")
 	fs.DurationVar(&c.WorkerLease, "worker-lease", c.WorkerLease, "how long an external worker's acquire or heartbeat holds its operation; an expired lease makes the operation available to any worker of the app")
 	fs.DurationVar(&c.InstanceDriveInterval, "instance-drive-interval", c.InstanceDriveInterval, "how often each replica's instance driver looks for work that no wake-up announced (a fallback: queued operations and task results wake every replica's driver at once)")
+	fs.DurationVar(&c.SchemaCheckInterval, "schema-check-interval", c.SchemaCheckInterval, "how often each replica compares the database's schema version with its own; while they differ (an old replica beside a migrated schema) it pauses its background jobs and answers changes with 503 schema_mismatch")
 	e := &c.Events
 	fs.StringVar(&c.AppsDomain, "apps-domain", c.AppsDomain, "UI gateway: serve each instance's UI at <instance-id>.<apps-domain> (needs wildcard DNS to this server; gpuaas dev uses apps.localhost); empty turns the gateway off")
 	fs.StringVar(&c.AppsListen, "apps-listen", c.AppsListen, "UI gateway: also serve app origins on this host:port, proxied by the gateway's own engine (faster than the console's listener; route *.<apps-domain> here; gpuaas dev listens on a free port of --listen's host)")
@@ -283,6 +289,9 @@ func (c *Config) Validate() error {
 	}
 	if c.WorkerLease < time.Second || c.WorkerLease > time.Hour {
 		errs = append(errs, fmt.Errorf("--worker-lease %s: want between 1s and 1h", c.WorkerLease))
+	}
+	if c.SchemaCheckInterval < 100*time.Millisecond || c.SchemaCheckInterval > 10*time.Minute {
+		errs = append(errs, fmt.Errorf("--schema-check-interval %s: want between 100ms and 10m", c.SchemaCheckInterval))
 	}
 	if c.InstanceDriveInterval < 100*time.Millisecond || c.InstanceDriveInterval > 10*time.Minute {
 		errs = append(errs, fmt.Errorf("--instance-drive-interval %s: want between 100ms and 10m", c.InstanceDriveInterval))

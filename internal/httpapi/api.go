@@ -67,6 +67,11 @@ type API struct {
 	// Now is the server's clock: it stamps idempotency records and their
 	// expiry (nil: the wall clock).
 	Now func() time.Time
+	// Writable, when set, is asked before every state-changing request
+	// (any method but GET, HEAD and OPTIONS), the registry's included; an
+	// error is the answer instead (the server's schema guard: 503
+	// schema_mismatch while the database's schema is not the binary's).
+	Writable func() error
 	// UIOpenURL builds the gateway link that redeems a one-time UI code
 	// (nil: no gateway, the ui-open route refuses).
 	UIOpenURL func(instanceID, path, code string) string
@@ -171,6 +176,26 @@ func (a *API) Handler() http.Handler {
 	return a.handler
 }
 
+// changes reports whether a request's method may change state.
+func changes(r *http.Request) bool {
+	return r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions
+}
+
+// refuseChanges answers a state-changing request with Writable's error
+// while it has one (the mounts and the fallback, which wrap does not
+// cover).
+func (a *API) refuseChanges(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.Writable != nil && changes(r) {
+			if err := a.Writable(); err != nil {
+				writeError(w, r, a.Logger, err)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // isAPIPath: paths the API answers itself, route or not (a 404 there is
 // the API's JSON envelope, never a console page).
 func isAPIPath(p string) bool {
@@ -209,7 +234,7 @@ func (a *API) build() http.Handler {
 	}
 	mux.Handle("GET /metrics", a.metrics.handler())
 	for prefix, h := range a.Mounts {
-		mux.Handle(prefix, a.WithStreamDeadlines(a.limitRegistryToken(h)))
+		mux.Handle(prefix, a.refuseChanges(a.WithStreamDeadlines(a.limitRegistryToken(h))))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
@@ -218,7 +243,7 @@ func (a *API) build() http.Handler {
 			return
 		}
 		if a.Fallback != nil && !isAPIPath(r.URL.Path) {
-			a.Fallback.ServeHTTP(w, r)
+			a.refuseChanges(a.Fallback).ServeHTTP(w, r) // the console's own forms write too
 			return
 		}
 		// No route matched: learn from the mux whether the path exists with

@@ -133,6 +133,12 @@ func (a *API) wrap(rt route) http.Handler {
 			writeError(rec, r, a.Logger, err)
 			return
 		}
+		if a.Writable != nil && changes(r) {
+			if err := a.Writable(); err != nil {
+				writeError(rec, r, a.Logger, err)
+				return
+			}
+		}
 		if rt.credential && !a.limiter.allow(r) {
 			w.Header().Set("Retry-After", "1")
 			writeError(rec, r, a.Logger, errRateLimited)

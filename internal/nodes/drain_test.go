@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/nodes"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -167,5 +168,43 @@ func TestLivenessWaitsForAgentsAfterAnOutage(t *testing.T) {
 	}
 	if state(silent) != "down" || state(back) != "ready" {
 		t.Fatalf("TTL + grace after the control plane came back: silent %s (want down), back %s (want ready)", state(silent), state(back))
+	}
+}
+
+// The liveness worker waits TTL + grace after every Start, not only the
+// first: a replica whose schema guard paused its jobs (and refused the
+// agents' beats meanwhile) starts them again later, and must not judge the
+// beats it refused.
+func TestLivenessWaitsForAgentsAfterARestartOfTheWorker(t *testing.T) {
+	t.Parallel()
+	s := servertest.Start(t, store.SQLite)
+	admin := s.Admin()
+	n := join(t, s, admin, "paused", 0)
+	n.beat(t, nil)
+	ctx := context.Background()
+	node, err := s.DB.Queries().GetNode(ctx, n.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clock.NewManual(node.LastHeartbeatAt.Add(time.Second))
+	live := nodes.New(nodes.Deps{Store: store.Nodes(s.DB), IAM: s.App.IAM, Now: clk.Now,
+		HeartbeatTTL: nodes.DefaultHeartbeatTTL, HeartbeatGrace: nodes.DefaultHeartbeatGrace}).Liveness(nil)
+	runOnce := func() {
+		t.Helper()
+		runs := live.Runs()
+		if err := live.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := live.WaitRuns(ctx, runs+1); err != nil {
+			t.Fatal(err)
+		}
+		live.Stop()
+	}
+	runOnce() // listens from now
+	// Paused past TTL + grace, while the node's beats were refused.
+	clk.Advance(time.Hour)
+	runOnce()
+	if st := admin.Do("GET", "/api/v1/admin/nodes/"+n.id, nil).Want(t, 200).String("state"); st != "ready" {
+		t.Fatalf("the liveness worker's first run after a restart marked the node %s, want ready", st)
 	}
 }

@@ -29,11 +29,15 @@ const livenessBatch = 200
 // beats again within TTL/3 of the API being back; judging at once marked
 // every node down and failed every instance at the first pass. A replica
 // that restarts while others run loses nothing by waiting: they judge.
+// The same holds after every Start, not just the first: a replica whose
+// schema guard paused its jobs refused the agents' beats meanwhile, and
+// judging them at once on resuming would mark every node down.
 func (s *Service) Liveness(logger *slog.Logger) *worker.Periodic {
 	every := min(max(s.HeartbeatGrace/2, 200*time.Millisecond), time.Second)
-	var listening time.Time // of the first run; runs never overlap
+	var listening time.Time // of the first run since Start; runs never overlap
 	return &worker.Periodic{Name: "node-liveness", Interval: every, Jitter: 0.1, Timeout: 30 * time.Second,
-		Logger: logger, Run: func(ctx context.Context) error {
+		OnStart: func() { listening = time.Time{} },
+		Logger:  logger, Run: func(ctx context.Context) error {
 			now := s.Now()
 			if listening.IsZero() {
 				listening = now

@@ -66,6 +66,9 @@ type App struct {
 	gateway  *gateway.Gateway // instance UIs on their own origins (issue 20)
 	// auditPruner deletes audit rows past --audit-retention.
 	auditPruner *worker.Periodic
+	// guard runs the event workers and Workers while the schema is the
+	// binary's, and refuses changes while it is not (schemaguard.go).
+	guard *schemaGuard
 	// now is the one clock every service reads (config.Now; the wall
 	// clock by default).
 	now func() time.Time
@@ -202,6 +205,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		return nil, err
 	}
 	a.Releases = releases.New(releases.Deps{Store: store.Releases(db), IAM: svc, Blobs: a.artifacts.blobs, Key: releaseKey, Logger: logger, Now: now})
+	a.guard = newSchemaGuard(db.CheckSchema, cfg.SchemaCheckInterval, worker.Group{a.events.workers, a.Workers}, logger)
 	// The edge is not a domain, so store does not name it: NewPort checks
 	// here, at start, that the store implements what the edge declares.
 	a.API = &httpapi.API{
@@ -210,7 +214,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		OpenAPI: api.OpenAPI, AsyncAPI: api.AsyncAPI,
 		CredentialRate: cfg.CredentialRate, CredentialBurst: cfg.CredentialBurst, StreamTimeout: cfg.StreamTimeout,
 		SA: sa, Catalog: cat, Artifacts: arts, Nodes: a.Nodes, Instances: a.Instances, Events: a.events.reader, RelayKick: func() { wake.Notify(wakeup.EventsCommitted) }, WebSocketOrigins: cfg.Events.WebSocketOrigins, Billing: a.billing.svc, Releases: a.Releases,
-		PublicURL: func() string { return a.Config.PublicURL }, Now: now,
+		PublicURL: func() string { return a.Config.PublicURL }, Now: now, Writable: a.guard.Writable,
 	}
 	if err := a.webParts(key); err != nil {
 		return nil, err
@@ -297,14 +301,11 @@ func (a *App) Serve(ctx context.Context) error {
 	}
 	// Streams end at shutdown instead of holding the drain open.
 	a.http.RegisterOnShutdown(a.events.reader.Shutdown)
-	if err := a.events.workers.Start(context.WithoutCancel(ctx)); err != nil {
+	// The event workers, then Workers, run under the schema guard.
+	if err := a.guard.Start(context.WithoutCancel(ctx)); err != nil {
 		return err
 	}
-	defer a.events.workers.Stop()
-	if err := a.Workers.Start(context.WithoutCancel(ctx)); err != nil {
-		return err
-	}
-	defer a.Workers.Stop()
+	defer a.guard.Stop()
 	// The listener is bound (connections queue until Serve accepts), so
 	// whoever reads the address file may connect at once.
 	if a.Config.AddrFile != "" {
@@ -373,6 +374,12 @@ func (a *App) Close() error {
 
 // Now is the server's clock: what every service reads as the time.
 func (a *App) Now() time.Time { return a.now() }
+
+// SchemaGuard is this replica's schema check (tests kick and wait on it):
+// Paused says whether it holds the background jobs stopped.
+func (a *App) SchemaGuard() (check *worker.Periodic, paused func() bool) {
+	return &a.guard.periodic, a.guard.Paused
+}
 
 // AuditPruner is this replica's audit retention worker.
 func (a *App) AuditPruner() *worker.Periodic { return a.auditPruner }

@@ -35,6 +35,10 @@ type Periodic struct {
 	Timeout  time.Duration // per run; default Interval (at least 1s)
 	Run      func(ctx context.Context) error
 	Logger   *slog.Logger
+	// OnStart, when set, runs in every Start, before that start's first
+	// run: a job that judges only what it saw while running (node
+	// liveness) forgets there what it saw before a Stop.
+	OnStart func()
 
 	// life serialises Start and Stop: a Start racing a Stop waits until the
 	// old loop has returned, so two runs of one job never overlap.
@@ -64,6 +68,9 @@ func (p *Periodic) Start(ctx context.Context) error {
 	}
 	if p.kick == nil {
 		p.kick = make(chan struct{}, 1)
+	}
+	if p.OnStart != nil {
+		p.OnStart() // no loop runs: Stop waited for the last one
 	}
 	ctx, p.cancel = context.WithCancel(ctx)
 	p.done = make(chan struct{})

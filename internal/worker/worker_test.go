@@ -204,3 +204,31 @@ func TestPanicBackoffDoublesToAMinute(t *testing.T) {
 		t.Errorf("PanicBackoff(huge) = %v", got)
 	}
 }
+
+// OnStart runs in every Start (not a repeated one), before that start's
+// first run, and never while a run of the job is in progress.
+func TestOnStartRunsBeforeEachStartsFirstRun(t *testing.T) {
+	var log []string // written by OnStart and Run, which never overlap
+	var mu sync.Mutex
+	note := func(s string) { mu.Lock(); log = append(log, s); mu.Unlock() }
+	p := &Periodic{Name: "t", Interval: time.Hour, OnStart: func() { note("start") }, Run: func(context.Context) error { note("run"); return nil }}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := uint64(1); i <= 2; i++ {
+		if err := p.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Start(ctx); err != nil { // already started: no OnStart
+			t.Fatal(err)
+		}
+		if err := p.WaitRuns(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+		p.Stop()
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if got := strings.Join(log, " "); got != "start run start run" {
+		t.Fatalf("OnStart and runs happened as %q, want %q", got, "start run start run")
+	}
+}
