@@ -58,6 +58,15 @@ type Config struct {
 	CredentialRate  float64 // sign-in/token requests per second per client address (0: no limit)
 	CredentialBurst int
 
+	// RuntimeEventRate and RuntimeEventBurst bound the runtime events one
+	// app instance may report to one replica (events per second, and at
+	// once; a rate of 0: no limit). RuntimeEventRetention is how many
+	// timeline rows recorded from runtime events one instance keeps (0:
+	// every row).
+	RuntimeEventRate      float64
+	RuntimeEventBurst     int
+	RuntimeEventRetention int
+
 	NodeHeartbeatTTL   time.Duration // a node missing beats this long (+ grace) is down
 	NodeHeartbeatGrace time.Duration
 	NodeTokenTTL       time.Duration // lifetime of node access tokens
@@ -145,6 +154,9 @@ func Defaults() Config {
 		MaxBlobBytes:           64 << 30,
 		CredentialRate:         5,
 		CredentialBurst:        20,
+		RuntimeEventRate:       10,     // instances.DefaultRuntimeEventRate
+		RuntimeEventBurst:      2000,   // instances.DefaultRuntimeEventBurst: two full batches
+		RuntimeEventRetention:  10_000, // instances.DefaultRuntimeEventRetention
 		BillingCurrency:        "USD",
 		BillingMaxEventAge:     72 * time.Hour,
 		BillingSlice:           time.Hour,
@@ -196,6 +208,9 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.BlobDir, "blob-dir", c.BlobDir, "project blob storage (default <data-dir>/blobs)")
 	fs.Float64Var(&c.CredentialRate, "credential-rate", c.CredentialRate, "sign-in and token-exchange requests per second per client address (0 disables)")
 	fs.IntVar(&c.CredentialBurst, "credential-burst", c.CredentialBurst, "burst allowed above --credential-rate")
+	fs.Float64Var(&c.RuntimeEventRate, "runtime-event-rate", c.RuntimeEventRate, "runtime events per second one app instance may report to each replica, a batch counting each of its events (0 disables)")
+	fs.IntVar(&c.RuntimeEventBurst, "runtime-event-burst", c.RuntimeEventBurst, "runtime events one app instance may report at once above --runtime-event-rate (a batch larger than this is refused)")
+	fs.IntVar(&c.RuntimeEventRetention, "runtime-event-retention", c.RuntimeEventRetention, "timeline rows recorded from runtime events that one app instance keeps; older ones are deleted (0 keeps every row)")
 	fs.Int64Var(&c.MaxBlobBytes, "max-blob-bytes", c.MaxBlobBytes, "largest project blob object in bytes (uploads past it are refused and purged)")
 	fs.Int64Var(&c.ProjectBlobQuota, "project-blob-quota-bytes", c.ProjectBlobQuota, "bytes of blob storage each project may hold: registered blob artifacts, committed uploads not registered and uploads in progress (0: no quota)")
 	fs.DurationVar(&c.RegistryTokenTTL, "registry-token-ttl", c.RegistryTokenTTL, "lifetime of registry bearer tokens")
@@ -340,6 +355,14 @@ func (c *Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--credential-rate %v: want a number of requests per second, 0 for no limit", c.CredentialRate))
 	} else if c.CredentialRate > 0 && c.CredentialBurst < 1 {
 		errs = append(errs, fmt.Errorf("--credential-burst %d: want at least 1 while --credential-rate is set (0 would refuse every sign-in)", c.CredentialBurst))
+	}
+	if math.IsNaN(c.RuntimeEventRate) || math.IsInf(c.RuntimeEventRate, 0) || c.RuntimeEventRate < 0 {
+		errs = append(errs, fmt.Errorf("--runtime-event-rate %v: want a number of events per second per app instance, 0 for no limit", c.RuntimeEventRate))
+	} else if c.RuntimeEventRate > 0 && c.RuntimeEventBurst < 1 {
+		errs = append(errs, fmt.Errorf("--runtime-event-burst %d: want at least 1 while --runtime-event-rate is set (0 would refuse every runtime event, heartbeats included)", c.RuntimeEventBurst))
+	}
+	if c.RuntimeEventRetention < 0 {
+		errs = append(errs, fmt.Errorf("--runtime-event-retention %d: want a number of timeline rows per app instance, 0 to keep every row", c.RuntimeEventRetention))
 	}
 	if c.ShutdownTimeout < 0 || c.ShutdownTimeout > time.Hour {
 		errs = append(errs, fmt.Errorf("--shutdown-timeout %s: want between 0 (no grace) and 1h", c.ShutdownTimeout))

@@ -377,7 +377,8 @@ func testStartCompletedReadiness(t *testing.T, d store.Dialect) {
 //	GPUAAS_TEST_DATABASE_URL=postgres://… go test -run '^$' -bench BenchmarkRuntimeEvents -benchtime 20000x ./internal/httpapi/
 func BenchmarkRuntimeEvents(b *testing.B) {
 	storetest.EachDialect(b, func(b *testing.B, d store.Dialect) {
-		e := newInstanceEnv(b, d, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 2)
+		// Unlimited: this measures what the server can take, not the limit.
+		e := newInstanceEnv(b, d, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 2, func(c *config.Config) { c.RuntimeEventRate = 0 })
 		e.node.serve(b, okResult)
 		cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": "bench"}).Want(b, 202)
 		id := cr.String("id")
@@ -421,5 +422,175 @@ func BenchmarkRuntimeEvents(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "posts/s")
 		})
+	})
+}
+
+// runtimeInstance starts a server (with opts), runs one echo instance on
+// it and returns the env, the instance and a client with its identity.
+func runtimeInstance(t *testing.T, d store.Dialect, name string, opts ...servertest.Option) (*instanceEnv, func(name string) (string, *servertest.Client)) {
+	t.Helper()
+	e := newInstanceEnv(t, d, "echo", map[string]v1.Image{"1.0.0": nil}, echoManifest("echo"), 2, opts...)
+	e.node.serve(t, okResult)
+	return e, func(name string) (string, *servertest.Client) {
+		cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": name}).Want(t, 202)
+		if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
+			t.Fatalf("create %s: %s", name, op.Body)
+		}
+		return cr.String("id"), workloadClient(t, e, cr.String("id"))
+	}
+}
+
+// timelineIDs lists the ids of the runtime events on an instance's
+// timeline, and how many of its rows the platform wrote itself.
+func timelineIDs(t *testing.T, e *instanceEnv, id string) (reported []string, lifecycle int) {
+	t.Helper()
+	for cursor := ""; ; {
+		page := e.bot.Do("GET", e.path("/app-instances/"+id+"/events?limit=500&cursor="+cursor), nil).Want(t, 200)
+		for _, ev := range page.Items() {
+			p, _ := ev["payload"].(map[string]any)
+			if src, _ := p["source"].(string); src == "//echo/worker" {
+				reported = append(reported, p["id"].(string))
+			} else {
+				lifecycle++
+			}
+		}
+		if cursor = page.String("next_cursor"); cursor == "" {
+			return reported, lifecycle
+		}
+	}
+}
+
+// memberEvents are n member_added events with ids prefix-0, prefix-1, ….
+func memberEvents(prefix string, n int) []map[string]any {
+	evs := make([]map[string]any, n)
+	for i := range evs {
+		evs[i] = runtimeEvent(fmt.Sprintf("%s-%d", prefix, i), "member_added", time.Now(), map[string]any{"member": fmt.Sprintf("w%d", i)})
+	}
+	return evs
+}
+
+// One instance's runtime events are limited per instance, counted in
+// events (heartbeats too): past the burst the whole post is refused with
+// 429, Retry-After and nothing written; a batch larger than the burst is
+// refused as such; another instance's budget is its own.
+func TestRuntimeEventRateLimit(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		e, create := runtimeInstance(t, d, "limited", func(c *config.Config) {
+			c.RuntimeEventRate, c.RuntimeEventBurst = 0.001, 5 // a burst, and no refill within the test
+		})
+		mine, identity := create("mine")
+		other, otherIdentity := create("other")
+		if r := postRuntime(identity, e, mine, memberEvents("a", 3)...).Want(t, 200); num(r, "recorded") != 3 {
+			t.Fatalf("within the burst: %s", r.Body)
+		}
+		r := postRuntime(identity, e, mine, memberEvents("b", 3)...)
+		if r.Status != 429 || r.Header.Get("Retry-After") == "" || str(r, "error.code") != "runtime_events_rate_limited" ||
+			!strings.Contains(str(r, "error.message"), "retry it in") {
+			t.Fatalf("3 events past a burst of 5 with 2 left: %d Retry-After %q %s", r.Status, r.Header.Get("Retry-After"), r.Body)
+		}
+		if got, _ := timelineIDs(t, e, mine); len(got) != 3 {
+			t.Fatalf("a refused batch was written: timeline %v", got)
+		}
+		// The refused post spent nothing: two more fit, then a heartbeat
+		// is one event too many.
+		postRuntime(identity, e, mine, memberEvents("c", 2)...).Want(t, 200)
+		if r := postRuntime(identity, e, mine, runtimeEvent("hb", "heartbeat", time.Now(), nil)); r.Status != 429 {
+			t.Fatalf("a heartbeat past the limit: %d %s", r.Status, r.Body)
+		}
+		if r := postRuntime(otherIdentity, e, other, memberEvents("d", 6)...); r.Status != 400 || str(r, "error.code") != "runtime_event_batch_too_large" {
+			t.Fatalf("a batch larger than the burst: %d %s", r.Status, r.Body)
+		}
+		if r := postRuntime(otherIdentity, e, other, memberEvents("d", 5)...).Want(t, 200); num(r, "recorded") != 5 {
+			t.Fatalf("another instance's budget: %s", r.Body)
+		}
+	})
+}
+
+// An instance keeps its newest --runtime-event-retention runtime-reported
+// rows: a pass deletes the oldest past the cap, never the platform's own
+// rows, leaves an audit row, and leaves an instance under the cap alone.
+func TestRuntimeEventRetention(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		e, create := runtimeInstance(t, d, "kept", func(c *config.Config) { c.RuntimeEventRetention = 4 })
+		mine, identity := create("mine")
+		small, smallIdentity := create("small")
+		_, lifecycle := timelineIDs(t, e, mine)
+		postRuntime(identity, e, mine, memberEvents("r", 3)...).Want(t, 200)
+		postRuntime(identity, e, mine, memberEvents("s", 3)...).Want(t, 200)
+		postRuntime(smallIdentity, e, small, memberEvents("r", 2)...).Want(t, 200)
+		n, err := e.s.App.Instances.PruneRuntimeEvents(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, left := timelineIDs(t, e, mine)
+		if n != 2 || strings.Join(got, " ") != "r-2 s-0 s-1 s-2" || left < lifecycle {
+			t.Fatalf("after a pass (deleted %d): runtime rows %v, lifecycle rows %d of %d", n, got, left, lifecycle)
+		}
+		if got, _ := timelineIDs(t, e, small); len(got) != 2 {
+			t.Fatalf("an instance under the cap lost rows: %v", got)
+		}
+		audit := e.admin.Do("GET", "/api/v1/audit-events?action=app_instance.runtime_events_pruned&limit=10", nil).Want(t, 200).Items()
+		if len(audit) != 1 || audit[0]["resource_id"] != mine {
+			t.Fatalf("audit rows of the pass: %v", audit)
+		}
+		if n, err := e.s.App.Instances.PruneRuntimeEvents(context.Background()); n != 0 || err != nil {
+			t.Fatalf("a second pass deleted %d: %v", n, err)
+		}
+	})
+}
+
+// A control plane back from an outage finds every heartbeat as overdue as
+// the outage is long. Its sweep judges an instance only once it has
+// listened for that instance's whole timeout: one whose workload beats
+// meanwhile stays healthy, and one that stays silent degrades after.
+func TestHeartbeatSweepWaitsAfterAnOutage(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		clk := clock.NewManual(time.Now().UTC().Truncate(time.Second))
+		manifest := withRuntimeProfile(echoManifest("echo"), func(p map[string]any) {
+			p["health"] = map[string]any{"heartbeat_timeout_seconds": 30}
+		})
+		e := newInstanceEnv(t, d, "echo", map[string]v1.Image{"1.0.0": nil}, manifest, 2, servertest.WithClock(clk), steadyNodes)
+		e.node.serve(t, okResult)
+		ids, clients := map[string]string{}, map[string]*servertest.Client{}
+		for _, name := range []string{"back", "silent"} {
+			cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "echo", "version": "1.0.0", "display_name": name}).Want(t, 202)
+			if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
+				t.Fatalf("create %s: %s", name, op.Body)
+			}
+			ids[name] = cr.String("id")
+			clients[name] = workloadClient(t, e, ids[name])
+			postRuntime(clients[name], e, ids[name], runtimeEvent(name+"-1", "heartbeat", clk.Now(), nil)).Want(t, 200)
+		}
+		health := func(name string) string {
+			return str(e.bot.Do("GET", e.path("/app-instances/"+ids[name]), nil).Want(t, 200), "health.state")
+		}
+		// The control plane stops (this server's sweep with it) and comes
+		// back two minutes later, every heartbeat overdue.
+		e.s.App.Instances.HeartbeatWorker().Stop()
+		clk.Advance(2 * time.Minute)
+		restarted := instances.New(instances.Deps{Store: store.Instances(e.s.DB), IAM: e.s.App.IAM, Now: clk.Now})
+		ctx := context.Background()
+		if err := restarted.SweepHeartbeats(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if health("back") != "healthy" || health("silent") != "healthy" {
+			t.Fatalf("the first sweep after an outage degraded instances: back %s, silent %s", health("back"), health("silent"))
+		}
+		// back's workload beats again within its timeout of the return.
+		clk.Advance(20 * time.Second)
+		postRuntime(clients["back"], e, ids["back"], runtimeEvent("back-2", "heartbeat", clk.Now(), nil)).Want(t, 200)
+		clk.Advance(11 * time.Second)
+		if err := restarted.SweepHeartbeats(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if health("silent") != "degraded" || health("back") != "healthy" {
+			t.Fatalf("a timeout after the control plane came back: silent %s (want degraded), back %s (want healthy)", health("silent"), health("back"))
+		}
 	})
 }

@@ -227,6 +227,12 @@ func (s *Service) ReportRuntimeEvents(ctx context.Context, g *iam.Grants, projec
 	if err := s.checkRuntimeEvents(inst, events); err != nil {
 		return RuntimeReport{}, err
 	}
+	// Only once the caller is the instance itself and the batch is valid:
+	// another identity cannot spend an instance's budget, and a refused
+	// batch spends none.
+	if err := s.runtimeLimit.take(inst.ID, len(events)); err != nil {
+		return RuntimeReport{}, err
+	}
 	if rep, done, err := s.heartbeatsOnly(ctx, inst.ID, events); err != nil || done {
 		return rep, err
 	}
@@ -448,8 +454,21 @@ func (s *Service) newHeartbeatWorker() *worker.Periodic {
 
 // SweepHeartbeats degrades every running instance whose workload missed
 // its heartbeat, each in its own transaction with its event.
+//
+// It judges an instance only once this replica has been sweeping for that
+// instance's whole heartbeat timeout: a silence counts only while the
+// control plane could hear the workload. After an outage of every replica
+// (an upgrade that stops them, a restart of a single-process install) each
+// heartbeat is as overdue as the outage is long, and the workloads beat
+// again within their timeout of the API being back; judging at once
+// degraded every heartbeating instance at the first sweep. A replica that
+// restarts while others run loses nothing by waiting: they sweep. (The
+// nodes' liveness worker waits the same way.)
 func (s *Service) SweepHeartbeats(ctx context.Context) error {
-	due, err := s.Store.Read().HeartbeatsOverdue(ctx, s.Now().UTC(), heartbeatSweepLimit)
+	now := s.Now().UTC()
+	s.listening.CompareAndSwap(0, now.UnixNano())
+	heard := now.Sub(time.Unix(0, s.listening.Load()))
+	due, err := s.Store.Read().HeartbeatsOverdue(ctx, now, int(heard/time.Second), heartbeatSweepLimit)
 	if err != nil {
 		return err
 	}

@@ -104,3 +104,30 @@ func FuzzParseRuntimeEvents(f *testing.F) {
 		}
 	})
 }
+
+// The bucket refills at the rate: a refused batch spends nothing and says
+// when the whole batch fits; a batch larger than the burst never fits.
+func TestRuntimeLimiterRefills(t *testing.T) {
+	l := newRuntimeLimiter(10, 20)
+	at := time.Date(2026, 11, 27, 8, 0, 0, 0, time.UTC)
+	if err := l.takeAt("i1", 15, at); err != nil {
+		t.Fatal(err)
+	}
+	err := l.takeAt("i1", 10, at)
+	e, ok := errdefs.As(err)
+	if !ok || e.Kind != errdefs.KindRateLimited || e.Details["retry_after_seconds"] != 1 {
+		t.Fatalf("10 events with 5 left: %v", err) // 5 more take half a second: retry in 1 s
+	}
+	if err := l.takeAt("i1", 10, at.Add(500*time.Millisecond)); err != nil {
+		t.Fatalf("after the refill: %v", err)
+	}
+	if err := l.takeAt("i2", 20, at); err != nil {
+		t.Fatalf("another instance's bucket: %v", err)
+	}
+	if e, ok := errdefs.As(l.takeAt("i3", 21, at)); !ok || e.Kind != errdefs.KindInvalidArgument {
+		t.Fatalf("a batch larger than the burst: %v", e)
+	}
+	if newRuntimeLimiter(0, 0).takeAt("i1", MaxRuntimeBatch, at) != nil {
+		t.Fatal("a rate of 0 limited")
+	}
+}

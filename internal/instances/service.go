@@ -115,6 +115,18 @@ type Deps struct {
 	// DefaultWorkerLease).
 	WorkerOperationTimeout time.Duration
 	WorkerLease            time.Duration
+	// RuntimeEventRate and RuntimeEventBurst limit the runtime events one
+	// instance may report to this replica (runtimelimit.go); a rate of 0
+	// takes every event.
+	RuntimeEventRate  float64
+	RuntimeEventBurst int
+	// RuntimeEventRetention is how many runtime-reported timeline rows one
+	// instance keeps (RetentionWorker); 0 keeps every row.
+	RuntimeEventRetention int
+	// Leader reports whether this replica should run the runtime-event
+	// retention now (nil: always); the server hands it the event relay's
+	// leadership, as it does the audit pruner's.
+	Leader func() bool
 }
 
 // Service is the app-instance domain.
@@ -128,6 +140,14 @@ type Service struct {
 	deadlines *worker.Periodic
 	// membersChecked is when this replica last ran checkMembers (UnixNano).
 	membersChecked atomic.Int64
+	// runtimeLimit is the per-instance bucket of runtime events (nil: no
+	// limit); retention deletes the oldest runtime-reported rows past the
+	// cap.
+	runtimeLimit *runtimeLimiter
+	retention    *worker.Periodic
+	// listening is when this replica's heartbeat sweep first ran
+	// (UnixNano; 0 before): see SweepHeartbeats.
+	listening atomic.Int64
 }
 
 // New builds the service.
@@ -151,9 +171,10 @@ func New(d Deps) *Service {
 	if d.WorkerLease <= 0 {
 		d.WorkerLease = DefaultWorkerLease
 	}
-	s := &Service{Deps: d}
+	s := &Service{Deps: d, runtimeLimit: newRuntimeLimiter(d.RuntimeEventRate, d.RuntimeEventBurst)}
 	s.driver = s.newWorker()
 	s.heartbeats = s.newHeartbeatWorker()
+	s.retention = s.newRetentionWorker()
 	s.deadlines = s.newDeadlineWorker()
 	d.Wake.OnNotify(wakeup.InstanceOperations, s.driver.Kick)
 	return s

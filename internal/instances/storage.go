@@ -214,8 +214,9 @@ type Queries interface {
 	// UpdateAppInstanceHealth writes only the health columns of instance id.
 	UpdateAppInstanceHealth(ctx context.Context, id string, h Health) error
 	// HeartbeatsOverdue lists running instances not yet degraded whose
-	// heartbeat was due before now.
-	HeartbeatsOverdue(ctx context.Context, now time.Time, limit int) ([]AppInstance, error)
+	// heartbeat was due before now and whose heartbeat timeout is at most
+	// maxTimeoutSeconds.
+	HeartbeatsOverdue(ctx context.Context, now time.Time, maxTimeoutSeconds, limit int) ([]AppInstance, error)
 	// ListAppInstances lists a project's instances and the shared instances
 	// attached to it.
 	ListAppInstances(ctx context.Context, projectID string, status InstanceStatus, p storage.Page) ([]AppInstance, string, error)
@@ -275,6 +276,15 @@ type Queries interface {
 	// stored under, that row's instance.
 	ReportedEventKeyOwners(ctx context.Context, keys []string) (map[string]string, error)
 	ListInstanceEvents(ctx context.Context, instanceID string, p storage.Page) ([]InstanceEvent, string, error)
+	// InstancesOverReportedCap lists up to limit instances holding more
+	// than keep timeline rows recorded from runtime events (rows with a
+	// dedupe key).
+	InstancesOverReportedCap(ctx context.Context, keep, limit int) ([]string, error)
+	// PruneReportedInstanceEvents deletes up to batch of an instance's
+	// runtime-reported timeline rows, oldest first, that are not among its
+	// newest keep; lifecycle rows (no dedupe key) are never touched. It
+	// returns how many it deleted.
+	PruneReportedInstanceEvents(ctx context.Context, instanceID string, keep, batch int) (int64, error)
 
 	InsertInstanceMember(ctx context.Context, m InstanceMember) error
 	SetInstanceMembersStatus(ctx context.Context, instanceID, workloadName string, status MemberStatus, containerIDs []byte, now time.Time) error

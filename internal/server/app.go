@@ -187,11 +187,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		Allocations: link, Tasks: link, Releases: a.Nodes, LaunchGate: a.billing.svc, Pulls: instances.ArtifactPulls{Artifacts: arts},
 		APIBaseURL: a.workloadAPIURL, RegistryHost: a.RegistryHost,
 		ReadinessTimeout: cfg.InstanceDeployTimeout, UIBasePath: uiBasePath(cfg), Wake: wake,
-		DriveInterval: cfg.InstanceDriveInterval, WorkerOperationTimeout: cfg.WorkerOperationTimeout, WorkerLease: cfg.WorkerLease})
+		DriveInterval: cfg.InstanceDriveInterval, WorkerOperationTimeout: cfg.WorkerOperationTimeout, WorkerLease: cfg.WorkerLease,
+		RuntimeEventRate: cfg.RuntimeEventRate, RuntimeEventBurst: cfg.RuntimeEventBurst, RuntimeEventRetention: cfg.RuntimeEventRetention,
+		Leader: a.events.relay.Leader})
 	link.Attach(a.Instances)
 	cat.AddInstanceGate(a.Instances)
 	arts.AddInstanceUsage(a.Instances)
-	a.Workers = append(a.Workers, a.Instances.Worker(), a.Instances.HeartbeatWorker(), a.Instances.DeadlineWorker(), a.billing.meter, a.billing.rating)
+	a.Workers = append(a.Workers, a.Instances.Worker(), a.Instances.HeartbeatWorker(), a.Instances.DeadlineWorker(), a.Instances.RetentionWorker(), a.billing.meter, a.billing.rating)
 	// Audit rows older than --audit-retention go (none with the default 0);
 	// like the outbox cleaner, only the relay's leader deletes them, from
 	// the moment it takes the lease.

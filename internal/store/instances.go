@@ -152,10 +152,12 @@ func (q *Queries) UpdateAppInstanceHealth(ctx context.Context, id string, h inst
 }
 
 // HeartbeatsOverdue lists running, not yet degraded instances whose
-// heartbeat was due before now, earliest due first.
-func (q *Queries) HeartbeatsOverdue(ctx context.Context, now time.Time, limit int) ([]instances.AppInstance, error) {
+// heartbeat was due before now and whose timeout is at most
+// maxTimeoutSeconds, earliest due first.
+func (q *Queries) HeartbeatsOverdue(ctx context.Context, now time.Time, maxTimeoutSeconds, limit int) ([]instances.AppInstance, error) {
 	rows, err := q.query(ctx, `SELECT `+appInstanceReadCols+` FROM app_instances WHERE heartbeat_due_at IS NOT NULL AND heartbeat_due_at < ?
-		AND status = 'running' AND health <> 'degraded' ORDER BY heartbeat_due_at, id LIMIT ?`, ts(now), limit)
+		AND status = 'running' AND health <> 'degraded' AND heartbeat_timeout_seconds <= ? ORDER BY heartbeat_due_at, id LIMIT ?`,
+		ts(now), maxTimeoutSeconds, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -530,6 +532,35 @@ func (q *Queries) InsertReportedInstanceEvents(ctx context.Context, events []ins
 // under each of keys that one is stored under.
 func (q *Queries) ReportedEventKeyOwners(ctx context.Context, keys []string) (map[string]string, error) {
 	return q.keyOwners(ctx, "app_instance_events", "instance_id", keys)
+}
+
+// InstancesOverReportedCap lists up to limit instances holding more than
+// keep runtime-reported timeline rows; it reads the partial index
+// app_instance_events_reported only (migration 0033).
+func (q *Queries) InstancesOverReportedCap(ctx context.Context, keep, limit int) ([]string, error) {
+	rows, err := q.query(ctx, `SELECT instance_id FROM app_instance_events WHERE dedupe_key <> ''
+		GROUP BY instance_id HAVING COUNT(*) > ? ORDER BY instance_id LIMIT ?`, keep, limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
+		var id string
+		return id, s.Scan(&id)
+	})
+}
+
+// PruneReportedInstanceEvents deletes up to batch of an instance's
+// runtime-reported rows older than its keep newest (ids are UUIDv7, so id
+// order is the order they were recorded in, the timeline's order).
+func (q *Queries) PruneReportedInstanceEvents(ctx context.Context, instanceID string, keep, batch int) (int64, error) {
+	res, err := q.exec(ctx, `DELETE FROM app_instance_events WHERE id IN (
+		SELECT id FROM app_instance_events WHERE instance_id = ? AND dedupe_key <> '' AND id <= (
+			SELECT id FROM app_instance_events WHERE instance_id = ? AND dedupe_key <> '' ORDER BY id DESC LIMIT 1 OFFSET ?)
+		ORDER BY id LIMIT ?)`, instanceID, instanceID, keep, batch)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
 }
 
 // ListInstanceEvents pages through an instance's timeline, oldest first.

@@ -807,13 +807,15 @@ func testInstanceHealth(t *testing.T, db *store.DB) {
 	for _, x := range []instances.AppInstance{late, stopped} {
 		noErr(t, "due", q.UpdateAppInstanceHealth(ctx, x.ID, instances.Health{State: instances.HealthHealthy, HeartbeatTimeoutSeconds: 10, HeartbeatDueAt: at(5 * time.Second)}))
 	}
-	overdue, err := q.HeartbeatsOverdue(ctx, at(10*time.Second), 10)
+	overdue, err := q.HeartbeatsOverdue(ctx, at(10*time.Second), 3600, 10)
 	noErr(t, "overdue", err)
 	same(t, "overdue at +10s (running only)", instanceIDs(overdue), []string{late.ID})
-	overdue, _ = q.HeartbeatsOverdue(ctx, at(40*time.Second), 10)
+	overdue, _ = q.HeartbeatsOverdue(ctx, at(40*time.Second), 3600, 10)
 	same(t, "overdue at +40s, earliest due first", instanceIDs(overdue), []string{late.ID, i.ID})
+	overdue, _ = q.HeartbeatsOverdue(ctx, at(40*time.Second), 29, 10)
+	same(t, "overdue at +40s, heard for 29 s (timeouts of 30 s not judged yet)", instanceIDs(overdue), []string{late.ID})
 	noErr(t, "degrade", q.UpdateAppInstanceHealth(ctx, late.ID, instances.Health{State: instances.HealthDegraded, HeartbeatTimeoutSeconds: 10, HeartbeatDueAt: at(5 * time.Second)}))
-	overdue, _ = q.HeartbeatsOverdue(ctx, at(40*time.Second), 10)
+	overdue, _ = q.HeartbeatsOverdue(ctx, at(40*time.Second), 3600, 10)
 	same(t, "a degraded instance is not overdue again", instanceIDs(overdue), []string{i.ID})
 }
 
@@ -852,6 +854,38 @@ func testReportedInstanceEvents(t *testing.T, db *store.DB) {
 	if _, err := q.InsertReportedInstanceEvents(ctx, []instances.InstanceEvent{noKey}); err == nil {
 		t.Fatal("a reported event without a dedupe key was written")
 	}
+
+	// Retention: the oldest reported rows past the cap go, in batches;
+	// the platform's own row (no dedupe key) stays.
+	noErr(t, "lifecycle row", q.InsertInstanceEvent(ctx, noKey))
+	var newest []string
+	for n := range 3 {
+		r := e
+		r.ID, r.DedupeKey = newID(), fmt.Sprintf("runtime:%s:s:n%d", p.ID, n)
+		newest = append(newest, r.ID)
+		_, err := q.InsertReportedInstanceEvents(ctx, []instances.InstanceEvent{r})
+		noErr(t, "insert newer", err)
+	}
+	over, err := q.InstancesOverReportedCap(ctx, 3, 10)
+	noErr(t, "over cap", err)
+	same(t, "instances over a cap of 3", over, []string{i.ID})
+	for _, want := range []int64{1, 1, 0} {
+		n, err := q.PruneReportedInstanceEvents(ctx, i.ID, 3, 1)
+		noErr(t, "prune", err)
+		if n != want {
+			t.Fatalf("a prune in batches of 1 deleted %d, want %d", n, want)
+		}
+	}
+	got, _, err = q.ListInstanceEvents(ctx, i.ID, storage.Page{Limit: 10})
+	noErr(t, "list after prune", err)
+	ids := make([]string, len(got))
+	for k, g := range got {
+		ids[k] = g.ID
+	}
+	same(t, "timeline after prune", ids, append([]string{noKey.ID}, newest...))
+	over, err = q.InstancesOverReportedCap(ctx, 3, 10)
+	noErr(t, "over cap after prune", err)
+	same(t, "instances over the cap after prune", len(over), 0)
 }
 
 // HostPortsHeld: the ports of a node's instances that are not yet

@@ -27,7 +27,7 @@ func TestHeartbeatsOverdueHonoursLimit(t *testing.T) {
 			ids = append(ids, i.ID)
 		}
 		for limit := 1; limit <= 3; limit++ {
-			got, err := q.HeartbeatsOverdue(ctx, at(time.Minute), limit)
+			got, err := q.HeartbeatsOverdue(ctx, at(time.Minute), 3600, limit)
 			noErr(t, "overdue", err)
 			same(t, "overdue with a limit", instanceIDs(got), ids[:limit])
 		}

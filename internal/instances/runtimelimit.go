@@ -1,0 +1,101 @@
+package instances
+
+import (
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/gpuaas/gpuaas/internal/errdefs"
+)
+
+// Runtime-event ingestion limits (the server's defaults; see
+// --runtime-event-rate, --runtime-event-burst, --runtime-event-retention).
+const (
+	// DefaultRuntimeEventRate is the events per second one instance may
+	// report, sustained: a heartbeat every few seconds and the odd health
+	// or member change use a fraction of it.
+	DefaultRuntimeEventRate = 10
+	// DefaultRuntimeEventBurst is how many events one instance may report
+	// at once: two full batches, so a workload that buffered while the API
+	// was unreachable can flush.
+	DefaultRuntimeEventBurst = 2 * MaxRuntimeBatch
+	// DefaultRuntimeEventRetention is how many timeline rows recorded from
+	// runtime events one instance keeps.
+	DefaultRuntimeEventRetention = 10_000
+	// maxLimitedInstances bounds the limiter's memory; past it, instances
+	// whose bucket is full again are forgotten (a full bucket is the same
+	// as a new one).
+	maxLimitedInstances = 100_000
+)
+
+// runtimeLimiter is a token bucket per instance, counted in events: a
+// batch of 1,000 costs 1,000, a heartbeat costs one like any other event
+// (each is work for the database: a heartbeat rewrites the instance's
+// health row). It lives in this process, like the sign-in throttle: each
+// replica keeps its own buckets, so behind N replicas an instance may
+// report up to N times the rate, and a restart refills every bucket. That
+// still bounds what one instance can write; the retention bounds what it
+// can keep.
+type runtimeLimiter struct {
+	every rate.Limit
+	burst int
+
+	mu      sync.Mutex
+	buckets map[string]*rate.Limiter
+}
+
+// newRuntimeLimiter returns nil (no limit) for a rate of 0.
+func newRuntimeLimiter(perSecond float64, burst int) *runtimeLimiter {
+	if perSecond <= 0 {
+		return nil
+	}
+	return &runtimeLimiter{every: rate.Limit(perSecond), burst: burst, buckets: map[string]*rate.Limiter{}}
+}
+
+// take spends n events of instance id's budget, or spends nothing and
+// refuses. It reads the wall clock: a process-local bucket that a stopped
+// test clock would never refill.
+func (l *runtimeLimiter) take(id string, n int) error {
+	return l.takeAt(id, n, time.Now())
+}
+
+func (l *runtimeLimiter) takeAt(id string, n int, now time.Time) error {
+	if l == nil {
+		return nil
+	}
+	if n > l.burst {
+		// Never admissible, however long the workload waits: say so
+		// rather than answer 429 for ever.
+		return errdefs.Invalid("runtime_event_batch_too_large",
+			"this batch has %d events; this server takes at most %d at once from one instance (--runtime-event-burst); send smaller batches", n, l.burst)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.buckets[id]
+	if !ok {
+		if len(l.buckets) >= maxLimitedInstances {
+			for k, v := range l.buckets {
+				if v.TokensAt(now) >= float64(l.burst) {
+					delete(l.buckets, k)
+				}
+			}
+		}
+		b = rate.NewLimiter(l.every, l.burst)
+		l.buckets[id] = b
+	}
+	r := b.ReserveN(now, n)
+	wait := r.DelayFrom(now)
+	if wait == 0 {
+		return nil
+	}
+	r.CancelAt(now) // nothing of a refused batch is spent, nor written
+	secs := max(1, int(math.Ceil(wait.Seconds())))
+	return &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "runtime_events_rate_limited",
+		Message: "this instance reported more runtime events than this server takes (" + strconv.FormatFloat(float64(l.every), 'g', -1, 64) +
+			" a second, bursts of " + strconv.Itoa(l.burst) + "); nothing of this batch was recorded: retry it in " + strconv.Itoa(secs) +
+			"s, and report less often or in smaller batches",
+		Details: map[string]any{"retry_after_seconds": secs, "events": n}}
+}
