@@ -183,7 +183,10 @@ type RuntimeEventReport struct {
 
 // ReportRuntimeEvents posts events as one CloudEvents batch about the
 // caller's own instance; only the instance's own identity may. The answer
-// comes after the events are committed.
+// comes after the events are committed. Past the server's per-instance
+// rate (every event counts, heartbeats too) it fails with 429
+// runtime_events_rate_limited and nothing is recorded: retry the same
+// events after the *APIError's Details["retry_after_seconds"] seconds.
 //
 // Operation: reportRuntimeEvents
 func (c *Client) ReportRuntimeEvents(ctx context.Context, projectID, instanceID string, events []RuntimeEvent) (RuntimeEventReport, error) {

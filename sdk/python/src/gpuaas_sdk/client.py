@@ -336,7 +336,10 @@ class Client:
     def report_runtime_events(self, project_id: str, instance_id: str, events: list[RuntimeEvent]) -> dict[str, Any]:
         """Reports runtime events of the caller's own instance (its mounted
         identity only) as one CloudEvents batch; a retry with the same ids
-        is applied once. The answer carries the instance's health."""
+        is applied once. The answer carries the instance's health. Past
+        the server's per-instance rate (every event counts, heartbeats too)
+        it raises RateLimited and records nothing: retry the same events
+        after its ``retry_after`` seconds."""
         body = json.dumps([e.envelope(instance_id) for e in events]).encode()
         return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/runtime-events",
                             content=body, headers={"Content-Type": "application/cloudevents-batch+json"})
