@@ -45,6 +45,12 @@ type Deps struct {
 	// BlobQuota caps a project's blob storage; nil means no per-project cap
 	// (the blob store's object size limit still applies).
 	BlobQuota BlobQuota
+	// RegistryQuota is the bytes of distinct blobs (layers, configs,
+	// manifests) each project may hold in the embedded registry, pushes in
+	// progress included; 0 means no quota. MaxRegistryBlob is the largest
+	// single blob a push may upload; 0 means no limit.
+	RegistryQuota   int64
+	MaxRegistryBlob int64
 	// IntentTTL is the default lifetime of intents; WrapTTL of wrapping tokens.
 	IntentTTL time.Duration
 	WrapTTL   time.Duration

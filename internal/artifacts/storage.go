@@ -262,6 +262,50 @@ type Queries interface {
 	RevokeArtifactsWithDigest(ctx context.Context, projectID, digest, reason string, at time.Time) error
 
 	OwnerReader
+
+	RegistryQuotaQueries
+}
+
+// RegistryBlob is a distinct blob digest committed into one of a
+// project's registry repositories, counted against its registry quota.
+type RegistryBlob struct {
+	ProjectID  string
+	Digest     string
+	SizeBytes  int64
+	Repository string // where it first came in
+	CreatedAt  time.Time
+}
+
+// RegistryHold is bytes held against a project's registry quota for a
+// write the registry has not committed yet: an upload session (its ID is
+// distribution's upload id) grows as its chunks stream in; a manifest or
+// a mounted blob holds its whole size until the registry answers.
+type RegistryHold struct {
+	ID         string
+	ProjectID  string
+	Repository string
+	SizeBytes  int64
+	CreatedAt  time.Time
+	UpdatedAt  time.Time
+}
+
+// RegistryQuotaQueries are the registry accounting's reads and writes.
+type RegistryQuotaQueries interface {
+	// RepositoryProject returns the project whose intents lead to
+	// repository; ErrNotFound if none.
+	RepositoryProject(ctx context.Context, repository string) (string, error)
+	// LockRegistryQuota holds the project's quota until the transaction
+	// ends, so its holds are counted one at a time.
+	LockRegistryQuota(ctx context.Context, projectID string) error
+	RegistryUsage(ctx context.Context, projectID string) (committed, held int64, err error)
+	// RegistryBlobSize returns the size of a blob the project holds (ok
+	// false if it holds none).
+	RegistryBlobSize(ctx context.Context, projectID, digest string) (size int64, ok bool, err error)
+	InsertRegistryBlob(ctx context.Context, b RegistryBlob) error
+	GetRegistryHold(ctx context.Context, id string) (RegistryHold, error)
+	PutRegistryHold(ctx context.Context, h RegistryHold) error
+	ShrinkRegistryHold(ctx context.Context, id string, n int64) error
+	DeleteRegistryHold(ctx context.Context, id string) error
 }
 
 // Tx is a mutation as the artifacts domain sees it.

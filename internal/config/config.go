@@ -54,6 +54,11 @@ type Config struct {
 	RegistryTokenTTL time.Duration // lifetime of registry bearer tokens
 	MaxBlobBytes     int64         // largest project blob object
 	ProjectBlobQuota int64         // bytes of blob storage per project (artifacts, unregistered and in-progress uploads); 0 = no quota
+	// RegistryQuota is the bytes of distinct blobs each project may hold in
+	// the embedded registry, pushes in progress included; 0 = no quota.
+	// MaxRegistryBlob is the largest single blob a push may upload there.
+	RegistryQuota   int64
+	MaxRegistryBlob int64
 
 	CredentialRate  float64 // sign-in/token requests per second per client address (0: no limit)
 	CredentialBurst int
@@ -152,6 +157,7 @@ func Defaults() Config {
 		StreamTimeout:          time.Hour,
 		RegistryTokenTTL:       5 * time.Minute,
 		MaxBlobBytes:           64 << 30,
+		MaxRegistryBlob:        64 << 30,
 		CredentialRate:         5,
 		CredentialBurst:        20,
 		RuntimeEventRate:       10,     // instances.DefaultRuntimeEventRate
@@ -213,6 +219,8 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.IntVar(&c.RuntimeEventRetention, "runtime-event-retention", c.RuntimeEventRetention, "timeline rows recorded from runtime events that one app instance keeps; older ones are deleted (0 keeps every row)")
 	fs.Int64Var(&c.MaxBlobBytes, "max-blob-bytes", c.MaxBlobBytes, "largest project blob object in bytes (uploads past it are refused and purged)")
 	fs.Int64Var(&c.ProjectBlobQuota, "project-blob-quota-bytes", c.ProjectBlobQuota, "bytes of blob storage each project may hold: registered blob artifacts, committed uploads not registered and uploads in progress (0: no quota)")
+	fs.Int64Var(&c.RegistryQuota, "project-registry-quota-bytes", c.RegistryQuota, "bytes of distinct image blobs each project may hold in the embedded registry, pushes in progress included (0: no quota)")
+	fs.Int64Var(&c.MaxRegistryBlob, "max-registry-blob-bytes", c.MaxRegistryBlob, "largest single blob (image layer) a push to the embedded registry may upload, in bytes")
 	fs.DurationVar(&c.RegistryTokenTTL, "registry-token-ttl", c.RegistryTokenTTL, "lifetime of registry bearer tokens")
 	fs.StringVar(&c.BillingCurrency, "billing-currency", c.BillingCurrency, "ISO 4217 code of the currency of prices, budgets and the ledger")
 	fs.DurationVar(&c.BillingMaxEventAge, "billing-max-event-age", c.BillingMaxEventAge, "how late an app usage event may arrive and still be accepted")
@@ -348,6 +356,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxBlobBytes < 1 || c.ProjectBlobQuota < 0 {
 		errs = append(errs, errors.New("--max-blob-bytes must be positive and --project-blob-quota-bytes not negative"))
+	}
+	if c.MaxRegistryBlob < 1 || c.RegistryQuota < 0 {
+		errs = append(errs, fmt.Errorf("--max-registry-blob-bytes %d must be positive and --project-registry-quota-bytes %d not negative", c.MaxRegistryBlob, c.RegistryQuota))
 	}
 	// A burst under 1 lets no request through (every sign-in is 429 for
 	// ever), and NaN or infinity is no rate an operator meant.

@@ -172,14 +172,9 @@ func (g *gateHandler) tagWritable(w http.ResponseWriter, req *http.Request, repo
 // it wrote.
 func (g *gateHandler) serveSignatureTagWrite(w http.ResponseWriter, req *http.Request, repo, tag, digest string) {
 	if req.Method == http.MethodPut {
-		body, err := io.ReadAll(io.LimitReader(req.Body, MaxManifestBytes+1))
-		if err != nil {
-			// The client went away or its stream's deadline passed.
-			writeDockerError(w, http.StatusBadRequest, "MANIFEST_INVALID", "the manifest could not be read")
+		if _, ok := bufferManifest(w, req); !ok {
 			return
 		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		req.ContentLength = int64(len(body))
 	}
 	hold := HoldSignatureTags
 	if h, ok := g.gate.(SignatureTagHolder); ok {
@@ -281,6 +276,22 @@ func (g *gateWriter) Write(b []byte) (int, error) {
 		return len(b), nil
 	}
 	return g.ResponseWriter.Write(b)
+}
+
+// bufferManifest reads a manifest PUT's whole body, bounded by the
+// registry's manifest limit (a longer one reaches the registry cut one
+// byte past the limit, and the registry refuses it), and puts it back for
+// the registry to read. A body that could not be read (the client went
+// away or its stream's deadline passed) is answered here: ok is false.
+func bufferManifest(w http.ResponseWriter, req *http.Request) (body []byte, ok bool) {
+	body, err := io.ReadAll(io.LimitReader(req.Body, MaxManifestBytes+1))
+	if err != nil {
+		writeDockerError(w, http.StatusBadRequest, "MANIFEST_INVALID", "the manifest could not be read")
+		return nil, false
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	req.ContentLength = int64(len(body))
+	return body, true
 }
 
 // writeDockerError writes the distribution API's error body.

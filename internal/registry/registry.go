@@ -17,6 +17,7 @@ import (
 	"github.com/distribution/distribution/v3/registry/auth"
 	"github.com/distribution/distribution/v3/registry/handlers"
 	"github.com/distribution/distribution/v3/registry/storage"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/google/uuid"
 
@@ -91,16 +92,32 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 		app.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), instanceKey, id)))
 	})
 	var served http.Handler = tagged
-	if gate, ok := authz.(ContentGate); ok {
-		tagsOf, err := tagLookup(ctx, cfg.RootDir)
-		if err != nil {
+	_, gated := authz.(ContentGate)
+	quota, quoted := authz.(UploadQuota)
+	var driver storagedriver.StorageDriver
+	var ns distribution.Namespace
+	if gated || quoted {
+		if driver, ns, err = openStorage(ctx, cfg.RootDir); err != nil {
 			r.Close()
 			return nil, err
 		}
-		served = &gateHandler{gate: gate, authorized: requestAuthorized(access), tagsOf: tagsOf, next: tagged,
+	}
+	if gate, ok := authz.(ContentGate); ok {
+		served = &gateHandler{gate: gate, authorized: requestAuthorized(access), tagsOf: tagLookup(ns), next: served,
 			fail: func(w http.ResponseWriter, req *http.Request, err error) {
 				logger.ErrorContext(req.Context(), "registry: content gate failed", "err", err)
 				tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not check this manifest; retry")
+			}}
+	}
+	if quoted {
+		// Outside the content gate: a write is held against the quota
+		// before the gate or the registry sees its body.
+		us := uploadStore{driver: driver, blobs: ns.BlobStatter()}
+		served = &quotaHandler{quota: quota, authorized: requestAuthorized(access), next: served,
+			blobSize: us.blobSize, removeUpload: us.removeUpload, uploadExists: us.uploadExists,
+			fail: func(w http.ResponseWriter, req *http.Request, err error) {
+				logger.ErrorContext(req.Context(), "registry: quota check failed", "err", err)
+				tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not account for this push; retry")
 			}}
 	}
 	r.handler = r.route(served)
@@ -257,7 +274,10 @@ func (r *Registry) Close() error {
 
 // requestAuthorized reports whether req's bearer token grants, by access,
 // what the registry requires of req on repository: pull for a GET or HEAD,
-// pull and push for a PUT, delete for a DELETE (distribution's own rule).
+// pull and push for a PUT, PATCH or POST, delete for a DELETE
+// (distribution's own rule; it asks pull and push for a DELETE of an
+// upload, which delete covers here: a caller that may not cancel the
+// upload gets the registry's own refusal, and the hold stays).
 func requestAuthorized(access auth.AccessController) func(*http.Request, string) bool {
 	return func(req *http.Request, repository string) bool {
 		res := auth.Resource{Type: "repository", Name: repository}
@@ -265,7 +285,7 @@ func requestAuthorized(access auth.AccessController) func(*http.Request, string)
 		switch req.Method {
 		case http.MethodGet, http.MethodHead:
 			want = []auth.Access{{Resource: res, Action: ActionPull}}
-		case http.MethodPut:
+		case http.MethodPut, http.MethodPatch, http.MethodPost:
 			want = []auth.Access{{Resource: res, Action: ActionPull}, {Resource: res, Action: ActionPush}}
 		case http.MethodDelete:
 			want = []auth.Access{{Resource: res, Action: ActionDelete}}
@@ -277,21 +297,27 @@ func requestAuthorized(access auth.AccessController) func(*http.Request, string)
 	}
 }
 
-// tagLookup returns the tags of a repository that point at a digest,
-// read from the embedded registry's storage under root.
-func tagLookup(ctx context.Context, root string) (func(ctx context.Context, repository, digest string) ([]string, error), error) {
+// openStorage opens the embedded registry's storage under root as the
+// registry itself sees it, for the gate's and the quota's lookups.
+func openStorage(ctx context.Context, root string) (storagedriver.StorageDriver, distribution.Namespace, error) {
 	root, err := filepath.Abs(root)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	driver, err := filesystem.FromParameters(map[string]any{"rootdirectory": root})
 	if err != nil {
-		return nil, fmt.Errorf("registry storage: %w", err)
+		return nil, nil, fmt.Errorf("registry storage: %w", err)
 	}
 	ns, err := storage.NewRegistry(ctx, driver)
 	if err != nil {
-		return nil, fmt.Errorf("registry storage: %w", err)
+		return nil, nil, fmt.Errorf("registry storage: %w", err)
 	}
+	return driver, ns, nil
+}
+
+// tagLookup returns the tags of a repository that point at a digest,
+// read from the embedded registry's storage.
+func tagLookup(ns distribution.Namespace) func(ctx context.Context, repository, digest string) ([]string, error) {
 	return func(ctx context.Context, repository, digest string) ([]string, error) {
 		repo, err := ns.Repository(ctx, repositoryName(repository))
 		if err != nil {
@@ -319,7 +345,7 @@ func tagLookup(ctx context.Context, root string) (func(ctx context.Context, repo
 			}
 		}
 		return tags, nil
-	}, nil
+	}
 }
 
 // repositoryName is a repository name (already checked with

@@ -171,7 +171,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		quota = artifacts.StaticBlobQuota(cfg.ProjectBlobQuota)
 	}
 	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota, Now: now,
-		SignatureTags: a.artifacts.sigTags})
+		SignatureTags: a.artifacts.sigTags, RegistryQuota: cfg.RegistryQuota, MaxRegistryBlob: cfg.MaxRegistryBlob})
 	if w := arts.UploadSweeper(); w != nil {
 		a.Workers = append(a.Workers, w)
 	}

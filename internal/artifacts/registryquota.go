@@ -1,0 +1,173 @@
+package artifacts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/gpuaas/gpuaas/internal/registry"
+	"github.com/gpuaas/gpuaas/internal/storage"
+)
+
+// The registry's UploadQuota: every byte pushed into a project's
+// repositories is held against the project's quota before the registry
+// stores it, in the database, so the count survives restarts and every
+// replica sees the others' pushes. A project's holds are taken one at a
+// time (LockRegistryQuota): used = committed distinct blobs + holds of
+// writes in progress, and a hold is granted only while used stays within
+// the quota.
+
+var _ registry.UploadQuota = registryAuthz{}
+
+// HoldUpload implements registry.UploadQuota.
+func (a registryAuthz) HoldUpload(ctx context.Context, repository, upload string, need, want int64) (int64, error) {
+	var got int64
+	err := a.s.Store.InTx(ctx, func(q Queries) error {
+		h, ok, err := a.lockHold(ctx, q, repository, upload)
+		if err != nil || !ok {
+			got = want // a repository no intent leads to is no project's
+			return err
+		}
+		if limit := a.s.MaxRegistryBlob; limit > 0 {
+			if h.SizeBytes+need > limit {
+				return sizeRefusal(repository, h.SizeBytes+need, limit)
+			}
+			want = min(want, limit-h.SizeBytes)
+		}
+		room, err := a.room(ctx, q, h.ProjectID, need, "this upload")
+		if err != nil {
+			return err
+		}
+		// Holding ahead saves a transaction per read, but near the quota
+		// it would take room a concurrent push needs: there, hold only
+		// what has arrived.
+		got = need
+		if room >= 4*want {
+			got = want
+		}
+		h.SizeBytes += got
+		h.UpdatedAt = a.s.Now()
+		return q.PutRegistryHold(ctx, h)
+	})
+	return got, err
+}
+
+// HoldBlob implements registry.UploadQuota.
+func (a registryAuthz) HoldBlob(ctx context.Context, repository, hold, digest string, size int64) error {
+	return a.s.Store.InTx(ctx, func(q Queries) error {
+		h, ok, err := a.lockHold(ctx, q, repository, hold)
+		if err != nil || !ok {
+			return err
+		}
+		if _, have, err := q.RegistryBlobSize(ctx, h.ProjectID, digest); err != nil || have {
+			return err // in the project already: free
+		}
+		if limit := a.s.MaxRegistryBlob; limit > 0 && size > limit {
+			return sizeRefusal(repository, size, limit)
+		}
+		if _, err := a.room(ctx, q, h.ProjectID, size, "blob "+digest); err != nil {
+			return err
+		}
+		h.SizeBytes = size
+		h.UpdatedAt = a.s.Now()
+		return q.PutRegistryHold(ctx, h)
+	})
+}
+
+// CommittedSize implements registry.UploadQuota.
+func (a registryAuthz) CommittedSize(ctx context.Context, repository, digest string) (int64, bool, error) {
+	q := a.s.Store.Read()
+	pid, err := q.RepositoryProject(ctx, repository)
+	if errors.Is(err, storage.ErrNotFound) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	return q.RegistryBlobSize(ctx, pid, digest)
+}
+
+// ShrinkHold implements registry.UploadQuota.
+func (a registryAuthz) ShrinkHold(ctx context.Context, hold string, n int64) error {
+	return a.s.Store.InTx(ctx, func(q Queries) error { return q.ShrinkRegistryHold(ctx, hold, n) })
+}
+
+// CommitHold implements registry.UploadQuota: the blob joins the project
+// (once, whichever repository or upload brought it) and the hold goes, in
+// one transaction.
+func (a registryAuthz) CommitHold(ctx context.Context, repository, hold, digest string, size int64) error {
+	return a.s.Store.InTx(ctx, func(q Queries) error {
+		h, ok, err := a.lockHold(ctx, q, repository, hold)
+		if err != nil || !ok {
+			return err
+		}
+		if err := q.InsertRegistryBlob(ctx, RegistryBlob{ProjectID: h.ProjectID, Digest: digest, SizeBytes: size,
+			Repository: repository, CreatedAt: a.s.Now()}); err != nil {
+			return err
+		}
+		return q.DeleteRegistryHold(ctx, hold)
+	})
+}
+
+// DropHold implements registry.UploadQuota.
+func (a registryAuthz) DropHold(ctx context.Context, hold string) error {
+	return a.s.Store.InTx(ctx, func(q Queries) error { return q.DeleteRegistryHold(ctx, hold) })
+}
+
+// lockHold locks the quota of the project repository belongs to and reads
+// hold (a new, empty one if none). ok is false for a repository no intent
+// leads to.
+func (a registryAuthz) lockHold(ctx context.Context, q Queries, repository, hold string) (RegistryHold, bool, error) {
+	h, err := q.GetRegistryHold(ctx, hold)
+	if errors.Is(err, storage.ErrNotFound) {
+		now := a.s.Now()
+		h = RegistryHold{ID: hold, Repository: repository, CreatedAt: now, UpdatedAt: now}
+		h.ProjectID, err = q.RepositoryProject(ctx, repository)
+		if errors.Is(err, storage.ErrNotFound) {
+			return RegistryHold{}, false, nil
+		}
+	}
+	if err != nil {
+		return RegistryHold{}, false, err
+	}
+	if err := q.LockRegistryQuota(ctx, h.ProjectID); err != nil {
+		return RegistryHold{}, false, err
+	}
+	// Read again under the lock: a hold changes only under it.
+	if cur, err := q.GetRegistryHold(ctx, hold); err == nil {
+		h = cur
+	} else if !errors.Is(err, storage.ErrNotFound) {
+		return RegistryHold{}, false, err
+	}
+	return h, true, nil
+}
+
+// room returns how many bytes the project may still hold, refusing when
+// that is less than need. The quota row must be locked.
+func (a registryAuthz) room(ctx context.Context, q Queries, projectID string, need int64, what string) (int64, error) {
+	limit := a.s.RegistryQuota
+	if limit <= 0 {
+		return 1<<63 - 1, nil
+	}
+	committed, held, err := q.RegistryUsage(ctx, projectID)
+	if err != nil {
+		return 0, err
+	}
+	room := limit - committed - held
+	if room < need {
+		return 0, &registry.Refusal{Status: http.StatusForbidden, Code: "DENIED", Message: fmt.Sprintf(
+			"registry quota exceeded: project %s uses %d of its %d bytes (%d stored, %d held by pushes in progress) and %s needs %d more; "+
+				"push fewer or smaller layers, or ask the platform operator to raise --project-registry-quota-bytes "+
+				"(deleting images does not free quota yet)",
+			projectID, committed+held, limit, committed, held, what, need-max(room, 0))}
+	}
+	return room, nil
+}
+
+func sizeRefusal(repository string, size, limit int64) error {
+	return &registry.Refusal{Status: http.StatusBadRequest, Code: "SIZE_INVALID", Message: fmt.Sprintf(
+		"blob too large: a push to %s reached %d bytes, past the registry's limit of %d bytes for one blob; "+
+			"split the image into smaller layers, or ask the platform operator to raise --max-registry-blob-bytes",
+		repository, size, limit)}
+}

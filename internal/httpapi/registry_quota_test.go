@@ -1,0 +1,272 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+const (
+	testRegistryQuota = 100_000
+	testMaxRegBlob    = 60_000
+)
+
+// quotaServer starts a server whose projects may hold 100,000 bytes in
+// the registry, 60,000 in one blob, and opens two repositories of its dev
+// project with publish intents.
+func quotaServer(t *testing.T, d store.Dialect) (s *servertest.Server, host, repo1 string, c1 regCreds, repo2 string, c2 regCreds) {
+	t.Helper()
+	s = servertest.Start(t, d, func(c *config.Config) {
+		c.RegistryQuota, c.MaxRegistryBlob = testRegistryQuota, testMaxRegBlob
+	})
+	admin := s.Admin()
+	pid := s.Creds.ProjectID
+	host = admin.Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
+	repo1, c1 = publishIntent(t, admin, pid, map[string]any{"app_slug": "quota-a", "app_version": "1.0.0", "artifact_name": "runtime"})
+	repo2, c2 = publishIntent(t, admin, pid, map[string]any{"app_slug": "quota-b", "app_version": "1.0.0", "artifact_name": "runtime"})
+	return s, host, repo1, c1, repo2, c2
+}
+
+// patterned returns n bytes no other call with another seed repeats.
+func patterned(seed byte, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed ^ byte(i*7+i/251)
+	}
+	return b
+}
+
+// regUsage reads the project's committed and held registry bytes.
+func regUsage(t *testing.T, s *servertest.Server) (committed, held int64) {
+	t.Helper()
+	c, h, err := s.DB.Queries().RegistryUsage(context.Background(), s.Creds.ProjectID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, h
+}
+
+// pushLayer pushes data as one blob into repo the way crane does (POST,
+// a streamed PATCH, PUT).
+func pushLayer(ctx context.Context, host, repo string, rc regCreds, data []byte) error {
+	r, err := name.NewRepository(host+"/"+repo, name.Insecure)
+	if err != nil {
+		return err
+	}
+	return remote.WriteLayer(r, static.NewLayer(data, types.OCILayer), rc.opts(ctx)...)
+}
+
+// wantRegistryError asserts err is the registry's error code whose
+// message names what the pusher can do.
+func wantRegistryError(t *testing.T, err error, code string, mentions ...string) {
+	t.Helper()
+	var te *transport.Error
+	if !errors.As(err, &te) || len(te.Errors) == 0 {
+		t.Fatalf("want registry error %s, got %v", code, err)
+	}
+	if string(te.Errors[0].Code) != code {
+		t.Fatalf("want %s, got %s: %s", code, te.Errors[0].Code, te.Errors[0].Message)
+	}
+	for _, m := range mentions {
+		if !strings.Contains(te.Errors[0].Message, m) {
+			t.Fatalf("message %q does not mention %q", te.Errors[0].Message, m)
+		}
+	}
+}
+
+// leftUploads lists upload sessions the registry still stores.
+func leftUploads(t *testing.T, s *servertest.Server) []string {
+	t.Helper()
+	root := s.App.Config.RegistryDir
+	if root == "" {
+		root = filepath.Join(s.App.Config.DataDir, "registry")
+	}
+	var out []string
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && filepath.Base(filepath.Dir(p)) == "_uploads" {
+			out = append(out, p)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A project's registry pushes are held against its quota as they stream:
+// an over-size blob and an over-quota one are refused with the
+// distribution API's error and leave nothing stored; an exact fit is
+// accepted; a blob the project holds already costs nothing again, in any
+// of its repositories.
+func TestRegistryQuota(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		ctx := context.Background()
+		s, host, repo1, c1, repo2, c2 := quotaServer(t, d)
+
+		// One blob past the size limit.
+		err := pushLayer(ctx, host, repo1, c1, patterned(1, testMaxRegBlob+1))
+		wantRegistryError(t, err, "SIZE_INVALID", "60000", "--max-registry-blob-bytes")
+		if c, h := regUsage(t, s); c != 0 || h != 0 {
+			t.Fatalf("after an over-size push: %d committed, %d held; want 0, 0", c, h)
+		}
+		if left := leftUploads(t, s); len(left) != 0 {
+			t.Fatalf("an over-size push left uploads: %v", left)
+		}
+
+		a := patterned(2, 50_000)
+		if err := pushLayer(ctx, host, repo1, c1, a); err != nil {
+			t.Fatal(err)
+		}
+		// 50,001 more bytes do not fit in the 50,000 left.
+		err = pushLayer(ctx, host, repo1, c1, patterned(3, 50_001))
+		wantRegistryError(t, err, "DENIED", "100000", "--project-registry-quota-bytes")
+		if c, h := regUsage(t, s); c != 50_000 || h != 0 {
+			t.Fatalf("after an over-quota push: %d committed, %d held; want 50000, 0", c, h)
+		}
+		if left := leftUploads(t, s); len(left) != 0 {
+			t.Fatalf("an over-quota push left uploads: %v", left)
+		}
+		// 50,000 do: the quota is full to the byte.
+		if err := pushLayer(ctx, host, repo2, c2, patterned(4, 50_000)); err != nil {
+			t.Fatalf("exact fit: %v", err)
+		}
+		if c, h := regUsage(t, s); c != testRegistryQuota || h != 0 {
+			t.Fatalf("after the exact fit: %d committed, %d held; want %d, 0", c, h, testRegistryQuota)
+		}
+
+		// The same blob again: in its repository (the client finds it
+		// there), and uploaded whole into the other one.
+		if err := pushLayer(ctx, host, repo1, c1, a); err != nil {
+			t.Fatalf("re-push into the same repository: %v", err)
+		}
+		monolithicPut(t, ctx, host, repo2, c2, a, http.StatusCreated)
+		if c, h := regUsage(t, s); c != testRegistryQuota || h != 0 {
+			t.Fatalf("after re-pushes: %d committed, %d held; want %d, 0", c, h, testRegistryQuota)
+		}
+		// Claiming a held digest buys no more than its size.
+		fake := append(bytes.Clone(a), 'x')
+		monolithicPutDigest(t, ctx, host, repo2, c2, fake, digestOf(a), http.StatusForbidden)
+		if c, h := regUsage(t, s); c != testRegistryQuota || h != 0 {
+			t.Fatalf("after a false digest: %d committed, %d held; want %d, 0", c, h, testRegistryQuota)
+		}
+		if left := leftUploads(t, s); len(left) != 0 {
+			t.Fatalf("a refused push left uploads: %v", left)
+		}
+	})
+}
+
+// Pushes of one project at the same time, on its two repositories, never
+// together store more than its quota.
+func TestRegistryQuotaConcurrentPushes(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		ctx := context.Background()
+		s, host, repo1, c1, repo2, c2 := quotaServer(t, d)
+
+		const n, size = 6, 40_000 // 240,000 bytes against 100,000
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			repo, rc := repo1, c1
+			if i%2 == 1 {
+				repo, rc = repo2, c2
+			}
+			wg.Go(func() { errs[i] = pushLayer(ctx, host, repo, rc, patterned(byte(10+i), size)) })
+		}
+		wg.Wait()
+		var stored int64
+		for _, err := range errs {
+			if err == nil {
+				stored += size
+				continue
+			}
+			wantRegistryError(t, err, "DENIED", "--project-registry-quota-bytes")
+		}
+		c, h := regUsage(t, s)
+		if stored > testRegistryQuota || c != stored || h != 0 {
+			t.Fatalf("%d bytes accepted, %d committed, %d held; quota %d", stored, c, h, testRegistryQuota)
+		}
+		if left := leftUploads(t, s); len(left) != 0 {
+			t.Fatalf("refused pushes left uploads: %v", left)
+		}
+	})
+}
+
+func digestOf(b []byte) string {
+	l := static.NewLayer(b, types.OCILayer)
+	d, _ := l.Digest()
+	return d.String()
+}
+
+// monolithicPut uploads data as one PUT naming its digest.
+func monolithicPut(t *testing.T, ctx context.Context, host, repo string, rc regCreds, data []byte, want int) {
+	t.Helper()
+	monolithicPutDigest(t, ctx, host, repo, rc, data, digestOf(data), want)
+}
+
+func monolithicPutDigest(t *testing.T, ctx context.Context, host, repo string, rc regCreds, data []byte, digest string, want int) {
+	t.Helper()
+	r, err := name.NewRepository(host+"/"+repo, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := transport.NewWithContext(ctx, r.Registry, &authn.Basic{Username: rc.user, Password: rc.pass}, http.DefaultTransport,
+		[]string{r.Scope(transport.PushScope)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: rt}
+	base := "http://" + host + "/v2/" + repo + "/blobs/uploads/"
+	resp, err := hc.Post(base, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	loc := resp.Header.Get("Location")
+	if resp.StatusCode != http.StatusAccepted || loc == "" {
+		t.Fatalf("start upload: %d", resp.StatusCode)
+	}
+	if strings.HasPrefix(loc, "/") {
+		loc = "http://" + host + loc
+	}
+	sep := "?"
+	if strings.Contains(loc, "?") {
+		sep = "&"
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, loc+sep+"digest="+digest, bytes.NewReader(data))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err = hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		t.Fatalf("PUT %s with digest %s: %d %s, want %d", repo, digest, resp.StatusCode, body, want)
+	}
+}

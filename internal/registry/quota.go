@@ -1,0 +1,366 @@
+package registry
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+
+	"github.com/distribution/distribution/v3"
+	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
+	"github.com/google/uuid"
+	"github.com/opencontainers/go-digest"
+)
+
+// UploadQuota is an optional extension of Authorizer: what a project may
+// write into the embedded registry. Every byte a push sends is held
+// against the quota before the registry stores it, so neither one pusher
+// streaming a large chunked upload nor several pushing at once can store
+// more than the quota: a hold that does not fit is refused and the
+// upload's data is removed. Refusals are *Refusal errors; any other error
+// is a failure (500).
+type UploadQuota interface {
+	// HoldUpload adds between need and want bytes (as many as fit) to the
+	// hold of upload, an upload session of repository, and returns how
+	// many it added.
+	HoldUpload(ctx context.Context, repository, upload string, need, want int64) (int64, error)
+	// HoldBlob holds size bytes as hold for the whole blob digest about to
+	// enter repository (a manifest, a mounted blob): nothing when the
+	// repository's project holds the digest already.
+	HoldBlob(ctx context.Context, repository, hold, digest string, size int64) error
+	// CommittedSize returns the size of blob digest when the project of
+	// repository holds it already (ok false otherwise).
+	CommittedSize(ctx context.Context, repository, digest string) (size int64, ok bool, err error)
+	// ShrinkHold gives back n bytes of hold that were held ahead of data
+	// that never came.
+	ShrinkHold(ctx context.Context, hold string, n int64) error
+	// CommitHold records that hold became blob digest of size in
+	// repository and drops the hold: a digest its project holds already
+	// costs nothing more.
+	CommitHold(ctx context.Context, repository, hold, digest string, size int64) error
+	// DropHold forgets hold (its upload was cancelled or removed).
+	DropHold(ctx context.Context, hold string) error
+}
+
+// Refusal is an UploadQuota's answer to a write that does not fit: the
+// registry answers it in the distribution API's error format, so docker
+// and crane print Message.
+type Refusal struct {
+	Status  int    // 403 (DENIED) or 400 (SIZE_INVALID)
+	Code    string // DENIED | SIZE_INVALID
+	Message string
+}
+
+func (r *Refusal) Error() string { return r.Message }
+
+// holdStep is how far ahead of the data a streaming upload holds quota: a
+// hold per 8 MiB keeps a large push at a few database writes per second,
+// and what was held past the data is given back when the request ends.
+const holdStep = 8 << 20
+
+// uploadPathRe splits /v2/<name>/blobs/uploads/<id>; uploadsPathRe matches
+// /v2/<name>/blobs/uploads/ (a new upload or a mount).
+var (
+	uploadPathRe  = regexp.MustCompile(`^/v2/(.+)/blobs/uploads/([^/]+)$`)
+	uploadsPathRe = regexp.MustCompile(`^/v2/(.+)/blobs/uploads/?$`)
+)
+
+// quotaHandler holds quota for every write it passes to next: upload
+// chunks as they stream, a manifest and a mounted blob by their size, and
+// records what the registry committed.
+type quotaHandler struct {
+	quota      UploadQuota
+	authorized func(req *http.Request, repository string) bool
+	// blobSize is the size of a blob the registry stores (any
+	// repository's), or an error matching distribution.ErrBlobUnknown.
+	blobSize func(ctx context.Context, digest string) (int64, error)
+	// removeUpload deletes what an upload session of repository stored.
+	removeUpload func(ctx context.Context, repository, upload string) error
+	// uploadExists reports whether an upload session is still stored.
+	uploadExists func(ctx context.Context, repository, upload string) (bool, error)
+	next         http.Handler
+	fail         func(http.ResponseWriter, *http.Request, error)
+}
+
+func (q *quotaHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	p := req.URL.Path
+	switch req.Method {
+	case http.MethodPatch, http.MethodPut:
+		if m := uploadPathRe.FindStringSubmatch(p); m != nil && q.authorized(req, m[1]) {
+			q.serveUploadWrite(w, req, m[1], m[2])
+			return
+		}
+		if m := manifestPathRe.FindStringSubmatch(p); m != nil && req.Method == http.MethodPut && q.authorized(req, m[1]) {
+			q.serveManifestPut(w, req, m[1])
+			return
+		}
+	case http.MethodDelete:
+		if m := uploadPathRe.FindStringSubmatch(p); m != nil && q.authorized(req, m[1]) {
+			rw := &statusWriter{ResponseWriter: w}
+			q.next.ServeHTTP(rw, req)
+			if rw.status == http.StatusNoContent {
+				q.drop(req.Context(), m[2])
+			}
+			return
+		}
+	case http.MethodPost:
+		if m := uploadsPathRe.FindStringSubmatch(p); m != nil && req.URL.Query().Get("mount") != "" && q.authorized(req, m[1]) {
+			q.serveMount(w, req, m[1])
+			return
+		}
+	}
+	q.next.ServeHTTP(w, req)
+}
+
+// serveUploadWrite streams a PATCH or PUT body of upload through a
+// reader that holds quota before the registry sees each byte. A hold
+// that does not fit ends the request: the upload's data is removed and
+// the refusal answered in place of whatever the registry said.
+func (q *quotaHandler) serveUploadWrite(w http.ResponseWriter, req *http.Request, repo, upload string) {
+	ctx := req.Context()
+	body := &holdingReader{ctx: ctx, r: req.Body, quota: q.quota, repo: repo, upload: upload}
+	if d := req.URL.Query().Get("digest"); req.Method == http.MethodPut && d != "" {
+		// A final PUT names its digest before its data: a blob the
+		// project holds already costs nothing again, up to its size (more
+		// cannot match it; the registry refuses a mismatch and removes the
+		// upload).
+		size, ok, err := q.quota.CommittedSize(ctx, repo, d)
+		if err != nil {
+			q.fail(w, req, err)
+			return
+		}
+		if ok {
+			body.free = size
+		}
+	}
+	req.Body = body
+	rw := &statusWriter{ResponseWriter: w, mute: func() bool { return body.err != nil }}
+	q.next.ServeHTTP(rw, req)
+	if body.err != nil {
+		if err := q.removeUpload(ctx, repo, upload); err != nil {
+			q.fail(w, req, fmt.Errorf("remove refused upload %s: %w", upload, err))
+			return
+		}
+		q.drop(ctx, upload)
+		var ref *Refusal
+		if errors.As(body.err, &ref) {
+			writeDockerError(w, ref.Status, ref.Code, ref.Message)
+			return
+		}
+		q.fail(w, req, body.err)
+		return
+	}
+	if over := body.held - max(body.n-body.free, 0); over > 0 {
+		if err := q.quota.ShrinkHold(context.WithoutCancel(ctx), upload, over); err != nil {
+			q.fail(rw, req, err)
+			return
+		}
+	}
+	if req.Method != http.MethodPut {
+		return
+	}
+	if rw.status == http.StatusCreated {
+		d := rw.Header().Get("Docker-Content-Digest")
+		size, err := q.blobSize(ctx, d)
+		if err == nil {
+			err = q.quota.CommitHold(context.WithoutCancel(ctx), repo, upload, d, size)
+		}
+		if err != nil {
+			// The blob is stored and the answer sent; the hold stays,
+			// counting the bytes until it is dropped.
+			q.fail(rw, req, fmt.Errorf("record blob %s of upload %s: %w", d, upload, err))
+		}
+		return
+	}
+	// A failed commit (a wrong digest) removes the upload; any other
+	// failure leaves it to be resumed, still held.
+	if ok, err := q.uploadExists(ctx, repo, upload); err == nil && !ok {
+		q.drop(ctx, upload)
+	}
+}
+
+// serveManifestPut holds a manifest's size before the registry stores it
+// (it is a blob of the repository too) and records it once stored.
+func (q *quotaHandler) serveManifestPut(w http.ResponseWriter, req *http.Request, repo string) {
+	body, ok := bufferManifest(w, req)
+	if !ok {
+		return
+	}
+	if len(body) > MaxManifestBytes {
+		q.next.ServeHTTP(w, req) // the registry refuses it
+		return
+	}
+	sum := sha256.Sum256(body)
+	d := "sha256:" + hex.EncodeToString(sum[:])
+	q.serveHeld(w, req, repo, d, int64(len(body)))
+}
+
+// serveMount holds the size of a blob mounted from another repository:
+// free when the project holds it already.
+func (q *quotaHandler) serveMount(w http.ResponseWriter, req *http.Request, repo string) {
+	d := req.URL.Query().Get("mount")
+	if _, err := digest.Parse(d); err != nil {
+		q.next.ServeHTTP(w, req) // the registry starts a plain upload
+		return
+	}
+	size, err := q.blobSize(req.Context(), d)
+	if errors.Is(err, distribution.ErrBlobUnknown) {
+		q.next.ServeHTTP(w, req) // nothing to mount: a plain upload starts
+		return
+	}
+	if err != nil {
+		q.fail(w, req, err)
+		return
+	}
+	q.serveHeld(w, req, repo, d, size)
+}
+
+// serveHeld passes req on under a hold of size bytes for digest, and turns
+// the hold into the project's blob when the registry answers 201.
+func (q *quotaHandler) serveHeld(w http.ResponseWriter, req *http.Request, repo, d string, size int64) {
+	ctx := req.Context()
+	hold := "put:" + uuid.NewString()
+	if err := q.quota.HoldBlob(ctx, repo, hold, d, size); err != nil {
+		var ref *Refusal
+		if errors.As(err, &ref) {
+			writeDockerError(w, ref.Status, ref.Code, ref.Message)
+			return
+		}
+		q.fail(w, req, err)
+		return
+	}
+	rw := &statusWriter{ResponseWriter: w}
+	q.next.ServeHTTP(rw, req)
+	ctx = context.WithoutCancel(ctx)
+	if rw.status == http.StatusCreated {
+		if got := rw.Header().Get("Docker-Content-Digest"); got != "" {
+			d = got
+		}
+		if err := q.quota.CommitHold(ctx, repo, hold, d, size); err != nil {
+			q.fail(rw, req, fmt.Errorf("record blob %s: %w", d, err))
+		}
+		return
+	}
+	q.drop(ctx, hold)
+}
+
+// drop forgets a hold; a failure leaves it counted, which errs on the
+// side of the quota.
+func (q *quotaHandler) drop(ctx context.Context, hold string) {
+	_ = q.quota.DropHold(context.WithoutCancel(ctx), hold)
+}
+
+// holdingReader holds quota for each read before returning its bytes.
+type holdingReader struct {
+	ctx          context.Context
+	r            io.ReadCloser
+	quota        UploadQuota
+	repo, upload string
+	n, held      int64 // bytes passed on, bytes held by this request
+	free         int64 // bytes this request may pass on without a hold
+	err          error // the hold that failed; the stream ends with it
+}
+
+func (h *holdingReader) Read(p []byte) (int, error) {
+	if h.err != nil {
+		return 0, h.err
+	}
+	k, err := h.r.Read(p)
+	if k > 0 && h.n+int64(k) > h.held+h.free {
+		need := h.n + int64(k) - h.held - h.free
+		got, herr := h.quota.HoldUpload(h.ctx, h.repo, h.upload, need, max(need, holdStep))
+		if herr == nil && got < need {
+			herr = fmt.Errorf("quota held %d of %d bytes", got, need)
+		}
+		if herr != nil {
+			h.err = herr
+			return 0, herr
+		}
+		h.held += got
+	}
+	h.n += int64(k)
+	return k, err
+}
+
+func (h *holdingReader) Close() error { return h.r.Close() }
+
+// statusWriter records the status the registry answers with and, while
+// mute says so, drops the answer (the caller writes its own).
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	mute   func() bool
+}
+
+func (s *statusWriter) muted() bool { return s.mute != nil && s.mute() }
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status != 0 {
+		return
+	}
+	s.status = code
+	if !s.muted() {
+		s.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.WriteHeader(http.StatusOK)
+	}
+	if s.muted() {
+		return len(b), nil
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// uploadDataPath is where distribution's storage keeps an upload session
+// of repository (registry/storage/paths.go, uploadDataPathSpec's parent).
+func uploadDataPath(repository, upload string) string {
+	return "/docker/registry/v2/repositories/" + repository + "/_uploads/" + upload
+}
+
+// uploadStore answers the quota handler's questions about stored uploads
+// and blobs from the registry's storage driver.
+type uploadStore struct {
+	driver storagedriver.StorageDriver
+	blobs  distribution.BlobStatter
+}
+
+func (s uploadStore) blobSize(ctx context.Context, d string) (int64, error) {
+	dg, err := digest.Parse(d)
+	if err != nil {
+		return 0, err
+	}
+	desc, err := s.blobs.Stat(ctx, dg)
+	if err != nil {
+		return 0, err
+	}
+	return desc.Size, nil
+}
+
+func (s uploadStore) removeUpload(ctx context.Context, repository, upload string) error {
+	if !ValidRepository(repository) || uuid.Validate(upload) != nil {
+		return nil // the registry refused it before storing anything
+	}
+	err := s.driver.Delete(ctx, uploadDataPath(repository, upload))
+	if errors.As(err, new(storagedriver.PathNotFoundError)) {
+		return nil
+	}
+	return err
+}
+
+func (s uploadStore) uploadExists(ctx context.Context, repository, upload string) (bool, error) {
+	if !ValidRepository(repository) || uuid.Validate(upload) != nil {
+		return false, nil
+	}
+	_, err := s.driver.Stat(ctx, uploadDataPath(repository, upload))
+	if errors.As(err, new(storagedriver.PathNotFoundError)) {
+		return false, nil
+	}
+	return err == nil, err
+}

@@ -1,0 +1,88 @@
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+)
+
+// The embedded registry's per-project accounting (artifacts.UploadQuota):
+// committed blobs, the holds of writes in progress, and the lock row that
+// counts a project's pushes one at a time.
+
+// RepositoryProject returns the project whose intents lead to repository
+// (the newest, should a slug have been reused), or ErrNotFound.
+func (q *Queries) RepositoryProject(ctx context.Context, repository string) (string, error) {
+	var id string
+	err := q.queryRow(ctx, `SELECT project_id FROM artifact_intents WHERE repository = ? ORDER BY created_at DESC, id DESC LIMIT 1`, repository).Scan(&id)
+	return id, scanOne(err)
+}
+
+// LockRegistryQuota holds the project's quota row until the transaction
+// ends, creating it on the project's first push (on PostgreSQL a second
+// inserter waits on the first's key until it commits).
+func (q *Queries) LockRegistryQuota(ctx context.Context, projectID string) error {
+	if _, err := q.exec(ctx, `INSERT INTO registry_quota_locks (project_id) VALUES (?) ON CONFLICT (project_id) DO NOTHING`, projectID); err != nil {
+		return mapErr(err)
+	}
+	var id string
+	return scanOne(q.queryRow(ctx, `SELECT project_id FROM registry_quota_locks WHERE project_id = ?`+q.forUpdate(), projectID).Scan(&id))
+}
+
+// RegistryUsage returns the bytes of the project's committed blobs and of
+// its holds.
+func (q *Queries) RegistryUsage(ctx context.Context, projectID string) (committed, held int64, err error) {
+	err = q.queryRow(ctx, `SELECT
+		(SELECT COALESCE(SUM(size_bytes), 0) FROM registry_blobs WHERE project_id = ?),
+		(SELECT COALESCE(SUM(size_bytes), 0) FROM registry_holds WHERE project_id = ?)`, projectID, projectID).Scan(&committed, &held)
+	return committed, held, mapErr(err)
+}
+
+// RegistryBlobSize returns the size of a blob the project holds.
+func (q *Queries) RegistryBlobSize(ctx context.Context, projectID, digest string) (int64, bool, error) {
+	var n int64
+	err := scanOne(q.queryRow(ctx, `SELECT size_bytes FROM registry_blobs WHERE project_id = ? AND digest = ?`, projectID, digest).Scan(&n))
+	if errors.Is(err, ErrNotFound) {
+		return 0, false, nil
+	}
+	return n, err == nil, err
+}
+
+// InsertRegistryBlob records a committed blob; one the project holds
+// already is left as it is.
+func (q *Queries) InsertRegistryBlob(ctx context.Context, b artifacts.RegistryBlob) error {
+	_, err := q.exec(ctx, `INSERT INTO registry_blobs (project_id, digest, size_bytes, repository, created_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (project_id, digest) DO NOTHING`, b.ProjectID, b.Digest, b.SizeBytes, b.Repository, ts(b.CreatedAt))
+	return mapErr(err)
+}
+
+const registryHoldCols = `id, project_id, repository, size_bytes, created_at, updated_at`
+
+// GetRegistryHold reads a hold, or ErrNotFound.
+func (q *Queries) GetRegistryHold(ctx context.Context, id string) (artifacts.RegistryHold, error) {
+	var h artifacts.RegistryHold
+	err := q.queryRow(ctx, `SELECT `+registryHoldCols+` FROM registry_holds WHERE id = ?`, id).
+		Scan(&h.ID, &h.ProjectID, &h.Repository, &h.SizeBytes, scanTime(&h.CreatedAt), scanTime(&h.UpdatedAt))
+	return h, scanOne(err)
+}
+
+// PutRegistryHold writes a hold's size and time, creating it if new.
+func (q *Queries) PutRegistryHold(ctx context.Context, h artifacts.RegistryHold) error {
+	_, err := q.exec(ctx, `INSERT INTO registry_holds (`+registryHoldCols+`) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET size_bytes = excluded.size_bytes, updated_at = excluded.updated_at`,
+		h.ID, h.ProjectID, h.Repository, h.SizeBytes, ts(h.CreatedAt), ts(h.UpdatedAt))
+	return mapErr(err)
+}
+
+// ShrinkRegistryHold gives back n bytes of a hold (never below zero).
+func (q *Queries) ShrinkRegistryHold(ctx context.Context, id string, n int64) error {
+	_, err := q.exec(ctx, `UPDATE registry_holds SET size_bytes = CASE WHEN size_bytes > ? THEN size_bytes - ? ELSE 0 END WHERE id = ?`, n, n, id)
+	return mapErr(err)
+}
+
+// DeleteRegistryHold forgets a hold; none is fine.
+func (q *Queries) DeleteRegistryHold(ctx context.Context, id string) error {
+	_, err := q.exec(ctx, `DELETE FROM registry_holds WHERE id = ?`, id)
+	return mapErr(err)
+}
