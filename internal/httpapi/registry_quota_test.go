@@ -150,8 +150,26 @@ func TestRegistryQuota(t *testing.T) {
 		if left := leftUploads(t, s); len(left) != 0 {
 			t.Fatalf("an over-quota push left uploads: %v", left)
 		}
-		// 50,000 do: the quota is full to the byte.
-		if err := pushLayer(ctx, host, repo2, c2, patterned(4, 50_000)); err != nil {
+		// A chunk streamed into an upload is held until the upload is
+		// committed, and then counted as the blob.
+		chunk := patterned(5, 30_000)
+		hc, loc := startUpload(t, ctx, host, repo1, c1)
+		patch, _ := http.NewRequestWithContext(ctx, http.MethodPatch, loc, io.MultiReader(bytes.NewReader(chunk)))
+		patch.Header.Set("Content-Type", "application/octet-stream")
+		next := wantStatus(t, hc, patch, http.StatusAccepted).Header.Get("Location")
+		if c, h := regUsage(t, s); c != 50_000 || h != 30_000 {
+			t.Fatalf("during an upload of 30,000 bytes: %d committed, %d held; want 50000, 30000", c, h)
+		}
+		if strings.HasPrefix(next, "/") {
+			next = "http://" + host + next
+		}
+		put, _ := http.NewRequestWithContext(ctx, http.MethodPut, next+"&digest="+digestOf(chunk), nil)
+		wantStatus(t, hc, put, http.StatusCreated)
+		if c, h := regUsage(t, s); c != 80_000 || h != 0 {
+			t.Fatalf("after the upload: %d committed, %d held; want 80000, 0", c, h)
+		}
+		// 20,000 more fit: the quota is full to the byte.
+		if err := pushLayer(ctx, host, repo2, c2, patterned(4, 20_000)); err != nil {
 			t.Fatalf("exact fit: %v", err)
 		}
 		if c, h := regUsage(t, s); c != testRegistryQuota || h != 0 {
@@ -231,6 +249,20 @@ func monolithicPut(t *testing.T, ctx context.Context, host, repo string, rc regC
 
 func monolithicPutDigest(t *testing.T, ctx context.Context, host, repo string, rc regCreds, data []byte, digest string, want int) {
 	t.Helper()
+	hc, loc := startUpload(t, ctx, host, repo, rc)
+	sep := "?"
+	if strings.Contains(loc, "?") {
+		sep = "&"
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, loc+sep+"digest="+digest, bytes.NewReader(data))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	wantStatus(t, hc, req, want)
+}
+
+// startUpload opens an upload session in repo and returns a client that
+// holds push rights there and the session's URL.
+func startUpload(t *testing.T, ctx context.Context, host, repo string, rc regCreds) (*http.Client, string) {
+	t.Helper()
 	r, err := name.NewRepository(host+"/"+repo, name.Insecure)
 	if err != nil {
 		t.Fatal(err)
@@ -241,32 +273,25 @@ func monolithicPutDigest(t *testing.T, ctx context.Context, host, repo string, r
 		t.Fatal(err)
 	}
 	hc := &http.Client{Transport: rt}
-	base := "http://" + host + "/v2/" + repo + "/blobs/uploads/"
-	resp, err := hc.Post(base, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+host+"/v2/"+repo+"/blobs/uploads/", nil)
+	resp := wantStatus(t, hc, req, http.StatusAccepted)
 	loc := resp.Header.Get("Location")
-	if resp.StatusCode != http.StatusAccepted || loc == "" {
-		t.Fatalf("start upload: %d", resp.StatusCode)
-	}
 	if strings.HasPrefix(loc, "/") {
 		loc = "http://" + host + loc
 	}
-	sep := "?"
-	if strings.Contains(loc, "?") {
-		sep = "&"
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, loc+sep+"digest="+digest, bytes.NewReader(data))
-	req.Header.Set("Content-Type", "application/octet-stream")
-	resp, err = hc.Do(req)
+	return hc, loc
+}
+
+func wantStatus(t *testing.T, hc *http.Client, req *http.Request, want int) *http.Response {
+	t.Helper()
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	if resp.StatusCode != want {
-		t.Fatalf("PUT %s with digest %s: %d %s, want %d", repo, digest, resp.StatusCode, body, want)
+		t.Fatalf("%s %s: %d %s, want %d", req.Method, req.URL.Path, resp.StatusCode, body, want)
 	}
+	return resp
 }

@@ -275,9 +275,7 @@ func (r *Registry) Close() error {
 // requestAuthorized reports whether req's bearer token grants, by access,
 // what the registry requires of req on repository: pull for a GET or HEAD,
 // pull and push for a PUT, PATCH or POST, delete for a DELETE
-// (distribution's own rule; it asks pull and push for a DELETE of an
-// upload, which delete covers here: a caller that may not cancel the
-// upload gets the registry's own refusal, and the hold stays).
+// (distribution's own rule).
 func requestAuthorized(access auth.AccessController) func(*http.Request, string) bool {
 	return func(req *http.Request, repository string) bool {
 		res := auth.Resource{Type: "repository", Name: repository}
