@@ -592,5 +592,23 @@ func TestHeartbeatSweepWaitsAfterAnOutage(t *testing.T) {
 		if health("silent") != "degraded" || health("back") != "healthy" {
 			t.Fatalf("a timeout after the control plane came back: silent %s (want degraded), back %s (want healthy)", health("silent"), health("back"))
 		}
+		// The server's own sweep, stopped above as the schema guard stops
+		// every job while it refuses the workloads' posts, starts again two
+		// minutes on: its first run waits as after an outage.
+		clk.Advance(2 * time.Minute)
+		w := e.s.App.Instances.HeartbeatWorker()
+		runs := w.Runs()
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := w.WaitRuns(waitCtx, runs+1); err != nil {
+			t.Fatal(err)
+		}
+		if health("back") != "healthy" {
+			t.Fatalf("the first sweep after the worker was paused and resumed degraded back: %s", health("back"))
+		}
 	})
 }

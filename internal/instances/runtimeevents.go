@@ -448,8 +448,11 @@ func (s *Service) recordHealth(ctx context.Context, tx Tx, inst AppInstance, fro
 func (s *Service) HeartbeatWorker() *worker.Periodic { return s.heartbeats }
 
 func (s *Service) newHeartbeatWorker() *worker.Periodic {
+	// OnStart forgets when the sweep began: a Start after a Stop (the
+	// schema guard pauses every job, and this replica refused the
+	// heartbeats meanwhile) waits again as after an outage.
 	return &worker.Periodic{Name: "instance-heartbeats", Interval: HeartbeatSweepInterval, Timeout: time.Minute, Logger: s.Logger,
-		Run: s.SweepHeartbeats}
+		Run: s.SweepHeartbeats, OnStart: func() { s.listening.Store(0) }}
 }
 
 // SweepHeartbeats degrades every running instance whose workload missed
@@ -462,8 +465,9 @@ func (s *Service) newHeartbeatWorker() *worker.Periodic {
 // heartbeat is as overdue as the outage is long, and the workloads beat
 // again within their timeout of the API being back; judging at once
 // degraded every heartbeating instance at the first sweep. A replica that
-// restarts while others run loses nothing by waiting: they sweep. (The
-// nodes' liveness worker waits the same way.)
+// restarts while others run loses nothing by waiting: they sweep. The same
+// holds after its worker was stopped and started again (the schema guard's
+// pause). (The nodes' liveness worker waits the same way.)
 func (s *Service) SweepHeartbeats(ctx context.Context) error {
 	now := s.Now().UTC()
 	s.listening.CompareAndSwap(0, now.UnixNano())
