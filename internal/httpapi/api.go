@@ -21,6 +21,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/nodes"
+	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/releases"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
 )
@@ -106,7 +107,10 @@ type route struct {
 	// websocket marks WebSocket upgrades: the token may also come as the
 	// subprotocol bearer.<token> (browsers cannot set Authorization).
 	websocket bool
-	pattern   string
+	// writes marks a GET that changes state (an agent's task poll leases
+	// its tasks): API.Writable is asked as for a POST.
+	writes  bool
+	pattern string
 }
 
 // Routes is the whole REST surface on one screen.
@@ -182,13 +186,29 @@ func changes(r *http.Request) bool {
 }
 
 // refuseChanges answers a state-changing request with Writable's error
-// while it has one (the mounts and the fallback, which wrap does not
-// cover).
+// while it has one (the fallback, which wrap does not cover).
 func (a *API) refuseChanges(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if a.Writable != nil && changes(r) {
 			if err := a.Writable(); err != nil {
 				writeError(w, r, a.Logger, err)
+				return
+			}
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// refuseRegistryChanges is refuseChanges for the registry's mount: its
+// answer is in the registry's error format too, which docker and crane
+// print, and the token endpoint stays open: a token is a read (containerd
+// asks for one with a POST first, and a 503 there would fail pulls).
+func (a *API) refuseRegistryChanges(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if a.Writable != nil && changes(r) && r.URL.Path != registry.TokenPath {
+			if err := a.Writable(); err != nil {
+				e, _ := errdefs.As(err)
+				registry.WriteError(w, r, http.StatusServiceUnavailable, e.Code, e.Message)
 				return
 			}
 		}
@@ -234,7 +254,7 @@ func (a *API) build() http.Handler {
 	}
 	mux.Handle("GET /metrics", a.metrics.handler())
 	for prefix, h := range a.Mounts {
-		mux.Handle(prefix, a.refuseChanges(a.WithStreamDeadlines(a.limitRegistryToken(h))))
+		mux.Handle(prefix, a.refuseRegistryChanges(a.WithStreamDeadlines(a.limitRegistryToken(h))))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)

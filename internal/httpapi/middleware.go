@@ -133,12 +133,6 @@ func (a *API) wrap(rt route) http.Handler {
 			writeError(rec, r, a.Logger, err)
 			return
 		}
-		if a.Writable != nil && changes(r) {
-			if err := a.Writable(); err != nil {
-				writeError(rec, r, a.Logger, err)
-				return
-			}
-		}
 		if rt.credential && !a.limiter.allow(r) {
 			w.Header().Set("Retry-After", "1")
 			writeError(rec, r, a.Logger, errRateLimited)
@@ -150,6 +144,14 @@ func (a *API) wrap(rt route) http.Handler {
 			return
 		}
 		r = r.WithContext(actx)
+		// After authentication: a caller who may not act learns nothing
+		// about the replica's schema from a refusal.
+		if a.Writable != nil && (changes(r) || rt.writes) {
+			if err := a.Writable(); err != nil {
+				writeError(rec, r, a.Logger, err)
+				return
+			}
+		}
 		if !rt.public && (r.Method == http.MethodPost || r.Method == http.MethodPut) && !rt.noIdempotency {
 			if key := idempotencyKey(r); key != "" {
 				a.idempotent(rec, r, rt, key)

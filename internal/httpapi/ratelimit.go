@@ -106,9 +106,9 @@ var errRateLimited = &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "rate_l
 // limiter as sign-in, answering in the registry's error format.
 func (a *API) limitRegistryToken(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v2/token" && !a.limiter.allow(r) {
+		if r.URL.Path == registry.TokenPath && !a.limiter.allow(r) {
 			w.Header().Set("Retry-After", "1")
-			registry.WriteTokenError(w, r, http.StatusTooManyRequests, errRateLimited.Code, errRateLimited.Message)
+			registry.WriteError(w, r, http.StatusTooManyRequests, errRateLimited.Code, errRateLimited.Message)
 			return
 		}
 		h.ServeHTTP(w, r)

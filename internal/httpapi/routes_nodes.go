@@ -18,7 +18,7 @@ func (a *API) nodeRoutes() []route {
 		{method: "POST", path: "/api/v1/nodes/join", handler: a.joinNode, public: true, noIdempotency: true, credential: true},
 		{method: "POST", path: "/api/v1/nodes/token", handler: a.nodeToken, public: true, noIdempotency: true, credential: true, maxBody: tokenRequestMaxBody},
 		{method: "POST", path: node + "/heartbeat", handler: a.nodeHeartbeat, noIdempotency: true},
-		{method: "GET", path: node + "/tasks", handler: a.pollNodeTasks},
+		{method: "GET", path: node + "/tasks", handler: a.pollNodeTasks, writes: true},
 		{method: "POST", path: node + "/tasks/{task_id}/result", handler: a.nodeTaskResult, noIdempotency: true},
 
 		{method: "POST", path: "/api/v1/admin/allocations", handler: a.createAllocation},

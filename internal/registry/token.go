@@ -255,12 +255,14 @@ func (h *TokenHandler) unauthorized(w http.ResponseWriter, r *http.Request, msg 
 // fail writes the canonical error envelope plus the Docker registry
 // "errors" array that registry clients print.
 func (h *TokenHandler) fail(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
-	WriteTokenError(w, r, status, code, msg)
+	WriteError(w, r, status, code, msg)
 }
 
-// WriteTokenError answers a token request with an error in the registry's
-// format (also used by the per-address limiter in front of /v2/token).
-func WriteTokenError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
+// WriteError answers a registry request with an error in both formats: the
+// platform's envelope and the distribution API's errors list, which docker
+// and crane print. The token endpoint uses it, and so do the per-address
+// limiter in front of /v2/token and the schema guard's refusal of pushes.
+func WriteError(w http.ResponseWriter, r *http.Request, status int, code, msg string) {
 	correlationID := correlation.ID(r.Context())
 	if correlationID == "" {
 		correlationID = r.Header.Get("X-Request-ID")
@@ -278,6 +280,8 @@ func WriteTokenError(w http.ResponseWriter, r *http.Request, status int, code, m
 		dockerCode = "TOOMANYREQUESTS"
 	case http.StatusInternalServerError:
 		dockerCode = "UNKNOWN"
+	case http.StatusServiceUnavailable:
+		dockerCode = "UNAVAILABLE"
 	}
 	type envelope struct {
 		Code          string         `json:"code"`

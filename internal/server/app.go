@@ -207,7 +207,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		return nil, err
 	}
 	a.Releases = releases.New(releases.Deps{Store: store.Releases(db), IAM: svc, Blobs: a.artifacts.blobs, Key: releaseKey, Logger: logger, Now: now})
-	a.guard = newSchemaGuard(db.CheckSchema, cfg.SchemaCheckInterval, worker.Group{a.events.workers, a.Workers}, logger)
+	a.guard = newSchemaGuard(db.CheckSchema, cfg.SchemaCheckInterval, logger)
 	// The edge is not a domain, so store does not name it: NewPort checks
 	// here, at start, that the store implements what the edge declares.
 	a.API = &httpapi.API{
@@ -304,7 +304,7 @@ func (a *App) Serve(ctx context.Context) error {
 	// Streams end at shutdown instead of holding the drain open.
 	a.http.RegisterOnShutdown(a.events.reader.Shutdown)
 	// The event workers, then Workers, run under the schema guard.
-	if err := a.guard.Start(context.WithoutCancel(ctx)); err != nil {
+	if err := a.guard.Start(context.WithoutCancel(ctx), worker.Group{a.events.workers, a.Workers}); err != nil {
 		return err
 	}
 	defer a.guard.Stop()

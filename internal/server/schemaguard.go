@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -34,34 +35,42 @@ type schemaGuard struct {
 	// check returns an error with SchemaGap when the schema is not the
 	// binary's (store.DB.CheckSchema); any other error says nothing
 	// about the schema and changes nothing.
-	check func(ctx context.Context) error
-	// jobs are stopped while the schema differs and started again after.
-	jobs   worker.Group
+	check  func(ctx context.Context) error
 	logger *slog.Logger
 
 	periodic worker.Periodic
 
-	mu  sync.Mutex
-	ctx context.Context // what Start got: the jobs' context when they restart
-	gap error           // the schema error while paused; nil while running
+	// gap is the schema error while paused, nil while running. Writable
+	// reads it on every state-changing request, so it is set before the
+	// jobs stop and never waits on a transition.
+	gap atomic.Pointer[error]
+
+	// mu serialises Start, Stop and the transitions (a Stop of the jobs
+	// waits for their runs to end).
+	mu   sync.Mutex
+	ctx  context.Context // what Start got: the jobs' context when they restart
+	jobs worker.Group
 }
 
-func newSchemaGuard(check func(context.Context) error, every time.Duration, jobs worker.Group, logger *slog.Logger) *schemaGuard {
-	g := &schemaGuard{check: check, jobs: jobs, logger: logger.With("component", "schema_guard")}
+func newSchemaGuard(check func(context.Context) error, every time.Duration, logger *slog.Logger) *schemaGuard {
+	g := &schemaGuard{check: check, logger: logger.With("component", "schema_guard")}
 	g.periodic = worker.Periodic{Name: "schema-guard", Interval: every, Run: g.run, Logger: logger}
 	return g
 }
 
-// Start starts the jobs and the periodic check (which first runs at once).
-func (g *schemaGuard) Start(ctx context.Context) error {
+// Start starts jobs and the periodic check (which first runs at once).
+// The jobs are named here, when the app is whole, not when the guard is
+// built: a job appended to the app's list after that would never run.
+func (g *schemaGuard) Start(ctx context.Context, jobs worker.Group) error {
 	g.mu.Lock()
-	g.ctx = ctx
+	g.ctx, g.jobs = ctx, jobs
+	err := g.jobs.Start(ctx)
 	g.mu.Unlock()
-	if err := g.jobs.Start(ctx); err != nil {
+	if err != nil {
 		return err
 	}
 	if err := g.periodic.Start(ctx); err != nil {
-		g.jobs.Stop()
+		g.Stop()
 		return err
 	}
 	return nil
@@ -70,6 +79,8 @@ func (g *schemaGuard) Start(ctx context.Context) error {
 // Stop stops the check, then the jobs (a no-op while they are paused).
 func (g *schemaGuard) Stop() {
 	g.periodic.Stop()
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.jobs.Stop()
 }
 
@@ -83,20 +94,21 @@ func (g *schemaGuard) run(ctx context.Context) error {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	paused := g.gap.Load() != nil
 	switch {
-	case err != nil && g.gap == nil:
-		g.gap = err
+	case err != nil && !paused:
+		g.gap.Store(&err) // refuse changes at once; the jobs stop below
 		db, bin := gap.SchemaGap()
 		g.logger.ErrorContext(ctx, "the database schema is not this binary's: background jobs paused and changes refused until it is",
 			"database_schema", db, "binary_schema", bin, "what_to_do", whatToDo(db, bin))
 		g.jobs.Stop()
 	case err != nil:
-		g.gap = err // the versions may have moved again; still paused
-	case g.gap != nil:
+		g.gap.Store(&err) // the versions may have moved again; still paused
+	case paused:
 		if err := g.jobs.Start(g.ctx); err != nil {
 			return err // still paused: the next check tries again
 		}
-		g.gap = nil
+		g.gap.Store(nil)
 		g.logger.InfoContext(ctx, "the database schema is this binary's again: background jobs resumed and changes served")
 	}
 	return nil
@@ -105,11 +117,9 @@ func (g *schemaGuard) run(ctx context.Context) error {
 // Writable returns nil while the schema is the binary's (or has not been
 // seen to differ), and otherwise the 503 a state-changing request gets.
 func (g *schemaGuard) Writable() error {
-	g.mu.Lock()
-	err := g.gap
-	g.mu.Unlock()
+	p := g.gap.Load()
 	var gap interface{ SchemaGap() (database, binary int) }
-	if err == nil || !errors.As(err, &gap) {
+	if p == nil || !errors.As(*p, &gap) {
 		return nil
 	}
 	db, bin := gap.SchemaGap()
@@ -119,11 +129,7 @@ func (g *schemaGuard) Writable() error {
 }
 
 // Paused reports whether the guard holds the jobs stopped (tests).
-func (g *schemaGuard) Paused() bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.gap != nil
-}
+func (g *schemaGuard) Paused() bool { return g.gap.Load() != nil }
 
 // whatToDo names the operator's next step for a schema at db and a binary
 // at bin.

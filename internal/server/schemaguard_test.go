@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"database/sql"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -91,10 +93,29 @@ func TestSchemaGuardPausesAReplicaOnAnotherSchema(t *testing.T) {
 		}
 	}
 	admin.Do("GET", "/api/v1/admin/billing/prices", nil).Want(t, 200) // reads go on
+	// The registry: a push is refused in its own error format, which
+	// docker prints; its token endpoint stays open (containerd asks for a
+	// pull token with a POST first).
+	post := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Post(s.URL+path, "application/x-www-form-urlencoded", strings.NewReader("grant_type=password&service=x&username=u&password=p"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := post("/v2/p/demo/runtime/blobs/uploads/"); code != 503 || !strings.Contains(body, `"code":"UNAVAILABLE"`) || !strings.Contains(body, "newer release") {
+		t.Errorf("a registry push while paused: %d %s, want 503 with the registry's UNAVAILABLE error and the guard's message", code, body)
+	}
+	if code, body := post("/v2/token"); code == 503 {
+		t.Errorf("the registry's token endpoint refused while paused: %d %s", code, body)
+	}
 
 	// An event another replica commits now stays in the outbox: this
-	// replica's relay was stopped before the guard said it paused, so a
-	// kick runs nothing.
+	// replica's relay was stopped in the check that paused it, so a kick
+	// runs nothing.
 	if err := s.DB.Mutate(ctx, func(tx *store.Tx) error {
 		if err := tx.Emit(store.Event{Type: "apps.entitlement.updated", Subject: "guard", OrgID: s.Creds.OrgID, ProjectID: s.Creds.ProjectID},
 			[]byte(`{"entitlement_id":"0190a0c0-0000-7000-8000-000000000000","app_slug":"guard","enabled":true,"policy_overrides":{}}`)); err != nil {

@@ -536,7 +536,7 @@ func (q *Queries) ReportedEventKeyOwners(ctx context.Context, keys []string) (ma
 
 // InstancesOverReportedCap lists up to limit instances holding more than
 // keep runtime-reported timeline rows; it reads the partial index
-// app_instance_events_reported only (migration 0033).
+// app_instance_events_reported only (migration 0034).
 func (q *Queries) InstancesOverReportedCap(ctx context.Context, keep, limit int) ([]string, error) {
 	rows, err := q.query(ctx, `SELECT instance_id FROM app_instance_events WHERE dedupe_key <> ''
 		GROUP BY instance_id HAVING COUNT(*) > ? ORDER BY instance_id LIMIT ?`, keep, limit)
