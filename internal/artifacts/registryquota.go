@@ -159,8 +159,8 @@ func (a registryAuthz) room(ctx context.Context, q Queries, projectID string, ne
 		return 0, &registry.Refusal{Status: http.StatusForbidden, Code: "DENIED", Message: fmt.Sprintf(
 			"registry quota exceeded: project %s uses %d of its %d bytes (%d stored, %d held by pushes in progress) and %s needs %d more; "+
 				"push fewer or smaller layers, or ask the platform operator to raise --project-registry-quota-bytes "+
-				"(deleting images does not free quota yet)",
-			projectID, committed+held, limit, committed, held, what, need-max(room, 0))}
+				"(deleting images does not free quota yet; bytes held by a push that stopped are given back once it has been idle for %s)",
+			projectID, committed+held, limit, committed, held, what, need-max(room, 0), RegistryHoldIdle)}
 	}
 	return room, nil
 }

@@ -306,6 +306,9 @@ type RegistryQuotaQueries interface {
 	PutRegistryHold(ctx context.Context, h RegistryHold) error
 	ShrinkRegistryHold(ctx context.Context, id string, n int64) error
 	DeleteRegistryHold(ctx context.Context, id string) error
+	// StaleRegistryHolds returns up to limit holds, of any project, last
+	// written before before, oldest first.
+	StaleRegistryHolds(ctx context.Context, before time.Time, limit int) ([]RegistryHold, error)
 }
 
 // Tx is a mutation as the artifacts domain sees it.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -18,6 +19,9 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -294,4 +298,112 @@ func wantStatus(t *testing.T, hc *http.Client, req *http.Request, want int) *htt
 		t.Fatalf("%s %s: %d %s, want %d", req.Method, req.URL.Path, resp.StatusCode, body, want)
 	}
 	return resp
+}
+
+// A push abandoned halfway, and a manifest's hold a crash left behind,
+// stop counting against the project's registry quota once idle past
+// artifacts.RegistryHoldIdle: the sweeper releases them and removes the
+// upload's data, so its continuation is refused with BLOB_UPLOAD_UNKNOWN
+// and counts nothing; a push written to since is kept and can still be
+// committed; and the project, locked out before, can push again.
+func TestRegistryQuotaSweepsAbandonedPushes(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		clk := clock.NewManual(time.Now())
+		s := servertest.Start(t, d, servertest.WithClock(clk), func(c *config.Config) {
+			c.RegistryQuota, c.MaxRegistryBlob = testRegistryQuota, testMaxRegBlob
+		})
+		sweeper := s.App.RegistryHoldSweeper()
+		if err := sweeper.WaitRuns(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		admin := s.Admin()
+		pid := s.Creds.ProjectID
+		host := admin.Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
+		repo1, c1 := publishIntent(t, admin, pid, map[string]any{"app_slug": "sweep-a", "app_version": "1.0.0", "artifact_name": "runtime"})
+		repo2, c2 := publishIntent(t, admin, pid, map[string]any{"app_slug": "sweep-b", "app_version": "1.0.0", "artifact_name": "runtime"})
+
+		// Abandoned: 60,000 bytes streamed into an upload never finished.
+		hcA, locA := startUpload(t, ctx, host, repo1, c1)
+		nextA := patchChunk(t, ctx, hcA, host, locA, patterned(20, 60_000), http.StatusAccepted)
+		// A crash while a manifest was being stored left its hold.
+		crashed := artifacts.RegistryHold{ID: "put:" + uuid.NewString(), ProjectID: pid, Repository: repo1, SizeBytes: 1_000,
+			CreatedAt: clk.Now(), UpdatedAt: clk.Now()}
+		if err := s.DB.Queries().PutRegistryHold(ctx, crashed); err != nil {
+			t.Fatal(err)
+		}
+		// Live: written again just before the sweep.
+		hcB, locB := startUpload(t, ctx, host, repo2, c2)
+		live := patterned(21, 10_000)
+		nextB := patchChunk(t, ctx, hcB, host, locB, live[:5_000], http.StatusAccepted)
+		if c, h := regUsage(t, s); c != 0 || h != 66_000 {
+			t.Fatalf("before the sweep: %d committed, %d held; want 0, 66000", c, h)
+		}
+		// 40,000 bytes more do not fit while the abandoned push holds its bytes.
+		err := pushLayer(ctx, host, repo2, c2, patterned(22, 40_000))
+		wantRegistryError(t, err, "DENIED", "--project-registry-quota-bytes")
+
+		clk.Advance(artifacts.RegistryHoldIdle - time.Minute)
+		nextB = patchChunk(t, ctx, hcB, host, nextB, live[5_000:], http.StatusAccepted)
+		clk.Advance(2 * time.Minute)
+		n := sweeper.Runs()
+		sweeper.Kick()
+		if err := sweeper.WaitRuns(ctx, n+1); err != nil {
+			t.Fatal(err)
+		}
+		if c, h := regUsage(t, s); c != 0 || h != 10_000 {
+			t.Fatalf("after the sweep: %d committed, %d held; want 0, 10000 (the live push only)", c, h)
+		}
+		if left := leftUploads(t, s); len(left) != 1 || !strings.Contains(left[0], repo2) {
+			t.Fatalf("uploads left after the sweep: %v; want the live one of %s only", left, repo2)
+		}
+
+		// The abandoned upload cannot be continued, and its try holds nothing.
+		patchChunk(t, ctx, hcA, host, nextA, patterned(23, 1_000), http.StatusNotFound)
+		if c, h := regUsage(t, s); c != 0 || h != 10_000 {
+			t.Fatalf("after continuing a swept upload: %d committed, %d held; want 0, 10000", c, h)
+		}
+
+		// The live push commits, and the project pushes again with fresh
+		// credentials (the old ones expired with the clock).
+		put, _ := http.NewRequestWithContext(ctx, http.MethodPut, nextB+"&digest="+digestOf(live), nil)
+		wantStatus(t, hcB, put, http.StatusCreated)
+		repo3, c3 := publishIntent(t, s.Admin(), pid, map[string]any{"app_slug": "sweep-c", "app_version": "1.0.0", "artifact_name": "runtime"})
+		if err := pushLayer(ctx, host, repo3, c3, patterned(22, 40_000)); err != nil {
+			t.Fatalf("push after the sweep: %v", err)
+		}
+		if c, h := regUsage(t, s); c != 50_000 || h != 0 {
+			t.Fatalf("at the end: %d committed, %d held; want 50000, 0", c, h)
+		}
+	})
+}
+
+// patchChunk PATCHes chunk into the upload at loc and, on 202, returns
+// the upload's next location; on a 404 it checks the registry's code is
+// BLOB_UPLOAD_UNKNOWN.
+func patchChunk(t *testing.T, ctx context.Context, hc *http.Client, host, loc string, chunk []byte, want int) string {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPatch, loc, bytes.NewReader(chunk))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want == http.StatusNotFound {
+		err := transport.CheckError(resp, http.StatusAccepted)
+		wantRegistryError(t, err, "BLOB_UPLOAD_UNKNOWN")
+		return ""
+	}
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		t.Fatalf("PATCH %s: %d, want %d", req.URL.Path, resp.StatusCode, want)
+	}
+	next := resp.Header.Get("Location")
+	if strings.HasPrefix(next, "/") {
+		next = "http://" + host + next
+	}
+	return next
 }

@@ -320,6 +320,19 @@ func (s *statusWriter) Write(b []byte) (int, error) {
 	return s.ResponseWriter.Write(b)
 }
 
+// RemoveUpload removes what upload session upload of repository has
+// stored, so that it can be neither continued nor committed: the
+// registry answers BLOB_UPLOAD_UNKNOWN to whatever comes next for it. The
+// quota's sweeper calls it before it gives back an abandoned upload's
+// hold. None stored (or an id no upload session has, such as a manifest's
+// hold) is fine; so is a registry that keeps no quota.
+func (r *Registry) RemoveUpload(ctx context.Context, repository, upload string) error {
+	if r.uploads == nil {
+		return nil
+	}
+	return r.uploads.removeUpload(ctx, repository, upload)
+}
+
 // uploadDataPath is where distribution's storage keeps an upload session
 // of repository (registry/storage/paths.go, uploadDataPathSpec's parent).
 func uploadDataPath(repository, upload string) string {

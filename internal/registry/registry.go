@@ -38,6 +38,9 @@ type Registry struct {
 	logger     *slog.Logger
 	unregister func()
 	closeOnce  sync.Once
+	// uploads reaches the embedded registry's stored upload sessions;
+	// nil in external mode and for an authorizer that keeps no quota.
+	uploads *uploadStore
 }
 
 // New builds the registry. ctx bounds the embedded registry's background
@@ -113,6 +116,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 		// Outside the content gate: a write is held against the quota
 		// before the gate or the registry sees its body.
 		us := uploadStore{driver: driver, blobs: ns.BlobStatter()}
+		r.uploads = &us
 		served = &quotaHandler{quota: quota, authorized: requestAuthorized(access), next: served,
 			blobSize: us.blobSize, removeUpload: us.removeUpload, uploadExists: us.uploadExists,
 			fail: func(w http.ResponseWriter, req *http.Request, err error) {

@@ -66,6 +66,8 @@ type App struct {
 	gateway  *gateway.Gateway // instance UIs on their own origins (issue 20)
 	// auditPruner deletes audit rows past --audit-retention.
 	auditPruner *worker.Periodic
+	// registryHolds releases the registry quota of abandoned pushes.
+	registryHolds *worker.Periodic
 	// guard runs the event workers and Workers while the schema is the
 	// binary's, and refuses changes while it is not (schemaguard.go).
 	guard *schemaGuard
@@ -175,6 +177,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if w := arts.UploadSweeper(); w != nil {
 		a.Workers = append(a.Workers, w)
 	}
+	// Registry quota held by pushes that will never finish goes back to
+	// their projects (and their partial uploads go).
+	a.registryHolds = arts.RegistryHoldSweeper()
+	a.Workers = append(a.Workers, a.registryHolds)
 	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger, Now: now, ArtifactGate: arts})
 	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake, Now: now,
 		LaunchGate:   a.billing.svc,
@@ -385,3 +391,7 @@ func (a *App) SchemaGuard() (check *worker.Periodic, paused func() bool) {
 
 // AuditPruner is this replica's audit retention worker.
 func (a *App) AuditPruner() *worker.Periodic { return a.auditPruner }
+
+// RegistryHoldSweeper is the job that releases abandoned registry pushes'
+// quota (tests kick it and wait on its runs).
+func (a *App) RegistryHoldSweeper() *worker.Periodic { return a.registryHolds }

@@ -31,6 +31,7 @@ func TestArtifactsConformance(t *testing.T) {
 			{"blob_usage", testProjectBlobUsage},
 			{"digests", testArtifactDigests},
 			{"owners", testArtifactOwners},
+			{"stale_registry_holds", testStaleRegistryHolds},
 		} {
 			t.Run(c.name, func(t *testing.T) { c.run(t, db) })
 		}
@@ -629,5 +630,30 @@ func testArtifactOwners(t *testing.T, db *store.DB) {
 	org, err := q.GetOrg(ctx, o.ID)
 	if err != nil || org.Slug != o.Slug {
 		t.Fatalf("org of an intent: %+v %v", org, err)
+	}
+}
+
+// Registry quota holds last written before a time are found oldest first,
+// across projects, up to the limit; one written at the time is not stale.
+func testStaleRegistryHolds(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := db.Queries()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for i, h := range []artifacts.RegistryHold{
+		{ID: "up-b", ProjectID: "p1", UpdatedAt: t0.Add(-time.Minute)},
+		{ID: "up-a", ProjectID: "p2", UpdatedAt: t0.Add(-time.Hour)},
+		{ID: "put:c", ProjectID: "p1", UpdatedAt: t0},
+		{ID: "up-d", ProjectID: "p2", UpdatedAt: t0.Add(time.Minute)},
+	} {
+		h.Repository, h.SizeBytes, h.CreatedAt = "r", int64(i+1), t0.Add(-2*time.Hour)
+		noErr(t, "put hold", q.PutRegistryHold(ctx, h))
+	}
+	stale, err := q.StaleRegistryHolds(ctx, t0, 10)
+	noErr(t, "stale holds", err)
+	if len(stale) != 2 || stale[0].ID != "up-a" || stale[1].ID != "up-b" || stale[0].SizeBytes != 2 || !stale[0].UpdatedAt.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("stale holds = %+v, want up-a then up-b", stale)
+	}
+	if stale, err = q.StaleRegistryHolds(ctx, t0, 1); err != nil || len(stale) != 1 || stale[0].ID != "up-a" {
+		t.Fatalf("stale holds, limit 1 = %+v %v", stale, err)
 	}
 }

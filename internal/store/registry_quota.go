@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 )
@@ -61,10 +62,14 @@ const registryHoldCols = `id, project_id, repository, size_bytes, created_at, up
 
 // GetRegistryHold reads a hold, or ErrNotFound.
 func (q *Queries) GetRegistryHold(ctx context.Context, id string) (artifacts.RegistryHold, error) {
-	var h artifacts.RegistryHold
-	err := q.queryRow(ctx, `SELECT `+registryHoldCols+` FROM registry_holds WHERE id = ?`, id).
-		Scan(&h.ID, &h.ProjectID, &h.Repository, &h.SizeBytes, scanTime(&h.CreatedAt), scanTime(&h.UpdatedAt))
+	h, err := scanRegistryHold(q.queryRow(ctx, `SELECT `+registryHoldCols+` FROM registry_holds WHERE id = ?`, id))
 	return h, scanOne(err)
+}
+
+func scanRegistryHold(s interface{ Scan(...any) error }) (artifacts.RegistryHold, error) {
+	var h artifacts.RegistryHold
+	err := s.Scan(&h.ID, &h.ProjectID, &h.Repository, &h.SizeBytes, scanTime(&h.CreatedAt), scanTime(&h.UpdatedAt))
+	return h, err
 }
 
 // PutRegistryHold writes a hold's size and time, creating it if new.
@@ -85,4 +90,15 @@ func (q *Queries) ShrinkRegistryHold(ctx context.Context, id string, n int64) er
 func (q *Queries) DeleteRegistryHold(ctx context.Context, id string) error {
 	_, err := q.exec(ctx, `DELETE FROM registry_holds WHERE id = ?`, id)
 	return mapErr(err)
+}
+
+// StaleRegistryHolds returns up to limit holds last written before before,
+// oldest first. Holds are writes in progress, a handful per pushing
+// project, so the scan needs no index of its own.
+func (q *Queries) StaleRegistryHolds(ctx context.Context, before time.Time, limit int) ([]artifacts.RegistryHold, error) {
+	rows, err := q.query(ctx, `SELECT `+registryHoldCols+` FROM registry_holds WHERE updated_at < ? ORDER BY updated_at, id LIMIT ?`, ts(before), limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanRegistryHold)
 }

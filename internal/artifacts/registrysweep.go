@@ -1,0 +1,114 @@
+package artifacts
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/storage"
+	"github.com/gpuaas/gpuaas/internal/worker"
+)
+
+// RegistryHoldIdle is how long a registry quota hold may go unwritten
+// before the sweeper gives it back and removes its upload. A push reaches
+// the registry only with a bearer token, a token is issued only for a
+// publish intent's credentials, no intent lives past MaxIntentTTL and no
+// token past --registry-token-ttl (at most registryTokenMaxTTL): a hold
+// last written longer ago than both together belongs to a push that can
+// never send another byte, however long its client paused between
+// chunks. The margin covers clocks that disagree between replicas.
+const RegistryHoldIdle = MaxIntentTTL + registryTokenMaxTTL + 10*time.Minute
+
+// registryTokenMaxTTL is the longest --registry-token-ttl the server
+// accepts (config.Validate).
+const registryTokenMaxTTL = time.Hour
+
+// registryHoldSweepEvery is how often abandoned holds are looked for.
+const registryHoldSweepEvery = 10 * time.Minute
+
+// RegistryHoldSweeper is the job that gives back the quota held by pushes
+// into the embedded registry that will never finish: a client killed or
+// cut off halfway through an upload, or a server that crashed in the
+// middle of a request, leaves its hold behind, and nothing else ever
+// drops it (the registry's own purge of old uploads does not know the
+// quota, and a pusher's credentials cannot cancel an upload). Each hold
+// idle past RegistryHoldIdle is released together with its upload's
+// stored data, so a late continuation finds no upload (the registry
+// answers BLOB_UPLOAD_UNKNOWN) and cannot commit bytes no longer counted.
+// A manifest's or a mount's hold (left by a crash) has no upload data and
+// is released by the same rule.
+func (s *Service) RegistryHoldSweeper() *worker.Periodic {
+	return &worker.Periodic{Name: "registry-hold-sweeper", Interval: registryHoldSweepEvery, Timeout: 5 * time.Minute, Logger: s.Logger,
+		Run: s.sweepRegistryHolds}
+}
+
+// sweepRegistryHolds releases every hold idle past RegistryHoldIdle.
+func (s *Service) sweepRegistryHolds(ctx context.Context) error {
+	l := s.reg.Load()
+	if l == nil {
+		return nil // no registry yet, so nothing of this replica's to remove
+	}
+	cutoff := s.Now().Add(-RegistryHoldIdle)
+	var released, bytes int64
+	defer func() {
+		if released > 0 {
+			s.Logger.InfoContext(ctx, "abandoned registry pushes released from their projects' quota",
+				"holds", released, "bytes", bytes, "idle_longer_than", RegistryHoldIdle)
+		}
+	}()
+	for {
+		stale, err := s.Store.Read().StaleRegistryHolds(ctx, cutoff, sweepBatch)
+		if err != nil {
+			return err
+		}
+		progress := false
+		for _, h := range stale {
+			n, ok, err := s.releaseRegistryHold(ctx, l, h, cutoff)
+			if err != nil {
+				return err
+			}
+			if ok {
+				released, bytes, progress = released+1, bytes+n, true
+			}
+		}
+		// A batch that released nothing was written to meanwhile, and
+		// the next read would return the same rows.
+		if len(stale) < sweepBatch || !progress {
+			return nil
+		}
+	}
+}
+
+var errHoldSkipped = errors.New("registry hold no longer idle")
+
+// releaseRegistryHold removes the upload of h and drops h, under the
+// project's quota lock (the one every hold takes), unless it was written
+// to since it was read: a live push's next hold waits for the release and
+// then finds no upload to write into, and no count goes below what is
+// stored. Removing the data first, inside the transaction, errs on the
+// side of the quota: should the commit fail, the hold stays (counting
+// bytes no longer stored) and the next sweep drops it.
+func (s *Service) releaseRegistryHold(ctx context.Context, l *registryLink, h RegistryHold, cutoff time.Time) (int64, bool, error) {
+	var size int64
+	err := s.Store.InTx(ctx, func(q Queries) error {
+		if err := q.LockRegistryQuota(ctx, h.ProjectID); err != nil {
+			return err
+		}
+		cur, err := q.GetRegistryHold(ctx, h.ID)
+		if errors.Is(err, storage.ErrNotFound) || err == nil && !cur.UpdatedAt.Before(cutoff) {
+			return errHoldSkipped // committed, dropped or written to since
+		}
+		if err != nil {
+			return err
+		}
+		if err := l.reg.RemoveUpload(ctx, cur.Repository, cur.ID); err != nil {
+			return err
+		}
+		size = cur.SizeBytes
+		return q.DeleteRegistryHold(ctx, cur.ID)
+	})
+	if errors.Is(err, errHoldSkipped) {
+		return 0, false, nil
+	}
+	return size, err == nil, err
+}
