@@ -115,6 +115,30 @@ func (a registryAuthz) DropHold(ctx context.Context, hold string) error {
 	return a.s.Store.InTx(ctx, func(q Queries) error { return q.DeleteRegistryHold(ctx, hold) })
 }
 
+// TouchHold implements registry.UploadQuota, under the project's lock so
+// that it comes wholly before or after the sweeper's release of the hold.
+func (a registryAuthz) TouchHold(ctx context.Context, hold string) error {
+	return a.s.Store.InTx(ctx, func(q Queries) error {
+		h, err := q.GetRegistryHold(ctx, hold)
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil // the upload's first bytes, or released
+		}
+		if err != nil {
+			return err
+		}
+		if err := q.LockRegistryQuota(ctx, h.ProjectID); err != nil {
+			return err
+		}
+		if h, err = q.GetRegistryHold(ctx, hold); errors.Is(err, storage.ErrNotFound) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		h.UpdatedAt = a.s.Now()
+		return q.PutRegistryHold(ctx, h)
+	})
+}
+
 // lockHold locks the quota of the project repository belongs to and reads
 // hold (a new, empty one if none). ok is false for a repository no intent
 // leads to.
@@ -160,7 +184,7 @@ func (a registryAuthz) room(ctx context.Context, q Queries, projectID string, ne
 			"registry quota exceeded: project %s uses %d of its %d bytes (%d stored, %d held by pushes in progress) and %s needs %d more; "+
 				"push fewer or smaller layers, or ask the platform operator to raise --project-registry-quota-bytes "+
 				"(deleting images does not free quota yet; bytes held by a push that stopped are given back once it has been idle for %s)",
-			projectID, committed+held, limit, committed, held, what, need-max(room, 0), RegistryHoldIdle)}
+			projectID, committed+held, limit, committed, held, what, need-max(room, 0), RegistryHoldIdle(a.s.RegistryStreamTimeout))}
 	}
 	return room, nil
 }

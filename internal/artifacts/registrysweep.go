@@ -10,14 +10,20 @@ import (
 )
 
 // RegistryHoldIdle is how long a registry quota hold may go unwritten
-// before the sweeper gives it back and removes its upload. A push reaches
-// the registry only with a bearer token, a token is issued only for a
-// publish intent's credentials, no intent lives past MaxIntentTTL and no
-// token past --registry-token-ttl (at most registryTokenMaxTTL): a hold
-// last written longer ago than both together belongs to a push that can
-// never send another byte, however long its client paused between
-// chunks. The margin covers clocks that disagree between replicas.
-const RegistryHoldIdle = MaxIntentTTL + registryTokenMaxTTL + 10*time.Minute
+// before the sweeper gives it back and removes its upload, for a server
+// whose registry requests stream for at most streamTimeout
+// (--stream-timeout). A new request reaches the registry only with a
+// bearer token, a token is issued only for a publish intent's
+// credentials, no intent lives past MaxIntentTTL and no token past
+// --registry-token-ttl (at most registryTokenMaxTTL); a request that
+// continues an upload writes its hold when it starts (TouchHold) and
+// every 8 MiB after, and ends within streamTimeout. So a hold last written longer ago than the longer of the
+// two belongs to a push that can never send another byte, however long
+// its client paused between chunks. The margin covers clocks that
+// disagree between replicas.
+func RegistryHoldIdle(streamTimeout time.Duration) time.Duration {
+	return max(MaxIntentTTL+registryTokenMaxTTL, streamTimeout) + 10*time.Minute
+}
 
 // registryTokenMaxTTL is the longest --registry-token-ttl the server
 // accepts (config.Validate).
@@ -48,12 +54,13 @@ func (s *Service) sweepRegistryHolds(ctx context.Context) error {
 	if l == nil {
 		return nil // no registry yet, so nothing of this replica's to remove
 	}
-	cutoff := s.Now().Add(-RegistryHoldIdle)
+	idle := RegistryHoldIdle(s.RegistryStreamTimeout)
+	cutoff := s.Now().Add(-idle)
 	var released, bytes int64
 	defer func() {
 		if released > 0 {
 			s.Logger.InfoContext(ctx, "abandoned registry pushes released from their projects' quota",
-				"holds", released, "bytes", bytes, "idle_longer_than", RegistryHoldIdle)
+				"holds", released, "bytes", bytes, "idle_longer_than", idle)
 		}
 	}()
 	for {

@@ -51,6 +51,10 @@ type Deps struct {
 	// single blob a push may upload; 0 means no limit.
 	RegistryQuota   int64
 	MaxRegistryBlob int64
+	// RegistryStreamTimeout is the longest one registry request may
+	// stream (--stream-timeout): a hold written to less recently than that
+	// may still belong to a request in flight (RegistryHoldIdle).
+	RegistryStreamTimeout time.Duration
 	// IntentTTL is the default lifetime of intents; WrapTTL of wrapping tokens.
 	IntentTTL time.Duration
 	WrapTTL   time.Duration

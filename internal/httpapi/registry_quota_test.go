@@ -335,7 +335,8 @@ func TestRegistryQuotaSweepsAbandonedPushes(t *testing.T) {
 		if err := s.DB.Queries().PutRegistryHold(ctx, crashed); err != nil {
 			t.Fatal(err)
 		}
-		// Live: written again just before the sweep.
+		// Live: continued just before the sweep, by a request that (like
+		// one still waiting for its bytes) sends nothing.
 		hcB, locB := startUpload(t, ctx, host, repo2, c2)
 		live := patterned(21, 10_000)
 		nextB := patchChunk(t, ctx, hcB, host, locB, live[:5_000], http.StatusAccepted)
@@ -346,16 +347,16 @@ func TestRegistryQuotaSweepsAbandonedPushes(t *testing.T) {
 		err := pushLayer(ctx, host, repo2, c2, patterned(22, 40_000))
 		wantRegistryError(t, err, "DENIED", "--project-registry-quota-bytes")
 
-		clk.Advance(artifacts.RegistryHoldIdle - time.Minute)
-		nextB = patchChunk(t, ctx, hcB, host, nextB, live[5_000:], http.StatusAccepted)
+		clk.Advance(artifacts.RegistryHoldIdle(s.App.Config.StreamTimeout) - time.Minute)
+		nextB = patchChunk(t, ctx, hcB, host, nextB, nil, http.StatusAccepted)
 		clk.Advance(2 * time.Minute)
 		n := sweeper.Runs()
 		sweeper.Kick()
 		if err := sweeper.WaitRuns(ctx, n+1); err != nil {
 			t.Fatal(err)
 		}
-		if c, h := regUsage(t, s); c != 0 || h != 10_000 {
-			t.Fatalf("after the sweep: %d committed, %d held; want 0, 10000 (the live push only)", c, h)
+		if c, h := regUsage(t, s); c != 0 || h != 5_000 {
+			t.Fatalf("after the sweep: %d committed, %d held; want 0, 5000 (the live push only)", c, h)
 		}
 		if left := leftUploads(t, s); len(left) != 1 || !strings.Contains(left[0], repo2) {
 			t.Fatalf("uploads left after the sweep: %v; want the live one of %s only", left, repo2)
@@ -363,12 +364,13 @@ func TestRegistryQuotaSweepsAbandonedPushes(t *testing.T) {
 
 		// The abandoned upload cannot be continued, and its try holds nothing.
 		patchChunk(t, ctx, hcA, host, nextA, patterned(23, 1_000), http.StatusNotFound)
-		if c, h := regUsage(t, s); c != 0 || h != 10_000 {
-			t.Fatalf("after continuing a swept upload: %d committed, %d held; want 0, 10000", c, h)
+		if c, h := regUsage(t, s); c != 0 || h != 5_000 {
+			t.Fatalf("after continuing a swept upload: %d committed, %d held; want 0, 5000", c, h)
 		}
 
-		// The live push commits, and the project pushes again with fresh
+		// The live push goes on and commits, and the project pushes again with fresh
 		// credentials (the old ones expired with the clock).
+		nextB = patchChunk(t, ctx, hcB, host, nextB, live[5_000:], http.StatusAccepted)
 		put, _ := http.NewRequestWithContext(ctx, http.MethodPut, nextB+"&digest="+digestOf(live), nil)
 		wantStatus(t, hcB, put, http.StatusCreated)
 		repo3, c3 := publishIntent(t, s.Admin(), pid, map[string]any{"app_slug": "sweep-c", "app_version": "1.0.0", "artifact_name": "runtime"})

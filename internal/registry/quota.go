@@ -44,6 +44,9 @@ type UploadQuota interface {
 	CommitHold(ctx context.Context, repository, hold, digest string, size int64) error
 	// DropHold forgets hold (its upload was cancelled or removed).
 	DropHold(ctx context.Context, hold string) error
+	// TouchHold marks hold, if there is one, as written to now: a request
+	// that continues its upload is live, whether or not bytes follow.
+	TouchHold(ctx context.Context, hold string) error
 }
 
 // Refusal is an UploadQuota's answer to a write that does not fit: the
@@ -124,6 +127,14 @@ func (q *quotaHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // the refusal answered in place of whatever the registry said.
 func (q *quotaHandler) serveUploadWrite(w http.ResponseWriter, req *http.Request, repo, upload string) {
 	ctx := req.Context()
+	// Before the registry resumes the upload: an abandoned upload's
+	// sweeper either released it already (the registry answers
+	// BLOB_UPLOAD_UNKNOWN) or sees it live from now on, however long this
+	// request then waits for its bytes.
+	if err := q.quota.TouchHold(ctx, upload); err != nil {
+		q.fail(w, req, err)
+		return
+	}
 	body := &holdingReader{ctx: ctx, r: req.Body, quota: q.quota, repo: repo, upload: upload}
 	if d := req.URL.Query().Get("digest"); req.Method == http.MethodPut && d != "" {
 		// A final PUT names its digest before its data: a blob the

@@ -173,7 +173,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		quota = artifacts.StaticBlobQuota(cfg.ProjectBlobQuota)
 	}
 	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota, Now: now,
-		SignatureTags: a.artifacts.sigTags, RegistryQuota: cfg.RegistryQuota, MaxRegistryBlob: cfg.MaxRegistryBlob})
+		SignatureTags: a.artifacts.sigTags, RegistryQuota: cfg.RegistryQuota, MaxRegistryBlob: cfg.MaxRegistryBlob,
+		RegistryStreamTimeout: cfg.StreamTimeout})
 	if w := arts.UploadSweeper(); w != nil {
 		a.Workers = append(a.Workers, w)
 	}
