@@ -106,10 +106,17 @@ func (s *Service) appendAt(ctx context.Context, it ArtifactIntent, uploadID stri
 	if !errors.Is(err, blobstore.ErrNotFound) {
 		// What the upload holds now: its size, giving back what it was
 		// granted and did not receive (also after a failed append, whose
-		// received bytes are kept).
+		// received bytes are kept). The blob store released the upload
+		// when Append returned, so a commit or an abort may already have
+		// moved the row on: only a row still uploading is updated, and
+		// none is created (the reservation made the row of every upload
+		// that received bytes). Taking the upload's lock for this instead
+		// would not do: the lock is this process's, and the row is shared
+		// by every replica.
 		ctx := context.WithoutCancel(ctx)
 		if perr := s.Store.InTx(ctx, func(q Queries) error {
-			return q.PutBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, size, ""))
+			_, err := q.SetUploadingBlobBytes(ctx, uploadID, size, s.Now())
+			return err
 		}); perr != nil && err == nil {
 			err = perr
 		}
@@ -156,7 +163,8 @@ func (s *Service) reserveUpload(ctx context.Context, it ArtifactIntent, uploadID
 				it.ProjectID, used, limit, need, AbandonedUploadAge).WithDetails(map[string]any{"used_bytes": used, "quota_bytes": limit, "upload_bytes": need})}
 		}
 		granted = min(need+uploadGrant, limit-used)
-		return q.PutBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, granted, ""))
+		_, err = q.ReserveBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, granted, ""))
+		return err
 	})
 	return granted, err
 }
@@ -248,7 +256,10 @@ func (s *Service) CommitUpload(ctx context.Context, g *iam.Grants, projectID, up
 		return Upload{}, err
 	}
 	if err := s.Store.InTx(ctx, func(q Queries) error {
-		return q.PutBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, st.Offset, digest))
+		// A concurrent commit of the same upload may have committed it
+		// already: its row is left as that commit wrote it.
+		_, err := q.ReserveBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, st.Offset, digest))
+		return err
 	}); err != nil {
 		return Upload{}, err
 	}

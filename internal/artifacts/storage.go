@@ -137,9 +137,15 @@ const (
 	BlobUploading BlobUploadState = "uploading"
 	// BlobCommitted: committed and not registered; Bytes is its size.
 	BlobCommitted BlobUploadState = "committed"
+	// BlobSweeping: committed content the sweeper took, unregistered,
+	// whose removal from the blob store has not succeeded yet; every pass
+	// retries it until it does. A registration is refused as for
+	// BlobSwept (the sweeper took the row first). Counts nothing.
+	BlobSweeping BlobUploadState = "sweeping"
 	// BlobSwept: committed content the sweeper removed unregistered; kept
 	// so a late registration is refused instead of recording an artifact
-	// whose bytes are gone. Counts nothing.
+	// whose bytes are gone, until no publish intent alive at the sweep can
+	// still try (MaxIntentTTL). Counts nothing.
 	BlobSwept BlobUploadState = "swept"
 )
 
@@ -228,6 +234,18 @@ type Queries interface {
 	// PutBlobUpload creates or updates an upload's row (its created_at is
 	// kept).
 	PutBlobUpload(ctx context.Context, u BlobUpload) error
+	// ReserveBlobUpload creates the row of an upload in progress, or
+	// updates its bytes, digest and updated_at only while it is still
+	// BlobUploading: a row a commit, the sweeper or a registration moved on
+	// is left alone. It reports whether it wrote.
+	ReserveBlobUpload(ctx context.Context, u BlobUpload) (bool, error)
+	// SetUploadingBlobBytes updates the bytes (and updated_at) of an
+	// upload's row only while it is BlobUploading, and never creates one
+	// (an aborted upload's row stays gone). It reports whether it wrote.
+	SetUploadingBlobBytes(ctx context.Context, uploadID string, bytes int64, at time.Time) (bool, error)
+	// DeleteSweptBlobUploads deletes the BlobSwept rows swept before
+	// cutoff and says how many.
+	DeleteSweptBlobUploads(ctx context.Context, cutoff time.Time) (int64, error)
 	// GetBlobUpload reads an upload's row and holds it until the
 	// transaction ends; ErrNotFound if none.
 	GetBlobUpload(ctx context.Context, uploadID string) (BlobUpload, error)
@@ -236,7 +254,8 @@ type Queries interface {
 	// sourceURI with digest (it is being registered) and says how many.
 	ClaimCommittedBlob(ctx context.Context, projectID, sourceURI, digest string) (int64, error)
 	// BlobContentSwept reports whether the content at sourceURI with
-	// digest was swept unregistered.
+	// digest was taken by the sweeper unregistered (BlobSweeping or
+	// BlobSwept).
 	BlobContentSwept(ctx context.Context, projectID, sourceURI, digest string) (bool, error)
 	// StaleBlobUploads lists up to limit rows in state whose updated_at is
 	// before cutoff, oldest first.

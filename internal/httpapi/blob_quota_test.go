@@ -5,8 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -140,8 +142,7 @@ func TestBlobQuotaCountsUploadsInProgress(t *testing.T) {
 func TestBlobSweeperRemovesUnregisteredContent(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
-		clk := clock.NewManual(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
-		p := newBlobProject(t, d, 10000, servertest.WithClock(clk))
+		clk, p := sweeperProject(t, d)
 		kept := bytes.Repeat([]byte("k"), 3000)
 		orphan := bytes.Repeat([]byte("o"), 3000)
 		p.commit("kept", kept)
@@ -176,18 +177,140 @@ func TestBlobSweeperRemovesUnregisteredContent(t *testing.T) {
 	})
 }
 
+// A removal that fails leaves the content taken (registration refused)
+// and the next pass removes it; the tombstone that refuses a late
+// registration goes once no publish intent alive at the sweep can try.
+func TestBlobSweeperRetriesAFailedRemoval(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		clk, p, orphan := committedUnregistered(t, d, "orphan")
+		clk.Advance(artifacts.AbandonedUploadAge + time.Minute)
+
+		// Even root cannot remove a directory that is not empty: the blob's
+		// path holds one while the first pass runs.
+		path := blobPath(t, p.s, orphan)
+		noErr(t, os.Rename(path, path+".aside"))
+		noErr(t, os.MkdirAll(filepath.Join(path, "busy"), 0o755))
+		if err := sweepErr(p.s); err == nil {
+			t.Fatal("the sweep reported no error although the content could not be removed")
+		}
+		if r := p.register("orphan", orphan); r.Status != 422 || r.ErrorCode() != "object_not_found" {
+			t.Fatalf("registering content being swept: %d %s", r.Status, r.Body)
+		}
+		noErr(t, os.RemoveAll(path))
+		noErr(t, os.Rename(path+".aside", path))
+		clk.Advance(10 * time.Minute) // the next pass
+		sweep(t, p.s)
+		if blobFiles(t, p.s, orphan) != 0 {
+			t.Fatal("the bytes of content whose removal failed once are still on disk after the next pass")
+		}
+
+		tombstone := func() bool {
+			swept, err := store.Artifacts(p.s.DB).Read().BlobContentSwept(context.Background(), p.s.Creds.ProjectID, p.uri("orphan"), blobDigest(orphan))
+			noErr(t, err)
+			return swept
+		}
+		if !tombstone() {
+			t.Fatal("no tombstone right after the sweep")
+		}
+		clk.Advance(artifacts.MaxIntentTTL + time.Minute)
+		sweep(t, p.s)
+		if tombstone() {
+			t.Fatal("tombstone kept past every intent's lifetime")
+		}
+	})
+}
+
+// An upload whose content the blob store committed but whose row still
+// says uploading (the commit's last step failed) is swept as committed
+// content, not forgotten with its bytes left on disk.
+func TestBlobSweeperSweepsContentCommittedButRecordedUploading(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		clk, p, lost := committedUnregistered(t, d, "lost")
+		ctx := context.Background()
+		noErr(t, store.Artifacts(p.s.DB).InTx(ctx, func(q artifacts.Queries) error {
+			// What a failed final step of the commit leaves.
+			n, err := q.ClaimCommittedBlob(ctx, p.s.Creds.ProjectID, p.uri("lost"), blobDigest(lost))
+			if err != nil || n != 1 {
+				return fmt.Errorf("claim = %d %v", n, err)
+			}
+			_, err = q.ReserveBlobUpload(ctx, artifacts.BlobUpload{UploadID: "0b6a3d34-1f4f-4a55-9d39-2f4c2bde5c11", ProjectID: p.s.Creds.ProjectID,
+				IntentID: "i", SourceURI: p.uri("lost"), Bytes: int64(len(lost)), Digest: blobDigest(lost), CreatedAt: clk.Now(), UpdatedAt: clk.Now()})
+			return err
+		}))
+		clk.Advance(artifacts.AbandonedUploadAge + time.Minute)
+		sweep(t, p.s)
+		if blobFiles(t, p.s, lost) != 0 {
+			t.Fatal("the bytes of content committed but recorded as uploading are still on disk after the sweep")
+		}
+		if r := p.register("lost", lost); r.Status != 422 || r.ErrorCode() != "object_not_found" {
+			t.Fatalf("registering swept content: %d %s", r.Status, r.Body)
+		}
+	})
+}
+
+// sweeperProject is a project with a 10000-byte blob quota on a server
+// whose clock the test moves.
+func sweeperProject(t *testing.T, d store.Dialect) (*clock.Manual, blobProject) {
+	clk := clock.NewManual(time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC))
+	return clk, newBlobProject(t, d, 10000, servertest.WithClock(clk))
+}
+
+// committedUnregistered commits 3000 bytes as name on a sweeperProject,
+// without registering them.
+func committedUnregistered(t *testing.T, d store.Dialect, name string) (*clock.Manual, blobProject, []byte) {
+	clk, p := sweeperProject(t, d)
+	data := bytes.Repeat([]byte(name[:1]), 3000)
+	p.commit(name, data)
+	return clk, p, data
+}
+
+func (p blobProject) uri(name string) string {
+	return "artifact_store://projects/" + p.s.Creds.ProjectID + "/artifacts/demo/1.0.0/" + name
+}
+
+func noErr(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // sweep runs the server's blob upload sweeper once, now.
 func sweep(t *testing.T, s *servertest.Server) {
 	t.Helper()
+	if err := sweepErr(s); err != nil {
+		t.Fatalf("sweep: %v", err)
+	}
+}
+
+func sweepErr(s *servertest.Server) error {
 	for _, w := range s.App.Workers {
 		if p, ok := w.(*worker.Periodic); ok && p.Name == "blob-upload-sweeper" {
-			if err := p.Run(context.Background()); err != nil {
-				t.Fatalf("sweep: %v", err)
-			}
-			return
+			return p.Run(context.Background())
 		}
 	}
-	t.Fatal("the server has no blob upload sweeper")
+	return errors.New("the server has no blob upload sweeper")
+}
+
+// blobPath is the one file holding data's bytes under the server's data
+// directory.
+func blobPath(t *testing.T, s *servertest.Server, data []byte) string {
+	t.Helper()
+	sum := sha256.Sum256(data)
+	name := hex.EncodeToString(sum[:])
+	var found []string
+	noErr(t, filepath.WalkDir(s.App.Config.DataDir, func(path string, e fs.DirEntry, err error) error {
+		if err == nil && e.Name() == name {
+			found = append(found, path)
+		}
+		return err
+	}))
+	if len(found) != 1 {
+		t.Fatalf("files holding the content: %v, want one", found)
+	}
+	return found[0]
 }
 
 // blobFiles counts the files holding data's bytes under the server's data

@@ -271,6 +271,39 @@ func (q *Queries) PutBlobUpload(ctx context.Context, u artifacts.BlobUpload) err
 	return err
 }
 
+// ReserveBlobUpload's conditional update is what keeps an append's late
+// bookkeeping (it runs after the blob store released the upload) from
+// turning a row a commit or the sweeper moved on back into 'uploading'.
+func (q *Queries) ReserveBlobUpload(ctx context.Context, u artifacts.BlobUpload) (bool, error) {
+	res, err := q.exec(ctx, `INSERT INTO blob_uploads (`+blobUploadCols+`) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (upload_id) DO UPDATE SET bytes = excluded.bytes, digest = excluded.digest, updated_at = excluded.updated_at
+		WHERE blob_uploads.state = 'uploading'`,
+		u.UploadID, u.ProjectID, u.IntentID, u.SourceURI, string(artifacts.BlobUploading), u.Bytes, u.Digest, ts(u.CreatedAt), ts(u.UpdatedAt))
+	return rowsWritten(res, err)
+}
+
+func (q *Queries) SetUploadingBlobBytes(ctx context.Context, uploadID string, bytes int64, at time.Time) (bool, error) {
+	res, err := q.exec(ctx, `UPDATE blob_uploads SET bytes = ?, updated_at = ? WHERE upload_id = ? AND state = 'uploading'`, bytes, ts(at), uploadID)
+	return rowsWritten(res, err)
+}
+
+func (q *Queries) DeleteSweptBlobUploads(ctx context.Context, cutoff time.Time) (int64, error) {
+	res, err := q.exec(ctx, `DELETE FROM blob_uploads WHERE state = 'swept' AND updated_at < ?`, ts(cutoff))
+	if err != nil {
+		return 0, err
+	}
+	n, err := res.RowsAffected()
+	return n, mapErr(err)
+}
+
+func rowsWritten(res sql.Result, err error) (bool, error) {
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, mapErr(err)
+}
+
 func (q *Queries) GetBlobUpload(ctx context.Context, uploadID string) (artifacts.BlobUpload, error) {
 	u, err := scanBlobUpload(q.queryRow(ctx, `SELECT `+blobUploadCols+` FROM blob_uploads WHERE upload_id = ?`+q.forUpdate(), uploadID))
 	return u, scanOne(err)
@@ -291,7 +324,7 @@ func (q *Queries) ClaimCommittedBlob(ctx context.Context, projectID, sourceURI, 
 }
 
 func (q *Queries) BlobContentSwept(ctx context.Context, projectID, sourceURI, digest string) (bool, error) {
-	return q.exists(ctx, `SELECT 1 FROM blob_uploads WHERE project_id = ? AND source_uri = ? AND digest = ? AND state = 'swept'`, projectID, sourceURI, digest)
+	return q.exists(ctx, `SELECT 1 FROM blob_uploads WHERE project_id = ? AND source_uri = ? AND digest = ? AND state IN ('sweeping', 'swept')`, projectID, sourceURI, digest)
 }
 
 func (q *Queries) StaleBlobUploads(ctx context.Context, state artifacts.BlobUploadState, cutoff time.Time, limit int) ([]artifacts.BlobUpload, error) {

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -487,6 +488,69 @@ func testProjectBlobUsage(t *testing.T, db *store.DB) {
 	}
 	if held, err := q.BlobContentHeld(ctx, "d", ""); err != nil || !held {
 		t.Fatalf("content an artifact names is not held: %v %v", held, err)
+	}
+
+	// An append's bookkeeping runs after the blob store let the upload go:
+	// a commit, an abort or the sweeper may have moved its row on since,
+	// and the late write must leave that row as it is.
+	row := func(id string) (artifacts.BlobUpload, bool) {
+		u, err := q.GetBlobUpload(ctx, id)
+		if errors.Is(err, storage.ErrNotFound) {
+			return u, false
+		}
+		noErr(t, "get upload", err)
+		return u, true
+	}
+	late := t0.Add(time.Hour)
+	for _, id := range []string{"up-3", "up-4"} { // committed, swept
+		before, _ := row(id)
+		wrote, err := q.ReserveBlobUpload(ctx, artifacts.BlobUpload{UploadID: id, ProjectID: p.ID, IntentID: "i", SourceURI: before.SourceURI,
+			Bytes: 99, CreatedAt: late, UpdatedAt: late})
+		noErr(t, "reserve", err)
+		if wrote, err = q.SetUploadingBlobBytes(ctx, id, 99, late); err != nil || wrote {
+			t.Fatalf("append bookkeeping on a %s row: wrote=%v %v", before.State, wrote, err)
+		}
+		if after, _ := row(id); after.State != before.State || after.Digest != before.Digest || after.Bytes != before.Bytes {
+			t.Fatalf("a late append's bookkeeping changed a %s row: %+v, was %+v", before.State, after, before)
+		}
+	}
+	noErr(t, "abort", q.DeleteBlobUpload(ctx, "up-1"))
+	if wrote, err := q.SetUploadingBlobBytes(ctx, "up-1", 99, late); err != nil || wrote {
+		t.Fatalf("append bookkeeping on an aborted upload: wrote=%v %v", wrote, err)
+	}
+	if u, ok := row("up-1"); ok {
+		t.Fatalf("a late append's bookkeeping brought an aborted upload back: %+v", u)
+	}
+	uri5 := "artifact_store://projects/" + p.ID + "/artifacts/b/1/u5"
+	if wrote, err := q.ReserveBlobUpload(ctx, artifacts.BlobUpload{UploadID: "up-5", ProjectID: p.ID, IntentID: "i", SourceURI: uri5,
+		Bytes: 7, CreatedAt: t0, UpdatedAt: t0}); err != nil || !wrote {
+		t.Fatalf("reserve a new upload: wrote=%v %v", wrote, err)
+	}
+	if wrote, err := q.SetUploadingBlobBytes(ctx, "up-5", 5, late); err != nil || !wrote {
+		t.Fatalf("append bookkeeping on an upload in progress: wrote=%v %v", wrote, err)
+	}
+	if u, _ := row("up-5"); u.State != artifacts.BlobUploading || u.Bytes != 5 || !u.UpdatedAt.Equal(late) {
+		t.Fatalf("upload in progress after its append: %+v", u)
+	}
+
+	// Content the sweeper took and has not removed yet refuses
+	// registration and counts nothing; tombstones go by age.
+	noErr(t, "sweeping", q.PutBlobUpload(ctx, artifacts.BlobUpload{UploadID: "up-6", ProjectID: p.ID, IntentID: "i", State: artifacts.BlobSweeping,
+		Bytes: 50, Digest: "sha256:f", SourceURI: "artifact_store://projects/" + p.ID + "/artifacts/b/1/u6", CreatedAt: t0, UpdatedAt: t0}))
+	if swept, err := q.BlobContentSwept(ctx, p.ID, "artifact_store://projects/"+p.ID+"/artifacts/b/1/u6", "sha256:f"); err != nil || !swept {
+		t.Fatalf("content being swept: swept = %v %v", swept, err)
+	}
+	if n, err = q.ProjectBlobUsage(ctx, p.ID, ""); err != nil || n != 8<<30+6 {
+		t.Fatalf("usage with content being swept = %d %v, want %d", n, err, int64(8<<30+6))
+	}
+	if n, err := q.DeleteSweptBlobUploads(ctx, t0); err != nil || n != 0 {
+		t.Fatalf("tombstones deleted before their cutoff: %d %v", n, err)
+	}
+	if n, err := q.DeleteSweptBlobUploads(ctx, t0.Add(time.Second)); err != nil || n != 1 {
+		t.Fatalf("tombstones deleted = %d %v, want 1 (not the one being swept)", n, err)
+	}
+	if _, ok := row("up-6"); !ok {
+		t.Fatal("content still being swept lost its row with the tombstones")
 	}
 }
 

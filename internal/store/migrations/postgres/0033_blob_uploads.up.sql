@@ -4,9 +4,11 @@
 -- at least what it has received), and content committed but never
 -- registered ('committed': bytes is its size). Registering the content
 -- deletes the row (the artifact's size_bytes counts it from then on);
--- 'swept' is the tombstone of committed content the sweeper removed
--- unregistered, so a late registration is refused instead of recording an
--- artifact whose bytes are gone. digest is the expected digest from the
+-- 'sweeping' is committed content the sweeper took unregistered and has
+-- not yet managed to remove (every pass retries), 'swept' the tombstone
+-- once removed; both refuse a late registration instead of recording an
+-- artifact whose bytes are gone (tombstones go once no intent alive at the
+-- sweep can still try). digest is the expected digest from the
 -- moment a commit starts: the sweeper keeps the blob of a digest any
 -- upload or artifact still names.
 CREATE TABLE blob_uploads (
@@ -14,7 +16,7 @@ CREATE TABLE blob_uploads (
     project_id  TEXT NOT NULL REFERENCES projects(id),
     intent_id   TEXT NOT NULL,
     source_uri  TEXT NOT NULL,
-    state       TEXT NOT NULL CHECK (state IN ('uploading', 'committed', 'swept')),
+    state       TEXT NOT NULL CHECK (state IN ('uploading', 'committed', 'sweeping', 'swept')),
     bytes       BIGINT NOT NULL DEFAULT 0,
     digest      TEXT NOT NULL DEFAULT '',
     created_at  TIMESTAMPTZ NOT NULL,
