@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 
@@ -87,6 +88,7 @@ type quotaHandler struct {
 	uploadExists func(ctx context.Context, repository, upload string) (bool, error)
 	next         http.Handler
 	fail         func(http.ResponseWriter, *http.Request, error)
+	logger       *slog.Logger
 }
 
 func (q *quotaHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -153,32 +155,37 @@ func (q *quotaHandler) serveUploadWrite(w http.ResponseWriter, req *http.Request
 	req.Body = body
 	rw := &statusWriter{ResponseWriter: w, mute: func() bool { return body.err != nil }}
 	q.next.ServeHTTP(rw, req)
-	if body.err != nil {
+	var ref *Refusal
+	switch {
+	case errors.As(body.err, &ref):
+		// Refused: nothing of the upload may stay, stored or counted.
 		if err := q.removeUpload(ctx, repo, upload); err != nil {
 			q.fail(w, req, fmt.Errorf("remove refused upload %s: %w", upload, err))
 			return
 		}
 		q.drop(ctx, upload)
-		var ref *Refusal
-		if errors.As(body.err, &ref) {
-			writeDockerError(w, ref.Status, ref.Code, ref.Message)
-			return
-		}
+		writeDockerError(w, ref.Status, ref.Code, ref.Message)
+		return
+	case body.err != nil:
+		// A hold that could not be written (the database away for a
+		// moment, the client gone) refuses nothing: every byte the
+		// registry stored was held, so the upload stays, counted, for the
+		// client to resume; removing it would throw away a large push
+		// for a blip.
+		_ = q.shrink(ctx, upload, body)
 		q.fail(w, req, body.err)
 		return
 	}
-	if over := body.held - max(body.n-body.free, 0); over > 0 {
-		if err := q.quota.ShrinkHold(context.WithoutCancel(ctx), upload, over); err != nil {
-			q.fail(rw, req, err)
-			return
-		}
+	if err := q.shrink(ctx, upload, body); err != nil {
+		q.fail(rw, req, err)
+		return
 	}
 	if req.Method != http.MethodPut {
 		return
 	}
 	if rw.status == http.StatusCreated {
 		d := rw.Header().Get("Docker-Content-Digest")
-		size, err := q.blobSize(ctx, d)
+		size, err := q.blobSize(context.WithoutCancel(ctx), d) // the client may be gone after the 201
 		if err == nil {
 			err = q.quota.CommitHold(context.WithoutCancel(ctx), repo, upload, d, size)
 		}
@@ -261,10 +268,21 @@ func (q *quotaHandler) serveHeld(w http.ResponseWriter, req *http.Request, repo,
 	q.drop(ctx, hold)
 }
 
+// shrink gives back what body's request held past the bytes it passed on
+// (holds run up to holdStep ahead of the data).
+func (q *quotaHandler) shrink(ctx context.Context, upload string, body *holdingReader) error {
+	if over := body.held - max(body.n-body.free, 0); over > 0 {
+		return q.quota.ShrinkHold(context.WithoutCancel(ctx), upload, over)
+	}
+	return nil
+}
+
 // drop forgets a hold; a failure leaves it counted, which errs on the
-// side of the quota.
+// side of the quota, until the hold sweeper gives it back.
 func (q *quotaHandler) drop(ctx context.Context, hold string) {
-	_ = q.quota.DropHold(context.WithoutCancel(ctx), hold)
+	if err := q.quota.DropHold(context.WithoutCancel(ctx), hold); err != nil && q.logger != nil {
+		q.logger.WarnContext(ctx, "registry: a push's quota hold could not be given back; the hold sweeper will", "hold", hold, "err", err)
+	}
 }
 
 // holdingReader holds quota for each read before returning its bytes.

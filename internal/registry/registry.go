@@ -118,7 +118,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 		us := uploadStore{driver: driver, blobs: ns.BlobStatter()}
 		r.uploads = &us
 		served = &quotaHandler{quota: quota, authorized: requestAuthorized(access), next: served,
-			blobSize: us.blobSize, removeUpload: us.removeUpload, uploadExists: us.uploadExists,
+			blobSize: us.blobSize, removeUpload: us.removeUpload, uploadExists: us.uploadExists, logger: logger,
 			fail: func(w http.ResponseWriter, req *http.Request, err error) {
 				logger.ErrorContext(req.Context(), "registry: quota check failed", "err", err)
 				tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not account for this push; retry")
