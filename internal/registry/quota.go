@@ -79,6 +79,9 @@ var (
 type quotaHandler struct {
 	quota      UploadQuota
 	authorized func(req *http.Request, repository string) bool
+	// mayPull reports whether the request's token may pull repository
+	// (a mount's source).
+	mayPull func(req *http.Request, repository string) bool
 	// blobSize is the size of a blob the registry stores (any
 	// repository's), or an error matching distribution.ErrBlobUnknown.
 	blobSize func(ctx context.Context, digest string) (int64, error)
@@ -220,8 +223,16 @@ func (q *quotaHandler) serveManifestPut(w http.ResponseWriter, req *http.Request
 }
 
 // serveMount holds the size of a blob mounted from another repository:
-// free when the project holds it already.
+// free when the project holds it already. The registry mounts only from a
+// named repository the pusher may pull; anything else is left to it (a
+// plain upload starts, or the missing pull is refused) before the blob is
+// looked up, so a refusal here never tells a pusher the size of content it
+// may not read.
 func (q *quotaHandler) serveMount(w http.ResponseWriter, req *http.Request, repo string) {
+	if from := req.URL.Query().Get("from"); from == "" || !q.mayPull(req, from) {
+		q.next.ServeHTTP(w, req)
+		return
+	}
 	d := req.URL.Query().Get("mount")
 	if _, err := digest.Parse(d); err != nil {
 		q.next.ServeHTTP(w, req) // the registry starts a plain upload

@@ -77,3 +77,57 @@ func TestUploadHoldFailureKeepsTheUpload(t *testing.T) {
 		})
 	}
 }
+
+// mountQuota records the holds a mount asks for.
+type mountQuota struct {
+	UploadQuota
+	held []string
+}
+
+func (m *mountQuota) HoldBlob(_ context.Context, repository, _, digest string, _ int64) error {
+	m.held = append(m.held, repository+"@"+digest)
+	return &Refusal{Status: http.StatusForbidden, Code: "DENIED", Message: "registry quota exceeded"}
+}
+
+// A mount is held (and may be refused with the blob's size) only from a
+// named repository the pusher may pull: anything else goes to the
+// registry, which starts a plain upload or refuses the missing pull,
+// before the blob is looked up.
+func TestMountHeldOnlyFromAPullableRepository(t *testing.T) {
+	const d = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name, from string
+		held       bool
+	}{
+		{"pullable source", "p/demo/base", true},
+		{"source the pusher may not pull", "other/secret/app", false},
+		{"no source", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			quota := &mountQuota{}
+			looked := false
+			q := &quotaHandler{quota: quota,
+				authorized: func(*http.Request, string) bool { return true },
+				mayPull:    func(_ *http.Request, repo string) bool { return strings.HasPrefix(repo, "p/demo/") },
+				blobSize: func(context.Context, string) (int64, error) {
+					looked = true
+					return 4096, nil
+				},
+				next: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) }),
+				fail: func(w http.ResponseWriter, _ *http.Request, err error) { http.Error(w, err.Error(), http.StatusInternalServerError) },
+			}
+			target := "/v2/p/demo/app/blobs/uploads/?mount=" + d
+			if tc.from != "" {
+				target += "&from=" + tc.from
+			}
+			rec := httptest.NewRecorder()
+			q.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, target, nil))
+			if got := len(quota.held) > 0; got != tc.held || looked != tc.held {
+				t.Fatalf("held %v (%v), blob looked up %v; want %v", got, quota.held, looked, tc.held)
+			}
+			if want := map[bool]int{true: http.StatusForbidden, false: http.StatusAccepted}[tc.held]; rec.Code != want {
+				t.Errorf("status %d (%s), want %d", rec.Code, rec.Body, want)
+			}
+		})
+	}
+}

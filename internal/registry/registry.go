@@ -117,7 +117,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 		// before the gate or the registry sees its body.
 		us := uploadStore{driver: driver, blobs: ns.BlobStatter()}
 		r.uploads = &us
-		served = &quotaHandler{quota: quota, authorized: requestAuthorized(access), next: served,
+		served = &quotaHandler{quota: quota, authorized: requestAuthorized(access), mayPull: requestMayPull(access), next: served,
 			blobSize: us.blobSize, removeUpload: us.removeUpload, uploadExists: us.uploadExists, logger: logger,
 			fail: func(w http.ResponseWriter, req *http.Request, err error) {
 				logger.ErrorContext(req.Context(), "registry: quota check failed", "err", err)
@@ -295,6 +295,15 @@ func requestAuthorized(access auth.AccessController) func(*http.Request, string)
 			return false
 		}
 		_, err := access.Authorized(req, want...)
+		return err == nil
+	}
+}
+
+// requestMayPull reports whether a request's token may pull repository,
+// whatever its method.
+func requestMayPull(access auth.AccessController) func(*http.Request, string) bool {
+	return func(req *http.Request, repository string) bool {
+		_, err := access.Authorized(req, auth.Access{Resource: auth.Resource{Type: "repository", Name: repository}, Action: ActionPull})
 		return err == nil
 	}
 }
