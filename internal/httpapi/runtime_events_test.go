@@ -540,6 +540,26 @@ func TestRuntimeEventRetention(t *testing.T) {
 		if n, err := e.s.App.Instances.PruneRuntimeEvents(context.Background()); n != 0 || err != nil {
 			t.Fatalf("a second pass deleted %d: %v", n, err)
 		}
+		// The server's own worker: after a pass over every instance it
+		// looks only at those that reported since, and small, which now
+		// goes past the cap, is one of them.
+		w := e.s.App.Instances.RetentionWorker()
+		pass := func() {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			n := w.Runs()
+			w.Kick()
+			if err := w.WaitRuns(ctx, n+1); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pass()
+		postRuntime(smallIdentity, e, small, memberEvents("t", 3)...).Want(t, 200)
+		pass()
+		if got, _ := timelineIDs(t, e, small); strings.Join(got, " ") != "r-1 t-0 t-1 t-2" {
+			t.Fatalf("the worker's pass after small reported past the cap: runtime rows %v", got)
+		}
 	})
 }
 

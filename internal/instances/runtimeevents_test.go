@@ -1,6 +1,7 @@
 package instances
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -129,5 +130,28 @@ func TestRuntimeLimiterRefills(t *testing.T) {
 	}
 	if newRuntimeLimiter(0, 0).takeAt("i1", MaxRuntimeBatch, at) != nil {
 		t.Fatal("a rate of 0 limited")
+	}
+}
+
+// reportedSince reaches back retentionOverlap from a UUIDv7, in the ids'
+// own order: an id minted within the overlap before the newest one sorts
+// at or after it, one minted earlier before it; anything that is not a
+// UUIDv7 looks everywhere.
+func TestReportedSince(t *testing.T) {
+	at := func(ms int64) string {
+		return fmt.Sprintf("%08x-%04x-7abc-8def-0123456789ab", uint64(ms)>>16, uint64(ms)&0xffff)
+	}
+	now := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC).UnixMilli()
+	since := reportedSince(at(now))
+	if inside := at(now - retentionOverlap.Milliseconds() + 1); !(since <= inside) {
+		t.Errorf("a row minted inside the overlap (%s) sorts before since %s", inside, since)
+	}
+	if outside := at(now - retentionOverlap.Milliseconds() - 1); !(outside < since) {
+		t.Errorf("a row minted before the overlap (%s) sorts at or after since %s", outside, since)
+	}
+	for _, bad := range []string{"", "not-a-uuid", "zzzzzzzz-zzzz"} {
+		if got := reportedSince(bad); got != "" {
+			t.Errorf("reportedSince(%q) = %q, want everywhere", bad, got)
+		}
 	}
 }

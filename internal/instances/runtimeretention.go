@@ -3,6 +3,9 @@ package instances
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/correlation"
@@ -45,28 +48,74 @@ var errNothingPruned = errors.New("instances: nothing to prune")
 // instances past RuntimeEventRetention.
 func (s *Service) RetentionWorker() *worker.Periodic { return s.retention }
 
+// newRetentionWorker prunes on the leader. After its first pass it looks
+// only at instances that recorded a row since shortly before the last
+// complete pass began: the others cannot have grown past the cap since,
+// and counting every instance's rows every minute would grow with the
+// whole timeline. Any start, and any loss of the lead, begins again with
+// a pass over every instance.
 func (s *Service) newRetentionWorker() *worker.Periodic {
+	var since string // where the next pass looks from; "": everywhere
 	return &worker.Periodic{Name: "instance-runtime-retention", Interval: RetentionInterval, Timeout: 5 * time.Minute, Logger: s.Logger,
+		OnStart: func() { since = "" },
 		Run: func(ctx context.Context) error {
 			if s.Leader != nil && !s.Leader() {
-				return nil // the leader prunes; two would only repeat each other's deletes
+				since = "" // the leader prunes; two would only repeat each other's deletes
+				return nil
 			}
-			_, err := s.PruneRuntimeEvents(ctx)
+			newest, err := s.Store.Read().NewestReportedEventID(ctx)
+			if err != nil {
+				return err
+			}
+			_, complete, err := s.pruneRuntimeEvents(ctx, since)
+			if err == nil && complete {
+				since = reportedSince(newest)
+			}
 			return err
 		}}
 }
 
-// PruneRuntimeEvents runs one retention pass on every replica that calls
-// it (the worker calls it on the leader only); it returns how many rows it
-// deleted. Each batch is its own transaction with its audit row.
+// retentionOverlap is how far before the newest row of the last complete
+// pass the next one looks: ids are UUIDv7, minted by the inserting
+// replica's clock before its transaction commits, so a row committed just
+// after that newest one may carry a slightly earlier id.
+const retentionOverlap = 10 * time.Minute
+
+// reportedSince returns the lowest UUIDv7 minted retentionOverlap before
+// the one in newest, or "" (look everywhere) when newest is not one.
+func reportedSince(newest string) string {
+	hex := strings.ReplaceAll(newest, "-", "")
+	if len(hex) < 12 {
+		return ""
+	}
+	ms, err := strconv.ParseUint(hex[:12], 16, 64)
+	if err != nil {
+		return ""
+	}
+	floor := ms - min(ms, uint64(retentionOverlap.Milliseconds()))
+	return fmt.Sprintf("%08x-%04x-0000-0000-000000000000", floor>>16, floor&0xffff)
+}
+
+// PruneRuntimeEvents runs one retention pass over every instance on every
+// replica that calls it (the worker calls it on the leader only); it
+// returns how many rows it deleted. Each batch is its own transaction with
+// its audit row.
 func (s *Service) PruneRuntimeEvents(ctx context.Context) (int64, error) {
+	n, _, err := s.pruneRuntimeEvents(ctx, "")
+	return n, err
+}
+
+// pruneRuntimeEvents prunes the instances over the cap that recorded a row
+// from since on, and reports whether it got to every one of them (a pass
+// takes at most retentionInstances).
+func (s *Service) pruneRuntimeEvents(ctx context.Context, since string) (deleted int64, complete bool, err error) {
 	keep := s.RuntimeEventRetention
 	if keep <= 0 {
-		return 0, nil
+		return 0, true, nil
 	}
-	over, err := s.Store.Read().InstancesOverReportedCap(ctx, keep, retentionInstances)
+	over, err := s.Store.Read().InstancesOverReportedCap(ctx, keep, retentionInstances, since)
 	if err != nil || len(over) == 0 {
-		return 0, err
+		return 0, err == nil, err
 	}
 	ctx = correlation.With(principal.With(ctx, principal.SystemActor), correlation.New())
 	var total int64
@@ -105,5 +154,5 @@ func (s *Service) PruneRuntimeEvents(ctx context.Context) (int64, error) {
 		s.Logger.InfoContext(ctx, "runtime-reported timeline rows past the retention deleted", "count", total, "instances", len(over),
 			"keep", keep, "correlation_id", correlation.ID(ctx))
 	}
-	return total, errors.Join(errs...)
+	return total, len(over) < retentionInstances, errors.Join(errs...)
 }

@@ -278,8 +278,12 @@ type Queries interface {
 	ListInstanceEvents(ctx context.Context, instanceID string, p storage.Page) ([]InstanceEvent, string, error)
 	// InstancesOverReportedCap lists up to limit instances holding more
 	// than keep timeline rows recorded from runtime events (rows with a
-	// dedupe key).
-	InstancesOverReportedCap(ctx context.Context, keep, limit int) ([]string, error)
+	// dedupe key), among those that recorded one with an id from since on
+	// (every instance when since is empty).
+	InstancesOverReportedCap(ctx context.Context, keep, limit int, since string) ([]string, error)
+	// NewestReportedEventID returns the highest id of a runtime-reported
+	// timeline row ("" when there is none).
+	NewestReportedEventID(ctx context.Context) (string, error)
 	// PruneReportedInstanceEvents deletes up to batch of an instance's
 	// runtime-reported timeline rows, oldest first, that are not among its
 	// newest keep; lifecycle rows (no dedupe key) are never touched. It

@@ -114,7 +114,9 @@ func TestMountHeldOnlyFromAPullableRepository(t *testing.T) {
 					return 4096, nil
 				},
 				next: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusAccepted) }),
-				fail: func(w http.ResponseWriter, _ *http.Request, err error) { http.Error(w, err.Error(), http.StatusInternalServerError) },
+				fail: func(w http.ResponseWriter, _ *http.Request, err error) {
+					http.Error(w, err.Error(), http.StatusInternalServerError)
+				},
 			}
 			target := "/v2/p/demo/app/blobs/uploads/?mount=" + d
 			if tc.from != "" {

@@ -535,11 +535,18 @@ func (q *Queries) ReportedEventKeyOwners(ctx context.Context, keys []string) (ma
 }
 
 // InstancesOverReportedCap lists up to limit instances holding more than
-// keep runtime-reported timeline rows; it reads the partial index
-// app_instance_events_reported only (migration 0034).
-func (q *Queries) InstancesOverReportedCap(ctx context.Context, keep, limit int) ([]string, error) {
-	rows, err := q.query(ctx, `SELECT instance_id FROM app_instance_events WHERE dedupe_key <> ''
-		GROUP BY instance_id HAVING COUNT(*) > ? ORDER BY instance_id LIMIT ?`, keep, limit)
+// keep runtime-reported timeline rows, among those with one from since on
+// (all when since is empty); it reads the partial index
+// app_instance_events_reported (migration 0034), and the primary key for
+// the ids from since on.
+func (q *Queries) InstancesOverReportedCap(ctx context.Context, keep, limit int, since string) ([]string, error) {
+	where, args := "", []any{}
+	if since != "" {
+		where = ` AND instance_id IN (SELECT DISTINCT instance_id FROM app_instance_events WHERE id >= ? AND dedupe_key <> '')`
+		args = append(args, since)
+	}
+	rows, err := q.query(ctx, `SELECT instance_id FROM app_instance_events WHERE dedupe_key <> ''`+where+`
+		GROUP BY instance_id HAVING COUNT(*) > ? ORDER BY instance_id LIMIT ?`, append(args, keep, limit)...)
 	if err != nil {
 		return nil, err
 	}
@@ -547,6 +554,13 @@ func (q *Queries) InstancesOverReportedCap(ctx context.Context, keep, limit int)
 		var id string
 		return id, s.Scan(&id)
 	})
+}
+
+// NewestReportedEventID returns the highest runtime-reported row id, or "".
+func (q *Queries) NewestReportedEventID(ctx context.Context) (string, error) {
+	var id string
+	err := q.queryRow(ctx, `SELECT COALESCE(MAX(id), '') FROM app_instance_events WHERE dedupe_key <> ''`).Scan(&id)
+	return id, mapErr(err)
 }
 
 // PruneReportedInstanceEvents deletes up to batch of an instance's

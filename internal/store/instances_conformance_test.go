@@ -866,9 +866,24 @@ func testReportedInstanceEvents(t *testing.T, db *store.DB) {
 		_, err := q.InsertReportedInstanceEvents(ctx, []instances.InstanceEvent{r})
 		noErr(t, "insert newer", err)
 	}
-	over, err := q.InstancesOverReportedCap(ctx, 3, 10)
+	over, err := q.InstancesOverReportedCap(ctx, 3, 10, "")
 	noErr(t, "over cap", err)
 	same(t, "instances over a cap of 3", over, []string{i.ID})
+	// A later pass looks only at instances with a row from its start on:
+	// this one, from its newest row's id; not from an id minted after it.
+	newestID, err := q.NewestReportedEventID(ctx)
+	noErr(t, "newest reported id", err)
+	if newestID < newest[2] {
+		t.Fatalf("newest reported id %s, before this instance's newest %s", newestID, newest[2])
+	}
+	over, err = q.InstancesOverReportedCap(ctx, 3, 10, newest[2])
+	noErr(t, "over cap since its newest row", err)
+	same(t, "instances over the cap with a row from its newest on", over, []string{i.ID})
+	over, err = q.InstancesOverReportedCap(ctx, 3, 10, newID())
+	noErr(t, "over cap since now", err)
+	if slices.Contains(over, i.ID) {
+		t.Fatalf("an instance with no row since the pass began was counted: %v", over)
+	}
 	for _, want := range []int64{1, 1, 0} {
 		n, err := q.PruneReportedInstanceEvents(ctx, i.ID, 3, 1)
 		noErr(t, "prune", err)
@@ -883,7 +898,7 @@ func testReportedInstanceEvents(t *testing.T, db *store.DB) {
 		ids[k] = g.ID
 	}
 	same(t, "timeline after prune", ids, append([]string{noKey.ID}, newest...))
-	over, err = q.InstancesOverReportedCap(ctx, 3, 10)
+	over, err = q.InstancesOverReportedCap(ctx, 3, 10, "")
 	noErr(t, "over cap after prune", err)
 	same(t, "instances over the cap after prune", len(over), 0)
 }
