@@ -45,10 +45,17 @@ func (q *Queries) ProjectHeldGPUs(ctx context.Context, projectID string) (int64,
 // two IN lists joined by OR made both dialects scan every timeline row,
 // and a UNION made SQLite scan them in id order to merge) and reads their
 // timelines through app_instance_events_instance; the recently changed
-// ones are found through app_instance_events_occurred.
+// ones are found through app_instance_events_occurred. Only the
+// platform's own rows (no dedupe key) say when the status changed: a row
+// recorded from a workload's runtime event carries the status at the
+// report but the time the workload gave (up to minutes ahead, a day
+// behind), and read as a change it let a workload close its own running
+// interval early, with a "deploying" report dated past the platform's
+// "running".
 const instanceStatusChangesQuery = `SELECT e.instance_id, e.id, e.status, e.occurred_at FROM app_instance_events e
 		WHERE e.instance_id IN (SELECT id FROM app_instances WHERE status IN ('running', 'upgrading', 'rolling_back')
 			UNION ALL SELECT instance_id FROM app_instance_events WHERE occurred_at >= ?)
+		AND e.dedupe_key = ''
 		ORDER BY e.instance_id, e.occurred_at, e.id`
 
 // InstanceStatusChanges returns the timelines, oldest first per instance,

@@ -63,6 +63,13 @@ func TestInstanceStatusChanges(t *testing.T) {
 		}
 		ev(old, instances.StatusRunning, -72*time.Hour)
 		ev(old, instances.StatusDecommissioned, -48*time.Hour)
+		// A workload's runtime event recorded while the instance deployed,
+		// dated (by the workload) after the platform's running row: not a
+		// status change, or it would close the running interval.
+		reported := instances.InstanceEvent{ID: newID(), InstanceID: serving.ID, ProjectID: p.ID, EventType: "healthy", Status: instances.StatusDeploying,
+			Payload: []byte(`{}`), OccurredAt: at(-47 * time.Hour), DedupeKey: "runtime:" + p.ID + ":s:" + newID()}
+		_, err := s.Read().InsertReportedInstanceEvents(ctx, []instances.InstanceEvent{reported})
+		noErr(t, "reported event", err)
 		got, err := store.Billing(db).Read().InstanceStatusChanges(ctx, t0)
 		noErr(t, "changes", err)
 		seen := map[string][]string{}
