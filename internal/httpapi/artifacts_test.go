@@ -69,7 +69,9 @@ func testArtifactOCILifecycle(t *testing.T, d store.Dialect) {
 	s := servertest.Start(t, d)
 	// The artifacts clock, moved forward to expire intents without sleeping.
 	var skew atomic.Int64
-	s.App.API.Artifacts.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	s.WhileWorkersStopped(func() { // the artifact sweepers read it
+		s.App.API.Artifacts.Now = func() time.Time { return time.Now().Add(time.Duration(skew.Load())) }
+	})
 	admin := s.Admin()
 	pid := s.Creds.ProjectID
 	base := "/api/v1/projects/" + pid + "/app-artifacts"

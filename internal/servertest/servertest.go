@@ -114,6 +114,19 @@ func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
 // LogText is what the server logged so far; safe while it runs.
 func (s *Server) LogText() string { return s.Logs.String() }
 
+// WhileWorkersStopped runs f with the server's background jobs (App.Workers)
+// stopped, then starts them again: a test that swaps a service's clock or
+// another field the jobs read does it in f, so that no job reads it at the
+// same time (Stop waits for a running pass; Start begins after f).
+func (s *Server) WhileWorkersStopped(f func()) {
+	s.T.Helper()
+	s.App.Workers.Stop()
+	f()
+	if err := s.App.Workers.Start(context.WithoutCancel(s.T.Context())); err != nil {
+		s.T.Fatal(err)
+	}
+}
+
 // nonMutating lists POSTs that change no resource (so leave no audit row of
 // their own): sign-in, token exchange, previews, liveness. A workload's
 // runtime-event post is audited when it records something or moves health,
