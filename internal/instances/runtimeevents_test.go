@@ -155,3 +155,21 @@ func TestReportedSince(t *testing.T) {
 		}
 	}
 }
+
+// reportedSince reads a UUIDv7's time as the hand-parsing it replaced did
+// (the expected values are that parser's answers), and an id of another
+// version, whose leading bits are no time, looks everywhere.
+func TestReportedSinceKnownIDs(t *testing.T) {
+	for id, want := range map[string]string{
+		"017f22e2-79b0-7cc3-98c4-dc0c0c07398f": "017f22d9-51f0-0000-0000-000000000000", // RFC 9562's example
+		"0193a0c4-5e00-7000-8000-000000000000": "0193a0bb-3640-0000-0000-000000000000",
+		"00000000-0005-7000-8000-000000000000": "00000000-0000-0000-0000-000000000000", // younger than the overlap
+		"ffffffff-ffff-7fff-bfff-ffffffffffff": "fffffff6-d83f-0000-0000-000000000000",
+		"f47ac10b-58cc-4372-a567-0e02b2c3d479": "", // a UUIDv4
+		"1ec9414c-232a-6b00-b3c8-9f6bdeced846": "", // a UUIDv6
+	} {
+		if got := reportedSince(id); got != want {
+			t.Errorf("reportedSince(%s) = %q, want %q", id, got, want)
+		}
+	}
+}

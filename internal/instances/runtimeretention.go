@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/correlation"
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/storage"
@@ -82,16 +81,14 @@ func (s *Service) newRetentionWorker() *worker.Periodic {
 const retentionOverlap = 10 * time.Minute
 
 // reportedSince returns the lowest UUIDv7 minted retentionOverlap before
-// the one in newest, or "" (look everywhere) when newest is not one.
+// the one in newest, or "" (look everywhere) when newest is not one: the
+// time of another version's id says nothing of when its row was written.
 func reportedSince(newest string) string {
-	hex := strings.ReplaceAll(newest, "-", "")
-	if len(hex) < 12 {
+	id, err := uuid.Parse(newest)
+	if err != nil || id.Version() != 7 {
 		return ""
 	}
-	ms, err := strconv.ParseUint(hex[:12], 16, 64)
-	if err != nil {
-		return ""
-	}
+	ms := uint64(time.Unix(id.Time().UnixTime()).UnixMilli())
 	floor := ms - min(ms, uint64(retentionOverlap.Milliseconds()))
 	return fmt.Sprintf("%08x-%04x-0000-0000-000000000000", floor>>16, floor&0xffff)
 }
