@@ -185,13 +185,17 @@ func changes(r *http.Request) bool {
 	return r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodOptions
 }
 
-// refuseChanges answers a state-changing request with Writable's error
-// while it has one (the fallback, which wrap does not cover).
-func (a *API) refuseChanges(h http.Handler) http.Handler {
+// refuseChanges answers a state-changing request with Writable's error,
+// written by answer, while it has one: the registry's mount answers in the
+// registry's error format (docker and crane print it), the fallback, which
+// wrap does not cover, in the API's envelope. The registry's token endpoint
+// stays open: a token is a read (containerd asks for one with a POST
+// first, and a 503 there would fail pulls); no fallback path is under /v2/.
+func (a *API) refuseChanges(h http.Handler, answer func(http.ResponseWriter, *http.Request, error)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.Writable != nil && changes(r) {
+		if a.Writable != nil && changes(r) && r.URL.Path != registry.TokenPath {
 			if err := a.Writable(); err != nil {
-				writeError(w, r, a.Logger, err)
+				answer(w, r, err)
 				return
 			}
 		}
@@ -199,21 +203,15 @@ func (a *API) refuseChanges(h http.Handler) http.Handler {
 	})
 }
 
-// refuseRegistryChanges is refuseChanges for the registry's mount: its
-// answer is in the registry's error format too, which docker and crane
-// print, and the token endpoint stays open: a token is a read (containerd
-// asks for one with a POST first, and a 503 there would fail pulls).
-func (a *API) refuseRegistryChanges(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if a.Writable != nil && changes(r) && r.URL.Path != registry.TokenPath {
-			if err := a.Writable(); err != nil {
-				e, _ := errdefs.As(err)
-				registry.WriteError(w, r, http.StatusServiceUnavailable, e.Code, e.Message)
-				return
-			}
-		}
-		h.ServeHTTP(w, r)
-	})
+// answerAPI writes err in the API's error envelope.
+func (a *API) answerAPI(w http.ResponseWriter, r *http.Request, err error) {
+	writeError(w, r, a.Logger, err)
+}
+
+// answerRegistry writes Writable's refusal in the registry's error format.
+func answerRegistry(w http.ResponseWriter, r *http.Request, err error) {
+	e, _ := errdefs.As(err)
+	registry.WriteError(w, r, http.StatusServiceUnavailable, e.Code, e.Message)
 }
 
 // isAPIPath: paths the API answers itself, route or not (a 404 there is
@@ -254,7 +252,7 @@ func (a *API) build() http.Handler {
 	}
 	mux.Handle("GET /metrics", a.metrics.handler())
 	for prefix, h := range a.Mounts {
-		mux.Handle(prefix, a.refuseRegistryChanges(a.WithStreamDeadlines(a.limitRegistryToken(h))))
+		mux.Handle(prefix, a.refuseChanges(a.WithStreamDeadlines(a.limitRegistryToken(h)), answerRegistry))
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, pattern := mux.Handler(r)
@@ -263,7 +261,7 @@ func (a *API) build() http.Handler {
 			return
 		}
 		if a.Fallback != nil && !isAPIPath(r.URL.Path) {
-			a.refuseChanges(a.Fallback).ServeHTTP(w, r) // the console's own forms write too
+			a.refuseChanges(a.Fallback, a.answerAPI).ServeHTTP(w, r) // the console's own forms write too
 			return
 		}
 		// No route matched: learn from the mux whether the path exists with
