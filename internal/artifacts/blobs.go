@@ -8,6 +8,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/blobstore"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/quotastream"
 	"github.com/gpuaas/gpuaas/internal/storage"
 )
 
@@ -84,9 +85,14 @@ func (s *Service) appendAt(ctx context.Context, it ArtifactIntent, uploadID stri
 		if err != nil {
 			return 0, 0, err
 		}
-		body = &quotaReader{r: body, offset: offset, granted: offset, reserve: func(need int64) (int64, error) {
-			return s.reserveUpload(ctx, it, uploadID, need, limit)
-		}}
+		// Positions in the reader count from offset. Nothing is released
+		// through it: what the upload holds after the append is set to
+		// the store's size below, which the reader cannot know (a failed
+		// write keeps fewer bytes than it read).
+		body = quotastream.New(body, 0, func(_, need, want int64) (int64, error) {
+			granted, err := s.reserveUpload(ctx, it, uploadID, offset+need, offset+want, limit)
+			return granted - offset, err
+		}, nil)
 	}
 	size, err = s.Blobs.Append(ctx, uploadID, offset, body)
 	// An upload past the quota or the object size limit can never be
@@ -131,13 +137,9 @@ type BlobQuota interface {
 	BlobQuotaBytes(ctx context.Context, projectID string) (int64, error)
 }
 
-// uploadGrant is how far ahead of what it has received an upload reserves
-// quota: one transaction per this many bytes instead of one per read.
-const uploadGrant = 8 << 20
-
 // reserveUpload makes the upload's reservation at least need bytes (its
-// size once the chunk in hand is written), and up to uploadGrant more when
-// the quota has room, and returns the reservation.
+// size once the chunk in hand is written), and up to want when the quota
+// has room, and returns the reservation.
 //
 // Bytes in progress are reserved before they are written rather than
 // counted once received: counting afterwards lets several uploads each
@@ -147,7 +149,7 @@ const uploadGrant = 8 << 20
 // takes the project's lock in the database, so uploads on every replica
 // draw from the same room; what an append was granted beyond what it
 // received is given back when it ends.
-func (s *Service) reserveUpload(ctx context.Context, it ArtifactIntent, uploadID string, need, limit int64) (int64, error) {
+func (s *Service) reserveUpload(ctx context.Context, it ArtifactIntent, uploadID string, need, want, limit int64) (int64, error) {
 	var granted int64
 	err := s.Store.InTx(ctx, func(q Queries) error {
 		if err := q.LockProjectBlobUsage(ctx, it.ProjectID); err != nil {
@@ -162,7 +164,7 @@ func (s *Service) reserveUpload(ctx context.Context, it ArtifactIntent, uploadID
 				"project %s holds %d bytes of blob storage (registered blob artifacts, uploads committed but not registered, and uploads in progress) against its quota of %d bytes, so this upload cannot reach %d bytes; the upload was aborted. Register or abort the project's unfinished uploads, delete blob artifacts it no longer needs, or ask an operator to raise the quota (--project-blob-quota-bytes); committed uploads that are never registered are removed %s after their commit",
 				it.ProjectID, used, limit, need, AbandonedUploadAge).WithDetails(map[string]any{"used_bytes": used, "quota_bytes": limit, "upload_bytes": need})}
 		}
-		granted = min(need+uploadGrant, limit-used)
+		granted = min(want, limit-used)
 		_, err = q.ReserveBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, granted, ""))
 		return err
 	})
@@ -188,27 +190,6 @@ type quotaError struct{ err error }
 
 func (e *quotaError) Error() string { return e.err.Error() }
 func (e *quotaError) Unwrap() error { return e.err }
-
-// quotaReader reserves quota for each chunk before handing it on: a chunk
-// the quota has no room for is never written.
-type quotaReader struct {
-	r               io.Reader
-	reserve         func(need int64) (int64, error)
-	offset, granted int64 // the upload's size with what was read, and its reservation
-}
-
-func (q *quotaReader) Read(p []byte) (int, error) {
-	n, err := q.r.Read(p)
-	if n > 0 && q.offset+int64(n) > q.granted {
-		g, rerr := q.reserve(q.offset + int64(n))
-		if rerr != nil {
-			return 0, rerr
-		}
-		q.granted = g
-	}
-	q.offset += int64(n)
-	return n, err
-}
 
 // AppendUpload streams body into the upload at offset (which must be the
 // upload's current size; negative means wherever it currently ends).

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"regexp"
@@ -15,6 +14,8 @@ import (
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/google/uuid"
 	"github.com/opencontainers/go-digest"
+
+	"github.com/gpuaas/gpuaas/internal/quotastream"
 )
 
 // UploadQuota is an optional extension of Authorizer: what a project may
@@ -60,11 +61,6 @@ type Refusal struct {
 }
 
 func (r *Refusal) Error() string { return r.Message }
-
-// holdStep is how far ahead of the data a streaming upload holds quota: a
-// hold per 8 MiB keeps a large push at a few database writes per second,
-// and what was held past the data is given back when the request ends.
-const holdStep = 8 << 20
 
 // uploadPathRe splits /v2/<name>/blobs/uploads/<id>; uploadsPathRe matches
 // /v2/<name>/blobs/uploads/ (a new upload or a mount).
@@ -140,7 +136,7 @@ func (q *quotaHandler) serveUploadWrite(w http.ResponseWriter, req *http.Request
 		q.fail(w, req, err)
 		return
 	}
-	body := &holdingReader{ctx: ctx, r: req.Body, quota: q.quota, repo: repo, upload: upload}
+	var free int64
 	if d := req.URL.Query().Get("digest"); req.Method == http.MethodPut && d != "" {
 		// A final PUT names its digest before its data: a blob the
 		// project holds already costs nothing again, up to its size (more
@@ -152,15 +148,23 @@ func (q *quotaHandler) serveUploadWrite(w http.ResponseWriter, req *http.Request
 			return
 		}
 		if ok {
-			body.free = size
+			free = size
 		}
 	}
+	body := quotastream.New(req.Body, free, func(covered, need, want int64) (int64, error) {
+		got, err := q.quota.HoldUpload(ctx, repo, upload, need-covered, want-covered)
+		return covered + got, err
+	}, func(unused int64) error {
+		// What was held past the data is given back when the request
+		// ends, the client gone or not.
+		return q.quota.ShrinkHold(context.WithoutCancel(ctx), upload, unused)
+	})
 	req.Body = body
-	rw := &statusWriter{ResponseWriter: w, mute: func() bool { return body.err != nil }}
+	rw := &statusWriter{ResponseWriter: w, mute: func() bool { return body.Err() != nil }}
 	q.next.ServeHTTP(rw, req)
 	var ref *Refusal
 	switch {
-	case errors.As(body.err, &ref):
+	case errors.As(body.Err(), &ref):
 		// Refused: nothing of the upload may stay, stored or counted.
 		if err := q.removeUpload(ctx, repo, upload); err != nil {
 			q.fail(w, req, fmt.Errorf("remove refused upload %s: %w", upload, err))
@@ -169,17 +173,17 @@ func (q *quotaHandler) serveUploadWrite(w http.ResponseWriter, req *http.Request
 		q.drop(ctx, upload)
 		writeDockerError(w, ref.Status, ref.Code, ref.Message)
 		return
-	case body.err != nil:
+	case body.Err() != nil:
 		// A hold that could not be written (the database away for a
 		// moment, the client gone) refuses nothing: every byte the
 		// registry stored was held, so the upload stays, counted, for the
 		// client to resume; removing it would throw away a large push
 		// for a blip.
-		_ = q.shrink(ctx, upload, body)
-		q.fail(w, req, body.err)
+		_ = body.Release()
+		q.fail(w, req, body.Err())
 		return
 	}
-	if err := q.shrink(ctx, upload, body); err != nil {
+	if err := body.Release(); err != nil {
 		q.fail(rw, req, err)
 		return
 	}
@@ -279,15 +283,6 @@ func (q *quotaHandler) serveHeld(w http.ResponseWriter, req *http.Request, repo,
 	q.drop(ctx, hold)
 }
 
-// shrink gives back what body's request held past the bytes it passed on
-// (holds run up to holdStep ahead of the data).
-func (q *quotaHandler) shrink(ctx context.Context, upload string, body *holdingReader) error {
-	if over := body.held - max(body.n-body.free, 0); over > 0 {
-		return q.quota.ShrinkHold(context.WithoutCancel(ctx), upload, over)
-	}
-	return nil
-}
-
 // drop forgets a hold; a failure leaves it counted, which errs on the
 // side of the quota, until the hold sweeper gives it back.
 func (q *quotaHandler) drop(ctx context.Context, hold string) {
@@ -295,40 +290,6 @@ func (q *quotaHandler) drop(ctx context.Context, hold string) {
 		q.logger.WarnContext(ctx, "registry: a push's quota hold could not be given back; the hold sweeper will", "hold", hold, "err", err)
 	}
 }
-
-// holdingReader holds quota for each read before returning its bytes.
-type holdingReader struct {
-	ctx          context.Context
-	r            io.ReadCloser
-	quota        UploadQuota
-	repo, upload string
-	n, held      int64 // bytes passed on, bytes held by this request
-	free         int64 // bytes this request may pass on without a hold
-	err          error // the hold that failed; the stream ends with it
-}
-
-func (h *holdingReader) Read(p []byte) (int, error) {
-	if h.err != nil {
-		return 0, h.err
-	}
-	k, err := h.r.Read(p)
-	if k > 0 && h.n+int64(k) > h.held+h.free {
-		need := h.n + int64(k) - h.held - h.free
-		got, herr := h.quota.HoldUpload(h.ctx, h.repo, h.upload, need, max(need, holdStep))
-		if herr == nil && got < need {
-			herr = fmt.Errorf("quota held %d of %d bytes", got, need)
-		}
-		if herr != nil {
-			h.err = herr
-			return 0, herr
-		}
-		h.held += got
-	}
-	h.n += int64(k)
-	return k, err
-}
-
-func (h *holdingReader) Close() error { return h.r.Close() }
 
 // statusWriter records the status the registry answers with and, while
 // mute says so, drops the answer (the caller writes its own).
