@@ -189,7 +189,7 @@ func New(cfg Config) (*Agent, error) {
 		newDriver = engine.New
 	}
 	if a.drv, err = newDriver(driver.Config{HostAddress: cfg.HostAddress, DataDir: dir, Logger: a.log, Unwrap: a.unwrap,
-		Known: a.known, Held: a.holds.Held, OrphanGrace: cfg.OrphanGrace, ImagePruneGrace: cfg.ImagePruneGrace}); err != nil {
+		Known: a.known, Held: a.holds.Held, RemoveUnheld: a.holds.RemoveUnheld, OrphanGrace: cfg.OrphanGrace, ImagePruneGrace: cfg.ImagePruneGrace}); err != nil {
 		_ = lock.Close()
 		return nil, fmt.Errorf("driver: %w", err)
 	}

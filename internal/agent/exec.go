@@ -103,10 +103,15 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The run that uses the image may come long after the grace. The
+		// hold comes first: an image the pull finds on the engine is then
+		// either spared by the pruner or gone before the pull looked, and
+		// pulled again (see holds).
+		want := p.Repository + "@" + p.Digest
+		a.holds.Hold(t.InstanceID, "", want)
 		ref, err := a.drv.Pull(ctx, p)
-		if err == nil {
-			// The run that uses the image may come long after the grace.
-			a.holds.Hold(t.InstanceID, ref)
+		if err != nil && ctx.Err() == nil {
+			a.holds.releasePull(t.InstanceID, want)
 		}
 		return map[string]string{"image": ref, "image_digest": p.Digest}, err
 	case nodeapi.KindContainerRun:
@@ -114,7 +119,7 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return a.run(t.InstanceID, []nodeapi.ImagePull{r.Image}, func() (nodeapi.RunOutput, error) { return a.drv.Run(ctx, owner, r) })
+		return a.run(ctx, t.InstanceID, r.Name, []nodeapi.ImagePull{r.Image}, func() (nodeapi.RunOutput, error) { return a.drv.Run(ctx, owner, r) })
 	case nodeapi.KindContainerStop:
 		r, err := decode[nodeapi.ContainerRef](t)
 		if err != nil {
@@ -133,8 +138,11 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err := a.drv.Remove(ctx, ref); err != nil {
 			return nil, err
 		}
-		if ref.ContainerID == "" && ref.Name == "" {
+		switch {
+		case ref.ContainerID == "" && ref.Name == "":
 			a.holds.Release(ref.InstanceID) // no run of the instance is coming
+		case ref.Name != "":
+			a.holds.ReleaseWorkload(t.InstanceID, ref.Name) // an interrupted run of it is not coming back
 		}
 		return nil, nil
 	case nodeapi.KindWorkloadInspect:
@@ -171,13 +179,17 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return a.run(t.InstanceID, u.Images, func() (nodeapi.RunOutput, error) { return a.drv.Up(ctx, owner, u) })
+		return a.run(ctx, t.InstanceID, u.Project, u.Images, func() (nodeapi.RunOutput, error) { return a.drv.Up(ctx, owner, u) })
 	case nodeapi.KindComposeDown:
 		d, err := decode[nodeapi.ComposeDown](t)
 		if err != nil {
 			return nil, err
 		}
-		return nil, a.drv.Down(ctx, d.Project, t.InstanceID)
+		if err := a.drv.Down(ctx, d.Project, t.InstanceID); err != nil {
+			return nil, err
+		}
+		a.holds.ReleaseWorkload(t.InstanceID, d.Project) // an interrupted compose.up of it is not coming back
+		return nil, nil
 	}
 	return nil, &driver.Failure{Reason: nodeapi.ReasonInvalidTask, Message: fmt.Sprintf("this agent does not know task kind %q", t.Kind)}
 }
@@ -192,19 +204,22 @@ func (a *Agent) ref(t nodeapi.Task, r nodeapi.ContainerRef) nodeapi.ContainerRef
 
 // run starts the workload of a container.run or compose.up with its images
 // held, so that the pruner cannot remove one between the driver's check that
-// the engine holds it and the container's creation. Once the run succeeded
-// its containers exist and use the images (the engine refuses to remove
-// them), so the holds go; a failed run keeps them for its retry, until the
-// instance is removed or the longest hold passes.
-func (a *Agent) run(instanceID string, images []nodeapi.ImagePull, start func() (nodeapi.RunOutput, error)) (nodeapi.RunOutput, error) {
+// the engine holds it and the container's creation: the hold is taken
+// before start, whose Pull looks for each image (and pulls one that is
+// gone) only then (see holds). A run that ended, with its containers
+// created (they keep the images in use; the engine refuses to remove them)
+// or failed (an upgrade's failed run reverts to the image the instance ran
+// before), ends its holds and the pulls' made for it. A run the agent's
+// stop interrupted keeps them: its task comes back and carries on.
+func (a *Agent) run(ctx context.Context, instanceID, workload string, images []nodeapi.ImagePull, start func() (nodeapi.RunOutput, error)) (nodeapi.RunOutput, error) {
 	refs := make([]string, 0, len(images))
 	for _, ip := range images {
 		refs = append(refs, ip.Repository+"@"+ip.Digest)
 	}
-	a.holds.Hold(instanceID, refs...)
+	a.holds.Hold(instanceID, workload, refs...)
 	out, err := start()
-	if err == nil {
-		a.holds.Release(instanceID, refs...)
+	if ctx.Err() == nil {
+		a.holds.EndRun(instanceID, workload, refs...)
 	}
 	return out, err
 }

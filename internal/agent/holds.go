@@ -23,20 +23,33 @@ const holdsFile = "held-images.json"
 // abandoned between the two does not keep its image on the host for good.
 const DefaultImageHoldMax = 24 * time.Hour
 
-// imageHold is one image reference held for the runs of one instance.
+// imageHold is one image reference held for a run of one instance:
+// Workload names the container or Compose project of the run that took it,
+// and is empty for an image.pull's hold, which waits for whichever run of
+// the instance comes next.
 type imageHold struct {
 	Ref        string    `json:"ref"`
 	InstanceID string    `json:"instance_id,omitempty"`
+	Workload   string    `json:"workload,omitempty"`
 	Since      time.Time `json:"since"`
 }
 
 // holds keeps the images pulled for a run out of the pruner's reach until
-// the run created its container (from then on the engine refuses to remove
-// an image a container uses, stopped or not), the instance is removed, or
-// max passed. The prune grace alone counts from the pull, and the run may
-// come much later: the control plane down between the two tasks, a slow
-// host, a long queue. Holds are written durably (fsutil), since a restarted
-// agent prunes by the same rules and the run may still come.
+// the run ended (a run that created its container leaves the image in use,
+// which the engine refuses to remove, stopped or not; a failed one will
+// not use it), its workload or the instance is removed, or max passed.
+// The prune grace alone counts from the pull, and the run may come much
+// later: the control plane down between the two tasks, a slow host, a long
+// queue. Holds are written durably (fsutil), since a restarted agent
+// prunes by the same rules and the run interrupted by the restart comes
+// again.
+//
+// The pruner removes through RemoveUnheld, which looks at the holds and
+// removes under mu; Hold takes mu too. So a hold is either taken before
+// the pruner's last look, which then sees it, or after the removal
+// finished, and every taker looks for the image only once its hold is
+// taken (image.pull and the driver's Run and Up pull when it is missing):
+// no order of the two leaves a held image removed.
 type holds struct {
 	path string
 	max  time.Duration
@@ -77,9 +90,10 @@ func (h *holds) saveLocked() {
 	}
 }
 
-// Hold holds refs for a run of instanceID, from now (a hold already there
+// Hold holds refs for the run of workload of instanceID (an empty
+// workload: for the instance's next run), from now (a hold already there
 // starts again).
-func (h *holds) Hold(instanceID string, refs ...string) {
+func (h *holds) Hold(instanceID, workload string, refs ...string) {
 	if h == nil { // an agent built without a data dir (tests) holds nothing
 		return
 	}
@@ -88,9 +102,11 @@ func (h *holds) Hold(instanceID string, refs ...string) {
 	h.loadLocked()
 	now := h.now()
 	for _, ref := range refs {
-		i := slices.IndexFunc(h.list, func(x imageHold) bool { return x.Ref == ref && x.InstanceID == instanceID })
+		i := slices.IndexFunc(h.list, func(x imageHold) bool {
+			return x.Ref == ref && x.InstanceID == instanceID && x.Workload == workload
+		})
 		if i < 0 {
-			h.list = append(h.list, imageHold{Ref: ref, InstanceID: instanceID, Since: now})
+			h.list = append(h.list, imageHold{Ref: ref, InstanceID: instanceID, Workload: workload, Since: now})
 		} else {
 			h.list[i].Since = now
 		}
@@ -98,9 +114,36 @@ func (h *holds) Hold(instanceID string, refs ...string) {
 	h.saveLocked()
 }
 
-// Release drops the holds of instanceID on refs (every ref when none is
-// named).
-func (h *holds) Release(instanceID string, refs ...string) {
+// Release drops every hold of instanceID: it is removed, no run of it is
+// coming.
+func (h *holds) Release(instanceID string) {
+	h.release(func(x imageHold) bool { return x.InstanceID == instanceID })
+}
+
+// ReleaseWorkload drops the holds the runs of workload took: it is torn
+// down, and a run of it that was interrupted will not come back to use
+// them. A pull's hold, waiting for the instance's next run, stays.
+func (h *holds) ReleaseWorkload(instanceID, workload string) {
+	h.release(func(x imageHold) bool { return x.InstanceID == instanceID && x.Workload == workload })
+}
+
+// EndRun drops the holds on refs that the run of workload ended: its own
+// and the pulls' made for it. Whether it created its containers (which
+// then keep the images in use) or failed (an upgrade reverts to the image
+// it ran before, which its container keeps), nothing is waiting for them
+// any more; a later run takes its own.
+func (h *holds) EndRun(instanceID, workload string, refs ...string) {
+	h.release(func(x imageHold) bool {
+		return x.InstanceID == instanceID && (x.Workload == workload || x.Workload == "") && slices.Contains(refs, x.Ref)
+	})
+}
+
+// releasePull drops the hold an image.pull of instanceID took on ref.
+func (h *holds) releasePull(instanceID, ref string) {
+	h.release(func(x imageHold) bool { return x.InstanceID == instanceID && x.Workload == "" && x.Ref == ref })
+}
+
+func (h *holds) release(drop func(imageHold) bool) {
 	if h == nil { // an agent built without a data dir (tests) holds nothing
 		return
 	}
@@ -108,9 +151,7 @@ func (h *holds) Release(instanceID string, refs ...string) {
 	defer h.mu.Unlock()
 	h.loadLocked()
 	n := len(h.list)
-	h.list = slices.DeleteFunc(h.list, func(x imageHold) bool {
-		return x.InstanceID == instanceID && (len(refs) == 0 || slices.Contains(refs, x.Ref))
-	})
+	h.list = slices.DeleteFunc(h.list, drop)
 	if len(h.list) != n {
 		h.saveLocked()
 	}
@@ -123,9 +164,28 @@ func (h *holds) Held(ref string) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.heldLocked(ref)
+}
+
+func (h *holds) heldLocked(ref string) bool {
 	h.loadLocked()
 	now := h.now()
 	return slices.ContainsFunc(h.list, func(x imageHold) bool { return x.Ref == ref && now.Sub(x.Since) < h.max })
+}
+
+// RemoveUnheld calls remove unless ref is held (held is then true), and
+// no hold can be taken until remove returned (see holds): the pruner's
+// removal.
+func (h *holds) RemoveUnheld(ref string, remove func() error) (held bool, err error) {
+	if h == nil { // an agent built without a data dir (tests) holds nothing
+		return false, remove()
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.heldLocked(ref) {
+		return true, nil
+	}
+	return false, remove()
 }
 
 // Expire drops the holds older than max and returns them.

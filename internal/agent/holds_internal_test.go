@@ -71,8 +71,7 @@ func TestImagePulledForARunOutlivesThePruneGrace(t *testing.T) {
 }
 
 // A hold is bounded: a pulled image whose run never comes is pruned once
-// the longest hold passed, and a run that failed keeps its hold until its
-// instance is removed.
+// the longest hold passed.
 func TestImageHoldEnds(t *testing.T) {
 	ctx := context.Background()
 	clk := &manualClock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
@@ -90,24 +89,159 @@ func TestImageHoldEnds(t *testing.T) {
 	if err := a.reconcileOnce(ctx); err != nil || f.HasImage(old.Repository+"@"+old.Digest) {
 		t.Fatalf("a pulled image whose run never came was kept past the longest hold (%v)", err)
 	}
+}
 
-	// A run that fails keeps its image held; removing the instance ends it.
-	img := nodeapi.ImagePull{Repository: "registry.test/app", Digest: running}
-	if res := a.execute(ctx, task(t, "pull-2", nodeapi.KindImagePull, "inst-2", img)); res.State != nodeapi.ResultSucceeded {
-		t.Fatalf("pull: %+v", res)
+// An upgrade whose new version's run fails reverts to the old version: the
+// failed run ends the holds on the new image (its own and its pull's), so
+// the pruner removes it, while the old image, which the reverted container
+// uses, stays.
+func TestFailedUpgradeRunEndsItsHold(t *testing.T) {
+	ctx := context.Background()
+	f := &drivertest.Fake{Images: true}
+	a := newFakeAgent(t, f)
+	v1 := nodeapi.ImagePull{Repository: "registry.test/app", Digest: pinned}
+	v2 := nodeapi.ImagePull{Repository: "registry.test/app", Digest: running}
+	ok := func(tk nodeapi.Task) {
+		t.Helper()
+		if res := a.execute(ctx, tk); res.State != nodeapi.ResultSucceeded {
+			t.Fatalf("%s: %+v", tk.ID, res)
+		}
 	}
+	ok(task(t, "pull-1", nodeapi.KindImagePull, "inst-1", v1))
+	ok(task(t, "run-1", nodeapi.KindContainerRun, "inst-1", nodeapi.ContainerRun{Name: "app-1", Image: v1}))
+	// The upgrade: the old workload goes, the new version is pulled and
+	// its run fails.
+	ok(task(t, "rm-1", nodeapi.KindContainerRemove, "inst-1", nodeapi.ContainerRef{Name: "app-1"}))
+	ok(task(t, "pull-2", nodeapi.KindImagePull, "inst-1", v2))
 	f.Errs = map[string]error{"Run": io.ErrUnexpectedEOF}
-	if res := a.execute(ctx, task(t, "run-2", nodeapi.KindContainerRun, "inst-2", nodeapi.ContainerRun{Name: "app", Image: img})); res.State != nodeapi.ResultFailed {
-		t.Fatalf("run: %+v", res)
+	if res := a.execute(ctx, task(t, "run-2", nodeapi.KindContainerRun, "inst-1", nodeapi.ContainerRun{Name: "app-2", Image: v2})); res.State != nodeapi.ResultFailed {
+		t.Fatalf("run of the new version: %+v", res)
 	}
-	if err := a.reconcileOnce(ctx); err != nil || !f.HasImage(img.Repository+"@"+img.Digest) {
-		t.Fatalf("the image of a failed run was pruned before its retry (%v)", err)
+	f.Errs = nil
+	// The revert: the old version runs again.
+	ok(task(t, "rm-2", nodeapi.KindContainerRemove, "inst-1", nodeapi.ContainerRef{Name: "app-2"}))
+	ok(task(t, "run-3", nodeapi.KindContainerRun, "inst-1", nodeapi.ContainerRun{Name: "app-3", Image: v1}))
+	if err := a.reconcileOnce(ctx); err != nil {
+		t.Fatal(err)
 	}
-	if res := a.execute(ctx, task(t, "rm-2", nodeapi.KindContainerRemove, "inst-2", nodeapi.ContainerRef{})); res.State != nodeapi.ResultSucceeded {
-		t.Fatalf("remove: %+v", res)
+	if f.HasImage(v2.Repository + "@" + v2.Digest) {
+		t.Fatal("the image of a failed upgrade run stayed held after the instance reverted")
 	}
-	if err := a.reconcileOnce(ctx); err != nil || f.HasImage(img.Repository+"@"+img.Digest) {
-		t.Fatalf("the image of a removed instance stayed held (%v)", err)
+	if !f.HasImage(v1.Repository + "@" + v1.Digest) {
+		t.Fatal("the image the reverted instance runs was pruned")
+	}
+}
+
+// A run the agent's stop interrupts keeps its holds (its task comes back);
+// removing its workload (compose.down of its project, container.remove of
+// its container) ends them, while a pull's hold for the instance's next run
+// stays.
+func TestWorkloadTeardownEndsTheHoldsOfItsRuns(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		run, rm  func(nodeapi.ImagePull) (string, any)
+		teardown string
+	}{
+		{"compose", func(ip nodeapi.ImagePull) (string, any) {
+			return nodeapi.KindComposeUp, nodeapi.ComposeUp{Project: "proj-1", Images: []nodeapi.ImagePull{ip}}
+		}, func(nodeapi.ImagePull) (string, any) {
+			return nodeapi.KindComposeDown, nodeapi.ComposeDown{Project: "proj-1"}
+		}, "compose.down"},
+		{"container", func(ip nodeapi.ImagePull) (string, any) {
+			return nodeapi.KindContainerRun, nodeapi.ContainerRun{Name: "app-1", Image: ip}
+		}, func(nodeapi.ImagePull) (string, any) {
+			return nodeapi.KindContainerRemove, nodeapi.ContainerRef{Name: "app-1"}
+		}, "container.remove"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &drivertest.Fake{Images: true}
+			a := newFakeAgent(t, f)
+			img := nodeapi.ImagePull{Repository: "registry.test/app", Digest: pinned}
+			next := nodeapi.ImagePull{Repository: "registry.test/app", Digest: running}
+			ref, nextRef := img.Repository+"@"+img.Digest, next.Repository+"@"+next.Digest
+			f.Pull(context.Background(), img)
+			// The agent stops mid-run.
+			stopped, stop := context.WithCancel(context.Background())
+			stop()
+			f.Errs = map[string]error{"Run": context.Canceled, "Up": context.Canceled}
+			kind, payload := c.run(img)
+			a.execute(stopped, task(t, "run-1", kind, "inst-1", payload))
+			f.Errs = nil
+			ctx := context.Background()
+			if err := a.reconcileOnce(ctx); err != nil || !f.HasImage(ref) {
+				t.Fatalf("the image of an interrupted run was pruned before its task came back (%v)", err)
+			}
+			// The control plane gives up on the run and tears its workload
+			// down, with the next version pulled meanwhile.
+			if res := a.execute(ctx, task(t, "pull-2", nodeapi.KindImagePull, "inst-1", next)); res.State != nodeapi.ResultSucceeded {
+				t.Fatalf("pull: %+v", res)
+			}
+			kind, payload = c.rm(img)
+			if res := a.execute(ctx, task(t, "down-1", kind, "inst-1", payload)); res.State != nodeapi.ResultSucceeded {
+				t.Fatalf("%s: %+v", c.teardown, res)
+			}
+			if err := a.reconcileOnce(ctx); err != nil || f.HasImage(ref) {
+				t.Fatalf("the image of a run whose workload %s removed stayed held (%v)", c.teardown, err)
+			}
+			if !f.HasImage(nextRef) {
+				t.Fatalf("%s ended a pull's hold for the instance's next run", c.teardown)
+			}
+		})
+	}
+}
+
+// A pull for a run and a pruner pass interleave at the two points where
+// the pull finding the image and the pruner removing it could cross:
+//   - the pruner decides the image is unused and unheld, then the pull
+//     finds it on the engine and takes its hold, then the pruner would
+//     remove it: the pruner looks at the holds again, with hold-taking shut
+//     out, right before the removal;
+//   - the pull finds the image, then a whole pruner pass runs, then the
+//     pull would take its hold: the pull takes it before it looks.
+//
+// Either way the image stays and the run creates its container.
+func TestPrunerCannotRaceAHold(t *testing.T) {
+	for _, pruneOutside := range []bool{true, false} {
+		name := map[bool]string{true: "pull between the prune decision and the removal", false: "prune pass during the pull"}[pruneOutside]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			f := &drivertest.Fake{Images: true}
+			a := newFakeAgent(t, f)
+			img := nodeapi.ImagePull{Repository: "registry.test/app", Digest: pinned}
+			f.Pull(ctx, img) // unused and unheld: a decommissioned instance's
+			inner := 0
+			pull := func() {
+				if res := a.execute(ctx, task(t, "pull-1", nodeapi.KindImagePull, "inst-2", img)); res.State != nodeapi.ResultSucceeded {
+					t.Errorf("pull: %+v", res)
+				}
+			}
+			prune := func() {
+				if err := a.reconcileOnce(ctx); err != nil {
+					t.Error(err)
+				}
+			}
+			outer, between := pull, prune
+			if pruneOutside {
+				outer, between = prune, pull
+			}
+			once := func(string) {
+				if inner++; inner == 1 {
+					between()
+				}
+			}
+			if pruneOutside {
+				f.BeforePrune = once
+			} else {
+				f.AfterPull = once
+			}
+			if outer(); inner == 0 {
+				t.Fatal("the hook never ran: nothing interleaved")
+			}
+			run := task(t, "run-1", nodeapi.KindContainerRun, "inst-2", nodeapi.ContainerRun{Name: "app", Image: img})
+			if res := a.execute(ctx, run); res.State != nodeapi.ResultSucceeded {
+				t.Fatalf("run: %s %s (the pruner removed the image the pull found and held)", res.ReasonCode, res.Message)
+			}
+		})
 	}
 }
 
@@ -122,7 +256,7 @@ func TestDamagedHoldRecordIsReplaced(t *testing.T) {
 	if h.Held("a") || !strings.Contains(logs.String(), holdsFile) {
 		t.Fatalf("damaged record: held %v, log %q", h.Held("a"), logs.String())
 	}
-	h.Hold("inst", "b")
+	h.Hold("inst", "", "b")
 	h2 := &holds{path: h.path, max: time.Hour, now: time.Now, log: slog.New(slog.DiscardHandler)}
 	if !h2.Held("b") {
 		t.Fatal("a hold written after a damaged record was lost on reload")

@@ -542,3 +542,46 @@ func TestImagePrunerSparesHeldImages(t *testing.T) {
 		t.Fatalf("not pruned after the hold and the grace: %v %v", removed, err)
 	}
 }
+
+// A run takes its hold after the pruner's look at Held: the removal goes
+// through RemoveUnheld, which finds the hold, so the image stays on the
+// engine and in the record, and its grace starts again.
+func TestImagePrunerLooksAtHoldsAgainBeforeRemoving(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	ref, err := e.d.Pull(ctx, e.pull(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := time.Now().Add(time.Hour)
+	heldNow := true // the hold taken between the look and the removal
+	p := &docker.ImagePruner{D: e.d, Grace: time.Minute, Now: func() time.Time { return clock },
+		Held: func(string) bool { return false },
+		RemoveUnheld: func(_ string, remove func() error) (bool, error) {
+			if heldNow {
+				return true, nil
+			}
+			return false, remove()
+		}}
+	if removed, err := p.Run(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("first pass: %v %v", removed, err)
+	}
+	clock = clock.Add(2 * time.Minute)
+	if removed, err := p.Run(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("removed an image a run held by the time of its removal: %v %v", removed, err)
+	}
+	if _, err := e.d.C.ImageInspect(ctx, ref); err != nil {
+		t.Fatalf("%s is gone from the engine: %v", ref, err)
+	}
+	if got := e.d.PulledImages(); !slices.Equal(got, []string{ref}) {
+		t.Fatalf("record after the spared removal: %v", got)
+	}
+	heldNow = false // the run ended; the grace counts from here
+	if removed, err := p.Run(ctx); err != nil || len(removed) != 0 {
+		t.Fatalf("pruned at once after the hold: %v %v", removed, err)
+	}
+	clock = clock.Add(2 * time.Minute)
+	if removed, err := p.Run(ctx); err != nil || !slices.Equal(removed, []string{ref}) {
+		t.Fatalf("not pruned after the hold and the grace: %v %v", removed, err)
+	}
+}

@@ -188,11 +188,16 @@ func (d *Driver) PulledImages() []string {
 // also covers the moment between a pull and the container it is for; an
 // image Held reports held for a run (pulled for a container not created
 // yet) stays whatever its idle time, and its grace starts once released.
+// A run may take its hold after the pruner looked at Held: the removal goes
+// through RemoveUnheld, which looks again with hold-taking shut out until
+// the image is gone.
 type ImagePruner struct {
 	D     *Driver
 	Grace time.Duration
 	Now   func() time.Time
 	Held  func(ref string) bool // nil: nothing is held
+	// RemoveUnheld calls remove unless ref is held (nil: remove is called).
+	RemoveUnheld func(ref string, remove func() error) (held bool, err error)
 
 	mu        sync.Mutex
 	idleSince map[string]time.Time
@@ -251,15 +256,34 @@ func (p *ImagePruner) Run(ctx context.Context) ([]string, error) {
 		if now().Sub(first) < p.Grace {
 			continue
 		}
-		// Not forced: the engine refuses while a container uses the image.
-		if _, err := p.D.C.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+		held, err := p.removeUnheld(ref, func() error {
+			// Not forced: the engine refuses while a container uses the image.
+			if _, err := p.D.C.ImageRemove(ctx, ref, client.ImageRemoveOptions{PruneChildren: true}); err != nil && !cerrdefs.IsNotFound(err) {
+				return err
+			}
+			// Still shut out: a run that holds ref next records its pull
+			// of it after this.
+			p.D.forgetPulled(ref)
+			return nil
+		})
+		if held { // a run took its hold since the look above
+			delete(p.idleSince, ref)
+			continue
+		}
+		if err != nil {
 			p.D.cfg.Logger.WarnContext(ctx, "could not remove an unused pulled image", "image", ref, "err", err)
 			continue
 		}
 		p.D.cfg.Logger.InfoContext(ctx, "removed an image no container has used for the grace period", "image", ref, "grace", p.Grace.String())
-		p.D.forgetPulled(ref)
 		delete(p.idleSince, ref)
 		removed = append(removed, ref)
 	}
 	return removed, nil
+}
+
+func (p *ImagePruner) removeUnheld(ref string, remove func() error) (bool, error) {
+	if p.RemoveUnheld == nil {
+		return false, remove()
+	}
+	return p.RemoveUnheld(ref, remove)
 }

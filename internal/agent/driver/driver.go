@@ -67,7 +67,12 @@ type Config struct {
 	// Held reports whether an image reference is held for a run that has
 	// not created its container yet: the pruner leaves it, past its grace
 	// too (nil holds nothing).
-	Held            func(ref string) bool
+	Held func(ref string) bool
+	// RemoveUnheld calls remove unless ref is held (held is then true),
+	// and no hold can be taken until remove returned: the pruner removes
+	// through it, since a run may take its hold after the pruner's look at
+	// Held (nil: remove is called on Held's word alone).
+	RemoveUnheld    func(ref string, remove func() error) (held bool, err error)
 	OrphanGrace     time.Duration
 	ImagePruneGrace time.Duration
 }

@@ -35,7 +35,7 @@ func New(cfg driver.Config) (driver.Driver, error) {
 // Wrap puts an existing docker.Driver behind the seam.
 func Wrap(d *docker.Driver, cfg driver.Config) *Docker {
 	return &Docker{Driver: d, rec: &docker.Reconciler{D: d, Grace: cfg.OrphanGrace, Known: cfg.Known},
-		prune: &docker.ImagePruner{D: d, Grace: cfg.ImagePruneGrace, Held: cfg.Held}}
+		prune: &docker.ImagePruner{D: d, Grace: cfg.ImagePruneGrace, Held: cfg.Held, RemoveUnheld: cfg.RemoveUnheld}}
 }
 
 // Engine reads the engine's version, API version and runtimes.

@@ -28,8 +28,16 @@ type Fake struct {
 	// Images makes the fake keep the engine's images: Pull puts one on it,
 	// Run and Up fail when theirs is gone (as a container create does), and
 	// Housekeep removes every image no workload uses and the agent does not
-	// hold (Config.Held), as if its prune grace had passed.
+	// hold (Config.Held), as if its prune grace had passed, through
+	// Config.RemoveUnheld as the engine's pruner does (refusing, as the
+	// engine does, an image a workload uses by then).
 	Images bool
+	// AfterPull, when set, runs once Pull put its image on the fake
+	// engine, before Pull returns: a pruner pass may come in between.
+	AfterPull func(ref string)
+	// BeforePrune, when set, runs once Housekeep decided to remove an
+	// image, before it removes it: a run may take its hold in between.
+	BeforePrune func(ref string)
 
 	mu        sync.Mutex
 	cfg       driver.Config
@@ -113,12 +121,15 @@ func (f *Fake) Pull(_ context.Context, p nodeapi.ImagePull) (string, error) {
 	}
 	ref := p.Repository + "@" + p.Digest
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.Images {
 		if f.images == nil {
 			f.images = map[string]bool{}
 		}
 		f.images[ref] = true
+	}
+	f.mu.Unlock()
+	if f.AfterPull != nil {
+		f.AfterPull(ref)
 	}
 	return ref, nil
 }
@@ -267,22 +278,54 @@ func (f *Fake) Housekeep(context.Context) (driver.Housekeeping, error) {
 		return driver.Housekeeping{}, err
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	inUse := map[string]bool{}
-	for _, w := range f.workloads {
-		for _, r := range f.uses[w.ContainerID] {
-			inUse[r] = true
+	var unused []string
+	for r := range f.images {
+		if !f.inUseLocked(r) {
+			unused = append(unused, r)
 		}
 	}
+	f.mu.Unlock()
+	slices.Sort(unused)
+	// The agent's hold calls are made without f.mu, as the hooks are, so
+	// that either may call back into the fake.
 	var out driver.Housekeeping
-	for r := range f.images {
-		if !inUse[r] && (f.cfg.Held == nil || !f.cfg.Held(r)) {
+	for _, r := range unused {
+		if f.cfg.Held != nil && f.cfg.Held(r) {
+			continue
+		}
+		if f.BeforePrune != nil {
+			f.BeforePrune(r)
+		}
+		remove := func() error {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.inUseLocked(r) {
+				return fmt.Errorf("conflict: unable to remove %s: image is being used by a container", r)
+			}
 			delete(f.images, r)
+			return nil
+		}
+		var held bool
+		var err error
+		if f.cfg.RemoveUnheld != nil {
+			held, err = f.cfg.RemoveUnheld(r, remove)
+		} else {
+			err = remove()
+		}
+		if !held && err == nil {
 			out.PrunedImages = append(out.PrunedImages, r)
 		}
 	}
-	slices.Sort(out.PrunedImages)
 	return out, nil
+}
+
+func (f *Fake) inUseLocked(ref string) bool {
+	for _, w := range f.workloads {
+		if slices.Contains(f.uses[w.ContainerID], ref) {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *Fake) Close() error { return f.call("Close") }
