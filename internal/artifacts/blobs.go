@@ -80,20 +80,16 @@ func (s *Service) appendAt(ctx context.Context, it ArtifactIntent, uploadID stri
 		}
 		offset = st.Offset
 	}
-	if s.BlobQuota != nil {
-		limit, err := s.BlobQuota.BlobQuotaBytes(ctx, it.ProjectID)
-		if err != nil {
-			return 0, 0, err
-		}
-		// Positions in the reader count from offset. Nothing is released
-		// through it: what the upload holds after the append is set to
-		// the store's size below, which the reader cannot know (a failed
-		// write keeps fewer bytes than it read).
-		body = quotastream.New(body, 0, func(_, need, want int64) (int64, error) {
-			granted, err := s.reserveUpload(ctx, it, uploadID, offset+need, offset+want, limit)
-			return granted - offset, err
-		}, nil)
-	}
+	// Every upload reserves, with or without a quota in force now: a
+	// platform admin may set one for the project while it streams, and
+	// its next chunk is held to it. Positions in the reader count from
+	// offset. Nothing is released through it: what the upload holds after
+	// the append is set to the store's size below, which the reader cannot
+	// know (a failed write keeps fewer bytes than it read).
+	body = quotastream.New(body, 0, func(_, need, want int64) (int64, error) {
+		granted, err := s.reserveUpload(ctx, it, uploadID, offset+need, offset+want)
+		return granted - offset, err
+	}, nil)
 	size, err = s.Blobs.Append(ctx, uploadID, offset, body)
 	// An upload past the quota or the object size limit can never be
 	// committed: its partial data is purged and its reservation released.
@@ -130,12 +126,6 @@ func (s *Service) appendAt(ctx context.Context, it ArtifactIntent, uploadID stri
 	return offset, size, err
 }
 
-// BlobQuota says how many bytes of blob storage a project may hold in all:
-// registered blob artifacts, content committed and not registered, and
-// uploads in progress.
-type BlobQuota interface {
-	BlobQuotaBytes(ctx context.Context, projectID string) (int64, error)
-}
 
 // reserveUpload makes the upload's reservation at least need bytes (its
 // size once the chunk in hand is written), and up to want when the quota
@@ -149,10 +139,22 @@ type BlobQuota interface {
 // takes the project's lock in the database, so uploads on every replica
 // draw from the same room; what an append was granted beyond what it
 // received is given back when it ends.
-func (s *Service) reserveUpload(ctx context.Context, it ArtifactIntent, uploadID string, need, want, limit int64) (int64, error) {
+//
+// The quota in force is read under the same lock, so a platform admin's
+// change holds from the next reservation on, on every replica.
+func (s *Service) reserveUpload(ctx context.Context, it ArtifactIntent, uploadID string, need, want int64) (int64, error) {
 	var granted int64
 	err := s.Store.InTx(ctx, func(q Queries) error {
 		if err := q.LockProjectBlobUsage(ctx, it.ProjectID); err != nil {
+			return err
+		}
+		limit, limited, err := s.blobQuota(ctx, q, it.ProjectID)
+		if err != nil {
+			return err
+		}
+		if !limited {
+			granted = want
+			_, err = q.ReserveBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, granted, ""))
 			return err
 		}
 		used, err := q.ProjectBlobUsage(ctx, it.ProjectID, uploadID)
@@ -161,7 +163,7 @@ func (s *Service) reserveUpload(ctx context.Context, it ArtifactIntent, uploadID
 		}
 		if used+need > limit {
 			return &quotaError{err: errdefs.Unprocessable("blob_quota_exceeded",
-				"project %s holds %d bytes of blob storage (registered blob artifacts, uploads committed but not registered, and uploads in progress) against its quota of %d bytes, so this upload cannot reach %d bytes; the upload was aborted. Register or abort the project's unfinished uploads, delete blob artifacts it no longer needs, or ask an operator to raise the quota (--project-blob-quota-bytes); committed uploads that are never registered are removed %s after their commit",
+				"project %s holds %d bytes of blob storage (registered blob artifacts, uploads committed but not registered, and uploads in progress) against its quota of %d bytes, so this upload cannot reach %d bytes; the upload was aborted. Register or abort the project's unfinished uploads, delete blob artifacts it no longer needs, or ask a platform admin to raise the project's blob quota (gpuaas project storage set --blob-quota; the platform's default is --project-blob-quota-bytes); committed uploads that are never registered are removed %s after their commit",
 				it.ProjectID, used, limit, need, AbandonedUploadAge).WithDetails(map[string]any{"used_bytes": used, "quota_bytes": limit, "upload_bytes": need})}
 		}
 		granted = min(want, limit-used)
@@ -177,12 +179,6 @@ func (s *Service) blobUploadRow(it ArtifactIntent, uploadID string, state BlobUp
 	return BlobUpload{UploadID: uploadID, ProjectID: it.ProjectID, IntentID: it.ID, SourceURI: it.SourceURI, State: state,
 		Bytes: bytes, Digest: digest, CreatedAt: now, UpdatedAt: now}
 }
-
-// StaticBlobQuota gives every project the same blob storage quota.
-type StaticBlobQuota int64
-
-// BlobQuotaBytes implements BlobQuota.
-func (q StaticBlobQuota) BlobQuotaBytes(context.Context, string) (int64, error) { return int64(q), nil }
 
 // quotaError carries a refusal out of the blob store's append, which
 // wraps what its reader returns.

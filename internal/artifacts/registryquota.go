@@ -170,9 +170,9 @@ func (a registryAuthz) lockHold(ctx context.Context, q Queries, repository, hold
 // room returns how many bytes the project may still hold, refusing when
 // that is less than need. The quota row must be locked.
 func (a registryAuthz) room(ctx context.Context, q Queries, projectID string, need int64, what string) (int64, error) {
-	limit := a.s.RegistryQuota
-	if limit <= 0 {
-		return 1<<63 - 1, nil
+	limit, limited, err := a.s.registryQuota(ctx, q, projectID)
+	if err != nil || !limited {
+		return 1<<63 - 1, err
 	}
 	committed, held, err := q.RegistryUsage(ctx, projectID)
 	if err != nil {
@@ -182,7 +182,8 @@ func (a registryAuthz) room(ctx context.Context, q Queries, projectID string, ne
 	if room < need {
 		return 0, &registry.Refusal{Status: http.StatusForbidden, Code: "DENIED", Message: fmt.Sprintf(
 			"registry quota exceeded: project %s uses %d of its %d bytes (%d stored, %d held by pushes in progress) and %s needs %d more; "+
-				"push fewer or smaller layers, or ask the platform operator to raise --project-registry-quota-bytes "+
+				"push fewer or smaller layers, or ask a platform admin to raise the project's registry quota "+
+				"(gpuaas project storage set --registry-quota; the platform's default is --project-registry-quota-bytes) "+
 				"(deleting images does not free quota yet; bytes held by a push that stopped are given back once it has been idle for %s)",
 			projectID, committed+held, limit, committed, held, what, need-max(room, 0), RegistryHoldIdle(a.s.RegistryStreamTimeout))}
 	}

@@ -42,9 +42,12 @@ type Deps struct {
 	Blobs *blobstore.Store
 	// Vault holds wrapped credentials; nil means the built-in one (database + Sealer).
 	Vault CredentialVault
-	// BlobQuota caps a project's blob storage; nil means no per-project cap
-	// (the blob store's object size limit still applies).
-	BlobQuota BlobQuota
+	// BlobQuota is the bytes of blob storage each project may hold
+	// (registered blob artifacts, uploads committed and not registered,
+	// uploads in progress); 0 means no quota (the blob store's object size
+	// limit still applies). A project's override (StorageQuota) replaces
+	// it and RegistryQuota.
+	BlobQuota int64
 	// RegistryQuota is the bytes of distinct blobs (layers, configs,
 	// manifests) each project may hold in the embedded registry, pushes in
 	// progress included; 0 means no quota. MaxRegistryBlob is the largest

@@ -283,6 +283,7 @@ type Queries interface {
 	OwnerReader
 
 	RegistryQuotaQueries
+	StorageQuotaQueries
 }
 
 // RegistryBlob is a distinct blob digest committed into one of a

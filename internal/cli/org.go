@@ -181,7 +181,7 @@ func newProjectCmd() *cobra.Command {
 	create.Flags().StringVar(&description, "description", "", "what the project is for")
 	_ = create.MarkFlagRequired("slug")
 	_ = create.MarkFlagRequired("name")
-	cmd.AddCommand(list, get, create)
+	cmd.AddCommand(list, get, create, newProjectStorageCmd())
 	addClientFlags(cmd)
 	return cmd
 }

@@ -442,3 +442,25 @@ func (a *API) uploadAbort(w http.ResponseWriter, r *http.Request) error {
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
+
+func (a *API) projectStorage(w http.ResponseWriter, r *http.Request) error {
+	v, err := a.Artifacts.Storage(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}
+
+func (a *API) putStorageQuota(w http.ResponseWriter, r *http.Request) error {
+	var in artifacts.StorageQuotaInput
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	v, err := a.Artifacts.SetStorageQuota(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), in)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, v)
+	return nil
+}

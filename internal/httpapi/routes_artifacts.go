@@ -26,6 +26,9 @@ func (a *API) artifactRoutes() []route {
 		{method: "POST", path: "/api/v1/projects/{project_id}/artifact-signing-keys", handler: a.createSigningKey},
 		{method: "GET", path: "/api/v1/projects/{project_id}/artifact-signing-keys", handler: a.listSigningKeys},
 
+		{method: "GET", path: "/api/v1/projects/{project_id}/storage", handler: a.projectStorage},
+		{method: "PUT", path: "/api/v1/projects/{project_id}/storage/quota", handler: a.putStorageQuota},
+
 		// Blob uploads stream the body straight into the blob store.
 		{method: "GET", path: uploads, handler: a.uploadStatus},
 		{method: "PATCH", path: uploads, handler: a.uploadChunk, maxBody: -1, stream: true},

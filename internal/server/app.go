@@ -168,11 +168,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})
 	tokens.CheckServiceAccountsWith(sa)
 	a.billing = newBillingParts(cfg, db, svc, now)
-	var quota artifacts.BlobQuota
-	if cfg.ProjectBlobQuota > 0 {
-		quota = artifacts.StaticBlobQuota(cfg.ProjectBlobQuota)
-	}
-	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: quota, Now: now,
+	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: cfg.ProjectBlobQuota, Now: now,
 		SignatureTags: a.artifacts.sigTags, RegistryQuota: cfg.RegistryQuota, MaxRegistryBlob: cfg.MaxRegistryBlob,
 		RegistryStreamTimeout: cfg.StreamTimeout})
 	if w := arts.UploadSweeper(); w != nil {

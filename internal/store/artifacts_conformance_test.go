@@ -33,6 +33,7 @@ func TestArtifactsConformance(t *testing.T) {
 			{"digests", testArtifactDigests},
 			{"owners", testArtifactOwners},
 			{"stale_registry_holds", testStaleRegistryHolds},
+			{"storage_quotas", testStorageQuotas},
 		} {
 			t.Run(c.name, func(t *testing.T) { c.run(t, db) })
 		}
@@ -464,6 +465,9 @@ func testProjectBlobUsage(t *testing.T, db *store.DB) {
 			t.Fatalf("usage except %q = %d %v, want %d", except, n, err, want)
 		}
 	}
+	if u, err := q.ProjectBlobUsageParts(ctx, p.ID); err != nil || u != (artifacts.BlobUsage{Registered: 8<<30 + 1, Unregistered: 20, Uploading: 10}) {
+		t.Fatalf("usage parts = %+v %v, want 8 GiB + 1 registered, 20 unregistered, 10 uploading", u, err)
+	}
 	noErr(t, "grow", q.PutBlobUpload(ctx, artifacts.BlobUpload{UploadID: "up-1", ProjectID: p.ID, IntentID: "i", State: artifacts.BlobUploading, Bytes: 15,
 		SourceURI: "artifact_store://projects/" + p.ID + "/artifacts/b/1/u1", CreatedAt: t0, UpdatedAt: t0.Add(time.Minute)}))
 	if n, err = q.ProjectBlobUsage(ctx, p.ID, ""); err != nil || n != 8<<30+36 {
@@ -719,5 +723,41 @@ func testStaleRegistryHolds(t *testing.T, db *store.DB) {
 	}
 	if stale, err = q.StaleRegistryHolds(ctx, t0, 1); err != nil || len(stale) != 1 || stale[0].ID != "up-a" {
 		t.Fatalf("stale holds, limit 1 = %+v %v", stale, err)
+	}
+}
+
+// A project's quota override: NULL keeps the platform's value, 0 is a
+// quota of its own (nothing may be stored), one project's row leaves
+// another's alone, and a negative quota never reaches the table.
+func testStorageQuotas(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := store.Artifacts(db).Read()
+	_, a := tenant(t, db, "quota-a")
+	_, b := tenant(t, db, "quota-b")
+	if _, err := q.GetStorageQuota(ctx, a.ID); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("override of a project without one: %v, want not found", err)
+	}
+	zero, ten := int64(0), int64(10<<30)
+	want := artifacts.StorageQuota{ProjectID: a.ID, BlobBytes: &zero, UpdatedBy: "user:1", UpdatedAt: t0}
+	noErr(t, "put", q.PutStorageQuota(ctx, want))
+	got, err := q.GetStorageQuota(ctx, a.ID)
+	noErr(t, "get", err)
+	same(t, "override with a blob quota of 0 and no registry override", got, want)
+	want = artifacts.StorageQuota{ProjectID: a.ID, RegistryBytes: &ten, UpdatedBy: "user:2", UpdatedAt: t0.Add(time.Minute)}
+	noErr(t, "replace", q.PutStorageQuota(ctx, want))
+	got, err = q.GetStorageQuota(ctx, a.ID)
+	noErr(t, "get", err)
+	same(t, "replaced override", got, want)
+	if _, err := q.GetStorageQuota(ctx, b.ID); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("another project's override: %v, want not found", err)
+	}
+	neg := int64(-1)
+	if err := q.PutStorageQuota(ctx, artifacts.StorageQuota{ProjectID: b.ID, BlobBytes: &neg, UpdatedBy: "user:1", UpdatedAt: t0}); err == nil {
+		t.Fatal("a negative quota was stored")
+	}
+	noErr(t, "delete", q.DeleteStorageQuota(ctx, a.ID))
+	noErr(t, "delete again", q.DeleteStorageQuota(ctx, a.ID))
+	if _, err := q.GetStorageQuota(ctx, a.ID); !errors.Is(err, storage.ErrNotFound) {
+		t.Fatalf("override after delete: %v, want not found", err)
 	}
 }

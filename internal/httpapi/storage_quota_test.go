@@ -1,0 +1,158 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// A platform admin gives one project quotas of its own: that project's
+// uploads and pushes are held to them, another project's are not; the
+// project's members read their use, nobody else sets or sees it.
+func TestProjectStorageQuotaOverride(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		testProjectStorageQuotaOverride(t, d)
+	})
+}
+
+func testProjectStorageQuotaOverride(t *testing.T, d store.Dialect) {
+	ctx := context.Background()
+	s := servertest.Start(t, d) // the platform's flags: no quota
+	admin := s.Admin()
+	a := s.Creds.ProjectID
+	b := admin.Do("POST", "/api/v1/orgs/"+s.Creds.OrgID+"/projects", map[string]string{"slug": "other", "name": "other"}).Want(t, 201).String("id")
+	storagePath := func(p string) string { return "/api/v1/projects/" + p + "/storage" }
+
+	// Before any override: the platform's (no) quota.
+	r := admin.Do("GET", storagePath(a), nil).Want(t, 200)
+	wantQuota(t, r, "blobs", nil, "platform", 0)
+	wantQuota(t, r, "registry", nil, "platform", 0)
+
+	blobQ, regQ := int64(1000), int64(20_000)
+	r = admin.Do("PUT", storagePath(a)+"/quota", map[string]any{"blob_quota_bytes": blobQ, "registry_quota_bytes": regQ}).Want(t, 200)
+	wantQuota(t, r, "blobs", &blobQ, "project", 0)
+	wantQuota(t, r, "registry", &regQ, "project", 0)
+	wantStorageAudit(t, s, a, nil, map[string]any{"project_id": a, "blob_quota_bytes": float64(blobQ), "registry_quota_bytes": float64(regQ)})
+
+	// Blob storage: the same upload is refused in A, taken in B.
+	data := patterned(1, 1500)
+	upA := blobUpload(t, admin, a, "big", data)
+	if upA.Status != 422 || upA.ErrorCode() != "blob_quota_exceeded" {
+		t.Fatalf("upload over A's own quota: %d %s", upA.Status, upA.Body)
+	}
+	blobUpload(t, admin, b, "big", data).Want(t, 201)
+	r = admin.Do("GET", storagePath(b), nil).Want(t, 200)
+	wantQuota(t, r, "blobs", nil, "platform", 1500)
+	if blobs := r.JSON["blobs"].(map[string]any); blobs["unregistered_bytes"] != float64(1500) || blobs["uploading_bytes"] != float64(0) {
+		t.Fatalf("B's blob parts after a committed upload: %v", blobs)
+	}
+	wantQuota(t, admin.Do("GET", storagePath(a), nil).Want(t, 200), "blobs", &blobQ, "project", 0)
+
+	// Registry: the same layer is refused in A, taken in B.
+	host := admin.Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
+	repoA, credA := publishIntent(t, admin, a, map[string]any{"app_slug": "quota-a", "app_version": "1.0.0", "artifact_name": "runtime"})
+	repoB, credB := publishIntent(t, admin, b, map[string]any{"app_slug": "quota-b", "app_version": "1.0.0", "artifact_name": "runtime"})
+	layer := patterned(2, 30_000)
+	wantRegistryError(t, pushLayer(ctx, host, repoA, credA, layer), "DENIED", "registry quota exceeded", "gpuaas project storage set")
+	if err := pushLayer(ctx, host, repoB, credB, layer); err != nil {
+		t.Fatalf("push into B, which has no quota: %v", err)
+	}
+	r = admin.Do("GET", storagePath(b), nil).Want(t, 200)
+	if reg := r.JSON["registry"].(map[string]any); reg["committed_bytes"].(float64) < float64(len(layer)) {
+		t.Fatalf("B's registry use after a push: %v", reg)
+	}
+
+	// Lowering a quota below use is accepted: nothing goes, the answer
+	// says the project is over it.
+	low := int64(10)
+	r = admin.Do("PUT", storagePath(b)+"/quota", map[string]any{"blob_quota_bytes": low}).Want(t, 200)
+	wantQuota(t, r, "blobs", &low, "project", 1500)
+	if r.JSON["blobs"].(map[string]any)["over_quota"] != true {
+		t.Fatalf("a quota below use is not reported over: %s", r.Body)
+	}
+	wantQuota(t, r, "registry", nil, "platform", r.JSON["registry"].(map[string]any)["used_bytes"].(float64))
+	blobUpload(t, admin, b, "more", patterned(3, 5)).Want(t, 422)
+
+	// Clearing puts A back on the platform's default (none).
+	r = admin.Do("PUT", storagePath(a)+"/quota", map[string]any{}).Want(t, 200)
+	wantQuota(t, r, "blobs", nil, "platform", 0)
+	wantStorageAudit(t, s, a, map[string]any{"project_id": a, "blob_quota_bytes": float64(blobQ), "registry_quota_bytes": float64(regQ)},
+		map[string]any{"project_id": a, "blob_quota_bytes": nil, "registry_quota_bytes": nil})
+	blobUpload(t, admin, a, "big", data).Want(t, 201)
+
+	// Bad input: the canonical envelope, naming the field.
+	for body, code := range map[string]string{`{"blob_quota_bytes": -1}`: "validation_failed", `{"blob_quota": 5}`: ""} {
+		r := admin.Do("PUT", storagePath(a)+"/quota", json.RawMessage(body))
+		if r.Status != 400 || (code != "" && r.ErrorCode() != code) {
+			t.Fatalf("PUT %s: %d %s", body, r.Status, r.Body)
+		}
+	}
+
+	// A project admin of A reads its use and may not set its quota; a
+	// member of another org sees neither.
+	uid, member := s.NewUser(admin, "a-admin@example.com")
+	admin.Do("POST", "/api/v1/projects/"+a+"/members", map[string]string{"user_id": uid, "role": "project_admin"}).Want(t, 201)
+	member.Do("GET", storagePath(a), nil).Want(t, 200)
+	if r := member.Do("PUT", storagePath(a)+"/quota", map[string]any{"blob_quota_bytes": 1 << 40}); r.Status != 403 {
+		t.Fatalf("a project admin set its own quota: %d %s", r.Status, r.Body)
+	}
+	xOrg := admin.Do("POST", "/api/v1/orgs", map[string]string{"slug": "x-org", "name": "x"}).Want(t, 201).String("id")
+	xid, outsider := s.NewUser(admin, "x@example.com")
+	admin.Do("POST", "/api/v1/orgs/"+xOrg+"/members", map[string]string{"user_id": xid, "role": "org_admin"}).Want(t, 201)
+	outsider.Do("GET", storagePath(a), nil).Want(t, 404)
+	outsider.Do("PUT", storagePath(a)+"/quota", map[string]any{"blob_quota_bytes": 1}).Want(t, 404)
+}
+
+// blobUpload uploads data into project p in one request and commits it.
+func blobUpload(t *testing.T, c *servertest.Client, p, name string, data []byte) *servertest.Response {
+	t.Helper()
+	pi := c.Do("POST", "/api/v1/projects/"+p+"/app-artifacts/publish-intents", map[string]any{"app_slug": "demo", "app_version": "1.0.0",
+		"artifact_name": name, "artifact_kind": "blob", "source_type": "artifact_store"}).Want(t, 201)
+	return c.Do("PUT", pi.String("upload_url")+"?digest="+blobDigest(data), bytes.Clone(data),
+		"Content-Range", fmt.Sprintf("bytes 0-%d/%d", len(data)-1, len(data)))
+}
+
+// wantQuota checks one quota of a storage answer.
+func wantQuota(t *testing.T, r *servertest.Response, which string, quota *int64, source string, used float64) {
+	t.Helper()
+	q, _ := r.JSON[which].(map[string]any)
+	var want any
+	if quota != nil {
+		want = float64(*quota)
+	}
+	if q["quota_bytes"] != want || q["quota_source"] != source || q["used_bytes"] != used {
+		t.Fatalf("%s: %v, want quota_bytes %v from %s and used_bytes %v", which, q, want, source, used)
+	}
+}
+
+// wantStorageAudit checks the newest quota change of project p was
+// audited with its before and after.
+func wantStorageAudit(t *testing.T, s *servertest.Server, p string, before, after map[string]any) {
+	t.Helper()
+	evs, _, err := s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{Action: "artifact.storage_quota.put", ResourceID: p}, store.Page{Limit: 1})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("audit of the quota change: %v %v", evs, err)
+	}
+	for name, c := range map[string]struct {
+		raw  []byte
+		want map[string]any
+	}{"before": {evs[0].Before, before}, "after": {evs[0].After, after}} {
+		var got map[string]any
+		if len(c.raw) > 0 {
+			if err := json.Unmarshal(c.raw, &got); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Fatalf("audit %s = %v, want %v", name, got, c.want)
+		}
+	}
+}
