@@ -152,21 +152,21 @@ func (s *Service) reserveUpload(ctx context.Context, it ArtifactIntent, uploadID
 		if err != nil {
 			return err
 		}
-		if !limited {
-			granted = want
-			_, err = q.ReserveBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, granted, ""))
-			return err
+		// Without a quota nothing is checked, but the reservation is still
+		// recorded: the upload counts should a quota be set while it runs.
+		granted = want
+		if limited {
+			used, err := q.ProjectBlobUsage(ctx, it.ProjectID, uploadID)
+			if err != nil {
+				return err
+			}
+			if used+need > limit {
+				return &quotaError{err: errdefs.Unprocessable("blob_quota_exceeded",
+					"project %s holds %d bytes of blob storage (registered blob artifacts, uploads committed but not registered, and uploads in progress) against its quota of %d bytes, so this upload cannot reach %d bytes; the upload was aborted. Register or abort the project's unfinished uploads, delete blob artifacts it no longer needs, or ask a platform admin to raise the project's blob quota (gpuaas project storage set --blob-quota; the platform's default is --project-blob-quota-bytes); committed uploads that are never registered are removed %s after their commit",
+					it.ProjectID, used, limit, need, AbandonedUploadAge).WithDetails(map[string]any{"used_bytes": used, "quota_bytes": limit, "upload_bytes": need})}
+			}
+			granted = min(want, limit-used)
 		}
-		used, err := q.ProjectBlobUsage(ctx, it.ProjectID, uploadID)
-		if err != nil {
-			return err
-		}
-		if used+need > limit {
-			return &quotaError{err: errdefs.Unprocessable("blob_quota_exceeded",
-				"project %s holds %d bytes of blob storage (registered blob artifacts, uploads committed but not registered, and uploads in progress) against its quota of %d bytes, so this upload cannot reach %d bytes; the upload was aborted. Register or abort the project's unfinished uploads, delete blob artifacts it no longer needs, or ask a platform admin to raise the project's blob quota (gpuaas project storage set --blob-quota; the platform's default is --project-blob-quota-bytes); committed uploads that are never registered are removed %s after their commit",
-				it.ProjectID, used, limit, need, AbandonedUploadAge).WithDetails(map[string]any{"used_bytes": used, "quota_bytes": limit, "upload_bytes": need})}
-		}
-		granted = min(want, limit-used)
 		_, err = q.ReserveBlobUpload(ctx, s.blobUploadRow(it, uploadID, BlobUploading, granted, ""))
 		return err
 	})

@@ -171,8 +171,11 @@ func (a registryAuthz) lockHold(ctx context.Context, q Queries, repository, hold
 // that is less than need. The quota row must be locked.
 func (a registryAuthz) room(ctx context.Context, q Queries, projectID string, need int64, what string) (int64, error) {
 	limit, limited, err := a.s.registryQuota(ctx, q, projectID)
-	if err != nil || !limited {
-		return 1<<63 - 1, err
+	if err != nil {
+		return 0, err
+	}
+	if !limited {
+		return 1<<63 - 1, nil
 	}
 	committed, held, err := q.RegistryUsage(ctx, projectID)
 	if err != nil {
