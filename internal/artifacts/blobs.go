@@ -126,7 +126,6 @@ func (s *Service) appendAt(ctx context.Context, it ArtifactIntent, uploadID stri
 	return offset, size, err
 }
 
-
 // reserveUpload makes the upload's reservation at least need bytes (its
 // size once the chunk in hand is written), and up to want when the quota
 // has room, and returns the reservation.

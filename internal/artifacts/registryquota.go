@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/storage"
@@ -53,24 +54,51 @@ func (a registryAuthz) HoldUpload(ctx context.Context, repository, upload string
 	return got, err
 }
 
-// HoldBlob implements registry.UploadQuota.
-func (a registryAuthz) HoldBlob(ctx context.Context, repository, hold, digest string, size int64) error {
+// HoldBlobs implements registry.UploadQuota. A blob the project counts
+// costs nothing and is marked used now, under the lock a recount takes:
+// the recount then keeps it for RegistryHoldIdle, longer than the request
+// that references it can take to store its manifest.
+func (a registryAuthz) HoldBlobs(ctx context.Context, repository, hold string, blobs []registry.BlobRef) error {
 	return a.s.Store.InTx(ctx, func(q Queries) error {
 		h, ok, err := a.lockHold(ctx, q, repository, hold)
 		if err != nil || !ok {
 			return err
 		}
-		if _, have, err := q.RegistryBlobSize(ctx, h.ProjectID, digest); err != nil || have {
-			return err // in the project already: free
+		now := a.s.Now()
+		var need int64
+		var uncounted []string
+		for _, b := range blobs {
+			if _, have, err := q.RegistryBlobSize(ctx, h.ProjectID, b.Digest); err != nil {
+				return err
+			} else if have {
+				if err := q.TouchRegistryBlob(ctx, h.ProjectID, b.Digest, now); err != nil {
+					return err
+				}
+				continue
+			}
+			if limit := a.s.MaxRegistryBlob; limit > 0 && b.Size > limit {
+				return sizeRefusal(repository, b.Size, limit)
+			}
+			if !slices.Contains(uncounted, b.Digest) {
+				need += b.Size
+				uncounted = append(uncounted, b.Digest)
+			}
 		}
-		if limit := a.s.MaxRegistryBlob; limit > 0 && size > limit {
-			return sizeRefusal(repository, size, limit)
+		if len(uncounted) == 0 {
+			return nil
 		}
-		if _, err := a.room(ctx, q, h.ProjectID, size, "blob "+digest); err != nil {
+		what := "blob " + blobs[0].Digest
+		if len(blobs) > 1 {
+			// A manifest: what it references may be stored already, no
+			// longer counted since its last manifest was deleted.
+			what = fmt.Sprintf("manifest %s (%d of its blobs, itself included, not counted: a blob stays stored after the last manifest "+
+				"referencing it is deleted, and counts again once a manifest references it)", blobs[0].Digest, len(uncounted))
+		}
+		if _, err := a.room(ctx, q, h.ProjectID, need, what); err != nil {
 			return err
 		}
-		h.SizeBytes = size
-		h.UpdatedAt = a.s.Now()
+		h.SizeBytes = need
+		h.UpdatedAt = now
 		return q.PutRegistryHold(ctx, h)
 	})
 }
@@ -97,17 +125,46 @@ func (a registryAuthz) ShrinkHold(ctx context.Context, hold string, n int64) err
 // (once, whichever repository or upload brought it) and the hold goes, in
 // one transaction.
 func (a registryAuthz) CommitHold(ctx context.Context, repository, hold, digest string, size int64) error {
+	return a.CommitBlobs(ctx, repository, hold, []registry.BlobRef{{Digest: digest, Size: size}})
+}
+
+// CommitBlobs implements registry.UploadQuota: each blob joins the
+// project (once) or, held already, is marked used now.
+func (a registryAuthz) CommitBlobs(ctx context.Context, repository, hold string, blobs []registry.BlobRef) error {
 	return a.s.Store.InTx(ctx, func(q Queries) error {
 		h, ok, err := a.lockHold(ctx, q, repository, hold)
 		if err != nil || !ok {
 			return err
 		}
-		if err := q.InsertRegistryBlob(ctx, RegistryBlob{ProjectID: h.ProjectID, Digest: digest, SizeBytes: size,
-			Repository: repository, CreatedAt: a.s.Now()}); err != nil {
-			return err
+		now := a.s.Now()
+		for _, b := range blobs {
+			if err := q.InsertRegistryBlob(ctx, RegistryBlob{ProjectID: h.ProjectID, Digest: b.Digest, SizeBytes: b.Size,
+				Repository: repository, CreatedAt: now, UsedAt: now}); err != nil {
+				return err
+			}
 		}
 		return q.DeleteRegistryHold(ctx, hold)
 	})
+}
+
+// ManifestDeleted implements registry.UploadQuota: the project's blobs are
+// recounted now, by the hold sweeper's next pass on this replica (kicked)
+// or any other.
+func (a registryAuthz) ManifestDeleted(ctx context.Context, repository string) error {
+	pid, err := a.s.Store.Read().RepositoryProject(ctx, repository)
+	if errors.Is(err, storage.ErrNotFound) {
+		return nil // no project's: nothing counted
+	}
+	if err != nil {
+		return err
+	}
+	if err := a.s.Store.InTx(ctx, func(q Queries) error { return q.ScheduleRegistryRecount(ctx, pid, a.s.Now()) }); err != nil {
+		return err
+	}
+	if w := a.s.registrySweep; w != nil {
+		w.Kick()
+	}
+	return nil
 }
 
 // DropHold implements registry.UploadQuota.
@@ -187,7 +244,8 @@ func (a registryAuthz) room(ctx context.Context, q Queries, projectID string, ne
 			"registry quota exceeded: project %s uses %d of its %d bytes (%d stored, %d held by pushes in progress) and %s needs %d more; "+
 				"push fewer or smaller layers, or ask a platform admin to raise the project's registry quota "+
 				"(gpuaas project storage set --registry-quota; the platform's default is --project-registry-quota-bytes) "+
-				"(deleting images does not free quota yet; bytes held by a push that stopped are given back once it has been idle for %s)",
+				"(deleting an image's manifest gives back the blobs no other manifest of the project references once none was pushed or referenced for %[8]s; "+
+				"bytes held by a push that stopped are given back once it has been idle for %[8]s)",
 			projectID, committed+held, limit, committed, held, what, need-max(room, 0), RegistryHoldIdle(a.s.RegistryStreamTimeout))}
 	}
 	return room, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/worker"
 )
@@ -43,9 +44,15 @@ const registryHoldSweepEvery = 10 * time.Minute
 // answers BLOB_UPLOAD_UNKNOWN) and cannot commit bytes no longer counted.
 // A manifest's or a mount's hold (left by a crash) has no upload data and
 // is released by the same rule.
+//
+// The same pass gives back what deleted images held: see
+// recountRegistries.
 func (s *Service) RegistryHoldSweeper() *worker.Periodic {
-	return &worker.Periodic{Name: "registry-hold-sweeper", Interval: registryHoldSweepEvery, Timeout: 5 * time.Minute, Logger: s.Logger,
-		Run: s.sweepRegistryHolds}
+	s.registrySweep = &worker.Periodic{Name: "registry-hold-sweeper", Interval: registryHoldSweepEvery, Timeout: 5 * time.Minute, Logger: s.Logger,
+		Run: func(ctx context.Context) error {
+			return errors.Join(s.sweepRegistryHolds(ctx), s.recountRegistries(ctx))
+		}}
+	return s.registrySweep
 }
 
 // sweepRegistryHolds releases every hold idle past RegistryHoldIdle.
@@ -118,4 +125,110 @@ func (s *Service) releaseRegistryHold(ctx context.Context, l *registryLink, h Re
 		return 0, false, nil
 	}
 	return size, err == nil, err
+}
+
+// registryRecountManifests bounds the manifests one project's recount
+// reads: past it, nothing of the project is given back (logged), as the
+// recount cannot tell what its manifests reference.
+const registryRecountManifests = 10_000
+
+// recountRegistries gives back the registry quota of the blobs no manifest
+// references any more, for each project a manifest was deleted from (or
+// whose recount was put off, below). There is no garbage collection: the
+// blobs stay stored, and a manifest put that references one again counts
+// it again (registry.UploadQuota.HoldBlobs), so nothing stored and
+// referenced escapes the quota.
+func (s *Service) recountRegistries(ctx context.Context) error {
+	l := s.reg.Load()
+	if l == nil {
+		return nil
+	}
+	start := s.Now()
+	due, err := s.Store.Read().DueRegistryRecounts(ctx, start, sweepBatch)
+	if err != nil {
+		return err
+	}
+	// One batch a pass: each project is cleared or put off past start, and
+	// the rest wait for the next pass.
+	for _, pid := range due {
+		if err := s.recountRegistry(ctx, l, pid, start); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recountRegistry drops from projectID's count every blob that no
+// manifest of its repositories references, read from the registry's
+// storage after start, and that no push used within RegistryHoldIdle
+// before start. The time bound is what makes the read before the lock
+// safe: a manifest put marks each counted blob it references as used,
+// under the lock, before the registry stores the manifest, and stores it
+// within --stream-timeout, shorter than RegistryHoldIdle; so a blob last
+// used before start-RegistryHoldIdle is referenced only by manifests
+// stored before start, which the read saw. A blob kept for being recent
+// is recounted once it no longer is.
+func (s *Service) recountRegistry(ctx context.Context, l *registryLink, projectID string, start time.Time) error {
+	idle := RegistryHoldIdle(s.RegistryStreamTimeout)
+	repos, err := s.Store.Read().RegistryRepositories(ctx, projectID)
+	if err != nil {
+		return err
+	}
+	refs, rerr := l.reg.ReferencedBlobs(ctx, repos, registryRecountManifests)
+	if rerr == nil && refs == nil {
+		// A registry that keeps no quota (external): nothing to recount.
+		return s.Store.InTx(ctx, func(q Queries) error { return q.ClearRegistryRecount(ctx, projectID, start) })
+	}
+	if rerr != nil {
+		// Not the database's: put off, so one project's unreadable
+		// storage holds up no other's, and nothing is given back.
+		s.Logger.WarnContext(ctx, "registry: a project's blobs could not be recounted after a manifest was deleted; its quota is not given back",
+			"project_id", projectID, "repositories", len(repos), "max_manifests", registryRecountManifests, "err", rerr)
+		return s.Store.InTx(ctx, func(q Queries) error {
+			if err := q.ClearRegistryRecount(ctx, projectID, start); err != nil {
+				return err
+			}
+			if errors.Is(rerr, registry.ErrTooManyManifests) {
+				return nil // until its next delete
+			}
+			return q.ScheduleRegistryRecount(ctx, projectID, start.Add(idle))
+		})
+	}
+	cutoff := start.Add(-idle)
+	var freed, blobs int64
+	err = s.Store.InTx(ctx, func(q Queries) error {
+		freed, blobs = 0, 0
+		if err := q.LockRegistryQuota(ctx, projectID); err != nil {
+			return err
+		}
+		all, err := q.RegistryBlobs(ctx, projectID)
+		if err != nil {
+			return err
+		}
+		var next time.Time
+		for _, b := range all {
+			switch {
+			case refs[b.Digest]:
+			case !b.UsedAt.After(cutoff):
+				if err := q.DeleteRegistryBlob(ctx, projectID, b.Digest); err != nil {
+					return err
+				}
+				freed, blobs = freed+b.SizeBytes, blobs+1
+			case next.IsZero() || b.UsedAt.Add(idle).Before(next):
+				next = b.UsedAt.Add(idle) // after start: b.UsedAt is after cutoff
+			}
+		}
+		if err := q.ClearRegistryRecount(ctx, projectID, start); err != nil {
+			return err
+		}
+		if !next.IsZero() {
+			return q.ScheduleRegistryRecount(ctx, projectID, next)
+		}
+		return nil
+	})
+	if err == nil && blobs > 0 {
+		s.Logger.InfoContext(ctx, "registry quota given back: blobs no manifest references any more",
+			"project_id", projectID, "blobs", blobs, "bytes", freed)
+	}
+	return err
 }

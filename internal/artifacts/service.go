@@ -21,6 +21,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/sealer"
+	"github.com/gpuaas/gpuaas/internal/worker"
 )
 
 // Defaults for the intent lifetimes.
@@ -71,6 +72,9 @@ type Deps struct {
 type Service struct {
 	Deps
 	reg atomic.Pointer[registryLink]
+	// registrySweep is the registry hold sweeper, kicked when a manifest
+	// is deleted so its blobs are recounted at once (set at wiring).
+	registrySweep *worker.Periodic
 
 	usersMu sync.Mutex
 	users   []InstanceUsage

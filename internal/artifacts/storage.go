@@ -294,6 +294,10 @@ type RegistryBlob struct {
 	SizeBytes  int64
 	Repository string // where it first came in
 	CreatedAt  time.Time
+	// UsedAt is when a push last committed the blob or a manifest put
+	// referenced it: a recount keeps an unreferenced blob used within
+	// RegistryHoldIdle, as a push may still be about to reference it.
+	UsedAt time.Time
 }
 
 // RegistryHold is bytes held against a project's registry quota for a
@@ -322,6 +326,20 @@ type RegistryQuotaQueries interface {
 	// false if it holds none).
 	RegistryBlobSize(ctx context.Context, projectID, digest string) (size int64, ok bool, err error)
 	InsertRegistryBlob(ctx context.Context, b RegistryBlob) error
+	TouchRegistryBlob(ctx context.Context, projectID, digest string, at time.Time) error
+	// RegistryBlobs returns every blob the project holds.
+	RegistryBlobs(ctx context.Context, projectID string) ([]RegistryBlob, error)
+	DeleteRegistryBlob(ctx context.Context, projectID, digest string) error
+	// RegistryRepositories returns every repository the project's intents
+	// lead to or its blobs came in through.
+	RegistryRepositories(ctx context.Context, projectID string) ([]string, error)
+	// ScheduleRegistryRecount asks for a recount of the project's blobs
+	// from at (or earlier, if asked for already); DueRegistryRecounts
+	// returns the projects due by at; ClearRegistryRecount forgets a
+	// project's recount due by through.
+	ScheduleRegistryRecount(ctx context.Context, projectID string, at time.Time) error
+	DueRegistryRecounts(ctx context.Context, at time.Time, limit int) ([]string, error)
+	ClearRegistryRecount(ctx context.Context, projectID string, through time.Time) error
 	GetRegistryHold(ctx context.Context, id string) (RegistryHold, error)
 	PutRegistryHold(ctx context.Context, h RegistryHold) error
 	ShrinkRegistryHold(ctx context.Context, id string, n int64) error

@@ -21,7 +21,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/uuid"
 	"github.com/gpuaas/gpuaas/internal/artifacts"
-	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/config"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -312,14 +311,7 @@ func TestRegistryQuotaSweepsAbandonedPushes(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		clk := clock.NewManual(time.Now())
-		s := servertest.Start(t, d, servertest.WithClock(clk), func(c *config.Config) {
-			c.RegistryQuota, c.MaxRegistryBlob = testRegistryQuota, testMaxRegBlob
-		})
-		sweeper := s.App.RegistryHoldSweeper()
-		if err := sweeper.WaitRuns(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
+		s, clk, sweeper := clockedQuotaServer(t, ctx, d)
 		admin := s.Admin()
 		pid := s.Creds.ProjectID
 		host := admin.Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
@@ -350,11 +342,7 @@ func TestRegistryQuotaSweepsAbandonedPushes(t *testing.T) {
 		clk.Advance(artifacts.RegistryHoldIdle(s.App.Config.StreamTimeout) - time.Minute)
 		nextB = patchChunk(t, ctx, hcB, host, nextB, nil, http.StatusAccepted)
 		clk.Advance(2 * time.Minute)
-		n := sweeper.Runs()
-		sweeper.Kick()
-		if err := sweeper.WaitRuns(ctx, n+1); err != nil {
-			t.Fatal(err)
-		}
+		kickSweep(t, ctx, sweeper)
 		if c, h := regUsage(t, s); c != 0 || h != 5_000 {
 			t.Fatalf("after the sweep: %d committed, %d held; want 0, 5000 (the live push only)", c, h)
 		}

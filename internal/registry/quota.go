@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"strings"
 
 	"github.com/distribution/distribution/v3"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
@@ -30,10 +31,11 @@ type UploadQuota interface {
 	// hold of upload, an upload session of repository, and returns how
 	// many it added.
 	HoldUpload(ctx context.Context, repository, upload string, need, want int64) (int64, error)
-	// HoldBlob holds size bytes as hold for the whole blob digest about to
-	// enter repository (a manifest, a mounted blob): nothing when the
-	// repository's project holds the digest already.
-	HoldBlob(ctx context.Context, repository, hold, digest string, size int64) error
+	// HoldBlobs holds, as hold, the whole size of each of blobs about to
+	// enter repository or be referenced there (a manifest and what it
+	// references, a mounted blob) that the repository's project does not
+	// hold already; one it holds is marked as used now.
+	HoldBlobs(ctx context.Context, repository, hold string, blobs []BlobRef) error
 	// CommittedSize returns the size of blob digest when the project of
 	// repository holds it already (ok false otherwise).
 	CommittedSize(ctx context.Context, repository, digest string) (size int64, ok bool, err error)
@@ -44,11 +46,22 @@ type UploadQuota interface {
 	// repository and drops the hold: a digest its project holds already
 	// costs nothing more.
 	CommitHold(ctx context.Context, repository, hold, digest string, size int64) error
+	// CommitBlobs is CommitHold for the blobs a HoldBlobs held.
+	CommitBlobs(ctx context.Context, repository, hold string, blobs []BlobRef) error
+	// ManifestDeleted hears that a manifest of repository was deleted, so
+	// that the blobs no manifest references any more are given back.
+	ManifestDeleted(ctx context.Context, repository string) error
 	// DropHold forgets hold (its upload was cancelled or removed).
 	DropHold(ctx context.Context, hold string) error
 	// TouchHold marks hold, if there is one, as written to now: a request
 	// that continues its upload is live, whether or not bytes follow.
 	TouchHold(ctx context.Context, hold string) error
+}
+
+// BlobRef is a blob by digest and stored size.
+type BlobRef struct {
+	Digest string
+	Size   int64
 }
 
 // Refusal is an UploadQuota's answer to a write that does not fit: the
@@ -85,9 +98,12 @@ type quotaHandler struct {
 	removeUpload func(ctx context.Context, repository, upload string) error
 	// uploadExists reports whether an upload session is still stored.
 	uploadExists func(ctx context.Context, repository, upload string) (bool, error)
-	next         http.Handler
-	fail         func(http.ResponseWriter, *http.Request, error)
-	logger       *slog.Logger
+	// referenceSize is the stored size of a blob or manifest linked into
+	// repository (ok false when it is not there).
+	referenceSize func(ctx context.Context, repository, digest string) (size int64, ok bool, err error)
+	next          http.Handler
+	fail          func(http.ResponseWriter, *http.Request, error)
+	logger        *slog.Logger
 }
 
 func (q *quotaHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -103,6 +119,17 @@ func (q *quotaHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	case http.MethodDelete:
+		// The registry decides who may delete a manifest; once it
+		// answered 202 (by digest: a tag's delete only untags) the
+		// project's blobs are to be recounted.
+		if m := manifestPathRe.FindStringSubmatch(p); m != nil && strings.Contains(m[2], ":") {
+			rw := &statusWriter{ResponseWriter: w}
+			q.next.ServeHTTP(rw, req)
+			if rw.status == http.StatusAccepted {
+				q.manifestDeleted(req.Context(), m[1])
+			}
+			return
+		}
 		// The registry decides who may cancel an upload; once it
 		// answered 204 the upload is gone.
 		if m := uploadPathRe.FindStringSubmatch(p); m != nil {
@@ -211,7 +238,12 @@ func (q *quotaHandler) serveUploadWrite(w http.ResponseWriter, req *http.Request
 }
 
 // serveManifestPut holds a manifest's size before the registry stores it
-// (it is a blob of the repository too) and records it once stored.
+// (it is a blob of the repository too), together with every blob it
+// references that the project does not count: a blob stays stored after
+// the last manifest referencing it is deleted and its quota given back
+// (there is no garbage collection), and a client that finds it there
+// skips its upload, so the manifest that references it again is what
+// brings it back into the count. It records them all once stored.
 func (q *quotaHandler) serveManifestPut(w http.ResponseWriter, req *http.Request, repo string) {
 	body, ok := bufferManifest(w, req)
 	if !ok {
@@ -223,7 +255,51 @@ func (q *quotaHandler) serveManifestPut(w http.ResponseWriter, req *http.Request
 	}
 	sum := sha256.Sum256(body)
 	d := "sha256:" + hex.EncodeToString(sum[:])
-	q.serveHeld(w, req, repo, d, int64(len(body)))
+	blobs, err := q.manifestBlobs(req.Context(), repo, req.Header.Get("Content-Type"), body)
+	if err != nil {
+		q.fail(w, req, err)
+		return
+	}
+	q.serveHeld(w, req, repo, append([]BlobRef{{Digest: d, Size: int64(len(body))}}, blobs...))
+}
+
+// manifestBlobs returns the blobs and manifests body references, as
+// distribution reads them, that are stored in repo, each once. A manifest
+// the registry cannot read, or a reference not in repo, is the
+// registry's to refuse; the registry stores nothing it references but
+// what is linked into repo, which the pusher may pull, so no size named
+// in a refusal is one of content the pusher may not read.
+func (q *quotaHandler) manifestBlobs(ctx context.Context, repo, mediaType string, body []byte) ([]BlobRef, error) {
+	m, _, err := distribution.UnmarshalManifest(mediaType, body)
+	if err != nil {
+		return nil, nil
+	}
+	var out []BlobRef
+	seen := map[string]bool{}
+	for _, ref := range m.References() {
+		d := ref.Digest.String()
+		if seen[d] || ref.Digest.Validate() != nil {
+			continue
+		}
+		seen[d] = true
+		size, ok, err := q.referenceSize(ctx, repo, d)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			out = append(out, BlobRef{Digest: d, Size: size})
+		}
+	}
+	return out, nil
+}
+
+// manifestDeleted tells the quota a manifest of repo went; a failure
+// leaves the blobs counted, on the side of the quota, until the next
+// delete in the project.
+func (q *quotaHandler) manifestDeleted(ctx context.Context, repo string) {
+	if err := q.quota.ManifestDeleted(context.WithoutCancel(ctx), repo); err != nil && q.logger != nil {
+		q.logger.WarnContext(ctx, "registry: a deleted manifest's quota could not be scheduled for giving back", "repository", repo, "err", err)
+	}
 }
 
 // serveMount holds the size of a blob mounted from another repository:
@@ -251,15 +327,16 @@ func (q *quotaHandler) serveMount(w http.ResponseWriter, req *http.Request, repo
 		q.fail(w, req, err)
 		return
 	}
-	q.serveHeld(w, req, repo, d, size)
+	q.serveHeld(w, req, repo, []BlobRef{{Digest: d, Size: size}})
 }
 
-// serveHeld passes req on under a hold of size bytes for digest, and turns
-// the hold into the project's blob when the registry answers 201.
-func (q *quotaHandler) serveHeld(w http.ResponseWriter, req *http.Request, repo, d string, size int64) {
+// serveHeld passes req on under a hold of blobs (the first is the one req
+// stores), and turns the hold into the project's blobs when the registry
+// answers 201.
+func (q *quotaHandler) serveHeld(w http.ResponseWriter, req *http.Request, repo string, blobs []BlobRef) {
 	ctx := req.Context()
 	hold := "put:" + uuid.NewString()
-	if err := q.quota.HoldBlob(ctx, repo, hold, d, size); err != nil {
+	if err := q.quota.HoldBlobs(ctx, repo, hold, blobs); err != nil {
 		var ref *Refusal
 		if errors.As(err, &ref) {
 			writeDockerError(w, ref.Status, ref.Code, ref.Message)
@@ -273,10 +350,10 @@ func (q *quotaHandler) serveHeld(w http.ResponseWriter, req *http.Request, repo,
 	ctx = context.WithoutCancel(ctx)
 	if rw.status == http.StatusCreated {
 		if got := rw.Header().Get("Docker-Content-Digest"); got != "" {
-			d = got
+			blobs[0].Digest = got
 		}
-		if err := q.quota.CommitHold(ctx, repo, hold, d, size); err != nil {
-			q.fail(rw, req, fmt.Errorf("record blob %s: %w", d, err))
+		if err := q.quota.CommitBlobs(ctx, repo, hold, blobs); err != nil {
+			q.fail(rw, req, fmt.Errorf("record blob %s: %w", blobs[0].Digest, err))
 		}
 		return
 	}
@@ -345,6 +422,99 @@ func uploadDataPath(repository, upload string) string {
 type uploadStore struct {
 	driver storagedriver.StorageDriver
 	blobs  distribution.BlobStatter
+	ns     distribution.Namespace
+}
+
+// referenceSize finds d among repository's layers (blobs pushed or
+// mounted there) or, failing that, its manifests, as the registry does
+// when it checks a manifest's references.
+func (s uploadStore) referenceSize(ctx context.Context, repository, d string) (int64, bool, error) {
+	dg, err := digest.Parse(d)
+	if err != nil || !ValidRepository(repository) {
+		return 0, false, nil
+	}
+	repo, err := s.ns.Repository(ctx, repositoryName(repository))
+	if err != nil {
+		return 0, false, err
+	}
+	desc, err := repo.Blobs(ctx).Stat(ctx, dg)
+	if err == nil {
+		return desc.Size, true, nil
+	}
+	if !errors.Is(err, distribution.ErrBlobUnknown) {
+		return 0, false, err
+	}
+	ms, err := repo.Manifests(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	if ok, err := ms.Exists(ctx, dg); err != nil || !ok {
+		return 0, false, err
+	}
+	size, err := s.blobSize(ctx, d)
+	if errors.Is(err, distribution.ErrBlobUnknown) {
+		return 0, false, nil
+	}
+	return size, err == nil, err
+}
+
+// ErrTooManyManifests is ReferencedBlobs' answer when the repositories
+// hold more manifests than it was allowed to read.
+var ErrTooManyManifests = errors.New("registry: too many manifests to recount")
+
+// ReferencedBlobs returns the digests of every manifest stored in
+// repositories and of everything those manifests reference (config,
+// layers, an index's manifests), reading at most limit manifests
+// (ErrTooManyManifests past that). A registry that keeps no quota
+// answers nil.
+func (r *Registry) ReferencedBlobs(ctx context.Context, repositories []string, limit int) (map[string]bool, error) {
+	if r.uploads == nil {
+		return nil, nil
+	}
+	return r.uploads.referencedBlobs(ctx, repositories, limit)
+}
+
+func (s uploadStore) referencedBlobs(ctx context.Context, repositories []string, limit int) (map[string]bool, error) {
+	refs := map[string]bool{}
+	n := 0
+	for _, name := range repositories {
+		if !ValidRepository(name) {
+			continue // the registry stores nothing under it
+		}
+		repo, err := s.ns.Repository(ctx, repositoryName(name))
+		if err != nil {
+			return nil, err
+		}
+		ms, err := repo.Manifests(ctx)
+		if err != nil {
+			return nil, err
+		}
+		en, ok := ms.(distribution.ManifestEnumerator)
+		if !ok {
+			return nil, fmt.Errorf("registry: the manifests of %s cannot be listed", name)
+		}
+		err = en.Enumerate(ctx, func(d digest.Digest) error {
+			if n++; n > limit {
+				return ErrTooManyManifests
+			}
+			refs[d.String()] = true
+			m, err := ms.Get(ctx, d)
+			if err != nil {
+				return fmt.Errorf("read manifest %s of %s: %w", d, name, err)
+			}
+			for _, ref := range m.References() {
+				refs[ref.Digest.String()] = true
+			}
+			return nil
+		})
+		if errors.As(err, new(storagedriver.PathNotFoundError)) {
+			continue // nothing pushed there
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return refs, nil
 }
 
 func (s uploadStore) blobSize(ctx context.Context, d string) (int64, error) {

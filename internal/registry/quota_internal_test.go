@@ -84,8 +84,8 @@ type mountQuota struct {
 	held []string
 }
 
-func (m *mountQuota) HoldBlob(_ context.Context, repository, _, digest string, _ int64) error {
-	m.held = append(m.held, repository+"@"+digest)
+func (m *mountQuota) HoldBlobs(_ context.Context, repository, _ string, blobs []BlobRef) error {
+	m.held = append(m.held, repository+"@"+blobs[0].Digest)
 	return &Refusal{Status: http.StatusForbidden, Code: "DENIED", Message: "registry quota exceeded"}
 }
 

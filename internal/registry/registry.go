@@ -115,10 +115,10 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 	if quoted {
 		// Outside the content gate: a write is held against the quota
 		// before the gate or the registry sees its body.
-		us := uploadStore{driver: driver, blobs: ns.BlobStatter()}
+		us := uploadStore{driver: driver, blobs: ns.BlobStatter(), ns: ns}
 		r.uploads = &us
 		served = &quotaHandler{quota: quota, authorized: requestAuthorized(access), mayPull: requestMayPull(access), next: served,
-			blobSize: us.blobSize, removeUpload: us.removeUpload, uploadExists: us.uploadExists, logger: logger,
+			blobSize: us.blobSize, removeUpload: us.removeUpload, uploadExists: us.uploadExists, referenceSize: us.referenceSize, logger: logger,
 			fail: func(w http.ResponseWriter, req *http.Request, err error) {
 				logger.ErrorContext(req.Context(), "registry: quota check failed", "err", err)
 				tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not account for this push; retry")

@@ -113,3 +113,8 @@ func (a *App) RegistryHost() string {
 	}
 	return ""
 }
+
+// Registry is the registry the server runs or links to (nil before
+// Listen). No credential the platform issues grants delete; a test, like
+// an operator's tooling, signs such a token with its TokenHandler.
+func (a *App) Registry() *registry.Registry { return a.artifacts.registry }

@@ -34,6 +34,7 @@ func TestArtifactsConformance(t *testing.T) {
 			{"owners", testArtifactOwners},
 			{"stale_registry_holds", testStaleRegistryHolds},
 			{"storage_quotas", testStorageQuotas},
+			{"registry_recounts", testRegistryRecounts},
 		} {
 			t.Run(c.name, func(t *testing.T) { c.run(t, db) })
 		}
@@ -759,5 +760,56 @@ func testStorageQuotas(t *testing.T, db *store.DB) {
 	noErr(t, "delete again", q.DeleteStorageQuota(ctx, a.ID))
 	if _, err := q.GetStorageQuota(ctx, a.ID); !errors.Is(err, storage.ErrNotFound) {
 		t.Fatalf("override after delete: %v, want not found", err)
+	}
+}
+
+// What a registry recount reads and writes: a blob's last use only moves
+// forward (insert of a held digest, touch), the project's repositories
+// come from its intents and blobs, and a recount asked for twice is due
+// at the earlier time and cleared only up to the time its pass started.
+func testRegistryRecounts(t *testing.T, db *store.DB) {
+	ctx := context.Background()
+	q := db.Queries()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	pid := "p-" + newID()
+	b := artifacts.RegistryBlob{ProjectID: pid, Digest: "sha256:aa", SizeBytes: 7, Repository: "r1", CreatedAt: t0}
+	noErr(t, "insert blob", q.InsertRegistryBlob(ctx, b))
+	noErr(t, "insert other", q.InsertRegistryBlob(ctx, artifacts.RegistryBlob{ProjectID: pid, Digest: "sha256:bb", SizeBytes: 3,
+		Repository: "r2", CreatedAt: t0, UsedAt: t0.Add(time.Hour)}))
+	noErr(t, "touch", q.TouchRegistryBlob(ctx, pid, "sha256:aa", t0.Add(2*time.Hour)))
+	noErr(t, "touch back", q.TouchRegistryBlob(ctx, pid, "sha256:aa", t0.Add(time.Hour)))
+	again := b
+	again.SizeBytes, again.CreatedAt, again.UsedAt = 99, t0.Add(time.Minute), t0.Add(time.Minute)
+	noErr(t, "insert held digest", q.InsertRegistryBlob(ctx, again))
+	blobs, err := q.RegistryBlobs(ctx, pid)
+	noErr(t, "blobs", err)
+	if len(blobs) != 2 || blobs[0].Digest != "sha256:aa" || blobs[0].SizeBytes != 7 || !blobs[0].CreatedAt.Equal(t0) ||
+		!blobs[0].UsedAt.Equal(t0.Add(2*time.Hour)) || !blobs[1].UsedAt.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("blobs = %+v", blobs)
+	}
+	repos, err := q.RegistryRepositories(ctx, pid)
+	noErr(t, "repositories", err)
+	same(t, "repositories", repos, []string{"r1", "r2"})
+	noErr(t, "delete blob", q.DeleteRegistryBlob(ctx, pid, "sha256:aa"))
+	if c, _, err := q.RegistryUsage(ctx, pid); err != nil || c != 3 {
+		t.Fatalf("usage after delete = %d %v, want 3", c, err)
+	}
+
+	noErr(t, "schedule", q.ScheduleRegistryRecount(ctx, pid, t0.Add(time.Hour)))
+	noErr(t, "schedule earlier", q.ScheduleRegistryRecount(ctx, pid, t0))
+	noErr(t, "schedule later", q.ScheduleRegistryRecount(ctx, pid, t0.Add(2*time.Hour)))
+	if due, err := q.DueRegistryRecounts(ctx, t0.Add(-time.Second), 10); err != nil || len(due) != 0 {
+		t.Fatalf("due before = %v %v", due, err)
+	}
+	if due, err := q.DueRegistryRecounts(ctx, t0, 10); err != nil || len(due) != 1 || due[0] != pid {
+		t.Fatalf("due = %v %v, want %s", due, err, pid)
+	}
+	noErr(t, "clear before", q.ClearRegistryRecount(ctx, pid, t0.Add(-time.Second)))
+	if due, err := q.DueRegistryRecounts(ctx, t0, 10); err != nil || len(due) != 1 {
+		t.Fatalf("due after a clear through an earlier time = %v %v", due, err)
+	}
+	noErr(t, "clear", q.ClearRegistryRecount(ctx, pid, t0))
+	if due, err := q.DueRegistryRecounts(ctx, t0.Add(24*time.Hour), 10); err != nil || len(due) != 0 {
+		t.Fatalf("due after clear = %v %v", due, err)
 	}
 }

@@ -50,11 +50,91 @@ func (q *Queries) RegistryBlobSize(ctx context.Context, projectID, digest string
 	return n, err == nil, err
 }
 
-// InsertRegistryBlob records a committed blob; one the project holds
-// already is left as it is.
+// InsertRegistryBlob records a committed blob; of one the project holds
+// already only the time it was last used moves (never back).
 func (q *Queries) InsertRegistryBlob(ctx context.Context, b artifacts.RegistryBlob) error {
-	_, err := q.exec(ctx, `INSERT INTO registry_blobs (project_id, digest, size_bytes, repository, created_at) VALUES (?, ?, ?, ?, ?)
-		ON CONFLICT (project_id, digest) DO NOTHING`, b.ProjectID, b.Digest, b.SizeBytes, b.Repository, ts(b.CreatedAt))
+	used := b.UsedAt
+	if used.IsZero() {
+		used = b.CreatedAt
+	}
+	_, err := q.exec(ctx, `INSERT INTO registry_blobs (project_id, digest, size_bytes, repository, created_at, used_at) VALUES (?, ?, ?, ?, ?, ?)
+		ON CONFLICT (project_id, digest) DO UPDATE SET used_at = CASE
+			WHEN registry_blobs.used_at IS NULL OR excluded.used_at > registry_blobs.used_at THEN excluded.used_at
+			ELSE registry_blobs.used_at END`, b.ProjectID, b.Digest, b.SizeBytes, b.Repository, ts(b.CreatedAt), ts(used))
+	return mapErr(err)
+}
+
+// TouchRegistryBlob marks a blob the project holds as used at at (never
+// moving it back); none held is fine.
+func (q *Queries) TouchRegistryBlob(ctx context.Context, projectID, digest string, at time.Time) error {
+	_, err := q.exec(ctx, `UPDATE registry_blobs SET used_at = ? WHERE project_id = ? AND digest = ? AND (used_at IS NULL OR used_at < ?)`,
+		ts(at), projectID, digest, ts(at))
+	return mapErr(err)
+}
+
+// RegistryBlobs returns every blob the project holds, by digest. A row
+// written before used_at existed was last used when it was created.
+func (q *Queries) RegistryBlobs(ctx context.Context, projectID string) ([]artifacts.RegistryBlob, error) {
+	rows, err := q.query(ctx, `SELECT project_id, digest, size_bytes, repository, created_at, COALESCE(used_at, created_at)
+		FROM registry_blobs WHERE project_id = ? ORDER BY digest`, projectID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(s interface{ Scan(...any) error }) (artifacts.RegistryBlob, error) {
+		var b artifacts.RegistryBlob
+		err := s.Scan(&b.ProjectID, &b.Digest, &b.SizeBytes, &b.Repository, scanTime(&b.CreatedAt), scanTime(&b.UsedAt))
+		return b, err
+	})
+}
+
+// DeleteRegistryBlob stops counting a blob against the project; none is
+// fine.
+func (q *Queries) DeleteRegistryBlob(ctx context.Context, projectID, digest string) error {
+	_, err := q.exec(ctx, `DELETE FROM registry_blobs WHERE project_id = ? AND digest = ?`, projectID, digest)
+	return mapErr(err)
+}
+
+// RegistryRepositories returns every repository the project's intents
+// lead to or its blobs came in through, sorted.
+func (q *Queries) RegistryRepositories(ctx context.Context, projectID string) ([]string, error) {
+	rows, err := q.query(ctx, `SELECT repository FROM artifact_intents WHERE project_id = ? AND repository <> ''
+		UNION SELECT repository FROM registry_blobs WHERE project_id = ? ORDER BY 1`, projectID, projectID)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
+		var r string
+		return r, s.Scan(&r)
+	})
+}
+
+// ScheduleRegistryRecount asks for the project's accounting to be
+// recounted from at, or earlier if it is asked for already.
+func (q *Queries) ScheduleRegistryRecount(ctx context.Context, projectID string, at time.Time) error {
+	_, err := q.exec(ctx, `INSERT INTO registry_recounts (project_id, due_at) VALUES (?, ?)
+		ON CONFLICT (project_id) DO UPDATE SET due_at = CASE WHEN excluded.due_at < registry_recounts.due_at
+			THEN excluded.due_at ELSE registry_recounts.due_at END`, projectID, ts(at))
+	return mapErr(err)
+}
+
+// DueRegistryRecounts returns up to limit projects whose recount is due
+// at or before at, longest due first.
+func (q *Queries) DueRegistryRecounts(ctx context.Context, at time.Time, limit int) ([]string, error) {
+	rows, err := q.query(ctx, `SELECT project_id FROM registry_recounts WHERE due_at <= ? ORDER BY due_at, project_id LIMIT ?`, ts(at), limit)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, func(s interface{ Scan(...any) error }) (string, error) {
+		var id string
+		return id, s.Scan(&id)
+	})
+}
+
+// ClearRegistryRecount forgets the project's recount if it was due at or
+// before through: one asked for later (a manifest deleted while the
+// recount ran) stays.
+func (q *Queries) ClearRegistryRecount(ctx context.Context, projectID string, through time.Time) error {
+	_, err := q.exec(ctx, `DELETE FROM registry_recounts WHERE project_id = ? AND due_at <= ?`, projectID, ts(through))
 	return mapErr(err)
 }
 

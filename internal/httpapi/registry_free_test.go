@@ -1,0 +1,194 @@
+package httpapi_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/clock"
+	"github.com/gpuaas/gpuaas/internal/config"
+	"github.com/gpuaas/gpuaas/internal/registry"
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+	"github.com/gpuaas/gpuaas/internal/worker"
+)
+
+// Deleting an image gives its project's registry quota back, once its
+// blobs were not pushed or referenced for artifacts.RegistryHoldIdle,
+// except for a blob another manifest of the project still references;
+// and the blobs, still stored (no garbage collection), count again when a
+// manifest references them, though the client skips their upload: the
+// re-push of the deleted image is refused over the quota.
+func TestRegistryQuotaGivesBackDeletedImages(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		s, clk, sweeper := clockedQuotaServer(t, ctx, d)
+		admin := s.Admin()
+		pid := s.Creds.ProjectID
+		host := admin.Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
+		intent := func(slug string) (string, regCreds) {
+			return publishIntent(t, s.Admin(), pid, map[string]any{"app_slug": slug, "app_version": "1.0.0", "artifact_name": "runtime"})
+		}
+		repoA, cA := intent("free-a")
+		repoB, cB := intent("free-b")
+
+		shared := patterned(30, 10_000)
+		imgA := quotaImage(t, patterned(31, 40_000), shared)
+		imgB := quotaImage(t, shared, patterned(32, 20_000))
+		layerC := patterned(33, 45_000)
+		imgC := quotaImage(t, layerC)
+		writeImage(t, ctx, host, repoA, cA, imgA, nil)
+		writeImage(t, ctx, host, repoB, cB, imgB, nil)
+		sizeB := imageBytes(t, imgB)
+		want := imageBytes(t, imgA) + sizeB - int64(len(shared))
+		if c, h := regUsage(t, s); c != want || h != 0 {
+			t.Fatalf("after pushing A and B: %d committed, %d held; want %d, 0", c, h, want)
+		}
+		// C's layer does not fit beside A and B.
+		var dA v1.Hash
+		err := pushLayer(ctx, host, repoA, cA, layerC)
+		wantRegistryError(t, err, "DENIED", "--project-registry-quota-bytes")
+
+		dA, err = imgA.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := sweeper.Runs()
+		deleteManifest(t, ctx, s, host, repoA, dA.String())
+		// The delete kicked a recount, which keeps what was pushed just now:
+		// a push might be about to reference it.
+		if err := sweeper.WaitRuns(ctx, n+1); err != nil {
+			t.Fatal(err)
+		}
+		if c, h := regUsage(t, s); c != want || h != 0 {
+			t.Fatalf("right after the delete: %d committed, %d held; want %d, 0", c, h, want)
+		}
+		clk.Advance(artifacts.RegistryHoldIdle(s.App.Config.StreamTimeout) + time.Minute)
+		kickSweep(t, ctx, sweeper)
+		// A's blobs are given back but the one B references too.
+		if c, h := regUsage(t, s); c != sizeB || h != 0 {
+			t.Fatalf("after the recount: %d committed, %d held; want %d (image B only), 0", c, h, sizeB)
+		}
+
+		// C fits now (fresh credentials: the old ones expired with the clock).
+		repoA, cA = intent("free-a")
+		writeImage(t, ctx, host, repoA, cA, imgC, nil)
+		want = sizeB + imageBytes(t, imgC)
+		if c, h := regUsage(t, s); c != want || h != 0 {
+			t.Fatalf("after pushing C: %d committed, %d held; want %d, 0", c, h, want)
+		}
+
+		// A again: its blobs are still stored in repoA, so the client
+		// uploads none of them; its manifest counts them, which does not fit.
+		writeImage(t, ctx, host, repoA, cA, imgA, func(err error) {
+			wantRegistryError(t, err, "DENIED", "--project-registry-quota-bytes", dA.String())
+		})
+		if c, h := regUsage(t, s); c != want || h != 0 {
+			t.Fatalf("after re-pushing A: %d committed, %d held; want %d, 0", c, h, want)
+		}
+		if left := leftUploads(t, s); len(left) != 0 {
+			t.Fatalf("pushes left uploads: %v", left)
+		}
+	})
+}
+
+// clockedQuotaServer starts a server with the registry quota of
+// quotaServer on a manual clock, once its registry hold sweeper has run.
+func clockedQuotaServer(t *testing.T, ctx context.Context, d store.Dialect) (*servertest.Server, *clock.Manual, *worker.Periodic) {
+	t.Helper()
+	clk := clock.NewManual(time.Now())
+	s := servertest.Start(t, d, servertest.WithClock(clk), func(c *config.Config) {
+		c.RegistryQuota, c.MaxRegistryBlob = testRegistryQuota, testMaxRegBlob
+	})
+	sweeper := s.App.RegistryHoldSweeper()
+	if err := sweeper.WaitRuns(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	return s, clk, sweeper
+}
+
+// kickSweep runs w once more and waits for it.
+func kickSweep(t *testing.T, ctx context.Context, w *worker.Periodic) {
+	t.Helper()
+	n := w.Runs()
+	w.Kick()
+	if err := w.WaitRuns(ctx, n+1); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// quotaImage is an OCI image of one layer per argument.
+func quotaImage(t *testing.T, layers ...[]byte) v1.Image {
+	t.Helper()
+	img := mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON)
+	for _, l := range layers {
+		var err error
+		if img, err = mutate.AppendLayers(img, static.NewLayer(l, types.OCILayer)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return img
+}
+
+// imageBytes is what img stores: its layers, config and manifest.
+func imageBytes(t *testing.T, img v1.Image) int64 {
+	t.Helper()
+	m, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := img.RawManifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := m.Config.Size + int64(len(raw))
+	for _, l := range m.Layers {
+		n += l.Size
+	}
+	return n
+}
+
+// writeImage pushes img to repo (tag latest); refused, when not nil, checks the
+// push's error instead of requiring success.
+func writeImage(t *testing.T, ctx context.Context, host, repo string, rc regCreds, img v1.Image, refused func(error)) {
+	t.Helper()
+	ref, err := name.NewTag(host+"/"+repo+":latest", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = remote.Write(ref, img, rc.opts(ctx)...)
+	switch {
+	case refused != nil:
+		refused(err)
+	case err != nil:
+		t.Fatalf("push to %s: %v", repo, err)
+	}
+}
+
+// deleteManifest deletes a manifest of repo by digest with a token
+// granting delete, signed by the server's registry (the platform issues
+// none to its users).
+func deleteManifest(t *testing.T, ctx context.Context, s *servertest.Server, host, repo, digest string) {
+	t.Helper()
+	tok, err := s.App.Registry().TokenHandler().Issue(registry.Subject{ID: "operator"},
+		[]registry.Scope{{Type: "repository", Name: repo, Actions: []string{registry.ActionDelete}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+host+"/v2/"+repo+"/manifests/"+digest, nil)
+	req.Header.Set("Authorization", "Bearer "+tok.Token)
+	wantStatus(t, http.DefaultClient, req, http.StatusAccepted)
+}
