@@ -493,8 +493,10 @@ func (s uploadStore) referencedBlobs(ctx context.Context, repositories []string,
 		if !ok {
 			return nil, fmt.Errorf("registry: the manifests of %s cannot be listed", name)
 		}
+		tooMany := false
 		err = en.Enumerate(ctx, func(d digest.Digest) error {
 			if n++; n > limit {
+				tooMany = true // the storage driver's walk wraps it without %w
 				return ErrTooManyManifests
 			}
 			refs[d.String()] = true
@@ -507,10 +509,12 @@ func (s uploadStore) referencedBlobs(ctx context.Context, repositories []string,
 			}
 			return nil
 		})
-		if errors.As(err, new(storagedriver.PathNotFoundError)) {
+		switch {
+		case tooMany:
+			return nil, ErrTooManyManifests
+		case errors.As(err, new(storagedriver.PathNotFoundError)):
 			continue // nothing pushed there
-		}
-		if err != nil {
+		case err != nil:
 			return nil, err
 		}
 	}
