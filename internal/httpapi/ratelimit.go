@@ -4,12 +4,9 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"sync"
-	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/ratelimit"
 	"github.com/gpuaas/gpuaas/internal/registry"
 )
 
@@ -18,60 +15,22 @@ import (
 // passwords or flooding the audit log with refused attempts is slow. It is
 // per replica; a load balancer in front should keep its own limits too.
 type clientLimiter struct {
-	every rate.Limit
-	burst int
-
-	mu      sync.Mutex
-	clients map[string]*limitEntry
+	clients *ratelimit.Keyed
 }
 
-type limitEntry struct {
-	lim  *rate.Limiter
-	seen time.Time
-}
-
-// maxTrackedClients bounds the memory the limiter may use; past it, clients
-// idle for a minute are forgotten.
+// maxTrackedClients bounds the memory the limiter may use; past it, the
+// client quiet the longest is forgotten.
 const maxTrackedClients = 10_000
 
 func newClientLimiter(perSecond float64, burst int) *clientLimiter {
 	if perSecond <= 0 {
 		return nil
 	}
-	return &clientLimiter{every: rate.Limit(perSecond), burst: burst, clients: map[string]*limitEntry{}}
+	return &clientLimiter{clients: ratelimit.New(perSecond, burst, maxTrackedClients)}
 }
 
 func (l *clientLimiter) allow(r *http.Request) bool {
-	if l == nil {
-		return true
-	}
-	host := clientKey(r.RemoteAddr)
-	now := time.Now()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	e, ok := l.clients[host]
-	if !ok {
-		if len(l.clients) >= maxTrackedClients {
-			// Forget the idle clients; if every one is recent (a flood
-			// from many addresses), forget the longest quiet, so the
-			// table stays bounded.
-			oldest, oldestSeen := "", now
-			for k, v := range l.clients {
-				if now.Sub(v.seen) > time.Minute {
-					delete(l.clients, k)
-				} else if !v.seen.After(oldestSeen) {
-					oldest, oldestSeen = k, v.seen
-				}
-			}
-			if len(l.clients) >= maxTrackedClients {
-				delete(l.clients, oldest)
-			}
-		}
-		e = &limitEntry{lim: rate.NewLimiter(l.every, l.burst)}
-		l.clients[host] = e
-	}
-	e.seen = now
-	return e.lim.AllowN(now, 1)
+	return l == nil || l.clients.Take(clientKey(r.RemoteAddr), 1) == 0
 }
 
 // clientKey is the bucket a client address counts against: an IPv4

@@ -43,7 +43,7 @@ func TestCredentialLimiterTableStaysBounded(t *testing.T) {
 	for i := range maxTrackedClients + 500 {
 		l.allow(fromAddr(fmt.Sprintf("10.%d.%d.%d:1", i>>16&255, i>>8&255, i&255)))
 	}
-	if n := len(l.clients); n > maxTrackedClients {
+	if n := l.clients.Len(); n > maxTrackedClients {
 		t.Fatalf("%d clients tracked, want at most %d", n, maxTrackedClients)
 	}
 }

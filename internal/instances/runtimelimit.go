@@ -1,14 +1,11 @@
 package instances
 
 import (
-	"math"
 	"strconv"
-	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/gpuaas/gpuaas/internal/errdefs"
+	"github.com/gpuaas/gpuaas/internal/ratelimit"
 )
 
 // Runtime-event ingestion limits (the server's defaults; see
@@ -25,9 +22,8 @@ const (
 	// DefaultRuntimeEventRetention is how many timeline rows recorded from
 	// runtime events one instance keeps.
 	DefaultRuntimeEventRetention = 10_000
-	// maxLimitedInstances bounds the limiter's memory; past it, instances
-	// whose bucket is full again are forgotten (a full bucket is the same
-	// as a new one).
+	// maxLimitedInstances bounds the limiter's memory; past it, the
+	// instance quiet the longest is forgotten.
 	maxLimitedInstances = 100_000
 )
 
@@ -40,11 +36,7 @@ const (
 // still bounds what one instance can write; the retention bounds what it
 // can keep.
 type runtimeLimiter struct {
-	every rate.Limit
-	burst int
-
-	mu      sync.Mutex
-	buckets map[string]*rate.Limiter
+	buckets *ratelimit.Keyed
 }
 
 // newRuntimeLimiter returns nil (no limit) for a rate of 0.
@@ -52,50 +44,41 @@ func newRuntimeLimiter(perSecond float64, burst int) *runtimeLimiter {
 	if perSecond <= 0 {
 		return nil
 	}
-	return &runtimeLimiter{every: rate.Limit(perSecond), burst: burst, buckets: map[string]*rate.Limiter{}}
+	return &runtimeLimiter{buckets: ratelimit.New(perSecond, burst, maxLimitedInstances)}
 }
 
 // take spends n events of instance id's budget, or spends nothing and
-// refuses. It reads the wall clock: a process-local bucket that a stopped
-// test clock would never refill.
+// refuses.
 func (l *runtimeLimiter) take(id string, n int) error {
-	return l.takeAt(id, n, time.Now())
+	if l == nil {
+		return nil
+	}
+	return l.refusal(n, l.buckets.Take(id, n))
 }
 
 func (l *runtimeLimiter) takeAt(id string, n int, now time.Time) error {
 	if l == nil {
 		return nil
 	}
-	if n > l.burst {
-		// Never admissible, however long the workload waits: say so
-		// rather than answer 429 for ever.
-		return errdefs.Invalid("runtime_event_batch_too_large",
-			"this batch has %d events; this server takes at most %d at once from one instance (--runtime-event-burst); send smaller batches", n, l.burst)
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	b, ok := l.buckets[id]
-	if !ok {
-		if len(l.buckets) >= maxLimitedInstances {
-			for k, v := range l.buckets {
-				if v.TokensAt(now) >= float64(l.burst) {
-					delete(l.buckets, k)
-				}
-			}
-		}
-		b = rate.NewLimiter(l.every, l.burst)
-		l.buckets[id] = b
-	}
-	r := b.ReserveN(now, n)
-	wait := r.DelayFrom(now)
+	return l.refusal(n, l.buckets.TakeAt(id, n, now))
+}
+
+// refusal is the answer to a take of n events that must wait.
+func (l *runtimeLimiter) refusal(n int, wait time.Duration) error {
 	if wait == 0 {
 		return nil
 	}
-	r.CancelAt(now) // nothing of a refused batch is spent, nor written
-	secs := max(1, int(math.Ceil(wait.Seconds())))
+	every, burst := l.buckets.Rate(), l.buckets.Burst()
+	if n > burst {
+		// Never admissible, however long the workload waits: say so
+		// rather than answer 429 for ever.
+		return errdefs.Invalid("runtime_event_batch_too_large",
+			"this batch has %d events; this server takes at most %d at once from one instance (--runtime-event-burst); send smaller batches", n, burst)
+	}
+	secs := ratelimit.RetryAfterSeconds(wait) // nothing of a refused batch is spent, nor written
 	return &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "runtime_events_rate_limited",
-		Message: "this instance reported more runtime events than this server takes (" + strconv.FormatFloat(float64(l.every), 'g', -1, 64) +
-			" a second, bursts of " + strconv.Itoa(l.burst) + "); nothing of this batch was recorded: retry it in " + strconv.Itoa(secs) +
+		Message: "this instance reported more runtime events than this server takes (" + strconv.FormatFloat(every, 'g', -1, 64) +
+			" a second, bursts of " + strconv.Itoa(burst) + "); nothing of this batch was recorded: retry it in " + strconv.Itoa(secs) +
 			"s, and report less often or in smaller batches",
 		Details: map[string]any{"retry_after_seconds": secs, "events": n}}
 }
