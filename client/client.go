@@ -67,7 +67,11 @@ func sameOrigin(a, b *url.URL) bool {
 
 // APIError is the canonical error envelope returned by the server.
 type APIError struct {
-	Status        int            `json:"-"`
+	Status int `json:"-"`
+	// RetryAfter is the answer's Retry-After (a 429 or 503): how long the
+	// server asks the caller to wait before sending again; 0 if it said
+	// nothing.
+	RetryAfter    time.Duration  `json:"-"`
 	Code          string         `json:"code"`
 	Message       string         `json:"message"`
 	CorrelationID string         `json:"correlation_id"`
@@ -170,9 +174,11 @@ func decodeResponse(req *http.Request, resp *http.Response, out any, limit int64
 	if resp.StatusCode >= 400 {
 		var env errorEnvelope
 		if json.Unmarshal(data, &env) != nil || env.Error.Code == "" {
-			return &APIError{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(data))}
+			return &APIError{Status: resp.StatusCode, Code: "http_error", Message: strings.TrimSpace(string(data)),
+				RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 		}
 		env.Error.Status = resp.StatusCode
+		env.Error.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 		return &env.Error
 	}
 	if out != nil && len(data) > 0 {

@@ -425,6 +425,11 @@ func (a *Agent) heartbeat(ctx context.Context) error {
 	if err != nil {
 		a.refused(err)
 		a.backoff()
+		if d := retryAfter(err); d > 0 {
+			a.mu.Lock()
+			a.lastBeat = time.Now().Add(-a.interval + d) // not before the server asked
+			a.mu.Unlock()
+		}
 		return err
 	}
 	a.mu.Lock()
@@ -466,14 +471,38 @@ func (a *Agent) pollOnce(ctx context.Context) error {
 		return nil
 	}
 	a.pollFails++
-	d := min(time.Duration(1<<min(a.pollFails, 5))*250*time.Millisecond, 10*time.Second)
-	d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	d := pollBackoff(a.pollFails, err)
 	select {
 	case <-ctx.Done():
 	case <-time.After(d):
 	}
 	return err
 }
+
+// pollBackoff is how long a poll waits after its fails-th failure in a
+// row: a jittered, growing back-off, and never less than a refusal's
+// Retry-After (a 429 from a server that limits this node's polls).
+func pollBackoff(fails int, err error) time.Duration {
+	d := min(time.Duration(1<<min(fails, 5))*250*time.Millisecond, 10*time.Second)
+	d = d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+	return max(d, retryAfter(err))
+}
+
+// retryAfter is how long the server asked the agent to wait before the
+// next request like the one that failed with err (a 429's or 503's
+// Retry-After), or 0. It is capped, so a wrong header cannot silence an
+// agent for long.
+func retryAfter(err error) time.Duration {
+	var ae *client.APIError
+	if !errors.As(err, &ae) || (ae.Status != http.StatusTooManyRequests && ae.Status != http.StatusServiceUnavailable) {
+		return 0
+	}
+	return min(ae.RetryAfter, maxRetryAfter)
+}
+
+// maxRetryAfter caps the wait a Retry-After can impose: a heartbeat held
+// back longer would let the node be taken for down.
+const maxRetryAfter = time.Minute
 
 // reconcileOnce removes orphans (containers, and the networks and volumes
 // of Compose projects) past their grace and images of

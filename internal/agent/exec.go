@@ -30,7 +30,7 @@ func (a *Agent) handle(ctx context.Context, t nodeapi.Task) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(time.Duration(1<<i) * 500 * time.Millisecond):
+		case <-time.After(max(time.Duration(1<<i)*500*time.Millisecond, retryAfter(err))):
 		}
 	}
 }
