@@ -113,6 +113,12 @@ func (s *Service) RecordAppUsage(ctx context.Context, g *iam.Grants, projectID, 
 	if err := s.checkEvents(inst, events); err != nil {
 		return IngestResult{}, err
 	}
+	// Only once the caller is the instance itself and the batch is valid:
+	// another identity cannot spend an instance's budget, and a refused
+	// batch spends none.
+	if err := s.takeUsage(inst.ID, len(events)); err != nil {
+		return IngestResult{}, err
+	}
 	return s.storeEvents(ctx, inst, events, attributed)
 }
 

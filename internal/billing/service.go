@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/ratelimit"
 )
 
 // Instance is what billing needs to know about an app instance: its
@@ -112,6 +113,11 @@ type Config struct {
 	Lookback time.Duration
 	// MaxBatchEvents caps the events of one batch request.
 	MaxBatchEvents int
+	// UsageEventRate and UsageEventBurst limit the usage events one
+	// instance may report to this replica (usagelimit.go): events a
+	// second, and at once; a rate of 0 takes every event.
+	UsageEventRate  float64
+	UsageEventBurst int
 }
 
 // DefaultConfig is what the server uses unless configured otherwise.
@@ -162,6 +168,8 @@ type Service struct {
 	// unpriced is how many records the last complete rating run left
 	// waiting for a price.
 	unpriced atomic.Int64
+	// usageLimit is each instance's ingest budget (nil: no limit).
+	usageLimit *ratelimit.Keyed
 }
 
 // New builds the service.
@@ -171,7 +179,7 @@ func New(d Deps) *Service {
 		d.Logger = slog.New(slog.DiscardHandler)
 	}
 	d.Config = d.Config.withDefaults()
-	s := &Service{Deps: d}
+	s := &Service{Deps: d, usageLimit: ratelimit.New(d.Config.UsageEventRate, d.Config.UsageEventBurst, maxLimitedInstances)}
 	s.SetSources(Sources{})
 	return s
 }

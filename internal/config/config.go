@@ -72,6 +72,15 @@ type Config struct {
 	RuntimeEventBurst     int
 	RuntimeEventRetention int
 
+	// UsageEventRate and UsageEventBurst bound the usage events one app
+	// instance may report to one replica; NodeRequestRate and
+	// NodeRequestBurst the requests one node may make to each of its
+	// endpoints (heartbeat, task poll, task result). A rate of 0: no limit.
+	UsageEventRate   float64
+	UsageEventBurst  int
+	NodeRequestRate  float64
+	NodeRequestBurst int
+
 	NodeHeartbeatTTL   time.Duration // a node missing beats this long (+ grace) is down
 	NodeHeartbeatGrace time.Duration
 	NodeTokenTTL       time.Duration // lifetime of node access tokens
@@ -163,6 +172,10 @@ func Defaults() Config {
 		RuntimeEventRate:       10,     // instances.DefaultRuntimeEventRate
 		RuntimeEventBurst:      2000,   // instances.DefaultRuntimeEventBurst: two full batches
 		RuntimeEventRetention:  10_000, // instances.DefaultRuntimeEventRetention
+		UsageEventRate:         100,    // billing.DefaultUsageEventRate
+		UsageEventBurst:        20_000, // billing.DefaultUsageEventBurst: two full batches
+		NodeRequestRate:        20,     // nodes.DefaultNodeRequestRate
+		NodeRequestBurst:       200,    // nodes.DefaultNodeRequestBurst
 		BillingCurrency:        "USD",
 		BillingMaxEventAge:     72 * time.Hour,
 		BillingSlice:           time.Hour,
@@ -216,6 +229,10 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.IntVar(&c.CredentialBurst, "credential-burst", c.CredentialBurst, "burst allowed above --credential-rate")
 	fs.Float64Var(&c.RuntimeEventRate, "runtime-event-rate", c.RuntimeEventRate, "runtime events per second one app instance may report to each replica, a batch counting each of its events (0 disables)")
 	fs.IntVar(&c.RuntimeEventBurst, "runtime-event-burst", c.RuntimeEventBurst, "runtime events one app instance may report at once above --runtime-event-rate (a batch larger than this is refused)")
+	fs.Float64Var(&c.UsageEventRate, "usage-event-rate", c.UsageEventRate, "usage events per second one app instance may report to each replica, a batch counting each of its events (0 disables)")
+	fs.IntVar(&c.UsageEventBurst, "usage-event-burst", c.UsageEventBurst, "usage events one app instance may report at once above --usage-event-rate (a batch larger than this is refused)")
+	fs.Float64Var(&c.NodeRequestRate, "node-request-rate", c.NodeRequestRate, "requests per second one node may make to each replica on each of its heartbeat, task-poll and task-result endpoints (0 disables)")
+	fs.IntVar(&c.NodeRequestBurst, "node-request-burst", c.NodeRequestBurst, "requests one node may make at once to one of its endpoints above --node-request-rate")
 	fs.IntVar(&c.RuntimeEventRetention, "runtime-event-retention", c.RuntimeEventRetention, "timeline rows recorded from runtime events that one app instance keeps; older ones are deleted (0 keeps every row)")
 	fs.Int64Var(&c.MaxBlobBytes, "max-blob-bytes", c.MaxBlobBytes, "largest project blob object in bytes (uploads past it are refused and purged)")
 	fs.Int64Var(&c.ProjectBlobQuota, "project-blob-quota-bytes", c.ProjectBlobQuota, "bytes of blob storage each project may hold: registered blob artifacts, committed uploads not registered and uploads in progress (0: no quota)")
@@ -362,16 +379,10 @@ func (c *Config) Validate() error {
 	}
 	// A burst under 1 lets no request through (every sign-in is 429 for
 	// ever), and NaN or infinity is no rate an operator meant.
-	if math.IsNaN(c.CredentialRate) || math.IsInf(c.CredentialRate, 0) || c.CredentialRate < 0 {
-		errs = append(errs, fmt.Errorf("--credential-rate %v: want a number of requests per second, 0 for no limit", c.CredentialRate))
-	} else if c.CredentialRate > 0 && c.CredentialBurst < 1 {
-		errs = append(errs, fmt.Errorf("--credential-burst %d: want at least 1 while --credential-rate is set (0 would refuse every sign-in)", c.CredentialBurst))
-	}
-	if math.IsNaN(c.RuntimeEventRate) || math.IsInf(c.RuntimeEventRate, 0) || c.RuntimeEventRate < 0 {
-		errs = append(errs, fmt.Errorf("--runtime-event-rate %v: want a number of events per second per app instance, 0 for no limit", c.RuntimeEventRate))
-	} else if c.RuntimeEventRate > 0 && c.RuntimeEventBurst < 1 {
-		errs = append(errs, fmt.Errorf("--runtime-event-burst %d: want at least 1 while --runtime-event-rate is set (0 would refuse every runtime event, heartbeats included)", c.RuntimeEventBurst))
-	}
+	errs = append(errs, checkRate("--credential-rate", c.CredentialRate, "--credential-burst", c.CredentialBurst, "requests per second", "every sign-in")...)
+	errs = append(errs, checkRate("--runtime-event-rate", c.RuntimeEventRate, "--runtime-event-burst", c.RuntimeEventBurst, "events per second per app instance", "every runtime event, heartbeats included")...)
+	errs = append(errs, checkRate("--usage-event-rate", c.UsageEventRate, "--usage-event-burst", c.UsageEventBurst, "usage events per second per app instance", "every usage report")...)
+	errs = append(errs, checkRate("--node-request-rate", c.NodeRequestRate, "--node-request-burst", c.NodeRequestBurst, "requests per second per node and endpoint", "every heartbeat")...)
 	if c.RuntimeEventRetention < 0 {
 		errs = append(errs, fmt.Errorf("--runtime-event-retention %d: want a number of timeline rows per app instance, 0 to keep every row", c.RuntimeEventRetention))
 	}
@@ -527,4 +538,17 @@ func LoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(strings.Trim(host, "[]"))
 	return ip != nil && ip.IsLoopback()
+}
+
+// checkRate validates a per-key rate limit: a finite rate of 0 or more,
+// and while it is set a burst of at least 1 (0 would refuse what, for
+// ever).
+func checkRate(rateFlag string, rate float64, burstFlag string, burst int, unit, what string) []error {
+	if math.IsNaN(rate) || math.IsInf(rate, 0) || rate < 0 {
+		return []error{fmt.Errorf("%s %v: want a number of %s, 0 for no limit", rateFlag, rate, unit)}
+	}
+	if rate > 0 && burst < 1 {
+		return []error{fmt.Errorf("%s %d: want at least 1 while %s is set (0 would refuse %s)", burstFlag, burst, rateFlag, what)}
+	}
+	return nil
 }

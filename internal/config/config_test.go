@@ -124,6 +124,35 @@ func TestValidateRefusesALimiterThatLocksEveryoneOut(t *testing.T) {
 	}
 }
 
+// The usage and node request limits are validated like the credential
+// one: a burst under 1 beside a rate refuses everything, and NaN, infinity
+// or a negative number is no rate.
+func TestValidateRefusesUsageAndNodeLimitsThatRefuseEverything(t *testing.T) {
+	for _, tc := range []struct {
+		set  func(*Config)
+		want string
+	}{
+		{func(c *Config) { c.UsageEventBurst = 0 }, "--usage-event-burst"},
+		{func(c *Config) { c.UsageEventRate = math.NaN() }, "--usage-event-rate"},
+		{func(c *Config) { c.UsageEventRate = -1 }, "--usage-event-rate"},
+		{func(c *Config) { c.NodeRequestBurst = 0 }, "--node-request-burst"},
+		{func(c *Config) { c.NodeRequestRate = math.Inf(1) }, "--node-request-rate"},
+	} {
+		c := Defaults()
+		c.DatabaseURL, c.SecretKey = "sqlite:///tmp/x.db", "k"
+		tc.set(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v, want an error naming %s", err, tc.want)
+		}
+	}
+	c := Defaults()
+	c.DatabaseURL, c.SecretKey = "sqlite:///tmp/x.db", "k"
+	c.UsageEventRate, c.UsageEventBurst, c.NodeRequestRate, c.NodeRequestBurst = 0, 0, 0, 0 // no limits
+	if err := c.Validate(); err != nil {
+		t.Errorf("no limits: %v", err)
+	}
+}
+
 // gpuaas server warns at start about settings it accepts but production
 // should not run with, and says nothing for a production-shaped config.
 func TestProductionWarnings(t *testing.T) {

@@ -23,6 +23,9 @@ func (s *Service) Heartbeat(ctx context.Context, nodeID string, hb nodeapi.Heart
 	if err := self(ctx, nodeID); err != nil {
 		return nodeapi.HeartbeatResponse{}, err
 	}
+	if err := s.takeRequest(nodeID, "heartbeat"); err != nil {
+		return nodeapi.HeartbeatResponse{}, err
+	}
 	var fe []errdefs.FieldError
 	if len(hb.Workloads) > maxWorkloads {
 		fe = append(fe, errdefs.FieldError{Field: "/workloads", Code: "too_many", Message: fmt.Sprintf("at most %d workloads", maxWorkloads)})

@@ -18,6 +18,7 @@ import (
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/ratelimit"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/wakeup"
@@ -124,6 +125,11 @@ type Deps struct {
 	// SlowPoll is the fallback look period of a waiting long poll
 	// (default DefaultSlowPoll).
 	SlowPoll time.Duration
+	// RequestRate and RequestBurst limit the requests one node may make
+	// to each of its endpoints on this replica (requestlimit.go); a rate
+	// of 0 takes every request.
+	RequestRate  float64
+	RequestBurst int
 }
 
 // Service is the nodes domain.
@@ -145,6 +151,8 @@ type Service struct {
 	closeOnce sync.Once
 	// lastPurge is when used assertion ids were last purged (unix nanos).
 	lastPurge atomic.Int64
+	// requestLimit is each node's budget per endpoint (nil: no limit).
+	requestLimit *ratelimit.Keyed
 }
 
 // New builds the service.
@@ -169,7 +177,8 @@ func New(d Deps) *Service {
 	if d.SlowPoll <= 0 {
 		d.SlowPoll = DefaultSlowPoll
 	}
-	s := &Service{Deps: d, handlers: map[string][]ResultHandler{}, leases: map[string][]time.Time{}, closing: make(chan struct{})}
+	s := &Service{Deps: d, handlers: map[string][]ResultHandler{}, leases: map[string][]time.Time{}, closing: make(chan struct{}),
+		requestLimit: ratelimit.New(d.RequestRate, d.RequestBurst, maxLimitedNodeEndpoints)}
 	d.Wake.OnNotify(wakeup.NodeAccess, s.forgetNodeAuth)
 	return s
 }

@@ -138,6 +138,9 @@ func (s *Service) PollTasks(ctx context.Context, nodeID string, wait time.Durati
 	if err := self(ctx, nodeID); err != nil {
 		return nil, err
 	}
+	if err := s.takeRequest(nodeID, "task poll"); err != nil {
+		return nil, err
+	}
 	if maxTasks <= 0 || maxTasks > maxPollTasks {
 		maxTasks = maxPollTasks
 	}
@@ -247,6 +250,9 @@ func errTaskNotFound(id string) error {
 // the nodes.task.completed event see the first report only.
 func (s *Service) ReportResult(ctx context.Context, nodeID, taskID string, r nodeapi.TaskResult) error {
 	if err := self(ctx, nodeID); err != nil {
+		return err
+	}
+	if err := s.takeRequest(nodeID, "task result"); err != nil {
 		return err
 	}
 	if _, err := uuid.Parse(taskID); err != nil {

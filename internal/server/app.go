@@ -182,7 +182,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake, Now: now,
 		LaunchGate:   a.billing.svc,
 		TokenURL:     func() string { return a.Config.PublicURL + "/api/v1/nodes/token" },
-		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease})
+		HeartbeatTTL: cfg.NodeHeartbeatTTL, HeartbeatGrace: cfg.NodeHeartbeatGrace, TaskLease: cfg.NodeTaskLease,
+		RequestRate: cfg.NodeRequestRate, RequestBurst: cfg.NodeRequestBurst})
 	tokens.CheckNodesWith(a.Nodes)
 	a.Workers = append(a.Workers, a.Nodes.Liveness(logger))
 	link := instances.NodesLink{Nodes: a.Nodes}

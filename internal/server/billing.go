@@ -23,6 +23,7 @@ type billingParts struct {
 func newBillingParts(cfg config.Config, db *store.DB, svc *iam.Service, now func() time.Time) *billingParts {
 	b := &billingParts{svc: billing.New(billing.Deps{Store: store.Billing(db), IAM: svc, Logger: svc.Logger, Now: now, Config: billing.Config{
 		Currency: cfg.BillingCurrency, MaxEventAge: cfg.BillingMaxEventAge, SliceLength: cfg.BillingSlice,
+		UsageEventRate: cfg.UsageEventRate, UsageEventBurst: cfg.UsageEventBurst,
 	}})}
 	log := svc.Logger.With("component", "billing")
 	b.meter = &worker.Periodic{Name: "billing-meter", Interval: cfg.BillingMeterInterval, Logger: log,
