@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -79,6 +80,41 @@ func TestUsageIngestRateLimit(t *testing.T) {
 			t.Fatalf("another instance's budget: %d records", n)
 		}
 	})
+}
+
+// A 429 is "not now", not an answer: a reporter that sends the refused
+// batch again with the same idempotency key once Retry-After has passed
+// gets it recorded, not the stored refusal.
+func TestRateLimitedAnswerIsNotKeptForTheIdempotencyKey(t *testing.T) {
+	t.Parallel()
+	e := newInstanceEnv(t, store.SQLite, "llm", map[string]v1.Image{"1.0.0": nil}, meteredManifest("llm", "tokens"), 2, billingByHand,
+		func(c *config.Config) { c.UsageEventRate, c.UsageEventBurst = 20, 40 })
+	e.node.serve(t, okResult)
+	cr := e.bot.Do("POST", e.path("/app-instances"), map[string]any{"app_slug": "llm", "version": "1.0.0", "display_name": "keyed"}).Want(t, 202)
+	if op := waitOp(t, e.bot, e.pid, cr.String("operation_id")); op.String("state") != "succeeded" {
+		t.Fatalf("create: %s", op.Body)
+	}
+	id := cr.String("id")
+	wl := workloadClient(t, e, id)
+	post := func(body []byte, hdr ...string) *servertest.Response {
+		return wl.Do("POST", e.path("/app-instances/"+id+"/usage"), json.RawMessage(body), append([]string{"Content-Type", billing.MediaTypeBatch}, hdr...)...)
+	}
+	post(usageEvents(id, "a", 40)).Want(t, 200)
+	// 30 events need 1.5 s of refill: refused now, whatever the machine's pace.
+	batch := usageEvents(id, "b", 30)
+	r := post(batch, "X-Idempotency-Key", "report-7")
+	if r.Status != 429 {
+		t.Fatalf("a batch past the spent burst: %d %s", r.Status, r.Body)
+	}
+	wait, err := strconv.Atoi(r.Header.Get("Retry-After"))
+	if err != nil || wait < 1 {
+		t.Fatalf("Retry-After %q", r.Header.Get("Retry-After"))
+	}
+	time.Sleep(time.Duration(wait)*time.Second + 200*time.Millisecond)
+	again := post(batch, "X-Idempotency-Key", "report-7")
+	if again.Status != 200 || again.Header.Get("Idempotent-Replayed") != "" {
+		t.Fatalf("the same batch and key after Retry-After: %d replayed %q %s", again.Status, again.Header.Get("Idempotent-Replayed"), again.Body)
+	}
 }
 
 // A node's heartbeats, task polls and task results are limited per node

@@ -296,12 +296,15 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 	if faultExitAfterServe && w.status < 500 {
 		os.Exit(137) // test-only fault injection: a crash between commit and recording the answer
 	}
-	// On a server error the claim is released, unless its change committed,
-	// so a retry runs for real; any other outcome, success or client
-	// error, is what every retry will see. A background context: the
-	// client may have gone, the record must not.
+	// On a server error or a rate limit's 429 the claim is released,
+	// unless its change committed, so a retry runs for real: both say
+	// "not now", and a 429 kept as the answer would refuse every retry
+	// with the same key until the key expires, long after Retry-After.
+	// Any other outcome, success or client error, is what every retry
+	// will see. A background context: the client may have gone, the
+	// record must not.
 	bg := context.WithoutCancel(ctx)
-	if w.status >= 500 || w.status == 0 {
+	if w.status >= 500 || w.status == 0 || w.status == http.StatusTooManyRequests {
 		_ = q.ReleaseIdempotencyKey(bg, claim)
 		return
 	}
