@@ -244,7 +244,7 @@ func (a registryAuthz) room(ctx context.Context, q Queries, projectID string, ne
 			"registry quota exceeded: project %s uses %d of its %d bytes (%d stored, %d held by pushes in progress) and %s needs %d more; "+
 				"push fewer or smaller layers, or ask a platform admin to raise the project's registry quota "+
 				"(gpuaas project storage set --registry-quota; the platform's default is --project-registry-quota-bytes) "+
-				"(deleting an image's manifest gives back the blobs no other manifest of the project references once none was pushed or referenced for %[8]s; "+
+				"(a platform operator can delete images the project no longer needs: their blobs no other manifest of the project references are given back once none was pushed or referenced for %[8]s; "+
 				"bytes held by a push that stopped are given back once it has been idle for %[8]s)",
 			projectID, committed+held, limit, committed, held, what, need-max(room, 0), RegistryHoldIdle(a.s.RegistryStreamTimeout))}
 	}
