@@ -3,6 +3,7 @@ package artifacts
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/registry"
@@ -149,13 +150,35 @@ func (s *Service) recountRegistries(ctx context.Context) error {
 		return err
 	}
 	// One batch a pass: each project is cleared or put off past start, and
-	// the rest wait for the next pass.
+	// the rest wait for the next pass. A project whose recount fails is put
+	// off (recountRegistry) and the next one goes on: the batch is read
+	// longest due first, so a project left due would lead every pass.
+	var errs []error
 	for _, pid := range due {
+		if ctx.Err() != nil {
+			break // the pass's time is up: the rest stay due for the next
+		}
 		if err := s.recountRegistry(ctx, l, pid, start); err != nil {
-			return err
+			errs = append(errs, fmt.Errorf("registry recount of project %s: %w", pid, err))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
+}
+
+// registryRecountTimeout bounds one project's recount, which reads up to
+// registryRecountManifests manifests from the registry's storage.
+const registryRecountTimeout = 2 * time.Minute
+
+// recountDeadline is how long one project's recount may take in a pass
+// bounded by ctx: registryRecountTimeout, and at most half of what is left
+// of the pass, so that a slow project leaves time to put it off and to
+// recount the next one.
+func recountDeadline(ctx context.Context) time.Duration {
+	d := registryRecountTimeout
+	if end, ok := ctx.Deadline(); ok {
+		d = min(d, time.Until(end)/2)
+	}
+	return d
 }
 
 // recountRegistry drops from projectID's count every blob that no
@@ -170,29 +193,49 @@ func (s *Service) recountRegistries(ctx context.Context) error {
 // is recounted once it no longer is.
 func (s *Service) recountRegistry(ctx context.Context, l *registryLink, projectID string, start time.Time) error {
 	idle := RegistryHoldIdle(s.RegistryStreamTimeout)
+	rctx, cancel := context.WithTimeout(ctx, recountDeadline(ctx))
+	defer cancel()
+	err := s.recountRegistryWithin(rctx, l, projectID, start, idle)
+	if err == nil || ctx.Err() != nil {
+		// Cut short by the pass (its deadline, or the server stopping),
+		// not by the project: it stays due and leads the next pass, where
+		// it has its own bound again.
+		return err
+	}
+	// The project's own failure (its deadline included): put off on the
+	// pass's context, not the project's, which may be what expired, so
+	// the next pass does not start with it again.
+	s.Logger.WarnContext(ctx, "registry: a project's blobs could not be recounted after a manifest was deleted; its quota is not given back until it is retried",
+		"project_id", projectID, "retry_at", start.Add(idle), "err", err)
+	return s.Store.InTx(ctx, func(q Queries) error {
+		if err := q.ClearRegistryRecount(ctx, projectID, start); err != nil {
+			return err
+		}
+		return q.ScheduleRegistryRecount(ctx, projectID, start.Add(idle))
+	})
+}
+
+// recountRegistryWithin is recountRegistry within ctx, the project's own
+// bound; a failure leaves the project due.
+func (s *Service) recountRegistryWithin(ctx context.Context, l *registryLink, projectID string, start time.Time, idle time.Duration) error {
 	repos, err := s.Store.Read().RegistryRepositories(ctx, projectID)
 	if err != nil {
 		return err
 	}
-	refs, rerr := l.reg.ReferencedBlobs(ctx, repos, registryRecountManifests)
+	refs, rerr := l.referencedBlobs(ctx, repos, registryRecountManifests)
 	if rerr == nil && refs == nil {
 		// A registry that keeps no quota (external): nothing to recount.
 		return s.Store.InTx(ctx, func(q Queries) error { return q.ClearRegistryRecount(ctx, projectID, start) })
 	}
-	if rerr != nil {
-		// Not the database's: put off, so one project's unreadable
-		// storage holds up no other's, and nothing is given back.
+	if errors.Is(rerr, registry.ErrTooManyManifests) {
+		// Nothing is given back until the project's next delete: a retry
+		// would find as many manifests.
 		s.Logger.WarnContext(ctx, "registry: a project's blobs could not be recounted after a manifest was deleted; its quota is not given back",
 			"project_id", projectID, "repositories", len(repos), "max_manifests", registryRecountManifests, "err", rerr)
-		return s.Store.InTx(ctx, func(q Queries) error {
-			if err := q.ClearRegistryRecount(ctx, projectID, start); err != nil {
-				return err
-			}
-			if errors.Is(rerr, registry.ErrTooManyManifests) {
-				return nil // until its next delete
-			}
-			return q.ScheduleRegistryRecount(ctx, projectID, start.Add(idle))
-		})
+		return s.Store.InTx(ctx, func(q Queries) error { return q.ClearRegistryRecount(ctx, projectID, start) })
+	}
+	if rerr != nil {
+		return rerr // not the database's: put off by recountRegistry
 	}
 	cutoff := start.Add(-idle)
 	var freed, blobs int64

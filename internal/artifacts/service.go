@@ -9,6 +9,7 @@
 package artifacts
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -103,6 +104,9 @@ type registryLink struct {
 	host     string // host[:port] clients push to and pull from
 	insecure bool   // plain HTTP
 	rt       http.RoundTripper
+	// referencedBlobs is reg.ReferencedBlobs: what a recount reads from
+	// the registry's storage (a test's stand-in reads slowly).
+	referencedBlobs func(ctx context.Context, repositories []string, limit int) (map[string]bool, error)
 }
 
 // New builds the service.
@@ -131,7 +135,7 @@ func New(d Deps) *Service {
 // the embedded registry, the external registry's host otherwise) and
 // insecure tells whether the registry speaks plain HTTP.
 func (s *Service) AttachRegistry(reg *registry.Registry, host string, insecure bool) {
-	l := &registryLink{reg: reg, host: host, insecure: insecure, rt: http.DefaultTransport}
+	l := &registryLink{reg: reg, host: host, insecure: insecure, rt: http.DefaultTransport, referencedBlobs: reg.ReferencedBlobs}
 	if !reg.External() {
 		l.rt = registry.HandlerTransport{Handler: reg.Handler(), PlainHTTP: insecure}
 	}

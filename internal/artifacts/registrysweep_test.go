@@ -1,0 +1,144 @@
+package artifacts_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/clock"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// A project whose recount does not finish within its own bound is put off
+// to the documented retry, and the project due after it is recounted in
+// the same pass; the slow one is recounted when its retry is due. A
+// recount sharing the pass's deadline instead ran out of it and, on the
+// expired context, could neither clear nor put the project off, so it led
+// every pass and no project after it got its quota back.
+func TestRegistryRecountOfASlowProjectHoldsUpNoOther(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		clk, q, s := recountFixture(t, db)
+		idle := artifacts.RegistryHoldIdle(0)
+		var slow atomic.Bool
+		slow.Store(true)
+		s.AttachRecountReader(func(ctx context.Context, repos []string, _ int) (map[string]bool, error) {
+			if slow.Load() && slices.Contains(repos, "slow/app") {
+				<-ctx.Done() // storage that answers no sooner than the recount gives up
+				return nil, ctx.Err()
+			}
+			return map[string]bool{}, nil
+		})
+		pass := func() {
+			t.Helper()
+			// The sweeper's run is bounded; this one shorter than its 5
+			// minutes, the recount's own bound scaling with it.
+			pctx, cancel := context.WithTimeout(ctx, 4*time.Second)
+			defer cancel()
+			if err := s.RecountRegistries(pctx); err != nil {
+				t.Errorf("recount pass: %v", err)
+			}
+		}
+		counted := func(p string) int64 { return registryCounted(t, q, p) }
+		due := func(at time.Time) []string { return dueRecounts(t, q, at) }
+
+		start := clk.Now()
+		pass()
+		if c := counted("fast"); c != 0 {
+			t.Fatalf("after a pass whose first project's recount timed out, the next project still counts %d bytes; want 0", c)
+		}
+		if c := counted("slow"); c != 100 {
+			t.Fatalf("the project whose recount timed out counts %d bytes; want 100 (nothing given back)", c)
+		}
+		if d := due(start.Add(idle - time.Second)); len(d) != 0 {
+			t.Fatalf("due before the retry interval: %v; want none (the slow project put off, the fast one cleared)", d)
+		}
+		if d := due(start.Add(idle)); !slices.Equal(d, []string{"slow"}) {
+			t.Fatalf("due after the retry interval: %v; want [slow]", d)
+		}
+
+		// Retried once due, it is recounted like any other.
+		slow.Store(false)
+		clk.Advance(idle)
+		pass()
+		if c := counted("slow"); c != 0 {
+			t.Fatalf("after its retry, the slow project counts %d bytes; want 0", c)
+		}
+		if d := due(clk.Now().Add(24 * time.Hour)); len(d) != 0 {
+			t.Fatalf("recounts left after the retry: %v", d)
+		}
+	})
+}
+
+// A pass that ends while a project is being recounted (the server
+// stopping, or the run's own deadline) is not that project's failure: it
+// stays due as it was, and leads the next pass.
+func TestRegistryRecountCutShortByItsPassStaysDue(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		clk, q, s := recountFixture(t, db)
+		pctx, stop := context.WithCancel(ctx)
+		defer stop()
+		s.AttachRecountReader(func(ctx context.Context, repos []string, _ int) (map[string]bool, error) {
+			stop() // the server stops while the first project is read
+			<-ctx.Done()
+			return nil, ctx.Err()
+		})
+		start := clk.Now()
+		if err := s.RecountRegistries(pctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("a pass stopped during a recount answered %v; want context.Canceled", err)
+		}
+		if d := dueRecounts(t, q, start); !slices.Equal(d, []string{"slow", "fast"}) {
+			t.Fatalf("due after a stopped pass: %v; want [slow fast], as before it", d)
+		}
+		if c := registryCounted(t, q, "slow") + registryCounted(t, q, "fast"); c != 200 {
+			t.Fatalf("a stopped pass left %d bytes counted; want 200", c)
+		}
+	})
+}
+
+// recountFixture is an artifacts service on db and a manual clock, with
+// two projects due for a recount, "slow" first then "fast", each counting
+// one 100-byte blob (repository "<project>/app") that no manifest
+// references, last used long enough ago to be given back.
+func recountFixture(t *testing.T, db *store.DB) (*clock.Manual, *store.Queries, *artifacts.Service) {
+	t.Helper()
+	ctx := context.Background()
+	clk := clock.NewManual(time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC))
+	s := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), Now: clk.Now})
+	q := db.Queries()
+	unused := clk.Now().Add(-artifacts.RegistryHoldIdle(0) - time.Hour)
+	for i, p := range []string{"slow", "fast"} {
+		b := artifacts.RegistryBlob{ProjectID: p, Digest: "sha256:" + p, SizeBytes: 100, Repository: p + "/app", CreatedAt: unused, UsedAt: unused}
+		if err := q.InsertRegistryBlob(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.ScheduleRegistryRecount(ctx, p, clk.Now().Add(time.Duration(i-2)*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return clk, q, s
+}
+
+func registryCounted(t *testing.T, q *store.Queries, project string) int64 {
+	t.Helper()
+	c, _, err := q.RegistryUsage(context.Background(), project)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func dueRecounts(t *testing.T, q *store.Queries, at time.Time) []string {
+	t.Helper()
+	d, err := q.DueRegistryRecounts(context.Background(), at, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
