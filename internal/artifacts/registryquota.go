@@ -103,17 +103,41 @@ func (a registryAuthz) HoldBlobs(ctx context.Context, repository, hold string, b
 	})
 }
 
-// CommittedSize implements registry.UploadQuota.
-func (a registryAuthz) CommittedSize(ctx context.Context, repository, digest string) (int64, bool, error) {
-	q := a.s.Store.Read()
-	pid, err := q.RepositoryProject(ctx, repository)
-	if errors.Is(err, storage.ErrNotFound) {
-		return 0, false, nil
-	}
-	if err != nil {
-		return 0, false, err
-	}
-	return q.RegistryBlobSize(ctx, pid, digest)
+// UseCommitted implements registry.UploadQuota. A final PUT streams a
+// blob the project counts for free, and its commit (InsertRegistryBlob)
+// only marks it used again, without a quota check: were the blob given
+// back meanwhile, the commit would count it again past the quota. So the
+// read marks it used now, under the project's quota lock, in one
+// transaction: a recount either ran wholly before (the blob is gone, the
+// PUT pays for its bytes like any other) or keeps the blob, as it gives
+// back only blobs last used before its start minus RegistryHoldIdle. That
+// is airtight as long as the PUT commits within RegistryHoldIdle of now:
+// the request's read deadline, --stream-timeout from its start (before
+// this call), ends its body, and RegistryHoldIdle is at least
+// --stream-timeout plus 10 minutes, a margin the registry's move of the
+// finished upload into place (a rename in the embedded registry's
+// filesystem storage) and the commit's one transaction stay far within
+// (the bound a manifest put's HoldBlobs relies on too).
+func (a registryAuthz) UseCommitted(ctx context.Context, repository, digest string) (int64, bool, error) {
+	var size int64
+	var ok bool
+	err := a.s.Store.InTx(ctx, func(q Queries) error {
+		pid, err := q.RepositoryProject(ctx, repository)
+		if errors.Is(err, storage.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := q.LockRegistryQuota(ctx, pid); err != nil {
+			return err
+		}
+		if size, ok, err = q.RegistryBlobSize(ctx, pid, digest); err != nil || !ok {
+			return err
+		}
+		return q.TouchRegistryBlob(ctx, pid, digest, a.s.Now())
+	})
+	return size, ok, err
 }
 
 // ShrinkHold implements registry.UploadQuota.

@@ -2,7 +2,12 @@ package httpapi_test
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -33,15 +38,7 @@ func TestRegistryQuotaGivesBackDeletedImages(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		s, clk, sweeper := clockedQuotaServer(t, ctx, d)
-		admin := s.Admin()
-		pid := s.Creds.ProjectID
-		host := admin.Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
-		intent := func(slug string) (string, regCreds) {
-			return publishIntent(t, s.Admin(), pid, map[string]any{"app_slug": slug, "app_version": "1.0.0", "artifact_name": "runtime"})
-		}
+		ctx, s, clk, sweeper, host, intent := clockedQuotaRepos(t, d)
 		repoA, cA := intent("free-a")
 		repoB, cB := intent("free-b")
 
@@ -58,21 +55,12 @@ func TestRegistryQuotaGivesBackDeletedImages(t *testing.T) {
 			t.Fatalf("after pushing A and B: %d committed, %d held; want %d, 0", c, h, want)
 		}
 		// C's layer does not fit beside A and B.
-		var dA v1.Hash
 		err := pushLayer(ctx, host, repoA, cA, layerC)
 		wantRegistryError(t, err, "DENIED", "--project-registry-quota-bytes")
 
-		dA, err = imgA.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := sweeper.Runs()
-		deleteManifest(t, ctx, s, host, repoA, dA.String())
-		// The delete kicked a recount, which keeps what was pushed just now:
-		// a push might be about to reference it.
-		if err := sweeper.WaitRuns(ctx, n+1); err != nil {
-			t.Fatal(err)
-		}
+		// The delete's recount keeps what was pushed just now: a push might
+		// be about to reference it.
+		dA := deleteImage(t, ctx, s, sweeper, host, repoA, imgA)
 		if c, h := regUsage(t, s); c != want || h != 0 {
 			t.Fatalf("right after the delete: %d committed, %d held; want %d, 0", c, h, want)
 		}
@@ -103,6 +91,23 @@ func TestRegistryQuotaGivesBackDeletedImages(t *testing.T) {
 			t.Fatalf("pushes left uploads: %v", left)
 		}
 	})
+}
+
+// clockedQuotaRepos is clockedQuotaServer with what a test pushes with:
+// a context bounding it, the registry's host and intent, which opens a
+// repository of the dev project (or opens it again, with fresh
+// credentials) for an app slug.
+func clockedQuotaRepos(t *testing.T, d store.Dialect) (ctx context.Context, s *servertest.Server, clk *clock.Manual, sweeper *worker.Periodic,
+	host string, intent func(slug string) (string, regCreds)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	s, clk, sweeper = clockedQuotaServer(t, ctx, d)
+	host = s.Admin().Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
+	intent = func(slug string) (string, regCreds) {
+		return publishIntent(t, s.Admin(), s.Creds.ProjectID, map[string]any{"app_slug": slug, "app_version": "1.0.0", "artifact_name": "runtime"})
+	}
+	return ctx, s, clk, sweeper, host, intent
 }
 
 // clockedQuotaServer starts a server with the registry quota of
@@ -178,17 +183,118 @@ func writeImage(t *testing.T, ctx context.Context, host, repo string, rc regCred
 	}
 }
 
-// deleteManifest deletes a manifest of repo by digest with a token
-// granting delete, signed by the server's registry (the platform issues
-// none to its users).
-func deleteManifest(t *testing.T, ctx context.Context, s *servertest.Server, host, repo, digest string) {
+// deleteImage deletes the manifest of img from repo by digest with a
+// token granting delete, signed by the server's registry (the platform
+// issues none to its users), and waits for the recount the delete kicks
+// sweeper into. It returns the manifest's digest.
+func deleteImage(t *testing.T, ctx context.Context, s *servertest.Server, sweeper *worker.Periodic, host, repo string, img v1.Image) v1.Hash {
 	t.Helper()
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := sweeper.Runs()
 	tok, err := s.App.Registry().TokenHandler().Issue(registry.Subject{ID: "operator"},
 		[]registry.Scope{{Type: "repository", Name: repo, Actions: []string{registry.ActionDelete}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+host+"/v2/"+repo+"/manifests/"+digest, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+host+"/v2/"+repo+"/manifests/"+d.String(), nil)
 	req.Header.Set("Authorization", "Bearer "+tok.Token)
 	wantStatus(t, http.DefaultClient, req, http.StatusAccepted)
+	if err := sweeper.WaitRuns(ctx, n+1); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// A final PUT of a blob the project counts streams it for free, and its
+// commit only marks the blob used again: a recount that runs while it
+// streams must not give the blob back (unreferenced and idle though it
+// is), or the commit would count it again past the quota, the room it
+// left having been taken by another push meanwhile.
+func TestRegistryQuotaFreePutOutlivesRecount(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		ctx, s, clk, sweeper, host, intent := clockedQuotaRepos(t, d)
+		repoA, cA := intent("put-a")
+		layerX := patterned(40, 50_000)
+		if err := pushLayer(ctx, host, repoA, cA, layerX); err != nil {
+			t.Fatal(err)
+		}
+		// X is referenced by no manifest and idle: the next recount may
+		// give it back.
+		clk.Advance(artifacts.RegistryHoldIdle(s.App.Config.StreamTimeout) + time.Minute)
+		repoA, cA = intent("put-a")
+		repoB, cB := intent("put-b")
+		imgI := quotaImage(t, patterned(42, 1_000))
+		writeImage(t, ctx, host, repoB, cB, imgI, nil)
+
+		// X again, streamed: once the registry stored its first bytes the
+		// PUT was granted them for free.
+		hc, loc := startUpload(t, ctx, host, repoA, cA)
+		pr, pw := io.Pipe()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, withDigest(loc, digestOf(layerX)), pr)
+		req.Header.Set("Content-Type", "application/octet-stream")
+		put := make(chan *http.Response, 1)
+		go func() {
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Error(err)
+			}
+			put <- resp
+		}()
+		if _, err := pw.Write(layerX[:20_000]); err != nil {
+			t.Fatal(err)
+		}
+		waitUploadStored(t, ctx, s, repoA, loc)
+
+		// A manifest delete recounts now, X's PUT in flight.
+		deleteImage(t, ctx, s, sweeper, host, repoB, imgI)
+		// Room for Y only if X was given back.
+		errY := pushLayer(ctx, host, repoB, cB, patterned(41, 50_000))
+
+		if _, err := pw.Write(layerX[20_000:]); err != nil {
+			t.Fatal(err)
+		}
+		pw.Close()
+		resp := <-put
+		if resp == nil {
+			t.FailNow()
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusCreated {
+			t.Fatalf("PUT of X: %d, want 201", resp.StatusCode)
+		}
+		if c, h := regUsage(t, s); c+h > testRegistryQuota {
+			t.Fatalf("after X's free PUT committed: %d committed, %d held, past the quota of %d", c, h, testRegistryQuota)
+		}
+		wantRegistryError(t, errY, "DENIED", "--project-registry-quota-bytes")
+		if c, h := regUsage(t, s); c != int64(len(layerX))+imageBytes(t, imgI) || h != 0 {
+			t.Fatalf("at the end: %d committed, %d held; want X and I's %d, 0", c, h, int64(len(layerX))+imageBytes(t, imgI))
+		}
+	})
+}
+
+// waitUploadStored waits until the registry has stored some of the data
+// of the upload session at loc in repo: its request is past the quota's
+// free grant, which comes before the registry reads a byte.
+func waitUploadStored(t *testing.T, ctx context.Context, s *servertest.Server, repo, loc string) {
+	t.Helper()
+	u, err := url.Parse(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(registryRoot(s), "docker/registry/v2/repositories", repo, "_uploads", path.Base(u.Path), "data")
+	for {
+		if fi, err := os.Stat(data); err == nil && fi.Size() > 0 {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("upload %s stored no data: %v", data, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

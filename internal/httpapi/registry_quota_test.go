@@ -95,13 +95,18 @@ func wantRegistryError(t *testing.T, err error, code string, mentions ...string)
 	}
 }
 
+// registryRoot is where the server's embedded registry stores its data.
+func registryRoot(s *servertest.Server) string {
+	if s.App.Config.RegistryDir != "" {
+		return s.App.Config.RegistryDir
+	}
+	return filepath.Join(s.App.Config.DataDir, "registry")
+}
+
 // leftUploads lists upload sessions the registry still stores.
 func leftUploads(t *testing.T, s *servertest.Server) []string {
 	t.Helper()
-	root := s.App.Config.RegistryDir
-	if root == "" {
-		root = filepath.Join(s.App.Config.DataDir, "registry")
-	}
+	root := registryRoot(s)
 	var out []string
 	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -253,13 +258,17 @@ func monolithicPut(t *testing.T, ctx context.Context, host, repo string, rc regC
 func monolithicPutDigest(t *testing.T, ctx context.Context, host, repo string, rc regCreds, data []byte, digest string, want int) {
 	t.Helper()
 	hc, loc := startUpload(t, ctx, host, repo, rc)
-	sep := "?"
-	if strings.Contains(loc, "?") {
-		sep = "&"
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, loc+sep+"digest="+digest, bytes.NewReader(data))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPut, withDigest(loc, digest), bytes.NewReader(data))
 	req.Header.Set("Content-Type", "application/octet-stream")
 	wantStatus(t, hc, req, want)
+}
+
+// withDigest is the URL of upload session loc's final PUT of digest.
+func withDigest(loc, digest string) string {
+	if strings.Contains(loc, "?") {
+		return loc + "&digest=" + digest
+	}
+	return loc + "?digest=" + digest
 }
 
 // startUpload opens an upload session in repo and returns a client that

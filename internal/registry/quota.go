@@ -36,9 +36,11 @@ type UploadQuota interface {
 	// references, a mounted blob) that the repository's project does not
 	// hold already; one it holds is marked as used now.
 	HoldBlobs(ctx context.Context, repository, hold string, blobs []BlobRef) error
-	// CommittedSize returns the size of blob digest when the project of
-	// repository holds it already (ok false otherwise).
-	CommittedSize(ctx context.Context, repository, digest string) (size int64, ok bool, err error)
+	// UseCommitted returns the size of blob digest when the project of
+	// repository holds it already (ok false otherwise) and, in the same
+	// step, marks it as used now, so that no recount gives it back while
+	// a write that streams it for free is in flight.
+	UseCommitted(ctx context.Context, repository, digest string) (size int64, ok bool, err error)
 	// ShrinkHold gives back n bytes of hold that were held ahead of data
 	// that never came.
 	ShrinkHold(ctx context.Context, hold string, n int64) error
@@ -168,8 +170,13 @@ func (q *quotaHandler) serveUploadWrite(w http.ResponseWriter, req *http.Request
 		// A final PUT names its digest before its data: a blob the
 		// project holds already costs nothing again, up to its size (more
 		// cannot match it; the registry refuses a mismatch and removes the
-		// upload).
-		size, ok, err := q.quota.CommittedSize(ctx, repo, d)
+		// upload). Its commit only marks the blob used again, so the blob
+		// must stay counted until then: UseCommitted marks it used now,
+		// which keeps it from the recount that a manifest delete brings
+		// (a blob no manifest references and used longer ago than
+		// artifacts.RegistryHoldIdle), as that bound is longer than this
+		// request (see UseCommitted's implementation).
+		size, ok, err := q.quota.UseCommitted(ctx, repo, d)
 		if err != nil {
 			q.fail(w, req, err)
 			return
