@@ -150,15 +150,21 @@ func (s *Service) recountRegistries(ctx context.Context) error {
 		return err
 	}
 	// One batch a pass: each project is cleared or put off past start, and
-	// the rest wait for the next pass. A project whose recount fails is put
-	// off (recountRegistry) and the next one goes on: the batch is read
+	// the rest wait for the next pass. A project is started only with its
+	// whole bound left in the pass, so a project's deadline is always its
+	// own, never the pass's; one that fails on its own is put off
+	// (recountRegistry) and the next one goes on: the batch is read
 	// longest due first, so a project left due would lead every pass.
+	bound := l.recountTimeout
+	if bound <= 0 {
+		bound = registryRecountTimeout
+	}
 	var errs []error
 	for _, pid := range due {
-		if ctx.Err() != nil {
+		if end, ok := ctx.Deadline(); ctx.Err() != nil || ok && time.Until(end) < bound {
 			break // the pass's time is up: the rest stay due for the next
 		}
-		if err := s.recountRegistry(ctx, l, pid, start); err != nil {
+		if err := s.recountRegistry(ctx, l, pid, start, bound); err != nil {
 			errs = append(errs, fmt.Errorf("registry recount of project %s: %w", pid, err))
 		}
 	}
@@ -169,17 +175,13 @@ func (s *Service) recountRegistries(ctx context.Context) error {
 // registryRecountManifests manifests from the registry's storage.
 const registryRecountTimeout = 2 * time.Minute
 
-// recountDeadline is how long one project's recount may take in a pass
-// bounded by ctx: registryRecountTimeout, and at most half of what is left
-// of the pass, so that a slow project leaves time to put it off and to
-// recount the next one.
-func recountDeadline(ctx context.Context) time.Duration {
-	d := registryRecountTimeout
-	if end, ok := ctx.Deadline(); ok {
-		d = min(d, time.Until(end)/2)
-	}
-	return d
-}
+// recountReadError marks a failure to read the registry's storage, as
+// against the database's: the one a retry at the next pass would most
+// likely meet again.
+type recountReadError struct{ err error }
+
+func (e *recountReadError) Error() string { return e.err.Error() }
+func (e *recountReadError) Unwrap() error { return e.err }
 
 // recountRegistry drops from projectID's count every blob that no
 // manifest of its repositories references, read from the registry's
@@ -191,20 +193,25 @@ func recountDeadline(ctx context.Context) time.Duration {
 // used before start-RegistryHoldIdle is referenced only by manifests
 // stored before start, which the read saw. A blob kept for being recent
 // is recounted once it no longer is.
-func (s *Service) recountRegistry(ctx context.Context, l *registryLink, projectID string, start time.Time) error {
+func (s *Service) recountRegistry(ctx context.Context, l *registryLink, projectID string, start time.Time, bound time.Duration) error {
 	idle := RegistryHoldIdle(s.RegistryStreamTimeout)
-	rctx, cancel := context.WithTimeout(ctx, recountDeadline(ctx))
+	rctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	err := s.recountRegistryWithin(rctx, l, projectID, start, idle)
-	if err == nil || ctx.Err() != nil {
-		// Cut short by the pass (its deadline, or the server stopping),
-		// not by the project: it stays due and leads the next pass, where
-		// it has its own bound again.
+	switch {
+	case err == nil || ctx.Err() != nil:
+		// Done, or cut short by the pass (the server stopping): it stays
+		// due and leads the next pass.
+		return err
+	case rctx.Err() == nil && !errors.As(err, new(*recountReadError)):
+		// The database's failure (a blip, a serialization failure): the
+		// project stays due and is tried again at the next pass.
 		return err
 	}
-	// The project's own failure (its deadline included): put off on the
-	// pass's context, not the project's, which may be what expired, so
-	// the next pass does not start with it again.
+	// The project's own failure, its storage unreadable or its recount
+	// past its bound (a slow read would be as slow at the next pass): put
+	// off on the pass's context, not the project's, which may be what
+	// expired, so the next pass does not start with it again.
 	s.Logger.WarnContext(ctx, "registry: a project's blobs could not be recounted after a manifest was deleted; its quota is not given back until it is retried",
 		"project_id", projectID, "retry_at", start.Add(idle), "err", err)
 	return s.Store.InTx(ctx, func(q Queries) error {
@@ -216,7 +223,7 @@ func (s *Service) recountRegistry(ctx context.Context, l *registryLink, projectI
 }
 
 // recountRegistryWithin is recountRegistry within ctx, the project's own
-// bound; a failure leaves the project due.
+// bound.
 func (s *Service) recountRegistryWithin(ctx context.Context, l *registryLink, projectID string, start time.Time, idle time.Duration) error {
 	repos, err := s.Store.Read().RegistryRepositories(ctx, projectID)
 	if err != nil {
@@ -235,7 +242,7 @@ func (s *Service) recountRegistryWithin(ctx context.Context, l *registryLink, pr
 		return s.Store.InTx(ctx, func(q Queries) error { return q.ClearRegistryRecount(ctx, projectID, start) })
 	}
 	if rerr != nil {
-		return rerr // not the database's: put off by recountRegistry
+		return &recountReadError{err: rerr}
 	}
 	cutoff := start.Add(-idle)
 	var freed, blobs int64

@@ -27,7 +27,7 @@ func TestRegistryRecountOfASlowProjectHoldsUpNoOther(t *testing.T) {
 		idle := artifacts.RegistryHoldIdle(0)
 		var slow atomic.Bool
 		slow.Store(true)
-		s.AttachRecountReader(func(ctx context.Context, repos []string, _ int) (map[string]bool, error) {
+		s.AttachRecountReader(time.Second, func(ctx context.Context, repos []string, _ int) (map[string]bool, error) {
 			if slow.Load() && slices.Contains(repos, "slow/app") {
 				<-ctx.Done() // storage that answers no sooner than the recount gives up
 				return nil, ctx.Err()
@@ -37,7 +37,7 @@ func TestRegistryRecountOfASlowProjectHoldsUpNoOther(t *testing.T) {
 		pass := func() {
 			t.Helper()
 			// The sweeper's run is bounded; this one shorter than its 5
-			// minutes, the recount's own bound scaling with it.
+			// minutes, as each project's bound is shorter than 2.
 			pctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 			defer cancel()
 			if err := s.RecountRegistries(pctx); err != nil {
@@ -84,7 +84,7 @@ func TestRegistryRecountCutShortByItsPassStaysDue(t *testing.T) {
 		clk, q, s := recountFixture(t, db)
 		pctx, stop := context.WithCancel(ctx)
 		defer stop()
-		s.AttachRecountReader(func(ctx context.Context, repos []string, _ int) (map[string]bool, error) {
+		s.AttachRecountReader(time.Second, func(ctx context.Context, repos []string, _ int) (map[string]bool, error) {
 			stop() // the server stops while the first project is read
 			<-ctx.Done()
 			return nil, ctx.Err()
@@ -98,6 +98,44 @@ func TestRegistryRecountCutShortByItsPassStaysDue(t *testing.T) {
 		}
 		if c := registryCounted(t, q, "slow") + registryCounted(t, q, "fast"); c != 200 {
 			t.Fatalf("a stopped pass left %d bytes counted; want 200", c)
+		}
+	})
+}
+
+// A project is started only with its whole bound left in the pass: the
+// one after a slow project, in a pass that has less than that left, is
+// not started (and so not put off for failing), and stays due for the
+// next pass, 10 minutes later, not the 2-hour retry. Each project's
+// deadline used to be half of what was left of the pass, so the second
+// project's fell short of its own bound and it was put off like a
+// project whose storage failed.
+func TestRegistryRecountLeavesDueWhatThePassHasNoTimeFor(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		clk, q, s := recountFixture(t, db)
+		s.AttachRecountReader(time.Second, func(ctx context.Context, repos []string, _ int) (map[string]bool, error) {
+			if slices.Contains(repos, "slow/app") {
+				<-ctx.Done()
+				return nil, ctx.Err()
+			}
+			select { // well inside its own bound of a second
+			case <-time.After(400 * time.Millisecond):
+				return map[string]bool{}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		start := clk.Now()
+		pctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+		defer cancel()
+		if err := s.RecountRegistries(pctx); err != nil {
+			t.Fatalf("recount pass: %v", err)
+		}
+		if d := dueRecounts(t, q, start); !slices.Equal(d, []string{"fast"}) {
+			t.Fatalf("due after a pass with no time left for the second project: %v; want [fast] (the slow one put off, the fast one left as it was)", d)
+		}
+		if c := registryCounted(t, q, "fast"); c != 100 {
+			t.Fatalf("the project not started counts %d bytes; want 100", c)
 		}
 	})
 }

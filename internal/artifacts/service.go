@@ -107,6 +107,9 @@ type registryLink struct {
 	// referencedBlobs is reg.ReferencedBlobs: what a recount reads from
 	// the registry's storage (a test's stand-in reads slowly).
 	referencedBlobs func(ctx context.Context, repositories []string, limit int) (map[string]bool, error)
+	// recountTimeout bounds one project's recount; 0 is
+	// registryRecountTimeout (a test's pass is shorter).
+	recountTimeout time.Duration
 }
 
 // New builds the service.

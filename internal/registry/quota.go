@@ -485,6 +485,11 @@ func (s uploadStore) referencedBlobs(ctx context.Context, repositories []string,
 	refs := map[string]bool{}
 	n := 0
 	for _, name := range repositories {
+		// The filesystem driver's walk never looks at ctx: without these
+		// checks a recount past its bound would read on to the end.
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		if !ValidRepository(name) {
 			continue // the registry stores nothing under it
 		}
@@ -500,8 +505,11 @@ func (s uploadStore) referencedBlobs(ctx context.Context, repositories []string,
 		if !ok {
 			return nil, fmt.Errorf("registry: the manifests of %s cannot be listed", name)
 		}
-		tooMany := false
+		tooMany, stopped := false, error(nil)
 		err = en.Enumerate(ctx, func(d digest.Digest) error {
+			if stopped = ctx.Err(); stopped != nil {
+				return stopped // wrapped without %w, like the one below
+			}
 			if n++; n > limit {
 				tooMany = true // the storage driver's walk wraps it without %w
 				return ErrTooManyManifests
@@ -517,6 +525,8 @@ func (s uploadStore) referencedBlobs(ctx context.Context, repositories []string,
 			return nil
 		})
 		switch {
+		case stopped != nil:
+			return nil, stopped
 		case tooMany:
 			return nil, ErrTooManyManifests
 		case errors.As(err, new(storagedriver.PathNotFoundError)):

@@ -60,4 +60,11 @@ func TestReferencedBlobs(t *testing.T) {
 	if _, err := us.referencedBlobs(ctx, []string{appRepo}, 0); !errors.Is(err, ErrTooManyManifests) {
 		t.Fatalf("past the limit: %v, want ErrTooManyManifests", err)
 	}
+	// A recount past its bound stops reading: the storage driver's walk
+	// does not look at the context itself.
+	stopped, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := us.referencedBlobs(stopped, []string{appRepo}, 10); !errors.Is(err, context.Canceled) {
+		t.Fatalf("with its context done: %v, want context.Canceled", err)
+	}
 }
