@@ -145,15 +145,9 @@ func (a registryAuthz) ShrinkHold(ctx context.Context, hold string, n int64) err
 	return a.s.Store.InTx(ctx, func(q Queries) error { return q.ShrinkRegistryHold(ctx, hold, n) })
 }
 
-// CommitHold implements registry.UploadQuota: the blob joins the project
-// (once, whichever repository or upload brought it) and the hold goes, in
-// one transaction.
-func (a registryAuthz) CommitHold(ctx context.Context, repository, hold, digest string, size int64) error {
-	return a.CommitBlobs(ctx, repository, hold, []registry.BlobRef{{Digest: digest, Size: size}})
-}
-
 // CommitBlobs implements registry.UploadQuota: each blob joins the
-// project (once) or, held already, is marked used now.
+// project (once, whichever repository or upload brought it) or, held
+// already, is marked used now, and the hold goes, in one transaction.
 func (a registryAuthz) CommitBlobs(ctx context.Context, repository, hold string, blobs []registry.BlobRef) error {
 	return a.s.Store.InTx(ctx, func(q Queries) error {
 		h, ok, err := a.lockHold(ctx, q, repository, hold)

@@ -44,11 +44,9 @@ type UploadQuota interface {
 	// ShrinkHold gives back n bytes of hold that were held ahead of data
 	// that never came.
 	ShrinkHold(ctx context.Context, hold string, n int64) error
-	// CommitHold records that hold became blob digest of size in
-	// repository and drops the hold: a digest its project holds already
-	// costs nothing more.
-	CommitHold(ctx context.Context, repository, hold, digest string, size int64) error
-	// CommitBlobs is CommitHold for the blobs a HoldBlobs held.
+	// CommitBlobs records that hold became blobs in repository (an
+	// upload's one blob, or what a HoldBlobs held) and drops the hold: a
+	// digest its project holds already costs nothing more.
 	CommitBlobs(ctx context.Context, repository, hold string, blobs []BlobRef) error
 	// ManifestDeleted hears that a manifest of repository was deleted, so
 	// that the blobs no manifest references any more are given back.
@@ -228,7 +226,7 @@ func (q *quotaHandler) serveUploadWrite(w http.ResponseWriter, req *http.Request
 		d := rw.Header().Get("Docker-Content-Digest")
 		size, err := q.blobSize(context.WithoutCancel(ctx), d) // the client may be gone after the 201
 		if err == nil {
-			err = q.quota.CommitHold(context.WithoutCancel(ctx), repo, upload, d, size)
+			err = q.quota.CommitBlobs(context.WithoutCancel(ctx), repo, upload, []BlobRef{{Digest: d, Size: size}})
 		}
 		if err != nil {
 			// The blob is stored and the answer sent; the hold stays,
