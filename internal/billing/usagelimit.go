@@ -1,8 +1,6 @@
 package billing
 
 import (
-	"fmt"
-
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/ratelimit"
 )
@@ -39,9 +37,8 @@ func (s *Service) takeUsage(id string, n int) error {
 			"this batch has %d events; this server takes at most %d at once from one instance (--usage-event-burst); send smaller batches", n, burst)
 	}
 	secs := ratelimit.RetryAfterSeconds(wait)
-	return &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "usage_rate_limited",
-		Message: fmt.Sprintf("this instance reported more usage events than this server takes (%g a second, bursts of %d); nothing of this batch was recorded: "+
+	return errdefs.RateLimited("usage_rate_limited", secs, map[string]any{"events": n},
+		"this instance reported more usage events than this server takes (%g a second, bursts of %d); nothing of this batch was recorded: "+
 			"send it again in %ds (the same ids, so nothing counts twice), and report less often, summing more use into each event",
-			s.usageLimit.Rate(), burst, secs),
-		Details: map[string]any{"retry_after_seconds": secs, "events": n}}
+		s.usageLimit.Rate(), burst, secs)
 }

@@ -8,6 +8,7 @@ package errdefs
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 )
 
@@ -101,6 +102,19 @@ func Unauthenticated(code, format string, args ...any) *Error {
 }
 func PermissionDenied(code, format string, args ...any) *Error {
 	return newf(KindPermissionDenied, code, format, args...)
+}
+
+// RetryAfterDetail is the detail that says, in whole seconds, when to try
+// again; the transport sends it as Retry-After with a 429 or 503.
+const RetryAfterDetail = "retry_after_seconds"
+
+// RateLimited is a refusal to be retried in retryAfter seconds; details,
+// if any, are added beside RetryAfterDetail, which they cannot replace.
+func RateLimited(code string, retryAfter int, details map[string]any, format string, args ...any) *Error {
+	d := map[string]any{}
+	maps.Copy(d, details)
+	d[RetryAfterDetail] = retryAfter
+	return newf(KindRateLimited, code, format, args...).WithDetails(d)
 }
 
 // WithDetails returns e with details attached.

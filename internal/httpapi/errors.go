@@ -61,7 +61,7 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 			// committed or did not; retry it with the same idempotency key.
 			e = &errdefs.Error{Kind: errdefs.KindUnavailable, Code: "unavailable",
 				Message: "the database is unavailable for a moment; retry the request (with the same X-Idempotency-Key for a change)",
-				Details: map[string]any{"retry_after_seconds": unavailableRetrySeconds}}
+				Details: map[string]any{errdefs.RetryAfterDetail: unavailableRetrySeconds}}
 		default:
 			e = &errdefs.Error{Kind: errdefs.KindInternal, Code: "internal_error",
 				Message: "the server failed to handle the request; retry, and report the correlation_id if it persists"}
@@ -84,7 +84,7 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 	if status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="gpuaas"`)
 	}
-	if secs, ok := details["retry_after_seconds"].(int); ok && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
+	if secs, ok := details[errdefs.RetryAfterDetail].(int); ok && (status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable) {
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 	}
 	writeJSON(w, status, envelope{Error: envelopeBody{Code: e.Code, Message: e.Message, CorrelationID: correlation.ID(ctx), Details: details}})

@@ -30,10 +30,9 @@ func (s *streamSlots) take(r *http.Request) (release func(), err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.open[key] >= MaxStreamsPerPrincipal {
-		return nil, &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "too_many_streams",
-			Message: "this caller already holds the most event streams one caller may hold open on a server; close one (each console tab " +
-				"with a live page holds one) or follow one stream and share its events",
-			Details: map[string]any{"max_streams": MaxStreamsPerPrincipal, "retry_after_seconds": 5}}
+		return nil, errdefs.RateLimited("too_many_streams", 5, map[string]any{"max_streams": MaxStreamsPerPrincipal},
+			"this caller already holds the most event streams one caller may hold open on a server; close one (each console tab "+
+				"with a live page holds one) or follow one stream and share its events")
 	}
 	if s.open == nil {
 		s.open = map[string]int{}

@@ -3,7 +3,6 @@ package iam
 import (
 	"container/list"
 	"math"
-	"strconv"
 	"sync"
 	"time"
 
@@ -175,9 +174,8 @@ func (t *loginThrottle) refusal(email string, now time.Time) error {
 		return nil
 	}
 	secs := int(math.Ceil(wait.Seconds()))
-	return &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "too_many_login_attempts",
-		Message: "too many failed sign-ins for this email; wait " + strconv.Itoa(secs) + "s and retry, or ask an admin to reset the password",
-		Details: map[string]any{"retry_after_seconds": secs}}
+	return errdefs.RateLimited("too_many_login_attempts", secs, nil,
+		"too many failed sign-ins for this email; wait %ds and retry, or ask an admin to reset the password", secs)
 }
 
 // fail records a failure for email outside any attempt.

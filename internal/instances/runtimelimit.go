@@ -1,7 +1,6 @@
 package instances
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -76,9 +75,7 @@ func (l *runtimeLimiter) refusal(n int, wait time.Duration) error {
 			"this batch has %d events; this server takes at most %d at once from one instance (--runtime-event-burst); send smaller batches", n, burst)
 	}
 	secs := ratelimit.RetryAfterSeconds(wait) // nothing of a refused batch is spent, nor written
-	return &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "runtime_events_rate_limited",
-		Message: "this instance reported more runtime events than this server takes (" + strconv.FormatFloat(every, 'g', -1, 64) +
-			" a second, bursts of " + strconv.Itoa(burst) + "); nothing of this batch was recorded: retry it in " + strconv.Itoa(secs) +
-			"s, and report less often or in smaller batches",
-		Details: map[string]any{"retry_after_seconds": secs, "events": n}}
+	return errdefs.RateLimited("runtime_events_rate_limited", secs, map[string]any{"events": n},
+		"this instance reported more runtime events than this server takes (%g a second, bursts of %d); nothing of this batch was recorded: "+
+			"retry it in %ds, and report less often or in smaller batches", every, burst, secs)
 }

@@ -1,8 +1,6 @@
 package nodes
 
 import (
-	"fmt"
-
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/ratelimit"
 )
@@ -37,8 +35,7 @@ func (s *Service) takeRequest(id, endpoint string) error {
 		return nil
 	}
 	secs := ratelimit.RetryAfterSeconds(wait)
-	return &errdefs.Error{Kind: errdefs.KindRateLimited, Code: "node_requests_rate_limited",
-		Message: fmt.Sprintf("node %s made more %s requests than this server takes (%g a second, bursts of %d); nothing was done: retry in %ds",
-			id, endpoint, s.requestLimit.Rate(), s.requestLimit.Burst(), secs),
-		Details: map[string]any{"retry_after_seconds": secs, "endpoint": endpoint}}
+	return errdefs.RateLimited("node_requests_rate_limited", secs, map[string]any{"endpoint": endpoint},
+		"node %s made more %s requests than this server takes (%g a second, bursts of %d); nothing was done: retry in %ds",
+		id, endpoint, s.requestLimit.Rate(), s.requestLimit.Burst(), secs)
 }
