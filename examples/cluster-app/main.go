@@ -285,8 +285,9 @@ func (c *controller) sync(ctx context.Context) error {
 }
 
 // report posts runtime events about the instance as one batch, trying
-// three times where trying again may help; done says the platform took
-// them or refused them for good (trying again would not help).
+// three times where trying again may help, each time no sooner than the
+// platform's Retry-After (a 429 or 503); done says the platform took them
+// or refused them for good (trying again would not help).
 func (c *controller) report(ctx context.Context, events []runtimeEvent) (done bool) {
 	for try := 1; try <= 3; try++ {
 		retry, err := c.meter.Call(ctx, http.MethodPost, c.instance+"/runtime-events", events, nil)
@@ -303,7 +304,7 @@ func (c *controller) report(ctx context.Context, events []runtimeEvent) (done bo
 		select {
 		case <-ctx.Done():
 			return false
-		case <-time.After(time.Duration(try) * time.Second):
+		case <-time.After(max(time.Duration(try)*time.Second, retryAfter(err))):
 		}
 	}
 	return false

@@ -8,7 +8,10 @@ package main
 // the key's token_url, renews the token before it runs out, and posts its
 // usage as CloudEvents to the instance's usage endpoint. Each report has an
 // id fixed when the report is cut and kept across retries, so a report that
-// reached the platform before a timeout is counted once.
+// reached the platform before a timeout is counted once. When the platform
+// answers 429 or 503 with Retry-After, the report is kept and sent again no
+// sooner than that (at most a minute later); the wait holds across flushes,
+// the one at the stop included.
 //
 // The same identity sends the instance's heartbeat (a runtime event) on the
 // same schedule, so the platform knows the app is alive: the manifest's
@@ -37,6 +40,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,14 +72,22 @@ type usageReporter struct {
 
 	pending atomic.Int64 // counted, not yet cut into a report
 
-	mu      sync.Mutex // one report in flight at a time
-	cut     *usageEvent
-	seq     int
-	beats   int
-	since   time.Time
-	token   string
-	renewAt time.Time
+	report    sync.Mutex // one report in flight at a time; guards cut to notBefore
+	cut       *usageEvent
+	seq       int
+	since     time.Time
+	notBefore time.Time // the platform's Retry-After: no report goes before it
+
+	mu        sync.Mutex // guards the token and the heartbeats' state
+	beats     int
+	beatAfter time.Time // the platform's Retry-After for runtime events
+	token     string
+	renewAt   time.Time
 }
+
+// maxRetryAfter caps the wait a Retry-After can impose, so a wrong header
+// cannot silence the app for long.
+const maxRetryAfter = time.Minute
 
 type usageEvent struct {
 	SpecVersion     string    `json:"specversion"`
@@ -146,18 +158,33 @@ func (r *usageReporter) Run(ctx context.Context) {
 	if !r.enabled {
 		return
 	}
-	r.beat(ctx)
-	t := time.NewTicker(r.interval)
+	// The heartbeats go on their own: a report waiting out a Retry-After
+	// (up to a minute, each try) must not hold back the beats that keep the
+	// instance from being taken for degraded.
+	beating := make(chan struct{})
+	go func() {
+		defer close(beating)
+		r.beat(ctx)
+		every(ctx, r.interval, func() { r.beat(ctx) })
+	}()
+	every(ctx, r.interval, func() {
+		if err := r.Flush(ctx); err != nil && ctx.Err() == nil {
+			r.log.Warn("usage report failed; it is kept and retried", "err", err)
+		}
+	})
+	<-beating
+}
+
+// every calls f each interval until ctx ends.
+func every(ctx context.Context, interval time.Duration, f func()) {
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := r.Flush(ctx); err != nil && ctx.Err() == nil {
-				r.log.Warn("usage report failed; it is kept and retried", "err", err)
-			}
-			r.beat(ctx)
+			f()
 		}
 	}
 }
@@ -169,8 +196,8 @@ func (r *usageReporter) Flush(ctx context.Context) error {
 	if !r.enabled {
 		return nil
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	r.report.Lock()
+	defer r.report.Unlock()
 	if r.cut != nil {
 		if err := r.sendCut(ctx); err != nil && r.cut != nil {
 			return err // still kept: what was counted since waits behind it
@@ -190,14 +217,18 @@ func (r *usageReporter) Flush(ctx context.Context) error {
 }
 
 // sendCut sends the cut report until it is taken, refused for good, or the
-// tries or ctx run out (then it is kept for the next Flush). The caller
-// holds r.mu.
+// tries or ctx run out (then it is kept for the next Flush). Between tries
+// it backs off, and never for less than the platform's Retry-After, which
+// it keeps in notBefore for the next Flush too. The caller holds r.report.
 func (r *usageReporter) sendCut(ctx context.Context) error {
+	if err := sleepUntil(ctx, r.notBefore); err != nil {
+		return fmt.Errorf("usage report %s kept: the platform asked to wait until %s: %w", r.cut.ID, r.notBefore.Format(time.RFC3339), err)
+	}
 	delay := 500 * time.Millisecond
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		var retry bool
-		if retry, err = r.send(ctx); err == nil {
+		if retry, err = r.Call(ctx, http.MethodPost, r.url, []any{r.cut}, nil); err == nil {
 			r.log.Info("usage reported", "id", r.cut.ID, "quantity", r.cut.Data.Quantity)
 			r.cut = nil
 			return nil
@@ -207,53 +238,66 @@ func (r *usageReporter) sendCut(ctx context.Context) error {
 			r.cut = nil
 			return err
 		}
+		wait := delay
+		if ra := retryAfter(err); ra > 0 {
+			r.notBefore = time.Now().Add(ra)
+			wait = max(wait, ra)
+		}
 		select {
 		case <-ctx.Done():
 			return err
-		case <-time.After(delay):
+		case <-time.After(wait):
 		}
 		delay = min(2*delay, 8*time.Second)
 	}
 	return err
 }
 
+// sleepUntil waits until t, or for ctx to end (its error).
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
 // beat sends one heartbeat. A lost one is not retried: the next comes an
-// interval later, well inside the timeout.
+// interval later, well inside the timeout. While the platform's
+// Retry-After for runtime events runs, the beat is not sent: it would be
+// refused, and would spend what the platform asked the app to save.
 func (r *usageReporter) beat(ctx context.Context) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	r.beats++
-	ev := map[string]any{"specversion": "1.0", "id": fmt.Sprintf("%s-beat-%d", r.idPrefix, r.beats), "source": r.source,
+	n, after := r.beats, r.beatAfter
+	r.mu.Unlock()
+	if time.Now().Before(after) {
+		return
+	}
+	ev := map[string]any{"specversion": "1.0", "id": fmt.Sprintf("%s-beat-%d", r.idPrefix, n), "source": r.source,
 		"type": "heartbeat", "time": time.Now().UTC()}
-	if _, err := r.post(ctx, r.events, ev); err != nil && ctx.Err() == nil {
+	_, err := r.Call(ctx, http.MethodPost, r.events, []any{ev}, nil)
+	if err != nil && ctx.Err() == nil {
 		r.log.Warn("heartbeat failed", "err", err)
 	}
-}
-
-// send posts the cut report once; retry says whether trying again may help.
-func (r *usageReporter) send(ctx context.Context) (retry bool, err error) {
-	return r.post(ctx, r.url, r.cut)
-}
-
-// post sends one CloudEvent as a batch of one, with the instance's token.
-// The caller holds r.mu.
-func (r *usageReporter) post(ctx context.Context, url string, event any) (retry bool, err error) {
-	tok, err := r.accessToken(ctx)
-	if err != nil {
-		return true, err
+	if ra := retryAfter(err); ra > 0 {
+		r.mu.Lock()
+		r.beatAfter = time.Now().Add(ra)
+		r.mu.Unlock()
 	}
-	retry, refused, err := r.exchange(ctx, tok, http.MethodPost, url, []any{event}, nil)
-	if refused {
-		r.token = "" // expired or revoked: sign in again on the next try
-	}
-	return retry, err
 }
 
 // Call makes one more API call as the instance, with the token the
 // reporter keeps, so an app signs in once: in, when there is one, is posted
 // as a CloudEvents batch, and the answer is decoded into out, when there is
 // one. retry says whether trying again may help (the network, 401, 429,
-// 5xx).
+// 5xx); after a 429 or 503, retryAfter(err) is how long the platform asked
+// the app to wait first.
 func (r *usageReporter) Call(ctx context.Context, method, url string, in, out any) (retry bool, err error) {
 	r.mu.Lock()
 	tok, err := r.accessToken(ctx)
@@ -304,8 +348,7 @@ func (r *usageReporter) exchange(ctx context.Context, tok, method, url string, i
 		}
 		return false, false, json.NewDecoder(resp.Body).Decode(out)
 	}
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	err = fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(msg))
+	err = answerError(method+" "+url, resp)
 	switch {
 	case resp.StatusCode == http.StatusUnauthorized:
 		return true, true, err
@@ -314,6 +357,47 @@ func (r *usageReporter) exchange(ctx context.Context, tok, method, url string, i
 	default:
 		return false, false, err
 	}
+}
+
+// apiError is an answer other than 2xx. wait is what its Retry-After asked
+// (a 429 or 503), capped at maxRetryAfter.
+type apiError struct {
+	msg  string
+	wait time.Duration
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+// answerError reads the refusal resp of what into an *apiError.
+func answerError(what string, resp *http.Response) error {
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	e := &apiError{msg: fmt.Sprintf("%s: %s: %s", what, resp.Status, bytes.TrimSpace(msg))}
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		e.wait = min(parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), maxRetryAfter)
+	}
+	return e
+}
+
+// retryAfter is how long the platform asked the app to wait before trying
+// again what failed with err, or 0.
+func retryAfter(err error) time.Duration {
+	var e *apiError
+	if errors.As(err, &e) {
+		return e.wait
+	}
+	return 0
+}
+
+// parseRetryAfter reads a Retry-After header: delay seconds or an HTTP
+// date (RFC 9110); 0 when absent or unreadable.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	if s, err := strconv.Atoi(v); err == nil {
+		return max(time.Duration(s)*time.Second, 0)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
 }
 
 // accessToken returns a token with time to spare, trading a fresh signed
@@ -345,8 +429,7 @@ func (r *usageReporter) accessToken(ctx context.Context) (string, error) {
 		ExpiresIn   int    `json:"expires_in"`
 	}
 	if resp.StatusCode != http.StatusOK {
-		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return "", fmt.Errorf("token exchange: %s: %s", resp.Status, msg)
+		return "", answerError("token exchange", resp)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&t); err != nil || t.AccessToken == "" {
 		return "", fmt.Errorf("token exchange: unreadable answer (%v)", err)

@@ -264,6 +264,51 @@ func TestHTTPTemplateAppReportsAllItOwesAfterAFailedReport(t *testing.T) {
 	}
 }
 
+// A report refused with 429 and Retry-After goes again, with the same id,
+// no sooner than the platform asked, and the heartbeats go on meanwhile.
+// Before, the retry came after the app's own back-off (500 ms), and the
+// heartbeats waited behind the report.
+func TestHTTPTemplateAppWaitsTheRetryAfterItIsTold(t *testing.T) {
+	var beats []time.Time
+	api := &fakeAPI{t: t, limitFirst: "3", other: func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/api/v1/projects/proj-1/app-instances/inst-1/runtime-events" {
+			http.NotFound(w, r)
+			return
+		}
+		beats = append(beats, time.Now())
+		fmt.Fprint(w, `{"recorded":1}`)
+	}}
+	app := startHTTPTemplateApp(t, api)
+	for range 3 {
+		get(t, app.base+"/")
+	}
+	waitFor(t, func() bool { api.mu.Lock(); defer api.mu.Unlock(); return api.total() == 3 })
+	if err := app.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	app.waitStopped(t)
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if len(api.attempts) < 2 || api.attempts[0] != api.attempts[1] {
+		t.Fatalf("usage posts %v: want the refused report once more, with its id", api.attempts)
+	}
+	// Both times are the stand-in's: the wait began after the first was
+	// taken, so it cannot be shorter. The upper bound only catches a wait
+	// that never ends; the app's own back-off is well under it.
+	if waited := api.received[1].Sub(api.received[0]); waited < 3*time.Second || waited > 20*time.Second {
+		t.Errorf("the retry came %v after a 429 with Retry-After: 3", waited)
+	}
+	during := 0
+	for _, b := range beats {
+		if b.After(api.received[0]) && b.Before(api.received[1]) {
+			during++
+		}
+	}
+	if during < 3 { // every 200 ms: about 15
+		t.Errorf("%d heartbeats while the report waited 3 s", during)
+	}
+}
+
 // The vllm-compose app counts a streamed answer's tokens from its last
 // chunk (the usage chunk), however long the stream: before, it kept only
 // the first 4 MiB of a stream, so a long answer's usage chunk was never
@@ -460,6 +505,7 @@ type fakeAPI struct {
 	pub         ed25519.PublicKey
 	audience    string
 	refuseFirst bool
+	limitFirst  string           // the first usage post answers 429 with this Retry-After
 	unit        string           // the usage unit the app reports; requests when empty
 	other       http.HandlerFunc // any other path (called with mu held)
 
@@ -467,6 +513,7 @@ type fakeAPI struct {
 	refuse   bool // every usage post answers 503 while set
 	tokens   int
 	attempts []string
+	received []time.Time // when each of attempts came
 	accepted map[string]int64
 }
 
@@ -505,6 +552,13 @@ func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f.attempts = append(f.attempts, evs[0].ID)
+		f.received = append(f.received, time.Now())
+		if f.limitFirst != "" {
+			w.Header().Set("Retry-After", f.limitFirst)
+			f.limitFirst = ""
+			http.Error(w, `{"error":{"code":"usage_rate_limited"}}`, http.StatusTooManyRequests)
+			return
+		}
 		if f.refuseFirst || f.refuse {
 			f.refuseFirst = false
 			http.Error(w, `{"error":{"code":"unavailable"}}`, http.StatusServiceUnavailable)
