@@ -85,12 +85,11 @@ def test_a_key_file_never_shows_its_private_key() -> None:
     assert key.key_id in repr(key)
 
 
-def test_usage_report_retries_a_lost_or_failed_post_with_the_same_event(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_usage_report_retries_a_lost_or_failed_post_with_the_same_event() -> None:
     """A report that may have reached the platform (the connection dropped,
     a gateway said 502) is sent again with the same event id, as the
     reporter promises, instead of failing the caller."""
     import gpuaas_sdk.usage as usage
-    monkeypatch.setattr(usage.time, "sleep", lambda s: None)
     bodies: list[bytes] = []
 
     def handler(req: httpx.Request) -> httpx.Response:
@@ -103,7 +102,7 @@ def test_usage_report_retries_a_lost_or_failed_post_with_the_same_event(monkeypa
             return httpx.Response(502, text="bad gateway")
         return httpx.Response(200, json={"recorded": 0, "duplicates": 1})
 
-    c = Client.for_service_account("http://api.test", _key(), transport=httpx.MockTransport(handler))
+    c = Client.for_service_account("http://api.test", _key(), transport=httpx.MockTransport(handler), sleep=lambda s: None)
     r = usage.UsageReporter(c, "p-1", "i-1")
     assert _in_thread(lambda: r.report("batch-7", "requests", 3)) == {"recorded": 0, "duplicates": 1}
     events = [json.loads(b) for b in bodies]
@@ -128,3 +127,110 @@ def test_lifecycle_calls_send_the_callers_idempotency_key() -> None:
     c.decommission_instance("p-1", "i-1")
     assert keys[:3] == [("upgrade", "up-1"), ("rollback", "rb-1"), ("decommission", "dc-1")]
     assert keys[3][1] not in ("", "dc-1"), "without one, each call gets a fresh key"
+
+
+def _limited(answers: list[httpx.Response]) -> tuple[httpx.MockTransport, list[httpx.Request]]:
+    """A transport answering each request with the next of answers (the
+    last one for the rest), keeping the requests."""
+    seen: list[httpx.Request] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        req.read()
+        seen.append(req)
+        return answers[min(len(seen), len(answers)) - 1]
+
+    return httpx.MockTransport(handler), seen
+
+
+def _refusal(status: int, retry_after: str | None) -> httpx.Response:
+    code = "usage_rate_limited" if status == 429 else "unavailable"
+    return httpx.Response(status, headers={"Retry-After": retry_after} if retry_after else {},
+                          json={"error": {"code": code, "message": "slow down", "correlation_id": "c-9"}})
+
+
+def test_usage_report_waits_the_retry_after_it_is_told() -> None:
+    """A report refused with 429 goes again, with the same event id, after
+    the Retry-After the server named (never less than the reporter's own
+    back-off, never more than the cap). Before, it slept the Retry-After
+    even when shorter than the back-off, and an hour when told an hour."""
+    from gpuaas_sdk import UsageReporter
+    ok = httpx.Response(200, json={"recorded": 1})
+    transport, seen = _limited([_refusal(429, "7"), _refusal(429, "0"), _refusal(503, "3600"), ok])
+    slept: list[float] = []
+    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append)
+    r = UsageReporter(c, "p-1", "i-1")
+    assert r.report("batch-1", "tokens", 5) == {"recorded": 1}
+    assert slept == [7.0, 1.0, 60.0], "Retry-After 7, then the back-off over a 0, then the cap"
+    ids = [json.loads(q.content)[0]["id"] for q in seen]
+    assert ids == ["batch-1"] * 4
+    assert len({q.headers["X-Idempotency-Key"] for q in seen}) == 4, "each report call is its own request"
+
+
+def test_a_rate_limited_call_raises_at_once_unless_retries_are_asked_for() -> None:
+    from gpuaas_sdk import RateLimited
+    transport, seen = _limited([_refusal(429, "2")])
+    slept: list[float] = []
+    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append)
+    with pytest.raises(RateLimited) as e:
+        c.me()
+    assert e.value.retry_after == 2.0 and len(seen) == 1 and slept == []
+
+    transport, seen = _limited([_refusal(429, "2"), _refusal(429, None), httpx.Response(200, json={"id": "u-1"})])
+    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append, retry_rate_limited=2)
+    assert c.me() == {"id": "u-1"}
+    assert slept == [2.0, 1.0], "the Retry-After, then 1 s where none was named"
+
+    slept.clear()
+    transport, seen = _limited([_refusal(429, "120")])
+    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append, retry_rate_limited=2)
+    with pytest.raises(RateLimited):
+        c.decommission_instance("p-1", "i-1")
+    assert len(seen) == 3 and slept == [60.0, 60.0]
+    assert len({q.headers["X-Idempotency-Key"] for q in seen}) == 1, "a retried change keeps its key"
+
+
+def test_a_503_is_retried_only_where_repeating_is_safe() -> None:
+    """A 503 may come after the server acted: a keyed change or a read is
+    sent again, a request without a key (the token exchange, a preview) is
+    not."""
+    from gpuaas_sdk import Unavailable
+    slept: list[float] = []
+    transport, seen = _limited([_refusal(503, "1")])
+    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append, retry_rate_limited=3)
+    with pytest.raises(Unavailable):
+        c.preview_launch("p-1", "app", "1.0.0")
+    assert len(seen) == 1 and slept == []
+    transport, seen = _limited([_refusal(503, "1"), httpx.Response(200, json={"id": "i-1"})])
+    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append, retry_rate_limited=3)
+    assert c.get_instance("p-1", "i-1") == {"id": "i-1"} and slept == [1.0]
+
+
+def test_a_reconnecting_stream_waits_out_a_refused_reopen() -> None:
+    """A stream that dropped is reopened; a reopen refused with 429 (too
+    many streams) is tried again after its Retry-After, from the last event
+    seen, instead of ending the caller's loop with an error."""
+    def sse(n: int) -> httpx.Response:
+        env = {"id": f"e-{n}", "type": "t", "subject": "s", "time": "", "data": {}, "sequence": n}
+        return httpx.Response(200, headers={"Content-Type": "text/event-stream"},
+                              content=f"id: {n}\ndata: {json.dumps(env)}\n\n".encode())
+
+    transport, seen = _limited([sse(1), _refusal(429, "5"), sse(2)])
+    slept: list[float] = []
+    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append)
+    got = []
+    for ev in c.stream_events("p-1", reconnect=True):
+        got.append(ev.sequence)
+        if len(got) == 2:
+            break
+    assert got == [1, 2] and slept == [5.0]
+    assert [q.headers.get("Last-Event-ID") for q in seen] == [None, "1", "1"]
+
+
+def test_retry_after_reads_seconds_and_http_dates() -> None:
+    from datetime import datetime, timezone
+    from gpuaas_sdk.errors import parse_retry_after
+    now = datetime(2026, 12, 7, 12, 0, 0, tzinfo=timezone.utc)
+    assert parse_retry_after("3", now) == 3.0
+    assert parse_retry_after("Mon, 07 Dec 2026 12:00:30 GMT", now) == 30.0
+    assert parse_retry_after("Mon, 07 Dec 2026 11:00:00 GMT", now) == 0.0
+    assert parse_retry_after("soon", now) is None and parse_retry_after(None, now) is None

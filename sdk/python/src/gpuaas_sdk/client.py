@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import httpx
 
@@ -17,6 +17,13 @@ from .credentials import (IDENTITY_PATH, TOKEN_PATH, GRANT_TYPE, KeyFile, Servic
                           TokenProvider)
 
 USER_AGENT = "gpuaas-sdk-python/0.1.0"
+
+# The longest wait a Retry-After can impose, so a wrong header cannot stall
+# a caller for long (the node agent and the scaffolded apps cap it alike).
+MAX_RETRY_AFTER = 60.0
+
+# The wait before trying again when a 429 or 503 names none.
+DEFAULT_RETRY_AFTER = 1.0
 
 
 @dataclass
@@ -101,12 +108,25 @@ class Client:
     Build it with ``Client.login`` (a person), ``Client.for_service_account``
     (automation, with a key file) or ``Client.from_identity`` (a workload,
     with the identity the platform mounted into it).
+
+    ``retry_rate_limited=N`` (default 0: raise at once) sends a request the
+    server refused with 429 again, up to N times, each after the
+    Retry-After it named (at most ``max_retry_after`` seconds; 1 s when it
+    named none); a 503 likewise, but only for a request that is safe to
+    repeat (a GET, or a change with its idempotency key). ``sleep`` is how
+    it waits (tests pass their own).
     """
 
     def __init__(self, base_url: str, credentials: TokenProvider | None = None, *, timeout: float = 60.0,
-                 transport: httpx.BaseTransport | None = None) -> None:
+                 transport: httpx.BaseTransport | None = None, retry_rate_limited: int = 0,
+                 max_retry_after: float = MAX_RETRY_AFTER, sleep: Callable[[float], None] = time.sleep) -> None:
+        if retry_rate_limited < 0 or max_retry_after < 0:
+            raise ValueError("retry_rate_limited and max_retry_after must not be negative")
         self.base_url = base_url.rstrip("/")
         self.credentials = credentials
+        self.retry_rate_limited = retry_rate_limited
+        self.max_retry_after = max_retry_after
+        self.sleep = sleep
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport,
                                   headers={"User-Agent": USER_AGENT, "Accept": "application/json"})
 
@@ -158,11 +178,35 @@ class Client:
                 idempotent: bool = True, idempotency_key: str | None = None) -> Any:
         """Sends one request and returns its decoded JSON answer, or raises
         the typed error of a refusal. Changes carry an idempotency key, so a
-        retried request never acts twice."""
+        retried request never acts twice; with ``retry_rate_limited`` a 429
+        (or 503) is waited out and sent again with the same key."""
         h = dict(headers or {})
         h["X-Request-ID"] = str(uuid.uuid4())
         if method in ("POST", "PUT") and idempotent:
             h["X-Idempotency-Key"] = idempotency_key or str(uuid.uuid4())
+        repeatable = method in ("GET", "HEAD") or "X-Idempotency-Key" in h
+        refused = 0
+        while True:
+            r = self._send(method, path, h, json=json, params=params, content=content, authenticated=authenticated)
+            wait = self._wait_before_retry(r, refused, repeatable, self.retry_rate_limited)
+            if wait is None:
+                break
+            refused += 1
+            self.sleep(wait)
+        if r.status_code >= 400:
+            try:
+                body = r.json()
+            except ValueError:
+                body = r.text
+            raise errors.from_response(r.status_code, body, r.headers)
+        if not r.content:
+            return None
+        return r.json()
+
+    def _send(self, method: str, path: str, h: dict[str, str], *, json: Any, params: dict[str, Any] | None,
+              content: bytes | None, authenticated: bool) -> httpx.Response:
+        """Sends the request once, and once more with a new token if the
+        first was refused (401)."""
         for attempt in (1, 2):
             if authenticated and self.credentials is not None:
                 h["Authorization"] = "Bearer " + self.credentials.token()
@@ -176,15 +220,26 @@ class Client:
                 self.credentials.invalidate()
                 continue
             break
-        if r.status_code >= 400:
-            try:
-                body = r.json()
-            except ValueError:
-                body = r.text
-            raise errors.from_response(r.status_code, body, r.headers)
-        if not r.content:
+        return r
+
+    def _wait_before_retry(self, r: httpx.Response, refused: int, repeatable: bool, limit: float) -> float | None:
+        """Seconds to wait before sending again a request answered r, after
+        refused refusals already, or None to give r to the caller. A 429 is
+        always safe to send again (the server did nothing); a 503 only when
+        the request is repeatable, since the server may have acted before it
+        failed."""
+        if refused >= limit:
             return None
-        return r.json()
+        if r.status_code == 429 or (r.status_code == 503 and repeatable):
+            return self.retry_wait(errors.parse_retry_after(r.headers.get("Retry-After")))
+        return None
+
+    def retry_wait(self, retry_after: float | None, at_least: float = 0.0) -> float:
+        """The wait before a retry: the server's Retry-After (DEFAULT_RETRY_AFTER
+        when it named none), capped at max_retry_after, and never less than
+        at_least (the caller's own back-off)."""
+        ra = DEFAULT_RETRY_AFTER if retry_after is None else retry_after
+        return max(min(ra, self.max_retry_after), at_least)
 
     # ---- who, where ---------------------------------------------------
 
@@ -292,9 +347,13 @@ class Client:
 
         ``last_event_id`` resumes exactly after that event (``"now"``: only
         new ones). With ``reconnect`` a dropped stream is reopened from the
-        last event seen, so nothing is missed and nothing repeats.
+        last event seen, so nothing is missed and nothing repeats; a reopen
+        the server refuses with 429 (too many streams) or 503 is tried again
+        after its Retry-After (capped), for as long as it takes. The first
+        open raises, unless ``retry_rate_limited`` allows a retry.
         """
         last = last_event_id
+        opened, refused = False, 0
         while True:
             h = {"Accept": "text/event-stream"}
             if last:
@@ -306,11 +365,18 @@ class Client:
                                    params=_clean({"type": type, "subject": subject}), headers=h, timeout=timeout) as r:
                 if r.status_code >= 400:
                     r.read()
+                    limit = float("inf") if reconnect and opened else self.retry_rate_limited
+                    wait = self._wait_before_retry(r, refused, True, limit)
+                    if wait is not None:
+                        refused += 1
+                        self.sleep(wait)
+                        continue
                     try:
                         body = r.json()
                     except ValueError:
                         body = r.text
                     raise errors.from_response(r.status_code, body, r.headers)
+                opened, refused = True, 0
                 for ev_id, name, data in _sse(r.iter_lines()):
                     if name == "error":
                         break  # the server ended the stream (access changed); reconnect decides

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 
@@ -79,9 +81,23 @@ def from_response(status: int, body: Any, headers: Any = None) -> GpuaasError:
     e = cls(status, str(err.get("code", "")), str(err.get("message", "")), str(err.get("correlation_id", "")),
             err.get("details") if isinstance(err.get("details"), dict) else None)
     if headers is not None and isinstance(e, (RateLimited, Unavailable)):
-        ra = headers.get("Retry-After")
-        try:
-            e.retry_after = float(ra) if ra else None
-        except ValueError:
-            e.retry_after = None
+        e.retry_after = parse_retry_after(headers.get("Retry-After"))
     return e
+
+
+def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
+    """Seconds a Retry-After header asks to wait: delay seconds or an HTTP
+    date (RFC 9110); None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    return max((when - (now or datetime.now(timezone.utc))).total_seconds(), 0.0)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,10 @@ class UsageReporter:
     GPUAAS_APP_INSTANCE_ID and GPUAAS_PROJECT_ID. Event ids must be stable
     across retries (derive them from what was measured): a retried report is
     counted once, so ``report`` retries on its own when the platform is
-    briefly unavailable or unreachable (503, 429, 5xx, a network error).
+    briefly unavailable or unreachable (503, 429, 5xx, a network error),
+    each time after its own back-off (0.5 s, doubling up to 10 s) and never
+    sooner than the Retry-After of a 429 or 503 (capped at the client's
+    ``max_retry_after``, a minute). It waits with the client's ``sleep``.
     """
 
     def __init__(self, client: Client, project_id: str, instance_id: str, source: str | None = None) -> None:
@@ -57,6 +59,7 @@ class UsageReporter:
                 # event id is the same, so one that arrived is counted once.
                 if attempt == attempts - 1:
                     raise
-                time.sleep(getattr(e, "retry_after", None) or delay)
+                ra = getattr(e, "retry_after", None)
+                self.client.sleep(self.client.retry_wait(ra, delay) if ra is not None else delay)
                 delay = min(delay * 2, 10)
         raise AssertionError("unreachable")
