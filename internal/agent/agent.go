@@ -368,18 +368,39 @@ func (a *Agent) refused(err error) {
 	}
 }
 
+// unwrap exchanges a pull's wrapping token for its credentials. A 429
+// (this node unwrapped more than the server takes) consumed nothing, so
+// the same token goes again after the Retry-After, a few times, well
+// inside the token's life; a pull failed for a limit would fail its task
+// as if the credentials were refused.
 func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials, error) {
-	c, err := a.authed(ctx)
-	if err != nil {
-		return driver.Credentials{}, err
-	}
-	cr, err := c.Unwrap(ctx, wrapping)
-	if err != nil {
+	for try := 1; ; try++ {
+		c, err := a.authed(ctx)
+		if err != nil {
+			return driver.Credentials{}, err
+		}
+		cr, err := c.Unwrap(ctx, wrapping)
+		if err == nil {
+			return driver.Credentials{Username: cr.Username, Password: cr.Password, Registry: cr.Registry}, nil
+		}
 		a.refused(err)
-		return driver.Credentials{}, err
+		var ae *client.APIError
+		if try == unwrapTries || !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
+			return driver.Credentials{}, err
+		}
+		a.log.WarnContext(ctx, "unwrap rate limited; waiting as the server asks", "retry_after", retryAfter(err))
+		select {
+		case <-ctx.Done():
+			return driver.Credentials{}, err
+		case <-time.After(max(retryAfter(err), time.Second)):
+		}
 	}
-	return driver.Credentials{Username: cr.Username, Password: cr.Password, Registry: cr.Registry}, nil
 }
+
+// unwrapTries bounds the tries of one unwrap: with Retry-After capped at a
+// minute, the last comes before a wrapping token (5 minutes at most)
+// expires.
+const unwrapTries = 3
 
 // heartbeat runs every second and beats when the server's interval has
 // passed; it sends the inventory only when its digest differs from the one

@@ -2,10 +2,12 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,5 +67,47 @@ func TestPollAndResultsHonourRetryAfter(t *testing.T) {
 	}
 	if d := retryAfter(&client.APIError{Status: http.StatusTooManyRequests, RetryAfter: time.Hour}); d != maxRetryAfter {
 		t.Fatalf("an hour's Retry-After: wait %v, want the cap %v", d, maxRetryAfter)
+	}
+}
+
+// An unwrap refused with 429 consumed nothing: the agent sends the same
+// token again after the Retry-After, and the pull goes on, instead of
+// failing its task as if the credentials were refused.
+func TestUnwrapWaitsOutARateLimit(t *testing.T) {
+	var mu sync.Mutex // the handler's goroutine writes, the test reads
+	var seen []time.Time
+	var sent []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			WrappingToken string `json:"wrapping_token"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		mu.Lock()
+		defer mu.Unlock()
+		seen, sent = append(seen, time.Now()), append(sent, in.WrappingToken)
+		w.Header().Set("Content-Type", "application/json")
+		if len(seen) == 1 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+			_, _ = io.WriteString(w, `{"error":{"code":"unwrap_rate_limited","message":"slow down"}}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"username":"u","password":"p","registry":"reg.example","repository":"r","actions":["pull"],"expires_at":"2030-01-01T00:00:00Z"}`)
+	}))
+	t.Cleanup(srv.Close)
+	a := newFakeAgent(t, &drivertest.Fake{}, func(c *Config) { c.Server = srv.URL })
+	a.id = identity{NodeID: "node-1"}
+	a.tok = &tokens{api: a.api, id: &a.id, token: "tok", expiry: time.Now().Add(time.Hour)}
+	cr, err := a.unwrap(context.Background(), "gpw_1")
+	if err != nil || cr.Username != "u" {
+		t.Fatalf("unwrap after a 429: %+v %v", cr, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 2 || sent[1] != "gpw_1" {
+		t.Fatalf("unwraps %v", sent)
+	}
+	if waited := seen[1].Sub(seen[0]); waited < time.Second {
+		t.Fatalf("sent again %v after a 429 with Retry-After: 1", waited)
 	}
 }

@@ -300,6 +300,9 @@ func (s *Service) Unwrap(ctx context.Context, g *iam.Grants, in UnwrapInput) (Se
 	if strings.TrimSpace(in.WrappingToken) == "" {
 		return Secret{}, errdefs.Validation([]errdefs.FieldError{{Field: "/wrapping_token", Code: "required", Message: "is required"}})
 	}
+	if err := s.takeUnwrap(actor(ctx)); err != nil {
+		return Secret{}, err
+	}
 	var (
 		sec     Secret
 		it      ArtifactIntent

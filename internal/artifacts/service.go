@@ -20,6 +20,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/clock"
 	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
+	"github.com/gpuaas/gpuaas/internal/ratelimit"
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/worker"
@@ -67,6 +68,11 @@ type Deps struct {
 	// tags (verification and the registry's content gate hold it); nil
 	// means this process's lock only, enough for one process (SQLite).
 	SignatureTags registry.SignatureTagLocker
+	// UnwrapRate and UnwrapBurst limit the credential unwraps one
+	// principal may make on this replica (unwraplimit.go); a rate of 0
+	// takes every unwrap.
+	UnwrapRate  float64
+	UnwrapBurst int
 }
 
 // Service is the artifacts domain.
@@ -79,6 +85,9 @@ type Service struct {
 
 	usersMu sync.Mutex
 	users   []InstanceUsage
+
+	// unwrapLimit is each principal's unwrap budget (nil: no limit).
+	unwrapLimit *ratelimit.Keyed
 }
 
 // AddInstanceUsage adds a domain that runs artifacts: an artifact is not
@@ -124,7 +133,7 @@ func New(d Deps) *Service {
 	if d.WrapTTL <= 0 {
 		d.WrapTTL = DefaultWrapTTL
 	}
-	s := &Service{Deps: d}
+	s := &Service{Deps: d, unwrapLimit: ratelimit.New(d.UnwrapRate, d.UnwrapBurst, maxLimitedUnwrappers)}
 	if d.Vault == nil && d.Sealer != nil {
 		// The vault reads the service's clock at call time, so the service
 		// and its vault never disagree on what has expired.

@@ -80,6 +80,11 @@ type Config struct {
 	UsageEventBurst  int
 	NodeRequestRate  float64
 	NodeRequestBurst int
+	// UnwrapRate and UnwrapBurst bound the registry-credential unwraps one
+	// principal (a person, a service account, a node) may make on one
+	// replica. A rate of 0: no limit.
+	UnwrapRate  float64
+	UnwrapBurst int
 
 	NodeHeartbeatTTL   time.Duration // a node missing beats this long (+ grace) is down
 	NodeHeartbeatGrace time.Duration
@@ -176,6 +181,8 @@ func Defaults() Config {
 		UsageEventBurst:        20_000, // billing.DefaultUsageEventBurst: two full batches
 		NodeRequestRate:        20,     // nodes.DefaultNodeRequestRate
 		NodeRequestBurst:       200,    // nodes.DefaultNodeRequestBurst
+		UnwrapRate:             2,      // artifacts.DefaultUnwrapRate
+		UnwrapBurst:            60,     // artifacts.DefaultUnwrapBurst
 		BillingCurrency:        "USD",
 		BillingMaxEventAge:     72 * time.Hour,
 		BillingSlice:           time.Hour,
@@ -233,6 +240,8 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.IntVar(&c.UsageEventBurst, "usage-event-burst", c.UsageEventBurst, "usage events one app instance may report at once above --usage-event-rate (a batch larger than this is refused)")
 	fs.Float64Var(&c.NodeRequestRate, "node-request-rate", c.NodeRequestRate, "requests per second one node may make to each replica on each of its heartbeat, task-poll and task-result endpoints (0 disables)")
 	fs.IntVar(&c.NodeRequestBurst, "node-request-burst", c.NodeRequestBurst, "requests one node may make at once to one of its endpoints above --node-request-rate")
+	fs.Float64Var(&c.UnwrapRate, "unwrap-rate", c.UnwrapRate, "registry-credential unwraps per second one principal (person, service account, node) may make to each replica (0 disables)")
+	fs.IntVar(&c.UnwrapBurst, "unwrap-burst", c.UnwrapBurst, "registry-credential unwraps one principal may make at once above --unwrap-rate")
 	fs.IntVar(&c.RuntimeEventRetention, "runtime-event-retention", c.RuntimeEventRetention, "timeline rows recorded from runtime events that one app instance keeps; older ones are deleted (0 keeps every row)")
 	fs.Int64Var(&c.MaxBlobBytes, "max-blob-bytes", c.MaxBlobBytes, "largest project blob object in bytes (uploads past it are refused and purged)")
 	fs.Int64Var(&c.ProjectBlobQuota, "project-blob-quota-bytes", c.ProjectBlobQuota, "bytes of blob storage each project may hold: registered blob artifacts, committed uploads not registered and uploads in progress (0: no quota)")
@@ -383,6 +392,7 @@ func (c *Config) Validate() error {
 	errs = append(errs, checkRate("--runtime-event-rate", c.RuntimeEventRate, "--runtime-event-burst", c.RuntimeEventBurst, "events per second per app instance", "every runtime event, heartbeats included")...)
 	errs = append(errs, checkRate("--usage-event-rate", c.UsageEventRate, "--usage-event-burst", c.UsageEventBurst, "usage events per second per app instance", "every usage report")...)
 	errs = append(errs, checkRate("--node-request-rate", c.NodeRequestRate, "--node-request-burst", c.NodeRequestBurst, "requests per second per node and endpoint", "every heartbeat")...)
+	errs = append(errs, checkRate("--unwrap-rate", c.UnwrapRate, "--unwrap-burst", c.UnwrapBurst, "unwraps per second per principal", "every unwrap, image pulls included")...)
 	if c.RuntimeEventRetention < 0 {
 		errs = append(errs, fmt.Errorf("--runtime-event-retention %d: want a number of timeline rows per app instance, 0 to keep every row", c.RuntimeEventRetention))
 	}

@@ -137,6 +137,8 @@ func TestValidateRefusesUsageAndNodeLimitsThatRefuseEverything(t *testing.T) {
 		{func(c *Config) { c.UsageEventRate = -1 }, "--usage-event-rate"},
 		{func(c *Config) { c.NodeRequestBurst = 0 }, "--node-request-burst"},
 		{func(c *Config) { c.NodeRequestRate = math.Inf(1) }, "--node-request-rate"},
+		{func(c *Config) { c.UnwrapBurst = 0 }, "--unwrap-burst"},
+		{func(c *Config) { c.UnwrapRate = -2 }, "--unwrap-rate"},
 	} {
 		c := Defaults()
 		c.DatabaseURL, c.SecretKey = "sqlite:///tmp/x.db", "k"
@@ -148,6 +150,7 @@ func TestValidateRefusesUsageAndNodeLimitsThatRefuseEverything(t *testing.T) {
 	c := Defaults()
 	c.DatabaseURL, c.SecretKey = "sqlite:///tmp/x.db", "k"
 	c.UsageEventRate, c.UsageEventBurst, c.NodeRequestRate, c.NodeRequestBurst = 0, 0, 0, 0 // no limits
+	c.UnwrapRate, c.UnwrapBurst = 0, 0
 	if err := c.Validate(); err != nil {
 		t.Errorf("no limits: %v", err)
 	}

@@ -170,7 +170,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	a.billing = newBillingParts(cfg, db, svc, now)
 	arts := artifacts.New(artifacts.Deps{Store: store.Artifacts(db), IAM: svc, Logger: logger, Sealer: seal, Blobs: a.artifacts.blobs, BlobQuota: cfg.ProjectBlobQuota, Now: now,
 		SignatureTags: a.artifacts.sigTags, RegistryQuota: cfg.RegistryQuota, MaxRegistryBlob: cfg.MaxRegistryBlob,
-		RegistryStreamTimeout: cfg.StreamTimeout})
+		RegistryStreamTimeout: cfg.StreamTimeout, UnwrapRate: cfg.UnwrapRate, UnwrapBurst: cfg.UnwrapBurst})
 	if w := arts.UploadSweeper(); w != nil {
 		a.Workers = append(a.Workers, w)
 	}
