@@ -107,11 +107,13 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		// hold comes first: an image the pull finds on the engine is then
 		// either spared by the pruner or gone before the pull looked, and
 		// pulled again (see holds).
-		want := p.Repository + "@" + p.Digest
-		a.holds.Hold(t.InstanceID, "", want)
+		by := holderOf(t, "")
+		a.holds.Hold(by, p.Repository+"@"+p.Digest)
 		ref, err := a.drv.Pull(ctx, p)
 		if err != nil && ctx.Err() == nil {
-			a.holds.releasePull(t.InstanceID, want)
+			// Only this pull's hold: another task's hold on the image (an
+			// earlier pull's, a run's) lives by its own rule.
+			a.holds.Drop(by)
 		}
 		return map[string]string{"image": ref, "image_digest": p.Digest}, err
 	case nodeapi.KindContainerRun:
@@ -119,7 +121,8 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return a.run(ctx, t.InstanceID, r.Name, []nodeapi.ImagePull{r.Image}, func() (nodeapi.RunOutput, error) { return a.drv.Run(ctx, owner, r) })
+		refs := []string{r.Image.Repository + "@" + r.Image.Digest}
+		return a.run(ctx, holderOf(t, r.Name), refs, func() (nodeapi.RunOutput, error) { return a.drv.Run(ctx, owner, r) })
 	case nodeapi.KindContainerStop:
 		r, err := decode[nodeapi.ContainerRef](t)
 		if err != nil {
@@ -179,7 +182,11 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		return a.run(ctx, t.InstanceID, u.Project, u.Images, func() (nodeapi.RunOutput, error) { return a.drv.Up(ctx, owner, u) })
+		refs := make([]string, 0, len(u.Images))
+		for _, ip := range u.Images {
+			refs = append(refs, ip.Repository+"@"+ip.Digest)
+		}
+		return a.run(ctx, holderOf(t, u.Project), refs, func() (nodeapi.RunOutput, error) { return a.drv.Up(ctx, owner, u) })
 	case nodeapi.KindComposeDown:
 		d, err := decode[nodeapi.ComposeDown](t)
 		if err != nil {
@@ -203,23 +210,21 @@ func (a *Agent) ref(t nodeapi.Task, r nodeapi.ContainerRef) nodeapi.ContainerRef
 }
 
 // run starts the workload of a container.run or compose.up with its images
-// held, so that the pruner cannot remove one between the driver's check that
-// the engine holds it and the container's creation: the hold is taken
-// before start, whose Pull looks for each image (and pulls one that is
-// gone) only then (see holds). A run that ended, with its containers
-// created (they keep the images in use; the engine refuses to remove them)
-// or failed (an upgrade's failed run reverts to the image the instance ran
-// before), ends its holds and the pulls' made for it. A run the agent's
-// stop interrupted keeps them: its task comes back and carries on.
-func (a *Agent) run(ctx context.Context, instanceID, workload string, images []nodeapi.ImagePull, start func() (nodeapi.RunOutput, error)) (nodeapi.RunOutput, error) {
-	refs := make([]string, 0, len(images))
-	for _, ip := range images {
-		refs = append(refs, ip.Repository+"@"+ip.Digest)
-	}
-	a.holds.Hold(instanceID, workload, refs...)
+// (refs) held by the run (by), so that the pruner cannot remove one between
+// the driver's check that the engine holds it and the container's
+// creation: the hold is taken before start, whose Pull looks for each image
+// (and pulls one that is gone) only then (see holds). A run that ended ends
+// its holds: with its containers created (they keep the images in use; the
+// engine refuses to remove them), also the holds the pulls of its instance
+// took for it; failed (an upgrade's failed run reverts to the image the
+// instance ran before), only its own, a pull's hold waiting on for the next
+// run. A run the agent's stop interrupted keeps them: its task comes back
+// and carries on.
+func (a *Agent) run(ctx context.Context, by holder, refs []string, start func() (nodeapi.RunOutput, error)) (nodeapi.RunOutput, error) {
+	a.holds.Hold(by, refs...)
 	out, err := start()
 	if ctx.Err() == nil {
-		a.holds.EndRun(instanceID, workload, refs...)
+		a.holds.EndRun(by, err == nil, refs...)
 	}
 	return out, err
 }

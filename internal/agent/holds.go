@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/fsutil"
 )
 
@@ -23,15 +24,56 @@ const holdsFile = "held-images.json"
 // abandoned between the two does not keep its image on the host for good.
 const DefaultImageHoldMax = 24 * time.Hour
 
-// imageHold is one image reference held for a run of one instance:
-// Workload names the container or Compose project of the run that took it,
-// and is empty for an image.pull's hold, which waits for whichever run of
-// the instance comes next.
+// imageHold is one hold on an image reference, taken by one task of an
+// instance: an image.pull (Kind), whose hold waits for a run of the
+// instance to use the image, or the container.run or compose.up whose run
+// it is (Workload names that run's container or Compose project). An image
+// is held while any hold on it lives, and each hold ends by its own
+// holder's rule (see holds), never because another holder's ended: every
+// holder counts once towards the image's holds.
 type imageHold struct {
 	Ref        string    `json:"ref"`
 	InstanceID string    `json:"instance_id,omitempty"`
+	Task       string    `json:"task,omitempty"`
+	Kind       string    `json:"kind,omitempty"`
 	Workload   string    `json:"workload,omitempty"`
 	Since      time.Time `json:"since"`
+}
+
+// pull reports whether an image.pull took the hold. A record written before
+// holds named their task reads as a pull's when it names no workload, as
+// it meant then.
+func (x imageHold) pull() bool {
+	if x.Kind != "" {
+		return x.Kind == nodeapi.KindImagePull
+	}
+	return x.Workload == ""
+}
+
+// holder is the task that takes holds: its id and kind, its instance, and
+// for a run the workload (container or Compose project) it starts.
+type holder struct {
+	InstanceID, Task, Kind, Workload string
+}
+
+// holderOf is task t as a holder; workload names its run's container or
+// Compose project.
+func holderOf(t nodeapi.Task, workload string) holder {
+	return holder{InstanceID: t.InstanceID, Task: t.ID, Kind: t.Kind, Workload: workload}
+}
+
+// owns reports whether by took x. A hold from a record written before
+// holds named their task is a run's hold of its workload, or a pull's that
+// no task owns (it ends when a run uses its image, the instance goes, or
+// the longest hold passes).
+func (by holder) owns(x imageHold) bool {
+	if x.InstanceID != by.InstanceID {
+		return false
+	}
+	if x.Task != "" {
+		return x.Task == by.Task
+	}
+	return !x.pull() && by.Kind != nodeapi.KindImagePull && x.Workload == by.Workload
 }
 
 // holds keeps the images pulled for a run out of the pruner's reach until
@@ -43,6 +85,15 @@ type imageHold struct {
 // queue. Holds are written durably (fsutil), since a restarted agent
 // prunes by the same rules and the run interrupted by the restart comes
 // again.
+//
+// Each task's holds are its own, and end by its kind's rule:
+//   - a run's (container.run, compose.up) end when it ends (EndRun), when
+//     its workload is torn down (ReleaseWorkload), or with the instance;
+//   - an image.pull's end when the pull fails (Drop), when a run of the
+//     instance created its containers from the image (EndRun of a run that
+//     succeeded), or with the instance. A run that fails leaves them: the
+//     pull was made for whichever run of the instance comes next, and a
+//     retry may; nor does one pull's failure end another's hold.
 //
 // The pruner removes through RemoveUnheld, which looks at the holds and
 // removes under mu; Hold takes mu too. So a hold is either taken before
@@ -90,10 +141,9 @@ func (h *holds) saveLocked() {
 	}
 }
 
-// Hold holds refs for the run of workload of instanceID (an empty
-// workload: for the instance's next run), from now (a hold already there
-// starts again).
-func (h *holds) Hold(instanceID, workload string, refs ...string) {
+// Hold holds refs for by, from now (a hold of by's already there starts
+// again).
+func (h *holds) Hold(by holder, refs ...string) {
 	if h == nil { // an agent built without a data dir (tests) holds nothing
 		return
 	}
@@ -103,10 +153,10 @@ func (h *holds) Hold(instanceID, workload string, refs ...string) {
 	now := h.now()
 	for _, ref := range refs {
 		i := slices.IndexFunc(h.list, func(x imageHold) bool {
-			return x.Ref == ref && x.InstanceID == instanceID && x.Workload == workload
+			return x.Ref == ref && x.InstanceID == by.InstanceID && x.Task == by.Task
 		})
 		if i < 0 {
-			h.list = append(h.list, imageHold{Ref: ref, InstanceID: instanceID, Workload: workload, Since: now})
+			h.list = append(h.list, imageHold{Ref: ref, InstanceID: by.InstanceID, Task: by.Task, Kind: by.Kind, Workload: by.Workload, Since: now})
 		} else {
 			h.list[i].Since = now
 		}
@@ -124,23 +174,25 @@ func (h *holds) Release(instanceID string) {
 // down, and a run of it that was interrupted will not come back to use
 // them. A pull's hold, waiting for the instance's next run, stays.
 func (h *holds) ReleaseWorkload(instanceID, workload string) {
-	h.release(func(x imageHold) bool { return x.InstanceID == instanceID && x.Workload == workload })
+	h.release(func(x imageHold) bool { return x.InstanceID == instanceID && !x.pull() && x.Workload == workload })
 }
 
-// EndRun drops the holds on refs that the run of workload ended: its own
-// and the pulls' made for it. Whether it created its containers (which
-// then keep the images in use) or failed (an upgrade reverts to the image
-// it ran before, which its container keeps), nothing is waiting for them
-// any more; a later run takes its own.
-func (h *holds) EndRun(instanceID, workload string, refs ...string) {
+// Drop drops the holds by took, and no other: a failed image.pull's.
+func (h *holds) Drop(by holder) {
+	h.release(by.owns)
+}
+
+// EndRun drops the holds of the run by, which ended. A run that created
+// its containers (created) also ends the pulls' holds of its instance on
+// refs, the images those containers now keep in use (the engine refuses to
+// remove them): the run they waited for came. A run that failed leaves the
+// pulls' holds for the next run of the instance; its own are not needed
+// any more (an upgrade whose run failed reverts to the image the instance
+// ran before, which its container keeps).
+func (h *holds) EndRun(by holder, created bool, refs ...string) {
 	h.release(func(x imageHold) bool {
-		return x.InstanceID == instanceID && (x.Workload == workload || x.Workload == "") && slices.Contains(refs, x.Ref)
+		return by.owns(x) || created && x.pull() && x.InstanceID == by.InstanceID && slices.Contains(refs, x.Ref)
 	})
-}
-
-// releasePull drops the hold an image.pull of instanceID took on ref.
-func (h *holds) releasePull(instanceID, ref string) {
-	h.release(func(x imageHold) bool { return x.InstanceID == instanceID && x.Workload == "" && x.Ref == ref })
 }
 
 func (h *holds) release(drop func(imageHold) bool) {

@@ -92,9 +92,10 @@ func TestImageHoldEnds(t *testing.T) {
 }
 
 // An upgrade whose new version's run fails reverts to the old version: the
-// failed run ends the holds on the new image (its own and its pull's), so
-// the pruner removes it, while the old image, which the reverted container
-// uses, stays.
+// failed run ends its hold on the new image, so the pruner removes it,
+// while the old image, which the reverted container uses, stays. (The
+// control plane queues no image.pull for an upgrade: its run pulls the new
+// image. A pull's hold outlives a failed run: TestFailedRunLeavesAPullsHold.)
 func TestFailedUpgradeRunEndsItsHold(t *testing.T) {
 	ctx := context.Background()
 	f := &drivertest.Fake{Images: true}
@@ -109,10 +110,10 @@ func TestFailedUpgradeRunEndsItsHold(t *testing.T) {
 	}
 	ok(task(t, "pull-1", nodeapi.KindImagePull, "inst-1", v1))
 	ok(task(t, "run-1", nodeapi.KindContainerRun, "inst-1", nodeapi.ContainerRun{Name: "app-1", Image: v1}))
-	// The upgrade: the old workload goes, the new version is pulled and
-	// its run fails.
+	// The upgrade: the old workload goes, and the new version's run pulls
+	// its image, then fails.
 	ok(task(t, "rm-1", nodeapi.KindContainerRemove, "inst-1", nodeapi.ContainerRef{Name: "app-1"}))
-	ok(task(t, "pull-2", nodeapi.KindImagePull, "inst-1", v2))
+	f.Pull(ctx, v2)
 	f.Errs = map[string]error{"Run": io.ErrUnexpectedEOF}
 	if res := a.execute(ctx, task(t, "run-2", nodeapi.KindContainerRun, "inst-1", nodeapi.ContainerRun{Name: "app-2", Image: v2})); res.State != nodeapi.ResultFailed {
 		t.Fatalf("run of the new version: %+v", res)
@@ -129,6 +130,61 @@ func TestFailedUpgradeRunEndsItsHold(t *testing.T) {
 	}
 	if !f.HasImage(v1.Repository + "@" + v1.Digest) {
 		t.Fatal("the image the reverted instance runs was pruned")
+	}
+}
+
+// A pull's hold lives by its own rule: it waits for a run of the instance
+// to create its container from the image, so a run that fails (a retry may
+// come) leaves it; the run that succeeds ends it.
+func TestFailedRunLeavesAPullsHold(t *testing.T) {
+	ctx := context.Background()
+	f := &drivertest.Fake{Images: true}
+	a := newFakeAgent(t, f)
+	img := nodeapi.ImagePull{Repository: "registry.test/app", Digest: pinned}
+	ref := img.Repository + "@" + img.Digest
+	if res := a.execute(ctx, task(t, "pull-1", nodeapi.KindImagePull, "inst-1", img)); res.State != nodeapi.ResultSucceeded {
+		t.Fatalf("pull: %+v", res)
+	}
+	f.Errs = map[string]error{"Run": io.ErrUnexpectedEOF}
+	if res := a.execute(ctx, task(t, "run-1", nodeapi.KindContainerRun, "inst-1", nodeapi.ContainerRun{Name: "app", Image: img})); res.State != nodeapi.ResultFailed {
+		t.Fatalf("failing run: %+v", res)
+	}
+	f.Errs = nil
+	if err := a.reconcileOnce(ctx); err != nil || !f.HasImage(ref) {
+		t.Fatalf("a failed run ended the hold an image.pull took for the instance's next run: the image was pruned before the retry (%v)", err)
+	}
+	if res := a.execute(ctx, task(t, "run-2", nodeapi.KindContainerRun, "inst-1", nodeapi.ContainerRun{Name: "app", Image: img})); res.State != nodeapi.ResultSucceeded {
+		t.Fatalf("retried run: %s %s", res.ReasonCode, res.Message)
+	}
+	if a.holds.Held(ref) {
+		t.Fatal("the pull's hold outlived the run that created its container from the image")
+	}
+	if res := a.execute(ctx, task(t, "rm-1", nodeapi.KindContainerRemove, "inst-1", nodeapi.ContainerRef{})); res.State != nodeapi.ResultSucceeded {
+		t.Fatalf("remove: %+v", res)
+	}
+	if err := a.reconcileOnce(ctx); err != nil || f.HasImage(ref) {
+		t.Fatalf("the image of a removed instance was kept (%v)", err)
+	}
+}
+
+// A failed image.pull ends its own hold and no other: an earlier pull of
+// the same image for the same instance still holds it.
+func TestFailedPullEndsOnlyItsOwnHold(t *testing.T) {
+	ctx := context.Background()
+	f := &drivertest.Fake{Images: true}
+	a := newFakeAgent(t, f)
+	img := nodeapi.ImagePull{Repository: "registry.test/app", Digest: pinned}
+	ref := img.Repository + "@" + img.Digest
+	if res := a.execute(ctx, task(t, "pull-1", nodeapi.KindImagePull, "inst-1", img)); res.State != nodeapi.ResultSucceeded {
+		t.Fatalf("pull: %+v", res)
+	}
+	f.Errs = map[string]error{"Pull": io.ErrUnexpectedEOF}
+	if res := a.execute(ctx, task(t, "pull-2", nodeapi.KindImagePull, "inst-1", img)); res.State != nodeapi.ResultFailed {
+		t.Fatalf("failing pull: %+v", res)
+	}
+	f.Errs = nil
+	if err := a.reconcileOnce(ctx); err != nil || !f.HasImage(ref) {
+		t.Fatalf("a failed image.pull ended an earlier pull's hold on the image: it was pruned (%v)", err)
 	}
 }
 
@@ -256,7 +312,7 @@ func TestDamagedHoldRecordIsReplaced(t *testing.T) {
 	if h.Held("a") || !strings.Contains(logs.String(), holdsFile) {
 		t.Fatalf("damaged record: held %v, log %q", h.Held("a"), logs.String())
 	}
-	h.Hold("inst", "", "b")
+	h.Hold(holder{InstanceID: "inst", Task: "pull-1", Kind: nodeapi.KindImagePull}, "b")
 	h2 := &holds{path: h.path, max: time.Hour, now: time.Now, log: slog.New(slog.DiscardHandler)}
 	if !h2.Held("b") {
 		t.Fatal("a hold written after a damaged record was lost on reload")
