@@ -182,9 +182,12 @@ func (a *Agent) dispatch(ctx context.Context, t nodeapi.Task) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		refs := make([]string, 0, len(u.Images))
-		for _, ip := range u.Images {
-			refs = append(refs, ip.Repository+"@"+ip.Digest)
+		// Every image the project's services use is held, not only those
+		// the task lists: Up pulls (or finds) an unlisted one too, and the
+		// pruner would remove it before its container is created.
+		refs, err := a.drv.ComposeImages(ctx, u)
+		if err != nil {
+			return nil, err
 		}
 		return a.run(ctx, holderOf(t, u.Project), refs, func() (nodeapi.RunOutput, error) { return a.drv.Up(ctx, owner, u) })
 	case nodeapi.KindComposeDown:

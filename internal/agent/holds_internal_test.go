@@ -188,6 +188,47 @@ func TestFailedPullEndsOnlyItsOwnHold(t *testing.T) {
 	}
 }
 
+// A compose.up holds every image its project's services use, those its
+// task does not list too: a pruner pass while Up pulls, right after Up
+// found an unlisted image on the engine (an earlier instance's, idle and
+// unheld), leaves it, and the project comes up. The run's end ends that
+// hold like the others.
+func TestComposeUpHoldsTheImagesItDoesNotList(t *testing.T) {
+	ctx := context.Background()
+	listed := nodeapi.ImagePull{Repository: "registry.test/app", Digest: pinned}
+	side := nodeapi.ImagePull{Repository: "registry.test/sidecar", Digest: running}
+	sideRef := side.Repository + "@" + side.Digest
+	f := &drivertest.Fake{Images: true, Unlisted: []nodeapi.ImagePull{side}}
+	a := newFakeAgent(t, f)
+	f.Pull(ctx, listed)
+	f.Pull(ctx, side)
+	pruned := false
+	f.AfterPull = func(ref string) {
+		if ref == sideRef && !pruned {
+			pruned = true
+			if err := a.reconcileOnce(ctx); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	up := task(t, "up-1", nodeapi.KindComposeUp, "inst-1", nodeapi.ComposeUp{Project: "proj-1", Images: []nodeapi.ImagePull{listed}})
+	if res := a.execute(ctx, up); res.State != nodeapi.ResultSucceeded {
+		t.Fatalf("compose.up: %s %s (the pruner removed an image a service names but the task does not list, between Up finding it and creating its container)", res.ReasonCode, res.Message)
+	}
+	if !pruned {
+		t.Fatal("the hook never ran: no pruner pass came during Up")
+	}
+	if a.holds.Held(sideRef) {
+		t.Fatal("the run's hold on its unlisted image outlived the run")
+	}
+	if res := a.execute(ctx, task(t, "down-1", nodeapi.KindComposeDown, "inst-1", nodeapi.ComposeDown{Project: "proj-1"})); res.State != nodeapi.ResultSucceeded {
+		t.Fatalf("compose.down: %+v", res)
+	}
+	if err := a.reconcileOnce(ctx); err != nil || f.HasImage(sideRef) {
+		t.Fatalf("the unlisted image of a project brought down was kept (%v)", err)
+	}
+}
+
 // A run the agent's stop interrupts keeps its holds (its task comes back);
 // removing its workload (compose.down of its project, container.remove of
 // its container) ends them, while a pull's hold for the instance's next run

@@ -134,6 +134,53 @@ func Load(ctx context.Context, u nodeapi.ComposeUp) (*types.Project, error) {
 	return p, nil
 }
 
+// pulls are the pulls of a project's service images, each image once, in
+// service name order: with the task's credentials when it lists the image
+// (listed), else without (an image the engine holds, or a public one).
+func pulls(p *types.Project, listed []nodeapi.ImagePull) []nodeapi.ImagePull {
+	byRef := map[string]nodeapi.ImagePull{}
+	for _, ip := range listed {
+		byRef[ip.Repository+"@"+ip.Digest] = ip
+	}
+	var out []nodeapi.ImagePull
+	seen := map[string]bool{}
+	for _, name := range slices.Sorted(maps.Keys(p.Services)) {
+		img := p.Services[name].Image
+		if seen[img] {
+			continue
+		}
+		seen[img] = true
+		ip, ok := byRef[img]
+		if !ok {
+			repo, dg, _ := strings.Cut(img, "@")
+			ip = nodeapi.ImagePull{Repository: repo, Digest: dg}
+		}
+		out = append(out, ip)
+	}
+	return out
+}
+
+// Images lists the images (repository@digest) Up pulls or uses for u: the
+// ones u lists and the ones only its services name (Load checks each is
+// pinned by digest). The agent holds every one of them for the run, so the
+// pruner cannot remove one Up found on the engine before its container is
+// created.
+func Images(ctx context.Context, u nodeapi.ComposeUp) ([]string, error) {
+	p, err := Load(ctx, u)
+	if err != nil {
+		return nil, err
+	}
+	var refs []string
+	for _, ip := range u.Images {
+		refs = append(refs, ip.Repository+"@"+ip.Digest)
+	}
+	for _, ip := range pulls(p, u.Images) {
+		refs = append(refs, ip.Repository+"@"+ip.Digest)
+	}
+	slices.Sort(refs)
+	return slices.Compact(refs), nil
+}
+
 // Up pulls every service image by digest (with the task's credentials),
 // creates the project network and volumes, and starts the services in
 // depends_on order. Readiness applies to u.Service.
@@ -146,21 +193,10 @@ func Up(ctx context.Context, d *docker.Driver, o docker.Owner, u nodeapi.Compose
 	if err != nil {
 		return nodeapi.RunOutput{}, err
 	}
-	pulls := map[string]nodeapi.ImagePull{}
-	for _, ip := range u.Images {
-		pulls[ip.Repository+"@"+ip.Digest] = ip
-	}
-	for name, s := range p.Services {
-		ip, ok := pulls[s.Image]
-		if !ok {
-			repo, dg, _ := strings.Cut(s.Image, "@")
-			ip = nodeapi.ImagePull{Repository: repo, Digest: dg}
-			_ = name
-		}
+	for _, ip := range pulls(p, u.Images) {
 		if _, err := d.Pull(ctx, ip); err != nil {
 			return nodeapi.RunOutput{}, err
 		}
-		pulls[s.Image] = nodeapi.ImagePull{Repository: ip.Repository, Digest: ip.Digest} // pulled; credentials are single use
 	}
 	base := func(extra map[string]string) map[string]string {
 		l := d.Labels(o, nil)

@@ -29,6 +29,10 @@ type Driver interface {
 	// already started is adopted. The output carries the digests the
 	// engine records for what runs.
 	Run(ctx context.Context, o Owner, r nodeapi.ContainerRun) (nodeapi.RunOutput, error)
+	// ComposeImages lists the images (repository@digest) a compose.up
+	// pulls or uses: those the task lists and those only its project's
+	// services name. The agent holds them all before Up looks for them.
+	ComposeImages(ctx context.Context, u nodeapi.ComposeUp) ([]string, error)
 	// Up starts a Compose project of o (compose.up).
 	Up(ctx context.Context, o Owner, u nodeapi.ComposeUp) (nodeapi.RunOutput, error)
 	// Stop stops the referenced workloads; stopping what is gone succeeds.

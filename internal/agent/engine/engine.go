@@ -66,6 +66,11 @@ func (e *Docker) Remove(ctx context.Context, ref nodeapi.ContainerRef) error {
 	return nil
 }
 
+// ComposeImages lists the images a Compose project pulls or uses.
+func (e *Docker) ComposeImages(ctx context.Context, u nodeapi.ComposeUp) ([]string, error) {
+	return compose.Images(ctx, u)
+}
+
 // Up starts a Compose project.
 func (e *Docker) Up(ctx context.Context, o driver.Owner, u nodeapi.ComposeUp) (nodeapi.RunOutput, error) {
 	return compose.Up(ctx, e.Driver, o, u)

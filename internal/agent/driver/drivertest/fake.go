@@ -32,8 +32,15 @@ type Fake struct {
 	// Config.RemoveUnheld as the engine's pruner does (refusing, as the
 	// engine does, an image a workload uses by then).
 	Images bool
-	// AfterPull, when set, runs once Pull put its image on the fake
-	// engine, before Pull returns: a pruner pass may come in between.
+	// Unlisted are images every Compose project's services name besides
+	// those its compose.up lists: ComposeImages reports them with the
+	// listed ones, Up pulls them before it starts (as the engine's Up pulls
+	// every service's image; AfterPull runs after each) and its container
+	// uses them.
+	Unlisted []nodeapi.ImagePull
+	// AfterPull, when set, runs once Pull (or Up, for Unlisted) put its
+	// image on the fake engine, before it goes on: a pruner pass may come
+	// in between.
 	AfterPull func(ref string)
 	// BeforePrune, when set, runs once Housekeep decided to remove an
 	// image, before it removes it: a run may take its hold in between.
@@ -119,6 +126,10 @@ func (f *Fake) Pull(_ context.Context, p nodeapi.ImagePull) (string, error) {
 	if err := f.call("Pull"); err != nil {
 		return "", err
 	}
+	return f.pull(p), nil
+}
+
+func (f *Fake) pull(p nodeapi.ImagePull) string {
 	ref := p.Repository + "@" + p.Digest
 	f.mu.Lock()
 	if f.Images {
@@ -131,7 +142,7 @@ func (f *Fake) Pull(_ context.Context, p nodeapi.ImagePull) (string, error) {
 	if f.AfterPull != nil {
 		f.AfterPull(ref)
 	}
-	return ref, nil
+	return ref
 }
 
 func (f *Fake) start(o driver.Owner, name, project string, images []nodeapi.ImagePull) (nodeapi.RunOutput, error) {
@@ -170,11 +181,26 @@ func (f *Fake) Run(_ context.Context, o driver.Owner, r nodeapi.ContainerRun) (n
 	return f.start(o, r.Name, "", []nodeapi.ImagePull{r.Image})
 }
 
+// ComposeImages lists the images u lists and Unlisted.
+func (f *Fake) ComposeImages(_ context.Context, u nodeapi.ComposeUp) ([]string, error) {
+	if err := f.call("ComposeImages"); err != nil {
+		return nil, err
+	}
+	var refs []string
+	for _, ip := range append(slices.Clone(u.Images), f.Unlisted...) {
+		refs = append(refs, ip.Repository+"@"+ip.Digest)
+	}
+	return refs, nil
+}
+
 func (f *Fake) Up(_ context.Context, o driver.Owner, u nodeapi.ComposeUp) (nodeapi.RunOutput, error) {
 	if err := f.call("Up"); err != nil {
 		return nodeapi.RunOutput{}, err
 	}
-	return f.start(o, u.Project, u.Project, u.Images)
+	for _, ip := range f.Unlisted {
+		f.pull(ip)
+	}
+	return f.start(o, u.Project, u.Project, append(slices.Clone(u.Images), f.Unlisted...))
 }
 
 func matches(w nodeapi.Workload, ref nodeapi.ContainerRef) bool {
