@@ -95,15 +95,44 @@ func WithIdempotencyKey(key string) RequestOption {
 	return func(r *http.Request) { r.Header.Set("X-Idempotency-Key", key) }
 }
 
+// WithIfMatch sets If-Match: the change is made only if the resource is
+// still at the version etag names (the ETag of the read it is based on);
+// otherwise the API answers 412 and nothing changes.
+func WithIfMatch(etag string) RequestOption {
+	return func(r *http.Request) { r.Header.Set("If-Match", etag) }
+}
+
 // Do sends a JSON request and decodes a JSON response into out (if non-nil).
 // POST and PUT get a fresh idempotency key unless one is given, so the
 // client's own retries are safe.
 func (c *Client) Do(ctx context.Context, method, path string, query url.Values, in, out any, opts ...RequestOption) error {
+	req, err := c.newRequest(ctx, method, path, query, in, opts)
+	if err != nil {
+		return err
+	}
+	return c.send(req, out, 64<<20)
+}
+
+// doWithHeader is Do for an operation whose answer carries a header the
+// caller needs (an ETag): it returns the answer's headers too.
+func (c *Client) doWithHeader(ctx context.Context, method, path string, in, out any, opts ...RequestOption) (http.Header, error) {
+	req, err := c.newRequest(ctx, method, path, nil, in, opts)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Header, decodeResponse(req, resp, out, 64<<20)
+}
+
+func (c *Client) newRequest(ctx context.Context, method, path string, query url.Values, in any, opts []RequestOption) (*http.Request, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		body = bytes.NewReader(b)
 	}
@@ -113,7 +142,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	}
 	req, err := http.NewRequestWithContext(ctx, method, u, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -125,7 +154,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	for _, o := range opts {
 		o(req)
 	}
-	return c.send(req, out, 64<<20)
+	return req, nil
 }
 
 // listQuery is a list's query: the parameters that are set, and limit when

@@ -8,6 +8,10 @@ import (
 // ProjectStorage is a project's blob and registry storage quotas with
 // what it uses.
 type ProjectStorage struct {
+	// ETag is the version of the project's quota overrides (the answer's
+	// ETag header): pass it to PutProjectStorageQuota with WithIfMatch so
+	// a change based on this read cannot overwrite one made since.
+	ETag      string          `json:"-"`
 	ProjectID string          `json:"project_id"`
 	Blobs     BlobStorage     `json:"blobs"`
 	Registry  RegistryStorage `json:"registry"`
@@ -49,14 +53,26 @@ type ProjectStorageQuotaInput struct {
 // Operation: getProjectStorage
 func (c *Client) GetProjectStorage(ctx context.Context, projectID string) (ProjectStorage, error) {
 	var out ProjectStorage
-	return out, c.Do(ctx, "GET", "/api/v1/projects/"+url.PathEscape(projectID)+"/storage", nil, nil, &out)
+	h, err := c.doWithHeader(ctx, "GET", "/api/v1/projects/"+url.PathEscape(projectID)+"/storage", nil, &out)
+	if err != nil {
+		return ProjectStorage{}, err
+	}
+	out.ETag = h.Get("ETag")
+	return out, nil
 }
 
 // PutProjectStorageQuota sets or clears a project's quota overrides
-// (platform admins only).
+// (platform admins only). With WithIfMatch(read.ETag) it is refused (an
+// *APIError with Status 412, Code "storage_quota_changed") when they
+// changed since that read; without it the last writer wins.
 //
 // Operation: putProjectStorageQuota
-func (c *Client) PutProjectStorageQuota(ctx context.Context, projectID string, in ProjectStorageQuotaInput) (ProjectStorage, error) {
+func (c *Client) PutProjectStorageQuota(ctx context.Context, projectID string, in ProjectStorageQuotaInput, opts ...RequestOption) (ProjectStorage, error) {
 	var out ProjectStorage
-	return out, c.Do(ctx, "PUT", "/api/v1/projects/"+url.PathEscape(projectID)+"/storage/quota", nil, in, &out)
+	h, err := c.doWithHeader(ctx, "PUT", "/api/v1/projects/"+url.PathEscape(projectID)+"/storage/quota", in, &out, opts...)
+	if err != nil {
+		return ProjectStorage{}, err
+	}
+	out.ETag = h.Get("ETag")
+	return out, nil
 }

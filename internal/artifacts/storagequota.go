@@ -2,7 +2,11 @@ package artifacts
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -93,6 +97,10 @@ type StorageQuotaInput struct {
 
 // StorageView is a project's storage quotas and what it uses of them.
 type StorageView struct {
+	// ETag is the version of the project's quota overrides this view was
+	// read with (the ETag header, not in the body): a PUT with it in
+	// If-Match is refused if they changed since.
+	ETag      string              `json:"-"`
 	ProjectID string              `json:"project_id"`
 	Blobs     BlobStorageView     `json:"blobs"`
 	Registry  RegistryStorageView `json:"registry"`
@@ -148,7 +156,7 @@ func (s *Service) viewStorage(ctx context.Context, q Queries, o StorageQuota) (S
 	if err != nil {
 		return StorageView{}, err
 	}
-	return StorageView{ProjectID: o.ProjectID,
+	return StorageView{ProjectID: o.ProjectID, ETag: StorageQuotaETag(o),
 		Blobs: BlobStorageView{QuotaView: quotaView(o.BlobBytes, s.BlobQuota, blobs.Registered+blobs.Unregistered+blobs.Uploading),
 			RegisteredBytes: blobs.Registered, UnregisteredBytes: blobs.Unregistered, UploadingBytes: blobs.Uploading},
 		Registry: RegistryStorageView{QuotaView: quotaView(o.RegistryBytes, s.RegistryQuota, committed+held),
@@ -165,10 +173,32 @@ func quotaView(override *int64, platform, used int64) QuotaView {
 	return v
 }
 
+// StorageQuotaETag is the entity tag of a project's quota overrides. It is
+// taken from the two values rather than from a counter or updated_at: it
+// changes whenever either does, a project without a row has one too, and
+// clearing then setting the same values again yields the same tag, which
+// is right, since a change based on those values then loses nothing.
+func StorageQuotaETag(o StorageQuota) string {
+	text := func(v *int64) string {
+		if v == nil {
+			return "none"
+		}
+		return strconv.FormatInt(*v, 10)
+	}
+	sum := sha256.Sum256([]byte("blob=" + text(o.BlobBytes) + ";registry=" + text(o.RegistryBytes)))
+	return `"sq-` + hex.EncodeToString(sum[:12]) + `"`
+}
+
 // SetStorageQuota replaces the project's quota overrides (platform admins
 // only), audited. A quota below what the project holds is allowed: its
 // next writes are refused, and nothing it holds is deleted.
-func (s *Service) SetStorageQuota(ctx context.Context, g *iam.Grants, projectID string, in StorageQuotaInput) (StorageView, error) {
+//
+// ifMatch is the request's If-Match entity tags (nil: no precondition,
+// the last writer wins): unless one of them is the overrides' ETag now
+// (or "*"), nothing changes and the answer is a PreconditionFailed error,
+// so an admin who read the quotas, then changed one, does not silently
+// overwrite what another admin set in between.
+func (s *Service) SetStorageQuota(ctx context.Context, g *iam.Grants, projectID string, in StorageQuotaInput, ifMatch []string) (StorageView, error) {
 	// Only a platform admin holds platform.admin: a project's own admins
 	// must not raise their own quota.
 	p, err := s.IAM.Project(ctx, g, projectID, iam.PermPlatformAdminOnly)
@@ -192,14 +222,25 @@ func (s *Service) SetStorageQuota(ctx context.Context, g *iam.Grants, projectID 
 		UpdatedBy: actor(ctx), UpdatedAt: s.Now().UTC()}
 	var out StorageView
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
+		// The project's usage lock (the one the quota checks read the
+		// override under) makes two changes take turns, so the second
+		// compares its If-Match with what the first wrote, even where
+		// the project has no override row yet to lock.
+		if err := tx.LockProjectBlobUsage(ctx, p.ID); err != nil {
+			return err
+		}
 		cur, err := tx.GetStorageQuota(ctx, p.ID)
 		var before any
 		switch {
 		case errors.Is(err, storage.ErrNotFound):
+			cur = StorageQuota{ProjectID: p.ID}
 		case err != nil:
 			return err
 		default:
 			before = storageQuotaState(cur)
+		}
+		if err := checkIfMatch(ifMatch, StorageQuotaETag(cur), p.ID); err != nil {
+			return err
 		}
 		if o.BlobBytes == nil && o.RegistryBytes == nil {
 			err = tx.DeleteStorageQuota(ctx, p.ID)
@@ -220,4 +261,22 @@ func (s *Service) SetStorageQuota(ctx context.Context, g *iam.Grants, projectID 
 
 func storageQuotaState(o StorageQuota) map[string]any {
 	return map[string]any{"project_id": o.ProjectID, "blob_quota_bytes": o.BlobBytes, "registry_quota_bytes": o.RegistryBytes}
+}
+
+// checkIfMatch refuses a change whose If-Match names none of the current
+// tag (strong comparison; "*" matches any, since the quotas always exist).
+func checkIfMatch(ifMatch []string, etag, projectID string) error {
+	if ifMatch == nil {
+		return nil
+	}
+	for _, t := range ifMatch {
+		if t == "*" || t == etag {
+			return nil
+		}
+	}
+	return errdefs.PreconditionFailed("storage_quota_changed",
+		"the project's storage quota changed since it was read (If-Match %s, now %s), so nothing was changed: "+
+			"read it again (gpuaas project storage, or GET /api/v1/projects/%s/storage), check the quotas in force "+
+			"and repeat the change with the ETag of that answer", strings.Join(ifMatch, ", "), etag, projectID).
+		WithDetails(map[string]any{"etag": etag})
 }

@@ -29,6 +29,11 @@ const (
 	KindRateLimited
 	KindUnavailable
 	KindGone // a resource (or resume point) that existed and has expired
+	// KindPreconditionFailed: the request's own precondition (If-Match)
+	// no longer holds: what it was based on changed since it was read.
+	// Unlike KindFailedPrecondition (the server's state refuses the
+	// change, 409), the client asked for the check, so it gets 412.
+	KindPreconditionFailed
 )
 
 // Sentinels for errors.Is checks, usable across layers (the store returns them).
@@ -96,6 +101,9 @@ func Unprocessable(code, format string, args ...any) *Error {
 }
 func Gone(code, format string, args ...any) *Error {
 	return newf(KindGone, code, format, args...)
+}
+func PreconditionFailed(code, format string, args ...any) *Error {
+	return newf(KindPreconditionFailed, code, format, args...)
 }
 func Unauthenticated(code, format string, args ...any) *Error {
 	return newf(KindUnauthenticated, code, format, args...)

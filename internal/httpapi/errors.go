@@ -25,6 +25,7 @@ var statusOf = map[errdefs.Kind]int{
 	errdefs.KindUnavailable:        http.StatusServiceUnavailable,
 	errdefs.KindInternal:           http.StatusInternalServerError,
 	errdefs.KindGone:               http.StatusGone,
+	errdefs.KindPreconditionFailed: http.StatusPreconditionFailed,
 }
 
 // unavailableRetrySeconds is the Retry-After of a 503 while the database is

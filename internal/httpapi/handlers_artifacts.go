@@ -448,6 +448,9 @@ func (a *API) projectStorage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The ETag versions the quota overrides only (the use beside them
+	// changes all the time): it is what a PUT's If-Match is checked with.
+	w.Header().Set("ETag", v.ETag)
 	writeJSON(w, http.StatusOK, v)
 	return nil
 }
@@ -457,10 +460,25 @@ func (a *API) putStorageQuota(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	v, err := a.Artifacts.SetStorageQuota(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), in)
+	v, err := a.Artifacts.SetStorageQuota(r.Context(), grantsFrom(r.Context()), r.PathValue("project_id"), in, ifMatch(r))
 	if err != nil {
 		return err
 	}
+	w.Header().Set("ETag", v.ETag)
 	writeJSON(w, http.StatusOK, v)
 	return nil
+}
+
+// ifMatch is the request's If-Match entity tags, nil without the header
+// (a list may come in one header or several).
+func ifMatch(r *http.Request) []string {
+	var tags []string
+	for _, v := range r.Header.Values("If-Match") {
+		for _, t := range strings.Split(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				tags = append(tags, t)
+			}
+		}
+	}
+	return tags
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gpuaas/gpuaas/internal/servertest"
@@ -35,12 +36,39 @@ func testProjectStorageQuotaOverride(t *testing.T, d store.Dialect) {
 	r := admin.Do("GET", storagePath(a), nil).Want(t, 200)
 	wantQuota(t, r, "blobs", nil, "platform", 0)
 	wantQuota(t, r, "registry", nil, "platform", 0)
+	staleTag := r.Header.Get("ETag")
 
+	// Without If-Match a PUT is made whatever the quotas are now.
 	blobQ, regQ := int64(1000), int64(20_000)
 	r = admin.Do("PUT", storagePath(a)+"/quota", map[string]any{"blob_quota_bytes": blobQ, "registry_quota_bytes": regQ}).Want(t, 200)
 	wantQuota(t, r, "blobs", &blobQ, "project", 0)
 	wantQuota(t, r, "registry", &regQ, "project", 0)
 	wantStorageAudit(t, s, a, nil, map[string]any{"project_id": a, "blob_quota_bytes": float64(blobQ), "registry_quota_bytes": float64(regQ)})
+	tag := r.Header.Get("ETag")
+	if staleTag == "" || tag == "" || tag == staleTag || admin.Do("GET", storagePath(a), nil).Want(t, 200).Header.Get("ETag") != tag {
+		t.Fatalf("ETag before the change %q, of the PUT %q: want two tags, the GET's after the PUT the PUT's", staleTag, tag)
+	}
+
+	// A change based on the read from before that PUT (If-Match: its
+	// ETag) is refused, 412, and changes nothing; one based on the
+	// current read goes through.
+	audits := countStorageAudits(t, s, a)
+	r = admin.Do("PUT", storagePath(a)+"/quota", map[string]any{"blob_quota_bytes": 5}, "If-Match", staleTag)
+	if r.Status != 412 || r.ErrorCode() != "storage_quota_changed" ||
+		!strings.Contains(string(r.Body), "changed since it was read") || r.JSON["error"].(map[string]any)["details"].(map[string]any)["etag"] != tag {
+		t.Fatalf("PUT with a stale If-Match: %d %s", r.Status, r.Body)
+	}
+	r = admin.Do("GET", storagePath(a), nil).Want(t, 200)
+	wantQuota(t, r, "blobs", &blobQ, "project", 0)
+	wantQuota(t, r, "registry", &regQ, "project", 0)
+	if n := countStorageAudits(t, s, a); n != audits {
+		t.Fatalf("a refused change was audited: %d quota changes, want %d", n, audits)
+	}
+	r = admin.Do("PUT", storagePath(a)+"/quota", map[string]any{"blob_quota_bytes": blobQ, "registry_quota_bytes": regQ}, "If-Match", `"other", `+tag).Want(t, 200)
+	wantQuota(t, r, "blobs", &blobQ, "project", 0)
+	if r.Header.Get("ETag") != tag {
+		t.Fatalf("the same quotas again changed the ETag: %q, was %q", r.Header.Get("ETag"), tag)
+	}
 
 	// Blob storage: the same upload is refused in A, taken in B.
 	data := patterned(1, 1500)
@@ -155,4 +183,14 @@ func wantStorageAudit(t *testing.T, s *servertest.Server, p string, before, afte
 			t.Fatalf("audit %s = %v, want %v", name, got, c.want)
 		}
 	}
+}
+
+// countStorageAudits is how many quota changes of project p were audited.
+func countStorageAudits(t *testing.T, s *servertest.Server, p string) int {
+	t.Helper()
+	evs, _, err := s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{Action: "artifact.storage_quota.put", ResourceID: p}, store.Page{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(evs)
 }
