@@ -1,12 +1,12 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
-	"math"
-	"strconv"
-	"strings"
+	"net/http"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/internal/bytesize"
 	"github.com/spf13/cobra"
 )
 
@@ -71,7 +71,20 @@ it holds stays, and its next uploads or pushes are refused.`,
 			if !cmd.Flags().Changed("registry-quota") && !clearRegistry && cur.Registry.QuotaSource == "project" {
 				in.RegistryQuotaBytes = cur.Registry.QuotaBytes
 			}
-			v, err := c.PutProjectStorageQuota(cmd.Context(), project, in)
+			// If-Match from the read: an override another admin set
+			// between the read and this PUT is not silently put back.
+			var opts []client.RequestOption
+			if cur.ETag != "" {
+				opts = append(opts, client.WithIfMatch(cur.ETag))
+			}
+			v, err := c.PutProjectStorageQuota(cmd.Context(), project, in, opts...)
+			var apiErr *client.APIError
+			if errors.As(err, &apiErr) && apiErr.Status == http.StatusPreconditionFailed {
+				// The server's message speaks of ETags; here the next step
+				// is simply this command again, which reads afresh.
+				apiErr.Message = "the project's storage quotas changed (another admin?) while this command ran, so nothing was changed: " +
+					"see them with gpuaas project storage, then run gpuaas project storage set again"
+			}
 			if err != nil {
 				return err
 			}
@@ -95,44 +108,9 @@ func sizeFlag(cmd *cobra.Command, name, value string, clear bool) (*int64, error
 	if clear {
 		return nil, usageError{fmt.Sprintf("--%s and --clear-%s cannot go together", name, name)}
 	}
-	n, err := parseSize(value)
+	n, err := bytesize.Parse(value)
 	if err != nil {
 		return nil, usageError{fmt.Sprintf("--%s %q: %v", name, value, err)}
 	}
 	return &n, nil
-}
-
-var sizeUnits = map[string]float64{
-	"": 1, "b": 1,
-	"k": 1e3, "kb": 1e3, "m": 1e6, "mb": 1e6, "g": 1e9, "gb": 1e9, "t": 1e12, "tb": 1e12, "p": 1e15, "pb": 1e15,
-	"ki": 1 << 10, "kib": 1 << 10, "mi": 1 << 20, "mib": 1 << 20, "gi": 1 << 30, "gib": 1 << 30,
-	"ti": 1 << 40, "tib": 1 << 40, "pi": 1 << 50, "pib": 1 << 50,
-}
-
-// parseSize reads a byte count as people type it: 1048576, 500MB, 10GiB,
-// 1.5 TB (decimal units are powers of 1000, binary ones of 1024; the
-// unit's case does not matter).
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
-	if i < 0 {
-		i = len(t)
-	}
-	num, unit := t[:i], strings.ToLower(strings.TrimSpace(t[i:]))
-	mult, ok := sizeUnits[unit]
-	if num == "" || !ok {
-		return 0, fmt.Errorf("want a number of bytes with an optional unit, such as 500MB or 10GiB")
-	}
-	if mult == 1 && !strings.Contains(num, ".") {
-		return strconv.ParseInt(num, 10, 64)
-	}
-	f, err := strconv.ParseFloat(num, 64)
-	if err != nil {
-		return 0, fmt.Errorf("want a number of bytes with an optional unit, such as 500MB or 10GiB")
-	}
-	n := math.Round(f * mult)
-	if n >= math.MaxInt64 {
-		return 0, fmt.Errorf("larger than %d bytes", int64(math.MaxInt64))
-	}
-	return int64(n), nil
 }

@@ -2,26 +2,15 @@ package cli
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/gpuaas/gpuaas/client"
 )
-
-func TestParseSize(t *testing.T) {
-	for in, want := range map[string]int64{
-		"0": 0, "1048576": 1048576, "500MB": 500_000_000, "10GiB": 10 << 30, "10gib": 10 << 30,
-		"1.5 TB": 1_500_000_000_000, "2KiB": 2048, "7b": 7, "1.5GiB": 3 << 29,
-	} {
-		if got, err := parseSize(in); err != nil || got != want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "-1", "GiB", "10 parsecs", "1.2.3GB", "9999999PiB", "99999999999999999999"} {
-		if got, err := parseSize(in); err == nil {
-			t.Errorf("parseSize(%q) = %d, want an error", in, got)
-		}
-	}
-}
 
 // `project storage set` changes only the quota it names (the request
 // replaces both, so the CLI carries the other over), and --clear-… puts
@@ -55,5 +44,52 @@ func TestProjectStorageCommands(t *testing.T) {
 		if code, _, stderr := c.run("", append([]string{"project", "storage", "set"}, args...)...); code != exitUsage {
 			t.Fatalf("project storage set %v: exit %d, want %d\n%s", args, code, exitUsage, stderr)
 		}
+	}
+}
+
+// `project storage set` sends the ETag of its read as If-Match, so a quota
+// another admin sets between the CLI's read and its PUT stands: the CLI
+// changes nothing and says so (exit 1), instead of putting back the value
+// it read. The other admin's change is made by a proxy in front of the
+// server, at the moment the CLI's PUT reaches it.
+func TestProjectStorageSetRefusesAChangeMadeSinceItsRead(t *testing.T) {
+	c := loginCLI(t)
+	admin := c.s.Admin()
+	quotaPath := "/api/v1/projects/" + c.s.Creds.ProjectID + "/storage/quota"
+	c.must("project", "storage", "set", "--registry-quota", "1GB")
+
+	target, err := url.Parse(c.s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var sentIfMatch string
+	var between int
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPut {
+			sentIfMatch = r.Header.Get("If-Match")
+			between = admin.Do("PUT", quotaPath, map[string]any{"blob_quota_bytes": 5, "registry_quota_bytes": 7}).Status
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+
+	code, _, stderr := c.run("", "project", "storage", "set", "--blob-quota", "10GiB", "--api-url", front.URL, "--token", admin.Token)
+	if between != 200 {
+		t.Fatalf("the other admin's change: %d", between)
+	}
+	if sentIfMatch == "" {
+		t.Fatalf("project storage set sent no If-Match (exit %d)\n%s", code, stderr)
+	}
+	if code != exitError || !strings.Contains(stderr, "changed (another admin?) while this command ran, so nothing was changed") ||
+		!strings.Contains(stderr, "storage_quota_changed (HTTP 412)") {
+		t.Fatalf("exit %d, want %d with the 412 explained:\n%s", code, exitError, stderr)
+	}
+	var v client.ProjectStorage
+	if err := json.Unmarshal([]byte(c.must("project", "storage", "-o", "json")), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Blobs.QuotaBytes == nil || *v.Blobs.QuotaBytes != 5 || v.Registry.QuotaBytes == nil || *v.Registry.QuotaBytes != 7 {
+		t.Fatalf("the other admin's quotas were overwritten: %+v", v)
 	}
 }
