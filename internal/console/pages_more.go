@@ -25,6 +25,8 @@ func (c *Console) extraRoutes(m *http.ServeMux) {
 	m.HandleFunc("GET /usage.csv", c.signedIn(c.usageCSV))
 	m.HandleFunc("GET /budgets", c.signedIn(c.budget))
 	m.HandleFunc("POST /budgets", c.signedIn(c.putBudget))
+	m.HandleFunc("GET /storage", c.signedIn(c.storage))
+	m.HandleFunc("POST /storage", c.signedIn(c.putStorageQuota))
 	m.HandleFunc("GET /admin/nodes", c.signedIn(c.nodes))
 	m.HandleFunc("GET /admin/audit", c.signedIn(c.audit))
 }
