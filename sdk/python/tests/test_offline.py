@@ -11,7 +11,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 
-from gpuaas_sdk import AuthenticationError, Client, KeyFile, ServiceAccountCredentials, StaticToken
+from gpuaas_sdk import (AuthenticationError, Client, KeyFile, PreconditionFailed, ServiceAccountCredentials,
+                        StaticToken)
 
 
 def _key() -> KeyFile:
@@ -234,3 +235,36 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert parse_retry_after("Mon, 07 Dec 2026 12:00:30 GMT", now) == 30.0
     assert parse_retry_after("Mon, 07 Dec 2026 11:00:00 GMT", now) == 0.0
     assert parse_retry_after("soon", now) is None and parse_retry_after(None, now) is None
+
+
+def test_storage_quota_change_sends_if_match_and_a_stale_one_raises() -> None:
+    """get_project_storage hands back the ETag; set_project_storage_quota
+    sends it as If-Match and both overrides (a None one as null, the
+    platform's default); a 412 is PreconditionFailed with the version now."""
+    puts: list[httpx.Request] = []
+    view = {"project_id": "p-1",
+            "blobs": {"quota_bytes": 1024, "quota_source": "project", "used_bytes": 0, "over_quota": False},
+            "registry": {"quota_bytes": None, "quota_source": "platform", "used_bytes": 0, "over_quota": False}}
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        assert req.url.path in ("/api/v1/projects/p-1/storage", "/api/v1/projects/p-1/storage/quota")
+        if req.method == "GET":
+            return httpx.Response(200, json=view, headers={"ETag": '"sq-1"'})
+        puts.append(req)
+        if req.headers.get("If-Match", '"sq-1"') != '"sq-1"':
+            return httpx.Response(412, json={"error": {"code": "storage_quota_changed", "message": "changed since it was read",
+                                                       "correlation_id": "c-2", "details": {"etag": '"sq-2"'}}})
+        return httpx.Response(200, json=view, headers={"ETag": '"sq-2"'})
+
+    c = Client("http://api.test", StaticToken("t"), transport=httpx.MockTransport(handler))
+    s = c.get_project_storage("p-1")
+    assert s["etag"] == '"sq-1"' and s["blobs"]["quota_bytes"] == 1024
+    out = c.set_project_storage_quota("p-1", blob_quota_bytes=s["blobs"]["quota_bytes"], registry_quota_bytes=None,
+                                      if_match=s["etag"])
+    assert out["etag"] == '"sq-2"'
+    assert json.loads(puts[0].content) == {"blob_quota_bytes": 1024, "registry_quota_bytes": None}
+    with pytest.raises(PreconditionFailed) as e:
+        c.set_project_storage_quota("p-1", blob_quota_bytes=5, if_match='"sq-0"')
+    assert e.value.status == 412 and e.value.code == "storage_quota_changed" and e.value.details["etag"] == '"sq-2"'
+    c.set_project_storage_quota("p-1", registry_quota_bytes=7)
+    assert "If-Match" not in puts[-1].headers, "without if_match no precondition is sent"

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from gpuaas_sdk import (AuthenticationError, Client, Event, InvalidRequest, KeyFile, NotFound, PermissionDenied, RuntimeEvent,
-                        ServiceAccountCredentials, UsageReporter)
+from gpuaas_sdk import (AuthenticationError, Client, Event, InvalidRequest, KeyFile, NotFound, PermissionDenied,
+                        PreconditionFailed, RuntimeEvent, ServiceAccountCredentials, UsageReporter)
 
 APP = os.environ.get("GPUAAS_TEST_APP", "sdk-app")
 
@@ -27,6 +27,25 @@ def test_sign_in_and_typed_errors(dev: dict[str, Any], admin: Client, project: s
     with pytest.raises(InvalidRequest) as inv:
         admin.preview_launch(project, APP, "1.0.0", resources={"gpu_count": 9})
     assert any(f["field"] == "/resources/gpu_count" for f in inv.value.field_errors), inv.value.field_errors
+
+
+def test_storage_quota_with_if_match(admin: Client) -> None:
+    """A quota change based on a read made before another change is refused
+    (412, nothing changes); one based on the current read goes through.
+    In a project of its own, so no other test's uploads meet the quota."""
+    org = admin.list_orgs()[0]["id"]
+    slug = "sdk-quota-" + uuid.uuid4().hex[:8]
+    p = admin.request("POST", f"/api/v1/orgs/{org}/projects", json={"slug": slug, "name": slug})["id"]
+    before = admin.get_project_storage(p)
+    assert before["blobs"]["quota_source"] == "platform" and before["etag"]
+    after = admin.set_project_storage_quota(p, blob_quota_bytes=10 << 30)
+    assert after["blobs"]["quota_bytes"] == 10 << 30 and after["blobs"]["quota_source"] == "project"
+    with pytest.raises(PreconditionFailed) as e:
+        admin.set_project_storage_quota(p, blob_quota_bytes=1, if_match=before["etag"])
+    assert e.value.code == "storage_quota_changed" and e.value.details["etag"] == after["etag"]
+    assert admin.get_project_storage(p)["blobs"]["quota_bytes"] == 10 << 30
+    cleared = admin.set_project_storage_quota(p, if_match=after["etag"])
+    assert cleared["blobs"]["quota_source"] == "platform" and cleared["blobs"]["quota_bytes"] is None
 
 
 def test_service_account_tokens_are_cached_and_renewed(dev: dict[str, Any], admin: Client, project: str) -> None:

@@ -3,10 +3,10 @@
 from .client import Client, Event, RuntimeEvent, UsageEvent
 from .credentials import KeyFile, ServiceAccountCredentials, StaticToken, sign_assertion
 from .errors import (AuthenticationError, Conflict, GpuaasError, InvalidRequest, NotFound, PermissionDenied,
-                     RateLimited, ServerError, Unavailable)
+                     PreconditionFailed, RateLimited, ServerError, Unavailable)
 from .usage import UsageReporter
 
 __all__ = ["Client", "Event", "RuntimeEvent", "UsageEvent", "KeyFile", "ServiceAccountCredentials", "StaticToken", "sign_assertion",
            "GpuaasError", "InvalidRequest", "AuthenticationError", "PermissionDenied", "NotFound", "Conflict",
-           "RateLimited", "Unavailable", "ServerError", "UsageReporter"]
+           "PreconditionFailed", "RateLimited", "Unavailable", "ServerError", "UsageReporter"]
 __version__ = "0.1.0"

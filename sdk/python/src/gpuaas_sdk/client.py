@@ -180,6 +180,16 @@ class Client:
         the typed error of a refusal. Changes carry an idempotency key, so a
         retried request never acts twice; with ``retry_rate_limited`` a 429
         (or 503) is waited out and sent again with the same key."""
+        r = self._answer(method, path, json=json, params=params, content=content, headers=headers,
+                         authenticated=authenticated, idempotent=idempotent, idempotency_key=idempotency_key)
+        if not r.content:
+            return None
+        return r.json()
+
+    def _answer(self, method: str, path: str, *, json: Any = None, params: dict[str, Any] | None = None,
+                content: bytes | None = None, headers: dict[str, str] | None = None, authenticated: bool = True,
+                idempotent: bool = True, idempotency_key: str | None = None) -> httpx.Response:
+        """request, returning the whole answer (for its headers: an ETag)."""
         h = dict(headers or {})
         h["X-Request-ID"] = str(uuid.uuid4())
         if method in ("POST", "PUT") and idempotent:
@@ -199,9 +209,7 @@ class Client:
             except ValueError:
                 body = r.text
             raise errors.from_response(r.status_code, body, r.headers)
-        if not r.content:
-            return None
-        return r.json()
+        return r
 
     def _send(self, method: str, path: str, h: dict[str, str], *, json: Any, params: dict[str, Any] | None,
               content: bytes | None, authenticated: bool) -> httpx.Response:
@@ -260,6 +268,33 @@ class Client:
                          json={"name": name, "slug": slug, "roles": roles or []})
         return a, KeyFile(service_account_id=a["id"], key_id=a["key_id"], private_key_pem=a["private_key_pem"],
                           project_id=a.get("project_id", project_id), token_url=a.get("token_url", ""))
+
+    # ---- storage quotas -----------------------------------------------
+
+    def get_project_storage(self, project_id: str) -> dict[str, Any]:
+        """The project's blob and registry quotas in force (``quota_bytes``
+        None: none; ``quota_source`` "project" or "platform"), what it uses
+        and ``over_quota``, with ``etag`` added: the version of the
+        project's quota overrides, for ``set_project_storage_quota(if_match=…)``."""
+        r = self._answer("GET", f"/api/v1/projects/{project_id}/storage")
+        return {**r.json(), "etag": r.headers.get("ETag", "")}
+
+    def set_project_storage_quota(self, project_id: str, *, blob_quota_bytes: int | None = None,
+                                  registry_quota_bytes: int | None = None, if_match: str | None = None,
+                                  idempotency_key: str | None = None) -> dict[str, Any]:
+        """Sets or clears the project's quota overrides (platform admins only).
+        Both are replaced: None puts that quota back to the platform's
+        default, 0 means nothing more may be stored. To change one and keep
+        the other, read them with ``get_project_storage`` and pass its
+        ``etag`` as ``if_match``: if another admin changed them since, this
+        raises ``PreconditionFailed`` and changes nothing. Without
+        ``if_match`` the last writer wins. The answer is the project's
+        storage as after the change, with its new ``etag``."""
+        headers = {"If-Match": if_match} if if_match else None
+        r = self._answer("PUT", f"/api/v1/projects/{project_id}/storage/quota",
+                         json={"blob_quota_bytes": blob_quota_bytes, "registry_quota_bytes": registry_quota_bytes},
+                         headers=headers, idempotency_key=idempotency_key)
+        return {**r.json(), "etag": r.headers.get("ETag", "")}
 
     # ---- catalog ------------------------------------------------------
 

@@ -50,6 +50,12 @@ class Conflict(GpuaasError):
     """409: the resource is busy or in the wrong state."""
 
 
+class PreconditionFailed(GpuaasError):
+    """412: the change was based on a read (its ``If-Match``) that is no
+    longer current; nothing changed. Read again and decide afresh;
+    ``details["etag"]`` is the version now."""
+
+
 class RateLimited(GpuaasError):
     """429: slow down; ``retry_after`` seconds, when the server said."""
 
@@ -68,7 +74,7 @@ class ServerError(GpuaasError):
 
 _BY_STATUS: dict[int, type[GpuaasError]] = {
     400: InvalidRequest, 422: InvalidRequest, 401: AuthenticationError, 403: PermissionDenied,
-    404: NotFound, 409: Conflict, 429: RateLimited, 503: Unavailable,
+    404: NotFound, 409: Conflict, 412: PreconditionFailed, 429: RateLimited, 503: Unavailable,
 }
 
 
