@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// RecountRegistries runs the registry recounts of one hold sweeper pass.
+// RecountRegistries runs one pass of the registry recount job.
 func (s *Service) RecountRegistries(ctx context.Context) error { return s.recountRegistries(ctx) }
 
 // AttachRecountReader attaches a registry whose recounts read the

@@ -166,7 +166,7 @@ func (a registryAuthz) CommitBlobs(ctx context.Context, repository, hold string,
 }
 
 // ManifestDeleted implements registry.UploadQuota: the project's blobs are
-// recounted now, by the hold sweeper's next pass on this replica (kicked)
+// recounted now, by the recount job's next pass on this replica (kicked)
 // or any other.
 func (a registryAuthz) ManifestDeleted(ctx context.Context, repository string) error {
 	pid, err := a.s.Store.Read().RepositoryProject(ctx, repository)
@@ -179,7 +179,7 @@ func (a registryAuthz) ManifestDeleted(ctx context.Context, repository string) e
 	if err := a.s.Store.InTx(ctx, func(q Queries) error { return q.ScheduleRegistryRecount(ctx, pid, a.s.Now()) }); err != nil {
 		return err
 	}
-	if w := a.s.registrySweep; w != nil {
+	if w := a.s.registryRecount; w != nil {
 		w.Kick()
 	}
 	return nil

@@ -34,6 +34,15 @@ const registryTokenMaxTTL = time.Hour
 // registryHoldSweepEvery is how often abandoned holds are looked for.
 const registryHoldSweepEvery = 10 * time.Minute
 
+// registryRecountEvery is how often each replica looks for projects due
+// for a recount (a delete also kicks it at once), and registryRecountPass
+// bounds one look: with each project's registryRecountTimeout, a pass
+// starts at least two projects before it leaves the rest due.
+const (
+	registryRecountEvery = 10 * time.Minute
+	registryRecountPass  = 5 * time.Minute
+)
+
 // RegistryHoldSweeper is the job that gives back the quota held by pushes
 // into the embedded registry that will never finish: a client killed or
 // cut off halfway through an upload, or a server that crashed in the
@@ -44,16 +53,23 @@ const registryHoldSweepEvery = 10 * time.Minute
 // stored data, so a late continuation finds no upload (the registry
 // answers BLOB_UPLOAD_UNKNOWN) and cannot commit bytes no longer counted.
 // A manifest's or a mount's hold (left by a crash) has no upload data and
-// is released by the same rule.
-//
-// The same pass gives back what deleted images held: see
-// recountRegistries.
+// is released by the same rule. What deleted images held is given back by
+// RegistryRecounter, a job of its own.
 func (s *Service) RegistryHoldSweeper() *worker.Periodic {
-	s.registrySweep = &worker.Periodic{Name: "registry-hold-sweeper", Interval: registryHoldSweepEvery, Timeout: 5 * time.Minute, Logger: s.Logger,
-		Run: func(ctx context.Context) error {
-			return errors.Join(s.sweepRegistryHolds(ctx), s.recountRegistries(ctx))
-		}}
-	return s.registrySweep
+	return &worker.Periodic{Name: "registry-hold-sweeper", Interval: registryHoldSweepEvery, Timeout: 5 * time.Minute, Logger: s.Logger,
+		Run: s.sweepRegistryHolds}
+}
+
+// RegistryRecounter is the job that gives back the registry quota of the
+// blobs deleted images leave unreferenced (recountRegistries), kicked by
+// each manifest delete. It is not the hold sweeper's: a pass of recounts
+// may take its whole bound reading manifests from the registry's storage,
+// and sharing a run would hold back the release of abandoned pushes for
+// as long (and a slow hold sweep would eat into the recounts' time).
+func (s *Service) RegistryRecounter() *worker.Periodic {
+	s.registryRecount = &worker.Periodic{Name: "registry-recount", Interval: registryRecountEvery, Timeout: registryRecountPass, Logger: s.Logger,
+		Run: s.recountRegistries}
+	return s.registryRecount
 }
 
 // sweepRegistryHolds releases every hold idle past RegistryHoldIdle.

@@ -36,7 +36,7 @@ func TestRegistryRecountOfASlowProjectHoldsUpNoOther(t *testing.T) {
 		})
 		pass := func() {
 			t.Helper()
-			// The sweeper's run is bounded; this one shorter than its 5
+			// The recount job's run is bounded; this one shorter than its 5
 			// minutes, as each project's bound is shorter than 2.
 			pctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 			defer cancel()
@@ -136,6 +136,56 @@ func TestRegistryRecountLeavesDueWhatThePassHasNoTimeFor(t *testing.T) {
 		}
 		if c := registryCounted(t, q, "fast"); c != 100 {
 			t.Fatalf("the project not started counts %d bytes; want 100", c)
+		}
+	})
+}
+
+// A recount pass that takes its whole bound reading manifests holds up
+// no sweep of abandoned pushes (nor the other way round): they are two
+// jobs, each with its own runs. When the recount shared the sweeper's
+// run, the sweep waited for every recount before it.
+func TestRegistryHoldSweepDoesNotWaitForARecount(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		// No deadline: a pass starts a project only with its whole bound
+		// (a minute here) left.
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_, _, s := recountFixture(t, db)
+		reading, release := make(chan struct{}, 1), make(chan struct{})
+		s.AttachRecountReader(time.Minute, func(ctx context.Context, _ []string, _ int) (map[string]bool, error) {
+			select {
+			case reading <- struct{}{}:
+			default:
+			}
+			select { // storage slow to answer, until the test lets it
+			case <-release:
+				return map[string]bool{}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		})
+		recounter, sweeper := s.RegistryRecounter(), s.RegistryHoldSweeper()
+		if err := recounter.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer recounter.Stop()
+		defer close(release)
+		select {
+		case <-reading:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the recount job never read a project's manifests")
+		}
+		if err := sweeper.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer sweeper.Stop()
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer wcancel()
+		if err := sweeper.WaitRuns(wctx, 1); err != nil {
+			t.Fatalf("the hold sweeper finished no run while a recount was reading: %v", err)
+		}
+		if n := recounter.Runs(); n != 0 {
+			t.Fatalf("the recount finished %d runs while its read was held; want 0", n)
 		}
 	})
 }

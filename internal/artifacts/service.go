@@ -79,9 +79,9 @@ type Deps struct {
 type Service struct {
 	Deps
 	reg atomic.Pointer[registryLink]
-	// registrySweep is the registry hold sweeper, kicked when a manifest
+	// registryRecount is the registry recount job, kicked when a manifest
 	// is deleted so its blobs are recounted at once (set at wiring).
-	registrySweep *worker.Periodic
+	registryRecount *worker.Periodic
 
 	usersMu sync.Mutex
 	users   []InstanceUsage

@@ -38,7 +38,7 @@ func TestRegistryQuotaGivesBackDeletedImages(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		ctx, s, clk, sweeper, host, intent := clockedQuotaRepos(t, d)
+		ctx, s, clk, recounter, host, intent := clockedQuotaRepos(t, d)
 		repoA, cA := intent("free-a")
 		repoB, cB := intent("free-b")
 
@@ -60,12 +60,12 @@ func TestRegistryQuotaGivesBackDeletedImages(t *testing.T) {
 
 		// The delete's recount keeps what was pushed just now: a push might
 		// be about to reference it.
-		dA := deleteImage(t, ctx, s, sweeper, host, repoA, imgA)
+		dA := deleteImage(t, ctx, s, recounter, host, repoA, imgA)
 		if c, h := regUsage(t, s); c != want || h != 0 {
 			t.Fatalf("right after the delete: %d committed, %d held; want %d, 0", c, h, want)
 		}
 		clk.Advance(artifacts.RegistryHoldIdle(s.App.Config.StreamTimeout) + time.Minute)
-		kickSweep(t, ctx, sweeper)
+		kickSweep(t, ctx, recounter)
 		// A's blobs are given back but the one B references too.
 		if c, h := regUsage(t, s); c != sizeB || h != 0 {
 			t.Fatalf("after the recount: %d committed, %d held; want %d (image B only), 0", c, h, sizeB)
@@ -94,24 +94,26 @@ func TestRegistryQuotaGivesBackDeletedImages(t *testing.T) {
 }
 
 // clockedQuotaRepos is clockedQuotaServer with what a test pushes with:
-// a context bounding it, the registry's host and intent, which opens a
-// repository of the dev project (or opens it again, with fresh
-// credentials) for an app slug.
-func clockedQuotaRepos(t *testing.T, d store.Dialect) (ctx context.Context, s *servertest.Server, clk *clock.Manual, sweeper *worker.Periodic,
+// a context bounding it, the server's registry recount job, the
+// registry's host and intent, which opens a repository of the dev project
+// (or opens it again, with fresh credentials) for an app slug.
+func clockedQuotaRepos(t *testing.T, d store.Dialect) (ctx context.Context, s *servertest.Server, clk *clock.Manual, recounter *worker.Periodic,
 	host string, intent func(slug string) (string, regCreds)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
-	s, clk, sweeper = clockedQuotaServer(t, ctx, d)
+	s, clk, _ = clockedQuotaServer(t, ctx, d)
+	recounter = s.App.RegistryRecounter()
 	host = s.Admin().Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
 	intent = func(slug string) (string, regCreds) {
 		return publishIntent(t, s.Admin(), s.Creds.ProjectID, map[string]any{"app_slug": slug, "app_version": "1.0.0", "artifact_name": "runtime"})
 	}
-	return ctx, s, clk, sweeper, host, intent
+	return ctx, s, clk, recounter, host, intent
 }
 
 // clockedQuotaServer starts a server with the registry quota of
-// quotaServer on a manual clock, once its registry hold sweeper has run.
+// quotaServer on a manual clock, once its registry hold sweeper and its
+// registry recount job have each run, and returns the sweeper.
 func clockedQuotaServer(t *testing.T, ctx context.Context, d store.Dialect) (*servertest.Server, *clock.Manual, *worker.Periodic) {
 	t.Helper()
 	clk := clock.NewManual(time.Now())
@@ -119,8 +121,10 @@ func clockedQuotaServer(t *testing.T, ctx context.Context, d store.Dialect) (*se
 		c.RegistryQuota, c.MaxRegistryBlob = testRegistryQuota, testMaxRegBlob
 	})
 	sweeper := s.App.RegistryHoldSweeper()
-	if err := sweeper.WaitRuns(ctx, 1); err != nil {
-		t.Fatal(err)
+	for _, w := range []*worker.Periodic{sweeper, s.App.RegistryRecounter()} {
+		if err := w.WaitRuns(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return s, clk, sweeper
 }
@@ -185,15 +189,16 @@ func writeImage(t *testing.T, ctx context.Context, host, repo string, rc regCred
 
 // deleteImage deletes the manifest of img from repo by digest with a
 // token granting delete, signed by the server's registry (the platform
-// issues none to its users), and waits for the recount the delete kicks
-// sweeper into. It returns the manifest's digest.
-func deleteImage(t *testing.T, ctx context.Context, s *servertest.Server, sweeper *worker.Periodic, host, repo string, img v1.Image) v1.Hash {
+// issues none to its users), and waits for the run of recounter (the
+// server's registry recount job) the delete kicks. It returns the
+// manifest's digest.
+func deleteImage(t *testing.T, ctx context.Context, s *servertest.Server, recounter *worker.Periodic, host, repo string, img v1.Image) v1.Hash {
 	t.Helper()
 	d, err := img.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := sweeper.Runs()
+	n := recounter.Runs()
 	tok, err := s.App.Registry().TokenHandler().Issue(registry.Subject{ID: "operator"},
 		[]registry.Scope{{Type: "repository", Name: repo, Actions: []string{registry.ActionDelete}}})
 	if err != nil {
@@ -202,7 +207,7 @@ func deleteImage(t *testing.T, ctx context.Context, s *servertest.Server, sweepe
 	req, _ := http.NewRequestWithContext(ctx, http.MethodDelete, "http://"+host+"/v2/"+repo+"/manifests/"+d.String(), nil)
 	req.Header.Set("Authorization", "Bearer "+tok.Token)
 	wantStatus(t, http.DefaultClient, req, http.StatusAccepted)
-	if err := sweeper.WaitRuns(ctx, n+1); err != nil {
+	if err := recounter.WaitRuns(ctx, n+1); err != nil {
 		t.Fatal(err)
 	}
 	return d
@@ -217,7 +222,7 @@ func TestRegistryQuotaFreePutOutlivesRecount(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		ctx, s, clk, sweeper, host, intent := clockedQuotaRepos(t, d)
+		ctx, s, clk, recounter, host, intent := clockedQuotaRepos(t, d)
 		repoA, cA := intent("put-a")
 		layerX := patterned(40, 50_000)
 		if err := pushLayer(ctx, host, repoA, cA, layerX); err != nil {
@@ -251,7 +256,7 @@ func TestRegistryQuotaFreePutOutlivesRecount(t *testing.T) {
 		waitUploadStored(t, ctx, s, repoA, loc)
 
 		// A manifest delete recounts now, X's PUT in flight.
-		deleteImage(t, ctx, s, sweeper, host, repoB, imgI)
+		deleteImage(t, ctx, s, recounter, host, repoB, imgI)
 		// Room for Y only if X was given back.
 		errY := pushLayer(ctx, host, repoB, cB, patterned(41, 50_000))
 

@@ -66,8 +66,9 @@ type App struct {
 	gateway  *gateway.Gateway // instance UIs on their own origins (issue 20)
 	// auditPruner deletes audit rows past --audit-retention.
 	auditPruner *worker.Periodic
-	// registryHolds releases the registry quota of abandoned pushes.
-	registryHolds *worker.Periodic
+	// registryHolds releases the registry quota of abandoned pushes;
+	// registryRecounts gives back what deleted images held.
+	registryHolds, registryRecounts *worker.Periodic
 	// guard runs the event workers and Workers while the schema is the
 	// binary's, and refuses changes while it is not (schemaguard.go).
 	guard *schemaGuard
@@ -177,7 +178,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	// Registry quota held by pushes that will never finish goes back to
 	// their projects (and their partial uploads go).
 	a.registryHolds = arts.RegistryHoldSweeper()
-	a.Workers = append(a.Workers, a.registryHolds)
+	// What deleted images held goes back to their projects, in a job of
+	// its own so that neither waits for the other.
+	a.registryRecounts = arts.RegistryRecounter()
+	a.Workers = append(a.Workers, a.registryHolds, a.registryRecounts)
 	cat := catalog.NewService(catalog.Deps{Store: store.Catalog(db), IAM: svc, Logger: logger, Now: now, ArtifactGate: arts})
 	a.Nodes = nodes.New(nodes.Deps{Store: store.Nodes(db), IAM: svc, Tokens: tokens, Sealer: seal, Logger: logger, Wake: wake, Now: now,
 		LaunchGate:   a.billing.svc,
@@ -393,3 +397,7 @@ func (a *App) AuditPruner() *worker.Periodic { return a.auditPruner }
 // RegistryHoldSweeper is the job that releases abandoned registry pushes'
 // quota (tests kick it and wait on its runs).
 func (a *App) RegistryHoldSweeper() *worker.Periodic { return a.registryHolds }
+
+// RegistryRecounter is the job that gives back the registry quota of
+// deleted images (tests wait on the run a delete kicks).
+func (a *App) RegistryRecounter() *worker.Periodic { return a.registryRecounts }
