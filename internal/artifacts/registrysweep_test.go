@@ -3,6 +3,7 @@ package artifacts_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/clock"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -188,6 +190,83 @@ func TestRegistryHoldSweepDoesNotWaitForARecount(t *testing.T) {
 			t.Fatalf("the recount finished %d runs while its read was held; want 0", n)
 		}
 	})
+}
+
+// A database failure in the middle of a project's recount (a failover, a
+// lost connection: the store answers storage.ErrUnavailable) is not the
+// project's: unlike its storage failing or its own deadline, it leaves
+// the project due, not put off for 2 hours 10 minutes, and the next pass,
+// the database back, recounts it. The pass goes on with the next project.
+func TestRegistryRecountAfterADatabaseFailureStaysDue(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		clk, q, _ := recountFixture(t, db)
+		flaky := &flakyQuotaStore{Store: store.Artifacts(db)}
+		s := artifacts.New(artifacts.Deps{Store: flaky, Now: clk.Now})
+		var failed atomic.Bool
+		s.AttachRecountReader(time.Second, func(ctx context.Context, repos []string, _ int) (map[string]bool, error) {
+			if slices.Contains(repos, "slow/app") && failed.CompareAndSwap(false, true) {
+				// The database goes away while the registry's storage is
+				// read, once: the recount's write, next, fails.
+				flaky.failNextLock.Store(true)
+			}
+			return map[string]bool{}, nil
+		})
+		start := clk.Now()
+		err := s.RecountRegistries(ctx)
+		if flaky.failNextLock.Load() {
+			t.Fatal("the recount never locked the project's quota: no database failure was injected")
+		}
+		if d := dueRecounts(t, q, start); !slices.Equal(d, []string{"slow"}) {
+			t.Fatalf("due right after a pass whose recount of slow met a database failure: %v; want [slow] (left due for the next pass, not put off; fast recounted)", d)
+		}
+		if !errors.Is(err, storage.ErrUnavailable) {
+			t.Fatalf("a pass whose recount met a database failure answered %v; want storage.ErrUnavailable", err)
+		}
+		if c := registryCounted(t, q, "slow"); c != 100 {
+			t.Fatalf("the project whose recount met a database failure counts %d bytes; want 100 (nothing given back)", c)
+		}
+		if c := registryCounted(t, q, "fast"); c != 0 {
+			t.Fatalf("the project after the one that met a database failure counts %d bytes; want 0", c)
+		}
+
+		// The database back, the next pass (10 minutes later, far short of
+		// the 2-hour retry) recounts it.
+		clk.Advance(10 * time.Minute)
+		if err := s.RecountRegistries(ctx); err != nil {
+			t.Fatalf("recount pass with the database back: %v", err)
+		}
+		if c := registryCounted(t, q, "slow"); c != 0 {
+			t.Fatalf("after the next pass, the project counts %d bytes; want 0", c)
+		}
+		if d := dueRecounts(t, q, clk.Now().Add(24*time.Hour)); len(d) != 0 {
+			t.Fatalf("recounts left after the next pass: %v", d)
+		}
+	})
+}
+
+// flakyQuotaStore is the artifacts store on a real database whose next
+// lock of a project's registry quota, once failNextLock is set, fails as
+// the store does when the database is unreachable.
+type flakyQuotaStore struct {
+	artifacts.Store
+	failNextLock atomic.Bool
+}
+
+func (f *flakyQuotaStore) InTx(ctx context.Context, fn func(q artifacts.Queries) error) error {
+	return f.Store.InTx(ctx, func(q artifacts.Queries) error { return fn(flakyQuotaQueries{Queries: q, f: f}) })
+}
+
+type flakyQuotaQueries struct {
+	artifacts.Queries
+	f *flakyQuotaStore
+}
+
+func (q flakyQuotaQueries) LockRegistryQuota(ctx context.Context, projectID string) error {
+	if q.f.failNextLock.CompareAndSwap(true, false) {
+		return fmt.Errorf("lock registry quota of %s: connection lost: %w", projectID, storage.ErrUnavailable)
+	}
+	return q.Queries.LockRegistryQuota(ctx, projectID)
 }
 
 // recountFixture is an artifacts service on db and a manual clock, with
