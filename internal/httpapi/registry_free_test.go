@@ -187,17 +187,24 @@ func writeImage(t *testing.T, ctx context.Context, host, repo string, rc regCred
 	}
 }
 
-// deleteImage deletes the manifest of img from repo by digest with a
-// token granting delete, signed by the server's registry (the platform
-// issues none to its users), and waits for the run of recounter (the
-// server's registry recount job) the delete kicks. It returns the
-// manifest's digest.
+// deleteImage deletes the manifest of img from repo by digest
+// (deleteManifest) and returns the digest.
 func deleteImage(t *testing.T, ctx context.Context, s *servertest.Server, recounter *worker.Periodic, host, repo string, img v1.Image) v1.Hash {
 	t.Helper()
 	d, err := img.Digest()
 	if err != nil {
 		t.Fatal(err)
 	}
+	deleteManifest(t, ctx, s, recounter, host, repo, d)
+	return d
+}
+
+// deleteManifest deletes manifest d (an image's or an index's) from repo
+// with a token granting delete, signed by the server's registry (the
+// platform issues none to its users), and waits for the run of recounter
+// (the server's registry recount job) the delete kicks.
+func deleteManifest(t *testing.T, ctx context.Context, s *servertest.Server, recounter *worker.Periodic, host, repo string, d v1.Hash) {
+	t.Helper()
 	n := recounter.Runs()
 	tok, err := s.App.Registry().TokenHandler().Issue(registry.Subject{ID: "operator"},
 		[]registry.Scope{{Type: "repository", Name: repo, Actions: []string{registry.ActionDelete}}})
@@ -210,7 +217,6 @@ func deleteImage(t *testing.T, ctx context.Context, s *servertest.Server, recoun
 	if err := recounter.WaitRuns(ctx, n+1); err != nil {
 		t.Fatal(err)
 	}
-	return d
 }
 
 // A final PUT of a blob the project counts streams it for free, and its
