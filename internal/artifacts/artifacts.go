@@ -364,7 +364,8 @@ func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifact
 // holdSignatureTags holds the signature and attestation tags of digest in
 // repository: in this process, and across replicas when SignatureTags is
 // set. Verification and the registry's content gate (registryAuthz) hold
-// this same lock.
+// this same lock; so do registration and the gate's manifest delete, for
+// the manifest itself.
 func (s *Service) holdSignatureTags(ctx context.Context, repository, digest string) (release func(), err error) {
 	return registry.HoldSignatureTagsWith(ctx, s.SignatureTags, repository, digest)
 }

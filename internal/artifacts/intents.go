@@ -100,7 +100,7 @@ func kindAndSource(kind, source string) (string, string, error) {
 }
 
 // CreatePublishIntent issues a publish intent: for OCI the canonical
-// repository and wrapped push+pull credentials for it alone; for blobs an
+// repository and wrapped push+pull+delete credentials for it alone; for blobs an
 // upload into project storage and the canonical artifact_store:// URI.
 func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projectID string, in PublishIntentInput) (Intent, error) {
 	p, err := s.IAM.Project(ctx, g, projectID, iam.PermArtifactWrite)
@@ -197,7 +197,9 @@ func (s *Service) CreatePublishIntent(ctx context.Context, g *iam.Grants, projec
 		}
 		it.SignatureScheme = SignatureSchemeCosignKey
 	}
-	wrapped, err := s.saveIntent(ctx, it, link, registry.ActionPush, registry.ActionPull)
+	// delete: a project frees its registry quota itself (registrydelete.go
+	// keeps what the platform relies on).
+	wrapped, err := s.saveIntent(ctx, it, link, registry.ActionPush, registry.ActionPull, registry.ActionDelete)
 	if err != nil {
 		return Intent{}, err
 	}

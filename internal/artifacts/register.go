@@ -98,6 +98,15 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 		SigningKeyID: it.SigningKeyID, ProvenanceRequired: it.ProvenanceRequired, CreatedBy: actor(ctx), CreatedAt: now, UpdatedAt: now,
 	}
 	if kind == KindOCI {
+		// From the registry's answer until the artifact is recorded, no
+		// delete of the manifest lands (the registry's content gate holds
+		// the same lock over its check and delete): a registered manifest
+		// is one the registry holds.
+		release, err := s.holdSignatureTags(ctx, it.Repository, in.Digest)
+		if err != nil {
+			return AppArtifact{}, err
+		}
+		defer release()
 		if err := s.checkManifest(ctx, it, in, &a); err != nil {
 			return AppArtifact{}, err
 		}

@@ -165,26 +165,6 @@ func (a registryAuthz) CommitBlobs(ctx context.Context, repository, hold string,
 	})
 }
 
-// ManifestDeleted implements registry.UploadQuota: the project's blobs are
-// recounted now, by the recount job's next pass on this replica (kicked)
-// or any other.
-func (a registryAuthz) ManifestDeleted(ctx context.Context, repository string) error {
-	pid, err := a.s.Store.Read().RepositoryProject(ctx, repository)
-	if errors.Is(err, storage.ErrNotFound) {
-		return nil // no project's: nothing counted
-	}
-	if err != nil {
-		return err
-	}
-	if err := a.s.Store.InTx(ctx, func(q Queries) error { return q.ScheduleRegistryRecount(ctx, pid, a.s.Now()) }); err != nil {
-		return err
-	}
-	if w := a.s.registryRecount; w != nil {
-		w.Kick()
-	}
-	return nil
-}
-
 // DropHold implements registry.UploadQuota.
 func (a registryAuthz) DropHold(ctx context.Context, hold string) error {
 	return a.s.Store.InTx(ctx, func(q Queries) error { return q.DeleteRegistryHold(ctx, hold) })
@@ -262,7 +242,7 @@ func (a registryAuthz) room(ctx context.Context, q Queries, projectID string, ne
 			"registry quota exceeded: project %s uses %d of its %d bytes (%d stored, %d held by pushes in progress) and %s needs %d more; "+
 				"push fewer or smaller layers, or ask a platform admin to raise the project's registry quota "+
 				"(gpuaas project storage set --registry-quota; the platform's default is --project-registry-quota-bytes) "+
-				"(a platform operator can delete images the project no longer needs: their blobs no other manifest of the project references are given back once none was pushed or referenced for %[8]s; "+
+				"(delete images the project no longer needs, unregistered or of revoked or retired artifacts, with a publish intent's credentials, e.g. crane delete <repository>@<digest>: their blobs no other manifest of the project references are given back once none was pushed or referenced for %[8]s; "+
 				"bytes held by a push that stopped are given back once it has been idle for %[8]s)",
 			projectID, committed+held, limit, committed, held, what, need-max(room, 0), RegistryHoldIdle(a.s.RegistryStreamTimeout))}
 	}

@@ -64,7 +64,7 @@ type RegistryCredential struct {
 	ProjectID  string
 	ArtifactID string // pull credentials: the artifact they pull
 	Repository string
-	Actions    string // comma-separated: pull | push,pull
+	Actions    string // comma-separated: pull | push,pull | push,pull,delete
 	SecretHash string // sha256 hex of the secret
 	CreatedAt  time.Time
 	ExpiresAt  time.Time
@@ -117,6 +117,12 @@ type AppArtifact struct {
 // Revoked reports whether the artifact was revoked (terminal, whatever its
 // lifecycle and trust state say).
 func (a AppArtifact) Revoked() bool { return !a.RevokedAt.IsZero() }
+
+// Settled reports whether the platform is done with the artifact: revoked
+// or retired, it is neither launched nor pulled again, so its manifest
+// may be deleted from the registry. Other domains ask this instead of
+// comparing states.
+func (a AppArtifact) Settled() bool { return a.Revoked() || a.LifecycleState == StateRetired }
 
 // Launchable reports whether new instances may run the artifact: it is
 // active, verified and not revoked. Other domains ask this instead of
@@ -277,6 +283,9 @@ type Queries interface {
 	DigestRevocation(ctx context.Context, projectID, digest string) (time.Time, string, error)
 	RepositoryDigestRevoked(ctx context.Context, repository, digest string) (bool, error)
 	RepositoryDigestVerified(ctx context.Context, repository, digest string) (bool, error)
+	// RepositoryArtifactsWithDigest lists the artifacts registered in
+	// repository with digest, revoked and retired ones too.
+	RepositoryArtifactsWithDigest(ctx context.Context, repository, digest string) ([]AppArtifact, error)
 	UnrevokedArtifactsWithDigest(ctx context.Context, projectID, digest string) ([]AppArtifact, error)
 	RevokeArtifactsWithDigest(ctx context.Context, projectID, digest, reason string, at time.Time) error
 

@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/gpuaas/gpuaas/internal/correlation"
 )
 
 // ContentGate is an optional extension of Authorizer. Tokens are scoped to
@@ -25,6 +29,23 @@ type ContentGate interface {
 	// digest). A manifest a frozen tag points at cannot be deleted by its
 	// digest either.
 	TagFrozen(ctx context.Context, repository, tag string) (bool, error)
+}
+
+// ManifestDeleter is an optional extension of ContentGate: a delete of a
+// manifest by its digest, which removes the image and every tag on it
+// from the repository for good, is the gate's to allow and to record.
+// Tokens grant "delete" on a whole repository, while the control plane
+// still relies on some of its manifests (registered artifacts, what
+// instances run).
+type ManifestDeleter interface {
+	// DeleteManifest decides whether subject (the token's "sub") may
+	// delete the manifest digest of repository. If it may, it calls del,
+	// which lets the registry delete it (and answer the request) and
+	// reports whether the registry did, and records a delete that
+	// happened. If it may not, it returns why, for the person who asked
+	// (answered 403 DENIED), without calling del. An error is a failure
+	// (500 when del was not called; logged when it was).
+	DeleteManifest(ctx context.Context, subject, repository, digest string, del func() (deleted bool)) (refusal string, err error)
 }
 
 // manifestPathRe splits /v2/<name>/manifests/<reference>, blobPathRe
@@ -67,8 +88,12 @@ type gateHandler struct {
 	authorized func(req *http.Request, repository string) bool
 	// tagsOf returns the tags of repository that point at digest.
 	tagsOf func(ctx context.Context, repository, digest string) ([]string, error)
-	next   http.Handler
-	fail   func(http.ResponseWriter, *http.Request, error)
+	// subject returns the subject of req's token, which authorized
+	// granted a delete in repository ("" if unknown).
+	subject func(req *http.Request, repository string) string
+	next    http.Handler
+	fail    func(http.ResponseWriter, *http.Request, error)
+	logger  *slog.Logger
 }
 
 func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -109,17 +134,8 @@ func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			if req.Method != http.MethodDelete {
 				break
 			}
-			tag, err := g.frozenTagOf(req.Context(), repo, ref)
-			if err != nil {
-				g.fail(w, req, err)
-				return
-			}
-			if tag != "" {
-				writeDockerError(w, http.StatusForbidden, "DENIED",
-					"manifest "+ref+" is tagged "+tag+", which holds the signature of a verified artifact: it can no longer be deleted")
-				return
-			}
-			break
+			g.serveManifestDelete(w, req, repo, ref)
+			return
 		}
 		if d, ok := SignatureTagDigest(strings.ToLower(ref)); ok {
 			g.serveSignatureTagWrite(w, req, repo, ref, d)
@@ -139,6 +155,69 @@ func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	g.next.ServeHTTP(w, req)
+}
+
+// serveManifestDelete passes on the delete of the manifest digest of repo
+// (the registry allows it to req's token) unless a frozen tag points at it
+// or the gate's ManifestDeleter refuses it. Everything from the checks to
+// the registry's delete runs under the hold of repo@digest that
+// verification and the registration of digest take too, so neither lands
+// between the check and the delete: the delete is refused, or it comes
+// first and the registration finds no manifest (the verification, no
+// signature).
+func (g *gateHandler) serveManifestDelete(w http.ResponseWriter, req *http.Request, repo, digest string) {
+	// A delete is audited: its row carries a correlation id, which the
+	// answer names as the API's answers do.
+	if correlation.ID(req.Context()) == "" {
+		id := correlation.New()
+		w.Header().Set("X-Request-ID", id)
+		req = req.WithContext(correlation.With(req.Context(), id))
+	}
+	ctx := req.Context()
+	release, ok := g.hold(w, req, repo, digest)
+	if !ok {
+		return
+	}
+	defer release()
+	tag, err := g.frozenTagOf(ctx, repo, digest)
+	if err != nil {
+		g.fail(w, req, err)
+		return
+	}
+	if tag != "" {
+		writeDockerError(w, http.StatusForbidden, "DENIED",
+			"manifest "+digest+" is tagged "+tag+", which holds the signature of a verified artifact: it can no longer be deleted")
+		return
+	}
+	d, ok := g.gate.(ManifestDeleter)
+	if !ok {
+		g.next.ServeHTTP(w, req)
+		return
+	}
+	var subject string
+	if g.subject != nil {
+		subject = g.subject(req, repo)
+	}
+	rw := &statusWriter{ResponseWriter: w}
+	refusal, err := d.DeleteManifest(ctx, subject, repo, digest, func() bool {
+		g.next.ServeHTTP(rw, req)
+		return rw.status == http.StatusAccepted
+	})
+	switch {
+	case rw.status != 0:
+		// The registry answered: whatever failed after it (the record of
+		// a delete that happened) cannot change that answer.
+		if err != nil && g.logger != nil {
+			g.logger.ErrorContext(ctx, "registry: a manifest delete could not be recorded", "repository", repo, "digest", digest, "subject", subject, "err", err)
+		}
+	case err != nil:
+		g.fail(w, req, err)
+	case refusal != "":
+		writeDockerError(w, http.StatusForbidden, "DENIED", refusal)
+	default:
+		// The gate neither refused nor let the registry delete.
+		g.fail(w, req, errors.New("the manifest delete gate allowed the delete but did not pass it on"))
+	}
 }
 
 // tagWritable asks the gate whether tag may be written or deleted and, if
@@ -176,6 +255,21 @@ func (g *gateHandler) serveSignatureTagWrite(w http.ResponseWriter, req *http.Re
 			return
 		}
 	}
+	release, ok := g.hold(w, req, repo, digest)
+	if !ok {
+		return
+	}
+	defer release()
+	if !g.tagWritable(w, req, repo, tag) {
+		return
+	}
+	g.next.ServeHTTP(w, req)
+}
+
+// hold takes the gate's SignatureTagHolder (HoldSignatureTags without
+// one) on repo@digest for req; when it cannot, it answers req itself (or
+// not at all, the client gone while waiting) and ok is false.
+func (g *gateHandler) hold(w http.ResponseWriter, req *http.Request, repo, digest string) (release func(), ok bool) {
 	hold := HoldSignatureTags
 	if h, ok := g.gate.(SignatureTagHolder); ok {
 		hold = h.HoldSignatureTags
@@ -185,13 +279,9 @@ func (g *gateHandler) serveSignatureTagWrite(w http.ResponseWriter, req *http.Re
 		if req.Context().Err() == nil { // else the client went away while waiting
 			g.fail(w, req, err)
 		}
-		return
+		return nil, false
 	}
-	defer release()
-	if !g.tagWritable(w, req, repo, tag) {
-		return
-	}
-	g.next.ServeHTTP(w, req)
+	return release, true
 }
 
 // frozenTagOf returns a frozen tag of repo that points at digest, or "".

@@ -518,3 +518,54 @@ func TestHoldSignatureTags(t *testing.T) {
 		t.Fatalf("%d keys left behind", n)
 	}
 }
+
+// deleterGate is a fakeGate that refuses to delete one digest and records
+// the deletes it let through.
+type deleterGate struct {
+	fakeGate
+	refused string
+	deleted []string // subject@digest
+}
+
+func (g *deleterGate) DeleteManifest(_ context.Context, subject, _, digest string, del func() bool) (string, error) {
+	if digest == g.refused {
+		return "manifest " + digest + " is artifact a-1 (state draft); revoke it first", nil
+	}
+	if del() {
+		g.deleted = append(g.deleted, subject+"@"+digest)
+	}
+	return "", nil
+}
+
+// A delete by digest the token allows is the gate's ManifestDeleter's to
+// refuse (403 DENIED with its reason, the registry never asked) or to pass
+// on and record, with the token's subject; a frozen tag still refuses
+// first, and a caller whose token may not delete gets the registry's 401
+// without the gate being asked.
+func TestGateManifestDeleterDecidesDeletes(t *testing.T) {
+	h := fakeRegistry(t)
+	g := &deleterGate{fakeGate: fakeGate{denied: "sha256:bad", frozen: "sha256-x.sig"}, refused: "sha256:img"}
+	h.gate = g
+	h.subject = func(*http.Request, string) string { return "credential:c-1" }
+	for _, c := range []struct {
+		path, auth string
+		want       int
+		body       string
+	}{
+		{"/v2/a/b/manifests/sha256:img", "Bearer delete", 403, "is artifact a-1 (state draft); revoke it first"},
+		{"/v2/a/b/manifests/sha256:sig", "Bearer delete", 403, "can no longer be deleted"},
+		{"/v2/a/b/manifests/sha256:img", "Bearer push", 401, "UNAUTHORIZED"},
+		{"/v2/a/b/manifests/sha256:untagged", "Bearer delete", 202, ""},
+	} {
+		rec := serveGate(h, http.MethodDelete, c.path, c.auth)
+		if rec.Code != c.want || !strings.Contains(rec.Body.String(), c.body) {
+			t.Errorf("DELETE %s (%s): %d %s", c.path, c.auth, rec.Code, rec.Body)
+		}
+		if c.want == 403 && !strings.Contains(rec.Body.String(), "DENIED") {
+			t.Errorf("DELETE %s: %s, want the registry's DENIED", c.path, rec.Body)
+		}
+	}
+	if len(g.deleted) != 1 || g.deleted[0] != "credential:c-1@sha256:untagged" {
+		t.Errorf("recorded deletes %v, want the one of sha256:untagged by credential:c-1", g.deleted)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
-	"strings"
 
 	"github.com/distribution/distribution/v3"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
@@ -25,7 +24,8 @@ import (
 // streaming a large chunked upload nor several pushing at once can store
 // more than the quota: a hold that does not fit is refused and the
 // upload's data is removed. Refusals are *Refusal errors; any other error
-// is a failure (500).
+// is a failure (500). What a deleted manifest alone referenced is given
+// back by whoever records the delete (ManifestDeleter).
 type UploadQuota interface {
 	// HoldUpload adds between need and want bytes (as many as fit) to the
 	// hold of upload, an upload session of repository, and returns how
@@ -48,9 +48,6 @@ type UploadQuota interface {
 	// upload's one blob, or what a HoldBlobs held) and drops the hold: a
 	// digest its project holds already costs nothing more.
 	CommitBlobs(ctx context.Context, repository, hold string, blobs []BlobRef) error
-	// ManifestDeleted hears that a manifest of repository was deleted, so
-	// that the blobs no manifest references any more are given back.
-	ManifestDeleted(ctx context.Context, repository string) error
 	// DropHold forgets hold (its upload was cancelled or removed).
 	DropHold(ctx context.Context, hold string) error
 	// TouchHold marks hold, if there is one, as written to now: a request
@@ -119,17 +116,8 @@ func (q *quotaHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	case http.MethodDelete:
-		// The registry decides who may delete a manifest; once it
-		// answered 202 (by digest: a tag's delete only untags) the
-		// project's blobs are to be recounted.
-		if m := manifestPathRe.FindStringSubmatch(p); m != nil && strings.Contains(m[2], ":") {
-			rw := &statusWriter{ResponseWriter: w}
-			q.next.ServeHTTP(rw, req)
-			if rw.status == http.StatusAccepted {
-				q.manifestDeleted(req.Context(), m[1])
-			}
-			return
-		}
+		// A manifest's delete is the content gate's (ManifestDeleter),
+		// which records it and has the project's blobs recounted.
 		// The registry decides who may cancel an upload; once it
 		// answered 204 the upload is gone.
 		if m := uploadPathRe.FindStringSubmatch(p); m != nil {
@@ -296,15 +284,6 @@ func (q *quotaHandler) manifestBlobs(ctx context.Context, repo, mediaType string
 		}
 	}
 	return out, nil
-}
-
-// manifestDeleted tells the quota a manifest of repo went; a failure
-// leaves the blobs counted, on the side of the quota, until the next
-// delete in the project.
-func (q *quotaHandler) manifestDeleted(ctx context.Context, repo string) {
-	if err := q.quota.ManifestDeleted(context.WithoutCancel(ctx), repo); err != nil && q.logger != nil {
-		q.logger.WarnContext(ctx, "registry: a deleted manifest's quota could not be scheduled for giving back", "repository", repo, "err", err)
-	}
 }
 
 // serveMount holds the size of a blob mounted from another repository:

@@ -106,7 +106,8 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 		}
 	}
 	if gate, ok := authz.(ContentGate); ok {
-		served = &gateHandler{gate: gate, authorized: requestAuthorized(access), tagsOf: tagLookup(ns), next: served,
+		served = &gateHandler{gate: gate, authorized: requestAuthorized(access), tagsOf: tagLookup(ns), subject: requestSubject(access),
+			next: served, logger: logger,
 			fail: func(w http.ResponseWriter, req *http.Request, err error) {
 				logger.ErrorContext(req.Context(), "registry: content gate failed", "err", err)
 				tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not check this manifest; retry")
@@ -296,6 +297,18 @@ func requestAuthorized(access auth.AccessController) func(*http.Request, string)
 		}
 		_, err := access.Authorized(req, want...)
 		return err == nil
+	}
+}
+
+// requestSubject returns the subject of a request's token that grants
+// delete in repository ("" if it grants none).
+func requestSubject(access auth.AccessController) func(*http.Request, string) string {
+	return func(req *http.Request, repository string) string {
+		g, err := access.Authorized(req, auth.Access{Resource: auth.Resource{Type: "repository", Name: repository}, Action: ActionDelete})
+		if err != nil || g == nil {
+			return ""
+		}
+		return g.User.Name
 	}
 }
 

@@ -56,6 +56,16 @@ func (q *Queries) RepositoryDigestVerified(ctx context.Context, repository, dige
 	return n > 0, mapErr(err)
 }
 
+// RepositoryArtifactsWithDigest lists the artifacts registered in
+// repository with digest, whatever their state.
+func (q *Queries) RepositoryArtifactsWithDigest(ctx context.Context, repository, digest string) ([]artifacts.AppArtifact, error) {
+	rows, err := q.query(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE repository = ? AND digest = ? ORDER BY created_at, id`, repository, digest)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAppArtifact)
+}
+
 // UnrevokedArtifactsWithDigest lists the project's artifacts with digest
 // that are not revoked yet.
 func (q *Queries) UnrevokedArtifactsWithDigest(ctx context.Context, projectID, digest string) ([]artifacts.AppArtifact, error) {

@@ -1,0 +1,138 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/store"
+	"github.com/gpuaas/gpuaas/internal/store/storetest"
+)
+
+// A project frees its own registry quota: the publish credential deletes
+// an image nobody registered (202) and the recount the delete kicks gives
+// its blobs back, with an audit row naming who deleted what. The digest of
+// a registered artifact that is neither revoked nor retired is refused
+// (DENIED, naming the artifact and what to do), and the refusal audited,
+// until it is revoked. A pull credential cannot delete, nor can another
+// project's publish credential.
+func TestRegistryPublisherDeletesOwnImages(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		ctx, s, clk, sweeper, host, intent := clockedQuotaRepos(t, d)
+		admin := s.Admin()
+		pid := s.Creds.ProjectID
+		repo, pub := intent("del-a")
+
+		stray := quotaImage(t, patterned(50, 30_000))
+		kept := quotaImage(t, patterned(51, 20_000))
+		other := quotaImage(t, patterned(52, 10_000))
+		for _, img := range []v1.Image{stray, kept, other} {
+			writeImage(t, ctx, host, repo, pub, img, nil)
+		}
+		dStray, dKept, dOther := digestRef(t, host, repo, stray), digestRef(t, host, repo, kept), digestRef(t, host, repo, other)
+		art := admin.Do("POST", "/api/v1/projects/"+pid+"/app-artifacts", map[string]any{"app_slug": "del-a", "app_version": "1.0.0",
+			"artifact_name": "runtime", "repository": repo, "digest": dKept.DigestStr()}).Want(t, 201)
+		artID := art.String("id")
+		want := imageBytes(t, stray) + imageBytes(t, kept) + imageBytes(t, other)
+		if c, h := regUsage(t, s); c != want || h != 0 {
+			t.Fatalf("after the pushes: %d committed, %d held; want %d, 0", c, h, want)
+		}
+
+		// A pull credential, and another project's publish credential,
+		// get no token that deletes.
+		pull := unwrap(t, admin, wrapToken(admin.Do("POST", "/api/v1/projects/"+pid+"/app-artifacts/"+artID+"/pull-intents", map[string]any{}).Want(t, 201)))
+		otherPID := admin.Do("POST", "/api/v1/orgs/"+s.Creds.OrgID+"/projects", map[string]string{"slug": "del-other", "name": "Other"}).Want(t, 201).String("id")
+		_, stranger := publishIntent(t, admin, otherPID, map[string]any{"app_slug": "del-a", "app_version": "1.0.0", "artifact_name": "runtime"})
+		for who, rc := range map[string]regCreds{"pull credential": pull, "another project's publish credential": stranger} {
+			wantRegistryError(t, remote.Delete(dOther, rc.opts(ctx)...), "UNAUTHORIZED")
+			if _, err := remote.Head(dOther, pub.opts(ctx)...); err != nil {
+				t.Fatalf("after the %s's delete: %v", who, err)
+			}
+		}
+
+		// The registered, unverified draft stays.
+		err := remote.Delete(dKept, pub.opts(ctx)...)
+		wantRegistryError(t, err, "DENIED", artID, "state draft", "gpuaas artifact revoke "+artID)
+		if _, err := remote.Head(dKept, pub.opts(ctx)...); err != nil {
+			t.Fatalf("the registered manifest after a refused delete: %v", err)
+		}
+		wantManifestDeleteAudit(t, s, repo+"@"+dKept.DigestStr(), "denied", 1)
+
+		// The stray image goes, and its bytes come back after the recount.
+		n := sweeper.Runs()
+		if err := remote.Delete(dStray, pub.opts(ctx)...); err != nil {
+			t.Fatalf("the publisher's delete of an unregistered image: %v", err)
+		}
+		if err := sweeper.WaitRuns(ctx, n+1); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := remote.Head(dStray, pub.opts(ctx)...); err == nil {
+			t.Fatal("the deleted manifest is still there")
+		}
+		clk.Advance(artifacts.RegistryHoldIdle(s.App.Config.StreamTimeout) + time.Minute)
+		kickSweep(t, ctx, sweeper)
+		want -= imageBytes(t, stray)
+		if c, h := regUsage(t, s); c != want || h != 0 {
+			t.Fatalf("after the recount: %d committed, %d held; want %d, 0", c, h, want)
+		}
+		// The credential's owner deleted it, in the intent's project.
+		e := wantManifestDeleteAudit(t, s, repo+"@"+dStray.DigestStr(), "success", 1)[0]
+		reg, _, err := s.DB.Queries().ListAudit(ctx, store.AuditFilter{Action: "artifact.register", ResourceID: artID}, store.Page{Limit: 1})
+		if err != nil || len(reg) != 1 {
+			t.Fatalf("the registration's audit row: %v %v", reg, err)
+		}
+		if e.ActorType != "user" || e.ActorID != reg[0].ActorID || e.ProjectID != pid || e.OrgID != s.Creds.OrgID || e.CorrelationID == "" {
+			t.Fatalf("audit row of the delete: %+v (the admin is %s)", e, reg[0].ActorID)
+		}
+		var after map[string]any
+		if err := json.Unmarshal(e.After, &after); err != nil || after["digest"] != dStray.DigestStr() || after["repository"] != repo {
+			t.Fatalf("audit row of the delete records %s (%v)", e.After, err)
+		}
+
+		// Revoked, the artifact lets its manifest go (a fresh token and
+		// credentials: the old ones expired with the clock).
+		s.Admin().Do("POST", "/api/v1/projects/"+pid+"/app-artifacts/"+artID+"/revoke", map[string]string{"reason": "superseded"}).Want(t, 200)
+		_, pub = intent("del-a")
+		if err := remote.Delete(dKept, pub.opts(ctx)...); err != nil {
+			t.Fatalf("delete of a revoked artifact's manifest: %v", err)
+		}
+		wantManifestDeleteAudit(t, s, repo+"@"+dKept.DigestStr(), "success", 1)
+	})
+}
+
+// digestRef is img's manifest in repo by digest.
+func digestRef(t *testing.T, host, repo string, img v1.Image) name.Digest {
+	t.Helper()
+	d, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := name.NewDigest(host+"/"+repo+"@"+d.String(), name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// wantManifestDeleteAudit asserts n audit rows of a manifest delete of
+// resource (repository@digest) with outcome, and returns them.
+func wantManifestDeleteAudit(t *testing.T, s *servertest.Server, resource, outcome string, n int) []store.AuditEvent {
+	t.Helper()
+	evs, _, err := s.DB.Queries().ListAudit(context.Background(), store.AuditFilter{Action: "artifact.registry_manifest.delete",
+		ResourceID: resource, Outcome: outcome}, store.Page{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != n {
+		t.Fatalf("%d %s audit rows of the delete of %s, want %d", len(evs), outcome, resource, n)
+	}
+	return evs
+}
