@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/gpuaas/gpuaas/internal/artifacts"
 	"github.com/gpuaas/gpuaas/internal/servertest"
+	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
 )
@@ -20,7 +22,7 @@ import (
 // its blobs back, with an audit row naming who deleted what. The digest of
 // a registered artifact that is neither revoked nor retired is refused
 // (DENIED, naming the artifact and what to do), and the refusal audited,
-// until it is revoked. A pull credential cannot delete, nor can another
+// until it is revoked, and then while a live instance runs it. A pull credential cannot delete, nor can another
 // project's publish credential.
 func TestRegistryPublisherDeletesOwnImages(t *testing.T) {
 	t.Parallel()
@@ -101,11 +103,30 @@ func TestRegistryPublisherDeletesOwnImages(t *testing.T) {
 		// credentials: the old ones expired with the clock).
 		s.Admin().Do("POST", "/api/v1/projects/"+pid+"/app-artifacts/"+artID+"/revoke", map[string]string{"reason": "superseded"}).Want(t, 200)
 		_, pub = intent("del-a")
+		// Unless a live instance runs it (the instances domain's answer,
+		// stood in for here).
+		running := &runningDigest{}
+		running.digest.Store(dKept.DigestStr())
+		s.App.API.Artifacts.AddInstanceUsage(running)
+		wantRegistryError(t, remote.Delete(dKept, pub.opts(ctx)...), "DENIED", "run by 1 live instance(s)")
+		running.digest.Store("")
 		if err := remote.Delete(dKept, pub.opts(ctx)...); err != nil {
 			t.Fatalf("delete of a revoked artifact's manifest: %v", err)
 		}
 		wantManifestDeleteAudit(t, s, repo+"@"+dKept.DigestStr(), "success", 1)
+		wantManifestDeleteAudit(t, s, repo+"@"+dKept.DigestStr(), "denied", 2)
 	})
+}
+
+// runningDigest stands in for the instances domain: one live instance
+// runs digest.
+type runningDigest struct{ digest atomic.Value }
+
+func (r *runningDigest) LiveInstancesUsingDigest(_ context.Context, _ storage.Tx, digest string) (int, error) {
+	if d, _ := r.digest.Load().(string); d == digest {
+		return 1, nil
+	}
+	return 0, nil
 }
 
 // digestRef is img's manifest in repo by digest.
