@@ -22,8 +22,8 @@ import (
 // its blobs back, with an audit row naming who deleted what. The digest of
 // a registered artifact that is neither revoked nor retired is refused
 // (DENIED, naming the artifact and what to do), and the refusal audited,
-// until it is revoked, and then while a live instance runs it. A pull credential cannot delete, nor can another
-// project's publish credential.
+// until it is revoked, and then while a live instance runs it. A pull
+// credential cannot delete, nor can another project's publish credential.
 func TestRegistryPublisherDeletesOwnImages(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
