@@ -28,7 +28,7 @@ func TestRegistryPublisherDeletesOwnImages(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		ctx, s, clk, sweeper, host, intent := clockedQuotaRepos(t, d)
+		ctx, s, clk, recounter, host, intent := clockedQuotaRepos(t, d)
 		admin := s.Admin()
 		pid := s.Creds.ProjectID
 		repo, pub := intent("del-a")
@@ -69,18 +69,18 @@ func TestRegistryPublisherDeletesOwnImages(t *testing.T) {
 		wantManifestDeleteAudit(t, s, repo+"@"+dKept.DigestStr(), "denied", 1)
 
 		// The stray image goes, and its bytes come back after the recount.
-		n := sweeper.Runs()
+		n := recounter.Runs()
 		if err := remote.Delete(dStray, pub.opts(ctx)...); err != nil {
 			t.Fatalf("the publisher's delete of an unregistered image: %v", err)
 		}
-		if err := sweeper.WaitRuns(ctx, n+1); err != nil {
+		if err := recounter.WaitRuns(ctx, n+1); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := remote.Head(dStray, pub.opts(ctx)...); err == nil {
 			t.Fatal("the deleted manifest is still there")
 		}
 		clk.Advance(artifacts.RegistryHoldIdle(s.App.Config.StreamTimeout) + time.Minute)
-		kickSweep(t, ctx, sweeper)
+		kickSweep(t, ctx, recounter)
 		want -= imageBytes(t, stray)
 		if c, h := regUsage(t, s); c != want || h != 0 {
 			t.Fatalf("after the recount: %d committed, %d held; want %d, 0", c, h, want)

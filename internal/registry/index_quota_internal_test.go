@@ -51,7 +51,6 @@ func (q *recordingQuota) UseCommitted(context.Context, string, string) (int64, b
 }
 func (q *recordingQuota) ShrinkHold(context.Context, string, int64) error              { return nil }
 func (q *recordingQuota) CommitBlobs(context.Context, string, string, []BlobRef) error { return nil }
-func (q *recordingQuota) ManifestDeleted(context.Context, string) error                { return nil }
 func (q *recordingQuota) DropHold(context.Context, string) error                       { return nil }
 func (q *recordingQuota) TouchHold(context.Context, string) error                      { return nil }
 
