@@ -10,8 +10,12 @@ package main
 // id fixed when the report is cut and kept across retries, so a report that
 // reached the platform before a timeout is counted once. When the platform
 // answers 429 or 503 with Retry-After, the report is kept and sent again no
-// sooner than that (at most a minute later); the wait holds across flushes,
-// the one at the stop included.
+// sooner than that (at most a minute later); the wait holds across the
+// flushes while the process runs. The flush at the stop has a deadline: a
+// wait that would run past it is not begun. The report goes at once instead
+// (the limit may have refilled; the id makes a repeat harmless), and what is
+// still not taken when the tries no longer fit is lost with the process,
+// which logs "usage not reported before exit".
 //
 // The same identity sends the instance's heartbeat (a runtime event) on the
 // same schedule, so the platform knows the app is alive: the manifest's
@@ -220,15 +224,23 @@ func (r *usageReporter) Flush(ctx context.Context) error {
 // tries or ctx run out (then it is kept for the next Flush). Between tries
 // it backs off, and never for less than the platform's Retry-After, which
 // it keeps in notBefore for the next Flush too. The caller holds r.report.
+//
+// A wait that would end after ctx's deadline is not begun: at the stop
+// (a 20 s budget against a Retry-After of up to a minute) it would spend
+// the whole budget and send nothing. When the deadline comes before
+// notBefore, the report goes once at once instead: the limit may have
+// refilled since, and its fixed id makes a repeat harmless.
 func (r *usageReporter) sendCut(ctx context.Context) error {
-	if err := sleepUntil(ctx, r.notBefore); err != nil {
-		return fmt.Errorf("usage report %s kept: the platform asked to wait until %s: %w", r.cut.ID, r.notBefore.Format(time.RFC3339), err)
+	if !pastDeadline(ctx, r.notBefore) {
+		if err := sleepUntil(ctx, r.notBefore); err != nil {
+			return fmt.Errorf("usage report %s kept: the platform asked to wait until %s: %w", r.cut.ID, r.notBefore.Format(time.RFC3339), err)
+		}
 	}
+	const tries = 5
 	delay := 500 * time.Millisecond
-	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		var retry bool
-		if retry, err = r.Call(ctx, http.MethodPost, r.url, []any{r.cut}, nil); err == nil {
+	for attempt := 1; ; attempt++ {
+		retry, err := r.Call(ctx, http.MethodPost, r.url, []any{r.cut}, nil)
+		if err == nil {
 			r.log.Info("usage reported", "id", r.cut.ID, "quantity", r.cut.Data.Quantity)
 			r.cut = nil
 			return nil
@@ -243,6 +255,14 @@ func (r *usageReporter) sendCut(ctx context.Context) error {
 			r.notBefore = time.Now().Add(ra)
 			wait = max(wait, ra)
 		}
+		// No wait after the last try: it would hold r.report (and the
+		// stop) for nothing.
+		if attempt == tries || ctx.Err() != nil {
+			return err
+		}
+		if pastDeadline(ctx, time.Now().Add(wait)) {
+			return fmt.Errorf("usage report %s not retried: the next try (in %v) would come after the deadline: %w", r.cut.ID, wait.Round(time.Millisecond), err)
+		}
 		select {
 		case <-ctx.Done():
 			return err
@@ -250,7 +270,12 @@ func (r *usageReporter) sendCut(ctx context.Context) error {
 		}
 		delay = min(2*delay, 8*time.Second)
 	}
-	return err
+}
+
+// pastDeadline says whether t comes after ctx's deadline, if it has one.
+func pastDeadline(ctx context.Context, t time.Time) bool {
+	d, ok := ctx.Deadline()
+	return ok && t.After(d)
 }
 
 // sleepUntil waits until t, or for ctx to end (its error).

@@ -309,6 +309,54 @@ func TestHTTPTemplateAppWaitsTheRetryAfterItIsTold(t *testing.T) {
 	}
 }
 
+// A Retry-After that runs past the stop's deadline (a minute against the
+// http app's 20 s) does not cost the report: the stop sends it at once, and
+// the app exits well inside its budget. Before, the stop slept out its
+// whole budget waiting for the minute to pass and sent nothing.
+func TestHTTPTemplateAppReportsAtTheStopThoughTheRetryAfterRunsPastIt(t *testing.T) {
+	api := &fakeAPI{t: t, limitFirst: "60"}
+	app := startHTTPTemplateApp(t, api)
+	for range 3 {
+		get(t, app.base+"/")
+	}
+	waitFor(t, func() bool { api.mu.Lock(); defer api.mu.Unlock(); return len(api.attempts) > 0 })
+	stop := time.Now()
+	if err := app.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	app.waitStopped(t)
+	took := time.Since(stop)
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if total := api.total(); total != 3 {
+		t.Errorf("accepted %v (total %d, want 3); posts %v", api.accepted, total, api.attempts)
+	}
+	if took > 10*time.Second {
+		t.Errorf("the stop took %v", took)
+	}
+}
+
+// When the last of a report's tries fails, the flush returns at once: the
+// stop ends with it. Before, it backed off once more after the last try
+// (8 s here), holding the report and the stop for nothing.
+func TestHTTPTemplateAppDoesNotWaitAfterTheLastTry(t *testing.T) {
+	api := &fakeAPI{t: t, refuse: true}
+	app := startHTTPTemplateApp(t, api)
+	get(t, app.base+"/")
+	waitFor(t, func() bool { api.mu.Lock(); defer api.mu.Unlock(); return len(api.attempts) > 0 })
+	if err := app.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(t, app.logs, `"msg":"usage not reported before exit"`)
+	logged := time.Now()
+	app.waitStopped(t)
+	api.mu.Lock()
+	defer api.mu.Unlock()
+	if after := logged.Sub(api.received[len(api.received)-1]); after > 3*time.Second {
+		t.Errorf("the stop gave up %v after its last try", after)
+	}
+}
+
 // The vllm-compose app counts a streamed answer's tokens from its last
 // chunk (the usage chunk), however long the stream: before, it kept only
 // the first 4 MiB of a stream, so a long answer's usage chunk was never
