@@ -237,6 +237,40 @@ def test_retry_after_reads_seconds_and_http_dates() -> None:
     assert parse_retry_after("soon", now) is None and parse_retry_after(None, now) is None
 
 
+def test_retry_after_takes_only_digits_or_a_date() -> None:
+    """RFC 9110's delay-seconds is digits. Before, float() read "nan" (a
+    wait that makes time.sleep raise), "inf", "1e3" and "-3" as waits."""
+    from gpuaas_sdk.errors import parse_retry_after
+    for odd in ["nan", "NaN", "inf", "-inf", "1e3", "-3", "+3", "1.5", "0x10", "1_000", "\u0663", "9" * 5000]:
+        assert parse_retry_after(odd) is None, odd
+    assert parse_retry_after(" 42 ") == 42.0
+    assert parse_retry_after("0") == 0.0
+
+
+def test_a_reconnecting_stream_backs_off_however_short_the_retry_after() -> None:
+    """A stream that reconnects without limit waits at least 1 s before a
+    reopen, doubling over refusals in a row (to 30 s), whatever the server's
+    Retry-After: before, a 0 or a date gone by reopened at once, spinning
+    against a server that kept refusing; an odd value is no Retry-After."""
+    def sse(n: int) -> httpx.Response:
+        env = {"id": f"e-{n}", "type": "t", "subject": "s", "time": "", "data": {}, "sequence": n}
+        return httpx.Response(200, headers={"Content-Type": "text/event-stream"},
+                              content=f"id: {n}\ndata: {json.dumps(env)}\n\n".encode())
+
+    refusals = [_refusal(429, "0"), _refusal(503, "Mon, 07 Dec 2020 11:00:00 GMT"), _refusal(429, "nan")]
+    refusals += [_refusal(429, "0")] * 4
+    transport, seen = _limited([sse(1), *refusals, sse(2), _refusal(429, "0"), sse(3)])
+    slept: list[float] = []
+    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append)
+    got = []
+    for ev in c.stream_events("p-1", reconnect=True):
+        got.append(ev.sequence)
+        if len(got) == 3:
+            break
+    assert got == [1, 2, 3]
+    assert slept == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 1.0], "doubling to the cap; an opened stream starts over"
+
+
 def test_storage_quota_change_sends_if_match_and_a_stale_one_raises() -> None:
     """get_project_storage hands back the ETag; set_project_storage_quota
     sends it as If-Match and both overrides (a None one as null, the

@@ -25,6 +25,13 @@ MAX_RETRY_AFTER = 60.0
 # The wait before trying again when a 429 or 503 names none.
 DEFAULT_RETRY_AFTER = 1.0
 
+# stream_events(reconnect=True) reopens without limit: its waits start at
+# RECONNECT_MIN_WAIT and double with each refusal in a row up to
+# RECONNECT_MAX_WAIT, whatever the Retry-After (a 0, or a date gone by,
+# would otherwise make it spin against a refusing server).
+RECONNECT_MIN_WAIT = 1.0
+RECONNECT_MAX_WAIT = 30.0
+
 
 @dataclass
 class Event:
@@ -230,16 +237,17 @@ class Client:
             break
         return r
 
-    def _wait_before_retry(self, r: httpx.Response, refused: int, repeatable: bool, limit: float) -> float | None:
+    def _wait_before_retry(self, r: httpx.Response, refused: int, repeatable: bool, limit: float,
+                           at_least: float = 0.0) -> float | None:
         """Seconds to wait before sending again a request answered r, after
         refused refusals already, or None to give r to the caller. A 429 is
         always safe to send again (the server did nothing); a 503 only when
         the request is repeatable, since the server may have acted before it
-        failed."""
+        failed. at_least is the caller's own back-off."""
         if refused >= limit:
             return None
         if r.status_code == 429 or (r.status_code == 503 and repeatable):
-            return self.retry_wait(errors.parse_retry_after(r.headers.get("Retry-After")))
+            return self.retry_wait(errors.parse_retry_after(r.headers.get("Retry-After")), at_least)
         return None
 
     def retry_wait(self, retry_after: float | None, at_least: float = 0.0) -> float:
@@ -384,8 +392,10 @@ class Client:
         new ones). With ``reconnect`` a dropped stream is reopened from the
         last event seen, so nothing is missed and nothing repeats; a reopen
         the server refuses with 429 (too many streams) or 503 is tried again
-        after its Retry-After (capped), for as long as it takes. The first
-        open raises, unless ``retry_rate_limited`` allows a retry.
+        after its Retry-After (capped), for as long as it takes, but never
+        sooner than a back-off of 1 s doubling to 30 s over refusals in a
+        row. The first open raises, unless ``retry_rate_limited`` allows a
+        retry.
         """
         last = last_event_id
         opened, refused = False, 0
@@ -400,8 +410,10 @@ class Client:
                                    params=_clean({"type": type, "subject": subject}), headers=h, timeout=timeout) as r:
                 if r.status_code >= 400:
                     r.read()
-                    limit = float("inf") if reconnect and opened else self.retry_rate_limited
-                    wait = self._wait_before_retry(r, refused, True, limit)
+                    endless = reconnect and opened
+                    limit = float("inf") if endless else self.retry_rate_limited
+                    backoff = min(RECONNECT_MIN_WAIT * 2 ** min(refused, 8), RECONNECT_MAX_WAIT) if endless else 0.0
+                    wait = self._wait_before_retry(r, refused, True, limit, backoff)
                     if wait is not None:
                         refused += 1
                         self.sleep(wait)

@@ -92,17 +92,22 @@ def from_response(status: int, body: Any, headers: Any = None) -> GpuaasError:
 
 
 def parse_retry_after(value: str | None, now: datetime | None = None) -> float | None:
-    """Seconds a Retry-After header asks to wait: delay seconds or an HTTP
-    date (RFC 9110); None when absent or unreadable."""
+    """Seconds a Retry-After header asks to wait: delay seconds (ASCII
+    digits only) or an HTTP date (RFC 9110); None when absent or unreadable.
+
+    float() would take "nan", "inf", "1e3" and "-3" as well: a nan wait
+    makes time.sleep raise, and none of them is what a server means."""
     if not value:
         return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        try:
+            return float(int(value))
+        except (ValueError, OverflowError):  # past int's digit limit, or float's range
+            return None
     try:
         when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
