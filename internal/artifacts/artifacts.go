@@ -22,12 +22,16 @@ import (
 )
 
 // InstanceUsage is implemented by the instances domain: retiring an
-// artifact is refused while a live instance uses its digest.
+// artifact, or deleting its manifest from the registry, is refused while a
+// live instance of its app uses its digest.
 type InstanceUsage interface {
 	// LiveInstancesUsingDigest counts live (not decommissioned) instances
-	// that run digest, reading the instances domain's own storage in tx,
-	// the retire's transaction.
-	LiveInstancesUsingDigest(ctx context.Context, tx storage.Tx, digest string) (int, error)
+	// of the app appSlug that run digest, reading the instances domain's
+	// own storage in tx (the retire's transaction), or outside any
+	// transaction when tx is nil. Only the app's own instances count: an
+	// instance of another app (another tenant's) that runs the same
+	// content pulls it from its own repository.
+	LiveInstancesUsingDigest(ctx context.Context, tx storage.Tx, appSlug, digest string) (int, error)
 }
 
 func artifactNotFound(id string) error {
@@ -247,7 +251,7 @@ func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID
 func (s *Service) unused(ctx context.Context, tx Tx, a AppArtifact) (map[string]any, error) {
 	n := 0
 	for _, u := range s.instanceUsers() {
-		live, err := u.LiveInstancesUsingDigest(ctx, tx, a.Digest)
+		live, err := u.LiveInstancesUsingDigest(ctx, tx, a.AppSlug, a.Digest)
 		if err != nil {
 			return nil, err
 		}

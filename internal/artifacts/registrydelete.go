@@ -21,90 +21,111 @@ import (
 
 var _ registry.ManifestDeleter = registryAuthz{}
 
-// errNotDeleted rolls back a delete's transaction when the registry did
-// not delete (no such manifest, an invalid digest): nothing to record.
-var errNotDeleted = errors.New("the registry did not delete the manifest")
-
-// DeleteManifest implements registry.ManifestDeleter. The check, the
-// registry's delete and the record (the audit row, and the recount that
-// gives the project's quota back) run in one transaction: a delete the
-// registry did is recorded unless the commit itself fails. The content
-// gate holds repository@digest around it all, which registration and
-// verification of the digest hold too.
-func (a registryAuthz) DeleteManifest(ctx context.Context, subject, repository, digest string, del func() bool) (string, error) {
-	ev, err := a.deleter(ctx, subject, repository)
+// DeleteManifest implements registry.ManifestDeleter. No transaction is
+// open while the registry deletes (its storage I/O would hold SQLite's one
+// write lock, and a PostgreSQL connection, for as long): the check reads,
+// the project's recount is scheduled and committed before the delete (a
+// recount that finds nothing to give back costs one pass), and the audit
+// row is written after it on a context the client cannot cancel, so a
+// delete that happened is recorded even when the client has gone. The
+// content gate holds repository@digest around it all, which registration
+// and verification of the digest hold too; a settled (revoked or retired)
+// artifact takes no new launches, so no instance starts running the
+// digest after the check.
+func (a registryAuthz) DeleteManifest(ctx context.Context, subject, repository, digest, refused string, del func() bool) (string, error) {
+	ev, refusal, err := a.deleter(ctx, subject, repository)
 	if err != nil {
 		return "", err
 	}
 	ev.Action, ev.ResourceType, ev.ResourceID = "artifact.registry_manifest.delete", "registry_manifest", repository+"@"+digest
-	var refusal string
-	err = a.s.Store.Mutate(ctx, func(tx Tx) error {
-		why, err := a.s.manifestInUse(ctx, tx, repository, digest)
-		if err != nil {
-			return err
+	if refusal == "" {
+		refusal = refused
+	}
+	if refusal == "" {
+		if refusal, err = a.s.manifestInUse(ctx, repository, digest); err != nil {
+			return "", err
 		}
-		if refusal = why; refusal != "" {
-			return errNotDeleted
-		}
-		if !del() {
-			return errNotDeleted
-		}
-		if ev.ProjectID != "" {
-			if err := tx.ScheduleRegistryRecount(ctx, ev.ProjectID, a.s.Now()); err != nil {
-				return err
-			}
-			// The recount runs at once, on this replica's recount job,
-			// or on any replica's next pass.
-			if w := a.s.registryRecount; w != nil {
-				tx.AfterCommit(w.Kick)
-			}
-		}
-		return tx.Audit(ev, nil, map[string]any{"repository": repository, "digest": digest, "subject": subject})
-	})
-	switch {
-	case err != nil && !errors.Is(err, errNotDeleted):
-		return "", err
-	case refusal != "":
+	}
+	if refusal != "" {
 		ev.Reason = refusal
 		if aerr := a.s.Store.RecordOutcome(ctx, ev, "denied"); aerr != nil {
 			a.s.Logger.ErrorContext(ctx, "could not audit a refused registry manifest delete", "repository", repository, "digest", digest, "err", aerr)
 		}
 		return refusal, nil
 	}
+	if ev.ProjectID != "" {
+		if err := a.s.Store.InTx(ctx, func(q Queries) error { return q.ScheduleRegistryRecount(ctx, ev.ProjectID, a.s.Now()) }); err != nil {
+			return "", err
+		}
+	}
+	if !del() {
+		return "", nil // nothing deleted (no such manifest): nothing to record
+	}
+	// The recount runs at once, on this replica's recount job, or on any
+	// replica's next pass.
+	if w := a.s.registryRecount; w != nil {
+		w.Kick()
+	}
+	rctx := context.WithoutCancel(ctx)
+	record := func() error {
+		return a.s.Store.Mutate(rctx, func(tx Tx) error {
+			return tx.Audit(ev, nil, map[string]any{"repository": repository, "digest": digest, "subject": subject})
+		})
+	}
+	if err := record(); err != nil {
+		a.s.Logger.WarnContext(ctx, "recording a registry manifest delete failed; trying once more", "repository", repository, "digest", digest, "err", err)
+		return "", record()
+	}
 	return "", nil
 }
 
 // deleter is the audit row of a manifest delete as far as the token's
 // subject tells: a credential's delete is its intent's creator's, in the
-// intent's project. Another subject (a token the platform issued itself,
-// such as an operator's) acts as the platform, in the project the
-// repository belongs to.
-func (a registryAuthz) deleter(ctx context.Context, subject, repository string) (storage.AuditEvent, error) {
+// intent's project, and is refused (refusal) when that creator may no
+// longer write there (disabled, removed from the project, the key or
+// session revoked): a registry token outlives such a change by up to its
+// lifetime, and a delete destroys data. Another subject (a token the
+// platform issued itself, such as an operator's) acts as the platform, in
+// the project the repository belongs to.
+func (a registryAuthz) deleter(ctx context.Context, subject, repository string) (ev storage.AuditEvent, refusal string, err error) {
 	q := a.s.Store.Read()
 	if id, ok := strings.CutPrefix(subject, credentialSubjectPrefix); ok {
 		c, err := q.GetRegistryCredential(ctx, id)
 		if err != nil {
-			return storage.AuditEvent{}, fmt.Errorf("registry credential of a manifest delete: %w", err)
+			return ev, "", fmt.Errorf("registry credential of a manifest delete: %w", err)
 		}
 		it, err := q.GetArtifactIntent(ctx, c.ProjectID, c.IntentID)
 		if err != nil {
-			return storage.AuditEvent{}, fmt.Errorf("intent of a manifest delete's credential: %w", err)
+			return ev, "", fmt.Errorf("intent of a manifest delete's credential: %w", err)
 		}
 		typ, who, _ := strings.Cut(it.CreatedBy, ":")
-		return storage.AuditEvent{ActorType: typ, ActorID: who, OrgID: it.OrgID, ProjectID: it.ProjectID}, nil
+		ev = storage.AuditEvent{ActorType: typ, ActorID: who, OrgID: it.OrgID, ProjectID: it.ProjectID}
+		may, err := ownerMay(ctx, q, a.s.tokenChecker(), it, credentialPerm(c.Actions))
+		if err != nil {
+			return ev, "", err
+		}
+		if !may {
+			refusal = "the credential's owner " + it.CreatedBy + " may no longer write to this project (disabled, removed, or the key or session it was created with was revoked); ask for a new publish intent"
+		}
+		return ev, refusal, nil
 	}
 	pid, err := q.RepositoryProject(ctx, repository)
 	if err != nil && !errors.Is(err, storage.ErrNotFound) {
-		return storage.AuditEvent{}, err
+		return ev, "", err
 	}
-	return storage.AuditEvent{ActorType: string(principal.System), ActorID: subject, ProjectID: pid}, nil
+	return storage.AuditEvent{ActorType: string(principal.System), ActorID: subject, ProjectID: pid}, "", nil
 }
 
 // manifestInUse says why the manifest digest of repository must stay ("" if
 // it may go): an artifact registered there with the digest that is not
-// settled (revoked or retired), or a live instance that runs the digest.
-func (s *Service) manifestInUse(ctx context.Context, tx Tx, repository, digest string) (string, error) {
-	arts, err := tx.RepositoryArtifactsWithDigest(ctx, repository, digest)
+// settled (revoked or retired), or a live instance of such an artifact's
+// app that runs the digest (it may have to pull again: a restart on
+// another node, a rollback). An instance pulls from the repository its
+// version's artifact was registered in, so a digest registered nowhere in
+// repository is run from here by no one, whatever other repositories hold
+// the same content.
+func (s *Service) manifestInUse(ctx context.Context, repository, digest string) (string, error) {
+	arts, err := s.Store.Read().RepositoryArtifactsWithDigest(ctx, repository, digest)
 	if err != nil {
 		return "", err
 	}
@@ -117,13 +138,16 @@ func (s *Service) manifestInUse(ctx context.Context, tx Tx, repository, digest s
 				digest, art.ID, art.AppSlug, art.AppVersion, art.ArtifactName, art.LifecycleState, art.TrustState, settleHint(art)), nil
 		}
 	}
-	for _, u := range s.instanceUsers() {
-		n, err := u.LiveInstancesUsingDigest(ctx, tx, digest)
-		if err != nil {
-			return "", err
-		}
-		if n > 0 {
-			return fmt.Sprintf("manifest %s is run by %d live instance(s); decommission or upgrade them, then delete it", digest, n), nil
+	for _, art := range arts {
+		for _, u := range s.instanceUsers() {
+			n, err := u.LiveInstancesUsingDigest(ctx, nil, art.AppSlug, digest)
+			if err != nil {
+				return "", err
+			}
+			if n > 0 {
+				return fmt.Sprintf("manifest %s (artifact %s) is still run by live instances of app %s; decommission or upgrade them, then delete it",
+					digest, art.ID, art.AppSlug), nil
+			}
 		}
 	}
 	return "", nil

@@ -222,8 +222,9 @@ func (s *Service) SetStorageQuota(ctx context.Context, g *iam.Grants, projectID 
 		UpdatedBy: actor(ctx), UpdatedAt: s.Now().UTC()}
 	var out StorageView
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
-		// The project's usage lock (the one the quota checks read the
-		// override under) makes two changes take turns, so the second
+		// The project's blob usage lock (the one blob uploads read the
+		// override under; registry pushes read it under the registry
+		// quota's lock) makes two changes take turns, so the second
 		// compares its If-Match with what the first wrote, even where
 		// the project has no override row yet to lock.
 		if err := tx.LockProjectBlobUsage(ctx, p.ID); err != nil {

@@ -3,6 +3,9 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -108,7 +111,7 @@ func TestRegistryPublisherDeletesOwnImages(t *testing.T) {
 		running := &runningDigest{}
 		running.digest.Store(dKept.DigestStr())
 		s.App.API.Artifacts.AddInstanceUsage(running)
-		wantRegistryError(t, remote.Delete(dKept, pub.opts(ctx)...), "DENIED", "run by 1 live instance(s)")
+		wantRegistryError(t, remote.Delete(dKept, pub.opts(ctx)...), "DENIED", "is still run by live instances of app del-a")
 		running.digest.Store("")
 		if err := remote.Delete(dKept, pub.opts(ctx)...); err != nil {
 			t.Fatalf("delete of a revoked artifact's manifest: %v", err)
@@ -118,12 +121,12 @@ func TestRegistryPublisherDeletesOwnImages(t *testing.T) {
 	})
 }
 
-// runningDigest stands in for the instances domain: one live instance
-// runs digest.
+// runningDigest stands in for the instances domain: one live instance of
+// app del-a runs digest.
 type runningDigest struct{ digest atomic.Value }
 
-func (r *runningDigest) LiveInstancesUsingDigest(_ context.Context, _ storage.Tx, digest string) (int, error) {
-	if d, _ := r.digest.Load().(string); d == digest {
+func (r *runningDigest) LiveInstancesUsingDigest(_ context.Context, _ storage.Tx, appSlug, digest string) (int, error) {
+	if d, _ := r.digest.Load().(string); d == digest && appSlug == "del-a" {
 		return 1, nil
 	}
 	return 0, nil
@@ -156,4 +159,60 @@ func wantManifestDeleteAudit(t *testing.T, s *servertest.Server, resource, outco
 		t.Fatalf("%d %s audit rows of the delete of %s, want %d", len(evs), outcome, resource, n)
 	}
 	return evs
+}
+
+// A registry token outlives a change to its credential's owner by up to its
+// lifetime, and a delete destroys data: the delete itself asks again
+// whether the owner may still write in the project. A publisher disabled
+// after minting a delete token deletes nothing with it, and the refusal is
+// audited.
+func TestRegistryDeleteAsksAgainWhetherTheOwnerMayWrite(t *testing.T) {
+	t.Parallel()
+	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		admin := s.Admin()
+		pid := s.Creds.ProjectID
+		pw := "pw-deleter-long-enough"
+		uid := admin.Do("POST", "/api/v1/users", map[string]string{"email": "deleter@example.com", "password": pw}).Want(t, 201).String("id")
+		admin.Do("POST", "/api/v1/projects/"+pid+"/members", map[string]string{"user_id": uid, "role": "project_admin"}).Want(t, 201)
+		repo, rc := publishIntent(t, s.Login("deleter@example.com", pw), pid, map[string]any{"app_slug": "del-owner", "app_version": "1.0.0", "artifact_name": "runtime"})
+		host := admin.Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
+		img := quotaImage(t, patterned(61, 5_000))
+		writeImage(t, ctx, host, repo, rc, img, nil)
+		dg := digestRef(t, host, repo, img).DigestStr()
+
+		req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/v2/token?scope=repository:"+repo+":delete", nil)
+		req.SetBasicAuth(rc.user, rc.pass)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tok struct {
+			Token string `json:"token"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&tok)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || err != nil || tok.Token == "" {
+			t.Fatalf("delete token: %d %v", resp.StatusCode, err)
+		}
+
+		admin.Do("POST", "/api/v1/users/"+uid+"/disable", nil).Want(t, 200)
+		del, _ := http.NewRequestWithContext(ctx, "DELETE", s.URL+"/v2/"+repo+"/manifests/"+dg, nil)
+		del.Header.Set("Authorization", "Bearer "+tok.Token)
+		resp, err = http.DefaultClient.Do(del)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 403 || !strings.Contains(string(body), "DENIED") || !strings.Contains(string(body), "may no longer write") {
+			t.Fatalf("a disabled owner's delete with a token minted before: %d %s; want 403 DENIED", resp.StatusCode, body)
+		}
+		wantManifestDeleteAudit(t, s, repo+"@"+dg, "denied", 1)
+		_, fresh := publishIntent(t, admin, pid, map[string]any{"app_slug": "del-owner", "app_version": "1.0.1", "artifact_name": "runtime"})
+		if _, err := remote.Head(digestRef(t, host, repo, img), fresh.opts(ctx)...); err != nil {
+			t.Fatalf("the manifest after a refused delete: %v", err)
+		}
+	})
 }

@@ -357,8 +357,11 @@ func testLifecycle(t *testing.T, d store.Dialect) {
 	if _, err := f.cat.TransitionVersion(f.ctx, f.g, "echo", "1.0.0", "retire", "t"); err == nil {
 		t.Fatal("retired a version a live instance runs")
 	}
-	if n, _ := f.db.Queries().CountLiveInstancesUsingDigest(f.ctx, digestV1); n != 1 {
+	if n, _ := f.db.Queries().CountLiveInstancesUsingDigest(f.ctx, "echo", digestV1); n != 1 {
 		t.Fatalf("digest usage: %d", n)
+	}
+	if n, _ := f.db.Queries().CountLiveInstancesUsingDigest(f.ctx, "other-app", digestV1); n != 0 {
+		t.Fatalf("digest usage counted for another app: %d", n)
 	}
 
 	// Upgrade to 2.0.0: remove old, run new.

@@ -89,7 +89,7 @@ func TestArtifactRetiredWhileALaunchRunsRefusesIt(t *testing.T) {
 		if field, code := fieldCode(t, err); field != "/version" || code != instances.CodeArtifactNotReady {
 			t.Fatalf("launch of an artifact retired meanwhile: %s %s (%v)", field, code, err)
 		}
-		if n, err := f.db.Queries().CountLiveInstancesUsingDigest(f.ctx, digestV2); err != nil || n != 0 {
+		if n, err := f.db.Queries().CountLiveInstancesUsingDigest(f.ctx, "echo", digestV2); err != nil || n != 0 {
 			t.Fatalf("instances running the retired digest: %d %v", n, err)
 		}
 

@@ -193,10 +193,14 @@ func (s *Service) LiveInstances(ctx context.Context, tx storage.Tx, appSlug, ver
 }
 
 // LiveInstancesUsingDigest implements artifacts.InstanceUsage: an artifact
-// cannot be retired while a live instance runs its digest. It reads in the
-// artifact's retire transaction.
-func (s *Service) LiveInstancesUsingDigest(ctx context.Context, tx storage.Tx, digest string) (int, error) {
-	return s.Store.Join(tx).CountLiveInstancesUsingDigest(ctx, digest)
+// cannot be retired, nor its manifest deleted, while a live instance of its
+// app runs its digest. It reads in the artifact's retire transaction, or
+// outside one (tx nil) for a delete.
+func (s *Service) LiveInstancesUsingDigest(ctx context.Context, tx storage.Tx, appSlug, digest string) (int, error) {
+	if tx == nil {
+		return s.Store.Read().CountLiveInstancesUsingDigest(ctx, appSlug, digest)
+	}
+	return s.Store.Join(tx).CountLiveInstancesUsingDigest(ctx, appSlug, digest)
 }
 
 var _ artifacts.InstanceUsage = (*Service)(nil)

@@ -234,9 +234,9 @@ type Queries interface {
 	// under it cannot cross its disabling.
 	ShareEntitlement(ctx context.Context, projectID, appSlug string) (catalog.AppEntitlement, error)
 	ShareOrgEntitlement(ctx context.Context, orgID, appSlug string) (catalog.AppEntitlement, error)
-	// CountLiveInstancesUsingDigest counts the instances not
-	// decommissioned that run digest, as their own or a member's.
-	CountLiveInstancesUsingDigest(ctx context.Context, digest string) (int, error)
+	// CountLiveInstancesUsingDigest counts the instances of app appSlug
+	// not decommissioned that run digest, as their own or a member's.
+	CountLiveInstancesUsingDigest(ctx context.Context, appSlug, digest string) (int, error)
 	LiveInstancesOn(ctx context.Context, allocationID, nodeID string) ([]AppInstance, error)
 	// HostPortsHeld maps each host port held on a node by an instance not
 	// yet decommissioned to that instance's id.

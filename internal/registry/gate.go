@@ -43,9 +43,11 @@ type ManifestDeleter interface {
 	// which lets the registry delete it (and answer the request) and
 	// reports whether the registry did, and records a delete that
 	// happened. If it may not, it returns why, for the person who asked
-	// (answered 403 DENIED), without calling del. An error is a failure
-	// (500 when del was not called; logged when it was).
-	DeleteManifest(ctx context.Context, subject, repository, digest string, del func() (deleted bool)) (refusal string, err error)
+	// (answered 403 DENIED), without calling del. refused is a refusal the
+	// gate already decided (a frozen tag on the manifest): the deleter
+	// records it and returns it. An error is a failure (500 when del was
+	// not called; logged when it was).
+	DeleteManifest(ctx context.Context, subject, repository, digest, refused string, del func() (deleted bool)) (refusal string, err error)
 }
 
 // manifestPathRe splits /v2/<name>/manifests/<reference>, blobPathRe
@@ -184,13 +186,16 @@ func (g *gateHandler) serveManifestDelete(w http.ResponseWriter, req *http.Reque
 		g.fail(w, req, err)
 		return
 	}
+	var frozen string
 	if tag != "" {
-		writeDockerError(w, http.StatusForbidden, "DENIED",
-			"manifest "+digest+" is tagged "+tag+", which holds the signature of a verified artifact: it can no longer be deleted")
-		return
+		frozen = "manifest " + digest + " is tagged " + tag + ", which holds the signature of a verified artifact: it can no longer be deleted"
 	}
 	d, ok := g.gate.(ManifestDeleter)
 	if !ok {
+		if frozen != "" {
+			writeDockerError(w, http.StatusForbidden, "DENIED", frozen)
+			return
+		}
 		g.next.ServeHTTP(w, req)
 		return
 	}
@@ -199,7 +204,7 @@ func (g *gateHandler) serveManifestDelete(w http.ResponseWriter, req *http.Reque
 		subject = g.subject(req, repo)
 	}
 	rw := &statusWriter{ResponseWriter: w}
-	refusal, err := d.DeleteManifest(ctx, subject, repo, digest, func() bool {
+	refusal, err := d.DeleteManifest(ctx, subject, repo, digest, frozen, func() bool {
 		g.next.ServeHTTP(rw, req)
 		return rw.status == http.StatusAccepted
 	})

@@ -520,14 +520,19 @@ func TestHoldSignatureTags(t *testing.T) {
 }
 
 // deleterGate is a fakeGate that refuses to delete one digest and records
-// the deletes it let through.
+// the deletes it let through and the refusals the gate handed it.
 type deleterGate struct {
 	fakeGate
-	refused string
-	deleted []string // subject@digest
+	refused  string
+	deleted  []string // subject@digest
+	recorded []string // digest: refusal the gate decided
 }
 
-func (g *deleterGate) DeleteManifest(_ context.Context, subject, _, digest string, del func() bool) (string, error) {
+func (g *deleterGate) DeleteManifest(_ context.Context, subject, _, digest, refused string, del func() bool) (string, error) {
+	if refused != "" {
+		g.recorded = append(g.recorded, digest+": "+refused)
+		return refused, nil
+	}
 	if digest == g.refused {
 		return "manifest " + digest + " is artifact a-1 (state draft); revoke it first", nil
 	}
@@ -567,5 +572,10 @@ func TestGateManifestDeleterDecidesDeletes(t *testing.T) {
 	}
 	if len(g.deleted) != 1 || g.deleted[0] != "credential:c-1@sha256:untagged" {
 		t.Errorf("recorded deletes %v, want the one of sha256:untagged by credential:c-1", g.deleted)
+	}
+	// The frozen tag's refusal is the deleter's to record (audited as
+	// denied, as its own refusals are).
+	if len(g.recorded) != 1 || !strings.HasPrefix(g.recorded[0], "sha256:sig: ") || !strings.Contains(g.recorded[0], "can no longer be deleted") {
+		t.Errorf("refusals handed to the deleter %v, want the frozen tag's on sha256:sig", g.recorded)
 	}
 }

@@ -205,12 +205,13 @@ func (q *Queries) CountLiveInstancesOfVersion(ctx context.Context, appSlug, vers
 	return n, mapErr(err)
 }
 
-// CountLiveInstancesUsingDigest counts live instances that run digest in
-// any of their members, or whose current version is pinned to it.
-func (q *Queries) CountLiveInstancesUsingDigest(ctx context.Context, digest string) (int, error) {
+// CountLiveInstancesUsingDigest counts live instances of app appSlug that
+// run digest in any of their members, or whose current version is pinned
+// to it.
+func (q *Queries) CountLiveInstancesUsingDigest(ctx context.Context, appSlug, digest string) (int, error) {
 	var n int
-	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_instances i WHERE i.`+liveInstance+` AND (i.digest = ? OR EXISTS (
-		SELECT 1 FROM app_instance_members m WHERE m.instance_id = i.id AND m.digest = ? AND m.status <> 'removed'))`, digest, digest).Scan(&n)
+	err := q.queryRow(ctx, `SELECT COUNT(*) FROM app_instances i WHERE i.app_slug = ? AND i.`+liveInstance+` AND (i.digest = ? OR EXISTS (
+		SELECT 1 FROM app_instance_members m WHERE m.instance_id = i.id AND m.digest = ? AND m.status <> 'removed'))`, appSlug, digest, digest).Scan(&n)
 	return n, mapErr(err)
 }
 

@@ -289,8 +289,11 @@ func testLiveInstanceCounts(t *testing.T, db *store.DB) {
 		return n
 	}
 	using := func(d string) int {
-		n, err := q.CountLiveInstancesUsingDigest(ctx, d)
+		n, err := q.CountLiveInstancesUsingDigest(ctx, slug, d)
 		noErr(t, "count using digest", err)
+		if other, err := q.CountLiveInstancesUsingDigest(ctx, slug+"-other", d); err != nil || other != 0 {
+			t.Fatalf("instances of another app counted as running %s: %d %v", d, other, err)
+		}
 		return n
 	}
 	member := func(i instances.AppInstance, d string, st instances.MemberStatus) {
