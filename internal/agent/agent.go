@@ -111,6 +111,9 @@ type Agent struct {
 
 	executed atomic.Int64 // tasks executed (not re-reported) by this process
 
+	// wait, when set, replaces sleep's timer (tests move a manual clock).
+	wait func(ctx context.Context, d time.Duration) bool
+
 	tasks     *runner
 	stopTasks context.CancelFunc
 	tasksCtx  context.Context
@@ -369,11 +372,15 @@ func (a *Agent) refused(err error) {
 }
 
 // unwrap exchanges a pull's wrapping token for its credentials. A 429
-// (this node unwrapped more than the server takes) consumed nothing, so
-// the same token goes again after the Retry-After, a few times, well
-// inside the token's life; a pull failed for a limit would fail its task
-// as if the credentials were refused.
+// (this node's principal unwrapped more than the server takes) consumed
+// nothing, so the same token goes again after the Retry-After, for as long
+// as unwrapPatience allows: a burst of pulls is spread over time, not
+// failed. Only when the patience (or the task's context) runs out is the
+// pull failed, as image_pull_failed, not credential_refused: nothing was
+// refused, and a person reading the reason would hunt for a credential
+// fault that is not there; a pull failure is the one a later try mends.
 func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials, error) {
+	deadline := a.cfg.Now().Add(unwrapPatience)
 	for try := 1; ; try++ {
 		c, err := a.authed(ctx)
 		if err != nil {
@@ -385,22 +392,47 @@ func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials
 		}
 		a.refused(err)
 		var ae *client.APIError
-		if try == unwrapTries || !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
+		if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
 			return driver.Credentials{}, err
 		}
-		a.log.WarnContext(ctx, "unwrap rate limited; waiting as the server asks", "retry_after", retryAfter(err))
-		select {
-		case <-ctx.Done():
-			return driver.Credentials{}, err
-		case <-time.After(max(retryAfter(err), time.Second)):
+		// At least a second, never past the cap, and a little jitter so
+		// that the pulls of one burst do not come back together.
+		wait := max(retryAfter(err), time.Second) + time.Duration(rand.IntN(250))*time.Millisecond
+		left := deadline.Sub(a.cfg.Now())
+		if left <= 0 || wait > left {
+			return driver.Credentials{}, driver.Fail(nodeapi.ReasonImagePullFailed,
+				"the control plane kept refusing to unwrap this pull's credentials for its rate limit (%d tries over %v; last: %v); "+
+					"nothing was refused, the node's principal unwrapped more than the limit allows: the task can be retried, or the control plane's --unwrap-rate raised",
+				try, unwrapPatience, err)
+		}
+		a.log.WarnContext(ctx, "unwrap rate limited; waiting as the server asks", "retry_after", wait, "try", try)
+		if !a.sleep(ctx, wait) {
+			return driver.Credentials{}, driver.Fail(nodeapi.ReasonImagePullFailed,
+				"the task ended while waiting out the unwrap rate limit (%d tries; last: %v)", try, err)
 		}
 	}
 }
 
-// unwrapTries bounds the tries of one unwrap: with Retry-After capped at a
-// minute, the last comes before a wrapping token (5 minutes at most)
-// expires.
-const unwrapTries = 3
+// unwrapPatience bounds how long one unwrap waits out 429s: well inside a
+// wrapping token's life (5 minutes at most, counted from when the control
+// plane queued the task), so the last try still carries a live token.
+const unwrapPatience = 2 * time.Minute
+
+// sleep waits d, or until ctx ends (false). Tests replace it (a.wait) to
+// move a manual clock instead of sleeping.
+func (a *Agent) sleep(ctx context.Context, d time.Duration) bool {
+	if a.wait != nil {
+		return a.wait(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
 
 // heartbeat runs every second and beats when the server's interval has
 // passed; it sends the inventory only when its digest differs from the one

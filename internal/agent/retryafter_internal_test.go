@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/gpuaas/gpuaas/client"
+	"github.com/gpuaas/gpuaas/client/nodeapi"
+	"github.com/gpuaas/gpuaas/internal/agent/driver"
 	"github.com/gpuaas/gpuaas/internal/agent/driver/drivertest"
 )
 
@@ -109,5 +111,76 @@ func TestUnwrapWaitsOutARateLimit(t *testing.T) {
 	}
 	if waited := seen[1].Sub(seen[0]); waited < time.Second {
 		t.Fatalf("sent again %v after a 429 with Retry-After: 1", waited)
+	}
+}
+
+// A node whose unwraps are refused 429 for longer than a few Retry-Afters
+// keeps sending the same token, each time after the Retry-After, until its
+// patience runs out; then the pull fails as image_pull_failed (try again),
+// never as credential_refused, which would send a person after a
+// credential fault that is not there. The clock is moved, not slept.
+func TestUnwrapWaitsOutALongRateLimitThenFailsThePull(t *testing.T) {
+	var mu sync.Mutex
+	var sent []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			WrappingToken string `json:"wrapping_token"`
+		}
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		mu.Lock()
+		sent = append(sent, in.WrappingToken)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"error":{"code":"unwrap_rate_limited","message":"slow down"}}`)
+	}))
+	t.Cleanup(srv.Close)
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	start := now
+	a := newFakeAgent(t, &drivertest.Fake{}, func(c *Config) {
+		c.Server = srv.URL
+		c.Now = func() time.Time { return now } // only this goroutine moves it
+	})
+	var waits []time.Duration
+	a.wait = func(_ context.Context, d time.Duration) bool {
+		waits = append(waits, d)
+		now = now.Add(d)
+		return true
+	}
+	a.id = identity{NodeID: "node-1"}
+	a.tok = &tokens{api: a.api, id: &a.id, token: "tok", expiry: time.Now().Add(time.Hour)}
+
+	_, err := a.unwrap(context.Background(), "gpw_1")
+	f := driver.AsFailure(err)
+	if f == nil || f.Reason != nodeapi.ReasonImagePullFailed {
+		t.Fatalf("unwrap refused 429 past its patience: %v, want a %s failure", err, nodeapi.ReasonImagePullFailed)
+	}
+	if waited := now.Sub(start); waited < unwrapPatience-2*time.Second || waited > unwrapPatience {
+		t.Fatalf("gave up after waiting %v, want about %v (inside the wrapping token's 5 minutes)", waited, unwrapPatience)
+	}
+	for _, d := range waits {
+		if d < time.Second || d > time.Second+250*time.Millisecond {
+			t.Fatalf("waited %v after a 429 with Retry-After: 1 (waits %v)", d, waits)
+		}
+	}
+	mu.Lock()
+	got := append([]string(nil), sent...)
+	mu.Unlock()
+	if len(got) != len(waits)+1 || len(got) < 90 {
+		t.Fatalf("%d unwraps for %d waits; want one per wait and one more, about one a second", len(got), len(waits))
+	}
+	for _, s := range got {
+		if s != "gpw_1" {
+			t.Fatalf("sent %q, want the same token each time", s)
+		}
+	}
+
+	// The task's end stops the waiting early, still not as refused credentials.
+	ctx, cancel := context.WithCancel(context.Background())
+	a.wait = func(context.Context, time.Duration) bool { cancel(); return false }
+	_, err = a.unwrap(ctx, "gpw_2")
+	if f := driver.AsFailure(err); f.Reason != nodeapi.ReasonImagePullFailed {
+		t.Fatalf("unwrap whose task ended while it waited: %v, want a %s failure", err, nodeapi.ReasonImagePullFailed)
 	}
 }

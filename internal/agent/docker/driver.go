@@ -10,6 +10,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -112,6 +113,11 @@ func (d *Driver) Pull(ctx context.Context, p nodeapi.ImagePull) (string, error) 
 			return "", fail(nodeapi.ReasonCredentialRefused, "this agent cannot unwrap pull credentials")
 		}
 		cr, err := d.cfg.Unwrap(ctx, p.WrappingToken)
+		if f := (*Failure)(nil); errors.As(err, &f) {
+			// The unwrapper already knows why (a rate limit waited out
+			// is a failed pull, not refused credentials).
+			return "", f
+		}
 		if err != nil {
 			return "", fail(nodeapi.ReasonCredentialRefused, "unwrap pull credentials: %v", err)
 		}
