@@ -88,6 +88,7 @@ func (by holder) owns(x imageHold) bool {
 //
 // Each task's holds are its own, and end by its kind's rule:
 //   - a run's (container.run, compose.up) end when it ends (EndRun), when
+//     another run creates its workload again (EndRun of that run), when
 //     its workload is torn down (ReleaseWorkload), or with the instance;
 //   - an image.pull's end when the pull fails (Drop), when a run of the
 //     instance created its containers from the image (EndRun of a run that
@@ -185,13 +186,26 @@ func (h *holds) Drop(by holder) {
 // EndRun drops the holds of the run by, which ended. A run that created
 // its containers (created) also ends the pulls' holds of its instance on
 // refs, the images those containers now keep in use (the engine refuses to
-// remove them): the run they waited for came. A run that failed leaves the
-// pulls' holds for the next run of the instance; its own are not needed
-// any more (an upgrade whose run failed reverts to the image the instance
-// ran before, which its container keeps).
+// remove them): the run they waited for came. It ends, too, the holds of
+// other runs of its workload: it replaced that workload, so a run of it
+// cut short earlier (under another task id, which a retried step gets) is
+// not coming back to create it, and its hold would otherwise last until
+// teardown or the longest hold. A run that failed leaves the pulls' holds
+// for the next run of the instance; its own are not needed any more (an
+// upgrade whose run failed reverts to the image the instance ran before,
+// which its container keeps).
 func (h *holds) EndRun(by holder, created bool, refs ...string) {
 	h.release(func(x imageHold) bool {
-		return by.owns(x) || created && x.pull() && x.InstanceID == by.InstanceID && slices.Contains(refs, x.Ref)
+		if by.owns(x) {
+			return true
+		}
+		if !created || x.InstanceID != by.InstanceID {
+			return false
+		}
+		if x.pull() {
+			return slices.Contains(refs, x.Ref)
+		}
+		return by.Workload != "" && x.Workload == by.Workload
 	})
 }
 

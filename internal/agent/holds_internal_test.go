@@ -359,3 +359,88 @@ func TestDamagedHoldRecordIsReplaced(t *testing.T) {
 		t.Fatal("a hold written after a damaged record was lost on reload")
 	}
 }
+
+// A run cut short by the agent stopping keeps its hold, since its task is
+// delivered again; but when the control plane retries the step under a new
+// task id and that run creates the workload, the first run is not coming
+// back: its hold ends then, not only at teardown or after the longest hold.
+func TestRunThatReplacesItsWorkloadEndsACutShortRunsHold(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		run  func(nodeapi.ImagePull) (string, any)
+	}{
+		{"compose", func(ip nodeapi.ImagePull) (string, any) {
+			return nodeapi.KindComposeUp, nodeapi.ComposeUp{Project: "proj-1", Images: []nodeapi.ImagePull{ip}}
+		}},
+		{"container", func(ip nodeapi.ImagePull) (string, any) {
+			return nodeapi.KindContainerRun, nodeapi.ContainerRun{Name: "app-1", Image: ip}
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := &drivertest.Fake{Images: true}
+			a := newFakeAgent(t, f)
+			old := nodeapi.ImagePull{Repository: "registry.test/app", Digest: pinned}
+			next := nodeapi.ImagePull{Repository: "registry.test/app", Digest: running}
+			oldRef, nextRef := old.Repository+"@"+old.Digest, next.Repository+"@"+next.Digest
+			f.Pull(context.Background(), old)
+			f.Pull(context.Background(), next)
+			// The agent stops mid-run of task run-1.
+			stopped, stop := context.WithCancel(context.Background())
+			stop()
+			f.Errs = map[string]error{"Run": context.Canceled, "Up": context.Canceled}
+			kind, payload := c.run(old)
+			a.execute(stopped, task(t, "run-1", kind, "inst-1", payload))
+			f.Errs = nil
+			ctx := context.Background()
+			// The same workload is created by another task, from another image.
+			kind, payload = c.run(next)
+			if res := a.execute(ctx, task(t, "run-2", kind, "inst-1", payload)); res.State != nodeapi.ResultSucceeded {
+				t.Fatalf("run-2: %+v", res)
+			}
+			if err := a.reconcileOnce(ctx); err != nil || f.HasImage(oldRef) {
+				t.Fatalf("the image of run-1, cut short, stayed held after run-2 created its workload (%v)", err)
+			}
+			if !f.HasImage(nextRef) {
+				t.Fatal("the image run-2's workload uses was pruned")
+			}
+		})
+	}
+}
+
+// A held-images.json an older agent wrote names no task and no kind: a hold
+// without a workload reads as an image.pull's, one with a workload as that
+// workload's run's (docs/nodes.md), and each ends by that kind's rule.
+func TestOldHoldRecordReadsAsDocumented(t *testing.T) {
+	dir := t.TempDir()
+	now := time.Now()
+	rec := `[{"ref":"reg/app@run","instance_id":"inst-1","workload":"app-1","since":"` + now.Format(time.RFC3339Nano) + `"},` +
+		`{"ref":"reg/app@pull","instance_id":"inst-1","since":"` + now.Format(time.RFC3339Nano) + `"}]`
+	if err := writeFileAtomic(dir+"/"+holdsFile, []byte(rec)); err != nil {
+		t.Fatal(err)
+	}
+	h := &holds{path: dir + "/" + holdsFile, max: time.Hour, now: time.Now, log: slog.New(slog.DiscardHandler)}
+	held := func(want map[string]bool, after string) {
+		t.Helper()
+		for ref, w := range want {
+			if h.Held(ref) != w {
+				t.Fatalf("after %s: %s held %v, want %v", after, ref, !w, w)
+			}
+		}
+	}
+	held(map[string]bool{"reg/app@run": true, "reg/app@pull": true}, "loading the old record")
+
+	// No task took the old pull's hold, so no failed pull ends it.
+	h.Drop(holder{InstanceID: "inst-1", Task: "pull-9", Kind: nodeapi.KindImagePull})
+	// A run of another workload, or of another instance, that fails ends neither.
+	h.EndRun(holder{InstanceID: "inst-1", Task: "run-7", Kind: nodeapi.KindContainerRun, Workload: "app-2"}, false, "reg/app@pull")
+	h.EndRun(holder{InstanceID: "inst-2", Task: "run-7", Kind: nodeapi.KindContainerRun, Workload: "app-1"}, true, "reg/app@pull")
+	held(map[string]bool{"reg/app@run": true, "reg/app@pull": true}, "a failed pull, another workload's failed run, another instance's run")
+
+	// A run of app-1 ends the old run hold, failed or not: it was that workload's run's.
+	h.EndRun(holder{InstanceID: "inst-1", Task: "run-8", Kind: nodeapi.KindContainerRun, Workload: "app-1"}, false, "reg/app@other")
+	held(map[string]bool{"reg/app@run": false, "reg/app@pull": true}, "a failed run of app-1")
+
+	// A run of the instance that created its containers from the pulled image ends the pull's.
+	h.EndRun(holder{InstanceID: "inst-1", Task: "run-9", Kind: nodeapi.KindContainerRun, Workload: "app-2"}, true, "reg/app@pull")
+	held(map[string]bool{"reg/app@pull": false}, "a run that created its containers from the pulled image")
+}
