@@ -22,11 +22,18 @@ const (
 )
 
 // takeUnwrap spends one unwrap of the caller's budget, or refuses. It is
-// keyed by the signed-in principal, not by the wrapping token: a caller
-// can send a new token with every request for free, but a principal costs
-// a sign-in (or a node's join). Each unwrap, refused ones included, is a
-// transaction and an audit row, which is what the limit protects. Per
-// replica, like every limiter in this process.
+// keyed by the principal, not by the wrapping token: a caller can send a
+// new token with every request for free. Signing in again gives the same
+// principal and the same budget; more budget takes another identity (an
+// account, a service account, which a project admin can create, audited,
+// one budget each, or a node joined with a join token). So the limit
+// bounds the unwraps one identity makes, and the database work one
+// attacker causes grows only with the identities they hold. Each unwrap
+// taken is a transaction and an audit row, whether its token works or is
+// refused (409), so both spend the budget; a refusal here (429) spends
+// nothing (ratelimit.Keyed cancels the refused reservation), so a caller
+// retrying after the Retry-After is not pushed further back. Per replica,
+// like every limiter in this process.
 func (s *Service) takeUnwrap(who string) error {
 	wait := s.unwrapLimit.Take(who, 1)
 	if wait == 0 {
