@@ -257,13 +257,8 @@ func TestWorkloadTeardownEndsTheHoldsOfItsRuns(t *testing.T) {
 			next := nodeapi.ImagePull{Repository: "registry.test/app", Digest: running}
 			ref, nextRef := img.Repository+"@"+img.Digest, next.Repository+"@"+next.Digest
 			f.Pull(context.Background(), img)
-			// The agent stops mid-run.
-			stopped, stop := context.WithCancel(context.Background())
-			stop()
-			f.Errs = map[string]error{"Run": context.Canceled, "Up": context.Canceled}
 			kind, payload := c.run(img)
-			a.execute(stopped, task(t, "run-1", kind, "inst-1", payload))
-			f.Errs = nil
+			cutShort(t, a, f, task(t, "run-1", kind, "inst-1", payload))
 			ctx := context.Background()
 			if err := a.reconcileOnce(ctx); err != nil || !f.HasImage(ref) {
 				t.Fatalf("the image of an interrupted run was pruned before its task came back (%v)", err)
@@ -384,13 +379,8 @@ func TestRunThatReplacesItsWorkloadEndsACutShortRunsHold(t *testing.T) {
 			oldRef, nextRef := old.Repository+"@"+old.Digest, next.Repository+"@"+next.Digest
 			f.Pull(context.Background(), old)
 			f.Pull(context.Background(), next)
-			// The agent stops mid-run of task run-1.
-			stopped, stop := context.WithCancel(context.Background())
-			stop()
-			f.Errs = map[string]error{"Run": context.Canceled, "Up": context.Canceled}
 			kind, payload := c.run(old)
-			a.execute(stopped, task(t, "run-1", kind, "inst-1", payload))
-			f.Errs = nil
+			cutShort(t, a, f, task(t, "run-1", kind, "inst-1", payload))
 			ctx := context.Background()
 			// The same workload is created by another task, from another image.
 			kind, payload = c.run(next)
@@ -405,6 +395,17 @@ func TestRunThatReplacesItsWorkloadEndsACutShortRunsHold(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cutShort executes run task rt as an agent that stops mid-run: its driver
+// call ends canceled, and the run keeps its holds for its task's return.
+func cutShort(t *testing.T, a *Agent, f *drivertest.Fake, rt nodeapi.Task) {
+	t.Helper()
+	stopped, stop := context.WithCancel(context.Background())
+	stop()
+	f.Errs = map[string]error{"Run": context.Canceled, "Up": context.Canceled}
+	a.execute(stopped, rt)
+	f.Errs = nil
 }
 
 // A held-images.json an older agent wrote names no task and no kind: a hold

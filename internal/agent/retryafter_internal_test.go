@@ -80,13 +80,10 @@ func TestUnwrapWaitsOutARateLimit(t *testing.T) {
 	var seen []time.Time
 	var sent []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in struct {
-			WrappingToken string `json:"wrapping_token"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&in)
+		tok := wrappingToken(r)
 		mu.Lock()
 		defer mu.Unlock()
-		seen, sent = append(seen, time.Now()), append(sent, in.WrappingToken)
+		seen, sent = append(seen, time.Now()), append(sent, tok)
 		w.Header().Set("Content-Type", "application/json")
 		if len(seen) == 1 {
 			w.Header().Set("Retry-After", "1")
@@ -123,12 +120,9 @@ func TestUnwrapWaitsOutALongRateLimitThenFailsThePull(t *testing.T) {
 	var mu sync.Mutex
 	var sent []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var in struct {
-			WrappingToken string `json:"wrapping_token"`
-		}
-		_ = json.NewDecoder(r.Body).Decode(&in)
+		tok := wrappingToken(r)
 		mu.Lock()
-		sent = append(sent, in.WrappingToken)
+		sent = append(sent, tok)
 		mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Retry-After", "1")
@@ -183,4 +177,13 @@ func TestUnwrapWaitsOutALongRateLimitThenFailsThePull(t *testing.T) {
 	if f := driver.AsFailure(err); f.Reason != nodeapi.ReasonImagePullFailed {
 		t.Fatalf("unwrap whose task ended while it waited: %v, want a %s failure", err, nodeapi.ReasonImagePullFailed)
 	}
+}
+
+// wrappingToken is the token an unwrap request sends.
+func wrappingToken(r *http.Request) string {
+	var in struct {
+		WrappingToken string `json:"wrapping_token"`
+	}
+	_ = json.NewDecoder(r.Body).Decode(&in)
+	return in.WrappingToken
 }
