@@ -249,13 +249,9 @@ func (s *Service) step(ctx context.Context, g *iam.Grants, projectID, artifactID
 // launch or deployment that shares the row to record the digest has
 // committed by then (and is counted) or waits, and then finds it retired.
 func (s *Service) unused(ctx context.Context, tx Tx, a AppArtifact) (map[string]any, error) {
-	n := 0
-	for _, u := range s.instanceUsers() {
-		live, err := u.LiveInstancesUsingDigest(ctx, tx, a.AppSlug, a.Digest)
-		if err != nil {
-			return nil, err
-		}
-		n += live
+	n, err := s.liveInstancesUsing(ctx, tx, a.AppSlug, a.Digest)
+	if err != nil {
+		return nil, err
 	}
 	if n > 0 {
 		return nil, errdefs.FailedPrecondition("artifact_in_use",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gpuaas/gpuaas/internal/principal"
@@ -17,7 +18,10 @@ import (
 // relies on is refused: a manifest registered as an artifact that is
 // neither revoked nor retired (registration, verification, pull intents
 // and launches all go back to it) and one a live instance runs (it may
-// have to pull again: a restart on another node, a rollback).
+// have to pull again: a restart on another node, a rollback). So is a
+// manifest that the image index of such an artifact references: a child
+// of a multi-arch index is not registered itself, yet without it the
+// index's pulls of that platform fail.
 
 var _ registry.ManifestDeleter = registryAuthz{}
 
@@ -32,7 +36,7 @@ var _ registry.ManifestDeleter = registryAuthz{}
 // and verification of the digest hold too; a settled (revoked or retired)
 // artifact takes no new launches, so no instance starts running the
 // digest after the check.
-func (a registryAuthz) DeleteManifest(ctx context.Context, subject, repository, digest, refused string, del func() bool) (string, error) {
+func (a registryAuthz) DeleteManifest(ctx context.Context, subject, repository, digest, refused string, children registry.IndexChildren, del func() bool) (string, error) {
 	ev, refusal, err := a.deleter(ctx, subject, repository)
 	if err != nil {
 		return "", err
@@ -42,7 +46,7 @@ func (a registryAuthz) DeleteManifest(ctx context.Context, subject, repository, 
 		refusal = refused
 	}
 	if refusal == "" {
-		if refusal, err = a.s.manifestInUse(ctx, repository, digest); err != nil {
+		if refusal, err = a.s.manifestInUse(ctx, repository, digest, children); err != nil {
 			return "", err
 		}
 	}
@@ -123,8 +127,9 @@ func (a registryAuthz) deleter(ctx context.Context, subject, repository string) 
 // another node, a rollback). An instance pulls from the repository its
 // version's artifact was registered in, so a digest registered nowhere in
 // repository is run from here by no one, whatever other repositories hold
-// the same content.
-func (s *Service) manifestInUse(ctx context.Context, repository, digest string) (string, error) {
+// the same content. The same holds for a manifest an image index
+// registered there references (children lists an index's manifests).
+func (s *Service) manifestInUse(ctx context.Context, repository, digest string, children registry.IndexChildren) (string, error) {
 	arts, err := s.Store.Read().RepositoryArtifactsWithDigest(ctx, repository, digest)
 	if err != nil {
 		return "", err
@@ -139,18 +144,72 @@ func (s *Service) manifestInUse(ctx context.Context, repository, digest string) 
 		}
 	}
 	for _, art := range arts {
-		for _, u := range s.instanceUsers() {
-			n, err := u.LiveInstancesUsingDigest(ctx, nil, art.AppSlug, digest)
-			if err != nil {
-				return "", err
-			}
-			if n > 0 {
-				return fmt.Sprintf("manifest %s (artifact %s) is still run by live instances of app %s; decommission or upgrade them, then delete it",
-					digest, art.ID, art.AppSlug), nil
-			}
+		n, err := s.liveInstancesUsing(ctx, nil, art.AppSlug, digest)
+		if err != nil {
+			return "", err
+		}
+		if n > 0 {
+			return fmt.Sprintf("manifest %s (artifact %s) is still run by live instances of app %s; decommission or upgrade them, then delete it",
+				digest, art.ID, art.AppSlug), nil
 		}
 	}
+	return s.indexChildInUse(ctx, repository, digest, children)
+}
+
+// indexChildInUse says why the manifest digest must stay as a child of an
+// image index registered in repository ("" if none holds it). Only the
+// indexes the platform still relies on are read from the registry.
+func (s *Service) indexChildInUse(ctx context.Context, repository, digest string, children registry.IndexChildren) (string, error) {
+	arts, err := s.Store.Read().RepositoryArtifacts(ctx, repository)
+	if err != nil {
+		return "", err
+	}
+	for _, art := range arts {
+		if art.Digest == digest || !registry.IndexMediaType(art.MediaType) {
+			continue
+		}
+		if art, err = s.digestRevoked(ctx, art); err != nil {
+			return "", err
+		}
+		live := 0
+		if art.Settled() {
+			if live, err = s.liveInstancesUsing(ctx, nil, art.AppSlug, art.Digest); err != nil {
+				return "", err
+			}
+			if live == 0 {
+				continue
+			}
+		}
+		kids, err := children(ctx, art.Digest)
+		if err != nil {
+			return "", fmt.Errorf("read the image index %s of artifact %s: %w", art.Digest, art.ID, err)
+		}
+		if !slices.Contains(kids, digest) {
+			continue
+		}
+		if live > 0 {
+			return fmt.Sprintf("manifest %s is part of the image index %s of artifact %s (%s %s %s), which live instances of app %s still run; decommission or upgrade them, then delete it",
+				digest, art.Digest, art.ID, art.AppSlug, art.AppVersion, art.ArtifactName, art.AppSlug), nil
+		}
+		return fmt.Sprintf("manifest %s is part of the image index %s of artifact %s (%s %s %s, state %s, trust %s), which the platform still serves; %s, then delete it",
+			digest, art.Digest, art.ID, art.AppSlug, art.AppVersion, art.ArtifactName, art.LifecycleState, art.TrustState, settleHint(art)), nil
+	}
 	return "", nil
+}
+
+// liveInstancesUsing counts the live instances of app appSlug that run
+// digest, as every registered InstanceUsage answers, in tx (nil: outside
+// any transaction).
+func (s *Service) liveInstancesUsing(ctx context.Context, tx storage.Tx, appSlug, digest string) (int, error) {
+	total := 0
+	for _, u := range s.instanceUsers() {
+		n, err := u.LiveInstancesUsingDigest(ctx, tx, appSlug, digest)
+		if err != nil {
+			return 0, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
 // settleHint names the commands that settle a from its state.

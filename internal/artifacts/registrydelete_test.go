@@ -27,7 +27,7 @@ func TestRegistryManifestDeleteHoldsNoTransactionAndOutlivesItsClient(t *testing
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		refusal, err := d.DeleteManifest(ctx, "operator", "lone/app", "sha256:gone", "", func() bool {
+		refusal, err := d.DeleteManifest(ctx, "operator", "lone/app", "sha256:gone", "", noChildren, func() bool {
 			// Another write of the platform while the registry deletes.
 			wctx, wcancel := context.WithTimeout(context.Background(), 3*time.Second)
 			defer wcancel()
@@ -50,7 +50,7 @@ func TestRegistryManifestDeleteHoldsNoTransactionAndOutlivesItsClient(t *testing
 
 		// A refusal the gate decided (a frozen tag) is audited as denied.
 		why := "manifest sha256:sig is tagged sha256-x.sig, which holds the signature of a verified artifact: it can no longer be deleted"
-		refusal, err = d.DeleteManifest(context.Background(), "operator", "lone/app", "sha256:sig", why, func() bool {
+		refusal, err = d.DeleteManifest(context.Background(), "operator", "lone/app", "sha256:sig", why, noChildren, func() bool {
 			t.Error("the registry was asked to delete a manifest the gate refused")
 			return true
 		})
@@ -63,3 +63,6 @@ func TestRegistryManifestDeleteHoldsNoTransactionAndOutlivesItsClient(t *testing
 		}
 	})
 }
+
+// noChildren is the registry of a repository holding no image index.
+func noChildren(context.Context, string) ([]string, error) { return nil, nil }

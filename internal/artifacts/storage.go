@@ -286,6 +286,9 @@ type Queries interface {
 	// RepositoryArtifactsWithDigest lists the artifacts registered in
 	// repository with digest, revoked and retired ones too.
 	RepositoryArtifactsWithDigest(ctx context.Context, repository, digest string) ([]AppArtifact, error)
+	// RepositoryArtifacts lists every artifact registered in repository,
+	// revoked and retired ones too.
+	RepositoryArtifacts(ctx context.Context, repository string) ([]AppArtifact, error)
 	UnrevokedArtifactsWithDigest(ctx context.Context, projectID, digest string) ([]AppArtifact, error)
 	RevokeArtifactsWithDigest(ctx context.Context, projectID, digest, reason string, at time.Time) error
 

@@ -121,12 +121,69 @@ func TestRegistryPublisherDeletesOwnImages(t *testing.T) {
 	})
 }
 
+// A child manifest of a registered image index is not registered itself,
+// yet deleting it breaks the index's pulls of its platform: the publisher's
+// delete of it is refused (DENIED, naming the artifact and its index, and
+// audited) while the index's artifact is unsettled, and after its revoke
+// while a live instance runs the index; then the child can go.
+func TestRegistryPublisherCannotDeleteARegisteredIndexChild(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		ctx, s, _, _, host, intent := clockedQuotaRepos(t, d)
+		admin := s.Admin()
+		pid := s.Creds.ProjectID
+		repo, pub := intent("del-idx")
+
+		amd, arm := quotaImage(t, patterned(70, 8_000)), quotaImage(t, patterned(71, 9_000))
+		idx := quotaIndex(t, amd, arm)
+		tag, err := name.NewTag(host+"/"+repo+":v1", name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.WriteIndex(tag, idx, pub.opts(ctx)...); err != nil {
+			t.Fatalf("push of the index: %v", err)
+		}
+		idxDigest, err := idx.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		artID := admin.Do("POST", "/api/v1/projects/"+pid+"/app-artifacts", map[string]any{"app_slug": "del-idx", "app_version": "1.0.0",
+			"artifact_name": "runtime", "repository": repo, "digest": idxDigest.String()}).Want(t, 201).String("id")
+		dAmd := digestRef(t, host, repo, amd)
+
+		wantRegistryError(t, remote.Delete(dAmd, pub.opts(ctx)...), "DENIED",
+			"manifest "+dAmd.DigestStr()+" is part of the image index "+idxDigest.String()+" of artifact "+artID, "gpuaas artifact revoke "+artID)
+		if _, err := remote.Head(dAmd, pub.opts(ctx)...); err != nil {
+			t.Fatalf("the index's child after a refused delete: %v", err)
+		}
+		wantManifestDeleteAudit(t, s, repo+"@"+dAmd.DigestStr(), "denied", 1)
+
+		// Revoked, the index still serves a live instance that runs it.
+		admin.Do("POST", "/api/v1/projects/"+pid+"/app-artifacts/"+artID+"/revoke", map[string]string{"reason": "superseded"}).Want(t, 200)
+		running := &runningDigest{}
+		running.digest.Store(idxDigest.String())
+		s.App.API.Artifacts.AddInstanceUsage(running)
+		wantRegistryError(t, remote.Delete(dAmd, pub.opts(ctx)...), "DENIED",
+			"part of the image index "+idxDigest.String()+" of artifact "+artID, "which live instances of app del-idx still run")
+		running.digest.Store("")
+		if err := remote.Delete(dAmd, pub.opts(ctx)...); err != nil {
+			t.Fatalf("delete of a revoked index's child: %v", err)
+		}
+		if _, err := remote.Head(dAmd, pub.opts(ctx)...); err == nil {
+			t.Fatal("the deleted child is still there")
+		}
+		wantManifestDeleteAudit(t, s, repo+"@"+dAmd.DigestStr(), "success", 1)
+		wantManifestDeleteAudit(t, s, repo+"@"+dAmd.DigestStr(), "denied", 2)
+	})
+}
+
 // runningDigest stands in for the instances domain: one live instance of
-// app del-a runs digest.
+// app del-a or del-idx runs digest.
 type runningDigest struct{ digest atomic.Value }
 
 func (r *runningDigest) LiveInstancesUsingDigest(_ context.Context, _ storage.Tx, appSlug, digest string) (int, error) {
-	if d, _ := r.digest.Load().(string); d == digest && appSlug == "del-a" {
+	if d, _ := r.digest.Load().(string); d == digest && (appSlug == "del-a" || appSlug == "del-idx") {
 		return 1, nil
 	}
 	return 0, nil

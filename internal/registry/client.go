@@ -26,6 +26,13 @@ var manifestAccept = strings.Join([]string{
 	"application/vnd.docker.distribution.manifest.list.v2+json",
 }, ", ")
 
+// IndexMediaType reports whether mt, a manifest's media type, is an image
+// index's (OCI) or a manifest list's (Docker): a manifest that references
+// other manifests, one per platform.
+func IndexMediaType(mt string) bool {
+	return mt == "application/vnd.oci.image.index.v1+json" || mt == "application/vnd.docker.distribution.manifest.list.v2+json"
+}
+
 // Client is the control plane's client of the registry. It authenticates
 // with pull tokens it mints for itself, so it works against the embedded
 // registry (in-process, through its handler) and against an external

@@ -46,9 +46,18 @@ type ManifestDeleter interface {
 	// (answered 403 DENIED), without calling del. refused is a refusal the
 	// gate already decided (a frozen tag on the manifest): the deleter
 	// records it and returns it. An error is a failure (500 when del was
-	// not called; logged when it was).
-	DeleteManifest(ctx context.Context, subject, repository, digest, refused string, del func() (deleted bool)) (refusal string, err error)
+	// not called; logged when it was). children reads the registry for it:
+	// the child manifests of an image index the platform relies on are not
+	// registered themselves, yet deleting one breaks the index's pulls of
+	// that platform.
+	DeleteManifest(ctx context.Context, subject, repository, digest, refused string, children IndexChildren, del func() (deleted bool)) (refusal string, err error)
 }
+
+// IndexChildren lists the manifests that the image index digest of the
+// repository a delete is in references, those of the indexes it
+// references too; nothing when digest is an image manifest or not stored
+// there.
+type IndexChildren func(ctx context.Context, digest string) ([]string, error)
 
 // manifestPathRe splits /v2/<name>/manifests/<reference>, blobPathRe
 // /v2/<name>/blobs/<digest>.
@@ -93,9 +102,12 @@ type gateHandler struct {
 	// subject returns the subject of req's token, which authorized
 	// granted a delete in repository ("" if unknown).
 	subject func(req *http.Request, repository string) string
-	next    http.Handler
-	fail    func(http.ResponseWriter, *http.Request, error)
-	logger  *slog.Logger
+	// indexChildren lists the manifests an image index of repository
+	// references (IndexChildren); nil: none.
+	indexChildren func(ctx context.Context, repository, digest string) ([]string, error)
+	next          http.Handler
+	fail          func(http.ResponseWriter, *http.Request, error)
+	logger        *slog.Logger
 }
 
 func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -203,8 +215,14 @@ func (g *gateHandler) serveManifestDelete(w http.ResponseWriter, req *http.Reque
 	if g.subject != nil {
 		subject = g.subject(req, repo)
 	}
+	children := func(ctx context.Context, index string) ([]string, error) {
+		if g.indexChildren == nil || !ValidRepository(repo) {
+			return nil, nil
+		}
+		return g.indexChildren(ctx, repo, index)
+	}
 	rw := &statusWriter{ResponseWriter: w}
-	refusal, err := d.DeleteManifest(ctx, subject, repo, digest, frozen, func() bool {
+	refusal, err := d.DeleteManifest(ctx, subject, repo, digest, frozen, children, func() bool {
 		g.next.ServeHTTP(rw, req)
 		return rw.status == http.StatusAccepted
 	})

@@ -528,7 +528,7 @@ type deleterGate struct {
 	recorded []string // digest: refusal the gate decided
 }
 
-func (g *deleterGate) DeleteManifest(_ context.Context, subject, _, digest, refused string, del func() bool) (string, error) {
+func (g *deleterGate) DeleteManifest(_ context.Context, subject, _, digest, refused string, _ IndexChildren, del func() bool) (string, error) {
 	if refused != "" {
 		g.recorded = append(g.recorded, digest+": "+refused)
 		return refused, nil

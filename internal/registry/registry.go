@@ -14,12 +14,15 @@ import (
 
 	"github.com/distribution/distribution/v3"
 	"github.com/distribution/distribution/v3/configuration"
+	"github.com/distribution/distribution/v3/manifest/manifestlist"
+	"github.com/distribution/distribution/v3/manifest/ocischema"
 	"github.com/distribution/distribution/v3/registry/auth"
 	"github.com/distribution/distribution/v3/registry/handlers"
 	"github.com/distribution/distribution/v3/registry/storage"
 	storagedriver "github.com/distribution/distribution/v3/registry/storage/driver"
 	"github.com/distribution/distribution/v3/registry/storage/driver/filesystem"
 	"github.com/google/uuid"
+	"github.com/opencontainers/go-digest"
 
 	// Register the token access controller (it registers itself in a
 	// process-wide map at init; so does the filesystem driver).
@@ -107,7 +110,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 	}
 	if gate, ok := authz.(ContentGate); ok {
 		served = &gateHandler{gate: gate, authorized: requestAuthorized(access), tagsOf: tagLookup(ns), subject: requestSubject(access),
-			next: served, logger: logger,
+			indexChildren: indexLookup(ns), next: served, logger: logger,
 			fail: func(w http.ResponseWriter, req *http.Request, err error) {
 				logger.ErrorContext(req.Context(), "registry: content gate failed", "err", err)
 				tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not check this manifest; retry")
@@ -341,6 +344,63 @@ func openStorage(ctx context.Context, root string) (storagedriver.StorageDriver,
 
 // tagLookup returns the tags of a repository that point at a digest,
 // read from the embedded registry's storage.
+// indexLookup returns the gate's IndexChildren on the registry's storage,
+// read directly: a revoked index, whose reads the gate refuses, may still
+// be what a live instance runs. Each manifest's digest is checked by the
+// registry when it is put, so no index can reference itself (nested ones
+// end), and seen reads each once.
+func indexLookup(ns distribution.Namespace) func(ctx context.Context, repository, digest string) ([]string, error) {
+	return func(ctx context.Context, repository, d string) ([]string, error) {
+		repo, err := ns.Repository(ctx, repositoryName(repository))
+		if err != nil {
+			return nil, err
+		}
+		ms, err := repo.Manifests(ctx)
+		if err != nil {
+			return nil, err
+		}
+		var out []string
+		seen := map[digest.Digest]bool{}
+		var walk func(dg digest.Digest) error
+		walk = func(dg digest.Digest) error {
+			if seen[dg] {
+				return nil
+			}
+			seen[dg] = true
+			if ok, err := ms.Exists(ctx, dg); err != nil || !ok {
+				return err
+			}
+			m, err := ms.Get(ctx, dg)
+			if err != nil {
+				return fmt.Errorf("read manifest %s of %s: %w", dg, repository, err)
+			}
+			switch m.(type) {
+			case *manifestlist.DeserializedManifestList, *ocischema.DeserializedImageIndex:
+			default:
+				return nil // an image: its references are blobs
+			}
+			for _, ref := range m.References() {
+				if ref.Digest.Validate() != nil || seen[ref.Digest] {
+					continue
+				}
+				out = append(out, ref.Digest.String())
+				if err := walk(ref.Digest); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		dg, err := digest.Parse(d)
+		if err != nil {
+			return nil, nil // the registry stores nothing under it
+		}
+		if err := walk(dg); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+}
+
 func tagLookup(ns distribution.Namespace) func(ctx context.Context, repository, digest string) ([]string, error) {
 	return func(ctx context.Context, repository, digest string) ([]string, error) {
 		repo, err := ns.Repository(ctx, repositoryName(repository))

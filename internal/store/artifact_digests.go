@@ -66,6 +66,16 @@ func (q *Queries) RepositoryArtifactsWithDigest(ctx context.Context, repository,
 	return collect(rows, scanAppArtifact)
 }
 
+// RepositoryArtifacts lists the artifacts registered in repository,
+// whatever their state.
+func (q *Queries) RepositoryArtifacts(ctx context.Context, repository string) ([]artifacts.AppArtifact, error) {
+	rows, err := q.query(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE repository = ? ORDER BY created_at, id`, repository)
+	if err != nil {
+		return nil, err
+	}
+	return collect(rows, scanAppArtifact)
+}
+
 // UnrevokedArtifactsWithDigest lists the project's artifacts with digest
 // that are not revoked yet.
 func (q *Queries) UnrevokedArtifactsWithDigest(ctx context.Context, projectID, digest string) ([]artifacts.AppArtifact, error) {
