@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -114,5 +115,52 @@ func TestIndexPutHoldsItsChildManifests(t *testing.T) {
 	}
 	if got := quota.heldFor(d.String()); !slices.Equal(got, want) {
 		t.Fatalf("the index's put held %v; want %v", got, want)
+	}
+}
+
+// The gate's IndexChildren reads an index's manifests from storage, those
+// of an index it references too; an image manifest, or a digest the
+// repository does not hold, has none.
+func TestIndexLookupListsNestedChildren(t *testing.T) {
+	t.Parallel()
+	env := newTestEnvWith(t, nil, func(a *testAuthz) Authorizer {
+		return &recordingQuota{testAuthz: a, held: map[string][]BlobRef{}}
+	})
+	env.authz.add("publisher", "s3cret", appRepo, ActionPush, ActionPull)
+	ctx := context.Background()
+	opts := env.opts(ctx, &authn.Basic{Username: "publisher", Password: "s3cret"})
+	c1, c2, c3 := ociImage(t, 1024), ociImage(t, 2048), ociImage(t, 3072)
+	inner := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: c1}, mutate.IndexAddendum{Add: c2})
+	outer := mutate.AppendManifests(mutate.IndexMediaType(empty.Index, types.OCIImageIndex),
+		mutate.IndexAddendum{Add: inner}, mutate.IndexAddendum{Add: c3})
+	if err := remote.WriteIndex(env.ref(t, appRepo), outer, opts...); err != nil {
+		t.Fatalf("push of the nested index: %v", err)
+	}
+	digestOf := func(m interface{ Digest() (v1.Hash, error) }) string {
+		d, err := m.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.String()
+	}
+	children := indexLookup(env.reg.uploads.ns)
+	for _, c := range []struct {
+		of   string
+		want []string
+	}{
+		{digestOf(outer), []string{digestOf(inner), digestOf(c1), digestOf(c2), digestOf(c3)}},
+		{digestOf(c1), nil},
+		{"sha256:" + strings.Repeat("0", 64), nil},
+	} {
+		got, err := children(ctx, appRepo, c.of)
+		if err != nil {
+			t.Fatalf("children of %s: %v", c.of, err)
+		}
+		slices.Sort(got)
+		slices.Sort(c.want)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("children of %s: %v, want %v", c.of, got, c.want)
+		}
 	}
 }
