@@ -222,7 +222,7 @@ func wantManifestDeleteAudit(t *testing.T, s *servertest.Server, resource, outco
 // lifetime, and a delete destroys data: the delete itself asks again
 // whether the owner may still write in the project. A publisher disabled
 // after minting a delete token deletes nothing with it, and the refusal is
-// audited.
+// audited. A delete token never deletes a blob on its own.
 func TestRegistryDeleteAsksAgainWhetherTheOwnerMayWrite(t *testing.T) {
 	t.Parallel()
 	forEachDialect(t, func(t *testing.T, s *servertest.Server) {
@@ -254,6 +254,28 @@ func TestRegistryDeleteAsksAgainWhetherTheOwnerMayWrite(t *testing.T) {
 			t.Fatalf("delete token: %d %v", resp.StatusCode, err)
 		}
 
+		// The delete token deletes no blob on its own: unlinking a layer
+		// would break every image using it behind the gate's back.
+		layers, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer, err := layers[0].Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		bdel, _ := http.NewRequestWithContext(ctx, "DELETE", s.URL+"/v2/"+repo+"/blobs/"+layer.String(), nil)
+		bdel.Header.Set("Authorization", "Bearer "+tok.Token)
+		resp, err = http.DefaultClient.Do(bdel)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 405 || !strings.Contains(string(body), "UNSUPPORTED") {
+			t.Fatalf("a blob delete with a delete token: %d %s; want 405 UNSUPPORTED", resp.StatusCode, body)
+		}
+
 		admin.Do("POST", "/api/v1/users/"+uid+"/disable", nil).Want(t, 200)
 		del, _ := http.NewRequestWithContext(ctx, "DELETE", s.URL+"/v2/"+repo+"/manifests/"+dg, nil)
 		del.Header.Set("Authorization", "Bearer "+tok.Token)
@@ -261,7 +283,7 @@ func TestRegistryDeleteAsksAgainWhetherTheOwnerMayWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		body, _ := io.ReadAll(resp.Body)
+		body, _ = io.ReadAll(resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 403 || !strings.Contains(string(body), "DENIED") || !strings.Contains(string(body), "may no longer write") {
 			t.Fatalf("a disabled owner's delete with a token minted before: %d %s; want 403 DENIED", resp.StatusCode, body)

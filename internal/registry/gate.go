@@ -128,6 +128,21 @@ func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
+	// A blob is never deleted on its own: a delete credential frees room
+	// by deleting manifests (which the gate checks), and the recount gives
+	// back what no manifest references. Unlinking a layer would break
+	// every image of the repository that uses it, a registered one too,
+	// behind the gate's back. A caller who may not delete there gets the
+	// registry's 401 as for anything else.
+	if b := blobPathRe.FindStringSubmatch(req.URL.Path); b != nil && req.Method == http.MethodDelete {
+		if g.authorized(req, b[1]) {
+			writeDockerError(w, http.StatusMethodNotAllowed, "UNSUPPORTED",
+				"blobs are not deleted one by one: delete the manifests that use "+b[2]+" (DELETE /v2/"+b[1]+"/manifests/<digest>), and the project's recount gives back what no manifest references")
+			return
+		}
+		g.next.ServeHTTP(w, req)
+		return
+	}
 	m := manifestPathRe.FindStringSubmatch(req.URL.Path)
 	if m == nil {
 		g.next.ServeHTTP(w, req)

@@ -561,6 +561,10 @@ func TestGateManifestDeleterDecidesDeletes(t *testing.T) {
 		{"/v2/a/b/manifests/sha256:sig", "Bearer delete", 403, "can no longer be deleted"},
 		{"/v2/a/b/manifests/sha256:img", "Bearer push", 401, "UNAUTHORIZED"},
 		{"/v2/a/b/manifests/sha256:untagged", "Bearer delete", 202, ""},
+		// A blob is not deleted on its own, whatever the token; one that
+		// may not delete gets the registry's 401.
+		{"/v2/a/b/blobs/sha256:layer", "Bearer delete", 405, "UNSUPPORTED"},
+		{"/v2/a/b/blobs/sha256:layer", "Bearer push", 401, "UNAUTHORIZED"},
 	} {
 		rec := serveGate(h, http.MethodDelete, c.path, c.auth)
 		if rec.Code != c.want || !strings.Contains(rec.Body.String(), c.body) {
