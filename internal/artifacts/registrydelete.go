@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/gpuaas/gpuaas/internal/principal"
 	"github.com/gpuaas/gpuaas/internal/registry"
@@ -39,7 +40,12 @@ var _ registry.ManifestDeleter = registryAuthz{}
 func (a registryAuthz) DeleteManifest(ctx context.Context, subject, repository, digest, refused string, children registry.IndexChildren, del func() bool) (string, error) {
 	ev, refusal, err := a.deleter(ctx, subject, repository)
 	if err != nil {
-		return "", err
+		if refused == "" {
+			return "", err
+		}
+		// The gate refused already: the refusal stands whatever the
+		// record's lookup met, and is recorded as far as it is known.
+		a.s.Logger.WarnContext(ctx, "the deleter of a refused registry manifest delete is unknown", "repository", repository, "digest", digest, "err", err)
 	}
 	ev.Action, ev.ResourceType, ev.ResourceID = "artifact.registry_manifest.delete", "registry_manifest", repository+"@"+digest
 	if refusal == "" {
@@ -50,38 +56,68 @@ func (a registryAuthz) DeleteManifest(ctx context.Context, subject, repository, 
 			return "", err
 		}
 	}
+	// What is recorded is recorded even when the client has gone; each
+	// write is bounded, as it runs under the gate's lock of the digest.
+	record := func(what string, write func(context.Context) error) error {
+		var err error
+		for try := 0; try < 2; try++ {
+			if try > 0 {
+				a.s.Logger.WarnContext(ctx, "recording a registry manifest delete failed; trying once more", "what", what, "repository", repository, "digest", digest, "err", err)
+				time.Sleep(time.Second)
+			}
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+			err = write(wctx)
+			cancel()
+			if err == nil {
+				return nil
+			}
+		}
+		return err
+	}
 	if refusal != "" {
 		ev.Reason = refusal
-		if aerr := a.s.Store.RecordOutcome(ctx, ev, "denied"); aerr != nil {
+		if aerr := record("refusal", func(c context.Context) error { return a.s.Store.RecordOutcome(c, ev, "denied") }); aerr != nil {
 			a.s.Logger.ErrorContext(ctx, "could not audit a refused registry manifest delete", "repository", repository, "digest", digest, "err", aerr)
 		}
 		return refusal, nil
 	}
-	if ev.ProjectID != "" {
-		if err := a.s.Store.InTx(ctx, func(q Queries) error { return q.ScheduleRegistryRecount(ctx, ev.ProjectID, a.s.Now()) }); err != nil {
-			return "", err
+	recount := func(c context.Context, schedule func(q Queries) error) error {
+		if ev.ProjectID == "" {
+			return nil
 		}
+		return a.s.Store.InTx(c, schedule)
+	}
+	// Asked for before the delete, so a crash between the two still gives
+	// the quota back ...
+	if err := recount(ctx, func(q Queries) error { return q.ScheduleRegistryRecount(ctx, ev.ProjectID, a.s.Now()) }); err != nil {
+		return "", err
 	}
 	if !del() {
 		return "", nil // nothing deleted (no such manifest): nothing to record
+	}
+	// ... and again after it: a recount that started before (and may have
+	// read the manifest still there) must not clear the request this
+	// delete needs, so the request moves to now, after that recount's
+	// start, which is all a recount clears.
+	if err := record("recount", func(c context.Context) error {
+		return recount(c, func(q Queries) error { return q.RequestRegistryRecount(c, ev.ProjectID, a.s.Now()) })
+	}); err != nil {
+		a.s.Logger.ErrorContext(ctx, "could not ask for the recount after a registry manifest delete; the next delete in the project asks again", "project_id", ev.ProjectID, "repository", repository, "digest", digest, "err", err)
 	}
 	// The recount runs at once, on this replica's recount job, or on any
 	// replica's next pass.
 	if w := a.s.registryRecount; w != nil {
 		w.Kick()
 	}
-	rctx := context.WithoutCancel(ctx)
-	record := func() error {
-		return a.s.Store.Mutate(rctx, func(tx Tx) error {
+	return "", record("delete", func(c context.Context) error {
+		return a.s.Store.Mutate(c, func(tx Tx) error {
 			return tx.Audit(ev, nil, map[string]any{"repository": repository, "digest": digest, "subject": subject})
 		})
-	}
-	if err := record(); err != nil {
-		a.s.Logger.WarnContext(ctx, "recording a registry manifest delete failed; trying once more", "repository", repository, "digest", digest, "err", err)
-		return "", record()
-	}
-	return "", nil
+	})
 }
+
+// recordTimeout bounds each write that records a registry manifest delete.
+const recordTimeout = 15 * time.Second
 
 // deleter is the audit row of a manifest delete as far as the token's
 // subject tells: a credential's delete is its intent's creator's, in the

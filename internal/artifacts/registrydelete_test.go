@@ -2,9 +2,13 @@ package artifacts_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -66,3 +70,58 @@ func TestRegistryManifestDeleteHoldsNoTransactionAndOutlivesItsClient(t *testing
 
 // noChildren is the registry of a repository holding no image index.
 func noChildren(context.Context, string) ([]string, error) { return nil, nil }
+
+// A recount that started before a delete may have read the manifest still
+// there; whenever it ends, the project stays due for a recount that sees
+// the delete. The request made only before the delete was cleared by such
+// a recount (it clears what was due by its start), and the quota stayed
+// counted until the project's next delete.
+func TestRegistryManifestDeleteOutlivesARecountThatStartedBefore(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		clk, q, s := recountFixture(t, db)
+		org := iam.Org{ID: uuid.NewString(), Slug: "del-" + uuid.NewString()[:8], Name: "del", CreatedAt: clk.Now()}
+		if err := q.CreateOrg(ctx, org); err != nil {
+			t.Fatal(err)
+		}
+		p := iam.Project{ID: uuid.NewString(), OrgID: org.ID, Slug: "del", Name: "del", CreatedAt: clk.Now()}
+		if err := q.CreateProject(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		repo := "gpuaas/apps/" + org.Slug + "/del/app"
+		if err := q.InsertArtifactIntent(ctx, artifacts.ArtifactIntent{ID: uuid.NewString(), Kind: "publish", OrgID: org.ID, ProjectID: p.ID,
+			ArtifactKind: "oci", SourceType: "oci_registry", AppSlug: "app", AppVersion: "1.0.0", ArtifactName: "runtime", Repository: repo,
+			CreatedBy: "user:u-1", CreatedAt: clk.Now(), ExpiresAt: clk.Now().Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		d := s.RegistryAuthorizer().(registry.ManifestDeleter)
+		for _, clearedAt := range []string{"during the delete", "after it"} {
+			var recountStart time.Time
+			_, err := d.DeleteManifest(ctx, "operator", repo, "sha256:"+clearedAt[:5], "", noChildren, func() bool {
+				// A recount starts (and reads storage) before the
+				// registry deletes ...
+				recountStart = clk.Now()
+				clk.Advance(time.Second)
+				if clearedAt == "during the delete" {
+					if err := q.ClearRegistryRecount(ctx, p.ID, recountStart); err != nil {
+						t.Fatal(err)
+					}
+				}
+				return true
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// ... and clears what was due by its start, now or later.
+			if err := q.ClearRegistryRecount(ctx, p.ID, recountStart); err != nil {
+				t.Fatal(err)
+			}
+			if due := dueRecounts(t, q, clk.Now()); !slices.Contains(due, p.ID) {
+				t.Fatalf("a recount that started before the delete cleared %s: due %v; want the project %s still due", clearedAt, due, p.ID)
+			}
+			if err := q.ClearRegistryRecount(ctx, p.ID, clk.Now()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}

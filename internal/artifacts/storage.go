@@ -350,6 +350,9 @@ type RegistryQuotaQueries interface {
 	// returns the projects due by at; ClearRegistryRecount forgets a
 	// project's recount due by through.
 	ScheduleRegistryRecount(ctx context.Context, projectID string, at time.Time) error
+	// RequestRegistryRecount asks for a recount due at, whatever was asked
+	// before: a recount that started before at does not clear it.
+	RequestRegistryRecount(ctx context.Context, projectID string, at time.Time) error
 	DueRegistryRecounts(ctx context.Context, at time.Time, limit int) ([]string, error)
 	ClearRegistryRecount(ctx context.Context, projectID string, through time.Time) error
 	GetRegistryHold(ctx context.Context, id string) (RegistryHold, error)

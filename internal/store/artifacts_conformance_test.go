@@ -812,4 +812,15 @@ func testRegistryRecounts(t *testing.T, db *store.DB) {
 	if due, err := q.DueRegistryRecounts(ctx, t0.Add(24*time.Hour), 10); err != nil || len(due) != 0 {
 		t.Fatalf("due after clear = %v %v", due, err)
 	}
+	// A request replaces the due time, later as well as earlier, so a
+	// clear through an earlier time leaves it.
+	noErr(t, "schedule", q.ScheduleRegistryRecount(ctx, pid, t0))
+	noErr(t, "request later", q.RequestRegistryRecount(ctx, pid, t0.Add(time.Minute)))
+	noErr(t, "clear through the first", q.ClearRegistryRecount(ctx, pid, t0))
+	if due, err := q.DueRegistryRecounts(ctx, t0.Add(time.Minute), 10); err != nil || len(due) != 1 || due[0] != pid {
+		t.Fatalf("due after a later request and a clear through the earlier time = %v %v, want [%s]", due, err, pid)
+	}
+	noErr(t, "request anew", q.RequestRegistryRecount(ctx, "p-"+pid, t0))
+	noErr(t, "clear", q.ClearRegistryRecount(ctx, pid, t0.Add(time.Minute)))
+	noErr(t, "clear", q.ClearRegistryRecount(ctx, "p-"+pid, t0))
 }

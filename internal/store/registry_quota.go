@@ -117,6 +117,14 @@ func (q *Queries) ScheduleRegistryRecount(ctx context.Context, projectID string,
 	return mapErr(err)
 }
 
+// RequestRegistryRecount asks for the project's recount due at, replacing
+// whatever due time it had.
+func (q *Queries) RequestRegistryRecount(ctx context.Context, projectID string, at time.Time) error {
+	_, err := q.exec(ctx, `INSERT INTO registry_recounts (project_id, due_at) VALUES (?, ?)
+		ON CONFLICT (project_id) DO UPDATE SET due_at = excluded.due_at`, projectID, ts(at))
+	return mapErr(err)
+}
+
 // DueRegistryRecounts returns up to limit projects whose recount is due
 // at or before at, longest due first.
 func (q *Queries) DueRegistryRecounts(ctx context.Context, at time.Time, limit int) ([]string, error) {
