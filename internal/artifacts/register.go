@@ -217,6 +217,24 @@ func (s *Service) checkManifest(ctx context.Context, it ArtifactIntent, in Regis
 	if in.MediaType != "" && in.MediaType != mt {
 		return errdefs.Unprocessable("media_type_mismatch", "the manifest at %s has media type %q, not %q", in.Digest, mt, in.MediaType)
 	}
+	if registry.IndexMediaType(mt) {
+		// A publisher may delete manifests: an index whose images went is
+		// not an image the registry can serve.
+		kids, err := link.reg.IndexManifests(ctx, repo, in.Digest)
+		if err != nil {
+			return err
+		}
+		for _, kid := range kids {
+			_, _, err := link.reg.ManifestExists(ctx, repo, kid)
+			if errors.Is(err, registry.ErrNotFound) {
+				return errdefs.Unprocessable("index_incomplete",
+					"the image index %s references manifest %s, which %s no longer holds (deleted); push the index again with all its images, then register the digest the push reports", in.Digest, kid, repo)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
 	if in.Tag != "" {
 		got, err := link.reg.ResolveTag(ctx, repo, in.Tag)
 		switch {

@@ -295,3 +295,38 @@ func TestRegistryDeleteAsksAgainWhetherTheOwnerMayWrite(t *testing.T) {
 		}
 	})
 }
+
+// A publisher may delete the images of an index nobody registered yet; the
+// index is then no image the registry can serve, and registering it is
+// refused, naming the missing manifest.
+func TestRegisteringAnIndexWithADeletedImageIsRefused(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		ctx, s, _, _, host, intent := clockedQuotaRepos(t, d)
+		pid := s.Creds.ProjectID
+		repo, pub := intent("del-gone")
+		amd, arm := quotaImage(t, patterned(80, 7_000)), quotaImage(t, patterned(81, 6_000))
+		idx := quotaIndex(t, amd, arm)
+		tag, err := name.NewTag(host+"/"+repo+":v1", name.Insecure)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := remote.WriteIndex(tag, idx, pub.opts(ctx)...); err != nil {
+			t.Fatalf("push of the index: %v", err)
+		}
+		idxDigest, err := idx.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dArm := digestRef(t, host, repo, arm)
+		if err := remote.Delete(dArm, pub.opts(ctx)...); err != nil {
+			t.Fatalf("delete of an unregistered index's image: %v", err)
+		}
+		r := s.Admin().Do("POST", "/api/v1/projects/"+pid+"/app-artifacts", map[string]any{"app_slug": "del-gone", "app_version": "1.0.0",
+			"artifact_name": "runtime", "repository": repo, "digest": idxDigest.String()}).Want(t, 422)
+		if r.ErrorCode() != "index_incomplete" || !strings.Contains(string(r.Body), dArm.DigestStr()) {
+			t.Fatalf("registering an index whose image was deleted: %s", r.Body)
+		}
+	})
+}

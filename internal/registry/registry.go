@@ -44,6 +44,9 @@ type Registry struct {
 	// uploads reaches the embedded registry's stored upload sessions;
 	// nil in external mode and for an authorizer that keeps no quota.
 	uploads *uploadStore
+	// indexChildren reads an index's manifests from storage (the content
+	// gate's IndexChildren); nil where the registry keeps no gate.
+	indexChildren func(ctx context.Context, repository, digest string) ([]string, error)
 }
 
 // New builds the registry. ctx bounds the embedded registry's background
@@ -109,6 +112,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 		}
 	}
 	if gate, ok := authz.(ContentGate); ok {
+		r.indexChildren = indexLookup(ns)
 		served = &gateHandler{gate: gate, authorized: requestAuthorized(access), tagsOf: tagLookup(ns), subject: requestSubject(access),
 			indexChildren: indexLookup(ns), next: served, logger: logger,
 			fail: func(w http.ResponseWriter, req *http.Request, err error) {
@@ -252,6 +256,17 @@ func (r *Registry) JWKS() ([]byte, error) { return r.keys.JWKS() }
 // ManifestExists is r.Client().ManifestExists.
 func (r *Registry) ManifestExists(ctx context.Context, repository, digest string) (string, int64, error) {
 	return r.client.ManifestExists(ctx, repository, digest)
+}
+
+// IndexManifests lists the manifests the image index digest of repository
+// references (nested indexes' too), read from the registry's storage;
+// nothing for an image manifest, or where the registry keeps no content
+// gate (an external registry: not checked).
+func (r *Registry) IndexManifests(ctx context.Context, repository, digest string) ([]string, error) {
+	if r.indexChildren == nil || !ValidRepository(repository) {
+		return nil, nil
+	}
+	return r.indexChildren(ctx, repository, digest)
 }
 
 // ResolveTag is r.Client().ResolveTag.
