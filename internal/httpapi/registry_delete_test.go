@@ -136,18 +136,7 @@ func TestRegistryPublisherCannotDeleteARegisteredIndexChild(t *testing.T) {
 		repo, pub := intent("del-idx")
 
 		amd, arm := quotaImage(t, patterned(70, 8_000)), quotaImage(t, patterned(71, 9_000))
-		idx := quotaIndex(t, amd, arm)
-		tag, err := name.NewTag(host+"/"+repo+":v1", name.Insecure)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := remote.WriteIndex(tag, idx, pub.opts(ctx)...); err != nil {
-			t.Fatalf("push of the index: %v", err)
-		}
-		idxDigest, err := idx.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
+		idxDigest := pushIndex(t, ctx, host, repo, pub, amd, arm)
 		artID := admin.Do("POST", "/api/v1/projects/"+pid+"/app-artifacts", map[string]any{"app_slug": "del-idx", "app_version": "1.0.0",
 			"artifact_name": "runtime", "repository": repo, "digest": idxDigest.String()}).Want(t, 201).String("id")
 		dAmd := digestRef(t, host, repo, amd)
@@ -307,18 +296,7 @@ func TestRegisteringAnIndexWithADeletedImageIsRefused(t *testing.T) {
 		pid := s.Creds.ProjectID
 		repo, pub := intent("del-gone")
 		amd, arm := quotaImage(t, patterned(80, 7_000)), quotaImage(t, patterned(81, 6_000))
-		idx := quotaIndex(t, amd, arm)
-		tag, err := name.NewTag(host+"/"+repo+":v1", name.Insecure)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := remote.WriteIndex(tag, idx, pub.opts(ctx)...); err != nil {
-			t.Fatalf("push of the index: %v", err)
-		}
-		idxDigest, err := idx.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
+		idxDigest := pushIndex(t, ctx, host, repo, pub, amd, arm)
 		dArm := digestRef(t, host, repo, arm)
 		if err := remote.Delete(dArm, pub.opts(ctx)...); err != nil {
 			t.Fatalf("delete of an unregistered index's image: %v", err)
@@ -329,4 +307,23 @@ func TestRegisteringAnIndexWithADeletedImageIsRefused(t *testing.T) {
 			t.Fatalf("registering an index whose image was deleted: %s", r.Body)
 		}
 	})
+}
+
+// pushIndex pushes an index of imgs to repo as tag v1 with rc and returns
+// its digest.
+func pushIndex(t *testing.T, ctx context.Context, host, repo string, rc regCreds, imgs ...v1.Image) v1.Hash {
+	t.Helper()
+	idx := quotaIndex(t, imgs...)
+	tag, err := name.NewTag(host+"/"+repo+":v1", name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.WriteIndex(tag, idx, rc.opts(ctx)...); err != nil {
+		t.Fatalf("push of the index: %v", err)
+	}
+	d, err := idx.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
 }
