@@ -165,10 +165,19 @@ func (a registryAuthz) deleter(ctx context.Context, subject, repository string) 
 // repository is run from here by no one, whatever other repositories hold
 // the same content. The same holds for a manifest an image index
 // registered there references (children lists an index's manifests).
+// One read of the repository's artifacts serves both questions.
 func (s *Service) manifestInUse(ctx context.Context, repository, digest string, children registry.IndexChildren) (string, error) {
-	arts, err := s.Store.Read().RepositoryArtifactsWithDigest(ctx, repository, digest)
+	all, err := s.Store.Read().RepositoryArtifacts(ctx, repository)
 	if err != nil {
 		return "", err
+	}
+	var arts, others []AppArtifact
+	for _, art := range all {
+		if art.Digest == digest {
+			arts = append(arts, art)
+		} else {
+			others = append(others, art)
+		}
 	}
 	for _, art := range arts {
 		if art, err = s.digestRevoked(ctx, art); err != nil {
@@ -189,22 +198,20 @@ func (s *Service) manifestInUse(ctx context.Context, repository, digest string, 
 				digest, art.ID, art.AppSlug), nil
 		}
 	}
-	return s.indexChildInUse(ctx, repository, digest, children)
+	return s.indexChildInUse(ctx, others, digest, children)
 }
 
-// indexChildInUse says why the manifest digest must stay as a child of an
-// image index registered in repository ("" if none holds it). Only the
-// indexes the platform still relies on are read from the registry.
-func (s *Service) indexChildInUse(ctx context.Context, repository, digest string, children registry.IndexChildren) (string, error) {
-	arts, err := s.Store.Read().RepositoryArtifacts(ctx, repository)
-	if err != nil {
-		return "", err
-	}
+// indexChildInUse says why the manifest digest must stay as a child of one
+// of the image indexes among arts (the repository's other artifacts; ""
+// if none holds it). Only the indexes the platform still relies on are
+// read from the registry.
+func (s *Service) indexChildInUse(ctx context.Context, arts []AppArtifact, digest string, children registry.IndexChildren) (string, error) {
 	for _, art := range arts {
-		if art.Digest == digest || !registry.IndexMediaType(art.MediaType) {
+		if !registry.IndexMediaType(art.MediaType) {
 			continue
 		}
-		if art, err = s.digestRevoked(ctx, art); err != nil {
+		art, err := s.digestRevoked(ctx, art)
+		if err != nil {
 			return "", err
 		}
 		live := 0

@@ -283,9 +283,6 @@ type Queries interface {
 	DigestRevocation(ctx context.Context, projectID, digest string) (time.Time, string, error)
 	RepositoryDigestRevoked(ctx context.Context, repository, digest string) (bool, error)
 	RepositoryDigestVerified(ctx context.Context, repository, digest string) (bool, error)
-	// RepositoryArtifactsWithDigest lists the artifacts registered in
-	// repository with digest, revoked and retired ones too.
-	RepositoryArtifactsWithDigest(ctx context.Context, repository, digest string) ([]AppArtifact, error)
 	// RepositoryArtifacts lists every artifact registered in repository,
 	// revoked and retired ones too.
 	RepositoryArtifacts(ctx context.Context, repository string) ([]AppArtifact, error)

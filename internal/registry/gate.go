@@ -103,7 +103,7 @@ type gateHandler struct {
 	// granted a delete in repository ("" if unknown).
 	subject func(req *http.Request, repository string) string
 	// indexChildren lists the manifests an image index of repository
-	// references (IndexChildren); nil: none.
+	// references (Registry.IndexManifests); nil: none.
 	indexChildren func(ctx context.Context, repository, digest string) ([]string, error)
 	next          http.Handler
 	fail          func(http.ResponseWriter, *http.Request, error)
@@ -231,7 +231,7 @@ func (g *gateHandler) serveManifestDelete(w http.ResponseWriter, req *http.Reque
 		subject = g.subject(req, repo)
 	}
 	children := func(ctx context.Context, index string) ([]string, error) {
-		if g.indexChildren == nil || !ValidRepository(repo) {
+		if g.indexChildren == nil {
 			return nil, nil
 		}
 		return g.indexChildren(ctx, repo, index)

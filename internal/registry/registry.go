@@ -114,7 +114,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 	if gate, ok := authz.(ContentGate); ok {
 		r.indexChildren = indexLookup(ns)
 		served = &gateHandler{gate: gate, authorized: requestAuthorized(access), tagsOf: tagLookup(ns), subject: requestSubject(access),
-			indexChildren: indexLookup(ns), next: served, logger: logger,
+			indexChildren: r.IndexManifests, next: served, logger: logger,
 			fail: func(w http.ResponseWriter, req *http.Request, err error) {
 				logger.ErrorContext(req.Context(), "registry: content gate failed", "err", err)
 				tokens.fail(w, req, http.StatusInternalServerError, "internal", "the registry could not check this manifest; retry")

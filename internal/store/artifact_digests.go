@@ -56,16 +56,6 @@ func (q *Queries) RepositoryDigestVerified(ctx context.Context, repository, dige
 	return n > 0, mapErr(err)
 }
 
-// RepositoryArtifactsWithDigest lists the artifacts registered in
-// repository with digest, whatever their state.
-func (q *Queries) RepositoryArtifactsWithDigest(ctx context.Context, repository, digest string) ([]artifacts.AppArtifact, error) {
-	rows, err := q.query(ctx, `SELECT `+appArtifactCols+` FROM app_artifacts WHERE repository = ? AND digest = ? ORDER BY created_at, id`, repository, digest)
-	if err != nil {
-		return nil, err
-	}
-	return collect(rows, scanAppArtifact)
-}
-
 // RepositoryArtifacts lists the artifacts registered in repository,
 // whatever their state.
 func (q *Queries) RepositoryArtifacts(ctx context.Context, repository string) ([]artifacts.AppArtifact, error) {
