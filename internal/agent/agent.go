@@ -10,9 +10,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -371,52 +374,141 @@ func (a *Agent) refused(err error) {
 	}
 }
 
-// unwrap exchanges a pull's wrapping token for its credentials. A 429
-// (this node's principal unwrapped more than the server takes) consumed
-// nothing, so the same token goes again after the Retry-After, for as long
-// as unwrapPatience allows: a burst of pulls is spread over time, not
-// failed. Only when the patience (or the task's context) runs out is the
-// pull failed, as image_pull_failed, not credential_refused: nothing was
-// refused, and a person reading the reason would hunt for a credential
+// unwrap exchanges a pull's wrapping token for its credentials. Only a
+// refusal of the token or of the node (409 wrapping_token_invalid: unknown,
+// expired or used; 401, 403, 404, 422) is returned as it came, which the
+// driver reports as credential_refused. An answer that says the control
+// plane was busy is not a refusal, and the same token goes again:
+//   - 429 unwrap_rate_limited (this node's principal unwrapped more than the
+//     server takes) consumed nothing; the next try waits the Retry-After;
+//   - 502, 503 (the server's unavailable: its database down, say) and 504,
+//     and a request that got no answer at all (connection refused or
+//     reset: the control plane restarting), wait the Retry-After when one
+//     came, else a back-off from unwrapBackoff doubling to unwrapMaxBackoff.
+//
+// A burst of pulls, or a control plane restart, is then spread over time,
+// not failed. Only when unwrapPatience (or the task's context) runs out is
+// the pull failed, as image_pull_failed, not credential_refused: nothing
+// was refused, and a person reading the reason would hunt for a credential
 // fault that is not there; a pull failure is the one a later try mends.
 func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials, error) {
 	deadline := a.cfg.Now().Add(unwrapPatience)
+	backoff := unwrapBackoff
+	// unanswered is the last busy answer after which the control plane may
+	// have unwrapped the token all the same (only a 429 surely did not).
+	var unanswered error
 	for try := 1; ; try++ {
-		c, err := a.authed(ctx)
-		if err != nil {
-			return driver.Credentials{}, err
-		}
-		cr, err := c.Unwrap(ctx, wrapping)
+		cr, err := a.unwrapOnce(ctx, wrapping)
 		if err == nil {
-			return driver.Credentials{Username: cr.Username, Password: cr.Password, Registry: cr.Registry}, nil
+			return cr, nil
 		}
-		a.refused(err)
-		var ae *client.APIError
-		if !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
+		if ctx.Err() != nil {
+			return driver.Credentials{}, driver.Fail(nodeapi.ReasonImagePullFailed,
+				"the task ended while unwrapping this pull's credentials (%d tries; last: %v)", try, err)
+		}
+		busy := unwrapBusy(err)
+		if busy == "" {
+			var ae *client.APIError
+			if unanswered != nil && errors.As(err, &ae) && ae.Status == http.StatusConflict {
+				// The token unwraps once, and a try that got no answer may
+				// have been the one: a token refused after it says nothing
+				// about the credential.
+				return driver.Credentials{}, driver.Fail(nodeapi.ReasonImagePullFailed,
+					"the control plane refused this pull's wrapping token (%v) after an earlier try got no answer (%v): "+
+						"that try may have used it (a token unwraps once); the task can be retried", err, unanswered)
+			}
 			return driver.Credentials{}, err
 		}
-		// At least a second, never past the cap, and a little jitter so
-		// that the pulls of one burst do not come back together.
-		wait := max(retryAfter(err), time.Second) + time.Duration(rand.IntN(250))*time.Millisecond
-		left := deadline.Sub(a.cfg.Now())
-		if left <= 0 || wait > left {
-			return driver.Credentials{}, driver.Fail(nodeapi.ReasonImagePullFailed,
-				"the control plane kept refusing to unwrap this pull's credentials for its rate limit (%d tries over %v; last: %v); "+
-					"nothing was refused, the node's principal unwrapped more than the limit allows: the task can be retried, or the control plane's --unwrap-rate raised",
-				try, unwrapPatience, err)
+		if ae := (*client.APIError)(nil); !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
+			unanswered = err
 		}
-		a.log.WarnContext(ctx, "unwrap rate limited; waiting as the server asks", "retry_after", wait, "try", try)
+		wait := retryAfter(err)
+		if wait <= 0 {
+			wait, backoff = backoff, min(2*backoff, unwrapMaxBackoff)
+		}
+		// A little jitter, so that the pulls of one burst do not come back
+		// together.
+		wait += time.Duration(rand.IntN(250)) * time.Millisecond
+		left := deadline.Sub(a.cfg.Now())
+		if left <= 0 {
+			msg := fmt.Sprintf("the control plane %s for %d tries over %v while this pull unwrapped its credentials (last: %v); "+
+				"nothing was refused: the task can be retried", busy, try, unwrapPatience, err)
+			if busy == unwrapRateLimited {
+				msg += ", or the control plane's --unwrap-rate raised"
+			}
+			return driver.Credentials{}, driver.Fail(nodeapi.ReasonImagePullFailed, "%s", msg)
+		}
+		// A wait that would end past the patience is cut to what is left,
+		// and one last try goes then: a limit or an outage may have ended
+		// sooner than the server guessed, while going on past the patience
+		// would risk the wrapping token's life (see unwrapPatience), and
+		// stopping at once would give up a try the patience still has room
+		// for.
+		wait = min(wait, left)
+		a.log.WarnContext(ctx, "unwrap answered busy; trying again", "busy", busy, "wait", wait, "try", try, "err", err)
 		if !a.sleep(ctx, wait) {
 			return driver.Credentials{}, driver.Fail(nodeapi.ReasonImagePullFailed,
-				"the task ended while waiting out the unwrap rate limit (%d tries; last: %v)", try, err)
+				"the task ended while waiting to unwrap this pull's credentials again: the control plane %s (%d tries; last: %v)", busy, try, err)
 		}
 	}
 }
 
-// unwrapPatience bounds how long one unwrap waits out 429s: well inside a
-// wrapping token's life (5 minutes at most, counted from when the control
-// plane queued the task), so the last try still carries a live token.
+// unwrapOnce asks the control plane once, with a fresh node token.
+func (a *Agent) unwrapOnce(ctx context.Context, wrapping string) (driver.Credentials, error) {
+	c, err := a.authed(ctx)
+	if err != nil {
+		return driver.Credentials{}, err
+	}
+	cr, err := c.Unwrap(ctx, wrapping)
+	if err != nil {
+		a.refused(err)
+		return driver.Credentials{}, err
+	}
+	return driver.Credentials{Username: cr.Username, Password: cr.Password, Registry: cr.Registry}, nil
+}
+
+const unwrapRateLimited = "kept refusing for its rate limit"
+
+// unwrapBusy says how the control plane was busy when err is an answer
+// that asks for a later try (or no answer at all), or "" when err is a
+// refusal: the unwrap handler answers a refused token 409, an unknown or
+// unauthorised caller 401, 403 or 404, a malformed request 422, and those
+// stay refusals. A 500 is left a refusal too: it is no sign the control
+// plane will answer otherwise later.
+func unwrapBusy(err error) string {
+	var ae *client.APIError
+	if errors.As(err, &ae) {
+		switch ae.Status {
+		case http.StatusTooManyRequests:
+			return unwrapRateLimited
+		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+			return fmt.Sprintf("was unavailable (HTTP %d)", ae.Status)
+		}
+		return ""
+	}
+	// No answer came: the request did not reach the control plane, or its
+	// answer was cut off.
+	var ue *url.Error
+	var ne net.Error
+	if errors.As(err, &ue) || errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return "could not be reached"
+	}
+	return ""
+}
+
+// unwrapPatience bounds how long one unwrap waits out busy answers: well
+// inside a wrapping token's life (5 minutes at most, counted from when the
+// control plane queued the task), so the last try still carries a live
+// token.
 const unwrapPatience = 2 * time.Minute
+
+// unwrapBackoff and unwrapMaxBackoff pace the tries after busy answers
+// that carry no Retry-After: a restarting control plane is asked again
+// soon, a longer outage every 15 seconds.
+const (
+	unwrapBackoff    = time.Second
+	unwrapMaxBackoff = 15 * time.Second
+)
 
 // sleep waits d, or until ctx ends (false). Tests replace it (a.wait) to
 // move a manual clock instead of sleeping.

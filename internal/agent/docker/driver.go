@@ -114,8 +114,9 @@ func (d *Driver) Pull(ctx context.Context, p nodeapi.ImagePull) (string, error) 
 		}
 		cr, err := d.cfg.Unwrap(ctx, p.WrappingToken)
 		if f := (*Failure)(nil); errors.As(err, &f) {
-			// The unwrapper already knows why (a rate limit waited out
-			// is a failed pull, not refused credentials).
+			// The unwrapper already knows why (a rate limit or an
+			// unavailable control plane waited out is a failed pull, not
+			// refused credentials); any other error is a refusal.
 			return "", f
 		}
 		if err != nil {
