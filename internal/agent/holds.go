@@ -88,8 +88,9 @@ func (by holder) owns(x imageHold) bool {
 //
 // Each task's holds are its own, and end by its kind's rule:
 //   - a run's (container.run, compose.up) end when it ends (EndRun), when
-//     another run creates its workload again (EndRun of that run), when
-//     its workload is torn down (ReleaseWorkload), or with the instance;
+//     another run of its workload ends, created or failed (EndRun of that
+//     run), when its workload is torn down (ReleaseWorkload), or with the
+//     instance;
 //   - an image.pull's end when the pull fails (Drop), when a run of the
 //     instance created its containers from the image (EndRun of a run that
 //     succeeded), or with the instance. A run that fails leaves them: the
@@ -186,24 +187,31 @@ func (h *holds) Drop(by holder) {
 // EndRun drops the holds of the run by, which ended. A run that created
 // its containers (created) also ends the pulls' holds of its instance on
 // refs, the images those containers now keep in use (the engine refuses to
-// remove them): the run they waited for came. It ends, too, the holds of
-// other runs of its workload: it replaced that workload, so a run of it
-// cut short earlier (under another task id, which a retried step gets) is
-// not coming back to create it, and its hold would otherwise last until
-// teardown or the longest hold. A run that failed leaves the pulls' holds
-// for the next run of the instance; its own are not needed any more (an
-// upgrade whose run failed reverts to the image the instance ran before,
-// which its container keeps).
+// remove them): the run they waited for came. A run that failed leaves the
+// pulls' holds for the next run of the instance; its own are not needed
+// any more (an upgrade whose run failed reverts to the image the instance
+// ran before, which its container keeps).
+//
+// Either way it ends the holds of other runs of its workload. A run of it
+// cut short earlier (the agent stopped) kept its hold for its task's
+// return, but the control plane gives a workload a run under another task
+// id only once it is done with the earlier one (one operation of an
+// instance at a time, each waiting for its tasks' outcomes): a retried or
+// reverting step, or a later operation. So that run is not coming back,
+// whether this one created the workload or failed, and its hold would
+// otherwise last until teardown or the longest hold. Nothing the workload
+// runs loses its image by it: a container that run created keeps its image
+// in use, and the engine refuses to remove that.
 func (h *holds) EndRun(by holder, created bool, refs ...string) {
 	h.release(func(x imageHold) bool {
 		if by.owns(x) {
 			return true
 		}
-		if !created || x.InstanceID != by.InstanceID {
+		if x.InstanceID != by.InstanceID {
 			return false
 		}
 		if x.pull() {
-			return slices.Contains(refs, x.Ref)
+			return created && slices.Contains(refs, x.Ref)
 		}
 		return by.Workload != "" && x.Workload == by.Workload
 	})

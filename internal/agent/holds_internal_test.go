@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -356,9 +357,11 @@ func TestDamagedHoldRecordIsReplaced(t *testing.T) {
 }
 
 // A run cut short by the agent stopping keeps its hold, since its task is
-// delivered again; but when the control plane retries the step under a new
-// task id and that run creates the workload, the first run is not coming
-// back: its hold ends then, not only at teardown or after the longest hold.
+// delivered again; but when the control plane gives its workload a run
+// under a new task id (a retried step, a revert, a later operation), the
+// first run is not coming back: its hold ends when that run ends, whether
+// it created the workload or failed, not only at teardown or after the
+// longest hold.
 func TestRunThatReplacesItsWorkloadEndsACutShortRunsHold(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -371,29 +374,37 @@ func TestRunThatReplacesItsWorkloadEndsACutShortRunsHold(t *testing.T) {
 			return nodeapi.KindContainerRun, nodeapi.ContainerRun{Name: "app-1", Image: ip}
 		}},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			f := &drivertest.Fake{Images: true}
-			a := newFakeAgent(t, f)
-			old := nodeapi.ImagePull{Repository: "registry.test/app", Digest: pinned}
-			next := nodeapi.ImagePull{Repository: "registry.test/app", Digest: running}
-			oldRef, nextRef := old.Repository+"@"+old.Digest, next.Repository+"@"+next.Digest
-			f.Pull(context.Background(), old)
-			f.Pull(context.Background(), next)
-			kind, payload := c.run(old)
-			cutShort(t, a, f, task(t, "run-1", kind, "inst-1", payload))
-			ctx := context.Background()
-			// The same workload is created by another task, from another image.
-			kind, payload = c.run(next)
-			if res := a.execute(ctx, task(t, "run-2", kind, "inst-1", payload)); res.State != nodeapi.ResultSucceeded {
-				t.Fatalf("run-2: %+v", res)
-			}
-			if err := a.reconcileOnce(ctx); err != nil || f.HasImage(oldRef) {
-				t.Fatalf("the image of run-1, cut short, stayed held after run-2 created its workload (%v)", err)
-			}
-			if !f.HasImage(nextRef) {
-				t.Fatal("the image run-2's workload uses was pruned")
-			}
-		})
+		for _, fails := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/fails=%v", c.name, fails), func(t *testing.T) {
+				f := &drivertest.Fake{Images: true}
+				a := newFakeAgent(t, f)
+				old := nodeapi.ImagePull{Repository: "registry.test/app", Digest: pinned}
+				next := nodeapi.ImagePull{Repository: "registry.test/app", Digest: running}
+				oldRef, nextRef := old.Repository+"@"+old.Digest, next.Repository+"@"+next.Digest
+				f.Pull(context.Background(), old)
+				f.Pull(context.Background(), next)
+				kind, payload := c.run(old)
+				cutShort(t, a, f, task(t, "run-1", kind, "inst-1", payload))
+				ctx := context.Background()
+				// The same workload is run by another task, from another image.
+				want := nodeapi.ResultSucceeded
+				if fails {
+					f.Errs = map[string]error{"Run": io.ErrUnexpectedEOF, "Up": io.ErrUnexpectedEOF}
+					want = nodeapi.ResultFailed
+				}
+				kind, payload = c.run(next)
+				if res := a.execute(ctx, task(t, "run-2", kind, "inst-1", payload)); res.State != want {
+					t.Fatalf("run-2: %+v, want %s", res, want)
+				}
+				f.Errs = nil
+				if err := a.reconcileOnce(ctx); err != nil || f.HasImage(oldRef) {
+					t.Fatalf("the image of run-1, cut short, stayed held after run-2 ran its workload (%v)", err)
+				}
+				if !fails && !f.HasImage(nextRef) {
+					t.Fatal("the image run-2's workload uses was pruned")
+				}
+			})
+		}
 	}
 }
 
