@@ -273,6 +273,11 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 			if prev.ContentType != "" {
 				w.Header().Set("Content-Type", prev.ContentType)
 			}
+			for _, name := range replayedHeaders {
+				if v, ok := prev.Headers[name]; ok {
+					w.Header().Set(name, v)
+				}
+			}
 			w.WriteHeader(prev.StatusCode)
 			_, _ = w.Write(prev.Body)
 		}
@@ -308,9 +313,31 @@ func (a *API) idempotent(w *recorder, r *http.Request, rt route, key string) {
 		_ = q.ReleaseIdempotencyKey(bg, claim)
 		return
 	}
-	if err := q.CompleteIdempotencyKey(bg, claim, w.status, w.body.Bytes(), w.Header().Get("Content-Type")); err != nil {
+	if err := q.CompleteIdempotencyKey(bg, claim, w.status, w.body.Bytes(), w.Header().Get("Content-Type"), keptHeaders(w.Header())); err != nil {
 		a.Logger.ErrorContext(ctx, "could not store idempotent response", "err", err)
 	}
+}
+
+// replayedHeaders are the response headers, besides Content-Type, that a
+// replay repeats: those a client acts on. Location names the operation a
+// lifecycle request started (a retried launch polls it), ETag the version a
+// write left (the next If-Match is built from it). An allow-list, so that
+// nothing credential-like a handler sets (Set-Cookie) is ever stored, and
+// nothing that was true only at the time (Retry-After, Date) is repeated.
+var replayedHeaders = []string{"Location", "ETag"}
+
+// keptHeaders picks the replayed headers out of h; nil when it has none.
+func keptHeaders(h http.Header) map[string]string {
+	var kept map[string]string
+	for _, name := range replayedHeaders {
+		if v := h.Get(name); v != "" {
+			if kept == nil {
+				kept = map[string]string{}
+			}
+			kept[name] = v
+		}
+	}
+	return kept
 }
 
 func sortFieldErrors(fe []errdefs.FieldError) {

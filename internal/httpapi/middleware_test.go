@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -47,6 +48,7 @@ func TestCSVExportFailingMidwayIsNotAShortFile(t *testing.T) {
 type idemQueries struct {
 	Queries
 	released, completed int
+	headers             map[string]string // of the last completion
 }
 
 func (q *idemQueries) ClaimIdempotencyKey(context.Context, storage.IdempotencyRecord) error {
@@ -56,8 +58,9 @@ func (q *idemQueries) ReleaseIdempotencyKey(context.Context, storage.Idempotency
 	q.released++
 	return nil
 }
-func (q *idemQueries) CompleteIdempotencyKey(context.Context, storage.IdempotencyClaim, int, []byte, string) error {
+func (q *idemQueries) CompleteIdempotencyKey(_ context.Context, _ storage.IdempotencyClaim, _ int, _ []byte, _ string, headers map[string]string) error {
 	q.completed++
+	q.headers = headers
 	return nil
 }
 
@@ -84,6 +87,32 @@ func TestKeyedRequestThatPanicsReleasesItsClaim(t *testing.T) {
 	}()
 	if q.released != 1 || q.completed != 0 {
 		t.Fatalf("after a panic: %d releases, %d completions; want the claim released", q.released, q.completed)
+	}
+}
+
+// A keyed answer is stored with the headers a replay repeats (Location,
+// ETag) and none other: a cookie or a header true only at the time must
+// not be kept, let alone handed out again.
+func TestKeyedAnswerKeepsOnlyTheReplayedHeaders(t *testing.T) {
+	q := &idemQueries{}
+	a := &API{Store: idemStore{q: q}, Logger: slog.New(slog.DiscardHandler), IdempotencyTTL: time.Hour,
+		IdempotencyHashKey: []byte("k"), Now: time.Now}
+	rt := route{method: "POST", path: "/x", pattern: "POST /x",
+		handler: func(w http.ResponseWriter, _ *http.Request) error {
+			h := w.Header()
+			h.Set("Location", "/api/v1/projects/p/operations/op-1")
+			h.Set("ETag", `"v1"`)
+			h.Set("Set-Cookie", "session=secret; HttpOnly")
+			h.Set("Retry-After", "5")
+			writeJSON(w, http.StatusAccepted, map[string]string{"id": "i-1"})
+			return nil
+		}}
+	r := httptest.NewRequest("POST", "/x", strings.NewReader(`{}`))
+	r = r.WithContext(principal.With(r.Context(), principal.Principal{Type: principal.User, ID: "u1"}))
+	a.idempotent(&recorder{ResponseWriter: httptest.NewRecorder()}, r, rt, "key-1")
+	want := map[string]string{"Location": "/api/v1/projects/p/operations/op-1", "ETag": `"v1"`}
+	if q.completed != 1 || !maps.Equal(q.headers, want) {
+		t.Fatalf("%d completions, stored headers %v; want one, with %v", q.completed, q.headers, want)
 	}
 }
 

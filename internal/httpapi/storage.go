@@ -17,7 +17,7 @@ type Queries interface {
 
 	ClaimIdempotencyKey(ctx context.Context, r storage.IdempotencyRecord) error
 	GetIdempotencyRecord(ctx context.Context, principal, key string) (storage.IdempotencyRecord, error)
-	CompleteIdempotencyKey(ctx context.Context, c storage.IdempotencyClaim, status int, body []byte, contentType string) error
+	CompleteIdempotencyKey(ctx context.Context, c storage.IdempotencyClaim, status int, body []byte, contentType string, headers map[string]string) error
 	ReleaseIdempotencyKey(ctx context.Context, c storage.IdempotencyClaim) error
 
 	ListAudit(ctx context.Context, f storage.AuditFilter, p storage.Page) ([]storage.AuditEvent, string, error)

@@ -30,8 +30,12 @@ type IdempotencyRecord struct {
 	StatusCode  int
 	Body        []byte
 	ContentType string
-	CreatedAt   time.Time
-	ExpiresAt   time.Time
+	// Headers are the response headers a replay repeats, by name (which
+	// ones is the HTTP edge's choice); nil when there were none, and for
+	// records from before they were kept.
+	Headers   map[string]string
+	CreatedAt time.Time
+	ExpiresAt time.Time
 	// ClaimID names the request that holds the key; only its transaction
 	// may commit under the key.
 	ClaimID string

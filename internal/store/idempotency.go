@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -28,7 +31,7 @@ func idempotencyClaimFrom(ctx context.Context) (IdempotencyClaim, bool) {
 }
 
 const idemCols = `principal, idem_key, method, path, request_hash, state, status_code, response_body, content_type, created_at, expires_at,
-	claim_id, committed_at, resource_type, resource_id, grants_hash`
+	claim_id, committed_at, resource_type, resource_id, grants_hash, response_headers`
 
 // ClaimIdempotencyKey inserts an in-flight record. ErrAlreadyExists means the
 // key is taken: read it with GetIdempotencyRecord. An expired record, or an
@@ -47,11 +50,23 @@ func (q *Queries) ClaimIdempotencyKey(ctx context.Context, r IdempotencyRecord) 
 }
 
 func (q *Queries) GetIdempotencyRecord(ctx context.Context, principal, key string) (IdempotencyRecord, error) {
-	var r IdempotencyRecord
+	var (
+		r       IdempotencyRecord
+		headers sql.NullString
+	)
 	err := q.queryRow(ctx, `SELECT `+idemCols+` FROM idempotency_keys WHERE principal = ? AND idem_key = ?`, principal, key).Scan(
 		&r.Principal, &r.Key, &r.Method, &r.Path, &r.RequestHash, &r.State, &r.StatusCode, &r.Body, &r.ContentType,
-		scanTime(&r.CreatedAt), scanTime(&r.ExpiresAt), &r.ClaimID, scanTime(&r.CommittedAt), &r.ResourceType, &r.ResourceID, &r.GrantsHash)
-	return r, scanOne(err)
+		scanTime(&r.CreatedAt), scanTime(&r.ExpiresAt), &r.ClaimID, scanTime(&r.CommittedAt), &r.ResourceType, &r.ResourceID, &r.GrantsHash,
+		&headers)
+	if err != nil {
+		return r, scanOne(err)
+	}
+	if headers.Valid {
+		if err := json.Unmarshal([]byte(headers.String), &r.Headers); err != nil {
+			return r, fmt.Errorf("idempotency record %s: stored response headers: %w", key, err)
+		}
+	}
+	return r, nil
 }
 
 // commitIdempotencyClaim records, inside the mutation's transaction, that
@@ -83,11 +98,21 @@ func (q *Queries) commitIdempotencyClaim(ctx context.Context, c IdempotencyClaim
 }
 
 // CompleteIdempotencyKey stores the response of a finished request under
-// its claim.
-func (q *Queries) CompleteIdempotencyKey(ctx context.Context, c IdempotencyClaim, status int, body []byte, contentType string) error {
-	return q.execOne(ctx, `UPDATE idempotency_keys SET state = 'complete', status_code = ?, response_body = ?, content_type = ?
-		WHERE principal = ? AND idem_key = ? AND claim_id = ?`,
-		status, body, contentType, c.Principal, c.Key, c.ClaimID)
+// its claim: its status, body, content type and the headers a replay
+// repeats (none: NULL).
+func (q *Queries) CompleteIdempotencyKey(ctx context.Context, c IdempotencyClaim, status int, body []byte, contentType string,
+	headers map[string]string) error {
+	var h any
+	if len(headers) > 0 {
+		b, err := json.Marshal(headers)
+		if err != nil {
+			return err
+		}
+		h = string(b)
+	}
+	return q.execOne(ctx, `UPDATE idempotency_keys SET state = 'complete', status_code = ?, response_body = ?, content_type = ?,
+		response_headers = ? WHERE principal = ? AND idem_key = ? AND claim_id = ?`,
+		status, body, contentType, h, c.Principal, c.Key, c.ClaimID)
 }
 
 // ReleaseIdempotencyKey forgets a claim whose request failed before its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"sync"
 	"testing"
@@ -210,15 +211,25 @@ func testIdempotency(t *testing.T, db *store.DB) {
 	if err := q.ClaimIdempotencyKey(ctx, other); err != nil {
 		t.Fatalf("other principal: %v", err)
 	}
-	if err := q.CompleteIdempotencyKey(ctx, store.IdempotencyClaim{Principal: "user:1", Key: "k1", ClaimID: "other-claim"}, 201, nil, ""); !errors.Is(err, store.ErrNotFound) {
+	if err := q.CompleteIdempotencyKey(ctx, store.IdempotencyClaim{Principal: "user:1", Key: "k1", ClaimID: "other-claim"}, 201, nil, "", nil); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("completed under another claim: %v", err)
 	}
-	if err := q.CompleteIdempotencyKey(ctx, store.IdempotencyClaim{Principal: "user:1", Key: "k1", ClaimID: "c1"}, 201, []byte(`{"a":1}`), "application/json"); err != nil {
+	headers := map[string]string{"Location": "/api/v1/projects/p/operations/o", "ETag": `"v1"`}
+	if err := q.CompleteIdempotencyKey(ctx, store.IdempotencyClaim{Principal: "user:1", Key: "k1", ClaimID: "c1"}, 201, []byte(`{"a":1}`), "application/json", headers); err != nil {
 		t.Fatal(err)
 	}
 	got, err := q.GetIdempotencyRecord(ctx, "user:1", "k1")
-	if err != nil || got.State != "complete" || got.StatusCode != 201 || string(got.Body) != `{"a":1}` || got.RequestHash != "h1" {
+	if err != nil || got.State != "complete" || got.StatusCode != 201 || string(got.Body) != `{"a":1}` || got.RequestHash != "h1" ||
+		!maps.Equal(got.Headers, headers) {
 		t.Fatalf("record = %+v, %v", got, err)
+	}
+	// An answer without headers to repeat keeps none (as records from
+	// before the column do).
+	if err := q.CompleteIdempotencyKey(ctx, store.IdempotencyClaim{Principal: "user:2", Key: "k1", ClaimID: "c1"}, 200, nil, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := q.GetIdempotencyRecord(ctx, "user:2", "k1"); err != nil || got.Headers != nil || got.State != "complete" {
+		t.Fatalf("record without headers = %+v, %v", got, err)
 	}
 	// An expired key can be claimed again.
 	exp := rec
