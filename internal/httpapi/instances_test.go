@@ -256,11 +256,31 @@ func (n *simNode) serve(t testing.TB, decide func(nodeapi.Task) nodeapi.TaskResu
 		}
 		return nil
 	}
+	// Heartbeats on a ticker of their own, as the real agent's: beaten
+	// only between long polls, a loop slowed past the tests' short TTLs
+	// (2 s + 1 s grace) by a loaded machine lost the node.
+	beats := make(chan struct{})
 	go func() {
-		defer close(done)
+		defer close(beats)
 		for ctx.Err() == nil {
 			n.mu.Lock()
 			paused, workloads := n.paused, append([]nodeapi.Workload{}, n.workloads...)
+			n.mu.Unlock()
+			if !paused {
+				_ = call("POST", "/api/v1/nodes/"+n.id+"/heartbeat", nodeapi.Heartbeat{Workloads: workloads}, nil)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}()
+	go func() {
+		defer close(done)
+		defer func() { <-beats }()
+		for ctx.Err() == nil {
+			n.mu.Lock()
+			paused := n.paused
 			n.mu.Unlock()
 			if paused {
 				select {
@@ -269,7 +289,6 @@ func (n *simNode) serve(t testing.TB, decide func(nodeapi.Task) nodeapi.TaskResu
 				}
 				continue
 			}
-			_ = call("POST", "/api/v1/nodes/"+n.id+"/heartbeat", nodeapi.Heartbeat{Workloads: workloads}, nil)
 			var list nodeapi.TaskList
 			if err := call("GET", "/api/v1/nodes/"+n.id+"/tasks?wait_seconds=1", nil, &list); err != nil {
 				select { // the server is away (restarting): retry shortly
