@@ -25,6 +25,10 @@ type Client struct {
 	HTTP    *http.Client
 	// UserAgent identifies the caller in server logs.
 	UserAgent string
+	// Retry, when set, sends a request the server refused for now (429,
+	// or 503 where that is safe) again after the Retry-After, a bounded
+	// number of times. Nil (the default): every refusal is returned.
+	Retry *RetryPolicy
 }
 
 // New returns a client for baseURL using token (may be empty).
@@ -120,7 +124,7 @@ func (c *Client) doWithHeader(ctx context.Context, method, path string, in, out 
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.HTTP.Do(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +190,7 @@ func (c *Client) authorize(req *http.Request) {
 // send sends req and decodes a JSON answer of at most limit bytes into out
 // (if non-nil), or the error envelope into an *APIError.
 func (c *Client) send(req *http.Request, out any, limit int64) error {
-	resp, err := c.HTTP.Do(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
 		return err
 	}
@@ -286,7 +290,10 @@ type Readiness struct {
 // Operation: getReadyz
 func (c *Client) Readyz(ctx context.Context) (Readiness, error) {
 	var r Readiness
-	err := c.Do(ctx, http.MethodGet, "/readyz", nil, nil, &r)
+	// A 503 here is the answer, not a refusal to wait out: never retried.
+	once := *c
+	once.Retry = nil
+	err := once.Do(ctx, http.MethodGet, "/readyz", nil, nil, &r)
 	var api *APIError
 	if errors.As(err, &api) && api.Status == http.StatusServiceUnavailable && api.Code == "http_error" {
 		if json.Unmarshal([]byte(api.Message), &r) == nil && r.Status != "" {
@@ -372,7 +379,7 @@ func (c *Client) download(ctx context.Context, path string, query url.Values, ac
 	}
 	c.authorize(req)
 	req.Header.Set("Accept", accept)
-	resp, err := c.HTTP.Do(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
 		return nil, err
 	}

@@ -348,7 +348,7 @@ func NewTokenSource(c *Client, k KeyFile) *TokenSource {
 		own := *hc
 		hc = &own
 	}
-	return &TokenSource{c: &Client{BaseURL: c.BaseURL, HTTP: hc, UserAgent: c.UserAgent}, key: k}
+	return &TokenSource{c: &Client{BaseURL: c.BaseURL, HTTP: hc, UserAgent: c.UserAgent, Retry: c.Retry}, key: k}
 }
 
 // Token returns a valid access token.

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
-	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -165,7 +164,7 @@ func (c *Client) AcquireWorkerOperation(ctx context.Context, appSlug string, wai
 	req.Header.Set("Content-Type", "application/json")
 	c.authorize(req)
 	req.Header.Set("X-Idempotency-Key", uuid.NewString())
-	resp, err := c.HTTP.Do(req)
+	resp, err := c.roundTrip(req)
 	if err != nil {
 		return op, false, 0, err
 	}
@@ -177,21 +176,6 @@ func (c *Client) AcquireWorkerOperation(ctx context.Context, appSlug string, wai
 		return op, false, 0, err
 	}
 	return op, true, 0, nil
-}
-
-// parseRetryAfter reads a Retry-After header: delay seconds or an HTTP
-// date; 0 when absent, unreadable or past.
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil {
-		return max(time.Duration(s)*time.Second, 0)
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0)
-	}
-	return 0
 }
 
 // HeartbeatWorkerOperation extends the lease and reports progress. An

@@ -1,0 +1,169 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// RetryPolicy has a Client send a request again when the server refused it
+// for now, waiting as long as the server asked. It is opt-in
+// (Client.Retry); without it every refusal goes to the caller at once, with
+// its wait in APIError.RetryAfter.
+//
+// A 429 is always sent again, whatever the method: every rate limit of the
+// API refuses before anything is done (and a keyed request's claim is given
+// back), so the retry cannot act twice. A 503 is sent again only for a GET
+// or HEAD, or a change carrying an idempotency key (Do gives every POST and
+// PUT one): an unavailable database may have failed a change after it
+// committed, and only the key makes sending it again safe. Each retry
+// carries the same X-Request-ID and idempotency key as the first try. A
+// request whose body is a stream (a blob or release upload) is not sent
+// again: its bytes are gone.
+type RetryPolicy struct {
+	// Retries is how many times one request is sent again at most (0: 3).
+	Retries int
+	// MaxWait caps each wait, whatever the Retry-After (0: 30 s), so a
+	// wrong header cannot stall the caller for long.
+	MaxWait time.Duration
+
+	// sleep waits d or until ctx ends (nil: a timer); tests record the
+	// waits instead.
+	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Defaults of a RetryPolicy's zero fields.
+const (
+	defaultRetries      = 3
+	defaultMaxRetryWait = 30 * time.Second
+	// firstRetryWait is the wait after a refusal without a (readable)
+	// Retry-After, doubled after each further one.
+	firstRetryWait = time.Second
+)
+
+// next says whether the request req, answered resp after refused earlier
+// refusals, is sent again, and after how long.
+func (p *RetryPolicy) next(req *http.Request, resp *http.Response, refused int, now time.Time) (time.Duration, bool) {
+	if p == nil {
+		return 0, false
+	}
+	retries := p.Retries
+	if retries <= 0 {
+		retries = defaultRetries
+	}
+	if refused >= retries || !resendable(req) {
+		return 0, false
+	}
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests:
+	case http.StatusServiceUnavailable:
+		if !repeatable(req) {
+			return 0, false
+		}
+	default:
+		return 0, false
+	}
+	limit := p.MaxWait
+	if limit <= 0 {
+		limit = defaultMaxRetryWait
+	}
+	d, ok := retryAfter(resp.Header.Get("Retry-After"), now)
+	if !ok {
+		d = firstRetryWait << min(refused, 30)
+	}
+	return min(d, limit), true
+}
+
+// wait waits d, or returns ctx's error as soon as ctx ends.
+func (p *RetryPolicy) wait(ctx context.Context, d time.Duration) error {
+	if p.sleep != nil {
+		return p.sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// repeatable reports whether the server may see req twice: a read, or a
+// change it recognises by its idempotency key (either header the API
+// reads; an empty one is no key).
+func repeatable(req *http.Request) bool {
+	return req.Method == http.MethodGet || req.Method == http.MethodHead ||
+		req.Header.Get("X-Idempotency-Key") != "" || req.Header.Get("Idempotency-Key") != ""
+}
+
+// resendable reports whether req's body can be sent again: none, or one
+// net/http can rewind (the client's JSON bodies are bytes).
+func resendable(req *http.Request) bool {
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+// rewound is req ready to be sent again: the same headers, a fresh copy of
+// its body.
+func rewound(req *http.Request) (*http.Request, error) {
+	again := req.Clone(req.Context())
+	if req.GetBody != nil {
+		body, err := req.GetBody()
+		if err != nil {
+			return nil, err
+		}
+		again.Body = body
+	}
+	return again, nil
+}
+
+// roundTrip sends req through c.HTTP and, as c.Retry allows, again after
+// each refusal. When ctx ends during a wait, the error is the refusal's
+// *APIError wrapped with ctx's error.
+func (c *Client) roundTrip(req *http.Request) (*http.Response, error) {
+	for refused := 0; ; refused++ {
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		d, again := c.Retry.next(req, resp, refused, time.Now())
+		if !again {
+			return resp, nil
+		}
+		refusal := decodeResponse(req, resp, nil, 1<<20) // reads and closes it, so the connection is reused
+		if err := c.Retry.wait(req.Context(), d); err != nil {
+			return nil, fmt.Errorf("%w; stopped waiting %s to send it again: %w", refusal, d, err)
+		}
+		if req, err = rewound(req); err != nil {
+			return nil, fmt.Errorf("%w; could not send it again: %w", refusal, err)
+		}
+	}
+}
+
+// parseRetryAfter reads a Retry-After header: delay seconds or an HTTP
+// date; 0 when there is none, it is unreadable, or the date has gone by.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	d, _ := retryAfter(v, now)
+	return d
+}
+
+// retryAfter reads a Retry-After header: delay seconds or an HTTP date (a
+// date gone by is 0). ok is false when there is none or it is unreadable.
+func retryAfter(v string, now time.Time) (d time.Duration, ok bool) {
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if s > int64(math.MaxInt64/time.Second) {
+			return math.MaxInt64, true
+		}
+		return max(time.Duration(s)*time.Second, 0), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}

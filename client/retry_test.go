@@ -1,0 +1,203 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// refusingServer answers each request with the next of answers (the last
+// one again once they run out) and records what it was sent.
+type refusingServer struct {
+	mu      sync.Mutex
+	answers []refusal
+	got     []seen
+}
+
+type refusal struct {
+	status     int
+	retryAfter string
+}
+
+type seen struct {
+	method, requestID, key, body string
+}
+
+func (s *refusingServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	s.mu.Lock()
+	s.got = append(s.got, seen{r.Method, r.Header.Get("X-Request-ID"), r.Header.Get("X-Idempotency-Key"), string(body)})
+	a := s.answers[min(len(s.got), len(s.answers))-1]
+	s.mu.Unlock()
+	if a.retryAfter != "" {
+		w.Header().Set("Retry-After", a.retryAfter)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(a.status)
+	if a.status >= 400 {
+		_, _ = io.WriteString(w, `{"error":{"code":"not_now","message":"not now","correlation_id":"c1"}}`)
+		return
+	}
+	_, _ = io.WriteString(w, `{"status":"ok"}`)
+}
+
+func (s *refusingServer) requests() []seen {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]seen(nil), s.got...)
+}
+
+// retryingClient is a client of a server answering answers, retrying by p
+// with its waits recorded instead of slept.
+func retryingClient(t *testing.T, p RetryPolicy, answers ...refusal) (*Client, *refusingServer, *[]time.Duration) {
+	t.Helper()
+	s := &refusingServer{answers: answers}
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	var waits []time.Duration
+	p.sleep = func(_ context.Context, d time.Duration) error {
+		waits = append(waits, d)
+		return nil
+	}
+	c := New(srv.URL, "tok")
+	c.Retry = &p
+	return c, s, &waits
+}
+
+type statusBody struct {
+	Status string `json:"status"`
+}
+
+// A change refused with 429 is sent again after the Retry-After as the same
+// request (request id, idempotency key, body), and its answer is the call's.
+func TestRetryRateLimitedChange(t *testing.T) {
+	c, s, waits := retryingClient(t, RetryPolicy{}, refusal{429, "2"}, refusal{200, ""})
+	var out statusBody
+	if err := c.Do(t.Context(), http.MethodPost, "/x", nil, map[string]int{"n": 1}, &out); err != nil || out.Status != "ok" {
+		t.Fatalf("Do: %+v %v", out, err)
+	}
+	got := s.requests()
+	if len(got) != 2 || got[0] != got[1] || got[0].requestID == "" || got[0].key == "" || got[0].body != `{"n":1}` {
+		t.Fatalf("requests: %+v", got)
+	}
+	if len(*waits) != 1 || (*waits)[0] != 2*time.Second {
+		t.Fatalf("waits %v, want [2s]", *waits)
+	}
+}
+
+// Without a policy a 429 goes to the caller at once, its wait in the error.
+func TestNoRetryByDefault(t *testing.T) {
+	c, s, _ := retryingClient(t, RetryPolicy{}, refusal{429, "2"}, refusal{200, ""})
+	c.Retry = nil
+	err := c.Do(t.Context(), http.MethodGet, "/x", nil, nil, nil)
+	if api, ok := errors.AsType[*APIError](err); !ok || api.Status != 429 || api.RetryAfter != 2*time.Second || len(s.requests()) != 1 {
+		t.Fatalf("err %v after %d requests", err, len(s.requests()))
+	}
+}
+
+// A 503 may come after a change committed: it is sent again only when the
+// server can tell the second from the first (a read, or an idempotency key).
+func TestRetryUnavailableOnlyWhenRepeatable(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		call  func(c *Client) error
+		tries int
+	}{
+		{"get", func(c *Client) error { _, err := c.Healthz(t.Context()); return err }, 2},
+		{"post with key", func(c *Client) error {
+			return c.Do(t.Context(), http.MethodPost, "/x", nil, map[string]int{}, nil)
+		}, 2},
+		{"post without key", func(c *Client) error {
+			_, err := c.ReportUsage(t.Context(), "p1", "i1", []UsageEvent{{ID: "u1", UsageUnit: "runtime", Quantity: 1}})
+			return err
+		}, 1},
+		{"post with its key removed", func(c *Client) error {
+			return c.Do(t.Context(), http.MethodPost, "/x", nil, map[string]int{}, nil, WithIdempotencyKey(""))
+		}, 1},
+		{"delete", func(c *Client) error { return c.Do(t.Context(), http.MethodDelete, "/x", nil, nil, nil) }, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s, _ := retryingClient(t, RetryPolicy{}, refusal{503, "1"}, refusal{200, ""})
+			err := tc.call(c)
+			if n := len(s.requests()); n != tc.tries {
+				t.Fatalf("%d requests, want %d (err %v)", n, tc.tries, err)
+			}
+			if api, ok := errors.AsType[*APIError](err); tc.tries == 1 && (!ok || api.Status != 503) {
+				t.Fatalf("err %v, want the 503", err)
+			}
+		})
+	}
+}
+
+// The waits: Retry-After as seconds or an HTTP date, capped at MaxWait,
+// 1 s doubling when the server names none, and no more than Retries
+// retries, after which the last refusal is the error.
+func TestRetryWaits(t *testing.T) {
+	date := time.Now().Add(10 * time.Second).UTC().Format(http.TimeFormat)
+	c, s, waits := retryingClient(t, RetryPolicy{MaxWait: 20 * time.Second},
+		refusal{429, date}, refusal{429, "3600"}, refusal{503, ""}, refusal{503, "soon"})
+	err := c.Do(t.Context(), http.MethodGet, "/x", nil, nil, nil)
+	if api, ok := errors.AsType[*APIError](err); !ok || api.Status != 503 || len(s.requests()) != 4 {
+		t.Fatalf("err %v after %d requests, want the 4th answer (503)", err, len(s.requests()))
+	}
+	w := *waits
+	if len(w) != 3 || w[0] <= 8*time.Second || w[0] > 10*time.Second || w[1] != 20*time.Second || w[2] != 4*time.Second {
+		t.Fatalf("waits %v, want [~10s 20s 4s]", w)
+	}
+
+	c, s, waits = retryingClient(t, RetryPolicy{Retries: 1}, refusal{429, ""})
+	_ = c.Do(t.Context(), http.MethodGet, "/x", nil, nil, nil)
+	if len(s.requests()) != 2 || len(*waits) != 1 || (*waits)[0] != time.Second {
+		t.Fatalf("Retries 1: %d requests, waits %v", len(s.requests()), *waits)
+	}
+}
+
+// A streamed body cannot be sent again: the upload's refusal is returned.
+func TestNoRetryOfAStreamedBody(t *testing.T) {
+	c, s, _ := retryingClient(t, RetryPolicy{}, refusal{429, "1"}, refusal{200, ""})
+	_, err := c.UploadBlob(t.Context(), "/up", strings.NewReader("abc"), 3, 0, nil)
+	if api, ok := errors.AsType[*APIError](err); !ok || api.Status != 429 || len(s.requests()) != 1 {
+		t.Fatalf("err %v after %d requests", err, len(s.requests()))
+	}
+}
+
+// A context that ends during a wait ends the call then, with the refusal
+// and the context's error.
+func TestRetryWaitEndsWithTheContext(t *testing.T) {
+	s := &refusingServer{answers: []refusal{{429, "30"}}}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	c := New(srv.URL, "tok")
+	c.Retry = &RetryPolicy{}
+	ctx, cancel := context.WithCancel(t.Context())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := c.Me(ctx)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("returned after %v", took)
+	}
+	if api, ok := errors.AsType[*APIError](err); !ok || api.Status != 429 || !errors.Is(err, context.Canceled) || len(s.requests()) != 1 {
+		t.Fatalf("err %v after %d requests", err, len(s.requests()))
+	}
+}
+
+// Readyz's 503 is the server's answer (not ready), not a refusal to wait
+// out: it comes back at once whatever the policy.
+func TestReadyzIsNotRetried(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(503)
+		_, _ = io.WriteString(w, `{"status":"not_ready","checks":{"database":"unreachable"}}`)
+	}))
+	defer srv.Close()
+	c := New(srv.URL, "")
+	c.Retry = &RetryPolicy{sleep: func(context.Context, time.Duration) error { t.Error("Readyz waited to retry"); return nil }}
+	if r, err := c.Readyz(t.Context()); err != nil || r.Status != "not_ready" {
+		t.Fatalf("Readyz: %+v %v", r, err)
+	}
+}
