@@ -302,3 +302,21 @@ def test_storage_quota_change_sends_if_match_and_a_stale_one_raises() -> None:
     assert e.value.status == 412 and e.value.code == "storage_quota_changed" and e.value.details["etag"] == '"sq-2"'
     c.set_project_storage_quota("p-1", registry_quota_bytes=7)
     assert "If-Match" not in puts[-1].headers, "without if_match no precondition is sent"
+
+
+def test_a_heartbeat_sent_again_can_keep_its_id() -> None:
+    """A caller resending a beat after a timeout passes the first try's id,
+    so both tries are one event; without one, each call is a new beat."""
+    ids: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        ids.extend(e["id"] for e in json.loads(req.read()))
+        return httpx.Response(200, json={"applied": 1, "health": "healthy"})
+
+    c = Client("http://api.test", StaticToken("t-1"), transport=httpx.MockTransport(handler))
+    for _ in range(2):
+        c.heartbeat("p-1", "i-1", "//my-app", event_id="beat-7")
+    c.heartbeat("p-1", "i-1", "//my-app")
+    c.heartbeat("p-1", "i-1", "//my-app")
+    assert ids[:2] == ["beat-7", "beat-7"]
+    assert len(set(ids[2:])) == 2 and "beat-7" not in ids[2:], ids

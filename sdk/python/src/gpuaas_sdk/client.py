@@ -79,7 +79,8 @@ class RuntimeEvent:
     """One runtime event a workload reports about its own instance:
     ``heartbeat``, ``start_completed``, ``healthy``, ``unhealthy``,
     ``member_added``, ``member_removed`` or ``member_failed``. ``id`` must be
-    stable across retries: the platform applies each (source, id) once."""
+    stable across retries: the platform applies each (source, id) once
+    (every heartbeat is applied: a repeat only says again "alive now")."""
 
     id: str
     source: str
@@ -457,12 +458,22 @@ class Client:
         return self.request("POST", f"/api/v1/projects/{project_id}/app-instances/{instance_id}/runtime-events",
                             content=body, headers={"Content-Type": "application/cloudevents-batch+json"})
 
-    def heartbeat(self, project_id: str, instance_id: str, source: str, health: str | None = None) -> dict[str, Any]:
+    def heartbeat(self, project_id: str, instance_id: str, source: str, health: str | None = None, *,
+                  event_id: str | None = None) -> dict[str, Any]:
         """Tells the platform the instance is alive (and, optionally, healthy
         or unhealthy). Call it more often than the version's
-        heartbeat_timeout_seconds."""
-        return self.report_runtime_events(project_id, instance_id,
-                                          [RuntimeEvent(id=str(uuid.uuid4()), source=source, type="heartbeat", health=health)])
+        heartbeat_timeout_seconds.
+
+        Each call is a new heartbeat with a new id, unless ``event_id`` names
+        one: a caller that sends a beat again after a timeout or a refusal
+        may pass the first try's id, so both tries are the same event, as
+        the CloudEvents contract wants of a resend (and as ``UsageReporter``
+        does with usage ids). Either way sending a beat twice is harmless:
+        the platform applies every heartbeat it takes (it keeps no record of
+        their ids), and a second one only says again that the instance is
+        alive now. It is not usage and is never billed."""
+        ev = RuntimeEvent(id=event_id or str(uuid.uuid4()), source=source, type="heartbeat", health=health)
+        return self.report_runtime_events(project_id, instance_id, [ev])
 
     # ---- paging -------------------------------------------------------
 
