@@ -284,12 +284,15 @@ func (c *controller) sync(ctx context.Context) error {
 	return nil
 }
 
+// reportTries is how many times report posts one batch.
+const reportTries = 3
+
 // report posts runtime events about the instance as one batch, trying
-// three times where trying again may help, each time no sooner than the
+// reportTries times where trying again may help, each time no sooner than the
 // platform's Retry-After (a 429 or 503); done says the platform took them
 // or refused them for good (trying again would not help).
 func (c *controller) report(ctx context.Context, events []runtimeEvent) (done bool) {
-	for try := 1; try <= 3; try++ {
+	for try := 1; try <= reportTries; try++ {
 		retry, err := c.meter.Call(ctx, http.MethodPost, c.instance+"/runtime-events", events, nil)
 		if err == nil {
 			for _, e := range events {
@@ -300,6 +303,9 @@ func (c *controller) report(ctx context.Context, events []runtimeEvent) (done bo
 		c.log.Warn("runtime events not reported", "count", len(events), "try", try, "err", err)
 		if !retry {
 			return true
+		}
+		if try == reportTries {
+			break // no wait after the last try: the next poll reports them
 		}
 		select {
 		case <-ctx.Done():

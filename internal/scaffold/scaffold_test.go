@@ -402,7 +402,10 @@ func TestVLLMTemplateAppMetersALongStream(t *testing.T) {
 // The controller reports a worker's change as a runtime event; when the
 // platform cannot take it (the tries run out), a later poll reports it
 // again with the same id. Before, the change entered the roster before it
-// was reported, and an event that failed was never sent.
+// was reported, and an event that failed was never sent. After its last
+// try the report does not wait (it waited 3 s before giving the batch to
+// the next poll, holding up the roster): the next poll (every second)
+// sends it again.
 func TestControllerTemplateReportsAMemberChangeAfterAFailedReport(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "cluster")
 	if _, err := scaffold.Write(dir, scaffold.Options{Template: "controller"}); err != nil {
@@ -413,6 +416,7 @@ func TestControllerTemplateReportsAMemberChangeAfterAFailedReport(t *testing.T) 
 	}
 	const inst = "/api/v1/projects/proj-1/app-instances/inst-1"
 	refused, taken := 0, map[string]int{} // member events: posts refused, and taken by id
+	var lastRefused, firstTaken time.Time
 	api := &fakeAPI{t: t, other: func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case inst + "/members":
@@ -430,8 +434,12 @@ func TestControllerTemplateReportsAMemberChangeAfterAFailedReport(t *testing.T) 
 			}
 			if refused < 3 { // every try of the first report
 				refused++
+				lastRefused = time.Now()
 				http.Error(w, `{"error":{"code":"unavailable"}}`, http.StatusServiceUnavailable)
 				return
+			}
+			if len(taken) == 0 {
+				firstTaken = time.Now()
 			}
 			taken[evs[0].ID]++
 			fmt.Fprint(w, `{"recorded":1}`)
@@ -450,6 +458,9 @@ func TestControllerTemplateReportsAMemberChangeAfterAFailedReport(t *testing.T) 
 	defer api.mu.Unlock()
 	if len(taken) != 1 || taken["roster-m-1-running-2026-01-01T00:00:00Z"] != 1 {
 		t.Errorf("member events taken: %v", taken)
+	}
+	if gap := firstTaken.Sub(lastRefused); gap > 2500*time.Millisecond {
+		t.Errorf("the report was sent again %v after its last refused try; the next poll (1 s) should have sent it", gap)
 	}
 }
 
