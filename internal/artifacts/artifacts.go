@@ -367,15 +367,21 @@ func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifact
 // this same lock; so do registration and the gate's manifest delete, for
 // the manifest itself.
 func (s *Service) holdSignatureTags(ctx context.Context, repository, digest string) (release func(), err error) {
-	return registry.HoldSignatureTagsWith(ctx, s.SignatureTags, repository, digest)
+	return s.holdKeys(ctx, registry.DigestKey(repository, digest))
 }
 
-var _ registry.SignatureTagHolder = registryAuthz{}
+// holdKeys holds every key of keys in one hold (registry.HoldKeysWith): in
+// this process, and across replicas when SignatureTags is set.
+func (s *Service) holdKeys(ctx context.Context, keys ...string) (release func(), err error) {
+	return registry.HoldKeysWith(ctx, s.SignatureTags, keys...)
+}
 
-// HoldSignatureTags makes the registry's content gate hold what
-// verification holds (registry.SignatureTagHolder).
-func (a registryAuthz) HoldSignatureTags(ctx context.Context, repository, digest string) (release func(), err error) {
-	return a.s.holdSignatureTags(ctx, repository, digest)
+var _ registry.KeyHolder = registryAuthz{}
+
+// HoldKeys makes the registry's content gate hold what verification and
+// registration hold (registry.KeyHolder).
+func (a registryAuthz) HoldKeys(ctx context.Context, keys ...string) (release func(), err error) {
+	return a.s.holdKeys(ctx, keys...)
 }
 
 type verifyResult struct{ reason, detail, keyID string }

@@ -3,6 +3,7 @@ package artifacts
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpuaas/gpuaas/internal/registry"
@@ -10,8 +11,8 @@ import (
 
 type recordingLocker struct{ held []string }
 
-func (l *recordingLocker) Hold(_ context.Context, key string) (func(), error) {
-	l.held = append(l.held, key)
+func (l *recordingLocker) Hold(_ context.Context, keys ...string) (func(), error) {
+	l.held = append(l.held, strings.Join(keys, " "))
 	return func() {}, nil
 }
 
@@ -21,11 +22,11 @@ func TestSignatureTagsHeldThroughTheService(t *testing.T) {
 	ctx := context.Background()
 	shared := &recordingLocker{}
 	s := New(Deps{SignatureTags: shared})
-	gate, ok := s.RegistryAuthorizer().(registry.SignatureTagHolder)
+	gate, ok := s.RegistryAuthorizer().(registry.KeyHolder)
 	if !ok {
 		t.Fatal("the registry authorizer does not say how to hold signature tags")
 	}
-	release, err := gate.HoldSignatureTags(ctx, "p/app/runtime", "sha256:d")
+	release, err := gate.HoldKeys(ctx, registry.DigestKey("p/app/runtime", "sha256:d"))
 	if err != nil {
 		t.Fatal(err)
 	}

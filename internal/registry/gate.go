@@ -193,7 +193,11 @@ func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // verification and the registration of digest take too, so neither lands
 // between the check and the delete: the delete is refused, or it comes
 // first and the registration finds no manifest (the verification, no
-// signature).
+// signature). The same hold takes repo's IndexesKey, which the
+// registration of an image index holds from reading the index's manifests
+// until it is recorded: the delete of a manifest the index references
+// comes before that read (and the registration is refused), or after the
+// index is recorded (and the delete is refused).
 func (g *gateHandler) serveManifestDelete(w http.ResponseWriter, req *http.Request, repo, digest string) {
 	// A delete is audited: its row carries a correlation id, which the
 	// answer names as the API's answers do.
@@ -203,7 +207,7 @@ func (g *gateHandler) serveManifestDelete(w http.ResponseWriter, req *http.Reque
 		req = req.WithContext(correlation.With(req.Context(), id))
 	}
 	ctx := req.Context()
-	release, ok := g.hold(w, req, repo, digest)
+	release, ok := g.hold(w, req, DigestKey(repo, digest), IndexesKey(repo))
 	if !ok {
 		return
 	}
@@ -283,7 +287,7 @@ func (g *gateHandler) tagWritable(w http.ResponseWriter, req *http.Request, repo
 // is read first, bounded by the registry's manifest limit (a longer one
 // reaches the registry cut one byte past the limit, and the registry
 // refuses it), and only then are the check and the write done under
-// the gate's SignatureTagHolder (HoldSignatureTags without one), which
+// the gate's KeyHolder (HoldKeys without one) on repo@digest, which
 // verification holds from reading the signature until it has recorded the
 // outcome: the write is refused as frozen, or the verification reads what
 // it wrote.
@@ -293,7 +297,7 @@ func (g *gateHandler) serveSignatureTagWrite(w http.ResponseWriter, req *http.Re
 			return
 		}
 	}
-	release, ok := g.hold(w, req, repo, digest)
+	release, ok := g.hold(w, req, DigestKey(repo, digest))
 	if !ok {
 		return
 	}
@@ -304,15 +308,15 @@ func (g *gateHandler) serveSignatureTagWrite(w http.ResponseWriter, req *http.Re
 	g.next.ServeHTTP(w, req)
 }
 
-// hold takes the gate's SignatureTagHolder (HoldSignatureTags without
-// one) on repo@digest for req; when it cannot, it answers req itself (or
-// not at all, the client gone while waiting) and ok is false.
-func (g *gateHandler) hold(w http.ResponseWriter, req *http.Request, repo, digest string) (release func(), ok bool) {
-	hold := HoldSignatureTags
-	if h, ok := g.gate.(SignatureTagHolder); ok {
-		hold = h.HoldSignatureTags
+// hold takes the gate's KeyHolder (HoldKeys without one) on keys for
+// req, all in one hold; when it cannot, it answers req itself (or not at
+// all, the client gone while waiting) and ok is false.
+func (g *gateHandler) hold(w http.ResponseWriter, req *http.Request, keys ...string) (release func(), ok bool) {
+	hold := HoldKeys
+	if h, ok := g.gate.(KeyHolder); ok {
+		hold = h.HoldKeys
 	}
-	release, err := hold(req.Context(), repo, digest)
+	release, err := hold(req.Context(), keys...)
 	if err != nil {
 		if req.Context().Err() == nil { // else the client went away while waiting
 			g.fail(w, req, err)

@@ -511,12 +511,7 @@ func TestHoldSignatureTags(t *testing.T) {
 		t.Fatal(err)
 	}
 	again()
-	signatureTags.mu.Lock()
-	n := len(signatureTags.held)
-	signatureTags.mu.Unlock()
-	if n != 0 {
-		t.Fatalf("%d keys left behind", n)
-	}
+	wantNoKeysLeft(t)
 }
 
 // deleterGate is a fakeGate that refuses to delete one digest and records

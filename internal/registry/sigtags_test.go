@@ -24,16 +24,20 @@ func (l *sharedLocker) log(e string) {
 	l.events = append(l.events, e)
 }
 
-func (l *sharedLocker) Hold(_ context.Context, key string) (func(), error) {
-	// The process's own lock is held already.
+func (l *sharedLocker) Hold(_ context.Context, keys ...string) (func(), error) {
+	// The process's own lock of every key is held already.
+	local := true
 	signatureTags.mu.Lock()
-	_, local := signatureTags.held[key]
+	for _, key := range keys {
+		_, held := signatureTags.held[key]
+		local = local && held
+	}
 	signatureTags.mu.Unlock()
-	l.log("hold " + key + map[bool]string{true: " (local held)", false: " (local free)"}[local])
+	l.log("hold " + strings.Join(keys, " ") + map[bool]string{true: " (local held)", false: " (local free)"}[local])
 	if l.fail != nil {
 		return nil, l.fail
 	}
-	return func() { l.log("release " + key) }, nil
+	return func() { l.log("release " + strings.Join(keys, " ")) }, nil
 }
 
 func (l *sharedLocker) got() string {
@@ -76,15 +80,15 @@ func TestHoldSignatureTagsWithShared(t *testing.T) {
 	again()
 }
 
-// holderGate is a fakeGate with its own SignatureTagHolder.
+// holderGate is a fakeGate with its own KeyHolder.
 type holderGate struct {
 	fakeGate
 	held []string
 	fail error
 }
 
-func (g *holderGate) HoldSignatureTags(_ context.Context, repository, digest string) (func(), error) {
-	g.held = append(g.held, repository+"@"+digest)
+func (g *holderGate) HoldKeys(_ context.Context, keys ...string) (func(), error) {
+	g.held = append(g.held, strings.Join(keys, " "))
 	if g.fail != nil {
 		return nil, g.fail
 	}
@@ -93,8 +97,10 @@ func (g *holderGate) HoldSignatureTags(_ context.Context, repository, digest str
 
 // A gate that says how to hold a digest's signature tags (the artifacts
 // service, with the lock replicas share) is the one the gate holds over
-// its check and write; one that cannot take it answers the gate's failure.
-func TestGateHoldsTheGatesSignatureTagHolder(t *testing.T) {
+// its check and write, and over a manifest delete's check and delete,
+// where it holds the repository's indexes too, in the same one hold; one
+// that cannot take it answers the gate's failure.
+func TestGateHoldsTheGatesKeyHolder(t *testing.T) {
 	hex := strings.Repeat("ab", 32)
 	h := fakeRegistry(t)
 	g := &holderGate{fakeGate: fakeGate{frozen: "sha256-x.sig"}}
@@ -105,6 +111,13 @@ func TestGateHoldsTheGatesSignatureTagHolder(t *testing.T) {
 	if want := "a/b@sha256:" + hex; len(g.held) != 1 || g.held[0] != want {
 		t.Fatalf("the gate's holder held %v, want [%s]", g.held, want)
 	}
+	g.held = nil
+	if rec := serveGate(h, http.MethodDelete, "/v2/a/b/manifests/sha256:"+hex, "Bearer delete"); rec.Code != http.StatusAccepted {
+		t.Fatalf("DELETE = %d %s, want 202", rec.Code, rec.Body)
+	}
+	if want := "a/b@sha256:" + hex + " a/b@indexes"; len(g.held) != 1 || g.held[0] != want {
+		t.Fatalf("a manifest delete held %q, want one hold of %q", g.held, want)
+	}
 	g.fail = errors.New("database down")
 	var failed error
 	h.fail = func(w http.ResponseWriter, _ *http.Request, err error) {
@@ -113,5 +126,78 @@ func TestGateHoldsTheGatesSignatureTagHolder(t *testing.T) {
 	}
 	if rec := serveGate(h, http.MethodDelete, "/v2/a/b/manifests/sha256-"+hex+".att", "Bearer delete"); rec.Code != http.StatusInternalServerError || failed != g.fail {
 		t.Fatalf("DELETE while the hold fails = %d (%v), want the gate's failure", rec.Code, failed)
+	}
+}
+
+// Keys are held in one order whatever order they are asked in, and in one
+// hold of the shared lock: holders of overlapping keys asked in opposite
+// orders do not deadlock, and a hold of several keys waits for each.
+func TestHoldKeysWithOverlappingKeys(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	shared := &sharedLocker{}
+	release, err := HoldKeysWith(ctx, shared, "r@sha256:b", "r@indexes", "r@sha256:b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if got, want := shared.got(), "hold r@indexes r@sha256:b (local held); release r@indexes r@sha256:b"; got != want {
+		t.Fatalf("shared lock: %s, want %s", got, want)
+	}
+
+	orders := [][]string{{"r@sha256:a", "r@indexes"}, {"r@indexes", "r@sha256:a"}, {"r@sha256:b", "r@indexes", "r@sha256:a"}}
+	var wg sync.WaitGroup
+	errs := make(chan error, len(orders))
+	for _, keys := range orders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 500 {
+				release, err := HoldKeys(ctx, keys...)
+				if err != nil {
+					errs <- err // ctx's deadline: a deadlock
+					return
+				}
+				release()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("holders of overlapping keys in opposite orders: %v", err)
+	}
+
+	// A key one hold holds keeps a hold of it and others waiting, and a
+	// hold that gave up waiting leaves none of the others held.
+	held, err := HoldKeys(ctx, "r@sha256:b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer stop()
+	if _, err := HoldKeysWith(short, shared, "r@sha256:b", "r@indexes"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a hold of a held key: %v, want context deadline exceeded", err)
+	}
+	soon, stop2 := context.WithTimeout(ctx, 5*time.Second)
+	defer stop2()
+	other, err := HoldKeys(soon, "r@indexes", "r@sha256:a")
+	if err != nil {
+		t.Fatalf("a key a failed hold took before it waited was left held: %v", err)
+	}
+	other()
+	held()
+	wantNoKeysLeft(t)
+}
+
+// wantNoKeysLeft fails t when the process's lock still has a key: one
+// nobody holds or waits for is dropped.
+func wantNoKeysLeft(t *testing.T) {
+	t.Helper()
+	signatureTags.mu.Lock()
+	n := len(signatureTags.held)
+	signatureTags.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("%d keys left behind", n)
 	}
 }

@@ -21,7 +21,7 @@ func TestSignatureTagsHeldAcrossReplicas(t *testing.T) {
 	s := servertest.Start(t, store.Postgres)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	holder, ok := s.App.API.Artifacts.RegistryAuthorizer().(registry.SignatureTagHolder)
+	holder, ok := s.App.API.Artifacts.RegistryAuthorizer().(registry.KeyHolder)
 	if !ok {
 		t.Fatal("the registry's content gate has no signature tag holder of its own")
 	}
@@ -33,14 +33,14 @@ func TestSignatureTagsHeldAcrossReplicas(t *testing.T) {
 	}
 	short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer stop()
-	if release, err := holder.HoldSignatureTags(short, repo, digest); !errors.Is(err, context.DeadlineExceeded) {
+	if release, err := holder.HoldKeys(short, registry.DigestKey(repo, digest)); !errors.Is(err, context.DeadlineExceeded) {
 		if err == nil {
 			release()
 		}
 		t.Fatalf("the server held a digest's signature tags another replica held: %v, want context deadline exceeded", err)
 	}
 	releaseOther()
-	release, err := holder.HoldSignatureTags(ctx, repo, digest)
+	release, err := holder.HoldKeys(ctx, registry.DigestKey(repo, digest))
 	if err != nil {
 		t.Fatal(err)
 	}

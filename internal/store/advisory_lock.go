@@ -55,10 +55,17 @@ type advisoryLocks struct {
 	slots chan struct{}
 }
 
-// Hold waits for key's lock until ctx is done. The caller's process holds
-// its own lock on key first (registry.HoldSignatureTagsWith), so a process
-// has one connection at most per key.
-func (l *advisoryLocks) Hold(ctx context.Context, key string) (release func(), err error) {
+// Hold waits for the locks of keys until ctx is done, all of them on one
+// connection, so a hold takes one slot however many keys it holds: a
+// holder never keeps a slot while it waits for a second one, which, all
+// slots taken by such holders, none would get. The keys are locked in
+// sorted order (registry.SortedKeys, the process's order too), so two
+// holds whose keys overlap never each hold a key the other waits for. The
+// caller's process holds its own lock on each key first
+// (registry.HoldKeysWith), so a process has one connection at most per
+// key.
+func (l *advisoryLocks) Hold(ctx context.Context, keys ...string) (release func(), err error) {
+	keys = registry.SortedKeys(keys)
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -69,16 +76,21 @@ func (l *advisoryLocks) Hold(ctx context.Context, key string) (release func(), e
 		<-l.slots
 		return nil, fmt.Errorf("signature tag lock: %w", mapErr(err))
 	}
-	k := signatureTagLockKey(key)
-	if err := l.lock(ctx, conn, k); err != nil {
-		_ = conn.Close()
-		<-l.slots
-		return nil, err
+	ks := make([]int64, len(keys))
+	for i, key := range keys {
+		ks[i] = signatureTagLockKey(key)
+		// A failed wait drops the connection, and the server releases
+		// the keys locked before it with the session.
+		if err := l.lock(ctx, conn, ks[i]); err != nil {
+			_ = conn.Close()
+			<-l.slots
+			return nil, err
+		}
 	}
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			l.unlock(conn, key, k)
+			l.unlock(conn, keys, ks)
 			<-l.slots
 		})
 	}, nil
@@ -140,26 +152,31 @@ func (l *advisoryLocks) lock(ctx context.Context, conn *sql.Conn, k int64) error
 	return err
 }
 
-// unlock releases k and gives conn back to the pool, or drops conn when
-// the unlock failed: the server ends the session, and the lock with it, so
-// the pool never hands out a connection holding it.
-func (l *advisoryLocks) unlock(conn *sql.Conn, key string, k int64) {
+// unlock releases ks (the locks of keys) and gives conn back to the pool,
+// or drops conn when an unlock failed: the server ends the session, and
+// the locks with it, so the pool never hands out a connection holding one.
+func (l *advisoryLocks) unlock(conn *sql.Conn, keys []string, ks []int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var (
+		failed   string
 		unlocked bool
 		err      error
 	)
 	_ = conn.Raw(func(dc any) error {
-		l.db.statements.Add(1)
-		err = dc.(*stdlib.Conn).Conn().QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, k).Scan(&unlocked)
-		if err != nil || !unlocked {
-			return driver.ErrBadConn
+		pc := dc.(*stdlib.Conn).Conn()
+		for i := len(ks) - 1; i >= 0; i-- {
+			l.db.statements.Add(1)
+			err = pc.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, ks[i]).Scan(&unlocked)
+			if err != nil || !unlocked {
+				failed = keys[i]
+				return driver.ErrBadConn
+			}
 		}
 		return nil
 	})
 	_ = conn.Close()
-	if err != nil || !unlocked {
-		l.db.logger.Warn("signature tag lock: unlock failed, connection dropped to release it", "key", key, "unlocked", unlocked, "err", err)
+	if failed != "" {
+		l.db.logger.Warn("signature tag lock: unlock failed, connection dropped to release it", "key", failed, "unlocked", unlocked, "err", err)
 	}
 }

@@ -11,3 +11,9 @@ func SignatureTagLockStateForTest(ctx context.Context, db *DB, key string) (held
 		AND classid = $1::bigint::oid AND objid = $2::bigint::oid AND objsubid = 1`, int64(k>>32), int64(k&0xffffffff)).Scan(&held, &waiting)
 	return held, waiting, err
 }
+
+// SignatureTagLocksWithSlotsForTest is SignatureTagLocks(db) bounded to
+// slots connections.
+func SignatureTagLocksWithSlotsForTest(db *DB, slots int) *advisoryLocks {
+	return &advisoryLocks{db: db, slots: make(chan struct{}, slots)}
+}

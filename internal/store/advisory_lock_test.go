@@ -144,3 +144,73 @@ func TestSignatureTagLocksSQLite(t *testing.T) {
 		t.Fatalf("SQLite has a shared signature tag lock: %T", l)
 	}
 }
+
+// The keys of one hold are locked on one connection, taking one slot: with
+// a single slot, a hold of several keys is granted (none waits for a
+// second slot that its own first one keeps taken), and holds whose keys
+// overlap, asked in opposite orders by two replicas at once, all end (the
+// keys are locked in one order; in opposite orders PostgreSQL would find
+// the two sessions deadlocked, or both would wait forever).
+func TestSignatureTagLocksMultiKeyHold(t *testing.T) {
+	t.Parallel()
+	url := storetest.URL(t, store.Postgres)
+	var locks [2]registry.SignatureTagLocker
+	var db *store.DB
+	for i := range locks {
+		d, err := store.Open(context.Background(), url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		locks[i], db = store.SignatureTagLocksWithSlotsForTest(d, 1), d
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	repo := "app/demo-" + newID()
+	keys := []string{repo + "@sha256:b", repo + "@indexes", repo + "@sha256:a"}
+	release, err := locks[0].Hold(ctx, keys...)
+	if err != nil {
+		t.Fatalf("a hold of 3 keys with one slot: %v", err)
+	}
+	for _, key := range keys {
+		if held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key); err != nil || held != 1 || waiting != 0 {
+			t.Fatalf("%s while held: %d sessions hold it and %d wait (%v), want 1 and 0", key, held, waiting, err)
+		}
+	}
+	// The one slot is taken: another hold of this replica waits for it.
+	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer stop()
+	if r, err := locks[0].Hold(short, "app/other@sha256:"+newID()); !errors.Is(err, context.DeadlineExceeded) {
+		if err == nil {
+			r()
+		}
+		t.Fatalf("a second hold while the only slot was taken: %v, want context deadline exceeded", err)
+	}
+	release()
+	for _, key := range keys {
+		if held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key); err != nil || held != 0 || waiting != 0 {
+			t.Fatalf("%s after the release: %d sessions hold it and %d wait (%v), want none", key, held, waiting, err)
+		}
+	}
+
+	orders := [][]string{{keys[0], keys[1]}, {keys[1], keys[2], keys[0]}}
+	errs := make(chan error, 2)
+	for i, order := range orders {
+		go func() {
+			for range 50 {
+				release, err := locks[i].Hold(ctx, order...)
+				if err != nil {
+					errs <- err
+					return
+				}
+				release()
+			}
+			errs <- nil
+		}()
+	}
+	for range orders {
+		if err := <-errs; err != nil {
+			t.Fatalf("holds of overlapping keys in opposite orders: %v", err)
+		}
+	}
+}
