@@ -98,22 +98,18 @@ func (s *Service) Register(ctx context.Context, g *iam.Grants, projectID string,
 		SigningKeyID: it.SigningKeyID, ProvenanceRequired: it.ProvenanceRequired, CreatedBy: actor(ctx), CreatedAt: now, UpdatedAt: now,
 	}
 	if kind == KindOCI {
-		// From the registry's answer until the artifact is recorded, no
-		// delete of the manifest lands (the registry's content gate holds
-		// the same lock over its check and delete): a registered manifest
-		// is one the registry holds.
-		release, err := s.holdSignatureTags(ctx, it.Repository, in.Digest)
+		release, err := s.holdCheckedManifest(ctx, it, in, &a)
 		if err != nil {
 			return AppArtifact{}, err
 		}
 		defer release()
-		if err := s.checkManifest(ctx, it, in, &a); err != nil {
-			return AppArtifact{}, err
-		}
 	} else {
 		if err := s.checkBlob(ctx, p.ID, it, in, &a); err != nil {
 			return AppArtifact{}, err
 		}
+	}
+	if f := s.registerChecked.Load(); f != nil {
+		(*f)(ctx, a)
 	}
 	err = s.Store.Mutate(ctx, func(tx Tx) error {
 		if err := refuseRevokedDigest(ctx, tx, a.ProjectID, a.Digest); err != nil {
@@ -180,7 +176,44 @@ func refuseRevokedDigest(ctx context.Context, q Queries, projectID, digest strin
 	return nil
 }
 
-func (s *Service) checkManifest(ctx context.Context, it ArtifactIntent, in RegisterInput, a *AppArtifact) error {
+// holdCheckedManifest checks the manifest of an OCI registration
+// (checkManifest) under the hold that keeps it as checked until the
+// artifact is recorded; release ends the hold. The hold is the digest's,
+// which the registry's content gate holds over a delete's check and the
+// delete: a registered manifest is one the registry holds. An image index
+// is checked again under its repository's IndexesKey as well, which every
+// manifest delete in the repository holds: none of the manifests it
+// references goes between the check that they all exist and the record.
+// Only an index takes the repository's key, so other registrations and
+// deletes in the repository do not wait on each other; it is known to be
+// one only once the registry answered, hence the second check.
+func (s *Service) holdCheckedManifest(ctx context.Context, it ArtifactIntent, in RegisterInput, a *AppArtifact) (release func(), err error) {
+	keys := []string{registry.DigestKey(it.Repository, in.Digest)}
+	for {
+		release, err := s.holdKeys(ctx, keys...)
+		if err != nil {
+			return nil, err
+		}
+		err = s.checkManifest(ctx, it, in, a, len(keys) > 1)
+		if err == nil {
+			return release, nil
+		}
+		release()
+		if !errors.Is(err, errIndexesNotHeld) {
+			return nil, err
+		}
+		keys = append(keys, registry.IndexesKey(it.Repository))
+	}
+}
+
+// errIndexesNotHeld is checkManifest's answer for an image index checked
+// without its repository's IndexesKey held.
+var errIndexesNotHeld = errors.New("artifacts: an image index is checked under its repository's indexes key")
+
+// checkManifest checks what the registry holds at in's digest and records
+// it in a. indexesHeld says whether the repository's IndexesKey is held;
+// an image index is not checked without it (errIndexesNotHeld).
+func (s *Service) checkManifest(ctx context.Context, it ArtifactIntent, in RegisterInput, a *AppArtifact, indexesHeld bool) error {
 	if in.SourceURI != "" {
 		return errdefs.Validation([]errdefs.FieldError{{Field: "/source_uri", Code: "unexpected", Message: "is for blob artifacts; OCI artifacts name a repository and digest"}})
 	}
@@ -218,6 +251,9 @@ func (s *Service) checkManifest(ctx context.Context, it ArtifactIntent, in Regis
 		return errdefs.Unprocessable("media_type_mismatch", "the manifest at %s has media type %q, not %q", in.Digest, mt, in.MediaType)
 	}
 	if registry.IndexMediaType(mt) {
+		if !indexesHeld {
+			return errIndexesNotHeld
+		}
 		// A publisher may delete manifests: an index whose images went is
 		// not an image the registry can serve.
 		kids, err := link.reg.IndexManifests(ctx, repo, in.Digest)

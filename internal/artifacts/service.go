@@ -88,6 +88,22 @@ type Service struct {
 
 	// unwrapLimit is each principal's unwrap budget (nil: no limit).
 	unwrapLimit *ratelimit.Keyed
+
+	// registerChecked, when set, is called by Register between the
+	// registry's checks and the record (OnRegisterChecked).
+	registerChecked atomic.Pointer[func(context.Context, AppArtifact)]
+}
+
+// OnRegisterChecked makes Register call f (nil: nothing) once the registry
+// has answered its checks, under the hold that keeps them true, before the
+// artifact is recorded. It is for tests, which pause a registration there
+// to show what the hold keeps out.
+func (s *Service) OnRegisterChecked(f func(ctx context.Context, a AppArtifact)) {
+	if f == nil {
+		s.registerChecked.Store(nil)
+		return
+	}
+	s.registerChecked.Store(&f)
 }
 
 // AddInstanceUsage adds a domain that runs artifacts: an artifact is not

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -292,12 +293,8 @@ func TestRegisteringAnIndexWithADeletedImageIsRefused(t *testing.T) {
 	t.Parallel()
 	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
 		t.Parallel()
-		ctx, s, _, _, host, intent := clockedQuotaRepos(t, d)
+		ctx, s, repo, pub, idxDigest, dArm := unregisteredIndex(t, d, "del-gone", 80)
 		pid := s.Creds.ProjectID
-		repo, pub := intent("del-gone")
-		amd, arm := quotaImage(t, patterned(80, 7_000)), quotaImage(t, patterned(81, 6_000))
-		idxDigest := pushIndex(t, ctx, host, repo, pub, amd, arm)
-		dArm := digestRef(t, host, repo, arm)
 		if err := remote.Delete(dArm, pub.opts(ctx)...); err != nil {
 			t.Fatalf("delete of an unregistered index's image: %v", err)
 		}
@@ -307,6 +304,76 @@ func TestRegisteringAnIndexWithADeletedImageIsRefused(t *testing.T) {
 			t.Fatalf("registering an index whose image was deleted: %s", r.Body)
 		}
 	})
+}
+
+// Registering an index and deleting one of its images exclude each other:
+// a delete that comes while the registration stands between its check that
+// every image is there and its record waits for the record, and is then
+// refused (DENIED, naming the index's artifact). Without that, the delete
+// found no registered index, the image went, and the index was registered
+// with a platform the registry cannot serve.
+func TestRegisteringAnIndexAndDeletingItsImageExcludeEachOther(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		ctx, s, repo, pub, idxDigest, dArm := unregisteredIndex(t, d, "idx-race", 90)
+		pid := s.Creds.ProjectID
+
+		// The registration stops once the registry answered its checks
+		// (both images are there), before it records the artifact.
+		checked, resume := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s.App.API.Artifacts.OnRegisterChecked(func(_ context.Context, a artifacts.AppArtifact) {
+			if a.Digest == idxDigest.String() {
+				once.Do(func() {
+					close(checked)
+					<-resume
+				})
+			}
+		})
+		t.Cleanup(func() { s.App.API.Artifacts.OnRegisterChecked(nil) })
+		registered := make(chan *servertest.Response, 1)
+		go func() {
+			registered <- s.Admin().Do("POST", "/api/v1/projects/"+pid+"/app-artifacts", map[string]any{"app_slug": "idx-race", "app_version": "1.0.0",
+				"artifact_name": "runtime", "repository": repo, "digest": idxDigest.String()})
+		}()
+		select {
+		case <-checked:
+		case r := <-registered:
+			t.Fatalf("the registration ended without reaching its record: %d %s", r.Status, r.Body)
+		}
+
+		deleted := make(chan error, 1)
+		go func() { deleted <- remote.Delete(dArm, pub.opts(ctx)...) }()
+		select {
+		case err := <-deleted:
+			close(resume)
+			r := <-registered
+			t.Fatalf("the delete of an image of the index ended (%v) while the index's registration stood between its check and its record (then %d %s)", err, r.Status, r.Body)
+		case <-time.After(2 * time.Second):
+		}
+		close(resume)
+		artID := (<-registered).Want(t, 201).String("id")
+		wantRegistryError(t, <-deleted, "DENIED", "manifest "+dArm.DigestStr()+" is part of the image index "+idxDigest.String()+" of artifact "+artID)
+		if _, err := remote.Head(dArm, pub.opts(ctx)...); err != nil {
+			t.Fatalf("the index's image after the refused delete: %v", err)
+		}
+		wantManifestDeleteAudit(t, s, repo+"@"+dArm.DigestStr(), "denied", 1)
+	})
+}
+
+// unregisteredIndex starts a server on d and pushes an index of two images
+// (their content patterned from seed and seed+1) to the repository of a
+// publish intent for app slug, with the intent's credential pub; it
+// returns the index's digest and the second image's manifest, nothing
+// registered.
+func unregisteredIndex(t *testing.T, d store.Dialect, slug string, seed byte) (ctx context.Context, s *servertest.Server, repo string, pub regCreds, idx v1.Hash, second name.Digest) {
+	t.Helper()
+	ctx, s, _, _, host, intent := clockedQuotaRepos(t, d)
+	repo, pub = intent(slug)
+	first, img := quotaImage(t, patterned(seed, 7_000)), quotaImage(t, patterned(seed+1, 6_000))
+	idx = pushIndex(t, ctx, host, repo, pub, first, img)
+	return ctx, s, repo, pub, idx, digestRef(t, host, repo, img)
 }
 
 // pushIndex pushes an index of imgs to repo as tag v1 with rc and returns
