@@ -17,7 +17,7 @@ import (
 // Operation: joinNode
 func (c *Client) JoinNode(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.JoinResponse, error) {
 	var out nodeapi.JoinResponse
-	return out, c.Do(ctx, "POST", "/api/v1/nodes/join", nil, in, &out)
+	return out, c.Do(ctx, "POST", "/api/v1/nodes/join", nil, in, &out, onceOnly)
 }
 
 // NodeToken exchanges a node-signed assertion for a node access token.
@@ -25,7 +25,7 @@ func (c *Client) JoinNode(ctx context.Context, in nodeapi.JoinRequest) (nodeapi.
 // Operation: exchangeNodeToken
 func (c *Client) NodeToken(ctx context.Context, assertion string) (nodeapi.TokenResponse, error) {
 	var out nodeapi.TokenResponse
-	return out, c.Do(ctx, "POST", "/api/v1/nodes/token", nil, nodeapi.TokenRequest{Assertion: assertion}, &out)
+	return out, c.Do(ctx, "POST", "/api/v1/nodes/token", nil, nodeapi.TokenRequest{Assertion: assertion}, &out, onceOnly)
 }
 
 func nodePath(nodeID string) string { return "/api/v1/nodes/" + url.PathEscape(nodeID) }

@@ -224,7 +224,7 @@ func (c *Client) CreatePullIntent(ctx context.Context, projectID, artifactID str
 // Operation: unwrapRegistryCredential
 func (c *Client) Unwrap(ctx context.Context, wrappingToken string) (RegistryCredentials, error) {
 	var out RegistryCredentials
-	return out, c.Do(ctx, "POST", "/api/v1/apps/registry/unwrap", nil, unwrapRequest{WrappingToken: wrappingToken}, &out)
+	return out, c.Do(ctx, "POST", "/api/v1/apps/registry/unwrap", nil, unwrapRequest{WrappingToken: wrappingToken}, &out, onceOnly)
 }
 
 // RegisterArtifact registers a pushed digest or uploaded blob.

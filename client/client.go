@@ -99,6 +99,16 @@ func WithIdempotencyKey(key string) RequestOption {
 	return func(r *http.Request) { r.Header.Set("X-Idempotency-Key", key) }
 }
 
+// onceOnly leaves out the idempotency key Do gives every POST and PUT, for
+// an operation the server runs without one and that spends what it is
+// sent (a join token, an assertion, a wrapping token) or signs in. With a
+// key, net/http's transport would count the request as safe to repeat and
+// send it again by itself when a reused connection died after it was
+// written: the caller would see the repeat's refusal (token already used)
+// instead of learning that its first try got no answer. A RetryPolicy does
+// not send these again after a 503 either.
+func onceOnly(r *http.Request) { r.Header.Del("X-Idempotency-Key") }
+
 // WithIfMatch sets If-Match: the change is made only if the resource is
 // still at the version etag names (the ETag of the read it is based on);
 // otherwise the API answers 412 and nothing changes.
@@ -239,7 +249,7 @@ type loginRequest struct {
 // Operation: login
 func (c *Client) Login(ctx context.Context, email, password string) (Token, error) {
 	var t Token
-	err := c.Do(ctx, http.MethodPost, "/api/v1/auth/login", nil, loginRequest{Email: email, Password: password}, &t)
+	err := c.Do(ctx, http.MethodPost, "/api/v1/auth/login", nil, loginRequest{Email: email, Password: password}, &t, onceOnly)
 	if err == nil {
 		c.Token = t.AccessToken
 	}

@@ -157,10 +157,13 @@ func retryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 		return 0, false
 	}
 	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s > int64(math.MaxInt64/time.Second) {
+		switch {
+		case s < 0: // not a delay; and a large one would overflow below
+			return 0, true
+		case s > int64(math.MaxInt64/time.Second):
 			return math.MaxInt64, true
 		}
-		return max(time.Duration(s)*time.Second, 0), true
+		return time.Duration(s) * time.Second, true
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		return max(t.Sub(now), 0), true

@@ -308,7 +308,7 @@ type ServiceAccountTokenRequest struct {
 func (c *Client) ExchangeAssertion(ctx context.Context, assertion string) (Token, error) {
 	var t Token
 	err := c.Do(ctx, http.MethodPost, ServiceAccountTokenPath, nil,
-		ServiceAccountTokenRequest{GrantType: GrantTypeJWTBearer, Assertion: assertion}, &t)
+		ServiceAccountTokenRequest{GrantType: GrantTypeJWTBearer, Assertion: assertion}, &t, onceOnly)
 	return t, err
 }
 

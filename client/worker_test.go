@@ -51,7 +51,7 @@ func TestAcquireWorkerOperation(t *testing.T) {
 func TestParseRetryAfter(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for in, want := range map[string]time.Duration{
-		"": 0, "5": 5 * time.Second, "0": 0, "-3": 0, "soon": 0,
+		"": 0, "5": 5 * time.Second, "0": 0, "-3": 0, "-9223372036854775807": 0, "soon": 0,
 		now.Add(9 * time.Second).Format(http.TimeFormat): 9 * time.Second,
 		now.Add(-time.Minute).Format(http.TimeFormat):    0,
 	} {

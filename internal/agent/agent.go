@@ -398,7 +398,7 @@ func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials
 	// have unwrapped the token all the same (only a 429 surely did not).
 	var unanswered error
 	for try := 1; ; try++ {
-		cr, err := a.unwrapOnce(ctx, wrapping)
+		cr, sent, err := a.unwrapOnce(ctx, wrapping)
 		if err == nil {
 			return cr, nil
 		}
@@ -417,9 +417,15 @@ func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials
 					"the control plane refused this pull's wrapping token (%v) after an earlier try got no answer (%v): "+
 						"that try may have used it (a token unwraps once); the task can be retried", err, unanswered)
 			}
+			if errors.As(err, &ae) && ae.Status >= 500 {
+				// The control plane failed, which refuses nothing; it may
+				// have spent the token first, so it is not sent again.
+				return driver.Credentials{}, driver.Fail(nodeapi.ReasonImagePullFailed,
+					"the control plane failed while unwrapping this pull's credentials (%v); nothing was refused: the task can be retried", err)
+			}
 			return driver.Credentials{}, err
 		}
-		if ae := (*client.APIError)(nil); !errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests {
+		if ae := (*client.APIError)(nil); sent && (!errors.As(err, &ae) || ae.Status != http.StatusTooManyRequests) {
 			unanswered = err
 		}
 		wait := retryAfter(err)
@@ -453,18 +459,21 @@ func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials
 	}
 }
 
-// unwrapOnce asks the control plane once, with a fresh node token.
-func (a *Agent) unwrapOnce(ctx context.Context, wrapping string) (driver.Credentials, error) {
+// unwrapOnce asks the control plane once, with a fresh node token. sent
+// says whether the unwrap itself went out (not when getting the node's
+// token failed first): only a try that sent the wrapping token may have
+// spent it.
+func (a *Agent) unwrapOnce(ctx context.Context, wrapping string) (cr driver.Credentials, sent bool, err error) {
 	c, err := a.authed(ctx)
 	if err != nil {
-		return driver.Credentials{}, err
+		return driver.Credentials{}, false, err
 	}
-	cr, err := c.Unwrap(ctx, wrapping)
+	got, err := c.Unwrap(ctx, wrapping)
 	if err != nil {
 		a.refused(err)
-		return driver.Credentials{}, err
+		return driver.Credentials{}, true, err
 	}
-	return driver.Credentials{Username: cr.Username, Password: cr.Password, Registry: cr.Registry}, nil
+	return driver.Credentials{Username: got.Username, Password: got.Password, Registry: got.Registry}, true, nil
 }
 
 const unwrapRateLimited = "kept refusing for its rate limit"
@@ -473,8 +482,9 @@ const unwrapRateLimited = "kept refusing for its rate limit"
 // that asks for a later try (or no answer at all), or "" when err is a
 // refusal: the unwrap handler answers a refused token 409, an unknown or
 // unauthorised caller 401, 403 or 404, a malformed request 422, and those
-// stay refusals. A 500 is left a refusal too: it is no sign the control
-// plane will answer otherwise later.
+// stay refusals. A 500 is not tried again either (it is no sign the
+// control plane will answer otherwise later), but unwrap fails it
+// image_pull_failed: nothing was refused.
 func unwrapBusy(err error) string {
 	var ae *client.APIError
 	if errors.As(err, &ae) {

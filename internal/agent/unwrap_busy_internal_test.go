@@ -142,7 +142,8 @@ func TestUnwrapWaitsOutAnUnavailableControlPlane(t *testing.T) {
 // reason that says so, not credential_refused; the last try goes when the
 // patience ends, a wait that would pass it cut short. A refusal of the
 // token (409) or of the node (403) is credential_refused at once, with no
-// second try; a 409 after a try that got no answer is not (that try may
+// second try, and a 500 image_pull_failed at once (the control plane
+// failed: nothing was refused, but the token may be spent); a 409 after a try that got no answer is not (that try may
 // have used the token). Through the real engine's driver, which turns the
 // agent's unwrap errors into the task's reason.
 func TestUnwrapRefusalsAndOutagesAsTheTaskReports(t *testing.T) {
@@ -164,6 +165,8 @@ func TestUnwrapRefusalsAndOutagesAsTheTaskReports(t *testing.T) {
 			reason: nodeapi.ReasonCredentialRefused, tries: 1},
 		{name: "token refused", answers: []func(http.ResponseWriter){apiError(http.StatusConflict, "wrapping_token_invalid", "")},
 			reason: nodeapi.ReasonCredentialRefused, tries: 1},
+		{name: "internal error", answers: []func(http.ResponseWriter){apiError(http.StatusInternalServerError, "internal", "")},
+			reason: nodeapi.ReasonImagePullFailed, says: "HTTP 500", tries: 1},
 		{name: "token refused after no answer", answers: []func(http.ResponseWriter){proxyError(http.StatusGatewayTimeout),
 			apiError(http.StatusConflict, "wrapping_token_invalid", "")},
 			reason: nodeapi.ReasonImagePullFailed, says: "may have used it", tries: 2},
