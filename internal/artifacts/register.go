@@ -194,11 +194,23 @@ func (s *Service) holdCheckedManifest(ctx context.Context, it ArtifactIntent, in
 		if err != nil {
 			return nil, err
 		}
-		err = s.checkManifest(ctx, it, in, a, len(keys) > 1)
+		err = func() (err error) {
+			// Released on every way out but success, a panic too: a hold
+			// left behind would stop every delete in the repository.
+			defer func() {
+				if p := recover(); p != nil {
+					release()
+					panic(p)
+				}
+				if err != nil {
+					release()
+				}
+			}()
+			return s.checkManifest(ctx, it, in, a, len(keys) > 1)
+		}()
 		if err == nil {
 			return release, nil
 		}
-		release()
 		if !errors.Is(err, errIndexesNotHeld) {
 			return nil, err
 		}

@@ -306,6 +306,19 @@ func TestRegisteringAnIndexWithADeletedImageIsRefused(t *testing.T) {
 	})
 }
 
+// within receives from ch, failing the test when nothing comes in a
+// minute (a request whose goroutine failed never sends).
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not end in a minute", what)
+		panic("unreachable")
+	}
+}
+
 // Registering an index and deleting one of its images exclude each other:
 // a delete that comes while the registration stands between its check that
 // every image is there and its record waits for the record, and is then
@@ -341,6 +354,8 @@ func TestRegisteringAnIndexAndDeletingItsImageExcludeEachOther(t *testing.T) {
 		case <-checked:
 		case r := <-registered:
 			t.Fatalf("the registration ended without reaching its record: %d %s", r.Status, r.Body)
+		case <-time.After(time.Minute):
+			t.Fatal("the registration did not reach its record in a minute")
 		}
 
 		deleted := make(chan error, 1)
@@ -353,8 +368,8 @@ func TestRegisteringAnIndexAndDeletingItsImageExcludeEachOther(t *testing.T) {
 		case <-time.After(2 * time.Second):
 		}
 		close(resume)
-		artID := (<-registered).Want(t, 201).String("id")
-		wantRegistryError(t, <-deleted, "DENIED", "manifest "+dArm.DigestStr()+" is part of the image index "+idxDigest.String()+" of artifact "+artID)
+		artID := within(t, registered, "the registration").Want(t, 201).String("id")
+		wantRegistryError(t, within(t, deleted, "the delete"), "DENIED", "manifest "+dArm.DigestStr()+" is part of the image index "+idxDigest.String()+" of artifact "+artID)
 		if _, err := remote.Head(dArm, pub.opts(ctx)...); err != nil {
 			t.Fatalf("the index's image after the refused delete: %v", err)
 		}

@@ -49,8 +49,11 @@ func DigestKey(repository, digest string) string { return repository + "@" + dig
 // recorded, and every manifest delete in repository holds it from its
 // check until the delete, so no delete of a manifest an index references
 // falls between the two (the delete's check reads the registered indexes).
-// Digests are "<algorithm>:<hex>", so it is no DigestKey.
-func IndexesKey(repository string) string { return repository + "@indexes" }
+// Digests are "<algorithm>:<hex>", so it is no DigestKey; its "~" sorts
+// it after every digest key of the repository, so a hold takes it last and
+// never keeps the whole repository waiting while it waits for a digest
+// that one verification or registration holds.
+func IndexesKey(repository string) string { return repository + "@~indexes" }
 
 // HoldKeys holds every key of keys in this process only (HoldKeysWith
 // without a shared lock).

@@ -115,7 +115,7 @@ func TestGateHoldsTheGatesKeyHolder(t *testing.T) {
 	if rec := serveGate(h, http.MethodDelete, "/v2/a/b/manifests/sha256:"+hex, "Bearer delete"); rec.Code != http.StatusAccepted {
 		t.Fatalf("DELETE = %d %s, want 202", rec.Code, rec.Body)
 	}
-	if want := "a/b@sha256:" + hex + " a/b@indexes"; len(g.held) != 1 || g.held[0] != want {
+	if want := "a/b@sha256:" + hex + " a/b@~indexes"; len(g.held) != 1 || g.held[0] != want {
 		t.Fatalf("a manifest delete held %q, want one hold of %q", g.held, want)
 	}
 	g.fail = errors.New("database down")
@@ -136,16 +136,16 @@ func TestHoldKeysWithOverlappingKeys(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	shared := &sharedLocker{}
-	release, err := HoldKeysWith(ctx, shared, "r@sha256:b", "r@indexes", "r@sha256:b")
+	release, err := HoldKeysWith(ctx, shared, "r@sha256:b", "r@~indexes", "r@sha256:b")
 	if err != nil {
 		t.Fatal(err)
 	}
 	release()
-	if got, want := shared.got(), "hold r@indexes r@sha256:b (local held); release r@indexes r@sha256:b"; got != want {
+	if got, want := shared.got(), "hold r@sha256:b r@~indexes (local held); release r@sha256:b r@~indexes"; got != want {
 		t.Fatalf("shared lock: %s, want %s", got, want)
 	}
 
-	orders := [][]string{{"r@sha256:a", "r@indexes"}, {"r@indexes", "r@sha256:a"}, {"r@sha256:b", "r@indexes", "r@sha256:a"}}
+	orders := [][]string{{"r@sha256:a", "r@~indexes"}, {"r@~indexes", "r@sha256:a"}, {"r@sha256:b", "r@~indexes", "r@sha256:a"}}
 	var wg sync.WaitGroup
 	errs := make(chan error, len(orders))
 	for _, keys := range orders {
@@ -176,12 +176,12 @@ func TestHoldKeysWithOverlappingKeys(t *testing.T) {
 	}
 	short, stop := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer stop()
-	if _, err := HoldKeysWith(short, shared, "r@sha256:b", "r@indexes"); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := HoldKeysWith(short, shared, "r@sha256:b", "r@~indexes"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a hold of a held key: %v, want context deadline exceeded", err)
 	}
 	soon, stop2 := context.WithTimeout(ctx, 5*time.Second)
 	defer stop2()
-	other, err := HoldKeys(soon, "r@indexes", "r@sha256:a")
+	other, err := HoldKeys(soon, "r@~indexes", "r@sha256:a")
 	if err != nil {
 		t.Fatalf("a key a failed hold took before it waited was left held: %v", err)
 	}

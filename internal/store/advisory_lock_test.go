@@ -167,7 +167,7 @@ func TestSignatureTagLocksMultiKeyHold(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	repo := "app/demo-" + newID()
-	keys := []string{repo + "@sha256:b", repo + "@indexes", repo + "@sha256:a"}
+	keys := []string{repo + "@sha256:b", repo + "@~indexes", repo + "@sha256:a"}
 	release, err := locks[0].Hold(ctx, keys...)
 	if err != nil {
 		t.Fatalf("a hold of 3 keys with one slot: %v", err)
