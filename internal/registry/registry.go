@@ -205,7 +205,10 @@ func newApp(ctx context.Context, cfg Config, keys *KeySet) (app *handlers.App, a
 		"filesystem": configuration.Parameters{"rootdirectory": root},
 		"delete":     configuration.Parameters{"enabled": true},
 		"redirect":   configuration.Parameters{"disable": true},
-		"cache":      configuration.Parameters{"blobdescriptor": "inmemory"},
+		// No blob descriptor cache: distribution's in-memory one is per
+		// process, and replicas sharing this storage would answer a
+		// manifest another replica deleted from it (HEAD and GET alike).
+		// A stat is a read of a small link file.
 		"maintenance": configuration.Parameters{"uploadpurging": map[any]any{
 			"enabled": true, "age": "168h", "interval": "24h", "dryrun": false,
 		}},
