@@ -1,12 +1,15 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"database/sql"
 	"database/sql/driver"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,8 +18,9 @@ import (
 	"github.com/gpuaas/gpuaas/internal/registry"
 )
 
-// SignatureTagLocks is the lock the replicas on db share on a digest's
-// signature tags (registry.HoldSignatureTagsWith): a session-level
+// SignatureTagLocks is the lock the replicas on db share on registry keys
+// (registry.HoldKeysWith: a digest's signature tags and manifest, a
+// repository's indexes): a session-level
 // PostgreSQL advisory lock per key, held on a connection of db's pool kept
 // out of it until release. On SQLite, a single process, it is nil: the
 // process's own lock is the whole lock.
@@ -36,7 +40,8 @@ func SignatureTagLocks(db *DB) registry.SignatureTagLocker {
 // changes hold a positive one-key lock (migrateLock) and placements the
 // two-key form (placementLockClass), which PostgreSQL keeps apart from
 // the one-key form: the negative one-key locks are the signature tags'
-// alone. Two keys whose 63 bits collide only wait on each other.
+// alone. Two keys whose 63 bits collide only wait on each other (and one
+// hold of both takes the lock once).
 func signatureTagLockKey(key string) int64 {
 	sum := sha256.Sum256([]byte(key))
 	return int64(binary.BigEndian.Uint64(sum[:8]) | 1<<63)
@@ -65,7 +70,13 @@ type advisoryLocks struct {
 // (registry.HoldKeysWith), so a process has one connection at most per
 // key.
 func (l *advisoryLocks) Hold(ctx context.Context, keys ...string) (release func(), err error) {
+	// In the order of the lock numbers, not of the keys: two keys whose
+	// numbers collide would otherwise be locked in different orders by
+	// two holders, which PostgreSQL ends as a deadlock. One lock per
+	// number (the first key's name is the one logged).
 	keys = registry.SortedKeys(keys)
+	slices.SortStableFunc(keys, func(a, b string) int { return cmp.Compare(signatureTagLockKey(a), signatureTagLockKey(b)) })
+	keys = slices.CompactFunc(keys, func(a, b string) bool { return signatureTagLockKey(a) == signatureTagLockKey(b) })
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -163,7 +174,7 @@ func (l *advisoryLocks) unlock(conn *sql.Conn, keys []string, ks []int64) {
 		unlocked bool
 		err      error
 	)
-	_ = conn.Raw(func(dc any) error {
+	rerr := conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
 		for i := len(ks) - 1; i >= 0; i-- {
 			l.db.statements.Add(1)
@@ -176,7 +187,10 @@ func (l *advisoryLocks) unlock(conn *sql.Conn, keys []string, ks []int64) {
 		return nil
 	})
 	_ = conn.Close()
-	if failed != "" {
+	switch {
+	case failed != "":
 		l.db.logger.Warn("signature tag lock: unlock failed, connection dropped to release it", "key", failed, "unlocked", unlocked, "err", err)
+	case rerr != nil && !errors.Is(rerr, driver.ErrBadConn):
+		l.db.logger.Warn("signature tag lock: unlock could not run, connection dropped to release it", "keys", keys, "err", rerr)
 	}
 }
