@@ -64,19 +64,20 @@ type advisoryLocks struct {
 // connection, so a hold takes one slot however many keys it holds: a
 // holder never keeps a slot while it waits for a second one, which, all
 // slots taken by such holders, none would get. The keys are locked in
-// sorted order (registry.SortedKeys, the process's order too), so two
-// holds whose keys overlap never each hold a key the other waits for. The
+// the order of their lock numbers, so two holds whose keys overlap never
+// each hold a lock the other waits for (in the order of the keys, two
+// keys whose numbers collide could be locked in different orders by two
+// holders, which PostgreSQL ends as a deadlock); one lock per number. The
 // caller's process holds its own lock on each key first
 // (registry.HoldKeysWith), so a process has one connection at most per
 // key.
 func (l *advisoryLocks) Hold(ctx context.Context, keys ...string) (release func(), err error) {
-	// In the order of the lock numbers, not of the keys: two keys whose
-	// numbers collide would otherwise be locked in different orders by
-	// two holders, which PostgreSQL ends as a deadlock. One lock per
-	// number (the first key's name is the one logged).
-	keys = registry.SortedKeys(keys)
-	slices.SortStableFunc(keys, func(a, b string) int { return cmp.Compare(signatureTagLockKey(a), signatureTagLockKey(b)) })
-	keys = slices.CompactFunc(keys, func(a, b string) bool { return signatureTagLockKey(a) == signatureTagLockKey(b) })
+	locks := make([]advisoryKey, len(keys))
+	for i, key := range keys {
+		locks[i] = advisoryKey{key, signatureTagLockKey(key)}
+	}
+	slices.SortFunc(locks, func(a, b advisoryKey) int { return cmp.Compare(a.n, b.n) })
+	locks = slices.CompactFunc(locks, func(a, b advisoryKey) bool { return a.n == b.n })
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -87,12 +88,10 @@ func (l *advisoryLocks) Hold(ctx context.Context, keys ...string) (release func(
 		<-l.slots
 		return nil, fmt.Errorf("signature tag lock: %w", mapErr(err))
 	}
-	ks := make([]int64, len(keys))
-	for i, key := range keys {
-		ks[i] = signatureTagLockKey(key)
+	for _, lk := range locks {
 		// A failed wait drops the connection, and the server releases
 		// the keys locked before it with the session.
-		if err := l.lock(ctx, conn, ks[i]); err != nil {
+		if err := l.lock(ctx, conn, lk.n); err != nil {
 			_ = conn.Close()
 			<-l.slots
 			return nil, err
@@ -101,7 +100,7 @@ func (l *advisoryLocks) Hold(ctx context.Context, keys ...string) (release func(
 	var once sync.Once
 	return func() {
 		once.Do(func() {
-			l.unlock(conn, keys, ks)
+			l.unlock(conn, locks)
 			<-l.slots
 		})
 	}, nil
@@ -163,10 +162,16 @@ func (l *advisoryLocks) lock(ctx context.Context, conn *sql.Conn, k int64) error
 	return err
 }
 
-// unlock releases ks (the locks of keys) and gives conn back to the pool,
+// advisoryKey is a key and its advisory lock number.
+type advisoryKey struct {
+	name string
+	n    int64
+}
+
+// unlock releases locks and gives conn back to the pool,
 // or drops conn when an unlock failed: the server ends the session, and
 // the locks with it, so the pool never hands out a connection holding one.
-func (l *advisoryLocks) unlock(conn *sql.Conn, keys []string, ks []int64) {
+func (l *advisoryLocks) unlock(conn *sql.Conn, locks []advisoryKey) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var (
@@ -176,11 +181,11 @@ func (l *advisoryLocks) unlock(conn *sql.Conn, keys []string, ks []int64) {
 	)
 	rerr := conn.Raw(func(dc any) error {
 		pc := dc.(*stdlib.Conn).Conn()
-		for i := len(ks) - 1; i >= 0; i-- {
+		for i := len(locks) - 1; i >= 0; i-- {
 			l.db.statements.Add(1)
-			err = pc.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, ks[i]).Scan(&unlocked)
+			err = pc.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, locks[i].n).Scan(&unlocked)
 			if err != nil || !unlocked {
-				failed = keys[i]
+				failed = locks[i].name
 				return driver.ErrBadConn
 			}
 		}
@@ -191,6 +196,10 @@ func (l *advisoryLocks) unlock(conn *sql.Conn, keys []string, ks []int64) {
 	case failed != "":
 		l.db.logger.Warn("signature tag lock: unlock failed, connection dropped to release it", "key", failed, "unlocked", unlocked, "err", err)
 	case rerr != nil && !errors.Is(rerr, driver.ErrBadConn):
-		l.db.logger.Warn("signature tag lock: unlock could not run, connection dropped to release it", "keys", keys, "err", rerr)
+		names := make([]string, len(locks))
+		for i, lk := range locks {
+			names[i] = lk.name
+		}
+		l.db.logger.Warn("signature tag lock: unlock could not run, connection dropped to release it", "keys", names, "err", rerr)
 	}
 }
