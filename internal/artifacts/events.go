@@ -15,6 +15,10 @@ const (
 	EventRevoked            = "apps.artifact.revoked"
 	EventVerified           = "apps.artifact.verified"
 	EventVerificationFailed = "apps.artifact.verification_failed"
+	// EventStorageQuotaUpdated: a platform admin set or cleared a project's
+	// storage quotas. Consumers that mirror quotas (a console, a capacity
+	// dashboard) hear of a change rather than poll for it.
+	EventStorageQuotaUpdated = "apps.storage_quota.updated"
 )
 
 // eventOf names the event an audited artifact action emits.

@@ -254,6 +254,10 @@ func (s *Service) SetStorageQuota(ctx context.Context, g *iam.Grants, projectID 
 		if out, err = s.viewStorage(ctx, tx, o); err != nil {
 			return err
 		}
+		if err := tx.Emit(storage.Event{Type: EventStorageQuotaUpdated, Subject: "projects/" + p.ID + "/storage", OrgID: p.OrgID, ProjectID: p.ID},
+			storageQuotaState(o)); err != nil {
+			return err
+		}
 		return tx.Audit(storage.AuditEvent{Action: "artifact.storage_quota.put", ResourceType: "project_storage_quota", ResourceID: p.ID,
 			OrgID: p.OrgID, ProjectID: p.ID}, before, storageQuotaState(o))
 	})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpuaas/gpuaas/client"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/store"
 	"github.com/gpuaas/gpuaas/internal/store/storetest"
@@ -114,6 +115,28 @@ func testProjectStorageQuotaOverride(t *testing.T, d store.Dialect) {
 	wantQuota(t, r, "blobs", nil, "platform", 0)
 	wantStorageAudit(t, s, a, map[string]any{"project_id": a, "blob_quota_bytes": float64(blobQ), "registry_quota_bytes": float64(regQ)},
 		map[string]any{"project_id": a, "blob_quota_bytes": nil, "registry_quota_bytes": nil})
+
+	// Every change that went through is an event in the project's stream,
+	// with the quotas set; the refused one (412) is none.
+	s.SettleEvents()
+	evs, err := client.New(s.URL, admin.Token).ListEvents(ctx, client.ProjectEventsPath(a), client.EventFilter{Type: "apps.storage_quota."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs.Items {
+		var data map[string]any
+		if err := json.Unmarshal(e.Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprint(e.Type, " ", e.Subject, " ", data))
+	}
+	set := fmt.Sprint(map[string]any{"project_id": a, "blob_quota_bytes": float64(blobQ), "registry_quota_bytes": float64(regQ)})
+	cleared := fmt.Sprint(map[string]any{"project_id": a, "blob_quota_bytes": nil, "registry_quota_bytes": nil})
+	prefix := "apps.storage_quota.updated projects/" + a + "/storage "
+	if want := []string{prefix + set, prefix + set, prefix + cleared}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("storage quota events of project A:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
 	blobUpload(t, admin, a, "big", data).Want(t, 201)
 
 	// Bad input: the canonical envelope, naming the field.
