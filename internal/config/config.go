@@ -213,7 +213,6 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.StringVar(&c.WorkloadAPIURL, "workload-api-url", c.WorkloadAPIURL, "base URL app instances on the nodes use to reach this server (default --public-url; gpuaas dev picks the Docker bridge when --listen is loopback)")
 	fs.StringVar(&c.AddrFile, "addr-file", c.AddrFile, "once serving, write the bound API URL (http://host:port) to this file, removed at shutdown; with --listen 127.0.0.1:0 it tells a supervisor or script the port picked")
 	fs.StringVar(&c.DatabaseURL, "database-url", c.DatabaseURL, "postgres://… or sqlite://PATH")
-	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for embedded state")
 	fs.StringVar(&c.SecretKey, "secret-key", c.SecretKey, "base64 32-byte master key sealing secrets at rest (prefer GPUAAS_SECRET_KEY or --secret-key-file)")
 	fs.StringVar(&c.SecretKeyFile, "secret-key-file", c.SecretKeyFile, "file holding the base64 master key")
 	fs.BoolVar(&c.AutoMigrate, "auto-migrate", c.AutoMigrate, "apply pending database migrations at start")
@@ -229,8 +228,7 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.WriteTimeout, "write-timeout", c.WriteTimeout, "longest time to write one response (streaming routes use --stream-timeout)")
 	fs.DurationVar(&c.IdleTimeout, "idle-timeout", c.IdleTimeout, "how long an idle keep-alive connection stays open")
 	fs.DurationVar(&c.StreamTimeout, "stream-timeout", c.StreamTimeout, "read/write deadline of streaming routes: blob uploads and downloads, the registry")
-	fs.StringVar(&c.RegistryURL, "registry-url", c.RegistryURL, "external OCI registry trusting this server's tokens (default: embedded registry on the API listener)")
-	fs.StringVar(&c.RegistryDir, "registry-dir", c.RegistryDir, "embedded registry storage (default <data-dir>/registry)")
+	c.BindRegistryStorage(fs)
 	fs.StringVar(&c.BlobDir, "blob-dir", c.BlobDir, "project blob storage (default <data-dir>/blobs)")
 	fs.Float64Var(&c.CredentialRate, "credential-rate", c.CredentialRate, "sign-in and token-exchange requests per second per client address (0 disables)")
 	fs.IntVar(&c.CredentialBurst, "credential-burst", c.CredentialBurst, "burst allowed above --credential-rate")
@@ -283,6 +281,25 @@ func (c *Config) Bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&e.WriteTimeout, "events-write-timeout", e.WriteTimeout, "an event-stream client that does not drain its connection for this long is disconnected")
 	fs.DurationVar(&e.Reauthorize, "events-reauth-interval", e.Reauthorize, "how often an open event stream re-checks that its reader still has access (token, account, role); at most 5s")
 	fs.StringSliceVar(&e.WebSocketOrigins, "events-websocket-origins", e.WebSocketOrigins, "Origin host patterns (besides this server's host) allowed to open event WebSockets, e.g. console.example.com")
+}
+
+// BindRegistryStorage registers the flags that say where the registry's
+// content lives (--data-dir, --registry-dir, --registry-url): the server's
+// own, which `gpuaas registry gc` shares so that both find one directory
+// from one command line or environment.
+func (c *Config) BindRegistryStorage(fs *pflag.FlagSet) {
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory for embedded state")
+	fs.StringVar(&c.RegistryURL, "registry-url", c.RegistryURL, "external OCI registry trusting this server's tokens (default: embedded registry on the API listener)")
+	fs.StringVar(&c.RegistryDir, "registry-dir", c.RegistryDir, "embedded registry storage (default <data-dir>/registry)")
+}
+
+// RegistryRoot is the embedded registry's storage directory: --registry-dir,
+// or <data-dir>/registry.
+func (c Config) RegistryRoot() string {
+	if c.RegistryDir != "" {
+		return c.RegistryDir
+	}
+	return filepath.Join(c.DataDir, "registry")
 }
 
 // ApplyEnv sets every flag not given on the command line from its

@@ -76,10 +76,7 @@ func (a *App) startRegistry() error {
 		}
 		host, insecure = ext.Host, ext.Scheme == "http"
 	} else {
-		cfg.RootDir = a.Config.RegistryDir
-		if cfg.RootDir == "" {
-			cfg.RootDir = filepath.Join(a.Config.DataDir, "registry")
-		}
+		cfg.RootDir = a.Config.RegistryRoot()
 	}
 	reg, err := registry.New(context.Background(), cfg, a.API.Artifacts.RegistryAuthorizer(), a.Logger)
 	if err != nil {
