@@ -47,6 +47,10 @@ type Registry struct {
 	// indexChildren reads an index's manifests from storage (the content
 	// gate's IndexChildren); nil where the registry keeps no gate.
 	indexChildren func(ctx context.Context, repository, digest string) ([]string, error)
+	// storageLock is the shared hold on the embedded registry's storage
+	// that keeps `gpuaas registry gc` out (storagelock.go); nil in
+	// external mode.
+	storageLock *storageLock
 }
 
 // New builds the registry. ctx bounds the embedded registry's background
@@ -89,11 +93,21 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 		return r, nil
 	}
 
+	if err := os.MkdirAll(cfg.RootDir, 0o700); err != nil {
+		return nil, fmt.Errorf("registry root: %w", err)
+	}
+	// Held until Close, so that garbage collection cannot sweep what this
+	// process may be writing.
+	if r.storageLock, err = lockStorage(cfg.RootDir, false, fmt.Sprintf(
+		"the registry storage %s is being garbage-collected (gpuaas registry gc); start the server again once it has finished", cfg.RootDir)); err != nil {
+		return nil, err
+	}
 	id := uuid.NewString()
 	r.unregister = registerLogger(id, logger)
 	app, access, err := newApp(context.WithValue(ctx, instanceKey, id), cfg, keys)
 	if err != nil {
 		r.unregister()
+		_ = r.storageLock.release()
 		return nil, err
 	}
 	r.app = app
@@ -278,23 +292,24 @@ func (r *Registry) ResolveTag(ctx context.Context, repository, tag string) (stri
 }
 
 // Close stops the embedded registry's background work (upload purger) and
-// detaches its logger. Requests still in flight finish against storage; the
-// caller shuts its listener down first. distribution's App.Shutdown leaves
-// its (endpoint-less) notification broadcaster goroutine parked, so build a
-// Registry once per process, not per request.
+// detaches its logger, then releases its hold on the storage. Requests
+// still in flight finish against storage; the caller shuts its listener
+// down first. distribution's App.Shutdown leaves its (endpoint-less)
+// notification broadcaster goroutine parked, so build a Registry once per
+// process, not per request.
 func (r *Registry) Close() error {
 	var err error
 	r.closeOnce.Do(func() {
 		if r.app != nil {
-			err = r.app.Shutdown()
+			if err = r.app.Shutdown(); errors.Is(err, context.Canceled) {
+				err = nil
+			}
 		}
 		if r.unregister != nil {
 			r.unregister()
 		}
+		err = errors.Join(err, r.storageLock.release())
 	})
-	if errors.Is(err, context.Canceled) {
-		err = nil
-	}
 	return err
 }
 

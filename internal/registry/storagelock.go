@@ -1,0 +1,57 @@
+package registry
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// The embedded registry's storage is shared by every replica, and offline
+// garbage collection may only run while none of them uses it: a push
+// between its mark and its sweep would have its new blobs removed. Each
+// server holds a shared flock(2) on lockFileName in the storage directory
+// for as long as its registry is open; gc takes it exclusive. Both ask
+// without waiting, so neither side blocks on the other: each refuses and
+// says why.
+const lockFileName = ".gpuaas-registry.lock"
+
+// ErrStorageLocked matches the refusals of New (gc holds the storage) and
+// of CollectGarbage (a server uses it).
+var ErrStorageLocked = errors.New("registry storage is locked")
+
+// lockedError is a refusal whose message is the whole story for a person.
+type lockedError struct{ msg string }
+
+func (e lockedError) Error() string        { return e.msg }
+func (e lockedError) Is(target error) bool { return target == ErrStorageLocked }
+
+// storageLock is one hold of the storage lock file.
+type storageLock struct{ f *os.File }
+
+func (l *storageLock) release() error {
+	if l == nil || l.f == nil {
+		return nil
+	}
+	err := l.f.Close() // closing the descriptor drops the flock
+	l.f = nil
+	return err
+}
+
+// lockStorage takes the lock on root (which must exist), shared or
+// exclusive, failing at once with busy's message when the other kind is
+// held.
+func lockStorage(root string, exclusive bool, busy string) (*storageLock, error) {
+	f, err := os.OpenFile(filepath.Join(root, lockFileName), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("registry storage lock: %w", err)
+	}
+	if err := flock(f, exclusive); err != nil {
+		_ = f.Close()
+		if errors.Is(err, errWouldBlock) {
+			return nil, lockedError{busy}
+		}
+		return nil, fmt.Errorf("lock %s: %w (on NFS, flock works only where the mount supports it)", f.Name(), err)
+	}
+	return &storageLock{f: f}, nil
+}
