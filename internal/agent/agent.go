@@ -368,17 +368,30 @@ func (a *Agent) authed(ctx context.Context) (*client.Client, error) {
 
 // refused drops the node token when the server says it is no longer valid.
 func (a *Agent) refused(err error) {
-	var ae *client.APIError
-	if errors.As(err, &ae) && ae.Status == http.StatusUnauthorized {
+	if unauthorized(err) {
 		a.tok.Drop()
 	}
 }
 
+// unauthorized reports whether err is the server's 401: it refused the
+// caller's token.
+func unauthorized(err error) bool {
+	var ae *client.APIError
+	return errors.As(err, &ae) && ae.Status == http.StatusUnauthorized
+}
+
 // unwrap exchanges a pull's wrapping token for its credentials. Only a
 // refusal of the token or of the node (409 wrapping_token_invalid: unknown,
-// expired or used; 401, 403, 404, 422) is returned as it came, which the
-// driver reports as credential_refused. An answer that says the control
-// plane was busy is not a refusal, and the same token goes again:
+// expired or used; 403, 404, 422; a node token exchange refused) is
+// returned as it came, which the driver reports as credential_refused. A
+// 401 refuses the node's access token, not the wrapping token: the control
+// plane authenticates the caller before it looks at the wrapping token, so
+// the 401 spent nothing. The token may have been cut short (the control
+// plane's keys rotated, a clock skewed), so the same wrapping token goes
+// again at once with a newly exchanged node token; a second 401 in a row
+// is the refusal (credential_refused, saying what to check). An answer
+// that says the control plane was busy is not a refusal, and the same
+// token goes again:
 //   - 429 unwrap_rate_limited (this node's principal unwrapped more than the
 //     server takes) consumed nothing; the next try waits the Retry-After;
 //   - 502, 503 (the server's unavailable: its database down, say) and 504,
@@ -397,6 +410,9 @@ func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials
 	// unanswered is the last busy answer after which the control plane may
 	// have unwrapped the token all the same (only a 429 surely did not).
 	var unanswered error
+	// reauthed says the last try was answered 401, so this one went with a
+	// newly exchanged node token.
+	reauthed := false
 	for try := 1; ; try++ {
 		cr, sent, err := a.unwrapOnce(ctx, wrapping)
 		if err == nil {
@@ -406,6 +422,23 @@ func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials
 			return driver.Credentials{}, driver.Fail(nodeapi.ReasonImagePullFailed,
 				"the task ended while unwrapping this pull's credentials (%d tries; last: %v)", try, err)
 		}
+		// A 401 is never counted in unanswered: the server refused the
+		// node's token before it looked at the wrapping token.
+		if sent && unauthorized(err) {
+			if !reauthed {
+				// unwrapOnce dropped the refused node token: the next try
+				// exchanges a new one, and waits for nothing.
+				reauthed = true
+				a.log.WarnContext(ctx, "unwrap refused the node's token; trying once more with a new one", "try", try, "err", err)
+				continue
+			}
+			return driver.Credentials{}, driver.Fail(nodeapi.ReasonCredentialRefused,
+				"the control plane refused this node's identity twice in a row while unwrapping this pull's credentials, "+
+					"the second time with a newly exchanged node token (%v): check that node %s is not removed (gpuaas node get %[2]s); "+
+					"a removed node joins again with a new join token (gpuaas node join-token). If it is not, the control plane's "+
+					"replicas may not share their token signing keys, or its clock and this host's may disagree", err, a.id.NodeID)
+		}
+		reauthed = false
 		busy := unwrapBusy(err)
 		if busy == "" {
 			var ae *client.APIError
@@ -481,8 +514,8 @@ const unwrapRateLimited = "kept refusing for its rate limit"
 // unwrapBusy says how the control plane was busy when err is an answer
 // that asks for a later try (or no answer at all), or "" when err is a
 // refusal: the unwrap handler answers a refused token 409, an unknown or
-// unauthorised caller 401, 403 or 404, a malformed request 422, and those
-// stay refusals. A 500 is not tried again either (it is no sign the
+// unauthorised caller 401 (tried once more by unwrap itself), 403 or 404,
+// a malformed request 422, and those stay refusals. A 500 is not tried again either (it is no sign the
 // control plane will answer otherwise later), but unwrap fails it
 // image_pull_failed: nothing was refused.
 func unwrapBusy(err error) string {

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,28 +15,57 @@ import (
 
 	"github.com/gpuaas/gpuaas/client/nodeapi"
 	"github.com/gpuaas/gpuaas/internal/agent/agenttest"
+	"github.com/gpuaas/gpuaas/internal/agent/driver"
 	"github.com/gpuaas/gpuaas/internal/agent/driver/drivertest"
 	"github.com/gpuaas/gpuaas/internal/agent/engine"
 )
 
-// unwrapServer is a stand-in control plane whose n-th unwrap (from 0) is
-// answered by answers[min(n, last)]; it counts the unwraps and keeps the
-// tokens they sent.
+// unwrapServer is a stand-in control plane that answers each path with
+// answers of its own: its n-th unwrap (from 0) is answered by
+// unwrap[min(n, last)], its n-th node token exchange by token[min(n,
+// last)], or, when token is empty, with a new node token each time
+// (node-tok-1, node-tok-2, …). It keeps the wrapping token and the bearer
+// token each unwrap sent.
 type unwrapServer struct {
 	*httptest.Server
-	mu   sync.Mutex
-	sent []string
+	mu        sync.Mutex
+	sent      []string // wrapping tokens
+	bearers   []string // the Authorization of each unwrap
+	exchanges int
 }
 
+// newUnwrapServer is a stand-in control plane whose unwraps are answered
+// by answers (see unwrapServer).
 func newUnwrapServer(t *testing.T, answers ...func(http.ResponseWriter)) *unwrapServer {
+	return newControlPlane(t, answers, nil)
+}
+
+func newControlPlane(t *testing.T, unwrap, token []func(http.ResponseWriter)) *unwrapServer {
 	s := &unwrapServer{}
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok := wrappingToken(r)
-		s.mu.Lock()
-		n := len(s.sent)
-		s.sent = append(s.sent, tok)
-		s.mu.Unlock()
-		answers[min(n, len(answers)-1)](w)
+		switch r.URL.Path {
+		case "/api/v1/nodes/token":
+			s.mu.Lock()
+			n := s.exchanges
+			s.exchanges++
+			s.mu.Unlock()
+			if len(token) == 0 {
+				nodeToken(fmt.Sprintf("node-tok-%d", n+1))(w)
+				return
+			}
+			token[min(n, len(token)-1)](w)
+		case "/api/v1/apps/registry/unwrap":
+			tok := wrappingToken(r)
+			s.mu.Lock()
+			n := len(s.sent)
+			s.sent = append(s.sent, tok)
+			s.bearers = append(s.bearers, r.Header.Get("Authorization"))
+			s.mu.Unlock()
+			unwrap[min(n, len(unwrap)-1)](w)
+		default:
+			t.Errorf("the stand-in control plane was asked %s %s", r.Method, r.URL.Path)
+			http.NotFound(w, r)
+		}
 	}))
 	t.Cleanup(s.Close)
 	return s
@@ -43,6 +75,26 @@ func (s *unwrapServer) tokens() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]string(nil), s.sent...)
+}
+
+func (s *unwrapServer) authorizations() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.bearers...)
+}
+
+func (s *unwrapServer) exchanged() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.exchanges
+}
+
+// nodeToken answers a node token exchange with tok.
+func nodeToken(tok string) func(http.ResponseWriter) {
+	return func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"access_token":"`+tok+`","token_type":"Bearer","expires_in":900}`)
+	}
 }
 
 // apiError answers status with the server's error envelope, and a
@@ -97,7 +149,13 @@ func manualUnwrapAgent(t *testing.T, url string, mod ...func(*Config)) (a *Agent
 		now = now.Add(d)
 		return true
 	}
-	a.id = identity{NodeID: "node-1"}
+	// A key of its own, so that it can exchange assertions for new node
+	// tokens once it drops "tok".
+	_, key, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.id = identity{NodeID: "node-1", KeyID: "key-1", TokenURL: url + "/api/v1/nodes/token", priv: key}
 	a.tok = &tokens{api: a.api, id: &a.id, token: "tok", expiry: time.Now().Add(time.Hour)}
 	return a, func() time.Duration { return now.Sub(start) }, waits
 }
@@ -135,6 +193,73 @@ func TestUnwrapWaitsOutAnUnavailableControlPlane(t *testing.T) {
 			t.Fatalf("sent %q, want the same token each time", s)
 		}
 	}
+}
+
+// pullReason is the reason the engine's driver gives a pull whose unwrap
+// failed with err (docker's pull): the agent's own failure's, and
+// credential_refused for any other error.
+func pullReason(err error) string {
+	var f *driver.Failure
+	if errors.As(err, &f) {
+		return f.Reason
+	}
+	return nodeapi.ReasonCredentialRefused
+}
+
+// A 401 on unwrap refuses the node's access token, not the wrapping token
+// (the control plane authenticates the caller before it looks at it): the
+// agent sends the same wrapping token once more at once, with a newly
+// exchanged node token. A second 401 in a row is the refusal,
+// credential_refused with what to check; and since the 401 spent nothing,
+// a 409 after it is the token's refusal too, not a pull failure.
+func TestUnwrapTriesOnceMoreWithANewNodeTokenAfterA401(t *testing.T) {
+	unauth := apiError(http.StatusUnauthorized, "invalid_token", "")
+	for _, c := range []struct {
+		name    string
+		unwrap  []func(http.ResponseWriter)
+		reason  string // "": the credentials come
+		says    string
+		unwraps int
+	}{
+		{name: "401 then credentials", unwrap: []func(http.ResponseWriter){unauth, credentials}, unwraps: 2},
+		{name: "401 twice", unwrap: []func(http.ResponseWriter){unauth, unauth, credentials}, unwraps: 2,
+			reason: nodeapi.ReasonCredentialRefused, says: "refused this node's identity twice in a row"},
+		{name: "401 then 409", unwrap: []func(http.ResponseWriter){unauth, apiError(http.StatusConflict, "wrapping_token_invalid", "")},
+			unwraps: 2, reason: nodeapi.ReasonCredentialRefused, says: "wrapping_token_invalid"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := newControlPlane(t, c.unwrap, nil)
+			a, _, waits := manualUnwrapAgent(t, srv.URL)
+			cr, err := a.unwrap(context.Background(), "gpw_1")
+			switch {
+			case c.reason == "" && (err != nil || cr.Username != "u"):
+				t.Fatalf("unwrap after a 401: %+v %v, want the credentials", cr, err)
+			case c.reason != "" && (err == nil || pullReason(err) != c.reason || !strings.Contains(err.Error(), c.says)):
+				t.Fatalf("unwrap: %v (reason %s), want %s saying %q", err, pullReason(err), c.reason, c.says)
+			}
+			if got := srv.tokens(); len(got) != c.unwraps || got[1] != "gpw_1" {
+				t.Fatalf("unwraps sent %v, want the same wrapping token %d times", got, c.unwraps)
+			}
+			// The first unwrap carried the token the server refused, the
+			// second one newly exchanged for it, and none waited.
+			if got := srv.authorizations(); got[0] != "Bearer tok" || got[1] != "Bearer node-tok-1" || srv.exchanged() != 1 {
+				t.Fatalf("unwraps carried %v after %d exchanges, want Bearer tok then Bearer node-tok-1 after one", got, srv.exchanged())
+			}
+			if len(*waits) != 0 {
+				t.Fatalf("waited %v before the second try, want it at once", *waits)
+			}
+		})
+	}
+	t.Run("refusal says what to check", func(t *testing.T) {
+		srv := newControlPlane(t, []func(http.ResponseWriter){unauth}, nil)
+		a, _, _ := manualUnwrapAgent(t, srv.URL)
+		_, err := a.unwrap(context.Background(), "gpw_1")
+		for _, want := range []string{"newly exchanged node token", "node node-1 is not removed", "gpuaas node get node-1", "gpuaas node join-token"} {
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("refused twice: %v, want it to say %q", err, want)
+			}
+		}
+	})
 }
 
 // An image.pull whose unwraps find the control plane unavailable, or
