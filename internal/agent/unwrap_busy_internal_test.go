@@ -262,6 +262,47 @@ func TestUnwrapTriesOnceMoreWithANewNodeTokenAfterA401(t *testing.T) {
 	})
 }
 
+// A try whose node token exchange failed (503, or no answer) never sent
+// the wrapping token, so it cannot have spent it: a 409 after it is the
+// token's refusal, credential_refused. An unwrap that was sent and got no
+// answer may have spent it: a 409 after that is image_pull_failed.
+func TestUnwrapCountsOnlyTriesThatSentTheWrappingToken(t *testing.T) {
+	refused := apiError(http.StatusConflict, "wrapping_token_invalid", "")
+	for _, c := range []struct {
+		name          string
+		unwrap, token []func(http.ResponseWriter)
+		noNodeToken   bool // the agent holds no node token: its first try exchanges one
+		reason, says  string
+		unwraps       int
+	}{
+		{name: "exchange unavailable", token: []func(http.ResponseWriter){apiError(http.StatusServiceUnavailable, "unavailable", ""), nodeToken("node-tok-1")},
+			unwrap: []func(http.ResponseWriter){refused}, noNodeToken: true, unwraps: 1,
+			reason: nodeapi.ReasonCredentialRefused, says: "wrapping_token_invalid"},
+		{name: "exchange unanswered", token: []func(http.ResponseWriter){hangUp, nodeToken("node-tok-1")},
+			unwrap: []func(http.ResponseWriter){refused}, noNodeToken: true, unwraps: 1,
+			reason: nodeapi.ReasonCredentialRefused, says: "wrapping_token_invalid"},
+		{name: "unwrap unanswered", unwrap: []func(http.ResponseWriter){hangUp, refused}, unwraps: 2,
+			reason: nodeapi.ReasonImagePullFailed, says: "may have used it"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := newControlPlane(t, c.unwrap, c.token)
+			a, _, waits := manualUnwrapAgent(t, srv.URL)
+			if c.noNodeToken {
+				a.tok.Drop()
+			}
+			_, err := a.unwrap(context.Background(), "gpw_1")
+			if err == nil || pullReason(err) != c.reason || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("unwrap: %v (reason %s), want %s saying %q", err, pullReason(err), c.reason, c.says)
+			}
+			// One wait, after the try that failed: the exchange's, or the
+			// unwrap's.
+			if got := len(srv.tokens()); got != c.unwraps || len(*waits) != 1 {
+				t.Fatalf("%d unwraps sent after %d waits, want %d after one", got, len(*waits), c.unwraps)
+			}
+		})
+	}
+}
+
 // An image.pull whose unwraps find the control plane unavailable, or
 // unreachable, for longer than the patience fails image_pull_failed with a
 // reason that says so, not credential_refused; the last try goes when the
