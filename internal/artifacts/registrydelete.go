@@ -92,6 +92,9 @@ func (a registryAuthz) DeleteManifest(ctx context.Context, subject, repository, 
 	if err := recount(ctx, func(q Queries) error { return q.ScheduleRegistryRecount(ctx, ev.ProjectID, a.s.Now()) }); err != nil {
 		return "", err
 	}
+	if f := a.s.deleteChecked.Load(); f != nil {
+		(*f)(ctx, repository, digest)
+	}
 	if !del() {
 		return "", nil // nothing deleted (no such manifest): nothing to record
 	}

@@ -92,6 +92,9 @@ type Service struct {
 	// registerChecked, when set, is called by Register between the
 	// registry's checks and the record (OnRegisterChecked).
 	registerChecked atomic.Pointer[func(context.Context, AppArtifact)]
+	// deleteChecked, when set, is called by a registry manifest delete
+	// between its checks and the delete (OnManifestDeleteChecked).
+	deleteChecked atomic.Pointer[func(ctx context.Context, repository, digest string)]
 }
 
 // OnRegisterChecked makes Register call f (nil: nothing) once the registry
@@ -104,6 +107,18 @@ func (s *Service) OnRegisterChecked(f func(ctx context.Context, a AppArtifact)) 
 		return
 	}
 	s.registerChecked.Store(&f)
+}
+
+// OnManifestDeleteChecked makes a registry manifest delete call f (nil:
+// nothing) once its checks let it through, under the content gate's hold,
+// before the registry deletes. It is for tests, which pause a delete there
+// to show what its hold keeps out, and what it does not.
+func (s *Service) OnManifestDeleteChecked(f func(ctx context.Context, repository, digest string)) {
+	if f == nil {
+		s.deleteChecked.Store(nil)
+		return
+	}
+	s.deleteChecked.Store(&f)
 }
 
 // AddInstanceUsage adds a domain that runs artifacts: an artifact is not
