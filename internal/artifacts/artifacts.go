@@ -340,7 +340,7 @@ func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifact
 		// same lock over its check and write): a verified artifact's tags
 		// are the ones it was verified against.
 		var release func()
-		if release, err = s.holdSignatureTags(ctx, a.Repository, a.Digest); err != nil {
+		if release, err = s.holdKeys(ctx, registry.DigestKey(a.Repository, a.Digest)); err != nil {
 			return AppArtifact{}, err
 		}
 		defer release()
@@ -361,18 +361,13 @@ func (s *Service) Verify(ctx context.Context, g *iam.Grants, projectID, artifact
 	})
 }
 
-// holdSignatureTags holds the signature and attestation tags of digest in
-// repository: in this process, and across replicas when SignatureTags is
-// set. Verification and the registry's content gate (registryAuthz) hold
-// this same lock; so do registration and the gate's manifest delete, for
-// the manifest itself.
-func (s *Service) holdSignatureTags(ctx context.Context, repository, digest string) (release func(), err error) {
-	return s.holdKeys(ctx, registry.DigestKey(repository, digest))
-}
-
 // holdKeys holds every key of keys in one hold (registry.HoldKeysWith): in
 // this process, and across replicas when SignatureTags is set.
-func (s *Service) holdKeys(ctx context.Context, keys ...string) (release func(), err error) {
+// Verification holds a digest's DigestKey (its signature and attestation
+// tags), as the registry's content gate (registryAuthz) does over a tag
+// write; registration and the gate's manifest delete hold it too, for the
+// manifest itself.
+func (s *Service) holdKeys(ctx context.Context, keys ...registry.Key) (release func(), err error) {
 	return registry.HoldKeysWith(ctx, s.SignatureTags, keys...)
 }
 
@@ -380,7 +375,7 @@ var _ registry.KeyHolder = registryAuthz{}
 
 // HoldKeys makes the registry's content gate hold what verification and
 // registration hold (registry.KeyHolder).
-func (a registryAuthz) HoldKeys(ctx context.Context, keys ...string) (release func(), err error) {
+func (a registryAuthz) HoldKeys(ctx context.Context, keys ...registry.Key) (release func(), err error) {
 	return a.s.holdKeys(ctx, keys...)
 }
 

@@ -181,14 +181,15 @@ func refuseRevokedDigest(ctx context.Context, q Queries, projectID, digest strin
 // artifact is recorded; release ends the hold. The hold is the digest's,
 // which the registry's content gate holds over a delete's check and the
 // delete: a registered manifest is one the registry holds. An image index
-// is checked again under its repository's IndexesKey as well, which every
-// manifest delete in the repository holds: none of the manifests it
-// references goes between the check that they all exist and the record.
-// Only an index takes the repository's key, so other registrations and
-// deletes in the repository do not wait on each other; it is known to be
-// one only once the registry answered, hence the second check.
+// is checked again under its repository's IndexesKey as well, held
+// exclusively, which every manifest delete in the repository holds
+// shared: none of the manifests it references goes between the check that
+// they all exist and the record. Only an index takes the repository's
+// key, so other registrations and deletes in the repository do not wait
+// on each other; it is known to be one only once the registry answered,
+// hence the second check.
 func (s *Service) holdCheckedManifest(ctx context.Context, it ArtifactIntent, in RegisterInput, a *AppArtifact) (release func(), err error) {
-	keys := []string{registry.DigestKey(it.Repository, in.Digest)}
+	keys := []registry.Key{registry.DigestKey(it.Repository, in.Digest)}
 	for {
 		release, err := s.holdKeys(ctx, keys...)
 		if err != nil {

@@ -11,8 +11,12 @@ import (
 
 type recordingLocker struct{ held []string }
 
-func (l *recordingLocker) Hold(_ context.Context, keys ...string) (func(), error) {
-	l.held = append(l.held, strings.Join(keys, " "))
+func (l *recordingLocker) Hold(_ context.Context, keys ...registry.Key) (func(), error) {
+	names := make([]string, len(keys))
+	for i, k := range keys {
+		names[i] = k.String()
+	}
+	l.held = append(l.held, strings.Join(names, " "))
 	return func() {}, nil
 }
 
@@ -31,7 +35,7 @@ func TestSignatureTagsHeldThroughTheService(t *testing.T) {
 		t.Fatal(err)
 	}
 	release()
-	release, err = s.holdSignatureTags(ctx, "p/app/runtime", "sha256:d") // Verify's
+	release, err = s.holdKeys(ctx, registry.DigestKey("p/app/runtime", "sha256:d")) // Verify's
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -141,7 +141,7 @@ func testArtifactSignatureTagWriteSpanningVerify(t *testing.T, d store.Dialect) 
 
 	// The other side of the lock: a verification waits for a signature
 	// tag write the gate has checked and not finished.
-	release, err := registry.HoldSignatureTags(ctx, repo, digest)
+	release, err := registry.HoldKeys(ctx, registry.DigestKey(repo, digest))
 	if err != nil {
 		t.Fatal(err)
 	}

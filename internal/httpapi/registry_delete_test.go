@@ -334,14 +334,10 @@ func TestRegisteringAnIndexAndDeletingItsImageExcludeEachOther(t *testing.T) {
 
 		// The registration stops once the registry answered its checks
 		// (both images are there), before it records the artifact.
-		checked, resume := make(chan struct{}), make(chan struct{})
-		var once sync.Once
+		pause := newPausePoint(t)
 		s.App.API.Artifacts.OnRegisterChecked(func(_ context.Context, a artifacts.AppArtifact) {
 			if a.Digest == idxDigest.String() {
-				once.Do(func() {
-					close(checked)
-					<-resume
-				})
+				pause.stop()
 			}
 		})
 		t.Cleanup(func() { s.App.API.Artifacts.OnRegisterChecked(nil) })
@@ -350,24 +346,18 @@ func TestRegisteringAnIndexAndDeletingItsImageExcludeEachOther(t *testing.T) {
 			registered <- s.Admin().Do("POST", "/api/v1/projects/"+pid+"/app-artifacts", map[string]any{"app_slug": "idx-race", "app_version": "1.0.0",
 				"artifact_name": "runtime", "repository": repo, "digest": idxDigest.String()})
 		}()
-		select {
-		case <-checked:
-		case r := <-registered:
-			t.Fatalf("the registration ended without reaching its record: %d %s", r.Status, r.Body)
-		case <-time.After(time.Minute):
-			t.Fatal("the registration did not reach its record in a minute")
-		}
+		reached(t, pause, registered, "the registration")
 
 		deleted := make(chan error, 1)
 		go func() { deleted <- remote.Delete(dArm, pub.opts(ctx)...) }()
 		select {
 		case err := <-deleted:
-			close(resume)
+			pause.resume()
 			r := <-registered
 			t.Fatalf("the delete of an image of the index ended (%v) while the index's registration stood between its check and its record (then %d %s)", err, r.Status, r.Body)
 		case <-time.After(2 * time.Second):
 		}
-		close(resume)
+		pause.resume()
 		artID := within(t, registered, "the registration").Want(t, 201).String("id")
 		wantRegistryError(t, within(t, deleted, "the delete"), "DENIED", "manifest "+dArm.DigestStr()+" is part of the image index "+idxDigest.String()+" of artifact "+artID)
 		if _, err := remote.Head(dArm, pub.opts(ctx)...); err != nil {
@@ -375,6 +365,44 @@ func TestRegisteringAnIndexAndDeletingItsImageExcludeEachOther(t *testing.T) {
 		}
 		wantManifestDeleteAudit(t, s, repo+"@"+dArm.DigestStr(), "denied", 1)
 	})
+}
+
+// pausePoint stops the first request that reaches it (stop, called from
+// a test hook) until the test resumes it; it is resumed at the test's end
+// at the latest, so a failed test leaves no request stopped.
+type pausePoint struct {
+	reached, resumed chan struct{}
+	stopped, started sync.Once
+}
+
+func newPausePoint(t *testing.T) *pausePoint {
+	p := &pausePoint{reached: make(chan struct{}), resumed: make(chan struct{})}
+	t.Cleanup(p.resume)
+	return p
+}
+
+// stop closes reached and waits to be resumed, the first time only.
+func (p *pausePoint) stop() {
+	p.stopped.Do(func() {
+		close(p.reached)
+		<-p.resumed
+	})
+}
+
+// resume lets the stopped request go on; a second call does nothing.
+func (p *pausePoint) resume() { p.started.Do(func() { close(p.resumed) }) }
+
+// reached waits until a request reaches p, failing t when it ends first
+// (sending on ended) or does not come in a minute.
+func reached[T any](t *testing.T, p *pausePoint, ended <-chan T, what string) {
+	t.Helper()
+	select {
+	case <-p.reached:
+	case v := <-ended:
+		t.Fatalf("%s ended without reaching its pause: %+v", what, v)
+	case <-time.After(time.Minute):
+		t.Fatalf("%s did not reach its pause in a minute", what)
+	}
 }
 
 // unregisteredIndex starts a server on d and pushes an index of two images
@@ -408,4 +436,73 @@ func pushIndex(t *testing.T, ctx context.Context, host, repo string, rc regCreds
 		t.Fatal(err)
 	}
 	return d
+}
+
+// Deletes of different manifests in one repository run side by side: while
+// one delete stands between its checks and the registry's delete, a delete
+// of another image of the repository goes through. An image index's
+// registration still waits for the delete in progress (which holds the
+// repository's indexes shared, the registration exclusively), so it
+// checks the index after the delete, finds the image gone and is refused;
+// without the wait it would have found every image there and recorded an
+// index the registry can no longer serve whole.
+func TestRegistryDeletesInOneRepositoryRunSideBySide(t *testing.T) {
+	t.Parallel()
+	storetest.EachDialect(t, func(t *testing.T, d store.Dialect) {
+		t.Parallel()
+		ctx, s, repo, pub, idxDigest, dArm := unregisteredIndex(t, d, "del-side", 110)
+		pid := s.Creds.ProjectID
+		host := s.Admin().Do("GET", "/api/v1/apps/registry", nil).Want(t, 200).String("registry_host")
+		loose := quotaImage(t, patterned(112, 5_000))
+		writeImage(t, ctx, host, repo, pub, loose, nil)
+		dLoose := digestRef(t, host, repo, loose)
+
+		// The delete of the index's image stops once its checks let it
+		// through, before the registry deletes.
+		pause := newPausePoint(t)
+		s.App.API.Artifacts.OnManifestDeleteChecked(func(_ context.Context, _, digest string) {
+			if digest == dArm.DigestStr() {
+				pause.stop()
+			}
+		})
+		t.Cleanup(func() { s.App.API.Artifacts.OnManifestDeleteChecked(nil) })
+		deleted := make(chan error, 1)
+		go func() { deleted <- remote.Delete(dArm, pub.opts(ctx)...) }()
+		reached(t, pause, deleted, "the delete")
+
+		other := make(chan error, 1)
+		go func() { other <- remote.Delete(dLoose, pub.opts(ctx)...) }()
+		select {
+		case err := <-other:
+			if err != nil {
+				t.Fatalf("the delete of another image beside a delete in progress: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("the delete of another image of the repository waited for a delete in progress")
+		}
+		if _, err := remote.Head(dLoose, pub.opts(ctx)...); err == nil {
+			t.Fatal("the other image is still there after its delete")
+		}
+		wantManifestDeleteAudit(t, s, repo+"@"+dLoose.DigestStr(), "success", 1)
+
+		registered := make(chan *servertest.Response, 1)
+		go func() {
+			registered <- s.Admin().Do("POST", "/api/v1/projects/"+pid+"/app-artifacts", map[string]any{"app_slug": "del-side", "app_version": "1.0.0",
+				"artifact_name": "runtime", "repository": repo, "digest": idxDigest.String()})
+		}()
+		select {
+		case r := <-registered:
+			pause.resume()
+			t.Fatalf("the index's registration answered %d %s while a delete of one of its images stood between its check and the delete", r.Status, r.Body)
+		case <-time.After(2 * time.Second):
+		}
+		pause.resume()
+		if err := within(t, deleted, "the delete"); err != nil {
+			t.Fatalf("the delete of the index's image: %v", err)
+		}
+		r := within(t, registered, "the registration").Want(t, 422)
+		if r.ErrorCode() != "index_incomplete" || !strings.Contains(string(r.Body), dArm.DigestStr()) {
+			t.Fatalf("registering the index after the delete of its image: %s", r.Body)
+		}
+	})
 }

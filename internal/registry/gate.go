@@ -193,11 +193,12 @@ func (g *gateHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // verification and the registration of digest take too, so neither lands
 // between the check and the delete: the delete is refused, or it comes
 // first and the registration finds no manifest (the verification, no
-// signature). The same hold takes repo's IndexesKey, which the
-// registration of an image index holds from reading the index's manifests
-// until it is recorded: the delete of a manifest the index references
-// comes before that read (and the registration is refused), or after the
-// index is recorded (and the delete is refused).
+// signature). The same hold takes repo's IndexesKey shared, which the
+// registration of an image index holds exclusively from reading the
+// index's manifests until it is recorded: the delete of a manifest the
+// index references comes before that read (and the registration is
+// refused), or after the index is recorded (and the delete is refused).
+// Shared, it keeps no other delete in repo waiting.
 func (g *gateHandler) serveManifestDelete(w http.ResponseWriter, req *http.Request, repo, digest string) {
 	// A delete is audited: its row carries a correlation id, which the
 	// answer names as the API's answers do.
@@ -207,7 +208,7 @@ func (g *gateHandler) serveManifestDelete(w http.ResponseWriter, req *http.Reque
 		req = req.WithContext(correlation.With(req.Context(), id))
 	}
 	ctx := req.Context()
-	release, ok := g.hold(w, req, DigestKey(repo, digest), IndexesKey(repo))
+	release, ok := g.hold(w, req, DigestKey(repo, digest), Shared(IndexesKey(repo)))
 	if !ok {
 		return
 	}
@@ -311,7 +312,7 @@ func (g *gateHandler) serveSignatureTagWrite(w http.ResponseWriter, req *http.Re
 // hold takes the gate's KeyHolder (HoldKeys without one) on keys for
 // req, all in one hold; when it cannot, it answers req itself (or not at
 // all, the client gone while waiting) and ok is false.
-func (g *gateHandler) hold(w http.ResponseWriter, req *http.Request, keys ...string) (release func(), ok bool) {
+func (g *gateHandler) hold(w http.ResponseWriter, req *http.Request, keys ...Key) (release func(), ok bool) {
 	hold := HoldKeys
 	if h, ok := g.gate.(KeyHolder); ok {
 		hold = h.HoldKeys

@@ -420,8 +420,8 @@ func TestGateRevokedBlobOnEmbeddedRegistry(t *testing.T) {
 	}
 }
 
-// A write of a signature tag is checked and written under
-// HoldSignatureTags, after its whole body is in: while a verification
+// A write of a signature tag is checked and written under the hold of the
+// digest's DigestKey, after its whole body is in: while a verification
 // holds the digest's tags, the write waits, and once the verification
 // froze the tag it is refused, however early its headers came.
 func TestGateSignatureTagWriteWaitsForVerification(t *testing.T) {
@@ -454,7 +454,7 @@ func TestGateSignatureTagWriteWaitsForVerification(t *testing.T) {
 	}
 	for _, tag := range []string{"sha256-" + strings.Repeat("cd", 32) + ".sig", "SHA256-" + strings.Repeat("CD", 32) + ".ATT"} {
 		gate.frozen.Store("")
-		release, err := HoldSignatureTags(ctx, appRepo, digest)
+		release, err := HoldKeys(ctx, DigestKey(appRepo, digest))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -471,7 +471,7 @@ func TestGateSignatureTagWriteWaitsForVerification(t *testing.T) {
 		}
 	}
 	// Other tags, and signature tags of other digests, do not wait.
-	release, err := HoldSignatureTags(ctx, appRepo, digest)
+	release, err := HoldKeys(ctx, DigestKey(appRepo, digest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,25 +488,25 @@ func TestGateSignatureTagWriteWaitsForVerification(t *testing.T) {
 	}
 }
 
-func TestHoldSignatureTags(t *testing.T) {
+func TestHoldKeys(t *testing.T) {
 	ctx := context.Background()
-	release, err := HoldSignatureTags(ctx, "r", "d")
+	release, err := HoldKeys(ctx, DigestKey("r", "d"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := HoldSignatureTags(ctx, "r", "e")
+	other, err := HoldKeys(ctx, DigestKey("r", "e"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	other()
 	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
-	if _, err := HoldSignatureTags(short, "r", "d"); err == nil {
-		t.Fatal("a held pair was taken twice")
+	if _, err := HoldKeys(short, DigestKey("r", "d")); err == nil {
+		t.Fatal("a held key was taken twice")
 	}
 	release()
 	release() // a second release is a no-op
-	again, err := HoldSignatureTags(ctx, "r", "d")
+	again, err := HoldKeys(ctx, DigestKey("r", "d"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestSignatureTagsHeldAcrossReplicas(t *testing.T) {
 	}
 	other := store.SignatureTagLocks(s.App.DB) // another replica: its own sessions of the database
 	repo, digest := "p/demo/runtime", "sha256:"+time.Now().Format("20060102150405.000000000")
-	releaseOther, err := other.Hold(ctx, repo+"@"+digest)
+	releaseOther, err := other.Hold(ctx, registry.DigestKey(repo, digest))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestSignatureTagsHeldAcrossReplicas(t *testing.T) {
 	}
 	short2, stop2 := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer stop2()
-	if r, err := other.Hold(short2, repo+"@"+digest); !errors.Is(err, context.DeadlineExceeded) {
+	if r, err := other.Hold(short2, registry.DigestKey(repo, digest)); !errors.Is(err, context.DeadlineExceeded) {
 		if err == nil {
 			r()
 		}

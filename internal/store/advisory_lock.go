@@ -20,9 +20,9 @@ import (
 
 // SignatureTagLocks is the lock the replicas on db share on registry keys
 // (registry.HoldKeysWith: a digest's signature tags and manifest, a
-// repository's indexes): a session-level
-// PostgreSQL advisory lock per key, held on a connection of db's pool kept
-// out of it until release. On SQLite, a single process, it is nil: the
+// repository's indexes): a session-level PostgreSQL advisory lock per key,
+// shared (pg_advisory_lock_shared) for a shared key, held on a connection
+// of db's pool kept out of it until release. On SQLite, a single process, it is nil: the
 // process's own lock is the whole lock.
 func SignatureTagLocks(db *DB) registry.SignatureTagLocker {
 	if db.dialect != Postgres {
@@ -60,24 +60,34 @@ type advisoryLocks struct {
 	slots chan struct{}
 }
 
-// Hold waits for the locks of keys until ctx is done, all of them on one
-// connection, so a hold takes one slot however many keys it holds: a
-// holder never keeps a slot while it waits for a second one, which, all
-// slots taken by such holders, none would get. The keys are locked in
-// the order of their lock numbers, so two holds whose keys overlap never
-// each hold a lock the other waits for (in the order of the keys, two
-// keys whose numbers collide could be locked in different orders by two
-// holders, which PostgreSQL ends as a deadlock); one lock per number. The
-// caller's process holds its own lock on each key first
+// Hold waits for the locks of keys until ctx is done, each in its mode,
+// all of them on one connection, so a hold takes one slot however many
+// keys it holds: a holder never keeps a slot while it waits for a second
+// one, which, all slots taken by such holders, none would get. The keys
+// are locked in the order of their lock numbers, so two holds whose keys
+// overlap never each hold a lock the other waits for (in the order of the
+// keys, two keys whose numbers collide could be locked in different
+// orders by two holders, which PostgreSQL ends as a deadlock); one lock
+// per number, exclusive when any key of that number is (a session that
+// held a number shared and waited for it exclusively would wait for
+// itself). The caller's process holds its own lock on each key first
 // (registry.HoldKeysWith), so a process has one connection at most per
-// key.
-func (l *advisoryLocks) Hold(ctx context.Context, keys ...string) (release func(), err error) {
+// exclusively held key; shared holders of one key each have their own.
+func (l *advisoryLocks) Hold(ctx context.Context, keys ...registry.Key) (release func(), err error) {
 	locks := make([]advisoryKey, len(keys))
 	for i, key := range keys {
-		locks[i] = advisoryKey{key, signatureTagLockKey(key)}
+		locks[i] = advisoryKey{key, signatureTagLockKey(key.Name)}
 	}
 	slices.SortFunc(locks, func(a, b advisoryKey) int { return cmp.Compare(a.n, b.n) })
-	locks = slices.CompactFunc(locks, func(a, b advisoryKey) bool { return a.n == b.n })
+	merged := locks[:0]
+	for _, lk := range locks {
+		if last := len(merged) - 1; last >= 0 && merged[last].n == lk.n {
+			merged[last].key.Shared = merged[last].key.Shared && lk.key.Shared
+			continue
+		}
+		merged = append(merged, lk)
+	}
+	locks = merged
 	select {
 	case l.slots <- struct{}{}:
 	case <-ctx.Done():
@@ -91,7 +101,7 @@ func (l *advisoryLocks) Hold(ctx context.Context, keys ...string) (release func(
 	for _, lk := range locks {
 		// A failed wait drops the connection, and the server releases
 		// the keys locked before it with the session.
-		if err := l.lock(ctx, conn, lk.n); err != nil {
+		if err := l.lock(ctx, conn, lk); err != nil {
 			_ = conn.Close()
 			<-l.slots
 			return nil, err
@@ -106,7 +116,8 @@ func (l *advisoryLocks) Hold(ctx context.Context, keys ...string) (release func(
 	}, nil
 }
 
-// lock runs pg_advisory_lock(k) on conn. The wait runs on a context of
+// lock runs pg_advisory_lock(k.n) on conn, or pg_advisory_lock_shared
+// for a shared key. The wait runs on a context of
 // its own: when ctx ends, the server is asked to cancel the statement,
 // which takes the session out of the lock's queue at once (a connection
 // only closed would leave its backend waiting, to be granted the lock and
@@ -114,7 +125,7 @@ func (l *advisoryLocks) Hold(ctx context.Context, keys ...string) (release func(
 // statement's own context ends advisoryCancelGrace later and pgx drops the
 // connection. A wait that did not end with the lock held drops its
 // connection, which the server ends along with anything it holds.
-func (l *advisoryLocks) lock(ctx context.Context, conn *sql.Conn, k int64) error {
+func (l *advisoryLocks) lock(ctx context.Context, conn *sql.Conn, k advisoryKey) error {
 	var err error
 	rerr := conn.Raw(func(dc any) error {
 		sc, ok := dc.(*stdlib.Conn)
@@ -140,7 +151,11 @@ func (l *advisoryLocks) lock(ctx context.Context, conn *sql.Conn, k int64) error
 			stop()
 		}()
 		l.db.statements.Add(1)
-		_, err = pc.Exec(wait, `SELECT pg_advisory_lock($1)`, k)
+		q := `SELECT pg_advisory_lock($1)`
+		if k.key.Shared {
+			q = `SELECT pg_advisory_lock_shared($1)`
+		}
+		_, err = pc.Exec(wait, q, k.n)
 		stop()
 		<-watched
 		switch {
@@ -164,8 +179,8 @@ func (l *advisoryLocks) lock(ctx context.Context, conn *sql.Conn, k int64) error
 
 // advisoryKey is a key and its advisory lock number.
 type advisoryKey struct {
-	name string
-	n    int64
+	key registry.Key
+	n   int64
 }
 
 // unlock releases locks and gives conn back to the pool,
@@ -183,9 +198,13 @@ func (l *advisoryLocks) unlock(conn *sql.Conn, locks []advisoryKey) {
 		pc := dc.(*stdlib.Conn).Conn()
 		for i := len(locks) - 1; i >= 0; i-- {
 			l.db.statements.Add(1)
-			err = pc.QueryRow(ctx, `SELECT pg_advisory_unlock($1)`, locks[i].n).Scan(&unlocked)
+			q := `SELECT pg_advisory_unlock($1)`
+			if locks[i].key.Shared {
+				q = `SELECT pg_advisory_unlock_shared($1)`
+			}
+			err = pc.QueryRow(ctx, q, locks[i].n).Scan(&unlocked)
 			if err != nil || !unlocked {
-				failed = locks[i].name
+				failed = locks[i].key.String()
 				return driver.ErrBadConn
 			}
 		}
@@ -198,7 +217,7 @@ func (l *advisoryLocks) unlock(conn *sql.Conn, locks []advisoryKey) {
 	case rerr != nil && !errors.Is(rerr, driver.ErrBadConn):
 		names := make([]string, len(locks))
 		for i, lk := range locks {
-			names[i] = lk.name
+			names[i] = lk.key.String()
 		}
 		l.db.logger.Warn("signature tag lock: unlock could not run, connection dropped to release it", "keys", names, "err", rerr)
 	}

@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -40,7 +41,7 @@ func TestSignatureTagLocksAcrossReplicas(t *testing.T) {
 	a, b, _ := twoReplicas(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	key := "app/demo@sha256:" + newID()
+	key := registry.DigestKey("app/demo", "sha256:"+newID())
 	releaseA, err := a.Hold(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +56,7 @@ func TestSignatureTagLocksAcrossReplicas(t *testing.T) {
 	}
 	other, stop2 := context.WithTimeout(ctx, 5*time.Second)
 	defer stop2()
-	releaseOther, err := b.Hold(other, "app/demo@sha256:"+newID())
+	releaseOther, err := b.Hold(other, registry.DigestKey("app/demo", "sha256:"+newID()))
 	if err != nil {
 		t.Fatalf("pool B's hold of another key waited on pool A's: %v", err)
 	}
@@ -103,7 +104,7 @@ func TestSignatureTagLockCancelledWait(t *testing.T) {
 	a, b, db := twoReplicas(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	key := "app/demo@sha256:" + newID()
+	key := registry.DigestKey("app/demo", "sha256:"+newID())
 	releaseA, err := a.Hold(ctx, key)
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +118,7 @@ func TestSignatureTagLockCancelledWait(t *testing.T) {
 		}
 		// A cancelled wait is out of the queue when the hold returns,
 		// not whenever the server gets to a dropped connection.
-		held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key)
+		held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -133,7 +134,7 @@ func TestSignatureTagLockCancelledWait(t *testing.T) {
 		t.Fatalf("a hold after the cancelled waits and the release: %v", err)
 	}
 	releaseB()
-	if held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key); err != nil || held != 0 || waiting != 0 {
+	if held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key.Name); err != nil || held != 0 || waiting != 0 {
 		t.Fatalf("after every release: %d sessions hold the key and %d wait (%v), want none", held, waiting, err)
 	}
 }
@@ -167,20 +168,20 @@ func TestSignatureTagLocksMultiKeyHold(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	repo := "app/demo-" + newID()
-	keys := []string{repo + "@sha256:b", repo + "@~indexes", repo + "@sha256:a"}
+	keys := []registry.Key{registry.DigestKey(repo, "sha256:b"), registry.IndexesKey(repo), registry.DigestKey(repo, "sha256:a")}
 	release, err := locks[0].Hold(ctx, keys...)
 	if err != nil {
 		t.Fatalf("a hold of 3 keys with one slot: %v", err)
 	}
 	for _, key := range keys {
-		if held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key); err != nil || held != 1 || waiting != 0 {
+		if held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key.Name); err != nil || held != 1 || waiting != 0 {
 			t.Fatalf("%s while held: %d sessions hold it and %d wait (%v), want 1 and 0", key, held, waiting, err)
 		}
 	}
 	// The one slot is taken: another hold of this replica waits for it.
 	short, stop := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer stop()
-	if r, err := locks[0].Hold(short, "app/other@sha256:"+newID()); !errors.Is(err, context.DeadlineExceeded) {
+	if r, err := locks[0].Hold(short, registry.DigestKey("app/other", "sha256:"+newID())); !errors.Is(err, context.DeadlineExceeded) {
 		if err == nil {
 			r()
 		}
@@ -188,12 +189,12 @@ func TestSignatureTagLocksMultiKeyHold(t *testing.T) {
 	}
 	release()
 	for _, key := range keys {
-		if held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key); err != nil || held != 0 || waiting != 0 {
+		if held, waiting, err := store.SignatureTagLockStateForTest(ctx, db, key.Name); err != nil || held != 0 || waiting != 0 {
 			t.Fatalf("%s after the release: %d sessions hold it and %d wait (%v), want none", key, held, waiting, err)
 		}
 	}
 
-	orders := [][]string{{keys[0], keys[1]}, {keys[1], keys[2], keys[0]}}
+	orders := [][]registry.Key{{keys[0], registry.Shared(keys[1])}, {keys[1], keys[2], registry.Shared(keys[0])}}
 	errs := make(chan error, 2)
 	for i, order := range orders {
 		go func() {
@@ -213,4 +214,70 @@ func TestSignatureTagLocksMultiKeyHold(t *testing.T) {
 			t.Fatalf("holds of overlapping keys in opposite orders: %v", err)
 		}
 	}
+}
+
+// A shared key is held by any number of shared holds at once, across
+// sessions (two replicas), and by an exclusive one only when no other
+// holds it: an exclusive hold waits for the shared ones, and a shared one
+// for an exclusive one. A hold that asks for one key both ways holds it
+// once, exclusively.
+func TestSignatureTagLocksSharedAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	a, b, db := twoReplicas(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	key := registry.IndexesKey("app/demo-" + newID())
+	wantModes := func(what string, want ...string) {
+		t.Helper()
+		got, err := store.SignatureTagLockModesForTest(ctx, db, key.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: the key is held %v, want %v", what, got, want)
+		}
+	}
+	waits := func(what string, l registry.SignatureTagLocker, k registry.Key) {
+		t.Helper()
+		short, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer stop()
+		if release, err := l.Hold(short, k); !errors.Is(err, context.DeadlineExceeded) {
+			if err == nil {
+				release()
+			}
+			t.Fatalf("%s: %v, want context deadline exceeded", what, err)
+		}
+	}
+	releaseA, err := a.Hold(ctx, registry.Shared(key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	soon, stop := context.WithTimeout(ctx, 5*time.Second)
+	defer stop()
+	releaseB, err := b.Hold(soon, registry.Shared(key))
+	if err != nil {
+		t.Fatalf("pool B's shared hold while pool A held the key shared: %v", err)
+	}
+	wantModes("two shared holds", "ShareLock", "ShareLock")
+	waits("pool B's exclusive hold while both held it shared", b, key)
+	releaseA()
+	waits("pool A's exclusive hold while pool B held it shared", a, key)
+	releaseB()
+	wantModes("after the shared holds released")
+
+	releaseA, err = a.Hold(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits("pool B's shared hold while pool A held the key exclusively", b, registry.Shared(key))
+	releaseA()
+
+	both, err := b.Hold(ctx, registry.Shared(key), key, registry.Shared(key))
+	if err != nil {
+		t.Fatalf("a hold of one key both shared and exclusively: %v", err)
+	}
+	wantModes("a hold of one key both ways", "ExclusiveLock")
+	waits("pool A's shared hold while pool B held the key exclusively", a, registry.Shared(key))
+	both()
+	wantModes("after every release")
 }
