@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -57,7 +58,15 @@ func DigestKey(repository, digest string) Key { return Key{Name: repository + "@
 // it after every digest key of the repository, so a hold takes it last and
 // never keeps the whole repository waiting while it waits for a digest
 // that one verification or registration holds.
-func IndexesKey(repository string) Key { return Key{Name: repository + "@~indexes"} }
+func IndexesKey(repository string) Key { return Key{Name: repository + indexesSuffix} }
+
+const indexesSuffix = "@~indexes"
+
+// LockedLast says k is a repository's key, which every lock of keys takes
+// after all digest keys: the process's own lock does by name (see
+// IndexesKey), and a lock replicas share, ordering by its own numbers,
+// must be told.
+func (k Key) LockedLast() bool { return strings.HasSuffix(k.Name, indexesSuffix) }
 
 // HoldKeys holds every key of keys in this process only (HoldKeysWith
 // without a lock that replicas share), which is all a server on SQLite

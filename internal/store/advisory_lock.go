@@ -36,15 +36,26 @@ func SignatureTagLocks(db *DB) registry.SignatureTagLocker {
 }
 
 // signatureTagLockKey is the advisory lock of key: the first 8 bytes of
-// its SHA-256 with the top bit set, so a negative one-key lock. Schema
-// changes hold a positive one-key lock (migrateLock) and placements the
-// two-key form (placementLockClass), which PostgreSQL keeps apart from
-// the one-key form: the negative one-key locks are the signature tags'
-// alone. Two keys whose 63 bits collide only wait on each other (and one
-// hold of both takes the lock once).
-func signatureTagLockKey(key string) int64 {
-	sum := sha256.Sum256([]byte(key))
-	return int64(binary.BigEndian.Uint64(sum[:8]) | 1<<63)
+// its name's SHA-256 with the top bit set, so a negative one-key lock.
+// Schema changes hold a positive one-key lock (migrateLock) and placements
+// the two-key form (placementLockClass), which PostgreSQL keeps apart from
+// the one-key form: the negative one-key locks are the registry's alone.
+// The next bit is set for a key locked last (a repository's, see
+// registry.Key.LockedLast) and clear for every other, so the order of the
+// numbers, the one order Hold locks in, takes a repository's key after
+// every digest key, as the process's own lock does: a delete waiting for
+// a digest that another replica's verification holds then waits without
+// holding its repository's key, which an index's registration (and, queued
+// behind that, every other delete in the repository) would wait for. Two
+// keys whose 62 bits collide only wait on each other (and one hold of both
+// takes the lock once).
+func signatureTagLockKey(key registry.Key) int64 {
+	sum := sha256.Sum256([]byte(key.Name))
+	n := binary.BigEndian.Uint64(sum[:8])&^(1<<62) | 1<<63
+	if key.LockedLast() {
+		n |= 1 << 62
+	}
+	return int64(n)
 }
 
 // advisoryCancelGrace is how long a wait that its caller gave up on is
@@ -76,7 +87,7 @@ type advisoryLocks struct {
 func (l *advisoryLocks) Hold(ctx context.Context, keys ...registry.Key) (release func(), err error) {
 	locks := make([]advisoryKey, len(keys))
 	for i, key := range keys {
-		locks[i] = advisoryKey{key, signatureTagLockKey(key.Name)}
+		locks[i] = advisoryKey{key, signatureTagLockKey(key)}
 	}
 	slices.SortFunc(locks, func(a, b advisoryKey) int { return cmp.Compare(a.n, b.n) })
 	merged := locks[:0]

@@ -3,7 +3,9 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -280,4 +282,53 @@ func TestSignatureTagLocksSharedAcrossReplicas(t *testing.T) {
 	waits("pool A's shared hold while pool B held the key exclusively", a, registry.Shared(key))
 	both()
 	wantModes("after every release")
+}
+
+// A delete holds its digest and, shared, its repository's key. While it
+// waits for a digest another replica holds (a verification), it holds no
+// lock of the repository yet: an index's registration, which takes the
+// repository's key exclusively, does not wait for it. The keys' lock
+// numbers order digests by their hash; the repository's key comes last
+// whatever its hash, so eight repositories cover both orders of the
+// hashes (all eight in one order: one in 256).
+func TestSignatureTagLocksTakeARepositoryKeyLast(t *testing.T) {
+	t.Parallel()
+	a, b, db := twoReplicas(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 8 {
+		repo := fmt.Sprintf("app/order-%d", i)
+		digest := registry.DigestKey(repo, "sha256:"+strings.Repeat("ab", 32))
+		verification, err := a.Hold(ctx, digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deleted := make(chan error, 1)
+		go func() {
+			release, err := b.Hold(ctx, digest, registry.Shared(registry.IndexesKey(repo)))
+			if err == nil {
+				release()
+			}
+			deleted <- err
+		}()
+		for {
+			if _, waiting, err := store.SignatureTagLockStateForTest(ctx, db, digest.Name); err != nil {
+				t.Fatal(err)
+			} else if waiting == 1 {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		short, stop := context.WithTimeout(ctx, 2*time.Second)
+		registration, err := a.Hold(short, registry.IndexesKey(repo))
+		stop()
+		if err != nil {
+			t.Fatalf("%s: an index registration waited for a delete that waits for a digest (%v)", repo, err)
+		}
+		registration()
+		verification()
+		if err := <-deleted; err != nil {
+			t.Fatal(err)
+		}
+	}
 }
