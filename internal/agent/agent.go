@@ -434,9 +434,9 @@ func (a *Agent) unwrap(ctx context.Context, wrapping string) (driver.Credentials
 			}
 			return driver.Credentials{}, driver.Fail(nodeapi.ReasonCredentialRefused,
 				"the control plane refused this node's identity twice in a row while unwrapping this pull's credentials, "+
-					"the second time with a newly exchanged node token (%v): check that node %s is not removed (gpuaas node get %[2]s); "+
-					"a removed node joins again with a new join token (gpuaas node join-token). If it is not, the control plane's "+
-					"replicas may not share their token signing keys, or its clock and this host's may disagree", err, a.id.NodeID)
+					"the second time with a newly exchanged node token (%v): the control plane's replicas may not share their token "+
+					"signing keys, or its clock and this host's may disagree; also check that node %s is not removed (gpuaas node get %[2]s): "+
+					"a removed node joins again with a new join token (gpuaas node join-token)", err, a.id.NodeID)
 		}
 		reauthed = false
 		busy := unwrapBusy(err)

@@ -62,11 +62,15 @@ func CollectGarbage(ctx context.Context, root string, dryRun bool, logger *slog.
 		return res, err
 	}
 	// Distribution's mark fails where no repository was ever pushed to,
-	// and every blob is written through a repository: nothing to collect.
-	if _, err := driver.Stat(ctx, repositoriesRoot); errors.As(err, new(storagedriver.PathNotFoundError)) {
-		return res, nil
-	} else if err != nil {
-		return res, err
+	// and its sweep where no blob was ever committed (an upload begun and
+	// abandoned makes the repository, not the blobs): in both, nothing to
+	// collect.
+	for _, dir := range []string{repositoriesRoot, blobsRoot} {
+		if _, err := driver.Stat(ctx, strings.TrimSuffix(dir, "/")); errors.As(err, new(storagedriver.PathNotFoundError)) {
+			return res, nil
+		} else if err != nil {
+			return res, err
+		}
 	}
 	// MarkAndSweep's own dry run only prints what it would remove, on
 	// stdout: it runs for real on a driver that measures each removal and,

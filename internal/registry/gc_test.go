@@ -178,6 +178,14 @@ func TestCollectGarbageOfEmptyStorage(t *testing.T) {
 	if got, err := CollectGarbage(context.Background(), root, false, nil); err != nil || got != (GCResult{}) {
 		t.Fatalf("gc of an empty registry = %+v, %v; want nothing removed", got, err)
 	}
+	// A first push begun and abandoned: the repository has an upload,
+	// the registry no blob yet.
+	if err := os.MkdirAll(filepath.Join(root, "docker/registry/v2/repositories/app/demo/_uploads/0193"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := CollectGarbage(context.Background(), root, false, nil); err != nil || got != (GCResult{}) {
+		t.Fatalf("gc of a registry with an abandoned first upload = %+v, %v; want nothing removed", got, err)
+	}
 	missing := filepath.Join(root, "missing")
 	if _, err := CollectGarbage(context.Background(), missing, false, nil); err == nil || !strings.Contains(err.Error(), missing+" is not a registry directory") {
 		t.Fatalf("gc of a missing directory: %v", err)

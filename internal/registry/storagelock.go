@@ -42,7 +42,10 @@ func (l *storageLock) release() error {
 // exclusive, failing at once with busy's message when the other kind is
 // held.
 func lockStorage(root string, exclusive bool, busy string) (*storageLock, error) {
-	f, err := os.OpenFile(filepath.Join(root, lockFileName), os.O_RDWR|os.O_CREATE, 0o600)
+	// Read-only and readable by all: flock needs no write access, and a
+	// file created by gc run as root must not keep a server running as its
+	// own user from opening it (nor the other way round).
+	f, err := os.OpenFile(filepath.Join(root, lockFileName), os.O_RDONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("registry storage lock: %w", err)
 	}
