@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -152,15 +153,17 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 
 // retryAfter reads a Retry-After header: delay seconds or an HTTP date (a
 // date gone by is 0). ok is false when there is none or it is unreadable.
+// Delay seconds are ASCII digits only (RFC 9110: 1*DIGIT), as the Python
+// SDK reads them: strconv would take "+5" and "-0" too, which no server
+// means. A delay too large for a Duration is the largest one (every caller
+// caps it).
 func retryAfter(v string, now time.Time) (d time.Duration, ok bool) {
 	if v == "" {
 		return 0, false
 	}
-	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		switch {
-		case s < 0: // not a delay; and a large one would overflow below
-			return 0, true
-		case s > int64(math.MaxInt64/time.Second):
+	if strings.Trim(v, "0123456789") == "" {
+		s, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || s > uint64(math.MaxInt64/time.Second) { // only a range error is left
 			return math.MaxInt64, true
 		}
 		return time.Duration(s) * time.Second, true

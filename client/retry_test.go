@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -200,4 +201,66 @@ func TestReadyzIsNotRetried(t *testing.T) {
 	if r, err := c.Readyz(t.Context()); err != nil || r.Status != "not_ready" {
 		t.Fatalf("Readyz: %+v %v", r, err)
 	}
+}
+
+// Retry-After is delay-seconds (RFC 9110: 1*DIGIT) or an HTTP date.
+// strconv takes a sign too; a server never sends one, so a signed or
+// spaced value is unreadable (as in the Python SDK) and the caller falls
+// back to its own wait rather than to none.
+func TestRetryAfterValues(t *testing.T) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		ok   bool
+	}{
+		{"", 0, false},
+		{"0", 0, true},
+		{"5", 5 * time.Second, true},
+		{"007", 7 * time.Second, true},
+		{"+5", 0, false},
+		{"-0", 0, false},
+		{"-5", 0, false},
+		{" 5", 0, false},
+		{"5 ", 0, false},
+		{"1 0", 0, false},
+		{"5s", 0, false},
+		{"1.5", 0, false},
+		{"٣", 0, false}, // a digit, but not an ASCII one
+		{"99999999999999999999999", math.MaxInt64, true},
+		{now.Add(90 * time.Second).Format(http.TimeFormat), 90 * time.Second, true},
+		{now.Add(-time.Hour).Format(http.TimeFormat), 0, true},
+		{"soon", 0, false},
+	} {
+		d, ok := retryAfter(tc.in, now)
+		if d != tc.want || ok != tc.ok {
+			t.Errorf("retryAfter(%q) = %v, %v; want %v, %v", tc.in, d, ok, tc.want, tc.ok)
+		}
+		if got := parseRetryAfter(tc.in, now); got != tc.want {
+			t.Errorf("parseRetryAfter(%q) = %v; want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+// FuzzRetryAfter: the header is the server's (or a proxy's) word, so
+// untrusted: reading it must not panic, a wait is never negative, and a
+// value with a sign is never a delay.
+func FuzzRetryAfter(f *testing.F) {
+	now := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, s := range []string{"", "0", "5", "+5", "-0", "-9223372036854775808", "9223372036854775807",
+		"99999999999999999999999", " 5", now.Format(http.TimeFormat), "Sun Nov  6 08:49:37 1994", "Sunday, 06-Nov-94 08:49:37 GMT"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, ok := retryAfter(s, now)
+		if d < 0 {
+			t.Fatalf("retryAfter(%q) = %v: a negative wait", s, d)
+		}
+		if !ok && d != 0 {
+			t.Fatalf("retryAfter(%q) = %v but unreadable", s, d)
+		}
+		if ok && (strings.HasPrefix(s, "+") || strings.HasPrefix(s, "-")) {
+			t.Fatalf("retryAfter(%q) = %v: a signed value read as a delay", s, d)
+		}
+	})
 }
