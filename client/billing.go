@@ -338,7 +338,8 @@ type UsageData struct {
 
 // ReportUsage posts events as one CloudEvents batch for an app instance,
 // with the instance's own service-account token. The answer comes after
-// the events are committed.
+// the events are committed. The server records each event once by its
+// source and id, so a RetryPolicy sends the batch again after a 503.
 //
 // Operation: reportAppUsage
 func (c *Client) ReportUsage(ctx context.Context, projectID, instanceID string, events []UsageEvent) (UsageResult, error) {
@@ -355,13 +356,13 @@ func (c *Client) ReportUsage(ctx context.Context, projectID, instanceID string, 
 		batch[i] = ev
 	}
 	var out UsageResult
-	return out, c.postCloudEvents(ctx, instancePath(projectID, instanceID)+"/usage", batch, &out, 64<<20)
+	return out, c.postCloudEvents(ctx, instancePath(projectID, instanceID)+"/usage", batch, &out, 64<<20, dedupedByEventID)
 }
 
 // postCloudEvents posts batch as one CloudEvents batch
 // (application/cloudevents-batch+json) to path and decodes the answer, at
 // most limit bytes, into out.
-func (c *Client) postCloudEvents(ctx context.Context, path string, batch any, out any, limit int64) error {
+func (c *Client) postCloudEvents(ctx context.Context, path string, batch any, out any, limit int64, opts ...RequestOption) error {
 	body, err := json.Marshal(batch)
 	if err != nil {
 		return err
@@ -372,5 +373,8 @@ func (c *Client) postCloudEvents(ctx context.Context, path string, batch any, ou
 	}
 	c.authorize(req)
 	req.Header.Set("Content-Type", "application/cloudevents-batch+json")
+	for _, o := range opts {
+		o(req)
+	}
 	return c.send(req, out, limit)
 }

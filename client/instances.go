@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -187,6 +188,10 @@ type RuntimeEventReport struct {
 // rate (every event counts, heartbeats too) it fails with 429
 // runtime_events_rate_limited and nothing is recorded: retry the same
 // events after the *APIError's Details["retry_after_seconds"] seconds.
+// The server records every event but a heartbeat once by its source and
+// id, so a RetryPolicy sends a batch without heartbeats again after a 503;
+// a heartbeat takes effect again each time it comes (a resent one could
+// undo a later event of its batch), so a batch holding one is not.
 //
 // Operation: reportRuntimeEvents
 func (c *Client) ReportRuntimeEvents(ctx context.Context, projectID, instanceID string, events []RuntimeEvent) (RuntimeEventReport, error) {
@@ -202,8 +207,12 @@ func (c *Client) ReportRuntimeEvents(ctx context.Context, projectID, instanceID 
 		}
 		batch[i] = ev
 	}
+	var opts []RequestOption
+	if !slices.ContainsFunc(events, func(e RuntimeEvent) bool { return e.Type == RuntimeHeartbeat }) {
+		opts = append(opts, dedupedByEventID)
+	}
 	var out RuntimeEventReport
-	return out, c.postCloudEvents(ctx, instancePath(projectID, instanceID)+"/runtime-events", batch, &out, 16<<20)
+	return out, c.postCloudEvents(ctx, instancePath(projectID, instanceID)+"/runtime-events", batch, &out, 16<<20, opts...)
 }
 
 // AppInstanceList is one page of instances.

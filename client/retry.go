@@ -93,12 +93,28 @@ func (p *RetryPolicy) wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// repeatable reports whether the server may see req twice: a read, or a
+// repeatable reports whether the server may see req twice: a read, a
 // change it recognises by its idempotency key (either header the API
-// reads; an empty one is no key).
+// reads; an empty one is no key), or one whose method marked it
+// dedupedByEventID.
 func repeatable(req *http.Request) bool {
 	return req.Method == http.MethodGet || req.Method == http.MethodHead ||
-		req.Header.Get("X-Idempotency-Key") != "" || req.Header.Get("Idempotency-Key") != ""
+		req.Header.Get("X-Idempotency-Key") != "" || req.Header.Get("Idempotency-Key") != "" ||
+		req.Context().Value(dedupedKey{}) != nil
+}
+
+type dedupedKey struct{}
+
+// dedupedByEventID marks a request the server recognises by its content
+// rather than by an idempotency key: a CloudEvents batch whose every event
+// the server records once by its source and id, answering a repeat as a
+// duplicate (app usage: billing's durable dedupe key; runtime events other
+// than heartbeats: the timeline row's). A RetryPolicy sends it again after
+// a 503 as it would a keyed change. Only the method that builds the batch
+// knows what it holds, so the method sets it, not a list of paths here.
+// The mark rides in the request's context: it is the client's, never sent.
+func dedupedByEventID(r *http.Request) {
+	*r = *r.WithContext(context.WithValue(r.Context(), dedupedKey{}, true))
 }
 
 // resendable reports whether req's body can be sent again: none, or one

@@ -115,8 +115,7 @@ func TestRetryUnavailableOnlyWhenRepeatable(t *testing.T) {
 			return c.Do(t.Context(), http.MethodPost, "/x", nil, map[string]int{}, nil)
 		}, 2},
 		{"post without key", func(c *Client) error {
-			_, err := c.ReportUsage(t.Context(), "p1", "i1", []UsageEvent{{ID: "u1", UsageUnit: "runtime", Quantity: 1}})
-			return err
+			return c.Do(t.Context(), http.MethodPost, "/x", nil, map[string]int{}, nil, onceOnly)
 		}, 1},
 		{"post with its key removed", func(c *Client) error {
 			return c.Do(t.Context(), http.MethodPost, "/x", nil, map[string]int{}, nil, WithIdempotencyKey(""))
@@ -131,6 +130,66 @@ func TestRetryUnavailableOnlyWhenRepeatable(t *testing.T) {
 			}
 			if api, ok := errors.AsType[*APIError](err); tc.tries == 1 && (!ok || api.Status != 503) {
 				t.Fatalf("err %v, want the 503", err)
+			}
+		})
+	}
+}
+
+// The usage report and the runtime events other than heartbeats carry no
+// idempotency key, but the server records each event once by its source
+// and id (a repeat is answered "duplicate"), so after a 503 the same batch
+// is sent again and the caller gets the repeat's success. A heartbeat is
+// applied again whenever it comes (it is not recorded by id): a batch
+// holding one gets the 503.
+func TestRetryUnavailableReportsTheServerDedupes(t *testing.T) {
+	at := time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		call  func(c *Client) error
+		tries int
+	}{
+		{"usage", func(c *Client) error {
+			_, err := c.ReportUsage(t.Context(), "p1", "i1", []UsageEvent{{ID: "u1", Source: "app", UsageUnit: "tokens", Quantity: 1, Time: at}})
+			return err
+		}, 2},
+		{"runtime events", func(c *Client) error {
+			_, err := c.ReportRuntimeEvents(t.Context(), "p1", "i1", []RuntimeEvent{
+				{ID: "e1", Source: "app", Type: RuntimeStartCompleted, Time: at},
+				{ID: "e2", Source: "app", Type: RuntimeMemberAdded, Member: "w0", Time: at}})
+			return err
+		}, 2},
+		{"heartbeat", func(c *Client) error {
+			_, err := c.ReportRuntimeEvents(t.Context(), "p1", "i1", []RuntimeEvent{{ID: "h1", Source: "app", Type: RuntimeHeartbeat, Time: at}})
+			return err
+		}, 1},
+		{"runtime events with a heartbeat", func(c *Client) error {
+			_, err := c.ReportRuntimeEvents(t.Context(), "p1", "i1", []RuntimeEvent{
+				{ID: "h1", Source: "app", Type: RuntimeHeartbeat, Health: "unhealthy", Time: at},
+				{ID: "e1", Source: "app", Type: RuntimeHealthy, Time: at}})
+			return err
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s, waits := retryingClient(t, RetryPolicy{}, refusal{503, "1"}, refusal{200, ""})
+			err := tc.call(c)
+			got := s.requests()
+			if len(got) != tc.tries {
+				t.Fatalf("%d requests, want %d (err %v)", len(got), tc.tries, err)
+			}
+			if tc.tries == 1 {
+				if api, ok := errors.AsType[*APIError](err); !ok || api.Status != 503 {
+					t.Fatalf("err %v, want the 503", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("err %v after the resend's 200", err)
+			}
+			if got[0] != got[1] || got[0].key != "" || !strings.Contains(got[0].body, `"id":"`) {
+				t.Fatalf("the resend is not the same batch: %+v", got)
+			}
+			if len(*waits) != 1 || (*waits)[0] != time.Second {
+				t.Fatalf("waits %v, want [1s]", *waits)
 			}
 		})
 	}
