@@ -29,6 +29,10 @@ type Client struct {
 	// or 503 where that is safe) again after the Retry-After, a bounded
 	// number of times. Nil (the default): every refusal is returned.
 	Retry *RetryPolicy
+
+	// sleep waits between event-stream reconnects (nil: a timer); tests
+	// record the waits instead.
+	sleep func(ctx context.Context, d time.Duration) error
 }
 
 // New returns a client for baseURL using token (may be empty).

@@ -153,7 +153,10 @@ func (c *Client) StreamEvents(ctx context.Context, projectID, lastEventID string
 // reconnect resumes after it and misses nothing.
 const ResumeNow = "now"
 
-// FollowEvents is StreamEvents for any scope's path and filter.
+// FollowEvents is StreamEvents for any scope's path and filter. A connect
+// refused with 429 or 503 is tried again after the answer's Retry-After
+// (at most c.Retry's MaxWait, 30 s without a policy), or after the
+// follower's own backoff (100 ms doubling to 5 s) when that is longer.
 //
 // Operation: streamProjectEvents streamOrgEvents streamPlatformEvents
 func (c *Client) FollowEvents(ctx context.Context, path string, f EventFilter, lastEventID string, fn func(Event) error) error {
@@ -179,10 +182,15 @@ func (c *Client) FollowEvents(ctx context.Context, path string, f EventFilter, l
 		if delivered {
 			backoff = 100 * time.Millisecond
 		}
-		select {
-		case <-ctx.Done():
+		wait := backoff
+		if api != nil {
+			// A refused connect (429: too many streams; 503) waits at least
+			// as long as the server asked, capped as a RetryPolicy caps it,
+			// so a follower does not knock again every few seconds.
+			wait = max(wait, min(api.RetryAfter, c.Retry.maxWait()))
+		}
+		if waitFor(ctx, wait, c.sleep) != nil {
 			return nil
-		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 5*time.Second)
 	}

@@ -67,21 +67,32 @@ func (p *RetryPolicy) next(req *http.Request, resp *http.Response, refused int, 
 	default:
 		return 0, false
 	}
-	limit := p.MaxWait
-	if limit <= 0 {
-		limit = defaultMaxRetryWait
-	}
 	d, ok := retryAfter(resp.Header.Get("Retry-After"), now)
 	if !ok {
 		d = firstRetryWait << min(refused, 30)
 	}
-	return min(d, limit), true
+	return min(d, p.maxWait()), true
+}
+
+// maxWait is the longest wait p allows (also without a policy: the
+// default).
+func (p *RetryPolicy) maxWait() time.Duration {
+	if p == nil || p.MaxWait <= 0 {
+		return defaultMaxRetryWait
+	}
+	return p.MaxWait
 }
 
 // wait waits d, or returns ctx's error as soon as ctx ends.
 func (p *RetryPolicy) wait(ctx context.Context, d time.Duration) error {
-	if p.sleep != nil {
-		return p.sleep(ctx, d)
+	return waitFor(ctx, d, p.sleep)
+}
+
+// waitFor waits d with sleep (a test's recorder), or, when it is nil, a
+// timer, returning ctx's error as soon as ctx ends.
+func waitFor(ctx context.Context, d time.Duration, sleep func(context.Context, time.Duration) error) error {
+	if sleep != nil {
+		return sleep(ctx, d)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
