@@ -18,9 +18,11 @@ import (
 // A 429 is always sent again, whatever the method: every rate limit of the
 // API refuses before anything is done (and a keyed request's claim is given
 // back), so the retry cannot act twice. A 503 is sent again only for a GET
-// or HEAD, or a change carrying an idempotency key (Do gives every POST and
-// PUT one): an unavailable database may have failed a change after it
-// committed, and only the key makes sending it again safe. Each retry
+// or HEAD, a change carrying an idempotency key (Do gives every POST and
+// PUT one), or a report the server dedupes by its events' ids
+// (dedupedByEventID): an unavailable database may have failed a change
+// after it committed, and only the key or the ids make sending it again
+// safe. Each retry
 // carries the same X-Request-ID and idempotency key as the first try. A
 // request whose body is a stream (a blob or release upload) is not sent
 // again: its bytes are gone.
