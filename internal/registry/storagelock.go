@@ -42,10 +42,9 @@ func (l *storageLock) release() error {
 // exclusive, failing at once with busy's message when the other kind is
 // held.
 func lockStorage(root string, exclusive bool, busy string) (*storageLock, error) {
-	// Read-only and readable by all: flock needs no write access, and a
-	// file created by gc run as root must not keep a server running as its
-	// own user from opening it (nor the other way round).
-	f, err := os.OpenFile(filepath.Join(root, lockFileName), os.O_RDONLY|os.O_CREATE, 0o644)
+	// Read-only: flock needs no write access. Owner-only, as everything
+	// under the data directory: run gc as the servers' user (docs).
+	f, err := os.OpenFile(filepath.Join(root, lockFileName), os.O_RDONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("registry storage lock: %w", err)
 	}
