@@ -98,8 +98,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 	}
 	// Held until Close, so that garbage collection cannot sweep what this
 	// process may be writing.
-	if r.storageLock, err = lockStorage(cfg.RootDir, false, fmt.Sprintf(
-		"the registry storage %s is being garbage-collected (gpuaas registry gc); start the server again once it has finished", cfg.RootDir)); err != nil {
+	if r.storageLock, err = lockStorage(cfg.RootDir, false, gcRunningMessage(cfg.RootDir)); err != nil {
 		return nil, err
 	}
 	id := uuid.NewString()

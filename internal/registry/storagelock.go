@@ -43,9 +43,14 @@ func (l *storageLock) release() error {
 // held.
 func lockStorage(root string, exclusive bool, busy string) (*storageLock, error) {
 	// Read-only: flock needs no write access. Owner-only, as everything
-	// under the data directory: run gc as the servers' user (docs).
+	// under the data directory; ownLikeDir keeps a gc run as root from
+	// locking the servers out of it.
 	f, err := os.OpenFile(filepath.Join(root, lockFileName), os.O_RDONLY|os.O_CREATE, 0o600)
 	if err != nil {
+		return nil, fmt.Errorf("registry storage lock: %w", err)
+	}
+	if err := ownLikeDir(f, root); err != nil {
+		_ = f.Close()
 		return nil, fmt.Errorf("registry storage lock: %w", err)
 	}
 	if err := flock(f, exclusive); err != nil {
@@ -56,4 +61,26 @@ func lockStorage(root string, exclusive bool, busy string) (*storageLock, error)
 		return nil, fmt.Errorf("lock %s: %w (on NFS, flock works only where the mount supports it)", f.Name(), err)
 	}
 	return &storageLock{f: f}, nil
+}
+
+// gcRunningMessage is a server's refusal while gc holds root.
+func gcRunningMessage(root string) string {
+	return fmt.Sprintf("the registry storage %s is being garbage-collected (gpuaas registry gc); start the server again once it has finished", root)
+}
+
+// HoldStorage takes a server's shared hold on the embedded registry's
+// storage at root, as New does, so that a server refuses to start while
+// `gpuaas registry gc` runs before it has opened and migrated its
+// database, rather than halfway up. A root that does not exist yet holds
+// nothing to collect: the release is then a no-op. The caller releases the
+// hold when it closes (New takes a hold of its own).
+func HoldStorage(root string) (release func() error, err error) {
+	if _, err := os.Stat(root); errors.Is(err, os.ErrNotExist) {
+		return func() error { return nil }, nil
+	}
+	l, err := lockStorage(root, false, gcRunningMessage(root))
+	if err != nil {
+		return nil, err
+	}
+	return l.release, nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/gpuaas/gpuaas/internal/iam"
 	"github.com/gpuaas/gpuaas/internal/instances"
 	"github.com/gpuaas/gpuaas/internal/nodes"
+	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/releases"
 	"github.com/gpuaas/gpuaas/internal/sealer"
 	"github.com/gpuaas/gpuaas/internal/serviceaccounts"
@@ -75,6 +76,9 @@ type App struct {
 	// now is the one clock every service reads (config.Now; the wall
 	// clock by default).
 	now func() time.Time
+	// releaseStorage ends the hold on the embedded registry's storage
+	// taken before the database was opened (registry.HoldStorage).
+	releaseStorage func() error
 }
 
 // NewLogger builds the process logger from the config.
@@ -116,12 +120,26 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		return nil, err
 	}
 	now := clock.Or(cfg.Now) // the one clock of this server (config.Config.Now)
+	ok := false
+	// `gpuaas registry gc` may hold the embedded registry's storage: find
+	// out before the database is opened and migrated, not once the server
+	// is half up. The hold lasts until Close, so gc cannot start meanwhile.
+	releaseStorage := func() error { return nil }
+	if cfg.RegistryURL == "" {
+		if releaseStorage, err = registry.HoldStorage(cfg.RegistryRoot()); err != nil {
+			return nil, fmt.Errorf("registry: %w", err)
+		}
+		defer func() {
+			if !ok {
+				_ = releaseStorage()
+			}
+		}()
+	}
 	db, err := store.Open(ctx, cfg.DatabaseURL, logger)
 	if err != nil {
 		return nil, err
 	}
 	db.SetClock(now) // what the store stamps itself: audit, outbox, idempotency commits
-	ok := false
 	defer func() {
 		if !ok {
 			_ = db.Close()
@@ -141,7 +159,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	// earlier) are registrations that add and never replace: the token
 	// checkers, and the instances domain's say in retiring versions and
 	// artifacts.
-	a := &App{Config: cfg, Logger: logger, DB: db, now: now}
+	a := &App{Config: cfg, Logger: logger, DB: db, now: now, releaseStorage: releaseStorage}
 	if a.artifacts, err = newArtifactParts(ctx, db, seal, cfg, key, now); err != nil {
 		return nil, err
 	}
@@ -379,7 +397,7 @@ func (a *App) Close() error {
 		_ = a.appsListener.Close() // bound, never served
 	}
 	a.events.close()
-	return errors.Join(a.closeRegistry(), a.DB.Close())
+	return errors.Join(a.closeRegistry(), a.DB.Close(), a.releaseStorage())
 }
 
 // Now is the server's clock: what every service reads as the time.
