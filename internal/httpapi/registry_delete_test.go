@@ -15,6 +15,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/gpuaas/gpuaas/internal/artifacts"
+	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/servertest"
 	"github.com/gpuaas/gpuaas/internal/storage"
 	"github.com/gpuaas/gpuaas/internal/store"
@@ -490,11 +491,19 @@ func TestRegistryDeletesInOneRepositoryRunSideBySide(t *testing.T) {
 			registered <- s.Admin().Do("POST", "/api/v1/projects/"+pid+"/app-artifacts", map[string]any{"app_slug": "del-side", "app_version": "1.0.0",
 				"artifact_name": "runtime", "repository": repo, "digest": idxDigest.String()})
 		}()
-		select {
-		case r := <-registered:
-			pause.resume()
-			t.Fatalf("the index's registration answered %d %s while a delete of one of its images stood between its check and the delete", r.Status, r.Body)
-		case <-time.After(2 * time.Second):
+		// The registration reaches the repository's key and queues behind
+		// the delete in progress (it does not answer meanwhile).
+		for queued := time.Now().Add(20 * time.Second); registry.Waiting(registry.IndexesKey(repo)) == 0; time.Sleep(5 * time.Millisecond) {
+			select {
+			case r := <-registered:
+				pause.resume()
+				t.Fatalf("the index's registration answered %d %s while a delete of one of its images stood between its check and the delete", r.Status, r.Body)
+			default:
+			}
+			if time.Now().After(queued) {
+				pause.resume()
+				t.Fatal("the index's registration never queued for the repository's key")
+			}
 		}
 		pause.resume()
 		if err := within(t, deleted, "the delete"); err != nil {

@@ -122,6 +122,18 @@ func HoldKeysWith(ctx context.Context, locker SignatureTagLocker, keys ...Key) (
 	}, nil
 }
 
+// Waiting is how many holds in this process wait for key's name now, in
+// either mode: what a test (or a stuck-request investigation) asks to
+// know that a request has reached a key and queued behind its holder.
+func Waiting(key Key) int {
+	signatureTags.mu.Lock()
+	defer signatureTags.mu.Unlock()
+	if e := signatureTags.held[key.Name]; e != nil {
+		return len(e.queue)
+	}
+	return 0
+}
+
 // SortedKeys is keys sorted by name, each name once: the order every
 // holder takes its keys in. A name asked for both shared and exclusively
 // is kept exclusive (a holder that locked it twice would wait for itself).
