@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -29,13 +30,33 @@ import (
 type RetryPolicy struct {
 	// Retries is how many times one request is sent again at most (0: 3).
 	Retries int
-	// MaxWait caps each wait, whatever the Retry-After (0: 30 s), so a
-	// wrong header cannot stall the caller for long.
+	// MaxWait is the longest one wait (0: 30 s). A refusal whose
+	// Retry-After asks for longer is returned at once rather than sent
+	// again early, where the server would only refuse it again (a sign-in
+	// locked out for 15 minutes); the 1 s doubling wait used when the
+	// server names none stops growing at MaxWait.
 	MaxWait time.Duration
+	// OnRetry, when set, is told of each retry just before its wait, so a
+	// caller can say why the call pauses. It is called only for a request
+	// that is sent again once the wait is over (unless the context ends
+	// during it), on the goroutine making the call.
+	OnRetry func(RetryNotice)
 
 	// sleep waits d or until ctx ends (nil: a timer); tests record the
 	// waits instead.
 	sleep func(ctx context.Context, d time.Duration) error
+}
+
+// RetryNotice is what a RetryPolicy's OnRetry is told of one retry.
+type RetryNotice struct {
+	// Refusal is the server's answer that refused the request: its
+	// Status (429 or 503), Code, Message and RetryAfter.
+	Refusal *APIError
+	// Wait is how long the policy waits before sending the request again.
+	Wait time.Duration
+	// Retry counts this request's retries, from 1; Retries is the most
+	// the policy makes.
+	Retry, Retries int
 }
 
 // Defaults of a RetryPolicy's zero fields.
@@ -53,11 +74,7 @@ func (p *RetryPolicy) next(req *http.Request, resp *http.Response, refused int, 
 	if p == nil {
 		return 0, false
 	}
-	retries := p.Retries
-	if retries <= 0 {
-		retries = defaultRetries
-	}
-	if refused >= retries || !resendable(req) {
+	if refused >= p.retries() || !resendable(req) {
 		return 0, false
 	}
 	switch resp.StatusCode {
@@ -71,9 +88,20 @@ func (p *RetryPolicy) next(req *http.Request, resp *http.Response, refused int, 
 	}
 	d, ok := retryAfter(resp.Header.Get("Retry-After"), now)
 	if !ok {
-		d = firstRetryWait << min(refused, 30)
+		return min(firstRetryWait<<min(refused, 30), p.maxWait()), true
 	}
-	return min(d, p.maxWait()), true
+	if d > p.maxWait() {
+		return 0, false
+	}
+	return d, true
+}
+
+// retries is the most retries p makes of one request.
+func (p *RetryPolicy) retries() int {
+	if p.Retries <= 0 {
+		return defaultRetries
+	}
+	return p.Retries
 }
 
 // maxWait is the longest wait p allows (also without a policy: the
@@ -164,13 +192,28 @@ func (c *Client) roundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		refusal := decodeResponse(req, resp, nil, 1<<20) // reads and closes it, so the connection is reused
+		resend, err := rewound(req)
+		if err != nil {
+			return nil, fmt.Errorf("%w; could not send it again: %w", refusal, err)
+		}
+		if c.Retry.OnRetry != nil {
+			c.Retry.OnRetry(RetryNotice{Refusal: refusalOf(resp, refusal), Wait: d, Retry: refused + 1, Retries: c.Retry.retries()})
+		}
 		if err := c.Retry.wait(req.Context(), d); err != nil {
 			return nil, fmt.Errorf("%w; stopped waiting %s to send it again: %w", refusal, d, err)
 		}
-		if req, err = rewound(req); err != nil {
-			return nil, fmt.Errorf("%w; could not send it again: %w", refusal, err)
-		}
+		req = resend
 	}
+}
+
+// refusalOf is the refusal resp as an *APIError: err, the error decoding
+// it gave, unless reading its body failed.
+func refusalOf(resp *http.Response, err error) *APIError {
+	if api, ok := errors.AsType[*APIError](err); ok {
+		return api
+	}
+	return &APIError{Status: resp.StatusCode, Code: "http_error", Message: err.Error(),
+		RetryAfter: parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())}
 }
 
 // parseRetryAfter reads a Retry-After header: delay seconds or an HTTP

@@ -195,26 +195,109 @@ func TestRetryUnavailableReportsTheServerDedupes(t *testing.T) {
 	}
 }
 
-// The waits: Retry-After as seconds or an HTTP date, capped at MaxWait,
-// 1 s doubling when the server names none, and no more than Retries
-// retries, after which the last refusal is the error.
+// The waits: Retry-After as seconds or an HTTP date, 1 s doubling up to
+// MaxWait when the server names none, and no more than Retries retries,
+// after which the last refusal is the error.
 func TestRetryWaits(t *testing.T) {
 	date := time.Now().Add(10 * time.Second).UTC().Format(http.TimeFormat)
 	c, s, waits := retryingClient(t, RetryPolicy{MaxWait: 20 * time.Second},
-		refusal{429, date}, refusal{429, "3600"}, refusal{503, ""}, refusal{503, "soon"})
+		refusal{429, date}, refusal{429, "3"}, refusal{503, ""}, refusal{503, "soon"})
 	err := c.Do(t.Context(), http.MethodGet, "/x", nil, nil, nil)
 	if api, ok := errors.AsType[*APIError](err); !ok || api.Status != 503 || len(s.requests()) != 4 {
 		t.Fatalf("err %v after %d requests, want the 4th answer (503)", err, len(s.requests()))
 	}
 	w := *waits
-	if len(w) != 3 || w[0] <= 8*time.Second || w[0] > 10*time.Second || w[1] != 20*time.Second || w[2] != 4*time.Second {
-		t.Fatalf("waits %v, want [~10s 20s 4s]", w)
+	if len(w) != 3 || w[0] <= 8*time.Second || w[0] > 10*time.Second || w[1] != 3*time.Second || w[2] != 4*time.Second {
+		t.Fatalf("waits %v, want [~10s 3s 4s]", w)
 	}
 
 	c, s, waits = retryingClient(t, RetryPolicy{Retries: 1}, refusal{429, ""})
 	_ = c.Do(t.Context(), http.MethodGet, "/x", nil, nil, nil)
 	if len(s.requests()) != 2 || len(*waits) != 1 || (*waits)[0] != time.Second {
 		t.Fatalf("Retries 1: %d requests, waits %v", len(s.requests()), *waits)
+	}
+
+	c, _, waits = retryingClient(t, RetryPolicy{Retries: 5, MaxWait: 5 * time.Second}, refusal{503, ""})
+	_ = c.Do(t.Context(), http.MethodGet, "/x", nil, nil, nil)
+	if w := *waits; len(w) != 5 || w[2] != 4*time.Second || w[3] != 5*time.Second || w[4] != 5*time.Second {
+		t.Fatalf("waits %v, want [1s 2s 4s 5s 5s]", w)
+	}
+}
+
+// A server asking for a longer wait than MaxWait (a sign-in locked out for
+// minutes) gets no early retry, which it would only refuse again: its
+// refusal comes back at once, with the wait it asked for.
+func TestRetryAfterPastMaxWaitIsReturned(t *testing.T) {
+	later := time.Now().Add(time.Hour).UTC().Format(http.TimeFormat)
+	for _, ra := range []string{"3600", "21", later} {
+		c, s, waits := retryingClient(t, RetryPolicy{MaxWait: 20 * time.Second}, refusal{429, ra}, refusal{200, ""})
+		c.Retry.OnRetry = func(n RetryNotice) { t.Errorf("Retry-After %s: told of a retry %+v", ra, n) }
+		err := c.Do(t.Context(), http.MethodPost, "/x", nil, map[string]int{}, nil)
+		if api, ok := errors.AsType[*APIError](err); !ok || api.Status != 429 || api.RetryAfter <= 20*time.Second ||
+			len(s.requests()) != 1 || len(*waits) != 0 {
+			t.Fatalf("Retry-After %s: err %v after %d requests, waits %v", ra, err, len(s.requests()), *waits)
+		}
+	}
+}
+
+// OnRetry is told of each retry before its wait: the refusal, the wait and
+// which retry of how many it is.
+func TestOnRetryTellsOfEachRetry(t *testing.T) {
+	c, s, waits := retryingClient(t, RetryPolicy{Retries: 2}, refusal{429, "2"}, refusal{503, ""}, refusal{200, ""})
+	var notices []RetryNotice
+	c.Retry.OnRetry = func(n RetryNotice) {
+		if len(*waits) != len(notices) {
+			t.Errorf("told of retry %d after its wait", n.Retry)
+		}
+		notices = append(notices, n)
+	}
+	if _, err := c.Healthz(t.Context()); err != nil || len(s.requests()) != 3 {
+		t.Fatalf("Healthz: %v after %d requests", err, len(s.requests()))
+	}
+	if len(notices) != 2 {
+		t.Fatalf("notices %+v, want 2", notices)
+	}
+	for i, want := range []struct {
+		status int
+		wait   time.Duration
+	}{{429, 2 * time.Second}, {503, 2 * time.Second}} {
+		n := notices[i]
+		if n.Refusal == nil || n.Refusal.Status != want.status || n.Refusal.Code != "not_now" || n.Refusal.CorrelationID != "c1" ||
+			n.Wait != want.wait || n.Retry != i+1 || n.Retries != 2 {
+			t.Errorf("notice %d: %+v (refusal %+v), want status %d, wait %s, retry %d of 2", i, n, n.Refusal, want.status, want.wait, i+1)
+		}
+	}
+}
+
+// OnRetry is not called when nothing is sent again: a 503 of a change
+// without a key, a streamed body, a refusal after the last retry.
+func TestOnRetryOnlyWhenSentAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		answers []refusal
+		call    func(c *Client) error
+		notices int
+	}{
+		{"delete refused 503", []refusal{{503, "1"}, {200, ""}}, func(c *Client) error {
+			return c.Do(t.Context(), http.MethodDelete, "/x", nil, nil, nil)
+		}, 0},
+		{"upload refused 429", []refusal{{429, "1"}, {200, ""}}, func(c *Client) error {
+			_, err := c.UploadBlob(t.Context(), "/up", strings.NewReader("abc"), 3, 0, nil)
+			return err
+		}, 0},
+		{"refused after the last retry", []refusal{{429, "1"}}, func(c *Client) error {
+			return c.Do(t.Context(), http.MethodGet, "/x", nil, nil, nil)
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, s, _ := retryingClient(t, RetryPolicy{Retries: 1}, tc.answers...)
+			notices := 0
+			c.Retry.OnRetry = func(RetryNotice) { notices++ }
+			err := tc.call(c)
+			if _, ok := errors.AsType[*APIError](err); !ok || notices != tc.notices || len(s.requests()) != tc.notices+1 {
+				t.Fatalf("err %v after %d requests, %d notices, want %d", err, len(s.requests()), notices, tc.notices)
+			}
+		})
 	}
 }
 
