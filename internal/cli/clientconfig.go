@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +36,7 @@ const (
 	envToken       = "GPUAAS_TOKEN"
 	envConfigDir   = "GPUAAS_CONFIG_DIR"
 	envProfile     = "GPUAAS_PROFILE"
+	envRetries     = "GPUAAS_RETRIES"
 	defaultAPIURL  = "http://127.0.0.1:8080"
 	defaultProfile = "default"
 )
@@ -176,7 +179,7 @@ func apiClient(cmd *cobra.Command) (*client.Client, error) {
 		return nil, err
 	}
 	u, _ := apiURL(cmd, cache)
-	c, err := cliClient(u, flagOrEnv(cmd, "token", envToken))
+	c, err := cliClient(cmd, u, flagOrEnv(cmd, "token", envToken))
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +216,7 @@ func remint(cmd *cobra.Command, cache cachedCredentials) (cachedCredentials, err
 	if err != nil {
 		return cache, fmt.Errorf("the token of profile %q expired and its key file could not be read (%v): run gpuaas sa token --key-file FILE again", name, err)
 	}
-	c, err := cliClient(cache.APIURL, "")
+	c, err := cliClient(cmd, cache.APIURL, "")
 	if err != nil {
 		return cache, err
 	}
@@ -229,17 +232,80 @@ func remint(cmd *cobra.Command, cache cachedCredentials) (cachedCredentials, err
 	return cache, nil
 }
 
-// cliClient is the CLI's API client of baseURL, which must be an http or
+// cliClient is the API client of cmd for baseURL, which must be an http or
 // https URL with a host (a bare host:port would otherwise surface later as
-// a URL-parse error from deep inside the HTTP client).
-func cliClient(baseURL, token string) (*client.Client, error) {
+// a URL-parse error from deep inside the HTTP client). It waits out the
+// server's "not now" (429, a safe 503) as --retries allows, saying so on
+// stderr each time, so a CI job does not fail on a moment's rate limit or
+// a replica restarting.
+func cliClient(cmd *cobra.Command, baseURL, token string) (*client.Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("API URL %q is not an http:// or https:// URL with a host; set --api-url or %s to e.g. %s", baseURL, envAPIURL, defaultAPIURL)
 	}
+	retries, err := retryCount(cmd)
+	if err != nil {
+		return nil, err
+	}
 	c := client.New(baseURL, token)
 	c.UserAgent = "gpuaas-cli/" + buildinfo.Read().Version
+	if retries > 0 {
+		stderr := cmd.ErrOrStderr()
+		c.Retry = &client.RetryPolicy{Retries: retries, MaxWait: maxRetryWait,
+			OnRetry: func(n client.RetryNotice) { fmt.Fprintln(stderr, retryLine(n)) }}
+	}
 	return c, nil
+}
+
+const (
+	// defaultRetries is how often a command sends a refused request again
+	// unless --retries or GPUAAS_RETRIES says otherwise.
+	defaultRetries = 3
+	// maxRetryWait is the longest one wait: a command pauses at most
+	// retries × maxRetryWait in all, and a server asking for longer (a
+	// sign-in locked out for minutes) gets its refusal shown at once.
+	maxRetryWait = 30 * time.Second
+)
+
+// addRetriesFlag gives cmd and every command under it --retries.
+func addRetriesFlag(cmd *cobra.Command) {
+	cmd.PersistentFlags().Int("retries", defaultRetries,
+		"send a request the server refuses for now (429, or 503 where that is safe) again up to N times, each after the wait it asks (at most 30s); 0: never (env "+envRetries+")")
+}
+
+// retryCount is the --retries of cmd, else GPUAAS_RETRIES, else the
+// default.
+func retryCount(cmd *cobra.Command) (int, error) {
+	if f := cmd.Flag("retries"); f != nil && f.Changed {
+		n, err := strconv.Atoi(f.Value.String())
+		if err != nil || n < 0 {
+			return 0, usageError{fmt.Sprintf("--retries %s: give a number of retries, 0 to send nothing again", f.Value)}
+		}
+		return n, nil
+	}
+	v := os.Getenv(envRetries)
+	if v == "" {
+		return defaultRetries, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, usageError{fmt.Sprintf("%s=%q: give a number of retries, 0 to send nothing again", envRetries, v)}
+	}
+	return n, nil
+}
+
+// retryLine is what a person reads on stderr while a command waits to send
+// a refused request again.
+func retryLine(n client.RetryNotice) string {
+	why := "the server is unavailable for now"
+	if n.Refusal.Status == http.StatusTooManyRequests {
+		why = "the server is rate limiting"
+	}
+	wait := n.Wait.Round(time.Second)
+	if n.Wait < time.Second {
+		wait = n.Wait.Round(time.Millisecond)
+	}
+	return fmt.Sprintf("gpuaas: %s (%d %s); sending it again in %s (retry %d of %d)", why, n.Refusal.Status, n.Refusal.Code, wait, n.Retry, n.Retries)
 }
 
 // cacheToken stores a fresh token in profile (activating it when activate

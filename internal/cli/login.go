@@ -58,7 +58,7 @@ active profile. Automation should use a service account (gpuaas sa token) instea
 				return err
 			}
 			base, _ := apiURL(cmd, cfg.Profiles[profile])
-			c, err := cliClient(base, "")
+			c, err := cliClient(cmd, base, "")
 			if err != nil {
 				return err
 			}

@@ -72,6 +72,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	root.AddCommand(newVersionCmd(), newDevCmd(), newServerCmd(), newMigrateCmd(), newRegistryCmd(), newAgentCmd())
 	root.AddCommand(apiCommands()...)
 	addOutputFlag(root)
+	addRetriesFlag(root)
 	requireKnownSubcommands(root)
 	nameMissingArguments(root)
 	root.SetFlagErrorFunc(suggestFlag)

@@ -305,7 +305,7 @@ it for an access token. The token is stored (mode 0600) in its own profile —
 			if !explicit && kf.TokenURL != "" {
 				base = strings.TrimSuffix(kf.TokenURL, client.ServiceAccountTokenPath)
 			}
-			c, err := cliClient(base, "")
+			c, err := cliClient(cmd, base, "")
 			if err != nil {
 				return err
 			}
