@@ -25,7 +25,7 @@ func TestNormalizeEmail(t *testing.T) {
 }
 
 func TestLoginThrottleBackoff(t *testing.T) {
-	lt := &loginThrottle{accounts: map[string]*loginFailures{}}
+	lt := newTestThrottle(t, nil)
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	const who = "ada@example.com"
 	for i := 0; i < LoginFreeFailures; i++ {
@@ -66,7 +66,7 @@ func TestLoginThrottleBackoff(t *testing.T) {
 	}
 	// Success resets.
 	now = now.Add(LoginMaxBackoff)
-	lt.succeed(who)
+	lt.succeed(who, now)
 	for i := 0; i < LoginFreeFailures; i++ {
 		if err := lt.check(who, now); err != nil {
 			t.Fatalf("after a success, attempt %d refused", i)

@@ -37,6 +37,44 @@ type gatedQueries struct {
 	expected int // while set, lookups wait until lookups+refused reach it
 	fail     func() error
 	after    func(iam.User) // runs once the user was read, before the password check
+	// throttleFail, when set, is the error of the throttle's store calls
+	// it returns one for ("read", "record", "clear").
+	throttleFail func(op string) error
+	recorded     []string // the accounts failures were recorded under
+}
+
+func (g *gatedQueries) throttleErr(op string) error {
+	g.mu.Lock()
+	fail := g.throttleFail
+	g.mu.Unlock()
+	if fail == nil {
+		return nil
+	}
+	return fail(op)
+}
+
+func (g *gatedQueries) LoginFailures(ctx context.Context, account string) (int, time.Time, error) {
+	if err := g.throttleErr("read"); err != nil {
+		return 0, time.Time{}, err
+	}
+	return g.Queries.LoginFailures(ctx, account)
+}
+
+func (g *gatedQueries) RecordLoginFailure(ctx context.Context, account string, at time.Time) (int, error) {
+	if err := g.throttleErr("record"); err != nil {
+		return 0, err
+	}
+	g.mu.Lock()
+	g.recorded = append(g.recorded, account)
+	g.mu.Unlock()
+	return g.Queries.RecordLoginFailure(ctx, account, at)
+}
+
+func (g *gatedQueries) ClearLoginFailures(ctx context.Context, account string) error {
+	if err := g.throttleErr("clear"); err != nil {
+		return err
+	}
+	return g.Queries.ClearLoginFailures(ctx, account)
 }
 
 func (g *gatedQueries) GetUserByEmail(ctx context.Context, email string) (iam.User, error) {
@@ -69,7 +107,12 @@ func (g *gatedQueries) sawRefusal() {
 
 func newLoginService(t *testing.T) (*iam.Service, *gatedQueries, *clock.Manual) {
 	t.Helper()
-	st := store.IAM(storetest.Open(t, store.SQLite))
+	return newLoginServiceOn(t, store.SQLite, bytes.Repeat([]byte{2}, 32))
+}
+
+func newLoginServiceOn(t *testing.T, d store.Dialect, loginKey []byte) (*iam.Service, *gatedQueries, *clock.Manual) {
+	t.Helper()
+	st := store.IAM(storetest.Open(t, d))
 	seal, err := sealer.New(bytes.Repeat([]byte{1}, 32))
 	if err != nil {
 		t.Fatal(err)
@@ -90,7 +133,7 @@ func newLoginService(t *testing.T) (*iam.Service, *gatedQueries, *clock.Manual) 
 	q := &gatedQueries{Queries: st.Read()}
 	q.cond = sync.NewCond(&q.mu)
 	svc := &iam.Service{Store: gatedStore{Store: st, q: q}, Tokens: iam.NewTokens(st.Read(), ring, time.Minute, time.Minute, clk.Now),
-		Logger: slog.New(slog.DiscardHandler), Now: clk.Now}
+		Logger: slog.New(slog.DiscardHandler), Now: clk.Now, LoginKey: loginKey}
 	return svc, q, clk
 }
 

@@ -1,7 +1,10 @@
 package iam
 
 import (
-	"container/list"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"sync"
 	"time"
@@ -15,52 +18,55 @@ import (
 // LoginFailureWindow, every further attempt for that email is refused until a
 // back-off has passed, doubling with each failure up to LoginMaxBackoff. The
 // refusal is the same for unknown emails, so it reveals nothing about which
-// accounts exist. State lives in memory on each replica: a restart or another
-// replica starts afresh, which bounds an attacker's rate by replicas, not
-// removes the bound.
+// accounts exist.
 //
-// An attempt takes its place before its password is checked (begin) and is
-// settled after (failed, succeeded or release): attempts in flight count
-// against the budget, so N parallel guesses get no more checks than N
-// sequential ones.
+// What is shared and what is not. The failures (their count and the time of
+// the last one) live in the database (LoginFailureStore), keyed by a keyed
+// hash of the email, so every replica refuses by the same count and a
+// restart forgets nothing: the back-off is computed from that shared count
+// on whichever replica an attempt reaches. The attempts in flight are this
+// replica's own: an attempt takes its place before its password is checked
+// (begin) and is settled after (failed, succeeded or release), so N parallel
+// guesses reaching one replica get no more checks than N sequential ones.
+// Another replica does not see those places, only the failures once they are
+// recorded: parallel guesses spread over R replicas can get up to R times
+// the checks the budget left, once; every failure among them is counted, so
+// the back-off that follows is the one their total earns.
+//
+// A sign-in whose throttle step fails in the database gets no verdict: it is
+// refused with 503 login_throttle_unavailable, to be retried. Reading the
+// count fails closed (no unthrottled guess goes through), and a checked
+// password whose failure cannot be recorded, or whose success cannot clear
+// the count, is not answered either: otherwise a database that takes reads
+// but not writes would answer every guess while counting none of them.
 const (
 	LoginFreeFailures  = 5
 	LoginFailureWindow = 15 * time.Minute
 	LoginBaseBackoff   = time.Second
 	LoginMaxBackoff    = 15 * time.Minute
-	// loginMaxTracked bounds memory: at most this many emails are tracked
-	// (see track for which one is forgotten past it).
-	loginMaxTracked = 100_000
+	// loginPruneBatch is how many lapsed accounts each recorded failure
+	// deletes. Pruning on write rather than in a periodic job: rows are only
+	// ever added by a failure, at most one each, so a failure that takes
+	// away up to two lapsed ones keeps the table from growing with
+	// failures long past, with no job to run, elect a leader for or wait
+	// on. What a quiet spell leaves (hashes, never emails) waits for the
+	// next failures, which take it away two at a time.
+	loginPruneBatch = 2
+	// loginMaxReads bounds how often begin reads the count again because
+	// an attempt on this replica recorded a failure meanwhile.
+	loginMaxReads = 3
+	// loginRetrySeconds is the Retry-After of a sign-in refused because
+	// the database did not answer the throttle.
+	loginRetrySeconds = 2
+	// loginSettleTimeout bounds recording or clearing failures once the
+	// password was checked.
+	loginSettleTimeout = 10 * time.Second
 )
 
-type loginThrottle struct {
-	mu       sync.Mutex
-	accounts map[string]*loginFailures
-	// order holds the tracked entries, least recently touched (reserved
-	// or failed) first: stale entries are swept from its front, and the
-	// front one is forgotten when the table is full.
-	order *list.List
-	// examined counts the entries sweeps looked at: the work tracking a
-	// new email costs (tests bound it).
-	examined int
-}
-
-type loginFailures struct {
-	email    string
-	count    int
-	last     time.Time // of the last failure
-	inflight int       // attempts begun and not yet settled
-	elem     *list.Element
-}
-
-func (s *Service) throttle() *loginThrottle {
-	s.throttleOnce.Do(func() { s.loginThrottle = &loginThrottle{accounts: map[string]*loginFailures{}} })
-	return s.loginThrottle
-}
-
-// backoff is how long after the last failure the next attempt must wait.
-func (f *loginFailures) backoff() time.Duration {
-	over := f.count - LoginFreeFailures
+// LoginBackoff is how long after the last of count failures the next attempt
+// must wait.
+func LoginBackoff(count int) time.Duration {
+	over := count - LoginFreeFailures
 	if over < 0 {
 		return 0
 	}
@@ -71,104 +77,139 @@ func (f *loginFailures) backoff() time.Duration {
 	return time.Duration(d)
 }
 
-// stale reports whether f's failures are old news and nothing is in flight.
-func (f *loginFailures) stale(now time.Time) bool {
-	return f.inflight == 0 && now.Sub(f.last) > LoginFailureWindow+f.backoff()
+// LoginFailuresLapse is how long after the last of count failures they are
+// old news: the account starts afresh, as if it had none. Every back-off has
+// run out by then, and the window has passed since the last failure.
+func LoginFailuresLapse(count int) time.Duration { return LoginFailureWindow + LoginBackoff(count) }
+
+// loginLapsedBefore is the last-failure time before which every account's
+// failures have lapsed, whatever their count: what may be pruned.
+func loginLapsedBefore(now time.Time) time.Time {
+	return now.Add(-(LoginFailureWindow + LoginMaxBackoff))
+}
+
+// loginThrottle is one replica's bookkeeping of the attempts in flight. An
+// entry lives only while an attempt for its account is being checked or is
+// in flight, so the table is bounded by the sign-ins this replica is
+// serving, not by how many emails were ever tried.
+type loginThrottle struct {
+	mu       sync.Mutex
+	accounts map[string]*loginEntry
+}
+
+type loginEntry struct {
+	checking int // begins reading the shared count
+	inflight int // attempts begun and not yet settled
+	// failed counts the failures attempts on this replica recorded (or
+	// tried to) while the entry lived: a begin that sees it move during
+	// its read may have read the count before them.
+	failed uint64
+}
+
+func (s *Service) throttle() *loginThrottle {
+	s.throttleOnce.Do(func() { s.loginThrottle = &loginThrottle{accounts: map[string]*loginEntry{}} })
+	return s.loginThrottle
+}
+
+// loginAccount is the account email's failures are counted under: a keyed
+// hash, so that the table is no list of the addresses people tried and a
+// guessed address cannot be looked up in it without the server's key.
+func (s *Service) loginAccount(email string) (string, error) {
+	if len(s.LoginKey) == 0 {
+		return "", &errdefs.Error{Kind: errdefs.KindInternal, Code: "login_not_configured",
+			Message: "sign-in is not configured on this server (it has no login throttle key); report this to the operator"}
+	}
+	mac := hmac.New(sha256.New, s.LoginKey)
+	mac.Write([]byte(email))
+	return hex.EncodeToString(mac.Sum(nil)), nil
+}
+
+// errLoginThrottleUnavailable is the refusal of a sign-in whose throttle
+// step the database did not take.
+func errLoginThrottleUnavailable(cause error) error {
+	return &errdefs.Error{Kind: errdefs.KindUnavailable, Code: "login_throttle_unavailable",
+		Message: "sign-in is unavailable for a moment: the server could not read or record failed sign-ins; retry in a few seconds",
+		Details: map[string]any{errdefs.RetryAfterDetail: loginRetrySeconds}, Cause: cause}
 }
 
 // loginAttempt is one sign-in's place in the throttle, from begin until it
 // is settled.
 type loginAttempt struct {
 	t       *loginThrottle
-	email   string
-	f       *loginFailures
+	q       LoginFailureStore
+	account string
+	e       *loginEntry
 	settled bool
 }
 
-// begin refuses an attempt for email while its back-off runs, or while the
-// attempts already in flight use up what is left of the budget; otherwise it
-// reserves a place for the attempt, atomically with the check. The caller
-// must settle the attempt (defer release).
-func (t *loginThrottle) begin(email string, now time.Time) (*loginAttempt, error) {
+// begin refuses an attempt for account while its back-off runs, or while the
+// attempts already in flight on this replica use up what is left of the
+// budget; otherwise it reserves a place for the attempt, atomically with the
+// check against the shared count. The caller must settle the attempt (defer
+// release).
+func (t *loginThrottle) begin(ctx context.Context, q LoginFailureStore, account string, now time.Time) (*loginAttempt, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	if err := t.refusal(email, now); err != nil {
-		return nil, err
+	e := t.accounts[account]
+	if e == nil {
+		e = &loginEntry{}
+		t.accounts[account] = e
 	}
-	f := t.accounts[email]
-	if f == nil {
-		f = t.track(email, now)
-	}
-	f.inflight++
-	t.order.MoveToBack(f.elem)
-	return &loginAttempt{t: t, email: email, f: f}, nil
-}
-
-// failed records a wrong password (or an unknown or disabled account).
-func (a *loginAttempt) failed(now time.Time) {
-	a.settle(func(t *loginThrottle) { t.failLocked(a.email, now) })
-}
-
-// succeeded clears the account's failures.
-func (a *loginAttempt) succeeded() {
-	a.settle(func(t *loginThrottle) { t.succeedLocked(a.email) })
-}
-
-// release ends an attempt that reached no verdict (an error before the
-// password was checked, a panic): it neither counts nor clears. It does
-// nothing once the attempt is settled, so callers defer it.
-func (a *loginAttempt) release() { a.settle(func(*loginThrottle) {}) }
-
-func (a *loginAttempt) settle(verdict func(*loginThrottle)) {
-	t := a.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if a.settled {
-		return
-	}
-	a.settled = true
-	// The entry may have been forgotten (a success cleared it, or the table
-	// was full) while the attempt was in flight; then it holds no place.
-	if t.accounts[a.email] == a.f {
-		a.f.inflight--
-	}
-	verdict(t)
-	if f := t.accounts[a.email]; f != nil && f.count == 0 && f.inflight == 0 {
-		t.remove(f)
-	}
-}
-
-// check refuses an attempt for email while its back-off runs, without
-// reserving a place (begin does both).
-func (t *loginThrottle) check(email string, now time.Time) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.refusal(email, now)
-}
-
-func (t *loginThrottle) refusal(email string, now time.Time) error {
-	t.lazyInit()
-	f, ok := t.accounts[email]
-	if !ok {
-		return nil
-	}
-	if now.Sub(f.last) > LoginFailureWindow && f.count <= LoginFreeFailures {
-		f.count = 0 // the earlier failures are old news
-		if f.inflight == 0 {
-			t.remove(f)
-			return nil
+	e.checking++
+	t.mu.Unlock()
+	for reads := 1; ; reads++ {
+		t.mu.Lock()
+		seen := e.failed
+		t.mu.Unlock()
+		count, last, err := q.LoginFailures(ctx, account)
+		t.mu.Lock()
+		if err != nil {
+			e.checking--
+			t.forgetIdle(account, e)
+			t.mu.Unlock()
+			return nil, errLoginThrottleUnavailable(err)
 		}
+		// A failure recorded here during the read may be missing from it,
+		// and its attempt no longer holds a place: read again, and past
+		// the bound count such failures on top of what was read (twice, at
+		// worst, which only refuses sooner).
+		if missed := e.failed - seen; missed > 0 {
+			if reads < loginMaxReads {
+				t.mu.Unlock()
+				continue
+			}
+			count += int(missed)
+			last = now
+		}
+		e.checking--
+		refused := loginRefusal(count, last, e.inflight, now)
+		if refused != nil {
+			t.forgetIdle(account, e)
+			t.mu.Unlock()
+			return nil, refused
+		}
+		e.inflight++
+		t.mu.Unlock()
+		return &loginAttempt{t: t, q: q, account: account, e: e}, nil
+	}
+}
+
+// loginRefusal is the 429 for an attempt when count failures, the last at
+// last, are recorded and inflight attempts hold places here; nil when the
+// attempt may go ahead.
+func loginRefusal(count int, last time.Time, inflight int, now time.Time) error {
+	if count > 0 && now.Sub(last) > LoginFailuresLapse(count) {
+		count = 0 // the earlier failures are old news
 	}
 	var wait time.Duration
 	switch {
-	case f.count+f.inflight < LoginFreeFailures:
+	case count+inflight < LoginFreeFailures:
 		return nil
-	case f.inflight > 0:
+	case inflight > 0:
 		// The attempts in flight use up the budget: if they all fail,
 		// this is the back-off that follows.
-		wait = (&loginFailures{count: f.count + f.inflight}).backoff()
+		wait = LoginBackoff(count + inflight)
 	default:
-		wait = f.last.Add(f.backoff()).Sub(now)
+		wait = last.Add(LoginBackoff(count)).Sub(now)
 	}
 	if wait <= 0 {
 		return nil
@@ -178,86 +219,74 @@ func (t *loginThrottle) refusal(email string, now time.Time) error {
 		"too many failed sign-ins for this email; wait %ds and retry, or ask an admin to reset the password", secs)
 }
 
-// fail records a failure for email outside any attempt.
-func (t *loginThrottle) fail(email string, now time.Time) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.failLocked(email, now)
-}
-
-func (t *loginThrottle) failLocked(email string, now time.Time) {
-	t.lazyInit()
-	f, ok := t.accounts[email]
-	if !ok {
-		f = t.track(email, now)
-	} else if now.Sub(f.last) > LoginFailureWindow+f.backoff() {
-		f.count = 0 // the earlier failures are old news
+// failed records a wrong password (or an unknown or disabled account) for
+// every replica. An error means the failure may not be counted.
+func (a *loginAttempt) failed(ctx context.Context, now time.Time) error {
+	if a.settled {
+		return nil
 	}
-	f.count++
-	f.last = now
-	t.order.MoveToBack(f.elem)
+	ctx, cancel := settleContext(ctx)
+	defer cancel()
+	_, err := a.q.RecordLoginFailure(ctx, a.account, now)
+	// Counted even when the store said no: the failure may have been
+	// recorded all the same, and over-counting only refuses sooner.
+	a.settle(func(e *loginEntry) { e.failed++ })
+	if err != nil {
+		return errLoginThrottleUnavailable(err)
+	}
+	return nil
 }
 
-// succeed clears email's failures.
-func (t *loginThrottle) succeed(email string) {
+// settleContext is the request's context without its cancellation: a
+// client that hangs up once its password was checked still has its
+// failure counted.
+func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), loginSettleTimeout)
+}
+
+// prune deletes a few accounts whose failures have lapsed (loginPruneBatch).
+func (a *loginAttempt) prune(ctx context.Context, now time.Time) error {
+	_, err := a.q.PruneLoginFailures(ctx, loginLapsedBefore(now), loginPruneBatch)
+	return err
+}
+
+// succeeded clears the account's failures for every replica.
+func (a *loginAttempt) succeeded(ctx context.Context) error {
+	if a.settled {
+		return nil
+	}
+	ctx, cancel := settleContext(ctx)
+	defer cancel()
+	err := a.q.ClearLoginFailures(ctx, a.account)
+	a.settle(func(*loginEntry) {})
+	if err != nil {
+		return errLoginThrottleUnavailable(err)
+	}
+	return nil
+}
+
+// release ends an attempt that reached no verdict (an error before the
+// password was checked, a panic): it neither counts nor clears. It does
+// nothing once the attempt is settled, so callers defer it.
+func (a *loginAttempt) release() { a.settle(func(*loginEntry) {}) }
+
+func (a *loginAttempt) settle(verdict func(*loginEntry)) {
+	t := a.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.succeedLocked(email)
-}
-
-func (t *loginThrottle) succeedLocked(email string) {
-	t.lazyInit()
-	f, ok := t.accounts[email]
-	if !ok {
+	if a.settled {
 		return
 	}
-	f.count = 0
-	if f.inflight == 0 {
-		t.remove(f)
-	}
+	a.settled = true
+	a.e.inflight--
+	verdict(a.e)
+	t.forgetIdle(a.account, a.e)
 }
 
-// track adds an entry for email, keeping the table within its bound at O(1)
-// amortised cost: stale entries are swept from the front of the order (each
-// entry is swept at most once, and a sweep stops at the first live one), and
-// if the table is still full the least recently touched entry is forgotten.
-//
-// Forgetting the oldest live entry, rather than refusing to track the new
-// email, keeps the promise best: refusing would let anyone who fills the
-// table with junk failures (100k per 15 minutes) guess every other account's
-// password unthrottled; dropping the oldest means that to win back the
-// LoginFreeFailures guesses on one account, an attacker must first fail on
-// loginMaxTracked other emails, each an argon2 check behind the per-address
-// limiter. Refusing every untracked email instead would lock everyone out.
-func (t *loginThrottle) track(email string, now time.Time) *loginFailures {
-	for e := t.order.Front(); e != nil; e = t.order.Front() {
-		t.examined++
-		if f := e.Value.(*loginFailures); f.stale(now) {
-			t.remove(f)
-			continue
-		}
-		break
-	}
-	for len(t.accounts) >= loginMaxTracked {
-		t.examined++
-		t.remove(t.order.Front().Value.(*loginFailures))
-	}
-	f := &loginFailures{email: email, last: now}
-	f.elem = t.order.PushBack(f)
-	t.accounts[email] = f
-	return f
-}
-
-func (t *loginThrottle) remove(f *loginFailures) {
-	delete(t.accounts, f.email)
-	t.order.Remove(f.elem)
-}
-
-func (t *loginThrottle) lazyInit() {
-	if t.accounts == nil {
-		t.accounts = map[string]*loginFailures{}
-	}
-	if t.order == nil {
-		t.order = list.New()
+// forgetIdle drops e once no attempt for account is checked or in flight
+// here (t.mu held).
+func (t *loginThrottle) forgetIdle(account string, e *loginEntry) {
+	if e.checking == 0 && e.inflight == 0 && t.accounts[account] == e {
+		delete(t.accounts, account)
 	}
 }

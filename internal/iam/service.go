@@ -27,6 +27,10 @@ type Service struct {
 	// deleted, a service-account key revoked): open event streams
 	// re-check their reader at once.
 	OnAccessChanged func()
+	// LoginKey keys the hash failed sign-ins are counted under
+	// (loginthrottle.go); every replica must have the same one. Sign-in
+	// refuses to work without it.
+	LoginKey []byte
 
 	throttleOnce  sync.Once
 	loginThrottle *loginThrottle
@@ -127,6 +131,14 @@ func (s *Service) RequirePlatform(ctx context.Context, g *Grants, perm, resource
 	return s.Deny(ctx, perm, Scope{}, resourceType, "")
 }
 
+// logThrottleError logs the cause of a sign-in refused because the database
+// did not take its throttle step: the client's envelope names none.
+func (s *Service) logThrottleError(ctx context.Context, err error) {
+	if e, ok := errdefs.As(err); ok && e.Code == "login_throttle_unavailable" {
+		s.Logger.ErrorContext(ctx, "sign-in refused: the failed sign-in count is unavailable", "err", e.Cause)
+	}
+}
+
 // Login checks a password and issues an access token. Unknown email, wrong
 // password and disabled account all get the same answer and take the same
 // time, so the endpoint does not reveal which accounts exist.
@@ -135,11 +147,16 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 	if bad != nil {
 		return Issued{}, errdefs.Validation([]errdefs.FieldError{*bad})
 	}
+	account, err := s.loginAccount(email)
+	if err != nil {
+		return Issued{}, err
+	}
 	// The attempt takes its place in the throttle before the password is
 	// checked, so parallel guesses share one budget; it is settled on every
 	// path (an error or a panic before the verdict releases it uncounted).
-	attempt, err := s.throttle().begin(email, s.now())
+	attempt, err := s.throttle().begin(ctx, s.Store.Read(), account, s.now())
 	if err != nil {
+		s.logThrottleError(ctx, err)
 		return Issued{}, err
 	}
 	defer attempt.release()
@@ -153,7 +170,8 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 	}
 	ok, verr := VerifyPassword(hash, password)
 	if err != nil || verr != nil || !ok || u.Status != UserActive {
-		attempt.failed(s.now())
+		now := s.now()
+		ferr := attempt.failed(ctx, now)
 		resID := ""
 		if err == nil {
 			resID = u.ID
@@ -161,8 +179,20 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 		if aerr := s.Store.RecordOutcome(ctx, storage.AuditEvent{Action: "auth.login", ResourceType: "user", ResourceID: resID}, "failure"); aerr != nil {
 			s.Logger.ErrorContext(ctx, "could not audit a failed login", "err", aerr)
 		}
+		if ferr != nil {
+			// Not counted, so not answered (loginthrottle.go).
+			s.logThrottleError(ctx, ferr)
+			return Issued{}, ferr
+		}
+		if perr := attempt.prune(ctx, now); perr != nil {
+			// The next failure prunes again; nothing waits on this one.
+			s.Logger.WarnContext(ctx, "could not prune lapsed failed sign-ins", "err", perr)
+		}
 		return Issued{}, errdefs.Unauthenticated("invalid_credentials", "email or password is wrong, or the account is disabled")
 	}
-	attempt.succeeded()
+	if err := attempt.succeeded(ctx); err != nil {
+		s.logThrottleError(ctx, err)
+		return Issued{}, err
+	}
 	return s.Tokens.IssueChecked(principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, "", checked)
 }

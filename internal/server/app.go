@@ -181,7 +181,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	tokens.NodeTTL = cfg.NodeTokenTTL
 	// Open event streams, on every replica, re-check their reader at once
 	// when access changes.
-	svc := &iam.Service{Store: iamStore, Tokens: tokens, Logger: logger, Now: now, OnAccessChanged: func() { wake.Notify(wakeup.AccessChanged) }}
+	svc := &iam.Service{Store: iamStore, Tokens: tokens, Logger: logger, Now: now, OnAccessChanged: func() { wake.Notify(wakeup.AccessChanged) },
+		// Failed sign-ins are counted under a hash keyed by the master
+		// key, which every replica shares, so they count the same account.
+		LoginKey: subkey(key, "gpuaas/iam/login-failures/v1")}
 	a.IAM, a.Tokens = svc, tokens
 	sa := serviceaccounts.New(serviceaccounts.Deps{Store: store.ServiceAccounts(db), IAM: svc, Tokens: tokens, Logger: logger, Now: now,
 		TokenURL: func() string { return a.Config.PublicURL + "/api/v1/auth/service-account/token" }})
