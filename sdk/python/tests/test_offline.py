@@ -182,12 +182,20 @@ def test_a_rate_limited_call_raises_at_once_unless_retries_are_asked_for() -> No
     assert slept == [2.0, 1.0], "the Retry-After, then 1 s where none was named"
 
     slept.clear()
+    transport, seen = _limited([_refusal(429, "3"), _refusal(429, "3"), httpx.Response(202, json={"id": "op-1"})])
+    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append, retry_rate_limited=2)
+    assert c.decommission_instance("p-1", "i-1") == {"id": "op-1"}
+    assert len(seen) == 3 and slept == [3.0, 3.0]
+    assert len({q.headers["X-Idempotency-Key"] for q in seen}) == 1, "a retried change keeps its key"
+
+    # Asked to wait longer than max_retry_after (60 s), it does not send the
+    # request early to be refused again: the refusal comes back at once.
+    slept.clear()
     transport, seen = _limited([_refusal(429, "120")])
     c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append, retry_rate_limited=2)
-    with pytest.raises(RateLimited):
+    with pytest.raises(RateLimited) as e:
         c.decommission_instance("p-1", "i-1")
-    assert len(seen) == 3 and slept == [60.0, 60.0]
-    assert len({q.headers["X-Idempotency-Key"] for q in seen}) == 1, "a retried change keeps its key"
+    assert e.value.retry_after == 120.0 and len(seen) == 1 and slept == []
 
 
 def test_a_503_is_retried_only_where_repeating_is_safe() -> None:
@@ -225,6 +233,18 @@ def test_a_reconnecting_stream_waits_out_a_refused_reopen() -> None:
             break
     assert got == [1, 2] and slept == [5.0]
     assert [q.headers.get("Last-Event-ID") for q in seen] == [None, "1", "1"]
+
+    # A reopen told to wait longer than max_retry_after waits that long and
+    # asks again: the stream never gives up.
+    transport, seen = _limited([sse(1), _refusal(429, "120"), sse(2)])
+    slept.clear()
+    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append)
+    got = []
+    for ev in c.stream_events("p-1", reconnect=True):
+        got.append(ev.sequence)
+        if len(got) == 2:
+            break
+    assert got == [1, 2] and slept == [60.0]
 
 
 def test_retry_after_reads_seconds_and_http_dates() -> None:

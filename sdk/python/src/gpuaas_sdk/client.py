@@ -119,8 +119,8 @@ class Client:
 
     ``retry_rate_limited=N`` (default 0: raise at once) sends a request the
     server refused with 429 again, up to N times, each after the
-    Retry-After it named (at most ``max_retry_after`` seconds; 1 s when it
-    named none); a 503 likewise, but only for a request that is safe to
+    Retry-After it named (1 s when it named none; a refusal asking for
+    more than ``max_retry_after`` seconds is raised at once); a 503 likewise, but only for a request that is safe to
     repeat (a GET, or a change with its idempotency key). ``sleep`` is how
     it waits (tests pass their own).
     """
@@ -248,7 +248,15 @@ class Client:
         if refused >= limit:
             return None
         if r.status_code == 429 or (r.status_code == 503 and repeatable):
-            return self.retry_wait(errors.parse_retry_after(r.headers.get("Retry-After")), at_least)
+            ra = errors.parse_retry_after(r.headers.get("Retry-After"))
+            if ra is not None and ra > self.max_retry_after and limit != float("inf"):
+                # Sent again sooner than asked, it would only be refused
+                # again (a sign-in locked out for minutes): the caller gets
+                # the refusal and its retry_after now, as the Go client does.
+                # A stream that reconnects for as long as it takes waits
+                # max_retry_after and asks again instead.
+                return None
+            return self.retry_wait(ra, at_least)
         return None
 
     def retry_wait(self, retry_after: float | None, at_least: float = 0.0) -> float:
