@@ -27,9 +27,9 @@ import (
 const RegistryKeyPurpose = "registry_token"
 
 // LoadRegistryKeys returns the registry token key set every replica shares:
-// the keys live in signing_keys (private halves sealed), the oldest unretired
-// key signs, every other key still verifies. The first start creates one;
-// replicas starting together store one between them
+// the keys live in signing_keys (private halves sealed), and the set follows
+// the rule of every token key set (RegistryKeySet). The first start creates
+// one; replicas starting together store one between them
 // (InsertFirstSigningKey). now stamps a created key (nil: the wall clock).
 func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, now func() time.Time) (*registry.KeySet, error) {
 	rows, err := db.SigningKeys(ctx, RegistryKeyPurpose)
@@ -37,46 +37,46 @@ func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, no
 		return nil, fmt.Errorf("load registry token keys: %w", err)
 	}
 	if !slices.ContainsFunc(rows, func(k iam.SigningKey) bool { return k.RetiredAt.IsZero() }) {
-		k, err := registry.GenerateSigningKey(registry.EdDSA)
+		k, err := NewRegistrySigningKey(s, now)
 		if err != nil {
 			return nil, err
 		}
-		pemBytes, err := k.MarshalPEM()
-		if err != nil {
-			return nil, err
-		}
-		sealed, err := iam.SealSigningKey(s, RegistryKeyPurpose, k.KeyID(), pemBytes)
-		if err != nil {
-			return nil, err
-		}
-		pub, err := signature.MarshalPublicKeyPEM(k.Public())
-		if err != nil {
-			return nil, err
-		}
-		if _, err := db.InsertFirstSigningKey(ctx, iam.SigningKey{KID: k.KeyID(), Purpose: RegistryKeyPurpose,
-			Algorithm: string(k.Algorithm()), PrivateKey: sealed, PublicKey: string(pub), CreatedAt: clock.Or(now)()}); err != nil {
+		if _, err := db.InsertFirstSigningKey(ctx, k); err != nil {
 			return nil, fmt.Errorf("store registry token key: %w", err)
 		}
-		if rows, err = db.SigningKeys(ctx, RegistryKeyPurpose); err != nil {
-			return nil, err
-		}
+	}
+	return RegistryKeySet(ctx, db, s, now)
+}
+
+// RegistryKeySet reads the registry token keys again (a replica reloads
+// them periodically, and when handed a token of a key it does not know):
+// the newest unretired key signs, every unretired key verifies, and a
+// retired key does neither, as in the access token keyring. now stamps the
+// audit rows of keys it reseals (nil: the wall clock).
+func RegistryKeySet(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, now func() time.Time) (*registry.KeySet, error) {
+	rows, err := db.SigningKeys(ctx, RegistryKeyPurpose)
+	if err != nil {
+		return nil, fmt.Errorf("load registry token keys: %w", err)
 	}
 	if err := iam.ResealSigningKeys(ctx, db, s, RegistryKeyPurpose, rows, now); err != nil {
 		return nil, fmt.Errorf("registry token keys: %w", err)
 	}
-	var signing *registry.SigningKey
+	rows = slices.DeleteFunc(rows, func(k iam.SigningKey) bool { return !k.RetiredAt.IsZero() })
+	if len(rows) == 0 {
+		return nil, fmt.Errorf("registry token keys: every key is retired: add one with gpuaas keys rotate --purpose %s", RegistryKeyPurpose)
+	}
+	// Rows come oldest first.
+	last := rows[len(rows)-1]
+	raw, err := iam.OpenSigningKey(s, RegistryKeyPurpose, last)
+	if err != nil {
+		return nil, fmt.Errorf("registry token key: %w", err)
+	}
+	signing, err := registry.ParseSigningKeyPEM(raw)
+	if err != nil {
+		return nil, fmt.Errorf("registry token key %s: %w", last.KID, err)
+	}
 	var others []crypto.PublicKey
-	for _, r := range rows {
-		if signing == nil && r.RetiredAt.IsZero() {
-			raw, err := iam.OpenSigningKey(s, RegistryKeyPurpose, r)
-			if err != nil {
-				return nil, fmt.Errorf("registry token key: %w", err)
-			}
-			if signing, err = registry.ParseSigningKeyPEM(raw); err != nil {
-				return nil, fmt.Errorf("registry token key %s: %w", r.KID, err)
-			}
-			continue
-		}
+	for _, r := range rows[:len(rows)-1] {
 		pub, err := registry.ParsePublicKeyPEM([]byte(r.PublicKey))
 		if err != nil {
 			return nil, fmt.Errorf("registry token key %s: %w", r.KID, err)
@@ -84,6 +84,29 @@ func LoadRegistryKeys(ctx context.Context, db iam.KeyStore, s *sealer.Sealer, no
 		others = append(others, pub)
 	}
 	return registry.NewKeySet(signing, others...)
+}
+
+// NewRegistrySigningKey makes a new registry token key, its private half
+// sealed, stamped by now (nil: the wall clock).
+func NewRegistrySigningKey(s *sealer.Sealer, now func() time.Time) (iam.SigningKey, error) {
+	k, err := registry.GenerateSigningKey(registry.EdDSA)
+	if err != nil {
+		return iam.SigningKey{}, err
+	}
+	pemBytes, err := k.MarshalPEM()
+	if err != nil {
+		return iam.SigningKey{}, err
+	}
+	sealed, err := iam.SealSigningKey(s, RegistryKeyPurpose, k.KeyID(), pemBytes)
+	if err != nil {
+		return iam.SigningKey{}, err
+	}
+	pub, err := signature.MarshalPublicKeyPEM(k.Public())
+	if err != nil {
+		return iam.SigningKey{}, err
+	}
+	return iam.SigningKey{KID: k.KeyID(), Purpose: RegistryKeyPurpose, Algorithm: string(k.Algorithm()),
+		PrivateKey: sealed, PublicKey: string(pub), CreatedAt: clock.Or(now)()}, nil
 }
 
 // credentialSubjectPrefix marks token subjects that are intent credentials.

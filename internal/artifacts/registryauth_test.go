@@ -110,3 +110,46 @@ func TestRegistryKeysResealLegacyKeys(t *testing.T) {
 		}
 	})
 }
+
+// The registry token keys follow the rule of the access token keyring: the
+// newest unretired key signs, the other unretired keys verify, and a
+// retired key does neither.
+func TestRegistryKeySetNewestSignsRetiredDropped(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx, s, q := context.Background(), registryKeySealer(t), db.Queries()
+		first, err := artifacts.LoadRegistryKeys(ctx, q, s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		oldKID := first.Signing().KeyID()
+		k, err := artifacts.NewRegistrySigningKey(s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		audit := store.AuditEvent{OccurredAt: time.Now(), ActorType: "system", ActorID: "system", Action: "signing_key.rotate",
+			ResourceType: "signing_key", ResourceID: k.KID, Outcome: "success"}
+		if _, err := q.AddSigningKey(ctx, k, audit); err != nil {
+			t.Fatal(err)
+		}
+		ks, err := artifacts.RegistryKeySet(ctx, q, s, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ks.Signing().KeyID() != k.KID {
+			t.Fatalf("signs with %s, want the newest key %s", ks.Signing().KeyID(), k.KID)
+		}
+		if ids := ks.KeyIDs(); len(ids) != 2 || ids[1] != oldKID {
+			t.Fatalf("trusted keys %v, want the new one and %s", ids, oldKID)
+		}
+		audit.Action, audit.ResourceID = "signing_key.retire", oldKID
+		if _, err := q.RetireSigningKey(ctx, oldKID, time.Now(), audit); err != nil {
+			t.Fatal(err)
+		}
+		if ks, err = artifacts.RegistryKeySet(ctx, q, s, nil); err != nil {
+			t.Fatal(err)
+		}
+		if ids := ks.KeyIDs(); len(ids) != 1 || ids[0] != k.KID {
+			t.Fatalf("trusted keys %v after retiring %s, want only %s", ids, oldKID, k.KID)
+		}
+	})
+}

@@ -22,7 +22,9 @@ import (
 
 // Keyring holds the Ed25519 keys the control plane signs one kind of token
 // with. Keys live in the database (private halves sealed) so every replica
-// signs and verifies with the same set.
+// signs and verifies with the same set: the newest unretired key signs,
+// every unretired key verifies, and a retired key does neither (retiring is
+// how an operator stops trusting a leaked key).
 type Keyring struct {
 	keys    KeyStore
 	sealer  *sealer.Sealer
@@ -38,15 +40,16 @@ type Keyring struct {
 	lastReload time.Time
 }
 
-// reloadEvery bounds how often an unknown kid may trigger a reload, so a
-// flood of forged tokens cannot turn into a flood of database reads.
-const reloadEvery = 10 * time.Second
+// ReloadEvery bounds how often an unknown kid may trigger a reload, so a
+// flood of forged tokens cannot turn into a flood of database reads (the
+// registry's token keys reload under the same bound).
+const ReloadEvery = 10 * time.Second
 
 // ReloadIfStale reloads the key set unless it was loaded recently; it reports
 // whether it reloaded.
 func (k *Keyring) ReloadIfStale(ctx context.Context) bool {
 	k.mu.RLock()
-	fresh := time.Since(k.lastReload) < reloadEvery
+	fresh := time.Since(k.lastReload) < ReloadEvery
 	k.mu.RUnlock()
 	if fresh {
 		return false
@@ -69,7 +72,7 @@ func LoadKeyring(ctx context.Context, keys KeyStore, s *sealer.Sealer, purpose s
 	}
 	if k.signing == nil {
 		// The first start: one key for every replica starting with it.
-		first, err := k.generate()
+		first, err := NewSigningKey(s, purpose, k.now)
 		if err != nil {
 			return nil, err
 		}
@@ -95,6 +98,9 @@ func (k *Keyring) Reload(ctx context.Context) error {
 	byKID := map[string]*ringKey{}
 	var signing *ringKey
 	for _, r := range rows {
+		if !r.RetiredAt.IsZero() {
+			continue
+		}
 		raw, err := OpenSigningKey(k.sealer, k.purpose, r)
 		if err != nil {
 			return err
@@ -105,9 +111,7 @@ func (k *Keyring) Reload(ctx context.Context) error {
 		priv := ed25519.PrivateKey(raw)
 		rk := &ringKey{kid: r.KID, priv: priv, pub: priv.Public().(ed25519.PublicKey)}
 		byKID[r.KID] = rk
-		if r.RetiredAt.IsZero() {
-			signing = rk // newest unretired key signs
-		}
+		signing = rk // rows come oldest first: the newest signs
 	}
 	k.mu.Lock()
 	k.byKID, k.signing, k.lastReload = byKID, signing, time.Now()
@@ -117,7 +121,7 @@ func (k *Keyring) Reload(ctx context.Context) error {
 
 // Rotate adds a new signing key; older keys keep verifying.
 func (k *Keyring) Rotate(ctx context.Context) error {
-	key, err := k.generate()
+	key, err := NewSigningKey(k.sealer, k.purpose, k.now)
 	if err != nil {
 		return err
 	}
@@ -127,15 +131,15 @@ func (k *Keyring) Rotate(ctx context.Context) error {
 	return k.Reload(ctx)
 }
 
-// generate makes a new key of the keyring's purpose, its private half
-// sealed.
-func (k *Keyring) generate() (SigningKey, error) {
+// NewSigningKey makes a new Ed25519 key of purpose, the kind a Keyring
+// holds, its private half sealed and stamped by now (nil: the wall clock).
+func NewSigningKey(s *sealer.Sealer, purpose string, now func() time.Time) (SigningKey, error) {
 	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		return SigningKey{}, err
 	}
 	kid := uuid.Must(uuid.NewV7()).String()
-	sealed, err := SealSigningKey(k.sealer, k.purpose, kid, priv)
+	sealed, err := SealSigningKey(s, purpose, kid, priv)
 	if err != nil {
 		return SigningKey{}, err
 	}
@@ -144,7 +148,7 @@ func (k *Keyring) generate() (SigningKey, error) {
 		return SigningKey{}, err
 	}
 	pubPEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})
-	return SigningKey{KID: kid, Purpose: k.purpose, Algorithm: "EdDSA", PrivateKey: sealed, PublicKey: string(pubPEM), CreatedAt: k.now()}, nil
+	return SigningKey{KID: kid, Purpose: purpose, Algorithm: "EdDSA", PrivateKey: sealed, PublicKey: string(pubPEM), CreatedAt: clock.Or(now)()}, nil
 }
 
 // Sign signs claims with the current key, setting the kid header.

@@ -52,6 +52,10 @@ type Config struct {
 	// Keys signs and verifies tokens. Nil generates an ephemeral Ed25519
 	// key (tokens die with the process; fine for dev, not for replicas).
 	Keys *KeySet
+	// OnUnknownKey is called when the embedded registry is handed a token
+	// naming a key its set lacks, before refusing it: it may reload the set
+	// (Registry.SetKeys), throttling itself. Nil: nothing is called.
+	OnUnknownKey func()
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 }

@@ -32,9 +32,11 @@ import (
 // Registry is the embedded OCI registry (or, in external mode, the link to
 // an external one) together with its token endpoint.
 type Registry struct {
-	cfg        Config
-	keys       *KeySet
-	tokens     *TokenHandler
+	cfg    Config
+	tokens *TokenHandler
+	// live is the embedded registry's access controller, whose trusted
+	// keys SetKeys replaces; nil in external mode.
+	live       *liveAccess
 	app        *handlers.App // nil in external mode
 	handler    http.Handler
 	client     *Client
@@ -82,7 +84,7 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{cfg: cfg, keys: keys, tokens: tokens, logger: logger}
+	r := &Registry{cfg: cfg, tokens: tokens, logger: logger}
 
 	if cfg.External() {
 		r.handler = r.route(nil)
@@ -104,6 +106,9 @@ func New(ctx context.Context, cfg Config, authz Authorizer, logger *slog.Logger)
 	id := uuid.NewString()
 	r.unregister = registerLogger(id, logger)
 	app, access, err := newApp(context.WithValue(ctx, instanceKey, id), cfg, keys)
+	if err == nil {
+		r.live = access
+	}
 	if err != nil {
 		r.unregister()
 		_ = r.storageLock.release()
@@ -175,31 +180,13 @@ func (r *Registry) route(registry http.Handler) http.Handler {
 // controller configured as the App's, for the content gate to ask what a
 // request's token grants. NewApp reports configuration errors by
 // panicking; they are returned as errors here.
-func newApp(ctx context.Context, cfg Config, keys *KeySet) (app *handlers.App, access auth.AccessController, err error) {
+func newApp(ctx context.Context, cfg Config, keys *KeySet) (app *handlers.App, access *liveAccess, err error) {
 	root, err := filepath.Abs(cfg.RootDir)
 	if err != nil {
 		return nil, nil, err
 	}
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, nil, fmt.Errorf("registry root: %w", err)
-	}
-	// The token access controller only reads a JWKS from a file, once, at
-	// construction: write it to a private temp file and remove it after.
-	jwks, err := keys.JWKS()
-	if err != nil {
-		return nil, nil, err
-	}
-	f, err := os.CreateTemp("", "gpuaas-registry-jwks-*.json")
-	if err != nil {
-		return nil, nil, err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(jwks); err != nil {
-		f.Close()
-		return nil, nil, err
-	}
-	if err := f.Close(); err != nil {
-		return nil, nil, err
 	}
 	secret := cfg.HTTPSecret
 	if secret == "" {
@@ -209,7 +196,6 @@ func newApp(ctx context.Context, cfg Config, keys *KeySet) (app *handlers.App, a
 		}
 		secret = hex.EncodeToString(b[:])
 	}
-
 	dc := &configuration.Configuration{Version: "0.1"}
 	dc.Log.AccessLog.Disabled = true
 	dc.HTTP.Secret = secret
@@ -226,17 +212,16 @@ func newApp(ctx context.Context, cfg Config, keys *KeySet) (app *handlers.App, a
 			"enabled": true, "age": "168h", "interval": "24h", "dryrun": false,
 		}},
 	}
-	dc.Auth = configuration.Auth{"token": configuration.Parameters{
+	access = &liveAccess{unknownKey: cfg.OnUnknownKey, params: configuration.Parameters{
 		"realm":             cfg.Realm,
 		"service":           cfg.Service,
 		"issuer":            cfg.Issuer,
-		"jwks":              f.Name(),
 		"signingalgorithms": []any{string(EdDSA), string(ES256)},
 	}}
-
-	if access, err = auth.GetAccessController(dc.Auth.Type(), dc.Auth.Parameters()); err != nil {
-		return nil, nil, fmt.Errorf("configure embedded registry auth: %w", err)
+	if err := access.set(keys); err != nil {
+		return nil, nil, err
 	}
+	dc.Auth = configuration.Auth{liveAuthName: configuration.Parameters{"live": access}}
 	defer func() {
 		if p := recover(); p != nil {
 			app, access, err = nil, nil, fmt.Errorf("configure embedded registry: %v", p)
@@ -262,12 +247,12 @@ func (r *Registry) Realm() string { return r.cfg.Realm }
 // Client returns the control plane's own client of this registry.
 func (r *Registry) Client() *Client { return r.client }
 
-// Keys returns the token key set.
-func (r *Registry) Keys() *KeySet { return r.keys }
+// Keys returns the current token key set.
+func (r *Registry) Keys() *KeySet { return r.tokens.keys.Load() }
 
 // JWKS returns the token verification keys, for an external registry's
 // "auth.token.jwks" file.
-func (r *Registry) JWKS() ([]byte, error) { return r.keys.JWKS() }
+func (r *Registry) JWKS() ([]byte, error) { return r.Keys().JWKS() }
 
 // ManifestExists is r.Client().ManifestExists.
 func (r *Registry) ManifestExists(ctx context.Context, repository, digest string) (string, int64, error) {

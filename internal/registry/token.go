@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -61,7 +62,7 @@ type TokenClaims struct {
 // intersection of the requested scopes and what the Authorizer allows.
 type TokenHandler struct {
 	authz   Authorizer
-	keys    *KeySet
+	keys    atomic.Pointer[KeySet] // Registry.SetKeys replaces it
 	issuer  string
 	service string
 	ttl     time.Duration
@@ -82,10 +83,12 @@ func NewTokenHandler(cfg Config, keys *KeySet, authz Authorizer, logger *slog.Lo
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &TokenHandler{
-		authz: authz, keys: keys, issuer: cfg.Issuer, service: cfg.Service,
+	h := &TokenHandler{
+		authz: authz, issuer: cfg.Issuer, service: cfg.Service,
 		ttl: cfg.TokenTTL, now: cfg.Now, logger: logger,
-	}, nil
+	}
+	h.keys.Store(keys)
+	return h, nil
 }
 
 // Issue signs a token for subject with exactly the given access, bypassing
@@ -119,7 +122,7 @@ func (h *TokenHandler) Issue(subject Subject, access []Scope) (TokenResponse, er
 		},
 		Access: access,
 	}
-	key := h.keys.Signing()
+	key := h.keys.Load().Signing()
 	var method jwt.SigningMethod = jwt.SigningMethodEdDSA
 	if key.Algorithm() == ES256 {
 		method = jwt.SigningMethodES256

@@ -70,6 +70,10 @@ type App struct {
 	// registryHolds releases the registry quota of abandoned pushes;
 	// registryRecounts gives back what deleted images held.
 	registryHolds, registryRecounts *worker.Periodic
+	// signingKeyReload reads the token signing keys again (signingkeys.go);
+	// registryKeys hands the registry's to it.
+	signingKeyReload *worker.Periodic
+	registryKeys     *artifacts.RegistryKeyReloader
 	// guard runs the event workers and Workers while the schema is the
 	// binary's, and refuses changes while it is not (schemaguard.go).
 	guard *schemaGuard
@@ -177,6 +181,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 	if err != nil {
 		return nil, err
 	}
+	a.signingKeyReload = a.newSigningKeyReload(ring)
+	a.Workers = append(a.Workers, a.signingKeyReload)
 	tokens := iam.NewTokens(iamStore.Read(), ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, now)
 	tokens.NodeTTL = cfg.NodeTokenTTL
 	// Open event streams, on every replica, re-check their reader at once

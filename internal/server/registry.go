@@ -28,6 +28,7 @@ type artifactParts struct {
 	// SQLite): verification and the registry's content gate both hold it,
 	// through the artifacts service.
 	sigTags registry.SignatureTagLocker
+	sealer  *sealer.Sealer // opens the registry token keys on reload
 }
 
 func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, cfg config.Config, masterKey []byte, now func() time.Time) (*artifactParts, error) {
@@ -44,7 +45,7 @@ func newArtifactParts(ctx context.Context, db *store.DB, seal *sealer.Sealer, cf
 		return nil, err
 	}
 	// Replicas share the master key, so they derive the same upload-state secret.
-	return &artifactParts{blobs: blobs, keys: keys, httpSecret: hex.EncodeToString(subkey(masterKey, "gpuaas registry http secret")),
+	return &artifactParts{blobs: blobs, keys: keys, sealer: seal, httpSecret: hex.EncodeToString(subkey(masterKey, "gpuaas registry http secret")),
 		sigTags: store.SignatureTagLocks(db)}, nil
 }
 
@@ -67,6 +68,9 @@ func (a *App) startRegistry() error {
 		ExternalURL: a.Config.RegistryURL,
 		HTTPSecret:  a.artifacts.httpSecret,
 		Keys:        a.artifacts.keys,
+		// Another replica may have rotated: the periodic reload would
+		// catch up, but a token of the new key should not wait for it.
+		OnUnknownKey: a.reloadRegistryKeysIfStale,
 	}
 	host, insecure := pub.Host, pub.Scheme == "http"
 	if cfg.ExternalURL != "" {

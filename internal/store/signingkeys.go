@@ -2,13 +2,17 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/gpuaas/gpuaas/internal/correlation"
+	"github.com/gpuaas/gpuaas/internal/errdefs"
 	"github.com/gpuaas/gpuaas/internal/iam"
 )
 
@@ -63,10 +67,8 @@ const signingKeyLockClass = 0x67706b79 // "gpky"
 // pool it runs in a transaction of its own (keyTx).
 func (q *Queries) InsertFirstSigningKey(ctx context.Context, k iam.SigningKey) (inserted bool, err error) {
 	err = q.keyTx(ctx, func(q *Queries) error {
-		if q.d == Postgres {
-			if _, err := q.exec(ctx, `SELECT pg_advisory_xact_lock(`+strconv.Itoa(signingKeyLockClass)+`, hashtext(?))`, k.Purpose); err != nil {
-				return err
-			}
+		if err := q.lockPurpose(ctx, k.Purpose); err != nil {
+			return err
 		}
 		rows, err := q.SigningKeys(ctx, k.Purpose)
 		if err != nil || slices.ContainsFunc(rows, func(r iam.SigningKey) bool { return r.RetiredAt.IsZero() }) {
@@ -95,6 +97,95 @@ func (q *Queries) resealSigningKey(ctx context.Context, kid, purpose, from, to s
 	if n, err := res.RowsAffected(); err != nil || n == 0 {
 		return err
 	}
+	return q.insertKeyAudit(ctx, audit)
+}
+
+// lockPurpose serializes, on PostgreSQL, the changes to one purpose's keys
+// (first key, rotate, retire) for the rest of q's transaction; SQLite is
+// one writer already.
+func (q *Queries) lockPurpose(ctx context.Context, purpose string) error {
+	if q.d != Postgres {
+		return nil
+	}
+	_, err := q.exec(ctx, `SELECT pg_advisory_xact_lock(`+strconv.Itoa(signingKeyLockClass)+`, hashtext(?))`, purpose)
+	return err
+}
+
+// AddSigningKey stores k as the newest key of its purpose, the one that
+// signs, with audit, in one transaction of its own. Keys sign newest
+// first by created_at: a k stamped no later than the newest key (a clock
+// behind another host's) is stamped a microsecond after it, so the key
+// just added is the signer whatever the clocks say. It returns k as
+// stored.
+func (q *Queries) AddSigningKey(ctx context.Context, k iam.SigningKey, audit AuditEvent) (iam.SigningKey, error) {
+	err := q.keyTx(ctx, func(q *Queries) error {
+		if err := q.lockPurpose(ctx, k.Purpose); err != nil {
+			return err
+		}
+		rows, err := q.SigningKeys(ctx, k.Purpose)
+		if err != nil {
+			return err
+		}
+		if n := len(rows); n > 0 && !k.CreatedAt.After(rows[n-1].CreatedAt) {
+			k.CreatedAt = rows[n-1].CreatedAt.Add(time.Microsecond)
+		}
+		if err := q.InsertSigningKey(ctx, k); err != nil {
+			return err
+		}
+		return q.insertKeyAudit(ctx, audit)
+	})
+	return k, err
+}
+
+// RetireSigningKey marks the key kid retired at at, with audit, in one
+// transaction of its own, and returns it. It refuses a kid no key has
+// (NotFound), a key already retired (Conflict), and the last unretired key
+// of its purpose (FailedPrecondition: nothing would sign).
+func (q *Queries) RetireSigningKey(ctx context.Context, kid string, at time.Time, audit AuditEvent) (iam.SigningKey, error) {
+	var out iam.SigningKey
+	err := q.keyTx(ctx, func(q *Queries) error {
+		var purpose string
+		if err := q.queryRow(ctx, `SELECT purpose FROM signing_keys WHERE kid = ?`, kid).Scan(&purpose); err != nil {
+			if errors.Is(err, sql.ErrNoRows) {
+				return errdefs.NotFound("signing_key_not_found", "no signing key has the kid %s: gpuaas keys list shows them", kid)
+			}
+			return err
+		}
+		if err := q.lockPurpose(ctx, purpose); err != nil {
+			return err
+		}
+		rows, err := q.SigningKeys(ctx, purpose)
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(rows, func(r iam.SigningKey) bool { return r.KID == kid })
+		if i < 0 {
+			return errdefs.NotFound("signing_key_not_found", "no signing key has the kid %s: gpuaas keys list shows them", kid)
+		}
+		if !rows[i].RetiredAt.IsZero() {
+			return errdefs.Conflict("signing_key_retired", "the %s key %s was already retired at %s", purpose, kid, rows[i].RetiredAt.UTC().Format(time.RFC3339))
+		}
+		live := 0
+		for _, r := range rows {
+			if r.RetiredAt.IsZero() {
+				live++
+			}
+		}
+		if live == 1 {
+			return errdefs.FailedPrecondition("last_signing_key", "%s is the only unretired %s key, and something must sign: run gpuaas keys rotate --purpose %s first, then retire it", kid, purpose, purpose)
+		}
+		if _, err := q.exec(ctx, `UPDATE signing_keys SET retired_at = ? WHERE kid = ? AND retired_at IS NULL`, ts(at), kid); err != nil {
+			return err
+		}
+		out = rows[i]
+		out.RetiredAt = at
+		return q.insertKeyAudit(ctx, audit)
+	})
+	return out, err
+}
+
+// insertKeyAudit writes audit, its id and correlation id filled when empty.
+func (q *Queries) insertKeyAudit(ctx context.Context, audit AuditEvent) error {
 	if audit.ID == "" {
 		audit.ID = uuid.Must(uuid.NewV7()).String()
 	}
