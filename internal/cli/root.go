@@ -69,7 +69,7 @@ func NewRoot(out, errOut io.Writer) *cobra.Command {
 	root.SetVersionTemplate("gpuaas {{.Version}}\n")
 	root.SetOut(out)
 	root.SetErr(errOut)
-	root.AddCommand(newVersionCmd(), newDevCmd(), newServerCmd(), newMigrateCmd(), newRegistryCmd(), newAgentCmd())
+	root.AddCommand(newVersionCmd(), newDevCmd(), newServerCmd(), newMigrateCmd(), newRegistryCmd(), newKeysCmd(), newAgentCmd())
 	root.AddCommand(apiCommands()...)
 	addOutputFlag(root)
 	addRetriesFlag(root)
