@@ -43,5 +43,7 @@
 // carry its "kid" (the RFC 7638 thumbprint). The registry trusts every key in
 // the set, so a rotation is: make the new key the signing key, keep the old
 // public key in KeySet as verification-only for at least one token TTL, then
-// drop it.
+// drop it. Registry.SetKeys swaps the set while the registry runs; the
+// embedded registry trusts the new set from the next request (an external
+// registry reads its JWKS file as it was configured).
 package registry

@@ -177,7 +177,8 @@ type KeySet struct {
 }
 
 // NewKeySet builds a key set. retired are public keys of previous signing
-// keys, still trusted until the tokens they signed have expired.
+// keys, still trusted until the tokens they signed have expired or the key
+// is retired.
 func NewKeySet(signing *SigningKey, retired ...crypto.PublicKey) (*KeySet, error) {
 	if signing == nil {
 		return nil, invalidf("invalid_signing_key", "key set needs a signing key")
