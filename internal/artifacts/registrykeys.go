@@ -22,7 +22,10 @@ type RegistryKeyReloader struct {
 	// reloads nothing.
 	Registry func() *registry.Registry
 
-	mu sync.Mutex
+	// reloading serializes reloads, so that a slow read cannot hand the
+	// registry a set older than the one a later read handed it.
+	reloading sync.Mutex
+	mu        sync.Mutex
 	// lastReload is when the keys were last read, by the wall clock: it
 	// only throttles reloads, and is never stored or compared with a
 	// stamped time.
@@ -36,6 +39,8 @@ func (r *RegistryKeyReloader) Reload(ctx context.Context) error {
 	if reg == nil {
 		return nil
 	}
+	r.reloading.Lock()
+	defer r.reloading.Unlock()
 	r.mu.Lock()
 	r.lastReload = time.Now()
 	r.mu.Unlock()
