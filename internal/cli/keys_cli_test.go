@@ -196,3 +196,52 @@ func TestKeysRotateRetireAgainstServer(t *testing.T) {
 		}
 	})
 }
+
+// Over two replicas on one database: after a rotate and a retire of the
+// old key, each replica refuses a token of the retired key once its own
+// periodic reload has run, whichever replica issued it.
+func TestKeysRetireReachesEveryReplica(t *testing.T) {
+	ctx := context.Background()
+	a, b := servertest.TwoReplicas(t)
+	db := []string{"--database-url", a.App.Config.DatabaseURL}
+	run := func(args ...string) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		if code := Run(ctx, append(args, db...), strings.NewReader(""), &out, &errOut); code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errOut.String())
+		}
+	}
+	reload := func(s *servertest.Server) {
+		t.Helper()
+		p := s.App.SigningKeyReload()
+		n := p.Runs()
+		p.Kick()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := p.WaitRuns(wctx, n+1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := b.Admin() // signed in on b, used on both
+	oldKID := tokenKID(t, old.Token)
+	a.As(old.Token).Do("GET", "/api/v1/me", nil).Want(t, http.StatusOK)
+	run("keys", "rotate", "--purpose", "access_token", "--secret-key", a.App.Config.SecretKey)
+	reload(a)
+	reload(b)
+	fresh := a.Login(b.Creds.AdminEmail, b.Creds.AdminPassword)
+	if tokenKID(t, fresh.Token) == oldKID {
+		t.Fatal("replica a still signs with the old key after its reload")
+	}
+	run("keys", "retire", oldKID)
+	reload(a)
+	if r := a.As(old.Token).Do("GET", "/api/v1/me", nil); r.Status != http.StatusUnauthorized {
+		t.Fatalf("replica a after its reload: %d, want 401", r.Status)
+	}
+	reload(b)
+	for name, s := range map[string]*servertest.Server{"a": a, "b": b} {
+		if r := s.As(old.Token).Do("GET", "/api/v1/me", nil); r.Status != http.StatusUnauthorized {
+			t.Fatalf("replica %s: a token of the retired key gets %d, want 401", name, r.Status)
+		}
+		s.As(fresh.Token).Do("GET", "/api/v1/me", nil).Want(t, http.StatusOK)
+	}
+}
