@@ -42,8 +42,11 @@ type Keyring struct {
 
 // ReloadEvery bounds how often an unknown kid may trigger a reload, so a
 // flood of forged tokens cannot turn into a flood of database reads (the
-// registry's token keys reload under the same bound).
-const ReloadEvery = 10 * time.Second
+// registry's token keys reload under the same bound): one small read a
+// second at most. It is also how long a replica may refuse the tokens of a
+// key another replica has just begun to sign with (it read the keys just
+// before the rotate), so it is kept short.
+const ReloadEvery = time.Second
 
 // ReloadIfStale reloads the key set unless it was loaded recently; it reports
 // whether it reloaded.
