@@ -305,7 +305,15 @@ func retryLine(n client.RetryNotice) string {
 	if n.Wait < time.Second {
 		wait = n.Wait.Round(time.Millisecond)
 	}
-	return fmt.Sprintf("gpuaas: %s (%d %s); sending it again in %s (retry %d of %d)", why, n.Refusal.Status, n.Refusal.Code, wait, n.Retry, n.Retries)
+	return fmt.Sprintf("gpuaas: %s (%d %s)%s%s (retry %d of %d)", why, n.Refusal.Status, n.Refusal.Code, retryLineMark, wait, n.Retry, n.Retries)
+}
+
+// retryLineMark is in every retryLine and in nothing else the CLI prints.
+const retryLineMark = "; sending it again in "
+
+// isRetryLine says whether line is a retryLine.
+func isRetryLine(line string) bool {
+	return strings.HasPrefix(line, "gpuaas: the server is ") && strings.Contains(line, retryLineMark)
 }
 
 // cacheToken stores a fresh token in profile (activating it when activate

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/gpuaas/gpuaas/client"
 )
 
 // notNowAPI is a stand-in API answering each request with the next of its
@@ -155,5 +158,39 @@ func TestCLIRetriesMustBeACount(t *testing.T) {
 		if code, _, stderr := run("", tc.args...); code != exitUsage || !strings.Contains(stderr, tc.want) || len(api.sent()) != 0 {
 			t.Errorf("%v (env %q): exit %d, stderr %q, requests %v", tc.args, tc.env, code, stderr, api.sent())
 		}
+	}
+}
+
+// What app smoke leaves out of a failed step's message is exactly the wait
+// lines: both kinds are recognised, and nothing else the CLI prints is.
+func TestRetryLinesAreRecognised(t *testing.T) {
+	for _, status := range []int{429, 503} {
+		line := retryLine(client.RetryNotice{Refusal: &client.APIError{Status: status, Code: "x"}, Wait: 2 * time.Second, Retry: 1, Retries: 3})
+		if !isRetryLine(line) {
+			t.Errorf("%q is not recognised as a wait line", line)
+		}
+	}
+	for _, line := range []string{
+		"gpuaas: the server is unavailable for now",
+		"Key k1 written to sa.json (mode 0600). Use it with: gpuaas sa token --key-file sa.json",
+		"gpuaas: instance get: not_found: no such instance; sending it again in 2s would not help",
+	} {
+		if isRetryLine(line) {
+			t.Errorf("%q taken for a wait line", line)
+		}
+	}
+}
+
+// An answer to sa create that carries no private key (the stored repeat of
+// a first answer lost on the way) fails the command, saying how to get a
+// key, instead of exiting 0 with no key anywhere.
+func TestSACreateWithoutItsKeyFails(t *testing.T) {
+	created := `{"id":"sa-1","org_id":"o1","project_id":"11111111-1111-1111-1111-111111111111","name":"ci","slug":"ci","status":"active","key_id":"k-1","token_url":"http://x/token"}`
+	_, run := againstNotNow(t, notNow{201, "", created})
+	dir := t.TempDir()
+	code, stdout, stderr := run("", "sa", "create", "--project", "11111111-1111-1111-1111-111111111111", "--name", "ci", "--slug", "ci",
+		"--key-file", filepath.Join(dir, "ci.json"), "-o", "json")
+	if code == exitOK || !strings.Contains(stderr, "gpuaas sa rotate-key sa-1") || !strings.Contains(stdout, `"sa-1"`) {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout, stderr)
 	}
 }

@@ -112,6 +112,15 @@ func (o *keyOutput) deliver(cmd *cobra.Command, k client.IssuedServiceAccountKey
 			return printJSON(cmd, kf)
 		}
 	}
+	if k.PrivateKeyPEM == "" {
+		// The server gives a private key out once; an answer without one
+		// is the stored repeat of a first answer that had it and was lost
+		// on the way (the request was sent again).
+		if err := printJSON(cmd, k); err != nil {
+			return err
+		}
+		return fmt.Errorf("the answer carries no private key: the server gave key %s out once, in an answer that did not reach this command; run gpuaas sa rotate-key %s for a new one", k.KeyID, k.ID)
+	}
 	k.PrivateKeyPEM = ""
 	return printJSON(cmd, k)
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -244,4 +245,11 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// String is what b, the buffer l writes to, holds, read under l's lock.
+func (l *lockedWriter) String(b *bytes.Buffer) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return b.String()
 }

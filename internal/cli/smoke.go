@@ -616,18 +616,30 @@ func (s *smokeRun) checkUsageOnce(unit string, min int64) (string, error) {
 
 // cli runs one gpuaas command in this process, as a user would type it.
 func (s *smokeRun) cli(stdin string, args ...string) (string, error) {
-	var out, errOut bytes.Buffer
-	root := NewRoot(&out, &errOut)
+	// Locked: a --wait's operation poller may write a retry line from its
+	// own goroutine while the command writes its progress.
+	var outBuf, errBuf bytes.Buffer
+	out, errOut := &lockedWriter{w: &outBuf}, &lockedWriter{w: &errBuf}
+	root := NewRoot(out, errOut)
 	root.SetIn(strings.NewReader(stdin))
 	root.SetArgs(args)
 	if err := root.ExecuteContext(s.ctx); err != nil {
-		msg := strings.TrimSpace(errOut.String())
+		// What the command printed, less the lines that only said it
+		// waited to send a request again: the refusal that ended it is
+		// then the error's own message.
+		var lines []string
+		for _, l := range strings.Split(strings.TrimSpace(errOut.String(&errBuf)), "\n") {
+			if l != "" && !isRetryLine(l) {
+				lines = append(lines, l)
+			}
+		}
+		msg := strings.Join(lines, "\n")
 		if msg == "" {
 			msg = describeError(nil, err)
 		}
-		return out.String(), fmt.Errorf("gpuaas %s: %s", strings.Join(args[:min(len(args), 3)], " "), msg)
+		return out.String(&outBuf), fmt.Errorf("gpuaas %s: %s", strings.Join(args[:min(len(args), 3)], " "), msg)
 	}
-	return out.String(), nil
+	return out.String(&outBuf), nil
 }
 
 // lastJSON is the last top-level JSON document of out (a --wait prints
