@@ -1,6 +1,7 @@
 package httpapi_test
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 // passwords spread over two replicas on one PostgreSQL add up, the next
 // attempt is refused by either, and by a replica built afresh on the same
 // database (what a restart leaves); a success on one clears the count for
-// all. Unknown emails are refused the same way.
+// all. Unknown emails are refused the same way. Parallel attempts over
+// both replicas get no more checks than the budget left.
 func TestLoginLockoutIsSharedByReplicasAndRestarts(t *testing.T) {
 	t.Parallel()
 	clk := clock.NewManual(time.Now().UTC().Truncate(time.Second))
@@ -59,4 +61,35 @@ func TestLoginLockoutIsSharedByReplicasAndRestarts(t *testing.T) {
 		login([]*servertest.Server{b, c}[i%2], "ada@example.com", "not-the-password", 401)
 	}
 	refused(b, "ada@example.com", "not-the-password", "1")
+	// Attempts made at once, spread over the replicas, get only the budget
+	// left: each is counted before its check, in one statement.
+	const email, parallel = "grace@example.com", 6
+	for i := range iam.LoginFreeFailures - 1 {
+		login(replicas[i%2], email, "not-the-password", 401)
+	}
+	statuses := make([]int, parallel)
+	codes := make([]string, parallel)
+	var wg sync.WaitGroup
+	for i := range parallel {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := replicas[i%2].Anonymous().Do("POST", "/api/v1/auth/login", map[string]string{"email": email, "password": "not-the-password"})
+			statuses[i], codes[i] = r.Status, r.ErrorCode()
+		}()
+	}
+	wg.Wait()
+	checked := 0
+	for i, status := range statuses {
+		switch {
+		case status == 401:
+			checked++
+		case status == 429 && codes[i] == "too_many_login_attempts":
+		default:
+			t.Fatalf("attempt at once: %d %s", status, codes[i])
+		}
+	}
+	if checked != 1 {
+		t.Fatalf("%d of %d attempts at once over two replicas were checked, want 1 (the budget left): %v", checked, parallel, statuses)
+	}
 }

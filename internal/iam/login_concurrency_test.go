@@ -38,9 +38,9 @@ type gatedQueries struct {
 	fail     func() error
 	after    func(iam.User) // runs once the user was read, before the password check
 	// throttleFail, when set, is the error of the throttle's store calls
-	// it returns one for ("read", "record", "clear").
+	// it returns one for ("count", "read", "clear").
 	throttleFail func(op string) error
-	recorded     []string // the accounts failures were recorded under
+	counted      []string // the accounts attempts were counted under
 }
 
 func (g *gatedQueries) throttleErr(op string) error {
@@ -53,21 +53,24 @@ func (g *gatedQueries) throttleErr(op string) error {
 	return fail(op)
 }
 
+func (g *gatedQueries) CountLoginAttempt(ctx context.Context, account string, at time.Time) (int, bool, error) {
+	if err := g.throttleErr("count"); err != nil {
+		return 0, false, err
+	}
+	n, ok, err := g.Queries.CountLoginAttempt(ctx, account, at)
+	if ok {
+		g.mu.Lock()
+		g.counted = append(g.counted, account)
+		g.mu.Unlock()
+	}
+	return n, ok, err
+}
+
 func (g *gatedQueries) LoginFailures(ctx context.Context, account string) (int, time.Time, error) {
 	if err := g.throttleErr("read"); err != nil {
 		return 0, time.Time{}, err
 	}
 	return g.Queries.LoginFailures(ctx, account)
-}
-
-func (g *gatedQueries) RecordLoginFailure(ctx context.Context, account string, at time.Time) (int, error) {
-	if err := g.throttleErr("record"); err != nil {
-		return 0, err
-	}
-	g.mu.Lock()
-	g.recorded = append(g.recorded, account)
-	g.mu.Unlock()
-	return g.Queries.RecordLoginFailure(ctx, account, at)
 }
 
 func (g *gatedQueries) ClearLoginFailures(ctx context.Context, account string) error {
@@ -142,10 +145,11 @@ func rateLimited(err error) bool {
 	return ok && e.Kind == errdefs.KindRateLimited
 }
 
-// Parallel wrong passwords for one account share its free budget: the check
-// and the reservation are one step, so no more than LoginFreeFailures of
-// them reach the password check, the rest are refused, and once the
-// back-off has passed the right password still signs in.
+// Parallel wrong passwords for one account share its free budget: each is
+// counted before its check, by one statement that refuses past the budget,
+// so no more than LoginFreeFailures of them reach the password check, the
+// rest are refused, and once the back-off has passed the right password
+// still signs in.
 func TestLoginThrottleHoldsUnderConcurrency(t *testing.T) {
 	svc, q, clk := newLoginService(t)
 	const parallel = 40
@@ -190,26 +194,28 @@ func TestLoginThrottleHoldsUnderConcurrency(t *testing.T) {
 	}
 }
 
-// An attempt that ends before its verdict (a store error, a panic) gives its
-// place back: attempts that never settled cannot lock the right password out.
-func TestLoginThrottleReleasesUnsettledAttempts(t *testing.T) {
-	svc, q, _ := newLoginService(t)
+// An attempt that ends before its verdict (a store error, a panic) stays
+// counted: it was counted before its check, and errs toward refusing.
+func TestLoginAttemptsWithoutAVerdictStayCounted(t *testing.T) {
+	svc, q, clk := newLoginService(t)
 	q.fail = func() error { return storage.ErrUnavailable }
-	for i := 0; i < 2*iam.LoginFreeFailures; i++ {
-		if _, err := svc.Login(context.Background(), "ada@example.com", "wrong-password"); !errors.Is(err, storage.ErrUnavailable) {
+	for i := 0; i < iam.LoginFreeFailures-1; i++ {
+		if _, err := svc.Login(context.Background(), "ada@example.com", "right-password"); !errors.Is(err, storage.ErrUnavailable) {
 			t.Fatalf("store down: %v", err)
 		}
 	}
 	q.fail = func() error { panic("store exploded") }
-	for i := 0; i < 2*iam.LoginFreeFailures; i++ {
-		func() {
-			defer func() { _ = recover() }()
-			_, _ = svc.Login(context.Background(), "ada@example.com", "wrong-password")
-		}()
-	}
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = svc.Login(context.Background(), "ada@example.com", "right-password")
+	}()
 	q.fail = nil
+	if _, err := svc.Login(context.Background(), "ada@example.com", "right-password"); !rateLimited(err) {
+		t.Fatalf("right password after %d attempts without a verdict: %v, want 429", iam.LoginFreeFailures, err)
+	}
+	clk.Advance(iam.LoginBaseBackoff)
 	if got, err := svc.Login(context.Background(), "ada@example.com", "right-password"); err != nil || got.AccessToken == "" {
-		t.Fatalf("right password after unsettled attempts: %+v, %v", got, err)
+		t.Fatalf("right password after the back-off: %+v, %v", got, err)
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/gpuaas/gpuaas/internal/errdefs"
@@ -20,47 +19,41 @@ import (
 // refusal is the same for unknown emails, so it reveals nothing about which
 // accounts exist.
 //
-// What is shared and what is not. The failures (their count and the time of
-// the last one) live in the database (LoginFailureStore), keyed by a keyed
-// hash of the email, so every replica refuses by the same count and a
-// restart forgets nothing: the back-off is computed from that shared count
-// on whichever replica an attempt reaches. The attempts in flight are this
-// replica's own: an attempt takes its place before its password is checked
-// (begin) and is settled after (failed, succeeded or release), so N parallel
-// guesses reaching one replica get no more checks than N sequential ones.
-// Another replica does not see those places, only the failures once they are
-// recorded: parallel guesses spread over R replicas can get up to R times
-// the checks the budget left, once; every failure among them is counted, so
-// the back-off that follows is the one their total earns.
+// Every attempt is counted as a failure before its password is checked,
+// in the database (LoginFailureStore), keyed by a keyed hash of the email:
+// one conditional upsert either counts the attempt or refuses it, so the
+// check against the budget and the count are one step on whichever replica
+// an attempt reaches, parallel attempts on any number of replicas get
+// exactly the budget that was left, and a restart forgets nothing. A right
+// password then clears the count; a wrong one has nothing left to write.
+// Nothing about the attempts is kept in a replica's memory.
 //
-// A sign-in whose throttle step fails in the database gets no verdict: it is
-// refused with 503 login_throttle_unavailable, to be retried. Reading the
-// count fails closed (no unthrottled guess goes through), and a checked
-// password whose failure cannot be recorded, or whose success cannot clear
-// the count, is not answered either: otherwise a database that takes reads
-// but not writes would answer every guess while counting none of them.
+// Failing closed. An attempt the database could not count gets no check:
+// it is refused with 503 login_throttle_unavailable, to be retried. Once an
+// attempt is counted, its check was paid for, so a success whose clear
+// fails is answered all the same (the count it leaves only refuses sooner).
+// An attempt that reaches no verdict (an error before the password check)
+// stays counted: that errs toward refusing.
 const (
 	LoginFreeFailures  = 5
 	LoginFailureWindow = 15 * time.Minute
 	LoginBaseBackoff   = time.Second
 	LoginMaxBackoff    = 15 * time.Minute
-	// loginPruneBatch is how many lapsed accounts each recorded failure
-	// deletes. Pruning on write rather than in a periodic job: rows are only
-	// ever added by a failure, at most one each, so a failure that takes
-	// away up to two lapsed ones keeps the table from growing with
-	// failures long past, with no job to run, elect a leader for or wait
-	// on. What a quiet spell leaves (hashes, never emails) waits for the
-	// next failures, which take it away two at a time.
+	// loginPruneBatch is how many lapsed accounts each failed sign-in
+	// deletes. Pruning on write rather than in a periodic job: rows are
+	// only ever added by an attempt, at most one each, and a success takes
+	// its own away, so a failure that takes away up to two lapsed ones
+	// keeps the table from growing with failures long past, with no job to
+	// run, elect a leader for or wait on. What a quiet spell leaves
+	// (hashes, never emails) waits for the next failures, which take it
+	// away two at a time.
 	loginPruneBatch = 2
-	// loginMaxReads bounds how often begin reads the count again because
-	// an attempt on this replica recorded a failure meanwhile.
-	loginMaxReads = 3
 	// loginRetrySeconds is the Retry-After of a sign-in refused because
 	// the database did not answer the throttle.
 	loginRetrySeconds = 2
-	// loginSettleTimeout bounds recording or clearing failures once the
+	// loginClearTimeout bounds clearing the failures once the right
 	// password was checked.
-	loginSettleTimeout = 10 * time.Second
+	loginClearTimeout = 10 * time.Second
 )
 
 // LoginBackoff is how long after the last of count failures the next attempt
@@ -88,29 +81,6 @@ func loginLapsedBefore(now time.Time) time.Time {
 	return now.Add(-(LoginFailureWindow + LoginMaxBackoff))
 }
 
-// loginThrottle is one replica's bookkeeping of the attempts in flight. An
-// entry lives only while an attempt for its account is being checked or is
-// in flight, so the table is bounded by the sign-ins this replica is
-// serving, not by how many emails were ever tried.
-type loginThrottle struct {
-	mu       sync.Mutex
-	accounts map[string]*loginEntry
-}
-
-type loginEntry struct {
-	checking int // begins reading the shared count
-	inflight int // attempts begun and not yet settled
-	// failed counts the failures attempts on this replica recorded (or
-	// tried to) while the entry lived: a begin that sees it move during
-	// its read may have read the count before them.
-	failed uint64
-}
-
-func (s *Service) throttle() *loginThrottle {
-	s.throttleOnce.Do(func() { s.loginThrottle = &loginThrottle{accounts: map[string]*loginEntry{}} })
-	return s.loginThrottle
-}
-
 // loginAccount is the account email's failures are counted under: a keyed
 // hash, so that the table is no list of the addresses people tried and a
 // guessed address cannot be looked up in it without the server's key.
@@ -125,168 +95,59 @@ func (s *Service) loginAccount(email string) (string, error) {
 }
 
 // errLoginThrottleUnavailable is the refusal of a sign-in whose throttle
-// step the database did not take.
+// attempt the database could not count.
 func errLoginThrottleUnavailable(cause error) error {
 	return &errdefs.Error{Kind: errdefs.KindUnavailable, Code: "login_throttle_unavailable",
-		Message: "sign-in is unavailable for a moment: the server could not read or record failed sign-ins; retry in a few seconds",
+		Message: "sign-in is unavailable for a moment: the server could not count this attempt; retry in a few seconds",
 		Details: map[string]any{errdefs.RetryAfterDetail: loginRetrySeconds}, Cause: cause}
 }
 
-// loginAttempt is one sign-in's place in the throttle, from begin until it
-// is settled.
-type loginAttempt struct {
-	t       *loginThrottle
-	q       LoginFailureStore
-	account string
-	e       *loginEntry
-	settled bool
-}
-
-// begin refuses an attempt for account while its back-off runs, or while the
-// attempts already in flight on this replica use up what is left of the
-// budget; otherwise it reserves a place for the attempt, atomically with the
-// check against the shared count. The caller must settle the attempt (defer
-// release).
-func (t *loginThrottle) begin(ctx context.Context, q LoginFailureStore, account string, now time.Time) (*loginAttempt, error) {
-	t.mu.Lock()
-	e := t.accounts[account]
-	if e == nil {
-		e = &loginEntry{}
-		t.accounts[account] = e
-	}
-	e.checking++
-	t.mu.Unlock()
-	for reads := 1; ; reads++ {
-		t.mu.Lock()
-		seen := e.failed
-		t.mu.Unlock()
-		count, last, err := q.LoginFailures(ctx, account)
-		t.mu.Lock()
-		if err != nil {
-			e.checking--
-			t.forgetIdle(account, e)
-			t.mu.Unlock()
-			return nil, errLoginThrottleUnavailable(err)
-		}
-		// A failure recorded here during the read may be missing from it,
-		// and its attempt no longer holds a place: read again, and past
-		// the bound count such failures on top of what was read (twice, at
-		// worst, which only refuses sooner).
-		if missed := e.failed - seen; missed > 0 {
-			if reads < loginMaxReads {
-				t.mu.Unlock()
-				continue
-			}
-			count += int(missed)
-			last = now
-		}
-		e.checking--
-		refused := loginRefusal(count, last, e.inflight, now)
-		if refused != nil {
-			t.forgetIdle(account, e)
-			t.mu.Unlock()
-			return nil, refused
-		}
-		e.inflight++
-		t.mu.Unlock()
-		return &loginAttempt{t: t, q: q, account: account, e: e}, nil
-	}
-}
-
-// loginRefusal is the 429 for an attempt when count failures, the last at
-// last, are recorded and inflight attempts hold places here; nil when the
-// attempt may go ahead.
-func loginRefusal(count int, last time.Time, inflight int, now time.Time) error {
-	if count > 0 && now.Sub(last) > LoginFailuresLapse(count) {
-		count = 0 // the earlier failures are old news
-	}
-	var wait time.Duration
-	switch {
-	case count+inflight < LoginFreeFailures:
-		return nil
-	case inflight > 0:
-		// The attempts in flight use up the budget: if they all fail,
-		// this is the back-off that follows.
-		wait = LoginBackoff(count + inflight)
-	default:
-		wait = last.Add(LoginBackoff(count)).Sub(now)
-	}
-	if wait <= 0 {
+// beginLogin counts an attempt on account at now, before its password is
+// checked, or refuses it: 429 while the account's back-off runs, 503 when
+// the database could not count it, ctx's error when the client hung up.
+func beginLogin(ctx context.Context, q LoginFailureStore, account string, now time.Time) error {
+	_, counted, err := q.CountLoginAttempt(ctx, account, now)
+	if err == nil && counted {
 		return nil
 	}
-	secs := int(math.Ceil(wait.Seconds()))
+	if err == nil {
+		// Refused. The count is read again only for the Retry-After.
+		var count int
+		var last time.Time
+		if count, last, err = q.LoginFailures(ctx, account); err == nil {
+			return loginRefusal(count, last, now)
+		}
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return errLoginThrottleUnavailable(err)
+}
+
+// loginRefusal is the 429 of an attempt refused at now, with count failures
+// read back, the last at last. The row may have moved since the refusal
+// (cleared by a success, stamped later by a replica whose clock is ahead):
+// Retry-After is at least a second, never less.
+func loginRefusal(count int, last time.Time, now time.Time) error {
+	secs := 1
+	if wait := last.Add(LoginBackoff(count)).Sub(now); count >= LoginFreeFailures && wait > time.Second {
+		secs = int(math.Ceil(wait.Seconds()))
+	}
 	return errdefs.RateLimited("too_many_login_attempts", secs, nil,
 		"too many failed sign-ins for this email; wait %ds and retry, or ask an admin to reset the password", secs)
 }
 
-// failed records a wrong password (or an unknown or disabled account) for
-// every replica. An error means the failure may not be counted.
-func (a *loginAttempt) failed(ctx context.Context, now time.Time) error {
-	if a.settled {
-		return nil
-	}
-	ctx, cancel := settleContext(ctx)
-	defer cancel()
-	_, err := a.q.RecordLoginFailure(ctx, a.account, now)
-	// Counted even when the store said no: the failure may have been
-	// recorded all the same, and over-counting only refuses sooner.
-	a.settle(func(e *loginEntry) { e.failed++ })
-	if err != nil {
-		return errLoginThrottleUnavailable(err)
-	}
-	return nil
-}
-
-// settleContext is the request's context without its cancellation: a
-// client that hangs up once its password was checked still has its
-// failure counted.
-func settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), loginSettleTimeout)
-}
-
-// prune deletes a few accounts whose failures have lapsed (loginPruneBatch).
-func (a *loginAttempt) prune(ctx context.Context, now time.Time) error {
-	_, err := a.q.PruneLoginFailures(ctx, loginLapsedBefore(now), loginPruneBatch)
+// pruneLogins deletes a few accounts whose failures have lapsed
+// (loginPruneBatch).
+func pruneLogins(ctx context.Context, q LoginFailureStore, now time.Time) error {
+	_, err := q.PruneLoginFailures(ctx, loginLapsedBefore(now), loginPruneBatch)
 	return err
 }
 
-// succeeded clears the account's failures for every replica.
-func (a *loginAttempt) succeeded(ctx context.Context) error {
-	if a.settled {
-		return nil
-	}
-	ctx, cancel := settleContext(ctx)
+// clearLogins forgets account's failures after the right password, for
+// every replica, even when the client has hung up: the token was earned.
+func clearLogins(ctx context.Context, q LoginFailureStore, account string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), loginClearTimeout)
 	defer cancel()
-	err := a.q.ClearLoginFailures(ctx, a.account)
-	a.settle(func(*loginEntry) {})
-	if err != nil {
-		return errLoginThrottleUnavailable(err)
-	}
-	return nil
-}
-
-// release ends an attempt that reached no verdict (an error before the
-// password was checked, a panic): it neither counts nor clears. It does
-// nothing once the attempt is settled, so callers defer it.
-func (a *loginAttempt) release() { a.settle(func(*loginEntry) {}) }
-
-func (a *loginAttempt) settle(verdict func(*loginEntry)) {
-	t := a.t
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if a.settled {
-		return
-	}
-	a.settled = true
-	a.e.inflight--
-	verdict(a.e)
-	t.forgetIdle(a.account, a.e)
-}
-
-// forgetIdle drops e once no attempt for account is checked or in flight
-// here (t.mu held).
-func (t *loginThrottle) forgetIdle(account string, e *loginEntry) {
-	if e.checking == 0 && e.inflight == 0 && t.accounts[account] == e {
-		delete(t.accounts, account)
-	}
+	return q.ClearLoginFailures(ctx, account)
 }

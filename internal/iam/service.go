@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -31,9 +30,6 @@ type Service struct {
 	// (loginthrottle.go); every replica must have the same one. Sign-in
 	// refuses to work without it.
 	LoginKey []byte
-
-	throttleOnce  sync.Once
-	loginThrottle *loginThrottle
 }
 
 // NewID returns a time-ordered id (UUIDv7): list order is creation order.
@@ -132,10 +128,10 @@ func (s *Service) RequirePlatform(ctx context.Context, g *Grants, perm, resource
 }
 
 // logThrottleError logs the cause of a sign-in refused because the database
-// did not take its throttle step: the client's envelope names none.
+// could not count the attempt: the client's envelope names none.
 func (s *Service) logThrottleError(ctx context.Context, err error) {
 	if e, ok := errdefs.As(err); ok && e.Code == "login_throttle_unavailable" {
-		s.Logger.ErrorContext(ctx, "sign-in refused: the failed sign-in count is unavailable", "err", e.Cause)
+		s.Logger.ErrorContext(ctx, "sign-in refused: the attempt could not be counted", "err", e.Cause)
 	}
 }
 
@@ -151,15 +147,14 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 	if err != nil {
 		return Issued{}, err
 	}
-	// The attempt takes its place in the throttle before the password is
-	// checked, so parallel guesses share one budget; it is settled on every
-	// path (an error or a panic before the verdict releases it uncounted).
-	attempt, err := s.throttle().begin(ctx, s.Store.Read(), account, s.now())
-	if err != nil {
+	// The attempt is counted as a failure before its password is checked
+	// (loginthrottle.go): what is not counted is not checked. From here on
+	// it stays counted unless the right password clears it, also when an
+	// error or a panic ends it before its verdict.
+	if err := beginLogin(ctx, s.Store.Read(), account, s.now()); err != nil {
 		s.logThrottleError(ctx, err)
 		return Issued{}, err
 	}
-	defer attempt.release()
 	checked := s.now() // the account as read now is what the token stands on
 	u, err := s.Store.Read().GetUserByEmail(ctx, email)
 	hash := dummyHash
@@ -170,8 +165,6 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 	}
 	ok, verr := VerifyPassword(hash, password)
 	if err != nil || verr != nil || !ok || u.Status != UserActive {
-		now := s.now()
-		ferr := attempt.failed(ctx, now)
 		resID := ""
 		if err == nil {
 			resID = u.ID
@@ -179,20 +172,18 @@ func (s *Service) Login(ctx context.Context, email, password string) (Issued, er
 		if aerr := s.Store.RecordOutcome(ctx, storage.AuditEvent{Action: "auth.login", ResourceType: "user", ResourceID: resID}, "failure"); aerr != nil {
 			s.Logger.ErrorContext(ctx, "could not audit a failed login", "err", aerr)
 		}
-		if ferr != nil {
-			// Not counted, so not answered (loginthrottle.go).
-			s.logThrottleError(ctx, ferr)
-			return Issued{}, ferr
-		}
-		if perr := attempt.prune(ctx, now); perr != nil {
+		if perr := pruneLogins(ctx, s.Store.Read(), s.now()); perr != nil {
 			// The next failure prunes again; nothing waits on this one.
 			s.Logger.WarnContext(ctx, "could not prune lapsed failed sign-ins", "err", perr)
 		}
 		return Issued{}, errdefs.Unauthenticated("invalid_credentials", "email or password is wrong, or the account is disabled")
 	}
-	if err := attempt.succeeded(ctx); err != nil {
-		s.logThrottleError(ctx, err)
-		return Issued{}, err
+	if err := clearLogins(ctx, s.Store.Read(), account); err != nil {
+		// Answered all the same: the check was counted before it ran, so
+		// the count left behind only refuses sooner, and withholding a
+		// token the right password earned would lock its owner out while
+		// the database takes no writes.
+		s.Logger.ErrorContext(ctx, "could not clear the failed sign-ins of a successful sign-in", "err", err)
 	}
 	return s.Tokens.IssueChecked(principal.Principal{Type: principal.User, ID: u.ID, Email: u.Email}, "", checked)
 }

@@ -96,25 +96,31 @@ type Queries interface {
 	LoginFailureStore
 }
 
-// LoginFailureStore counts failed sign-ins per account for every replica
+// LoginFailureStore counts sign-in attempts per account for every replica
 // of the database (loginthrottle.go). An account is the keyed hash of a
 // normalised email, never the email.
 type LoginFailureStore interface {
+	// CountLoginAttempt counts an attempt on account at at as a failure,
+	// before its password is checked, unless the account is in its
+	// back-off at at: LoginFreeFailures or more failures, not lapsed, the
+	// last less than LoginBackoff(count) before at. Check and count are one
+	// statement, so attempts made at once on any number of replicas get
+	// exactly the budget left. It returns the new count and true, or false
+	// when the attempt is refused (nothing is written then). The count
+	// starts again at 1 when the earlier failures had lapsed: at is past
+	// the last of n of them by more than LoginFailuresLapse(n). The last
+	// failure's time never moves back (a replica whose clock is behind
+	// cannot shorten a back-off).
+	CountLoginAttempt(ctx context.Context, account string, at time.Time) (int, bool, error)
 	// LoginFailures returns the failures counted for account and the time
 	// of the last one: 0 and the zero time when none are. Lapsed failures
 	// are returned as they are; the caller judges them (LoginFailuresLapse).
 	LoginFailures(ctx context.Context, account string) (int, time.Time, error)
-	// RecordLoginFailure counts one failure at at, in one statement, so
-	// that failures recorded at once by several replicas are all counted.
-	// The count starts again at 1 when the earlier failures had lapsed: at
-	// is past the last of n of them by more than LoginFailuresLapse(n).
-	// The last failure's time never moves back (a replica whose clock is
-	// behind cannot shorten a back-off). It returns the new count.
-	RecordLoginFailure(ctx context.Context, account string, at time.Time) (int, error)
 	// ClearLoginFailures forgets account's failures (a success).
 	ClearLoginFailures(ctx context.Context, account string) error
 	// PruneLoginFailures deletes at most limit accounts whose last failure
-	// is before before, oldest first, and returns how many it deleted.
+	// is before before, oldest first, and returns how many it deleted; an
+	// account whose row a concurrent attempt made live again is kept.
 	PruneLoginFailures(ctx context.Context, before time.Time, limit int) (int64, error)
 }
 
