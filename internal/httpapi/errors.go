@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -67,7 +68,13 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 			e = &errdefs.Error{Kind: errdefs.KindInternal, Code: "internal_error",
 				Message: "the server failed to handle the request; retry, and report the correlation_id if it persists"}
 		}
-		logger.ErrorContext(ctx, "request failed", "err", err, "correlation_id", correlation.ID(ctx))
+		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+			// The client hung up and the work stopped with it: nothing
+			// failed on this side, and nobody reads the answer.
+			logger.InfoContext(ctx, "request ended: the client went away", "err", err, "correlation_id", correlation.ID(ctx))
+		} else {
+			logger.ErrorContext(ctx, "request failed", "err", err, "correlation_id", correlation.ID(ctx))
+		}
 	} else if e.Kind == errdefs.KindInternal {
 		logger.ErrorContext(ctx, "request failed", "err", err, "correlation_id", correlation.ID(ctx))
 	}
