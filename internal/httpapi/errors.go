@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -68,9 +69,10 @@ func writeError(w http.ResponseWriter, r *http.Request, logger *slog.Logger, err
 			e = &errdefs.Error{Kind: errdefs.KindInternal, Code: "internal_error",
 				Message: "the server failed to handle the request; retry, and report the correlation_id if it persists"}
 		}
-		if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		if cerr := ctx.Err(); errors.Is(cerr, context.Canceled) && errors.Is(err, cerr) {
 			// The client hung up and the work stopped with it: nothing
-			// failed on this side, and nobody reads the answer.
+			// failed on this side, and nobody reads the answer. (A
+			// deadline the server set is its own failure, and stays one.)
 			logger.InfoContext(ctx, "request ended: the client went away", "err", err, "correlation_id", correlation.ID(ctx))
 		} else {
 			logger.ErrorContext(ctx, "request failed", "err", err, "correlation_id", correlation.ID(ctx))
