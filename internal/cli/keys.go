@@ -98,8 +98,9 @@ type signingKeyRow struct {
 	Algorithm string `json:"algorithm"`
 	CreatedAt string `json:"created_at"`
 	RetiredAt string `json:"retired_at,omitempty"`
-	// Signs marks the key tokens of its purpose are signed with: the
-	// newest unretired one.
+	// Signs marks the key its purpose signs with: the newest unretired
+	// token key; for releases, the oldest unretired key (the one
+	// releases.LoadSigningKey takes; gpuaas keys never adds another).
 	Signs bool `json:"signs"`
 }
 
@@ -107,13 +108,13 @@ func keyRows(rows []iam.SigningKey) []signingKeyRow {
 	out := make([]signingKeyRow, 0, len(rows))
 	signer := map[string]string{}
 	for _, r := range rows { // oldest first: the last unretired signs
-		if r.RetiredAt.IsZero() {
+		if _, first := signer[r.Purpose]; r.RetiredAt.IsZero() && (r.Purpose != releases.KeyPurpose || !first) {
 			signer[r.Purpose] = r.KID
 		}
 	}
 	for _, r := range rows {
 		row := signingKeyRow{KID: r.KID, Purpose: r.Purpose, Algorithm: r.Algorithm, CreatedAt: r.CreatedAt.UTC().Format(time.RFC3339),
-			Signs: signer[r.Purpose] == r.KID && r.Purpose != releases.KeyPurpose}
+			Signs: signer[r.Purpose] == r.KID}
 		if !r.RetiredAt.IsZero() {
 			row.RetiredAt = r.RetiredAt.UTC().Format(time.RFC3339)
 		}

@@ -175,8 +175,8 @@ func TestKeysRotateRetireAgainstServer(t *testing.T) {
 			}
 		}
 		release := keys("--purpose", "release_signing")
-		if len(release) != 1 || release[0].Signs {
-			t.Fatalf("release keys listed as %+v, want one not marked as a token signer", release)
+		if len(release) != 1 || !release[0].Signs {
+			t.Fatalf("release keys listed as %+v, want the one that signs releases", release)
 		}
 		if code, errOut := retire(release[0].KID); code != 1 || !strings.Contains(errOut, "clients pin its public key") {
 			t.Errorf("retire the release key: exit %d, %q", code, errOut)
