@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -13,24 +14,41 @@ import (
 	"github.com/gpuaas/gpuaas/internal/principal"
 )
 
+// isPlatformToken says which bearer tokens the gateway keeps from apps: any
+// token the platform signed (keyfunc finds its key), expired or not, and any
+// that only claims to be the platform's by its issuer and audience. By the
+// signature alone, a token of a key this replica has not loaded yet (another
+// replica signs with it just after a rotate) or no longer trusts (retired,
+// while lagging replicas still take it) would reach the app, which could
+// play it back to the API.
+func isPlatformToken(keyfunc jwt.Keyfunc) func(context.Context, string) bool {
+	parser := jwt.NewParser(jwt.WithoutClaimsValidation(), jwt.WithValidMethods([]string{"EdDSA"}))
+	unverified := jwt.NewParser()
+	return func(_ context.Context, tok string) bool {
+		if _, err := parser.Parse(tok, keyfunc); err == nil {
+			return true
+		}
+		var claims jwt.RegisteredClaims
+		if _, _, err := unverified.ParseUnverified(tok, &claims); err != nil {
+			return false
+		}
+		return claims.Issuer == iam.TokenIssuer && slices.Contains(claims.Audience, iam.TokenAudience)
+	}
+}
+
 // webParts builds the web console and the UI gateway around the API: the
 // gateway takes requests for instance origins, the API its own routes, and
 // the console every other path. masterKey derives the gateway's signing key,
 // so every replica signs and checks app tokens alike.
 func (a *App) webParts(masterKey []byte) error {
 	cfg := a.Config
-	parser := jwt.NewParser(jwt.WithoutClaimsValidation(), jwt.WithValidMethods([]string{"EdDSA"}))
 	a.gateway = gateway.New(gateway.Config{
 		Domain: cfg.AppsDomain, PathMode: cfg.AppsPathMode, TokenTTL: cfg.AppTokenTTL, Key: subkey(masterKey, "gpuaas/ui-gateway/app-token/v1"),
-		PublicURL: func() string { return a.Config.PublicURL },
-		AppsPort:  func() string { return a.appsPort },
-		// Any token the platform signed, expired or not, stays out of apps.
-		IsPlatformToken: func(_ context.Context, tok string) bool {
-			_, err := parser.Parse(tok, a.Tokens.Ring.Keyfunc)
-			return err == nil
-		},
-		StripCookies: console.Cookies,
-		ReadTimeout:  cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
+		PublicURL:       func() string { return a.Config.PublicURL },
+		AppsPort:        func() string { return a.appsPort },
+		IsPlatformToken: isPlatformToken(a.Tokens.Ring.Keyfunc),
+		StripCookies:    console.Cookies,
+		ReadTimeout:     cfg.ReadTimeout, WriteTimeout: cfg.WriteTimeout,
 		Backend: a.Instances, Logger: a.Logger, Now: a.now, Wake: a.Wake(),
 	})
 	if a.gateway.Enabled() {
