@@ -182,7 +182,6 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*App, err
 		return nil, err
 	}
 	a.signingKeyReload = a.newSigningKeyReload(ring)
-	a.Workers = append(a.Workers, a.signingKeyReload)
 	tokens := iam.NewTokens(iamStore.Read(), ring, cfg.AccessTokenTTL, cfg.ServiceAccountTokenTTL, now)
 	tokens.NodeTTL = cfg.NodeTokenTTL
 	// Open event streams, on every replica, re-check their reader at once
@@ -338,6 +337,14 @@ func (a *App) Serve(ctx context.Context) error {
 	}
 	// Streams end at shutdown instead of holding the drain open.
 	a.http.RegisterOnShutdown(a.events.reader.Shutdown)
+	// The signing keys are read again outside the schema guard: a replica
+	// whose jobs are paused (the schema moved on under it) still serves
+	// authenticated reads, so a key retired meanwhile must stop verifying
+	// there too.
+	if err := a.signingKeyReload.Start(context.WithoutCancel(ctx)); err != nil {
+		return err
+	}
+	defer a.signingKeyReload.Stop()
 	// The event workers, then Workers, run under the schema guard.
 	if err := a.guard.Start(context.WithoutCancel(ctx), worker.Group{a.events.workers, a.Workers}); err != nil {
 		return err

@@ -93,6 +93,16 @@ func TestSchemaGuardPausesAReplicaOnAnotherSchema(t *testing.T) {
 		}
 	}
 	admin.Do("GET", "/api/v1/admin/billing/prices", nil).Want(t, 200) // reads go on
+	// Reads are authenticated, so the signing keys are still read again
+	// (a key retired now must stop verifying here too).
+	reload := s.App.SigningKeyReload()
+	wait, stop := context.WithTimeout(ctx, 10*time.Second)
+	n := reload.Runs()
+	reload.Kick()
+	if err := reload.WaitRuns(wait, n+1); err != nil {
+		t.Errorf("the signing keys were not read again while paused: %v", err)
+	}
+	stop()
 	// The registry: a push is refused in its own error format, which
 	// docker prints; its token endpoint stays open (containerd asks for a
 	// pull token with a POST first).
