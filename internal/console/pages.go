@@ -92,7 +92,18 @@ func (c *Console) signedIn(h func(http.ResponseWriter, *http.Request, *req)) htt
 			return
 		}
 		q := &req{s: s, api: c.apiClient(r, tok)}
-		if q.view, err = c.sessionView(r.Context(), q); err != nil {
+		q.view, err = c.sessionView(r.Context(), q)
+		if api, ok := errors.AsType[*client.APIError](err); ok && api.Status == http.StatusUnauthorized {
+			// The token minted for the session is refused, while the
+			// session itself still stands (its key was retired, say):
+			// mint another, once.
+			c.tokens.Delete(s.IDHash)
+			if tok, err = c.token(r.Context(), s); err == nil {
+				q.api = c.apiClient(r, tok)
+				q.view, err = c.sessionView(r.Context(), q)
+			}
+		}
+		if err != nil {
 			c.fail(w, r, err)
 			return
 		}
