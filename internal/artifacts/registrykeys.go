@@ -41,8 +41,14 @@ func (r *RegistryKeyReloader) Reload(ctx context.Context) error {
 	}
 	r.reloading.Lock()
 	defer r.reloading.Unlock()
+	return r.reload(ctx, reg, time.Now())
+}
+
+// reload reads the keys, begun at began by the wall clock, and hands them
+// to reg; the caller holds r.reloading.
+func (r *RegistryKeyReloader) reload(ctx context.Context, reg *registry.Registry, began time.Time) error {
 	r.mu.Lock()
-	r.lastReload = time.Now()
+	r.lastReload = began
 	r.mu.Unlock()
 	ks, err := RegistryKeySet(ctx, r.DB, r.Sealer, r.Now)
 	if err != nil {
@@ -55,10 +61,19 @@ func (r *RegistryKeyReloader) Reload(ctx context.Context) error {
 // seconds, so that a flood of tokens naming unknown keys cannot turn into a
 // flood of database reads.
 func (r *RegistryKeyReloader) ReloadIfStale(ctx context.Context) {
-	r.mu.Lock()
-	fresh := time.Since(r.lastReload) < iam.ReloadEvery
-	r.mu.Unlock()
-	if !fresh {
-		_ = r.Reload(ctx)
+	fresh := func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return time.Since(r.lastReload) < iam.ReloadEvery
 	}
+	reg := r.Registry()
+	if reg == nil || fresh() {
+		return
+	}
+	r.reloading.Lock()
+	defer r.reloading.Unlock()
+	if fresh() { // read by the caller this one waited for: a burst reads once
+		return
+	}
+	_ = r.reload(ctx, reg, time.Now())
 }

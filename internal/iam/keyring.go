@@ -31,9 +31,11 @@ type Keyring struct {
 	purpose string
 	now     func() time.Time // stamps the keys it creates (the server's clock)
 
-	mu      sync.RWMutex
-	signing *ringKey
-	byKID   map[string]*ringKey
+	// reloading serializes reloads (reload).
+	reloading sync.Mutex
+	mu        sync.RWMutex
+	signing   *ringKey
+	byKID     map[string]*ringKey
 	// lastReload is when the set was last read, by the wall clock: it
 	// only throttles reloads, and is never stored or compared with a
 	// stamped time.
@@ -51,13 +53,20 @@ const ReloadEvery = time.Second
 // ReloadIfStale reloads the key set unless it was loaded recently; it reports
 // whether it reloaded.
 func (k *Keyring) ReloadIfStale(ctx context.Context) bool {
-	k.mu.RLock()
-	fresh := time.Since(k.lastReload) < ReloadEvery
-	k.mu.RUnlock()
-	if fresh {
+	fresh := func() bool {
+		k.mu.RLock()
+		defer k.mu.RUnlock()
+		return time.Since(k.lastReload) < ReloadEvery
+	}
+	if fresh() {
 		return false
 	}
-	return k.Reload(ctx) == nil
+	k.reloading.Lock()
+	defer k.reloading.Unlock()
+	if fresh() { // read by the caller this one waited for
+		return false
+	}
+	return k.reload(ctx, time.Now()) == nil
 }
 
 type ringKey struct {
@@ -91,6 +100,19 @@ func LoadKeyring(ctx context.Context, keys KeyStore, s *sealer.Sealer, purpose s
 
 // Reload reads the key set again (another replica may have rotated).
 func (k *Keyring) Reload(ctx context.Context) error {
+	k.reloading.Lock()
+	defer k.reloading.Unlock()
+	return k.reload(ctx, time.Now())
+}
+
+// reload reads the key set, begun at began by the wall clock; the caller
+// holds k.reloading, so a slow read cannot put back a set older than the
+// one a later read installed (a key retired in between would verify
+// again).
+func (k *Keyring) reload(ctx context.Context, began time.Time) error {
+	k.mu.Lock()
+	k.lastReload = began
+	k.mu.Unlock()
 	rows, err := k.keys.SigningKeys(ctx, k.purpose)
 	if err != nil {
 		return fmt.Errorf("load %s signing keys: %w", k.purpose, err)
@@ -117,7 +139,7 @@ func (k *Keyring) Reload(ctx context.Context) error {
 		signing = rk // rows come oldest first: the newest signs
 	}
 	k.mu.Lock()
-	k.byKID, k.signing, k.lastReload = byKID, signing, time.Now()
+	k.byKID, k.signing = byKID, signing
 	k.mu.Unlock()
 	return nil
 }

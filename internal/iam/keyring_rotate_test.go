@@ -2,6 +2,8 @@ package iam_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,6 +102,43 @@ func TestRetireSigningKeyRefusals(t *testing.T) {
 		audits, _, err := q.ListAudit(ctx, store.AuditFilter{Action: "signing_key.retire"}, store.Page{})
 		if err != nil || len(audits) != 1 {
 			t.Fatalf("retire audit rows %d, err %v; want the one retire that happened", len(audits), err)
+		}
+	})
+}
+
+// slowKeys counts the reads of the key set and makes each take a while, as
+// a loaded database would.
+type slowKeys struct {
+	iam.KeyStore
+	reads atomic.Int32
+}
+
+func (k *slowKeys) SigningKeys(ctx context.Context, purpose string) ([]iam.SigningKey, error) {
+	k.reads.Add(1)
+	time.Sleep(50 * time.Millisecond)
+	return k.KeyStore.SigningKeys(ctx, purpose)
+}
+
+// A burst of tokens naming a key the replica does not know reads the key
+// set once, not once per token: the callers that waited for a read take
+// its result.
+func TestKeyringReloadsOnceForABurstOfUnknownKeys(t *testing.T) {
+	storetest.ForEachDialect(t, func(t *testing.T, db *store.DB) {
+		ctx := context.Background()
+		keys := &slowKeys{KeyStore: db.Queries()}
+		ring, err := iam.LoadKeyring(ctx, keys, testSealer(t), "access_token", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(iam.ReloadEvery + 100*time.Millisecond) // the load is stale now
+		before := keys.reads.Load()
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() { ring.ReloadIfStale(ctx) })
+		}
+		wg.Wait()
+		if n := keys.reads.Load() - before; n != 1 {
+			t.Fatalf("%d reads of the key set for a burst of 20, want 1", n)
 		}
 	})
 }
