@@ -241,7 +241,9 @@ func checkMasterKey(ctx context.Context, db *store.DB, s *sealer.Sealer, purpose
 		}
 		return errors.New("the master key given does not open the existing " + purpose + " keys: pass the servers' own (GPUAAS_SECRET_KEY, --secret-key-file)")
 	}
-	return nil
+	// No key of purpose to check against: a first key sealed under a key
+	// the servers do not have would keep every one of them from starting.
+	return errors.New("there is no " + purpose + " key to check the master key against: start a server on this database first (it creates the first keys), then rotate")
 }
 
 func newKeysRetireCmd() *cobra.Command {

@@ -245,3 +245,25 @@ func TestKeysRetireReachesEveryReplica(t *testing.T) {
 		s.As(fresh.Token).Do("GET", "/api/v1/me", nil).Want(t, http.StatusOK)
 	}
 }
+
+// A rotate on a database no server has started on yet has no key to check
+// the master key against, and refuses: a first key sealed under a key the
+// servers do not have would keep every one of them from starting.
+func TestKeysRotateRefusesADatabaseWithoutKeys(t *testing.T) {
+	ctx := context.Background()
+	url := storetest.URL(t, store.SQLite)
+	db, err := store.Open(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = db.Close()
+	var out, errOut bytes.Buffer
+	code := Run(ctx, []string{"keys", "rotate", "--purpose", "access_token", "--database-url", url,
+		"--secret-key", base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))}, strings.NewReader(""), &out, &errOut)
+	if code != 1 || !strings.Contains(errOut.String(), "start a server on this database first") {
+		t.Fatalf("exit %d, stderr %q", code, errOut.String())
+	}
+}

@@ -126,8 +126,11 @@ func (q *Queries) AddSigningKey(ctx context.Context, k iam.SigningKey, audit Aud
 		if err != nil {
 			return err
 		}
-		if n := len(rows); n > 0 && !k.CreatedAt.After(rows[n-1].CreatedAt) {
-			k.CreatedAt = rows[n-1].CreatedAt.Add(time.Microsecond)
+		// Compared as stored (whole microseconds): a key made in the
+		// newest one's microsecond would otherwise tie with it once stored.
+		k.CreatedAt = k.CreatedAt.Truncate(time.Microsecond)
+		if n := len(rows); n > 0 && !k.CreatedAt.After(rows[n-1].CreatedAt.Truncate(time.Microsecond)) {
+			k.CreatedAt = rows[n-1].CreatedAt.Truncate(time.Microsecond).Add(time.Microsecond)
 		}
 		if err := q.InsertSigningKey(ctx, k); err != nil {
 			return err
