@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpuaas/gpuaas/internal/registry"
 	"github.com/gpuaas/gpuaas/internal/servertest"
@@ -85,17 +84,6 @@ func TestKeysRotateRetireAgainstServer(t *testing.T) {
 			code, _, errOut := run(append([]string{"keys", "retire", kid, "-o", "json"}, db...)...)
 			return code, errOut
 		}
-		reload := func() {
-			t.Helper()
-			p := s.App.SigningKeyReload()
-			n := p.Runs()
-			p.Kick()
-			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			defer cancel()
-			if err := p.WaitRuns(wctx, n+1); err != nil {
-				t.Fatal(err)
-			}
-		}
 		registryToken := func() string {
 			t.Helper()
 			tr, err := s.App.Registry().TokenHandler().Issue(registry.Subject{ID: "keys-test"}, nil)
@@ -133,7 +121,7 @@ func TestKeysRotateRetireAgainstServer(t *testing.T) {
 		if signer("access_token") != newAccess || signer("registry_token") != newRegistry {
 			t.Fatal("keys list does not show the rotated keys as the signers")
 		}
-		reload()
+		s.ReloadSigningKeys()
 		before.Do("GET", "/api/v1/me", nil).Want(t, http.StatusOK)
 		after := s.Admin()
 		if kid := tokenKID(t, after.Token); kid != newAccess {
@@ -152,7 +140,7 @@ func TestKeysRotateRetireAgainstServer(t *testing.T) {
 				t.Fatalf("retire %s: exit %d: %s", kid, code, errOut)
 			}
 		}
-		reload()
+		s.ReloadSigningKeys()
 		if r := before.Do("GET", "/api/v1/me", nil); r.Status != http.StatusUnauthorized {
 			t.Fatalf("a token of the retired key: %d, want 401", r.Status)
 		}
@@ -211,33 +199,22 @@ func TestKeysRetireReachesEveryReplica(t *testing.T) {
 			t.Fatalf("%v: exit %d: %s", args, code, errOut.String())
 		}
 	}
-	reload := func(s *servertest.Server) {
-		t.Helper()
-		p := s.App.SigningKeyReload()
-		n := p.Runs()
-		p.Kick()
-		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := p.WaitRuns(wctx, n+1); err != nil {
-			t.Fatal(err)
-		}
-	}
 	old := b.Admin() // signed in on b, used on both
 	oldKID := tokenKID(t, old.Token)
 	a.As(old.Token).Do("GET", "/api/v1/me", nil).Want(t, http.StatusOK)
 	run("keys", "rotate", "--purpose", "access_token", "--secret-key", a.App.Config.SecretKey)
-	reload(a)
-	reload(b)
+	a.ReloadSigningKeys()
+	b.ReloadSigningKeys()
 	fresh := a.Login(b.Creds.AdminEmail, b.Creds.AdminPassword)
 	if tokenKID(t, fresh.Token) == oldKID {
 		t.Fatal("replica a still signs with the old key after its reload")
 	}
 	run("keys", "retire", oldKID)
-	reload(a)
+	a.ReloadSigningKeys()
 	if r := a.As(old.Token).Do("GET", "/api/v1/me", nil); r.Status != http.StatusUnauthorized {
 		t.Fatalf("replica a after its reload: %d, want 401", r.Status)
 	}
-	reload(b)
+	b.ReloadSigningKeys()
 	for name, s := range map[string]*servertest.Server{"a": a, "b": b} {
 		if r := s.As(old.Token).Do("GET", "/api/v1/me", nil); r.Status != http.StatusUnauthorized {
 			t.Fatalf("replica %s: a token of the retired key gets %d, want 401", name, r.Status)

@@ -114,6 +114,21 @@ func Start(t testing.TB, d store.Dialect, opts ...Option) *Server {
 // LogText is what the server logged so far; safe while it runs.
 func (s *Server) LogText() string { return s.Logs.String() }
 
+// ReloadSigningKeys has the server read its token signing keys again now
+// (what its periodic reload does within a minute: gpuaas keys) and waits
+// for that read to end.
+func (s *Server) ReloadSigningKeys() {
+	s.T.Helper()
+	p := s.App.SigningKeyReload()
+	n := p.Runs()
+	p.Kick()
+	ctx, cancel := context.WithTimeout(s.T.Context(), 30*time.Second)
+	defer cancel()
+	if err := p.WaitRuns(ctx, n+1); err != nil {
+		s.T.Fatalf("reload the signing keys: %v", err)
+	}
+}
+
 // WhileWorkersStopped runs f with the server's background jobs (App.Workers)
 // stopped, then starts them again: a test that swaps a service's clock or
 // another field the jobs read does it in f, so that no job reads it at the
