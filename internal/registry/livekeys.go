@@ -60,8 +60,13 @@ func (l *liveAccess) Authorized(req *http.Request, access ...auth.Access) (*auth
 }
 
 // set builds the token access controller trusting keys and makes it
-// current.
+// current. Keys the current controller already trusts, in the same order
+// (a kid is its key's thumbprint, the signing key's first), keep it: every
+// periodic reload hands the set over, and it rarely changes.
 func (l *liveAccess) set(keys *KeySet) error {
+	if cur := l.state.Load(); cur != nil && slices.Equal(cur.keys.KeyIDs(), keys.KeyIDs()) {
+		return nil
+	}
 	access, err := tokenAccess(l.params, keys)
 	if err != nil {
 		return err
