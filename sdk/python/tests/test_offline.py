@@ -223,27 +223,26 @@ def test_a_reconnecting_stream_waits_out_a_refused_reopen() -> None:
         return httpx.Response(200, headers={"Content-Type": "text/event-stream"},
                               content=f"id: {n}\ndata: {json.dumps(env)}\n\n".encode())
 
-    transport, seen = _limited([sse(1), _refusal(429, "5"), sse(2)])
-    slept: list[float] = []
-    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append)
-    got = []
-    for ev in c.stream_events("p-1", reconnect=True):
-        got.append(ev.sequence)
-        if len(got) == 2:
-            break
+    def first_two(retry_after: str) -> tuple[list[int], list[float], list[httpx.Request]]:
+        """The first two events of a stream whose reopen is refused once
+        with retry_after, the waits slept and the requests sent."""
+        transport, seen = _limited([sse(1), _refusal(429, retry_after), sse(2)])
+        slept: list[float] = []
+        c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append)
+        got = []
+        for ev in c.stream_events("p-1", reconnect=True):
+            got.append(ev.sequence)
+            if len(got) == 2:
+                break
+        return got, slept, seen
+
+    got, slept, seen = first_two("5")
     assert got == [1, 2] and slept == [5.0]
     assert [q.headers.get("Last-Event-ID") for q in seen] == [None, "1", "1"]
 
     # A reopen told to wait longer than max_retry_after waits that long and
     # asks again: the stream never gives up.
-    transport, seen = _limited([sse(1), _refusal(429, "120"), sse(2)])
-    slept.clear()
-    c = Client("http://api.test", StaticToken("t"), transport=transport, sleep=slept.append)
-    got = []
-    for ev in c.stream_events("p-1", reconnect=True):
-        got.append(ev.sequence)
-        if len(got) == 2:
-            break
+    got, slept, _ = first_two("120")
     assert got == [1, 2] and slept == [60.0]
 
 
